@@ -1,0 +1,165 @@
+//! The tracing builder: a kernel body runs once with symbolic [`Tile`]s, and every operation on
+//! them appends an instruction to the kernel being traced.
+//!
+//! The kernel under construction lives in a thread-local, so operators (`a + b`) can append
+//! without a context argument. Type and shape errors do not panic: the first one is recorded with
+//! the user's source line (`#[track_caller]` all the way down) and returned by [`trace`]; the
+//! builder keeps going with best-guess types so the body can finish.
+
+mod control;
+mod ops;
+mod tile;
+
+pub use control::{for_range, if_else, if_then, scalar, while_loop, Carry};
+pub use ops::*;
+pub use tile::{IntoOperand, Operand, Tile};
+
+use crate::dtype::DType;
+use crate::error::TraceError;
+use crate::kernel::{Block, Kernel, Loc, Value};
+use crate::op::{Constant, Op};
+use crate::types::{Shape, TileType};
+use std::cell::RefCell;
+
+/// The state of one trace in progress.
+struct TraceState {
+    kernel: Kernel,
+    /// Innermost block last: where new instructions go.
+    blocks: Vec<Block>,
+    error: Option<TraceError>,
+}
+
+thread_local! {
+    /// A stack so that a kernel can be traced while another trace is in progress.
+    static TRACES: RefCell<Vec<TraceState>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Runs `f` on the innermost trace. Tiles exist only inside [`trace`], so reaching here without
+/// one is a bug in the caller's program, not bad input.
+fn with_state<R>(f: impl FnOnce(&mut TraceState) -> R) -> R {
+    TRACES.with(|t| {
+        let mut stack = t.borrow_mut();
+        let state = stack
+            .last_mut()
+            .expect("tegula: a tile operation was used outside of a kernel trace");
+        f(state)
+    })
+}
+
+/// Records an error at `loc` unless an earlier one is already recorded.
+pub(crate) fn report(loc: Loc, message: impl Into<String>) {
+    with_state(|s| {
+        if s.error.is_none() {
+            s.error = Some(TraceError {
+                kernel: s.kernel.name.clone(),
+                message: message.into(),
+                loc,
+            });
+        }
+    })
+}
+
+/// Appends an instruction to the current block and returns its result values.
+pub(crate) fn emit(
+    op: Op,
+    args: Vec<Value>,
+    result_types: &[TileType],
+    regions: Vec<Block>,
+    loc: Loc,
+) -> Vec<Value> {
+    with_state(|s| {
+        let block = *s.blocks.last().expect("trace has a current block");
+        let inst = s.kernel.append(block, op, args, result_types, regions, loc);
+        s.kernel.insts[inst].results.clone()
+    })
+}
+
+/// Appends a single-result instruction and returns its result as a tile.
+pub(crate) fn emit1(op: Op, args: Vec<Value>, ty: TileType, loc: Loc) -> Tile {
+    let v = emit(op, args, &[ty], Vec::new(), loc)[0];
+    Tile::from_raw(v, ty)
+}
+
+/// The op that defines `v`, if any (used to fold constants while building).
+pub(crate) fn defining_op(v: Value) -> Option<Op> {
+    with_state(|s| s.kernel.def_inst(v).map(|i| s.kernel.insts[i].op.clone()))
+}
+
+/// Creates a block for a region and makes it current while `f` runs.
+pub(crate) fn in_new_block<R>(arg_types: &[TileType], f: impl FnOnce(&[Tile]) -> R) -> (Block, R) {
+    let (block, args) = with_state(|s| {
+        let b = s.kernel.add_block(arg_types);
+        s.blocks.push(b);
+        let args: Vec<Tile> = s.kernel.blocks[b]
+            .args
+            .iter()
+            .map(|&v| Tile::from_raw(v, s.kernel.ty(v)))
+            .collect();
+        (b, args)
+    });
+    let r = f(&args);
+    with_state(|s| s.blocks.pop());
+    (block, r)
+}
+
+pub(crate) fn constant(c: Constant, dtype: DType, shape: Shape, loc: Loc) -> Tile {
+    emit1(Op::Const(c), vec![], TileType::tile(dtype, shape), loc)
+}
+
+/// Declares the parameters of a kernel being traced.
+pub struct Params {
+    _private: (),
+}
+
+impl Params {
+    /// A pointer parameter to elements of `dtype`.
+    pub fn ptr(&mut self, name: &str, dtype: DType) -> Tile {
+        self.add(name, TileType::ptr(dtype))
+    }
+
+    /// A scalar parameter of `dtype`.
+    pub fn scalar(&mut self, name: &str, dtype: DType) -> Tile {
+        self.add(name, TileType::scalar(dtype))
+    }
+
+    fn add(&mut self, name: &str, ty: TileType) -> Tile {
+        let v = with_state(|s| s.kernel.add_param(name, ty));
+        Tile::from_raw(v, ty)
+    }
+}
+
+/// Traces `body` into a verified kernel named `name`.
+///
+/// The body declares parameters through [`Params`] and then uses the tile operations of this
+/// module. The first type or shape error is returned with the source line that caused it.
+pub fn trace(name: &str, body: impl FnOnce(&mut Params)) -> Result<Kernel, TraceError> {
+    let kernel = Kernel::new(name);
+    let top = kernel.body;
+    TRACES.with(|t| {
+        t.borrow_mut().push(TraceState {
+            kernel,
+            blocks: vec![top],
+            error: None,
+        })
+    });
+    // Pops the trace if the body panics, so the thread can trace again.
+    struct PopOnUnwind;
+    impl Drop for PopOnUnwind {
+        fn drop(&mut self) {
+            TRACES.with(|t| t.borrow_mut().pop());
+        }
+    }
+    let guard = PopOnUnwind;
+    body(&mut Params { _private: () });
+    std::mem::forget(guard);
+    let state = TRACES.with(|t| t.borrow_mut().pop().expect("trace state present"));
+    if let Some(e) = state.error {
+        return Err(e);
+    }
+    crate::verify::verify(&state.kernel).map_err(|e| TraceError {
+        kernel: state.kernel.name.clone(),
+        message: e.message.clone(),
+        loc: e.loc,
+    })?;
+    Ok(state.kernel)
+}

@@ -1,0 +1,812 @@
+//! The tile operations a kernel body calls, named after `triton.language`.
+
+use super::tile::{binary, broadcast_pair, materialize, to_tile, unify};
+use super::{constant, emit, emit1, report, IntoOperand, Operand, Tile};
+use crate::dtype::{DType, Element};
+use crate::kernel::Loc;
+use crate::op::{
+    AtomicOp, BinaryOp, CacheModifier, Constant, EvictionPolicy, InputPrecision, MemSem, Op,
+    ReduceOp, UnaryOp,
+};
+use crate::types::{Elem, Shape, TileType};
+
+// --- indices -----------------------------------------------------------------------------
+
+/// This program's index along grid axis `axis` (0, 1 or 2), an i32 scalar.
+#[track_caller]
+pub fn program_id(axis: usize) -> Tile {
+    let loc = Loc::caller();
+    if axis > 2 {
+        report(
+            loc,
+            format!("program_id axis must be 0, 1 or 2, got {axis}"),
+        );
+    }
+    emit1(
+        Op::ProgramId { axis: axis as u8 },
+        vec![],
+        TileType::scalar(DType::I32),
+        loc,
+    )
+}
+
+/// The number of programs along grid axis `axis`, an i32 scalar.
+#[track_caller]
+pub fn num_programs(axis: usize) -> Tile {
+    let loc = Loc::caller();
+    if axis > 2 {
+        report(
+            loc,
+            format!("num_programs axis must be 0, 1 or 2, got {axis}"),
+        );
+    }
+    emit1(
+        Op::NumPrograms { axis: axis as u8 },
+        vec![],
+        TileType::scalar(DType::I32),
+        loc,
+    )
+}
+
+/// `[start, start + 1, .., end - 1]` as an i32 tile. `end - start` must be a power of two, as
+/// in Triton, since tiles map onto threads and registers in powers of two.
+#[track_caller]
+pub fn arange(start: i64, end: i64) -> Tile {
+    let loc = Loc::caller();
+    let n = end - start;
+    if n <= 0 || !(n as u64).is_power_of_two() {
+        report(
+            loc,
+            format!("arange({start}, {end}): the length must be a positive power of two"),
+        );
+    }
+    if i32::try_from(start).is_err() || i32::try_from(end).is_err() {
+        report(loc, format!("arange({start}, {end}) does not fit in i32"));
+    }
+    let n = n.max(1) as usize;
+    emit1(
+        Op::Arange { start, end },
+        vec![],
+        TileType::tile(DType::I32, Shape::from([n])),
+        loc,
+    )
+}
+
+/// A tile of `shape` filled with `value`, of the dtype of `T`.
+#[track_caller]
+pub fn full<T: Element>(shape: impl Into<Shape>, value: impl IntoOperand) -> Tile {
+    full_dtype(shape, T::DTYPE, value)
+}
+
+/// A tile of `shape` filled with `value`, of `dtype`.
+#[track_caller]
+pub fn full_dtype(shape: impl Into<Shape>, dtype: DType, value: impl IntoOperand) -> Tile {
+    let loc = Loc::caller();
+    let shape = shape.into();
+    let c = match value.into_operand() {
+        Operand::Int(v) if dtype.is_float() => Constant::Float(v as f64),
+        Operand::Int(v) => Constant::Int(v),
+        Operand::Bool(b) => Constant::Int(b as i64),
+        Operand::Float(f) if dtype.is_float() => Constant::Float(f),
+        Operand::Tile(t) => {
+            let t = materialize(Operand::Tile(t), dtype, loc);
+            if !t.shape().is_scalar() {
+                report(loc, format!("full needs a scalar value, got {}", t.ty()));
+            }
+            return t.broadcast_at(shape, loc);
+        }
+        Operand::Float(f) => {
+            report(loc, format!("float value {f} for a tile of {dtype}"));
+            Constant::Int(f as i64)
+        }
+    };
+    constant(c, dtype, shape, loc)
+}
+
+/// A tile of `shape` filled with zeros of the dtype of `T`.
+#[track_caller]
+pub fn zeros<T: Element>(shape: impl Into<Shape>) -> Tile {
+    full_dtype(shape, T::DTYPE, 0)
+}
+
+/// A zero tile with the shape and dtype of `like`.
+#[track_caller]
+pub fn zeros_like(like: Tile) -> Tile {
+    full_dtype(like.shape(), like.dtype(), 0)
+}
+
+/// `ceil(a / b)` for non-negative integers.
+#[track_caller]
+pub fn cdiv(a: impl IntoOperand, b: impl IntoOperand) -> Tile {
+    let loc = Loc::caller();
+    let (a, b) = unify(a.into_operand(), b.into_operand(), "cdiv", loc);
+    let sum = binary(BinaryOp::Add, Operand::Tile(a), Operand::Tile(b), loc);
+    let num = binary(BinaryOp::Sub, Operand::Tile(sum), Operand::Int(1), loc);
+    binary(BinaryOp::Div, Operand::Tile(num), Operand::Tile(b), loc)
+}
+
+// --- elementwise -------------------------------------------------------------------------
+
+macro_rules! unary_fns {
+    ($($(#[$m:meta])* $name:ident => $op:ident;)*) => {$(
+        $(#[$m])*
+        #[track_caller]
+        pub fn $name(x: impl IntoOperand) -> Tile {
+            let loc = Loc::caller();
+            let t = to_tile(x.into_operand(), loc);
+            t.unary_at(UnaryOp::$op, loc)
+        }
+    )*};
+}
+
+unary_fns! {
+    /// `e^x`.
+    exp => Exp;
+    /// `2^x`; on the GPU one `ex2.approx` instruction.
+    exp2 => Exp2;
+    /// Natural logarithm.
+    log => Log;
+    /// Base-2 logarithm.
+    log2 => Log2;
+    /// Square root, correctly rounded.
+    sqrt => Sqrt;
+    /// `1 / sqrt(x)`.
+    rsqrt => Rsqrt;
+    /// Absolute value.
+    abs => Abs;
+    sin => Sin;
+    cos => Cos;
+    /// The error function.
+    erf => Erf;
+    tanh => Tanh;
+    floor => Floor;
+    ceil => Ceil;
+}
+
+/// `1 / (1 + e^-x)`.
+#[track_caller]
+pub fn sigmoid(x: Tile) -> Tile {
+    let loc = Loc::caller();
+    let e = x.unary_at(UnaryOp::Neg, loc).unary_at(UnaryOp::Exp, loc);
+    let d = binary(BinaryOp::Add, Operand::Tile(e), Operand::Int(1), loc);
+    binary(BinaryOp::Div, Operand::Int(1), Operand::Tile(d), loc)
+}
+
+/// Elementwise maximum; for floats the non-NaN operand when one is NaN.
+#[track_caller]
+pub fn maximum(a: impl IntoOperand, b: impl IntoOperand) -> Tile {
+    binary(
+        BinaryOp::Max,
+        a.into_operand(),
+        b.into_operand(),
+        Loc::caller(),
+    )
+}
+
+/// Elementwise minimum; for floats the non-NaN operand when one is NaN.
+#[track_caller]
+pub fn minimum(a: impl IntoOperand, b: impl IntoOperand) -> Tile {
+    binary(
+        BinaryOp::Min,
+        a.into_operand(),
+        b.into_operand(),
+        Loc::caller(),
+    )
+}
+
+/// Elementwise maximum that returns NaN when either operand is NaN.
+#[track_caller]
+pub fn maximum_nan(a: impl IntoOperand, b: impl IntoOperand) -> Tile {
+    binary(
+        BinaryOp::MaxNan,
+        a.into_operand(),
+        b.into_operand(),
+        Loc::caller(),
+    )
+}
+
+/// Elementwise minimum that returns NaN when either operand is NaN.
+#[track_caller]
+pub fn minimum_nan(a: impl IntoOperand, b: impl IntoOperand) -> Tile {
+    binary(
+        BinaryOp::MinNan,
+        a.into_operand(),
+        b.into_operand(),
+        Loc::caller(),
+    )
+}
+
+/// `a` where `cond` is true, else `b` (Triton's `tl.where`), broadcast to one shape.
+#[track_caller]
+pub fn select(cond: Tile, a: impl IntoOperand, b: impl IntoOperand) -> Tile {
+    let loc = Loc::caller();
+    if cond.dtype() != DType::I1 || cond.is_ptr() {
+        report(
+            loc,
+            format!("select needs an i1 condition, got {}", cond.ty()),
+        );
+    }
+    let (x, y) = unify(a.into_operand(), b.into_operand(), "select", loc);
+    let shape = Shape::broadcast(cond.shape(), x.shape());
+    let Some(shape) = shape else {
+        report(
+            loc,
+            format!(
+                "shape mismatch in select: condition {} and values {}",
+                cond.ty(),
+                x.ty()
+            ),
+        );
+        return x;
+    };
+    let (c, x, y) = (
+        cond.broadcast_at(shape, loc),
+        x.broadcast_at(shape, loc),
+        y.broadcast_at(shape, loc),
+    );
+    emit1(
+        Op::Select,
+        vec![c.value(), x.value(), y.value()],
+        x.ty(),
+        loc,
+    )
+}
+
+/// `a * b + c` rounded once.
+#[track_caller]
+pub fn fma(a: impl IntoOperand, b: impl IntoOperand, c: impl IntoOperand) -> Tile {
+    let loc = Loc::caller();
+    let (x, y) = unify(a.into_operand(), b.into_operand(), "fma", loc);
+    let (x, z) = unify(Operand::Tile(x), c.into_operand(), "fma", loc);
+    let (y, _) = broadcast_pair(y, z, "fma", loc);
+    let y = y.cast_at(x.dtype(), Default::default(), loc);
+    if !x.dtype().is_float() {
+        report(loc, format!("fma needs float operands, got {}", x.ty()));
+    }
+    emit1(Op::Fma, vec![x.value(), y.value(), z.value()], x.ty(), loc)
+}
+
+// --- memory ------------------------------------------------------------------------------
+
+/// Options of [`load_with`]; `Default` is an unmasked, uncached-hint load.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct LoadOptions {
+    pub mask: Option<Tile>,
+    /// The value of masked-off elements (zero when `None`).
+    pub other: Option<Operand>,
+    pub cache: CacheModifier,
+    pub evict: EvictionPolicy,
+    pub volatile: bool,
+}
+
+/// Options of [`store_with`].
+#[derive(Clone, Copy, Debug, Default)]
+pub struct StoreOptions {
+    pub mask: Option<Tile>,
+    pub cache: CacheModifier,
+    pub evict: EvictionPolicy,
+}
+
+fn check_mask(mask: Tile, shape: Shape, what: &str, loc: Loc) -> Tile {
+    if mask.dtype() != DType::I1 || mask.is_ptr() {
+        report(
+            loc,
+            format!("the mask of a {what} must be i1, got {}", mask.ty()),
+        );
+    }
+    match Shape::broadcast(mask.shape(), shape) {
+        Some(s) if s == shape => mask.broadcast_at(shape, loc),
+        _ => {
+            report(
+                loc,
+                format!(
+                    "the mask {} of a {what} does not broadcast to the pointer shape {shape}",
+                    mask.ty()
+                ),
+            );
+            mask
+        }
+    }
+}
+
+fn check_ptr(ptr: Tile, what: &str, loc: Loc) {
+    if !ptr.is_ptr() {
+        report(
+            loc,
+            format!("{what} needs a pointer tile, got {}", ptr.ty()),
+        );
+    }
+}
+
+/// Loads the elements `ptr` points to where `mask` is true; others read as `other`.
+#[track_caller]
+pub fn load(ptr: Tile, mask: Tile, other: impl IntoOperand) -> Tile {
+    load_at(
+        ptr,
+        LoadOptions {
+            mask: Some(mask),
+            other: Some(other.into_operand()),
+            ..Default::default()
+        },
+        Loc::caller(),
+    )
+}
+
+/// Loads every element `ptr` points to; each must be in bounds.
+#[track_caller]
+pub fn load_unmasked(ptr: Tile) -> Tile {
+    load_at(ptr, LoadOptions::default(), Loc::caller())
+}
+
+/// A load with every option: mask, other, cache modifier, eviction policy, volatile.
+#[track_caller]
+pub fn load_with(ptr: Tile, options: LoadOptions) -> Tile {
+    load_at(ptr, options, Loc::caller())
+}
+
+fn load_at(ptr: Tile, o: LoadOptions, loc: Loc) -> Tile {
+    check_ptr(ptr, "load", loc);
+    let ty = ptr.ty().with_elem(Elem::Scalar(ptr.dtype()));
+    let mut args = vec![ptr.value()];
+    if let Some(m) = o.mask {
+        args.push(check_mask(m, ptr.shape(), "load", loc).value());
+    }
+    let has_other = o.other.is_some() && o.mask.is_some();
+    if let (Some(other), true) = (o.other, has_other) {
+        let t = materialize(other, ptr.dtype(), loc);
+        if !t.shape().is_scalar() && t.shape() != ptr.shape() {
+            report(
+                loc,
+                format!(
+                    "`other` {} does not match the loaded shape {}",
+                    t.ty(),
+                    ptr.shape()
+                ),
+            );
+        }
+        args.push(t.broadcast_at(ptr.shape(), loc).value());
+    }
+    emit1(
+        Op::Load {
+            has_mask: o.mask.is_some(),
+            has_other,
+            cache: o.cache,
+            evict: o.evict,
+            volatile: o.volatile,
+        },
+        args,
+        ty,
+        loc,
+    )
+}
+
+/// Stores `value` (converted to the pointee dtype) where `mask` is true.
+#[track_caller]
+pub fn store(ptr: Tile, value: impl IntoOperand, mask: Tile) {
+    store_at(
+        ptr,
+        value.into_operand(),
+        StoreOptions {
+            mask: Some(mask),
+            ..Default::default()
+        },
+        Loc::caller(),
+    );
+}
+
+/// Stores `value` to every element `ptr` points to; each must be in bounds.
+#[track_caller]
+pub fn store_unmasked(ptr: Tile, value: impl IntoOperand) {
+    store_at(
+        ptr,
+        value.into_operand(),
+        StoreOptions::default(),
+        Loc::caller(),
+    );
+}
+
+/// A store with every option.
+#[track_caller]
+pub fn store_with(ptr: Tile, value: impl IntoOperand, options: StoreOptions) {
+    store_at(ptr, value.into_operand(), options, Loc::caller());
+}
+
+fn store_at(ptr: Tile, value: Operand, o: StoreOptions, loc: Loc) {
+    check_ptr(ptr, "store", loc);
+    let v = stored_value(ptr, value, "store", loc);
+    let mut args = vec![ptr.value(), v.value()];
+    if let Some(m) = o.mask {
+        args.push(check_mask(m, ptr.shape(), "store", loc).value());
+    }
+    emit(
+        Op::Store {
+            has_mask: o.mask.is_some(),
+            cache: o.cache,
+            evict: o.evict,
+        },
+        args,
+        &[],
+        vec![],
+        loc,
+    );
+}
+
+/// Converts a value to the pointee dtype and the pointer's shape (a value may broadcast to the
+/// pointer tile, not the other way round).
+fn stored_value(ptr: Tile, value: Operand, what: &str, loc: Loc) -> Tile {
+    let v = materialize(value, ptr.dtype(), loc);
+    match Shape::broadcast(v.shape(), ptr.shape()) {
+        Some(s) if s == ptr.shape() => v.broadcast_at(s, loc),
+        _ => {
+            report(
+                loc,
+                format!(
+                    "{what}: the value {} does not fit the pointer tile {}",
+                    v.ty(),
+                    ptr.ty()
+                ),
+            );
+            v
+        }
+    }
+}
+
+/// Atomic read-modify-write of every element `ptr` points to where `mask` (if any) is true;
+/// returns the old values.
+#[track_caller]
+pub fn atomic(op: AtomicOp, ptr: Tile, value: impl IntoOperand, mask: Option<Tile>) -> Tile {
+    let loc = Loc::caller();
+    check_ptr(ptr, "atomic", loc);
+    let v = stored_value(ptr, value.into_operand(), "atomic", loc);
+    if matches!(op, AtomicOp::And | AtomicOp::Or | AtomicOp::Xor) && ptr.dtype().is_float() {
+        report(loc, format!("atomic {} needs integers", op.name()));
+    }
+    let mut args = vec![ptr.value(), v.value()];
+    if let Some(m) = mask {
+        args.push(check_mask(m, ptr.shape(), "atomic", loc).value());
+    }
+    emit1(
+        Op::Atomic {
+            op,
+            has_mask: mask.is_some(),
+            sem: MemSem::AcqRel,
+        },
+        args,
+        v.ty(),
+        loc,
+    )
+}
+
+/// `atomic(AtomicOp::Add, ..)`.
+#[track_caller]
+pub fn atomic_add(ptr: Tile, value: impl IntoOperand, mask: Option<Tile>) -> Tile {
+    atomic(AtomicOp::Add, ptr, value, mask)
+}
+
+/// `atomic(AtomicOp::Max, ..)`.
+#[track_caller]
+pub fn atomic_max(ptr: Tile, value: impl IntoOperand, mask: Option<Tile>) -> Tile {
+    atomic(AtomicOp::Max, ptr, value, mask)
+}
+
+/// `atomic(AtomicOp::Min, ..)`.
+#[track_caller]
+pub fn atomic_min(ptr: Tile, value: impl IntoOperand, mask: Option<Tile>) -> Tile {
+    atomic(AtomicOp::Min, ptr, value, mask)
+}
+
+/// `atomic(AtomicOp::Xchg, ..)`.
+#[track_caller]
+pub fn atomic_xchg(ptr: Tile, value: impl IntoOperand, mask: Option<Tile>) -> Tile {
+    atomic(AtomicOp::Xchg, ptr, value, mask)
+}
+
+/// Compare-and-swap: where `*ptr == cmp`, stores `value`; returns the old values.
+#[track_caller]
+pub fn atomic_cas(ptr: Tile, cmp: impl IntoOperand, value: impl IntoOperand) -> Tile {
+    let loc = Loc::caller();
+    check_ptr(ptr, "atomic_cas", loc);
+    let c = stored_value(ptr, cmp.into_operand(), "atomic_cas", loc);
+    let v = stored_value(ptr, value.into_operand(), "atomic_cas", loc);
+    emit1(
+        Op::AtomicCas {
+            sem: MemSem::AcqRel,
+        },
+        vec![ptr.value(), c.value(), v.value()],
+        v.ty(),
+        loc,
+    )
+}
+
+// --- reductions, scans, dot --------------------------------------------------------------
+
+fn reduce_at(x: Tile, op: ReduceOp, axis: usize, loc: Loc) -> Tile {
+    if x.is_ptr() || axis >= x.shape().rank() {
+        report(
+            loc,
+            format!(
+                "cannot reduce {} along axis {axis} (rank {})",
+                x.ty(),
+                x.shape().rank()
+            ),
+        );
+        return x;
+    }
+    let x = accumulation_dtype(x, op, loc);
+    let dtype = if op.is_arg() { DType::I32 } else { x.dtype() };
+    emit1(
+        Op::Reduce {
+            op,
+            axis: axis as u8,
+        },
+        vec![x.value()],
+        TileType::tile(dtype, x.shape().without_axis(axis)),
+        loc,
+    )
+}
+
+/// Sums and products of integers narrower than 32 bits accumulate in i32, as in Triton.
+fn accumulation_dtype(x: Tile, op: ReduceOp, loc: Loc) -> Tile {
+    let d = x.dtype();
+    if matches!(op, ReduceOp::Sum | ReduceOp::Prod) && d.is_int() && d.bits() < 32 {
+        x.cast_at(DType::I32, Default::default(), loc)
+    } else {
+        if matches!(op, ReduceOp::And | ReduceOp::Or | ReduceOp::Xor) && d.is_float() {
+            report(
+                loc,
+                format!("reduce {} needs integers, got {}", op.name(), x.ty()),
+            );
+        }
+        x
+    }
+}
+
+/// A reduction of `x` along `axis` with the combiner `op`.
+#[track_caller]
+pub fn reduce(x: Tile, op: ReduceOp, axis: usize) -> Tile {
+    reduce_at(x, op, axis, Loc::caller())
+}
+
+macro_rules! reduce_fns {
+    ($($(#[$m:meta])* $name:ident => $op:ident;)*) => {$(
+        $(#[$m])*
+        #[track_caller]
+        pub fn $name(x: Tile, axis: usize) -> Tile {
+            reduce_at(x, ReduceOp::$op, axis, Loc::caller())
+        }
+    )*};
+}
+
+reduce_fns! {
+    /// Sum along `axis` (`tl.sum`).
+    sum => Sum;
+    /// Product along `axis`.
+    prod => Prod;
+    /// Maximum along `axis` (`tl.max`); NaN propagates.
+    max => Max;
+    /// Minimum along `axis` (`tl.min`); NaN propagates.
+    min => Min;
+    /// Index of the maximum along `axis` (first on ties), as i32.
+    argmax => ArgMax;
+    /// Index of the minimum along `axis` (first on ties), as i32.
+    argmin => ArgMin;
+    /// Bitwise and along `axis`.
+    reduce_and => And;
+    /// Bitwise or along `axis`.
+    reduce_or => Or;
+    /// Bitwise xor along `axis`.
+    reduce_xor => Xor;
+}
+
+/// Inclusive scan of `x` along `axis` with `op` (not the arg-reductions).
+#[track_caller]
+pub fn scan(x: Tile, op: ReduceOp, axis: usize, reverse: bool) -> Tile {
+    let loc = Loc::caller();
+    if x.is_ptr() || axis >= x.shape().rank() || op.is_arg() {
+        report(
+            loc,
+            format!(
+                "cannot scan {} along axis {axis} with {}",
+                x.ty(),
+                op.name()
+            ),
+        );
+        return x;
+    }
+    let x = accumulation_dtype(x, op, loc);
+    emit1(
+        Op::Scan {
+            op,
+            axis: axis as u8,
+            reverse,
+        },
+        vec![x.value()],
+        x.ty(),
+        loc,
+    )
+}
+
+/// Inclusive prefix sum along `axis` (`tl.cumsum`).
+#[track_caller]
+pub fn cumsum(x: Tile, axis: usize) -> Tile {
+    scan_at(x, ReduceOp::Sum, axis)
+}
+
+/// Inclusive prefix product along `axis` (`tl.cumprod`).
+#[track_caller]
+pub fn cumprod(x: Tile, axis: usize) -> Tile {
+    scan_at(x, ReduceOp::Prod, axis)
+}
+
+#[track_caller]
+fn scan_at(x: Tile, op: ReduceOp, axis: usize) -> Tile {
+    scan(x, op, axis, false)
+}
+
+/// `a @ b` for 2-D tiles `a[M, K]`, `b[K, N]`, accumulated in f32 (i32 for 8-bit integers).
+#[track_caller]
+pub fn dot(a: Tile, b: Tile) -> Tile {
+    dot_at(a, b, None, InputPrecision::default(), Loc::caller())
+}
+
+/// `acc + a @ b`; the result has the dtype of `acc`.
+#[track_caller]
+pub fn dot_acc(a: Tile, b: Tile, acc: Tile) -> Tile {
+    dot_at(a, b, Some(acc), InputPrecision::default(), Loc::caller())
+}
+
+/// `acc + a @ b` with an explicit precision for f32 operands (Triton's `input_precision`).
+#[track_caller]
+pub fn dot_with(a: Tile, b: Tile, acc: Option<Tile>, precision: InputPrecision) -> Tile {
+    dot_at(a, b, acc, precision, Loc::caller())
+}
+
+fn dot_at(a: Tile, b: Tile, acc: Option<Tile>, precision: InputPrecision, loc: Loc) -> Tile {
+    let (sa, sb) = (a.shape(), b.shape());
+    let shapes_ok = sa.rank() == 2 && sb.rank() == 2 && sa.dim(1) == sb.dim(0);
+    if !shapes_ok {
+        report(
+            loc,
+            format!(
+                "dot needs a[M, K] and b[K, N], got {} and {}",
+                a.ty(),
+                b.ty()
+            ),
+        );
+        return a;
+    }
+    let (m, k, n) = (sa.dim(0), sa.dim(1), sb.dim(1));
+    if m < 16 || n < 16 || k < 16 {
+        report(
+            loc,
+            format!(
+                "dot needs M, N and K of at least 16 (tensor-core tiles), got M={m} N={n} K={k}; \
+                 pad the tiles and mask the loads"
+            ),
+        );
+    }
+    if a.dtype() != b.dtype() || a.is_ptr() || b.is_ptr() {
+        report(
+            loc,
+            format!(
+                "dot operands must share a dtype, got {} and {}",
+                a.ty(),
+                b.ty()
+            ),
+        );
+    }
+    let out_shape = Shape::from([m, n]);
+    let acc_dtype = if a.dtype().is_int() {
+        DType::I32
+    } else if a.dtype() == DType::F64 {
+        DType::F64
+    } else {
+        DType::F32
+    };
+    let acc = match acc {
+        Some(c) => {
+            if c.shape() != out_shape {
+                report(
+                    loc,
+                    format!(
+                        "dot accumulator {} does not match the product shape {out_shape}",
+                        c.ty()
+                    ),
+                );
+            }
+            c
+        }
+        None => constant(
+            if acc_dtype.is_float() {
+                Constant::Float(0.0)
+            } else {
+                Constant::Int(0)
+            },
+            acc_dtype,
+            out_shape,
+            loc,
+        ),
+    };
+    emit1(
+        Op::Dot { precision },
+        vec![a.value(), b.value(), acc.value()],
+        acc.ty(),
+        loc,
+    )
+}
+
+// --- shapes ------------------------------------------------------------------------------
+
+/// Transpose (`tl.trans`).
+#[track_caller]
+pub fn trans(x: Tile) -> Tile {
+    x.trans()
+}
+
+/// Broadcasts two tiles against each other (`tl.broadcast`).
+#[track_caller]
+pub fn broadcast(a: Tile, b: Tile) -> (Tile, Tile) {
+    broadcast_pair(a, b, "broadcast", Loc::caller())
+}
+
+// --- hints and debugging -----------------------------------------------------------------
+
+/// Promises that every element of `x` is a multiple of `n` (`tl.multiple_of`).
+#[track_caller]
+pub fn multiple_of(x: Tile, n: u32) -> Tile {
+    emit1(Op::MultipleOf { n }, vec![x.value()], x.ty(), Loc::caller())
+}
+
+/// Promises runs of `n` contiguous values along the last axis (`tl.max_contiguous`).
+#[track_caller]
+pub fn max_contiguous(x: Tile, n: u32) -> Tile {
+    emit1(
+        Op::MaxContiguous { n },
+        vec![x.value()],
+        x.ty(),
+        Loc::caller(),
+    )
+}
+
+/// Prints `values` with `prefix` from every program (`tl.device_print`).
+#[track_caller]
+pub fn device_print(prefix: &str, values: &[Tile]) {
+    emit(
+        Op::Print {
+            prefix: prefix.to_string(),
+        },
+        values.iter().map(|t| t.value()).collect(),
+        &[],
+        vec![],
+        Loc::caller(),
+    );
+}
+
+/// Reports `message` at run time when any element of `cond` is false (`tl.device_assert`).
+#[track_caller]
+pub fn device_assert(cond: Tile, message: &str) {
+    let loc = Loc::caller();
+    if cond.dtype() != DType::I1 {
+        report(
+            loc,
+            format!("device_assert needs an i1 tile, got {}", cond.ty()),
+        );
+    }
+    emit(
+        Op::Assert {
+            message: message.to_string(),
+        },
+        vec![cond.value()],
+        &[],
+        vec![],
+        loc,
+    );
+}
+
+/// Fails the trace with `message` when the trace-time condition is false (`tl.static_assert`).
+#[track_caller]
+pub fn static_assert(cond: bool, message: &str) {
+    if !cond {
+        report(Loc::caller(), format!("static assertion failed: {message}"));
+    }
+}

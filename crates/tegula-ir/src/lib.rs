@@ -1,0 +1,43 @@
+//! The Tile IR of tegula: dtypes, tile types, the op set, kernels as arenas of typed entities,
+//! the tracing builder that produces them, a verifier and a text printer.
+//!
+//! ```
+//! use tegula_ir::prelude::*;
+//!
+//! let kernel = trace("add", |p| {
+//!     let (x, y, out, n) = (p.ptr("x", DType::F32), p.ptr("y", DType::F32),
+//!                           p.ptr("out", DType::F32), p.scalar("n", DType::I32));
+//!     let offs = program_id(0) * 128 + arange(0, 128);
+//!     let mask = offs.lt(n);
+//!     store(out + offs, load(x + offs, mask, 0.0) + load(y + offs, mask, 0.0), mask);
+//! }).unwrap();
+//! assert!(kernel.to_string().contains("addptr"));
+//! ```
+
+pub mod builder;
+pub mod dtype;
+pub mod error;
+pub mod kernel;
+pub mod op;
+mod print;
+pub mod types;
+pub mod verify;
+
+pub use dtype::{DType, Element};
+pub use error::{TraceError, VerifyError};
+pub use kernel::{
+    Arena, Block, BlockData, Inst, InstData, Kernel, Loc, Param, ParamFacts, Value, ValueData,
+    ValueDef,
+};
+pub use op::*;
+pub use types::{Elem, Shape, TileType, MAX_RANK};
+
+/// Everything a kernel body needs: `use tegula_ir::prelude::*;`.
+pub mod prelude {
+    pub use crate::builder::*;
+    pub use crate::dtype::{DType, Element};
+    pub use crate::op::{
+        AtomicOp, CacheModifier, EvictionPolicy, InputPrecision, ReduceOp, Rounding,
+    };
+    pub use half::{bf16, f16};
+}

@@ -1,0 +1,458 @@
+//! The operation set of the Tile IR.
+//!
+//! Every op is one [`Op`] value plus its operands, results and regions in
+//! [`crate::InstData`]. The operand list of each op is documented on its variant; the
+//! verifier (`verify.rs`) is the executable form of those comments.
+
+use std::fmt;
+
+/// A compile-time constant; the result type of its [`Op::Const`] gives its dtype and shape
+/// (a constant tile is a splat).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Constant {
+    /// Integers of any width, and i1 (0 or 1). Unsigned 64-bit values keep their bit pattern.
+    Int(i64),
+    Float(f64),
+}
+
+impl fmt::Display for Constant {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Constant::Int(v) => write!(f, "{v}"),
+            Constant::Float(v) if v.is_nan() => f.write_str("nan"),
+            Constant::Float(v) if v.is_infinite() => {
+                f.write_str(if *v > 0.0 { "inf" } else { "-inf" })
+            }
+            Constant::Float(v) => write!(f, "{v:?}"),
+        }
+    }
+}
+
+/// Elementwise binary ops; both operands and the result share one type.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum BinaryOp {
+    Add,
+    Sub,
+    Mul,
+    /// Floats: IEEE division, rounded to nearest. Integers: truncating (like Rust and C).
+    Div,
+    /// Floats: `fmod` (sign of the dividend). Integers: truncating remainder.
+    Rem,
+    And,
+    Or,
+    Xor,
+    Shl,
+    /// Arithmetic for signed integers, logical for unsigned.
+    Shr,
+    /// Floats: the non-NaN operand if only one is NaN (IEEE maxNum, PTX `max`).
+    Max,
+    Min,
+    /// Floats: NaN if either operand is NaN (PTX `max.NaN`).
+    MaxNan,
+    MinNan,
+}
+
+impl BinaryOp {
+    pub fn name(self) -> &'static str {
+        use BinaryOp::*;
+        match self {
+            Add => "add",
+            Sub => "sub",
+            Mul => "mul",
+            Div => "div",
+            Rem => "rem",
+            And => "and",
+            Or => "or",
+            Xor => "xor",
+            Shl => "shl",
+            Shr => "shr",
+            Max => "max",
+            Min => "min",
+            MaxNan => "max.nan",
+            MinNan => "min.nan",
+        }
+    }
+
+    /// Bit ops and shifts accept integers only.
+    pub fn int_only(self) -> bool {
+        use BinaryOp::*;
+        matches!(self, And | Or | Xor | Shl | Shr)
+    }
+}
+
+/// Elementwise unary ops; operand and result share one type.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum UnaryOp {
+    Neg,
+    /// Bitwise not (logical not for i1).
+    Not,
+    Abs,
+    Exp,
+    Exp2,
+    Log,
+    Log2,
+    Sqrt,
+    Rsqrt,
+    Sin,
+    Cos,
+    Erf,
+    Tanh,
+    Floor,
+    Ceil,
+}
+
+impl UnaryOp {
+    pub fn name(self) -> &'static str {
+        use UnaryOp::*;
+        match self {
+            Neg => "neg",
+            Not => "not",
+            Abs => "abs",
+            Exp => "exp",
+            Exp2 => "exp2",
+            Log => "log",
+            Log2 => "log2",
+            Sqrt => "sqrt",
+            Rsqrt => "rsqrt",
+            Sin => "sin",
+            Cos => "cos",
+            Erf => "erf",
+            Tanh => "tanh",
+            Floor => "floor",
+            Ceil => "ceil",
+        }
+    }
+
+    /// Transcendental and rounding ops accept floats only.
+    pub fn float_only(self) -> bool {
+        !matches!(self, UnaryOp::Neg | UnaryOp::Not | UnaryOp::Abs)
+    }
+
+    pub fn int_only(self) -> bool {
+        matches!(self, UnaryOp::Not)
+    }
+}
+
+/// Comparisons; the result is i1 of the operands' shape. Float comparisons are ordered
+/// (false when either side is NaN) except `Ne`, which is true when either side is NaN.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum CmpOp {
+    Eq,
+    Ne,
+    Lt,
+    Le,
+    Gt,
+    Ge,
+}
+
+impl CmpOp {
+    pub fn name(self) -> &'static str {
+        match self {
+            CmpOp::Eq => "eq",
+            CmpOp::Ne => "ne",
+            CmpOp::Lt => "lt",
+            CmpOp::Le => "le",
+            CmpOp::Gt => "gt",
+            CmpOp::Ge => "ge",
+        }
+    }
+}
+
+/// Rounding of a float result that does not fit the target exactly.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub enum Rounding {
+    /// Round to nearest, ties to even (the default everywhere).
+    #[default]
+    NearestEven,
+    /// Round toward zero (Triton's `fp_downcast_rounding="rtz"`).
+    TowardZero,
+}
+
+/// Reduction (and scan) combiners.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ReduceOp {
+    Sum,
+    Prod,
+    Max,
+    Min,
+    /// Index (i32) of the largest element; the first one on ties; NaN counts as largest.
+    ArgMax,
+    /// Index (i32) of the smallest element; the first one on ties; NaN counts as smallest.
+    ArgMin,
+    And,
+    Or,
+    Xor,
+}
+
+impl ReduceOp {
+    pub fn name(self) -> &'static str {
+        use ReduceOp::*;
+        match self {
+            Sum => "sum",
+            Prod => "prod",
+            Max => "max",
+            Min => "min",
+            ArgMax => "argmax",
+            ArgMin => "argmin",
+            And => "and",
+            Or => "or",
+            Xor => "xor",
+        }
+    }
+
+    pub fn is_arg(self) -> bool {
+        matches!(self, ReduceOp::ArgMax | ReduceOp::ArgMin)
+    }
+}
+
+/// How `dot` treats f32 operands (ignored for f16/bf16, which are exact on tensor cores).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub enum InputPrecision {
+    /// Operands rounded to tf32 (10-bit mantissa) before multiplying; f32 accumulation.
+    #[default]
+    Tf32,
+    /// Three tf32 products recover close to f32 accuracy.
+    Tf32x3,
+    /// Exact f32 products, fused multiply-adds.
+    Ieee,
+}
+
+impl InputPrecision {
+    pub fn name(self) -> &'static str {
+        match self {
+            InputPrecision::Tf32 => "tf32",
+            InputPrecision::Tf32x3 => "tf32x3",
+            InputPrecision::Ieee => "ieee",
+        }
+    }
+}
+
+/// Cache modifier of a load or store (PTX `.ca`, `.cg`, `.cs`, `.wb`, `.wt`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub enum CacheModifier {
+    #[default]
+    None,
+    /// Cache at all levels.
+    Ca,
+    /// Cache in L2 only.
+    Cg,
+    /// Streaming: likely accessed once.
+    Cs,
+    /// Write-back (stores).
+    Wb,
+    /// Write-through (stores).
+    Wt,
+}
+
+/// L2 eviction priority hint.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub enum EvictionPolicy {
+    #[default]
+    Normal,
+    First,
+    Last,
+}
+
+/// Read-modify-write atomics.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum AtomicOp {
+    Add,
+    Max,
+    Min,
+    And,
+    Or,
+    Xor,
+    /// Exchange: store the new value, return the old.
+    Xchg,
+}
+
+impl AtomicOp {
+    pub fn name(self) -> &'static str {
+        match self {
+            AtomicOp::Add => "add",
+            AtomicOp::Max => "max",
+            AtomicOp::Min => "min",
+            AtomicOp::And => "and",
+            AtomicOp::Or => "or",
+            AtomicOp::Xor => "xor",
+            AtomicOp::Xchg => "xchg",
+        }
+    }
+}
+
+/// Memory ordering of an atomic.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub enum MemSem {
+    Relaxed,
+    Acquire,
+    Release,
+    #[default]
+    AcqRel,
+}
+
+/// Every operation of the Tile IR. Operand order is fixed per variant.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Op {
+    // --- indices -------------------------------------------------------------------------
+    /// `() -> i32`: this program's index along grid axis 0, 1 or 2.
+    ProgramId { axis: u8 },
+    /// `() -> i32`: the grid's size along an axis.
+    NumPrograms { axis: u8 },
+    /// `() -> i32[end - start]`: `start, start + 1, .., end - 1`.
+    Arange { start: i64, end: i64 },
+    /// `() -> T`: a constant splatted over the result's shape.
+    Const(Constant),
+
+    // --- shapes --------------------------------------------------------------------------
+    /// `(scalar) -> tile`: the scalar repeated over the result's shape.
+    Splat,
+    /// `(x) -> y`: same rank; axes of size 1 in `x` stretch to the result's size.
+    Broadcast,
+    /// `(x) -> y`: inserts a size-1 axis at `axis`.
+    ExpandDims { axis: u8 },
+    /// `(x) -> y`: same elements in row-major order, another shape of equal size.
+    Reshape,
+    /// `(x) -> y`: result axis `i` is operand axis `perm[i]` (`trans` is `[1, 0]`).
+    Permute { perm: Vec<u8> },
+
+    // --- elementwise ---------------------------------------------------------------------
+    /// `(a, b) -> c`, all one type.
+    Binary(BinaryOp),
+    /// `(a) -> b`, one type.
+    Unary(UnaryOp),
+    /// `(a, b) -> i1`, operands of one type.
+    Compare(CmpOp),
+    /// `(cond: i1, a, b) -> c`: `a` where `cond`, else `b`; one shape throughout.
+    Select,
+    /// `(a, b, c) -> a * b + c` with one rounding (floats only).
+    Fma,
+    /// `(x) -> y`: value conversion to the result's dtype. Float to int truncates toward zero
+    /// and saturates; `rounding` applies to float results that lose precision.
+    Cast { rounding: Rounding },
+    /// `(x) -> y`: reinterpret the bits as another dtype of the same width.
+    Bitcast,
+    /// `(ptr, offset: int) -> ptr`: advance a pointer by `offset` elements of its pointee.
+    AddPtr,
+
+    // --- memory --------------------------------------------------------------------------
+    /// `(ptr[, mask][, other]) -> value`: masked-off lanes read nothing and yield `other`
+    /// (zero when absent).
+    Load {
+        has_mask: bool,
+        has_other: bool,
+        cache: CacheModifier,
+        evict: EvictionPolicy,
+        volatile: bool,
+    },
+    /// `(ptr, value[, mask]) -> ()`.
+    Store {
+        has_mask: bool,
+        cache: CacheModifier,
+        evict: EvictionPolicy,
+    },
+    /// `(ptr, value[, mask]) -> old`: atomic read-modify-write per element.
+    Atomic {
+        op: AtomicOp,
+        has_mask: bool,
+        sem: MemSem,
+    },
+    /// `(ptr, cmp, value) -> old`: store `value` where the current value equals `cmp`.
+    AtomicCas { sem: MemSem },
+
+    // --- reductions and matmul -----------------------------------------------------------
+    /// `(x) -> y`: reduces `axis` away. Arg-reductions return i32 indices.
+    Reduce { op: ReduceOp, axis: u8 },
+    /// `(x) -> y`: inclusive prefix combination along `axis` (same shape).
+    Scan {
+        op: ReduceOp,
+        axis: u8,
+        reverse: bool,
+    },
+    /// `(a[M,K], b[K,N], acc[M,N]) -> acc'`: `acc + a @ b`.
+    Dot { precision: InputPrecision },
+
+    // --- structured control flow ---------------------------------------------------------
+    /// `(lo, hi, step, init..) -> final..`; one region with block arguments
+    /// `(iv, carried..)` ending in `Yield(next..)`. `iv` runs over `lo, lo+step, .. < hi`.
+    For,
+    /// `(cond: i1) -> results..`; regions `then` and `else`, each ending in `Yield`.
+    If,
+    /// `(init..) -> final..`; region `before(carried..)` ends in `Condition(cond)`,
+    /// region `after(carried..)` ends in `Yield(next..)`; loops while `cond` holds.
+    While,
+    /// `(values..) -> ()`: terminator of a `For` body, an `If` branch or a `While` body.
+    Yield,
+    /// `(cond: i1) -> ()`: terminator of a `While`'s `before` region.
+    Condition,
+
+    // --- hints and debugging -------------------------------------------------------------
+    /// `(x) -> x`: the compiler may assume every element of `x` is a multiple of `n`.
+    MultipleOf { n: u32 },
+    /// `(x) -> x`: the compiler may assume runs of `n` consecutive elements along the last
+    /// axis are contiguous (each the previous plus one).
+    MaxContiguous { n: u32 },
+    /// `(values..) -> ()`: prints values with a prefix, per program.
+    Print { prefix: String },
+    /// `(cond: i1) -> ()`: reports `message` when any element of `cond` is false.
+    Assert { message: String },
+}
+
+impl Op {
+    /// The mnemonic the printer uses.
+    pub fn name(&self) -> String {
+        match self {
+            Op::ProgramId { .. } => "program_id".into(),
+            Op::NumPrograms { .. } => "num_programs".into(),
+            Op::Arange { .. } => "arange".into(),
+            Op::Const(_) => "const".into(),
+            Op::Splat => "splat".into(),
+            Op::Broadcast => "broadcast".into(),
+            Op::ExpandDims { .. } => "expand_dims".into(),
+            Op::Reshape => "reshape".into(),
+            Op::Permute { .. } => "permute".into(),
+            Op::Binary(b) => b.name().into(),
+            Op::Unary(u) => u.name().into(),
+            Op::Compare(c) => format!("cmp.{}", c.name()),
+            Op::Select => "select".into(),
+            Op::Fma => "fma".into(),
+            Op::Cast { .. } => "cast".into(),
+            Op::Bitcast => "bitcast".into(),
+            Op::AddPtr => "addptr".into(),
+            Op::Load { .. } => "load".into(),
+            Op::Store { .. } => "store".into(),
+            Op::Atomic { op, .. } => format!("atomic.{}", op.name()),
+            Op::AtomicCas { .. } => "atomic.cas".into(),
+            Op::Reduce { op, .. } => format!("reduce.{}", op.name()),
+            Op::Scan { op, .. } => format!("scan.{}", op.name()),
+            Op::Dot { .. } => "dot".into(),
+            Op::For => "for".into(),
+            Op::If => "if".into(),
+            Op::While => "while".into(),
+            Op::Yield => "yield".into(),
+            Op::Condition => "condition".into(),
+            Op::MultipleOf { .. } => "multiple_of".into(),
+            Op::MaxContiguous { .. } => "max_contiguous".into(),
+            Op::Print { .. } => "print".into(),
+            Op::Assert { .. } => "assert".into(),
+        }
+    }
+
+    /// Ops that end a region.
+    pub fn is_terminator(&self) -> bool {
+        matches!(self, Op::Yield | Op::Condition)
+    }
+
+    /// Ops with effects beyond their results (never removed by dead-code elimination).
+    pub fn has_side_effects(&self) -> bool {
+        matches!(
+            self,
+            Op::Store { .. }
+                | Op::Atomic { .. }
+                | Op::AtomicCas { .. }
+                | Op::Print { .. }
+                | Op::Assert { .. }
+                | Op::Yield
+                | Op::Condition
+        ) || (matches!(self, Op::Load { volatile: true, .. }))
+    }
+}
