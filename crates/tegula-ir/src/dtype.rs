@@ -152,20 +152,116 @@ impl fmt::Display for DType {
     }
 }
 
-/// A Rust type that can be a tile element: the bridge from `to::<f16>()` and `Ptr<f32>` to a
-/// [`DType`].
-pub trait Element: Copy + Send + Sync + 'static {
+/// A Rust type that can be a tile element: the bridge from `to::<f16>()`, `Ptr<f32>` and
+/// `Tensor<bf16>` to a [`DType`], and to the raw bits that buffers store.
+pub trait Element: Copy + Send + Sync + PartialEq + fmt::Debug + 'static {
     const DTYPE: DType;
+    /// The value's bits, zero-extended to 64 (i1: 0 or 1).
+    fn to_bits(self) -> u64;
+    /// The value from the low [`DType::bits`] bits of `bits`.
+    fn from_bits(bits: u64) -> Self;
+    /// The value as f64 (exact for every dtype but the 64-bit integers beyond 2^53).
+    fn to_f64(self) -> f64;
+    /// `v` converted to this type: floats round to nearest even, integers truncate toward zero
+    /// and saturate, NaN becomes 0.
+    fn from_f64(v: f64) -> Self;
 }
 
-macro_rules! element {
-    ($($t:ty => $d:ident),* $(,)?) => { $(impl Element for $t { const DTYPE: DType = DType::$d; })* };
+macro_rules! int_element {
+    ($($t:ty => $d:ident, $u:ty);* $(;)?) => {$(
+        impl Element for $t {
+            const DTYPE: DType = DType::$d;
+            fn to_bits(self) -> u64 { self as $u as u64 }
+            fn from_bits(bits: u64) -> Self { bits as $u as $t }
+            fn to_f64(self) -> f64 { self as f64 }
+            fn from_f64(v: f64) -> Self { v as $t }
+        }
+    )*};
 }
-element!(
-    bool => I1, i8 => I8, i16 => I16, i32 => I32, i64 => I64,
-    u8 => U8, u16 => U16, u32 => U32, u64 => U64,
-    half::f16 => F16, half::bf16 => BF16, f32 => F32, f64 => F64,
+int_element!(
+    i8 => I8, u8; i16 => I16, u16; i32 => I32, u32; i64 => I64, u64;
+    u8 => U8, u8; u16 => U16, u16; u32 => U32, u32; u64 => U64, u64;
 );
+
+impl Element for bool {
+    const DTYPE: DType = DType::I1;
+    fn to_bits(self) -> u64 {
+        self as u64
+    }
+    fn from_bits(bits: u64) -> Self {
+        bits & 1 != 0
+    }
+    fn to_f64(self) -> f64 {
+        self as u8 as f64
+    }
+    fn from_f64(v: f64) -> Self {
+        v != 0.0 && !v.is_nan()
+    }
+}
+
+impl Element for f32 {
+    const DTYPE: DType = DType::F32;
+    fn to_bits(self) -> u64 {
+        f32::to_bits(self) as u64
+    }
+    fn from_bits(bits: u64) -> Self {
+        f32::from_bits(bits as u32)
+    }
+    fn to_f64(self) -> f64 {
+        self as f64
+    }
+    fn from_f64(v: f64) -> Self {
+        v as f32
+    }
+}
+
+impl Element for f64 {
+    const DTYPE: DType = DType::F64;
+    fn to_bits(self) -> u64 {
+        f64::to_bits(self)
+    }
+    fn from_bits(bits: u64) -> Self {
+        f64::from_bits(bits)
+    }
+    fn to_f64(self) -> f64 {
+        self
+    }
+    fn from_f64(v: f64) -> Self {
+        v
+    }
+}
+
+impl Element for half::f16 {
+    const DTYPE: DType = DType::F16;
+    fn to_bits(self) -> u64 {
+        half::f16::to_bits(self) as u64
+    }
+    fn from_bits(bits: u64) -> Self {
+        half::f16::from_bits(bits as u16)
+    }
+    fn to_f64(self) -> f64 {
+        half::f16::to_f64(self)
+    }
+    fn from_f64(v: f64) -> Self {
+        half::f16::from_f64(v)
+    }
+}
+
+impl Element for half::bf16 {
+    const DTYPE: DType = DType::BF16;
+    fn to_bits(self) -> u64 {
+        half::bf16::to_bits(self) as u64
+    }
+    fn from_bits(bits: u64) -> Self {
+        half::bf16::from_bits(bits as u16)
+    }
+    fn to_f64(self) -> f64 {
+        half::bf16::to_f64(self)
+    }
+    fn from_f64(v: f64) -> Self {
+        half::bf16::from_f64(v)
+    }
+}
 
 #[cfg(test)]
 mod tests {
@@ -183,6 +279,21 @@ mod tests {
         assert_eq!(DType::promote(I8, U16), U16);
         assert_eq!(DType::promote(I1, I8), I8);
         assert_eq!(DType::promote(BF16, BF16), BF16);
+    }
+
+    #[test]
+    fn element_conversions_round_to_nearest_even() {
+        // 1 + 2^-11 is halfway between two f16 values; ties go to the even one (1.0).
+        assert_eq!(half::f16::from_f64(1.0 + 2f64.powi(-11)).to_f64(), 1.0);
+        assert_eq!(
+            <half::f16 as Element>::from_f64(1.0 + 3.0 * 2f64.powi(-11)).to_f64(),
+            1.0 + 2.0 * 2f64.powi(-10)
+        );
+        assert_eq!(<i8 as Element>::from_f64(300.0), 127);
+        assert_eq!(<i32 as Element>::from_f64(-2.7), -2);
+        assert_eq!(<u8 as Element>::from_f64(f64::NAN), 0);
+        assert_eq!(<i16 as Element>::from_bits((-5i16).to_bits()), -5);
+        assert_eq!((-1i8).to_bits(), 0xff);
     }
 
     #[test]
