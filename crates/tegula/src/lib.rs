@@ -1,1 +1,52 @@
-//! (crate being built)
+//! tegula: a tile kernel language and compiler for Rust, in the spirit of Triton.
+//!
+//! A kernel is a block-level program written as a Rust function with `#[tegula::kernel]`; it is
+//! traced into the Tile IR once per specialization (constexpr values, dtypes), and run on the
+//! GPU or, where there is none, on a CPU interpreter that checks every memory access.
+//!
+//! ```
+//! use tegula::prelude::*;
+//!
+//! #[tegula::kernel]
+//! fn add(x: Ptr<f32>, y: Ptr<f32>, out: Ptr<f32>, n: i32, #[constexpr] block: usize) {
+//!     let offs = program_id(0) * block + arange(0, block as i64);
+//!     let mask = offs.lt(n);
+//!     store(out + offs, load(x + offs, mask, 0.0) + load(y + offs, mask, 0.0), mask);
+//! }
+//!
+//! # fn main() -> tegula::Result<()> {
+//! let dev = Device::cpu();
+//! let x = dev.from_slice(&[1.0f32, 2.0, 3.0], [3])?;
+//! let y = dev.from_slice(&[10.0f32, 20.0, 30.0], [3])?;
+//! let out = dev.zeros::<f32>([3])?;
+//! add::launch(&dev, 1u32, &x, &y, &out, 3, 128)?;
+//! assert_eq!(out.to_vec()?, vec![11.0, 22.0, 33.0]);
+//! # Ok(())
+//! # }
+//! ```
+
+mod device;
+mod error;
+mod launch;
+mod tensor;
+
+pub use device::{Backend, Device};
+pub use error::{Error, Result};
+pub use launch::{Grid, KernelArg, Launch, LaunchConfig, Ptr, ScalarArg, TensorArg};
+pub use tegula_ir as ir;
+pub use tegula_macros::kernel;
+pub use tensor::Tensor;
+
+/// The range `lo..hi`, unrolled at trace time when a kernel body loops over it (Triton's
+/// `tl.static_range`).
+pub fn static_range(lo: usize, hi: usize) -> std::ops::Range<usize> {
+    lo..hi
+}
+
+/// Everything kernels and their callers need: `use tegula::prelude::*;`.
+pub mod prelude {
+    pub use crate::{
+        kernel, static_range, Device, Grid, LaunchConfig, Ptr, ScalarArg, Tensor, TensorArg,
+    };
+    pub use tegula_ir::prelude::*;
+}

@@ -6,11 +6,16 @@
 //! the user's source line (`#[track_caller]` all the way down) and returned by [`trace`]; the
 //! builder keeps going with best-guess types so the body can finish.
 
+mod block_ptr;
 mod control;
 mod ops;
 mod tile;
 
-pub use control::{for_range, if_else, if_then, scalar, while_loop, Carry};
+pub use block_ptr::{make_block_ptr, BlockPtr, Padding};
+pub use control::{
+    for_range, if_else, if_then, scalar, static_range, while_any, while_loop, Carry, Condition,
+    Named, RustBool,
+};
 pub use ops::*;
 pub use tile::{IntoOperand, Operand, Tile};
 

@@ -1,0 +1,58 @@
+//! The errors a tegula call can return. Nothing in the library panics on user input.
+
+use tegula_ir::{DType, TraceError};
+use thiserror::Error;
+
+pub type Result<T> = std::result::Result<T, Error>;
+
+#[derive(Debug, Error)]
+pub enum Error {
+    /// The kernel body did not trace: a type or shape error at the user's line.
+    #[error(transparent)]
+    Trace(#[from] TraceError),
+
+    /// The interpreter stopped: an out-of-bounds access, a race, a failed device assertion.
+    #[error(transparent)]
+    Interp(#[from] tegula_interp::InterpError),
+
+    /// A kernel was launched with arguments that do not match its parameters.
+    #[error("kernel `{kernel}`: {message}")]
+    Arguments { kernel: String, message: String },
+
+    /// A tensor has the wrong shape for the operation.
+    #[error("{op}: {message}")]
+    Shape { op: String, message: String },
+
+    /// A tensor has the wrong element type.
+    #[error("{op}: `{name}` must be {expected}, got {got}")]
+    DType {
+        op: String,
+        name: String,
+        expected: String,
+        got: DType,
+    },
+
+    /// A tensor's strides do not fit what the operation supports.
+    #[error("{op}: {message}")]
+    Stride { op: String, message: String },
+
+    /// Tensors live on different devices.
+    #[error("{op}: tensors are on different devices ({first} and {second})")]
+    Device {
+        op: String,
+        first: String,
+        second: String,
+    },
+
+    /// An output tensor shares memory with an input.
+    #[error("{op}: output `{output}` overlaps input `{input}`")]
+    Aliasing {
+        op: String,
+        output: String,
+        input: String,
+    },
+
+    /// Anything else the caller passed that cannot work, said in words.
+    #[error("{op}: {message}")]
+    Invalid { op: String, message: String },
+}

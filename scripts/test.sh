@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# The test command of the README: formatting, lints, and every test of the workspace.
+# Installs what it needs first (ptxas from the nvidia-cuda-nvcc-cu12 wheel, to assemble every
+# PTX the compiler emits). Needs only Rust and Python 3 with pip; no GPU.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if [ -f scripts/ptxas.sh ]; then
+  TEGULA_PTXAS="$(bash scripts/ptxas.sh)"
+  export TEGULA_PTXAS
+fi
+
+echo "== cargo fmt --check"
+cargo fmt --all -- --check
+echo "== cargo clippy"
+cargo clippy --workspace --all-targets --quiet -- -D warnings
+echo "== cargo test"
+cargo test --workspace
