@@ -19,6 +19,7 @@ pub mod dtype;
 pub mod error;
 pub mod kernel;
 pub mod op;
+pub mod passes;
 mod print;
 pub mod types;
 pub mod verify;
