@@ -306,6 +306,7 @@ fn fold_constant(k: &Kernel, i: Inst) -> Option<Constant> {
 
 /// `x op y` wrapped to the width of `d` (the i64 holds the value sign- or zero-extended).
 fn fold_int(op: BinaryOp, x: i64, y: i64, d: DType) -> Option<i64> {
+    let (x, y) = (wrap_int(x, d), wrap_int(y, d));
     let r = match op {
         BinaryOp::Add => x.wrapping_add(y),
         BinaryOp::Sub => x.wrapping_sub(y),
@@ -334,10 +335,12 @@ fn wrap_int(v: i64, d: DType) -> i64 {
     }
 }
 
-/// `x op y` for floats of dtype `d`, rounded to nearest even. Computing in f64 and rounding once to `d` gives the
-/// correctly rounded result for `+ - * /`, since f64 has more than twice the precision of f32,
-/// f16 and bf16.
+/// `x op y` for floats of dtype `d`, rounded to nearest even. Computing in f64 and rounding
+/// once to `d` gives the correctly rounded result for `+ - * /`, since f64 has more than twice
+/// the precision of f32, f16 and bf16.
 fn fold_float(op: BinaryOp, x: f64, y: f64, d: DType) -> Option<f64> {
+    // A constant holds an f64; its value as an operand is that rounded to the dtype.
+    let (x, y) = (round_float(x, d)?, round_float(y, d)?);
     let r = match op {
         BinaryOp::Add => x + y,
         BinaryOp::Sub => x - y,
@@ -345,11 +348,16 @@ fn fold_float(op: BinaryOp, x: f64, y: f64, d: DType) -> Option<f64> {
         BinaryOp::Div => x / y,
         _ => return None,
     };
+    round_float(r, d)
+}
+
+/// `v` rounded to nearest even in the float dtype `d`.
+fn round_float(v: f64, d: DType) -> Option<f64> {
     Some(match d {
-        DType::F64 => r,
-        DType::F32 => r as f32 as f64,
-        DType::F16 => half::f16::from_f64(r).to_f64(),
-        DType::BF16 => half::bf16::from_f64(r).to_f64(),
+        DType::F64 => v,
+        DType::F32 => v as f32 as f64,
+        DType::F16 => half::f16::from_f64(v).to_f64(),
+        DType::BF16 => half::bf16::from_f64(v).to_f64(),
         _ => return None,
     })
 }
