@@ -1,7 +1,8 @@
 //! Tile-level cleanup passes: dead-code elimination, common-subexpression elimination, and
 //! [`canonicalize`], which adds simple folds and runs all three to a fixed point.
 //!
-//! Every pass keeps a verified kernel verified. Instructions are never deleted from the arena:
+//! The passes expect a kernel that verifies (they may panic on one that does not), and every
+//! pass keeps a verified kernel verified. Instructions are never deleted from the arena:
 //! removing one means dropping it from its block's instruction list (its result values stay in
 //! the value arena, unused). Replacing a value rewrites the operands of every instruction that
 //! follows it, so later passes and backends see no trace of the removed instruction.

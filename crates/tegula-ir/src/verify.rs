@@ -1049,7 +1049,14 @@ impl Check<'_> {
         );
         let b = self.d.regions[index];
         let bd = &self.k.blocks[b];
-        let got: Vec<TileType> = bd.args.iter().map(|&v| self.k.ty(v)).collect();
+        let got: Option<Vec<TileType>> = bd
+            .args
+            .iter()
+            .map(|&v| self.k.values.get(v).map(|d| d.ty))
+            .collect();
+        let Some(got) = got else {
+            return self.fail(format!("{what} has an argument that does not exist"));
+        };
         if got != arg_types {
             let expected_desc = match op {
                 Op::For => "(induction variable, carried values..)",

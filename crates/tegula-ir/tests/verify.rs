@@ -838,6 +838,9 @@ fn builder_output_verifies() {
         store_unmasked(c + arange(0, 64), am);
         atomic_cas(c, 0, acc.1);
         if_then(n.eq(3), || device_print("n", &[n]));
+        let window = make_block_ptr(y, (n, 32), (32, 1), (0, 0), [16, 32]);
+        let tile = window.load(&[0, 1], Padding::Zero);
+        window.advance((16, 0)).store(tile, &[0]);
         device_assert(
             multiple_of(max_contiguous(rows, 16), 1).ge(0),
             "non-negative",
