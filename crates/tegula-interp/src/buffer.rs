@@ -1,0 +1,214 @@
+//! [`Buffer`]: typed device memory for the interpreter.
+//!
+//! Programs of a grid run in parallel and write the same buffers, so every element is an atomic
+//! of the dtype's natural width. Plain loads and stores use `Relaxed` ordering (plain moves on
+//! x86 and ARM); atomics use compare-exchange loops. No locks, no unsafe code.
+
+use crate::round::{float_from_bits, float_to_bits, int_from_bits, int_to_bits, round_to};
+use crate::InterpError;
+use std::sync::atomic::{AtomicU16, AtomicU32, AtomicU64, AtomicU8, Ordering};
+use tegula_ir::{DType, Element};
+
+/// One element's storage: an atomic integer holding the element's bits.
+pub(crate) trait Word: Send + Sync + Sized {
+    fn zeroed(len: usize) -> Box<[Self]>;
+    fn get(&self) -> u64;
+    fn set(&self, bits: u64);
+    /// Replaces the bits with `f(old)` atomically and returns the old bits.
+    fn read_modify_write(&self, f: impl Fn(u64) -> u64) -> u64;
+    /// Stores `new` where the bits equal `expected`; returns the old bits.
+    fn compare_swap(&self, expected: u64, new: u64) -> u64;
+}
+
+macro_rules! word {
+    ($atomic:ty, $prim:ty) => {
+        impl Word for $atomic {
+            fn zeroed(len: usize) -> Box<[Self]> {
+                (0..len).map(|_| <$atomic>::new(0)).collect()
+            }
+            #[inline(always)]
+            fn get(&self) -> u64 {
+                self.load(Ordering::Relaxed) as u64
+            }
+            #[inline(always)]
+            fn set(&self, bits: u64) {
+                self.store(bits as $prim, Ordering::Relaxed)
+            }
+            fn read_modify_write(&self, f: impl Fn(u64) -> u64) -> u64 {
+                let mut cur = self.load(Ordering::Relaxed);
+                loop {
+                    let new = f(cur as u64) as $prim;
+                    match self.compare_exchange_weak(cur, new, Ordering::AcqRel, Ordering::Relaxed)
+                    {
+                        Ok(old) => return old as u64,
+                        Err(now) => cur = now,
+                    }
+                }
+            }
+            fn compare_swap(&self, expected: u64, new: u64) -> u64 {
+                match self.compare_exchange(
+                    expected as $prim,
+                    new as $prim,
+                    Ordering::AcqRel,
+                    Ordering::Acquire,
+                ) {
+                    Ok(old) | Err(old) => old as u64,
+                }
+            }
+        }
+    };
+}
+word!(AtomicU8, u8);
+word!(AtomicU16, u16);
+word!(AtomicU32, u32);
+word!(AtomicU64, u64);
+
+/// The element storage of a buffer, by width (i1 is one byte).
+pub(crate) enum Words {
+    W8(Box<[AtomicU8]>),
+    W16(Box<[AtomicU16]>),
+    W32(Box<[AtomicU32]>),
+    W64(Box<[AtomicU64]>),
+}
+
+/// Runs `$body` with `$w` bound to the word slice of `$words`, whatever its width.
+macro_rules! with_words {
+    ($words:expr, |$w:ident| $body:expr) => {
+        match $words {
+            $crate::buffer::Words::W8($w) => $body,
+            $crate::buffer::Words::W16($w) => $body,
+            $crate::buffer::Words::W32($w) => $body,
+            $crate::buffer::Words::W64($w) => $body,
+        }
+    };
+}
+pub(crate) use with_words;
+
+/// A typed stand-in for device memory: `len` elements of `dtype`, shared between host code and
+/// the programs of a grid (`Send + Sync`, written through `&self`).
+pub struct Buffer {
+    dtype: DType,
+    words: Words,
+}
+
+impl std::fmt::Debug for Buffer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Buffer<{}>[{}]", self.dtype, self.len())
+    }
+}
+
+impl Buffer {
+    /// `len` zero elements of `dtype`.
+    pub fn zeroed(dtype: DType, len: usize) -> Buffer {
+        let words = match dtype.size_bytes() {
+            1 => Words::W8(Word::zeroed(len)),
+            2 => Words::W16(Word::zeroed(len)),
+            4 => Words::W32(Word::zeroed(len)),
+            _ => Words::W64(Word::zeroed(len)),
+        };
+        Buffer { dtype, words }
+    }
+
+    /// A buffer holding a copy of `data`.
+    pub fn from_slice<T: Element>(data: &[T]) -> Buffer {
+        let b = Buffer::zeroed(T::DTYPE, data.len());
+        for (i, x) in data.iter().enumerate() {
+            b.write_bits(i, x.to_bits());
+        }
+        b
+    }
+
+    /// A buffer of `dtype` from f64 values: floats round to nearest even (exactly, including
+    /// sticky bits), integers truncate toward zero and saturate, NaN becomes 0, i1 is `x != 0`
+    /// with NaN false (the rules of `Element::from_f64`).
+    pub fn from_f64(dtype: DType, data: &[f64]) -> Buffer {
+        let b = Buffer::zeroed(dtype, data.len());
+        for (i, &x) in data.iter().enumerate() {
+            let bits = if dtype.is_float() {
+                float_to_bits(dtype, round_to(dtype, x))
+            } else if dtype == DType::I1 {
+                (x != 0.0 && !x.is_nan()) as u64
+            } else {
+                int_to_bits(dtype, crate::round::float_to_int(dtype, x))
+            };
+            b.write_bits(i, bits);
+        }
+        b
+    }
+
+    /// The elements as `T`, which must be the buffer's dtype.
+    pub fn to_vec<T: Element>(&self) -> Result<Vec<T>, InterpError> {
+        if T::DTYPE != self.dtype {
+            return Err(InterpError::DTypeMismatch {
+                buffer: self.dtype,
+                requested: T::DTYPE,
+            });
+        }
+        Ok((0..self.len())
+            .map(|i| T::from_bits(self.read_bits(i)))
+            .collect())
+    }
+
+    /// The elements as f64 (exact for every dtype but 64-bit integers beyond 2^53).
+    pub fn to_f64(&self) -> Vec<f64> {
+        let d = self.dtype;
+        (0..self.len())
+            .map(|i| {
+                let bits = self.read_bits(i);
+                if d.is_float() {
+                    float_from_bits(d, bits)
+                } else if d.is_unsigned_int() {
+                    bits as f64
+                } else {
+                    int_from_bits(d, bits) as f64
+                }
+            })
+            .collect()
+    }
+
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+
+    pub fn len(&self) -> usize {
+        with_words!(&self.words, |w| w.len())
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The bits of element `index`, zero-extended.
+    ///
+    /// # Panics
+    /// When `index >= self.len()`, like slice indexing.
+    pub fn read_bits(&self, index: usize) -> u64 {
+        with_words!(&self.words, |w| w[index].get())
+    }
+
+    /// Overwrites element `index` with the low bits of `bits`.
+    ///
+    /// # Panics
+    /// When `index >= self.len()`, like slice indexing.
+    pub fn write_bits(&self, index: usize, bits: u64) {
+        with_words!(&self.words, |w| w[index].set(bits))
+    }
+
+    /// Copies every element of `other`, which must have the same dtype and length.
+    pub fn copy_from(&self, other: &Buffer) -> Result<(), InterpError> {
+        if other.dtype != self.dtype || other.len() != self.len() {
+            return Err(InterpError::CopyMismatch {
+                dst: format!("{}[{}]", self.dtype, self.len()),
+                src: format!("{}[{}]", other.dtype, other.len()),
+            });
+        }
+        for i in 0..self.len() {
+            self.write_bits(i, other.read_bits(i));
+        }
+        Ok(())
+    }
+
+    pub(crate) fn words(&self) -> &Words {
+        &self.words
+    }
+}

@@ -1,0 +1,91 @@
+//! [`InterpError`]: everything that stops a kernel run, pointing at the user's source line.
+
+use tegula_ir::{DType, Loc};
+
+/// `(x, y, z)` for messages.
+pub(crate) fn fmt_pid(pid: &[u32; 3]) -> String {
+    format!("({}, {}, {})", pid[0], pid[1], pid[2])
+}
+
+/// Why a kernel run (or a buffer operation) failed.
+#[derive(thiserror::Error, Debug, Clone, PartialEq)]
+pub enum InterpError {
+    #[error("kernel `{kernel}` takes {expected} arguments, got {got}")]
+    ArgCount {
+        kernel: String,
+        expected: usize,
+        got: usize,
+    },
+    #[error("kernel `{kernel}`, argument {index} (`{name}`): expected {expected}, got {got}")]
+    ArgMismatch {
+        kernel: String,
+        index: usize,
+        name: String,
+        expected: String,
+        got: String,
+    },
+    #[error(
+        "out-of-bounds {op} in kernel `{kernel}` at {loc}, program {}: element {index} of a \
+         buffer of {len} elements",
+        fmt_pid(.pid)
+    )]
+    OutOfBounds {
+        kernel: String,
+        /// `load`, `store` or `atomic`.
+        op: &'static str,
+        loc: Loc,
+        pid: [u32; 3],
+        index: i64,
+        len: usize,
+    },
+    #[error(
+        "write-write race in kernel `{kernel}` at {loc}: element {index} written by programs {} \
+         and {}",
+        fmt_pid(.first),
+        fmt_pid(.second)
+    )]
+    Race {
+        kernel: String,
+        loc: Loc,
+        index: usize,
+        first: [u32; 3],
+        second: [u32; 3],
+    },
+    #[error(
+        "integer division by zero in kernel `{kernel}` at {loc}, program {} (undefined on the GPU)",
+        fmt_pid(.pid)
+    )]
+    DivisionByZero {
+        kernel: String,
+        loc: Loc,
+        pid: [u32; 3],
+    },
+    #[error("loop step is zero in kernel `{kernel}` at {loc}, program {}", fmt_pid(.pid))]
+    ZeroStep {
+        kernel: String,
+        loc: Loc,
+        pid: [u32; 3],
+    },
+    #[error(
+        "device assertion failed in kernel `{kernel}` at {loc}, program {}: {message}",
+        fmt_pid(.pid)
+    )]
+    Assert {
+        kernel: String,
+        message: String,
+        loc: Loc,
+        pid: [u32; 3],
+    },
+    #[error("buffer holds {buffer}, {requested} requested")]
+    DTypeMismatch { buffer: DType, requested: DType },
+    #[error("cannot copy a {src} buffer into a {dst} buffer")]
+    CopyMismatch { dst: String, src: String },
+    #[error("kernel `{kernel}`: {message}")]
+    Grid { kernel: String, message: String },
+    #[error("kernel `{kernel}` at {loc}: the interpreter cannot run this IR: {message}")]
+    InvalidIr {
+        kernel: String,
+        loc: Loc,
+        message: String,
+    },
+}

@@ -1,0 +1,603 @@
+//! Running a kernel: argument binding, the grid, and one program's walk over the IR.
+
+use crate::buffer::Buffer;
+use crate::error::InterpError;
+use crate::memory::{self, Memory, Slot, NO_WRITER};
+use crate::ops::{self, invalid, Fault, OpResult};
+use crate::round::*;
+use crate::value::{row_major, Data, Ptr};
+use rayon::prelude::*;
+use std::rc::Rc;
+use std::sync::atomic::AtomicU32;
+use std::sync::Arc;
+use tegula_ir::kernel::EntityRef;
+use tegula_ir::{Block, Constant, DType, Elem, InstData, Kernel, Op, Rounding, Value};
+
+/// A kernel argument, in parameter order.
+#[derive(Clone, Debug)]
+pub enum Arg {
+    /// A pointer `offset` elements into `buffer` (whose dtype must be the pointee's).
+    Ptr { buffer: Arc<Buffer>, offset: usize },
+    /// An integer scalar (u64 parameters take the bit pattern), or a float parameter's value.
+    Int(i64),
+    /// A float scalar, rounded to the parameter's dtype.
+    Float(f64),
+}
+
+impl Arg {
+    fn describe(&self) -> String {
+        match self {
+            Arg::Ptr { buffer, offset } => {
+                format!(
+                    "a buffer of {} {} (offset {offset})",
+                    buffer.len(),
+                    buffer.dtype()
+                )
+            }
+            Arg::Int(v) => format!("the integer {v}"),
+            Arg::Float(v) => format!("the float {v}"),
+        }
+    }
+}
+
+/// How to run a grid.
+#[derive(Clone, Debug, Default)]
+pub struct Options {
+    /// Record which program stored each element and report write-write races between programs.
+    pub check_races: bool,
+    /// Run programs one after another in grid order (x fastest) instead of in parallel.
+    pub sequential: bool,
+}
+
+/// Runs `kernel` over `grid` (x, y, z program counts) with `args`.
+///
+/// Programs run in parallel unless `options.sequential`. When several programs fail, the error
+/// of the first one in grid order (x fastest, then y, then z) is returned.
+pub fn run(
+    kernel: &Kernel,
+    grid: [u32; 3],
+    args: &[Arg],
+    options: &Options,
+) -> Result<(), InterpError> {
+    let (mem, params) = bind(kernel, args, options)?;
+    let total = grid.iter().map(|&g| g as u64).product::<u64>();
+    if total > usize::MAX as u64 || (options.check_races && total >= NO_WRITER as u64) {
+        return Err(InterpError::Grid {
+            kernel: kernel.name.clone(),
+            message: format!("grid {grid:?} has too many programs"),
+        });
+    }
+    let run_one = |linear: usize| {
+        Program::new(kernel, &mem, grid, linear as u64)
+            .run(&params)
+            .err()
+    };
+    let first_error = if options.sequential {
+        (0..total as usize).find_map(run_one)
+    } else {
+        (0..total as usize).into_par_iter().find_map_first(run_one)
+    };
+    first_error.map_or(Ok(()), Err)
+}
+
+/// Checks arguments against the parameters and lays out the buffers they reach.
+fn bind(
+    kernel: &Kernel,
+    args: &[Arg],
+    options: &Options,
+) -> Result<(Memory, Vec<Data>), InterpError> {
+    if args.len() != kernel.params.len() {
+        return Err(InterpError::ArgCount {
+            kernel: kernel.name.clone(),
+            expected: kernel.params.len(),
+            got: args.len(),
+        });
+    }
+    let mut mem = Memory { slots: Vec::new() };
+    let mut params = Vec::with_capacity(args.len());
+    for (index, (p, a)) in kernel.params.iter().zip(args).enumerate() {
+        let mismatch = |expected: String| InterpError::ArgMismatch {
+            kernel: kernel.name.clone(),
+            index,
+            name: p.name.clone(),
+            expected,
+            got: a.describe(),
+        };
+        let value = match (p.ty.elem, a) {
+            (Elem::Ptr(d), Arg::Ptr { buffer, offset }) => {
+                if buffer.dtype() != d {
+                    return Err(mismatch(format!("a buffer of {d}")));
+                }
+                if *offset > buffer.len() {
+                    return Err(mismatch(format!(
+                        "an offset of at most {} (the buffer length)",
+                        buffer.len()
+                    )));
+                }
+                // One slot per distinct buffer, so the race check sees aliasing arguments.
+                let slot = match mem
+                    .slots
+                    .iter()
+                    .position(|s| Arc::ptr_eq(&s.buffer, buffer))
+                {
+                    Some(s) => s,
+                    None => {
+                        let len = buffer.len();
+                        let writers = options
+                            .check_races
+                            .then(|| (0..len).map(|_| AtomicU32::new(NO_WRITER)).collect());
+                        mem.slots.push(Slot {
+                            buffer: buffer.clone(),
+                            len,
+                            writers,
+                        });
+                        mem.slots.len() - 1
+                    }
+                };
+                Data::P(vec![Ptr {
+                    buf: slot as u32,
+                    off: *offset as i64,
+                }])
+            }
+            (Elem::Ptr(d), _) => return Err(mismatch(format!("a pointer to {d} (Arg::Ptr)"))),
+            (Elem::Scalar(d), Arg::Int(v)) if d.is_int() => {
+                // The value must be representable; u64 takes any bit pattern.
+                if d != DType::U64 && wrap(d, *v) != *v {
+                    return Err(mismatch(format!("an integer that fits in {d}")));
+                }
+                Data::I(vec![*v])
+            }
+            (Elem::Scalar(d), Arg::Int(v)) => {
+                Data::F(vec![int_to_float(d, Rounding::NearestEven, *v as i128)])
+            }
+            (Elem::Scalar(d), Arg::Float(f)) if d.is_float() => Data::F(vec![round_to(d, *f)]),
+            (Elem::Scalar(d), _) => return Err(mismatch(format!("a {d} scalar"))),
+        };
+        params.push(value);
+    }
+    Ok((mem, params))
+}
+
+/// One program instance: its id and the values it has computed.
+struct Program<'a> {
+    k: &'a Kernel,
+    mem: &'a Memory,
+    grid: [u32; 3],
+    pid: [u32; 3],
+    /// The linear program id recorded by the race check.
+    me: u32,
+    env: Vec<Option<Rc<Data>>>,
+}
+
+fn unlinearize(grid: [u32; 3], linear: u64) -> [u32; 3] {
+    let (gx, gy) = (grid[0].max(1) as u64, grid[1].max(1) as u64);
+    [
+        (linear % gx) as u32,
+        ((linear / gx) % gy) as u32,
+        (linear / (gx * gy)) as u32,
+    ]
+}
+
+impl<'a> Program<'a> {
+    fn new(k: &'a Kernel, mem: &'a Memory, grid: [u32; 3], linear: u64) -> Self {
+        Program {
+            k,
+            mem,
+            grid,
+            pid: unlinearize(grid, linear),
+            me: linear as u32,
+            env: vec![None; k.values.len()],
+        }
+    }
+
+    fn run(mut self, params: &[Data]) -> Result<(), InterpError> {
+        for (p, d) in self.k.params.iter().zip(params) {
+            self.env[p.value.index()] = Some(Rc::new(d.clone()));
+        }
+        self.block(self.k.body, Vec::new())?;
+        Ok(())
+    }
+
+    /// The error `f` raised by `inst`, with the kernel, line and program id.
+    fn error(&self, f: Fault, inst: &InstData) -> InterpError {
+        let (kernel, loc, pid) = (self.k.name.clone(), inst.loc, self.pid);
+        match f {
+            Fault::OutOfBounds { op, index, len } => InterpError::OutOfBounds {
+                kernel,
+                op,
+                loc,
+                pid,
+                index,
+                len,
+            },
+            Fault::Race { index, other } => InterpError::Race {
+                kernel,
+                loc,
+                index,
+                first: unlinearize(self.grid, other as u64),
+                second: pid,
+            },
+            Fault::DivisionByZero => InterpError::DivisionByZero { kernel, loc, pid },
+            Fault::ZeroStep => InterpError::ZeroStep { kernel, loc, pid },
+            Fault::Assert(message) => InterpError::Assert {
+                kernel,
+                message,
+                loc,
+                pid,
+            },
+            Fault::Invalid(message) => InterpError::InvalidIr {
+                kernel,
+                loc,
+                message,
+            },
+        }
+    }
+
+    fn val(&self, v: Value) -> OpResult<Rc<Data>> {
+        match self.env.get(v.index()) {
+            Some(Some(d)) => Ok(d.clone()),
+            _ => invalid(format!("{v} is used before it is defined")),
+        }
+    }
+
+    fn set(&mut self, v: Value, d: Rc<Data>) {
+        self.env[v.index()] = Some(d);
+    }
+
+    /// Runs `b` with its arguments bound to `args`; returns the operands of its terminator.
+    fn block(&mut self, b: Block, args: Vec<Rc<Data>>) -> Result<Vec<Rc<Data>>, InterpError> {
+        let k = self.k;
+        let bd = &k.blocks[b];
+        for (&v, a) in bd.args.iter().zip(args) {
+            self.set(v, a);
+        }
+        for &i in &bd.insts {
+            let inst = &k.insts[i];
+            if inst.op.is_terminator() {
+                return inst
+                    .args
+                    .iter()
+                    .map(|&v| self.val(v))
+                    .collect::<OpResult<_>>()
+                    .map_err(|f| self.error(f, inst));
+            }
+            match &inst.op {
+                Op::For => self.exec_for(inst)?,
+                Op::If => self.exec_if(inst)?,
+                Op::While => self.exec_while(inst)?,
+                _ => self.exec(inst).map_err(|f| self.error(f, inst))?,
+            }
+        }
+        Ok(Vec::new())
+    }
+
+    fn bind_results(&mut self, inst: &InstData, values: Vec<Rc<Data>>) -> Result<(), InterpError> {
+        if values.len() != inst.results.len() {
+            return Err(self.error(
+                Fault::Invalid(format!(
+                    "{} values for {} results",
+                    values.len(),
+                    inst.results.len()
+                )),
+                inst,
+            ));
+        }
+        for (&r, v) in inst.results.iter().zip(values) {
+            self.set(r, v);
+        }
+        Ok(())
+    }
+
+    /// The integer value of a scalar operand, by its dtype's signedness.
+    fn scalar_int(&self, v: Value) -> OpResult<i128> {
+        match &*self.val(v)? {
+            Data::I(x) if x.len() == 1 => Ok(int_value(self.k.ty(v).dtype(), x[0])),
+            _ => invalid(format!("{v} is not an integer scalar")),
+        }
+    }
+
+    /// `iv` over `lo, lo+step, ..` while `< hi` (step > 0) or `> hi` (step < 0).
+    fn exec_for(&mut self, inst: &InstData) -> Result<(), InterpError> {
+        let bounds = (|| {
+            let lo = self.scalar_int(inst.args[0])?;
+            let hi = self.scalar_int(inst.args[1])?;
+            let step = self.scalar_int(inst.args[2])?;
+            if step == 0 {
+                return Err(Fault::ZeroStep);
+            }
+            let carried = inst.args[3..]
+                .iter()
+                .map(|&v| self.val(v))
+                .collect::<OpResult<Vec<_>>>()?;
+            Ok((lo, hi, step, carried))
+        })();
+        let (lo, hi, step, mut carried) = bounds.map_err(|f| self.error(f, inst))?;
+        let body = inst.regions[0];
+        let iv_dtype = self.k.ty(self.k.blocks[body].args[0]).dtype();
+        let mut iv = lo;
+        while (step > 0 && iv < hi) || (step < 0 && iv > hi) {
+            let mut args = Vec::with_capacity(carried.len() + 1);
+            args.push(Rc::new(Data::I(vec![wrap(iv_dtype, iv as i64)])));
+            args.extend(carried);
+            carried = self.block(body, args)?;
+            iv += step;
+        }
+        self.bind_results(inst, carried)
+    }
+
+    fn exec_if(&mut self, inst: &InstData) -> Result<(), InterpError> {
+        let cond = self
+            .scalar_int(inst.args[0])
+            .map_err(|f| self.error(f, inst))?;
+        let region = inst.regions[if cond != 0 { 0 } else { 1 }];
+        let results = self.block(region, Vec::new())?;
+        self.bind_results(inst, results)
+    }
+
+    fn exec_while(&mut self, inst: &InstData) -> Result<(), InterpError> {
+        let mut carried = inst
+            .args
+            .iter()
+            .map(|&v| self.val(v))
+            .collect::<OpResult<Vec<_>>>()
+            .map_err(|f| self.error(f, inst))?;
+        let (before, after) = (inst.regions[0], inst.regions[1]);
+        loop {
+            let cond = self.block(before, carried.clone())?;
+            let go = match cond.first().map(|c| &**c) {
+                Some(Data::I(c)) if c.len() == 1 => c[0] != 0,
+                _ => {
+                    return Err(self.error(
+                        Fault::Invalid("while condition is not an i1 scalar".into()),
+                        inst,
+                    ))
+                }
+            };
+            if !go {
+                break;
+            }
+            carried = self.block(after, carried)?;
+        }
+        self.bind_results(inst, carried)
+    }
+
+    /// Executes a non-region instruction.
+    fn exec(&mut self, inst: &InstData) -> OpResult<()> {
+        let k = self.k;
+        let arg = |i: usize| -> OpResult<Rc<Data>> {
+            match inst.args.get(i) {
+                Some(&v) => self.val(v),
+                None => invalid(format!("operand {i} is missing")),
+            }
+        };
+        let arg_ty = |i: usize| k.ty(inst.args[i]);
+        let out_ty = inst.results.first().map(|&r| k.ty(r));
+        let dims = |ty: tegula_ir::TileType| -> Vec<usize> {
+            ty.shape.dims().iter().map(|&d| d as usize).collect()
+        };
+        let ty = match out_ty {
+            Some(t) => t,
+            None => return self.exec_effect(inst),
+        };
+        let d = ty.dtype();
+        let n = ty.numel();
+        let data = match &inst.op {
+            Op::ProgramId { axis } => Data::I(vec![self.axis(&self.pid, *axis)? as i64]),
+            Op::NumPrograms { axis } => Data::I(vec![self.axis(&self.grid, *axis)? as i64]),
+            Op::Arange { start, end } => Data::I((*start..*end).collect()),
+            Op::Const(c) => constant(*c, d, n),
+            Op::Splat => arg(0)?.splat(n),
+            Op::Broadcast => {
+                let (src, dst) = (dims(arg_ty(0)), dims(ty));
+                let mut strides = row_major(&src);
+                for ax in 0..src.len() {
+                    if src[ax] == 1 && dst.get(ax) != Some(&1) {
+                        strides[ax] = 0;
+                    }
+                }
+                arg(0)?.gather(&dst, &strides)
+            }
+            // Same elements in the same row-major order: share the value.
+            Op::ExpandDims { .. }
+            | Op::Reshape
+            | Op::MultipleOf { .. }
+            | Op::MaxContiguous { .. } => {
+                let v = arg(0)?;
+                self.set(inst.results[0], v);
+                return Ok(());
+            }
+            Op::Permute { perm } => {
+                let src = dims(arg_ty(0));
+                let src_strides = row_major(&src);
+                let strides: Vec<usize> = perm.iter().map(|&p| src_strides[p as usize]).collect();
+                arg(0)?.gather(&dims(ty), &strides)
+            }
+            Op::Binary(op) => ops::binary(*op, d, &*arg(0)?, &*arg(1)?)?,
+            Op::Unary(op) => ops::unary(*op, d, &*arg(0)?)?,
+            Op::Compare(op) => ops::compare(*op, arg_ty(0).dtype(), &*arg(0)?, &*arg(1)?)?,
+            Op::Select => ops::select(&*arg(0)?, &*arg(1)?, &*arg(2)?)?,
+            Op::Fma => ops::fma(d, &*arg(0)?, &*arg(1)?, &*arg(2)?)?,
+            Op::Cast { rounding } => ops::cast(arg_ty(0).dtype(), d, *rounding, &*arg(0)?)?,
+            Op::Bitcast => ops::bitcast(arg_ty(0).dtype(), d, &*arg(0)?)?,
+            Op::AddPtr => match (&*arg(0)?, &*arg(1)?) {
+                (Data::P(p), Data::I(o)) => Data::P(
+                    p.iter()
+                        .zip(o)
+                        .map(|(p, &o)| Ptr {
+                            buf: p.buf,
+                            off: p.off.wrapping_add(o),
+                        })
+                        .collect(),
+                ),
+                _ => return invalid("addptr needs a pointer and integer offsets"),
+            },
+            Op::Load {
+                has_mask,
+                has_other,
+                ..
+            } => {
+                let ptr = arg(0)?;
+                let mask = if *has_mask { Some(arg(1)?) } else { None };
+                let other = if *has_other {
+                    Some(arg(1 + *has_mask as usize)?)
+                } else {
+                    None
+                };
+                memory::load(
+                    self.mem,
+                    d,
+                    ptrs(&ptr)?,
+                    mask.as_deref().map(ints).transpose()?,
+                    other.as_deref(),
+                )?
+            }
+            Op::Atomic { op, has_mask, .. } => {
+                let (ptr, vals) = (arg(0)?, arg(1)?);
+                let mask = if *has_mask { Some(arg(2)?) } else { None };
+                memory::atomic(
+                    self.mem,
+                    *op,
+                    arg_ty(0).dtype(),
+                    ptrs(&ptr)?,
+                    &vals,
+                    mask.as_deref().map(ints).transpose()?,
+                )?
+            }
+            Op::AtomicCas { .. } => {
+                let (ptr, cmp, vals) = (arg(0)?, arg(1)?, arg(2)?);
+                memory::atomic_cas(self.mem, arg_ty(0).dtype(), ptrs(&ptr)?, &cmp, &vals)?
+            }
+            Op::Reduce { op, axis } => ops::reduce(
+                *op,
+                arg_ty(0).dtype(),
+                &dims(arg_ty(0)),
+                *axis as usize,
+                &*arg(0)?,
+            )?,
+            Op::Scan { op, axis, reverse } => ops::scan(
+                *op,
+                d,
+                &dims(arg_ty(0)),
+                *axis as usize,
+                *reverse,
+                &*arg(0)?,
+            )?,
+            Op::Dot { precision } => {
+                let (a, b) = (dims(arg_ty(0)), dims(arg_ty(1)));
+                if a.len() != 2 || b.len() != 2 || a[1] != b[0] {
+                    return invalid("dot needs a[M, K] and b[K, N]");
+                }
+                ops::dot(
+                    *precision,
+                    arg_ty(0).dtype(),
+                    d,
+                    (a[0], a[1], b[1]),
+                    &*arg(0)?,
+                    &*arg(1)?,
+                    &*arg(2)?,
+                )?
+            }
+            op => return invalid(format!("`{}` does not produce a value here", op.name())),
+        };
+        if data.len() != n {
+            return invalid(format!(
+                "`{}` produced {} elements for a result of type {ty}",
+                inst.op.name(),
+                data.len()
+            ));
+        }
+        self.set(inst.results[0], Rc::new(data));
+        Ok(())
+    }
+
+    fn axis(&self, v: &[u32; 3], axis: u8) -> OpResult<u32> {
+        match v.get(axis as usize) {
+            Some(&x) => Ok(x),
+            None => invalid(format!("grid axis {axis} does not exist")),
+        }
+    }
+
+    /// Instructions without results: stores, prints, assertions.
+    fn exec_effect(&mut self, inst: &InstData) -> OpResult<()> {
+        let arg = |i: usize| -> OpResult<Rc<Data>> {
+            match inst.args.get(i) {
+                Some(&v) => self.val(v),
+                None => invalid(format!("operand {i} is missing")),
+            }
+        };
+        match &inst.op {
+            Op::Store { has_mask, .. } => {
+                let (ptr, vals) = (arg(0)?, arg(1)?);
+                let mask = if *has_mask { Some(arg(2)?) } else { None };
+                memory::store(
+                    self.mem,
+                    self.me,
+                    self.k.ty(inst.args[0]).dtype(),
+                    ptrs(&ptr)?,
+                    &vals,
+                    mask.as_deref().map(ints).transpose()?,
+                )
+            }
+            Op::Print { prefix } => {
+                let [x, y, z] = self.pid;
+                let mut line = format!("pid ({x}, {y}, {z}) {prefix}");
+                for &v in &inst.args {
+                    line.push(' ');
+                    line.push_str(&format_value(self.k.ty(v).dtype(), &*self.val(v)?));
+                }
+                eprintln!("{line}");
+                Ok(())
+            }
+            Op::Assert { message } => match &*arg(0)? {
+                Data::I(c) if c.iter().all(|&c| c != 0) => Ok(()),
+                Data::I(_) => Err(Fault::Assert(message.clone())),
+                _ => invalid("assert condition is not i1"),
+            },
+            op => invalid(format!("`{}` must produce a value", op.name())),
+        }
+    }
+}
+
+fn ptrs(d: &Data) -> OpResult<&[Ptr]> {
+    match d {
+        Data::P(p) => Ok(p),
+        _ => invalid("expected a pointer tile"),
+    }
+}
+
+fn ints(d: &Data) -> OpResult<&[i64]> {
+    match d {
+        Data::I(v) => Ok(v),
+        _ => invalid("expected an i1 mask"),
+    }
+}
+
+/// A constant of dtype `d` splatted over `n` elements (converted by the cast rules when the
+/// literal's kind differs from the dtype).
+fn constant(c: Constant, d: DType, n: usize) -> Data {
+    match c {
+        Constant::Float(f) if d.is_float() => Data::F(vec![round_to(d, f); n]),
+        Constant::Float(f) => Data::I(vec![float_to_int(d, f); n]),
+        Constant::Int(v) if d.is_float() => {
+            Data::F(vec![int_to_float(d, Rounding::NearestEven, v as i128); n])
+        }
+        Constant::Int(v) => Data::I(vec![wrap(d, v); n]),
+    }
+}
+
+fn format_value(d: DType, v: &Data) -> String {
+    let items: Vec<String> = match v {
+        Data::F(x) => x.iter().map(|a| format!("{a}")).collect(),
+        Data::I(x) if is_unsigned(d) => x.iter().map(|&a| format!("{}", a as u64)).collect(),
+        Data::I(x) => x.iter().map(|a| format!("{a}")).collect(),
+        Data::P(x) => x
+            .iter()
+            .map(|p| format!("buf{}+{}", p.buf, p.off))
+            .collect(),
+    };
+    if items.len() == 1 {
+        items[0].clone()
+    } else {
+        format!("[{}]", items.join(", "))
+    }
+}
