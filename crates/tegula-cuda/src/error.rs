@@ -82,7 +82,7 @@ impl std::fmt::Display for JitError {
         let first_error = self
             .log
             .lines()
-            .find(|l| l.contains("error"))
+            .find(|l| crate::jit_log::is_error_line(l))
             .or_else(|| self.log.lines().next());
         if let Some(e) = first_error {
             write!(f, "\n  {}", e.trim())?;

@@ -17,10 +17,15 @@ const SOURCE_LOOKBACK: usize = 16;
 pub fn blamed_ptx_line(log: &str) -> Option<usize> {
     let first_on = |want_error: bool| {
         log.lines()
-            .filter(|l| !want_error || l.contains("error"))
+            .filter(|l| !want_error || is_error_line(l))
             .find_map(line_number_in)
     };
     first_on(true).or_else(|| first_on(false))
+}
+
+/// ptxas marks problems `error` or `fatal` (a parse failure is `line N; fatal : ...`).
+pub(crate) fn is_error_line(log_line: &str) -> bool {
+    log_line.contains("error") || log_line.contains("fatal")
 }
 
 /// `N` from `..., line N; ...`.
@@ -141,6 +146,22 @@ mod tests {
     }
 
     #[test]
+    fn blames_fatal_parse_errors() {
+        // As the H200's driver (580) reported a misplaced `.extern .shared`.
+        let log = "ptxas application ptx input, line 53; fatal   : Parsing error near '.shared': syntax error\n\
+            ptxas fatal   : Ptx assembly aborted due to errors";
+        assert_eq!(blamed_ptx_line(log), Some(53));
+        let err = jit_error(&numbered_ptx(), "k", "CUDA_ERROR_INVALID_PTX", log, &|_| {
+            None
+        });
+        assert!(
+            err.to_string()
+                .contains("\n  ptxas application ptx input, line 53; fatal"),
+            "{err}"
+        );
+    }
+
+    #[test]
     fn context_marks_the_blamed_line() {
         let ctx = ptx_context(&numbered_ptx(), 42);
         let lines: Vec<&str> = ctx.lines().collect();
@@ -234,6 +255,14 @@ mod tests {
         assert_eq!(spill_bytes(info, "a"), Some((0, 0, 0)));
         assert_eq!(spill_bytes(info, "ab"), Some((48, 40, 36)));
         assert_eq!(spill_bytes(info, "b"), None);
+        // Driver 580 prefixes the figures line with `ptxas         .`.
+        let h200 = "ptxas info    : Function properties for saxpy\n\
+            ptxas         .     0 bytes stack frame, 8 bytes spill stores, 4 bytes spill loads\n";
+        assert_eq!(spill_bytes(h200, "saxpy"), Some((0, 8, 4)));
+        // A hit in the driver's own JIT cache prints a summary without spill figures.
+        let cached = "info    : Function properties for 'saxpy':\n\
+            info    : used 12 registers, used 0 barriers, 0 stack, 0 bytes smem, 560 bytes cmem[0], 0 bytes lmem\n";
+        assert_eq!(spill_bytes(cached, "saxpy"), None);
         assert_eq!(spill_bytes("", "a"), None);
     }
 }
