@@ -87,18 +87,17 @@ impl Shape {
     pub fn broadcast(a: Shape, b: Shape) -> Option<Shape> {
         let rank = a.rank().max(b.rank());
         let mut out = [0usize; MAX_RANK];
-        for i in 0..rank {
-            let da = if i < rank - a.rank() {
+        // Axis `i` of the result lines up with the operand's axis `i - (rank - operand rank)`.
+        let dim_at = |s: &Shape, i: usize| {
+            let pad = rank - s.rank();
+            if i < pad {
                 1
             } else {
-                a.dims[i - (rank - a.rank())]
-            };
-            let db = if i < rank - b.rank() {
-                1
-            } else {
-                b.dims[i - (rank - b.rank())]
-            };
-            out[i] = match (da, db) {
+                s.dims[i - pad]
+            }
+        };
+        for (i, slot) in out.iter_mut().enumerate().take(rank) {
+            *slot = match (dim_at(&a, i), dim_at(&b, i)) {
                 (x, y) if x == y => x as usize,
                 (1, y) => y as usize,
                 (x, 1) => x as usize,
