@@ -572,6 +572,11 @@ pub(crate) fn dot(
             } else {
                 (&a[..], &b[..])
             };
+            if acc_dtype == DType::F32 {
+                if let Some(out) = dot_f32_fused(a, b, acc, (m, k, n)) {
+                    return Ok(Data::F(out));
+                }
+            }
             // Products of f32 (and narrower) operands are exact in f64 (<= 48 bits).
             let out = match acc_dtype {
                 DType::F32 => dot_f(a, b, acc, (m, k, n), add_round_f32),
@@ -599,7 +604,61 @@ pub(crate) fn dot(
     }
 }
 
-/// The float dot loop: i, then k, then a contiguous row of j, so the inner loop streams `b`.
+/// `c = fma(a[i,k], b[k,j], c)` in f32, k in order: one rounding per step, the same result as
+/// the exact f64 path below, but vectorized with hardware fma. Operands here are f32, tf32,
+/// f16 or bf16 values, all exact in f32.
+#[inline(always)]
+fn dot_f32_body(a: &[f32], b: &[f32], c: &mut [f32], (m, k, n): (usize, usize, usize)) {
+    for i in 0..m {
+        let row = &mut c[i * n..(i + 1) * n];
+        for (kk, &aik) in a[i * k..(i + 1) * k].iter().enumerate() {
+            for (c, &bkj) in row.iter_mut().zip(&b[kk * n..(kk + 1) * n]) {
+                *c = aik.mul_add(bkj, *c);
+            }
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn dot_f32_avx2_fma(a: &[f32], b: &[f32], c: &mut [f32], dims: (usize, usize, usize)) {
+    dot_f32_body(a, b, c, dims)
+}
+
+/// The f32-accumulator dot with hardware fma, where the CPU has it (else `None`: without it
+/// `mul_add` is a libm call, slower than the f64 path).
+fn dot_f32_fused(
+    a: &[f64],
+    b: &[f64],
+    acc: &[f64],
+    dims: (usize, usize, usize),
+) -> Option<Vec<f64>> {
+    let to_f32 = |v: &[f64]| v.iter().map(|&x| x as f32).collect::<Vec<f32>>();
+    #[cfg(target_arch = "x86_64")]
+    {
+        if !(is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma")) {
+            return None;
+        }
+        let (a, b, mut c) = (to_f32(a), to_f32(b), to_f32(acc));
+        // SAFETY: the CPU supports AVX2 and FMA, checked just above.
+        unsafe { dot_f32_avx2_fma(&a, &b, &mut c, dims) };
+        Some(c.iter().map(|&x| x as f64).collect())
+    }
+    #[cfg(target_arch = "aarch64")]
+    {
+        // fma is part of the aarch64 baseline.
+        let (a, b, mut c) = (to_f32(a), to_f32(b), to_f32(acc));
+        dot_f32_body(&a, &b, &mut c, dims);
+        Some(c.iter().map(|&x| x as f64).collect())
+    }
+    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+    {
+        let _ = (a, b, acc, dims, to_f32);
+        None
+    }
+}
+
+/// The float dot loop (exact f64 path): i, then k, then a contiguous row of j, so the inner loop streams `b`.
 fn dot_f(
     a: &[f64],
     b: &[f64],
