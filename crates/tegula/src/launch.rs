@@ -147,7 +147,7 @@ macro_rules! int_scalar_arg {
         impl ScalarArg for $t {
             const DTYPE: DType = <$t as Element>::DTYPE;
             fn kernel_arg(self) -> KernelArg {
-                KernelArg::Int { dtype: Self::DTYPE, value: Element::to_bits(self) as i64 }
+                KernelArg::Int { dtype: <$t as ScalarArg>::DTYPE, value: Element::to_bits(self) as i64 }
             }
         }
     )*};
@@ -160,7 +160,7 @@ macro_rules! signed_scalar_arg {
         impl ScalarArg for $t {
             const DTYPE: DType = <$t as Element>::DTYPE;
             fn kernel_arg(self) -> KernelArg {
-                KernelArg::Int { dtype: Self::DTYPE, value: self as i64 }
+                KernelArg::Int { dtype: <$t as ScalarArg>::DTYPE, value: self as i64 }
             }
         }
     )*};
@@ -172,7 +172,7 @@ macro_rules! float_scalar_arg {
         impl ScalarArg for $t {
             const DTYPE: DType = <$t as Element>::DTYPE;
             fn kernel_arg(self) -> KernelArg {
-                KernelArg::Float { dtype: Self::DTYPE, value: Element::to_f64(self) }
+                KernelArg::Float { dtype: <$t as ScalarArg>::DTYPE, value: Element::to_f64(self) }
             }
         }
     )*};
