@@ -11,12 +11,96 @@ use crate::types::TileType;
 
 /// A set of tiles that flows through a loop or out of a branch: a tile, a tuple, an array or a
 /// vector of them.
+///
+/// Rust numbers and bools are `Carry` too, as trace-time constants with no tiles: they may flow
+/// through a run-time loop or branch unchanged, and changing one there is a trace error (its
+/// value would have to be known at trace time).
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot flow through a run-time loop or branch",
+    label = "assigned inside a run-time `for`/`while`/`if`, or the value of such an `if`",
+    note = "values assigned inside `for .. in range(..)`, a `while` or an `if` on a tile must be \
+            tiles, Rust numbers or bools that do not change there, or tuples, arrays and Vecs \
+            of these (they implement `tegula::ir::builder::Carry`)"
+)]
 pub trait Carry: Sized {
     /// The tiles in a fixed order.
     fn tiles(&self) -> Vec<Tile>;
     /// A value of the same structure as `self` built from `tiles` (taken in the same order).
     fn rebuild(&self, tiles: &mut dyn Iterator<Item = Tile>) -> Self;
+    /// A name for each tile of [`Carry::tiles`], for error messages (empty when unnamed).
+    fn names(&self) -> Vec<String> {
+        vec![String::new(); self.tiles().len()]
+    }
+    /// Describes the first trace-time (Rust) value in `self` that differs from the one in
+    /// `other`, a value of the same structure; `None` when all are equal.
+    fn static_mismatch(&self, _other: &Self) -> Option<String> {
+        None
+    }
 }
+
+/// A carried value with a variable name for error messages (what `#[kernel]` generates).
+#[derive(Clone, Copy, Debug)]
+pub struct Named<C>(pub &'static str, pub C);
+
+impl<C: Carry> Carry for Named<C> {
+    fn tiles(&self) -> Vec<Tile> {
+        self.1.tiles()
+    }
+    fn rebuild(&self, tiles: &mut dyn Iterator<Item = Tile>) -> Self {
+        Named(self.0, self.1.rebuild(tiles))
+    }
+    fn names(&self) -> Vec<String> {
+        let inner = self.1.names();
+        if inner.len() == 1 && inner[0].is_empty() {
+            return vec![self.0.to_string()];
+        }
+        (0..inner.len())
+            .map(|i| format!("{}[{i}]", self.0))
+            .collect()
+    }
+    fn static_mismatch(&self, other: &Self) -> Option<String> {
+        let m = self.1.static_mismatch(&other.1)?;
+        Some(format!("`{}` {m}", self.0))
+    }
+}
+
+/// Rust values inside carried structures: constants of the trace, no tiles.
+macro_rules! carry_rust_value {
+    ($($t:ty),*) => {$(
+        impl Carry for $t {
+            fn tiles(&self) -> Vec<Tile> {
+                Vec::new()
+            }
+            fn rebuild(&self, _: &mut dyn Iterator<Item = Tile>) -> Self {
+                *self
+            }
+            fn static_mismatch(&self, other: &Self) -> Option<String> {
+                (self != other).then(|| {
+                    format!("is a Rust value (`{}`), not a tile: {self:?} before, {other:?} after",
+                            stringify!($t))
+                })
+            }
+        }
+    )*};
+}
+carry_rust_value!(
+    bool,
+    i8,
+    i16,
+    i32,
+    i64,
+    isize,
+    u8,
+    u16,
+    u32,
+    u64,
+    usize,
+    f32,
+    f64,
+    half::f16,
+    half::bf16,
+    &'static str
+);
 
 impl Carry for Tile {
     fn tiles(&self) -> Vec<Tile> {
@@ -41,6 +125,14 @@ impl<C: Carry, const N: usize> Carry for [C; N] {
     fn rebuild(&self, tiles: &mut dyn Iterator<Item = Tile>) -> Self {
         std::array::from_fn(|i| self[i].rebuild(tiles))
     }
+    fn names(&self) -> Vec<String> {
+        self.iter().flat_map(|c| c.names()).collect()
+    }
+    fn static_mismatch(&self, other: &Self) -> Option<String> {
+        self.iter()
+            .zip(other)
+            .find_map(|(a, b)| a.static_mismatch(b))
+    }
 }
 
 impl<C: Carry> Carry for Vec<C> {
@@ -49,6 +141,21 @@ impl<C: Carry> Carry for Vec<C> {
     }
     fn rebuild(&self, tiles: &mut dyn Iterator<Item = Tile>) -> Self {
         self.iter().map(|c| c.rebuild(tiles)).collect()
+    }
+    fn names(&self) -> Vec<String> {
+        self.iter().flat_map(|c| c.names()).collect()
+    }
+    fn static_mismatch(&self, other: &Self) -> Option<String> {
+        if self.len() != other.len() {
+            return Some(format!(
+                "is a Vec whose length changes ({} before, {} after)",
+                self.len(),
+                other.len()
+            ));
+        }
+        self.iter()
+            .zip(other)
+            .find_map(|(a, b)| a.static_mismatch(b))
     }
 }
 
@@ -63,6 +170,14 @@ macro_rules! carry_tuple {
             fn rebuild(&self, tiles: &mut dyn Iterator<Item = Tile>) -> Self {
                 ($(self.$idx.rebuild(tiles),)*)
             }
+            fn names(&self) -> Vec<String> {
+                let mut v = Vec::new();
+                $(v.extend(self.$idx.names());)*
+                v
+            }
+            fn static_mismatch(&self, other: &Self) -> Option<String> {
+                None$(.or_else(|| self.$idx.static_mismatch(&other.$idx)))*
+            }
         }
     };
 }
@@ -74,13 +189,36 @@ carry_tuple!(A 0, B 1, C 2, D 3, E 4);
 carry_tuple!(A 0, B 1, C 2, D 3, E 4, F 5);
 carry_tuple!(A 0, B 1, C 2, D 3, E 4, F 5, G 6);
 carry_tuple!(A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7);
+carry_tuple!(A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7, I 8);
+carry_tuple!(A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7, I 8, J 9);
+carry_tuple!(A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7, I 8, J 9, K 10);
+carry_tuple!(A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7, I 8, J 9, K 10, L 11);
 
 fn types_of(tiles: &[Tile]) -> Vec<TileType> {
     tiles.iter().map(|t| t.ty()).collect()
 }
 
-/// Checks that a region produced the types its construct declared.
-fn check_types(what: &str, expected: &[TileType], got: &[Tile], loc: Loc) -> bool {
+/// Checks that the trace-time (Rust) values leaving a region equal those entering it.
+fn check_static<C: Carry>(what: &str, before: &C, after: &C, loc: Loc) {
+    if let Some(m) = before.static_mismatch(after) {
+        report(
+            loc,
+            format!(
+                "{what}: {m}; a Rust value is fixed at trace time and cannot change inside a \
+                 run-time loop or differ between the branches of a run-time `if`; make it a tile"
+            ),
+        );
+    }
+}
+
+/// Checks that a region produced the types its construct declared; `names` name the values.
+fn check_types(
+    what: &str,
+    expected: &[TileType],
+    names: &[String],
+    got: &[Tile],
+    loc: Loc,
+) -> bool {
     if expected.len() != got.len() {
         report(
             loc,
@@ -94,10 +232,14 @@ fn check_types(what: &str, expected: &[TileType], got: &[Tile], loc: Loc) -> boo
     }
     for (i, (e, g)) in expected.iter().zip(got).enumerate() {
         if *e != g.ty() {
+            let name = match names.get(i) {
+                Some(n) if !n.is_empty() => format!("`{n}`"),
+                _ => format!("value {i}"),
+            };
             report(
                 loc,
                 format!(
-                    "{what}: value {i} enters as {e} but the body makes it {}; \
+                    "{what}: {name} enters as {e} but the body makes it {}; \
                      a loop-carried or branch value must keep its dtype and shape \
                      (cast with `.to::<T>()` or broadcast it first)",
                     g.ty()
@@ -151,7 +293,8 @@ pub fn for_range<C: Carry>(
         let carried = init.rebuild(&mut args[1..].iter().copied());
         let next = body(args[0], carried);
         let next_tiles = next.tiles();
-        check_types("for_range", &carried_types, &next_tiles, loc);
+        check_types("for_range", &carried_types, &init.names(), &next_tiles, loc);
+        check_static("for_range", &init, &next, loc);
         emit(
             Op::Yield,
             next_tiles.iter().map(|t| t.value()).collect(),
@@ -206,7 +349,14 @@ pub fn if_else<C: Carry>(cond: Tile, then_: impl FnOnce() -> C, else_: impl FnOn
     let (else_block, _) = in_new_block(&[], |_| {
         let out = else_();
         let tiles = out.tiles();
-        check_types("if_else (else branch)", &types, &tiles, loc);
+        check_types(
+            "if_else (else branch)",
+            &types,
+            &then_out.names(),
+            &tiles,
+            loc,
+        );
+        check_static("if_else", &then_out, &out, loc);
         emit(
             Op::Yield,
             tiles.iter().map(|t| t.value()).collect(),
@@ -265,7 +415,8 @@ pub fn while_loop<C: Carry>(init: C, cond: impl FnOnce(C) -> Tile, body: impl Fn
     let (after, _) = in_new_block(&types, |args| {
         let next = body(init.rebuild(&mut args.iter().copied()));
         let tiles = next.tiles();
-        check_types("while_loop", &types, &tiles, loc);
+        check_types("while_loop", &types, &init.names(), &tiles, loc);
+        check_static("while_loop", &init, &next, loc);
         emit(
             Op::Yield,
             tiles.iter().map(|t| t.value()).collect(),
@@ -293,4 +444,107 @@ pub fn while_loop<C: Carry>(init: C, cond: impl FnOnce(C) -> Tile, body: impl Fn
 #[track_caller]
 pub fn scalar(x: impl IntoOperand) -> Tile {
     to_tile(x.into_operand(), Loc::caller())
+}
+
+/// The condition of an `if` or `while` in a `#[kernel]` body: its type decides when the choice
+/// is made. A Rust `bool` is decided at trace time (the branch not taken is never traced, a loop
+/// unrolls); a tile is decided at run time, as an IR `if` with results or an IR `while`.
+pub trait Condition: Sized {
+    /// `body(true, init)` when the condition holds, else `body(false, init)`. For a tile both
+    /// run, each tracing one region of an IR `if` whose results are the returned values.
+    #[track_caller]
+    fn branch<C: Carry + Clone, R: Carry>(self, init: C, body: impl FnMut(bool, C) -> R) -> R;
+
+    /// `while cond(carried) { carried = body(carried) }`, where `cond` returns `Self`.
+    #[track_caller]
+    fn repeat_while<C: Carry + Clone>(
+        init: C,
+        cond: impl FnMut(C) -> Self,
+        body: impl FnMut(C) -> C,
+    ) -> C;
+}
+
+impl Condition for bool {
+    fn branch<C: Carry + Clone, R: Carry>(self, init: C, mut body: impl FnMut(bool, C) -> R) -> R {
+        body(self, init)
+    }
+
+    fn repeat_while<C: Carry + Clone>(
+        init: C,
+        mut cond: impl FnMut(C) -> bool,
+        mut body: impl FnMut(C) -> C,
+    ) -> C {
+        let mut carried = init;
+        while cond(carried.clone()) {
+            carried = body(carried);
+        }
+        carried
+    }
+}
+
+impl Condition for Tile {
+    #[track_caller]
+    fn branch<C: Carry + Clone, R: Carry>(self, init: C, body: impl FnMut(bool, C) -> R) -> R {
+        // Both branches share one closure (so they may share captures); if_else calls them in turn.
+        let body = std::cell::RefCell::new(body);
+        let else_init = init.clone();
+        if_else(
+            self,
+            || (body.borrow_mut())(true, init),
+            || (body.borrow_mut())(false, else_init),
+        )
+    }
+
+    #[track_caller]
+    fn repeat_while<C: Carry + Clone>(
+        init: C,
+        cond: impl FnMut(C) -> Tile,
+        body: impl FnMut(C) -> C,
+    ) -> C {
+        while_loop(init, cond, body)
+    }
+}
+
+/// A `while` loop of a `#[kernel]` body, at trace time or run time by the type `cond` returns
+/// (see [`Condition`]).
+#[track_caller]
+pub fn while_any<C: Carry + Clone, K: Condition>(
+    init: C,
+    cond: impl FnMut(C) -> K,
+    body: impl FnMut(C) -> C,
+) -> C {
+    K::repeat_while(init, cond, body)
+}
+
+/// A condition that must be known at trace time: `#[kernel]` requires it of an `if` or `while`
+/// that contains `break`, `continue` or `return`, which only a trace-time branch can honour.
+#[diagnostic::on_unimplemented(
+    message = "this condition must be a Rust `bool`, known at trace time",
+    label = "its `if`/`while` contains `break`, `continue` or `return`",
+    note = "an `if` or `while` on a tile becomes an IR region, which cannot leave an enclosing \
+            loop or the kernel early; use a mask or a loop-carried flag instead"
+)]
+pub trait RustBool {
+    fn rust_bool(self) -> bool;
+}
+
+impl RustBool for bool {
+    fn rust_bool(self) -> bool {
+        self
+    }
+}
+
+/// `lo, lo + step, ..` up to and excluding `hi`, as a Rust iterator: a loop over it unrolls at
+/// trace time (Triton's `tl.static_range`). `step` must be positive.
+#[track_caller]
+pub fn static_range<T>(lo: T, hi: T, step: T) -> impl Iterator<Item = T>
+where
+    T: Copy + PartialOrd + std::ops::Add<Output = T>,
+{
+    let advances = lo + step > lo;
+    if !advances && lo < hi {
+        report(Loc::caller(), "static_range: the step must be positive");
+    }
+    std::iter::successors(Some(lo), move |&i| Some(i + step))
+        .take_while(move |&i| advances && i < hi)
 }

@@ -1,0 +1,223 @@
+//! Generates the kernel module: `trace`, `launch` and `launch_with`.
+
+use crate::body::Rewriter;
+use crate::signature::{self, ParamKind, Signature};
+use proc_macro2::{Span, TokenStream};
+use quote::{format_ident, quote, quote_spanned, ToTokens};
+use syn::visit_mut::VisitMut;
+use syn::{Error, Ident, ItemFn};
+
+pub fn kernel(attr: TokenStream, item: TokenStream) -> TokenStream {
+    if !attr.is_empty() {
+        return Error::new_spanned(attr, "#[tegula::kernel] takes no arguments").to_compile_error();
+    }
+    let mut f: ItemFn = match syn::parse2(item) {
+        Ok(f) => f,
+        Err(e) => {
+            return Error::new(e.span(), "#[tegula::kernel] applies to a free function")
+                .to_compile_error()
+        }
+    };
+    let sig = match signature::parse(&mut f) {
+        Ok(s) => s,
+        Err(e) => return e.to_compile_error(),
+    };
+    let constexprs = sig
+        .params
+        .iter()
+        .filter(|p| matches!(p.kind, ParamKind::Constexpr))
+        .map(|p| p.name.to_string())
+        .chain(sig.const_params.iter().map(|c| c.to_string()))
+        .collect();
+    let mut rewriter = Rewriter::new(constexprs);
+    rewriter.check_returns(&f.block);
+    rewriter.visit_block_mut(&mut f.block);
+    if let Some(e) = rewriter.errors.into_iter().reduce(|mut a, b| {
+        a.combine(b);
+        a
+    }) {
+        return e.to_compile_error();
+    }
+    generate(&f, &sig)
+}
+
+fn generate(f: &ItemFn, sig: &Signature) -> TokenStream {
+    let name = &f.sig.ident;
+    let name_str = name.to_string();
+    let vis = &f.vis;
+    let generics = &f.sig.generics;
+    let where_clause = &generics.where_clause;
+    let turbofish = generics.split_for_impl().1;
+    let turbofish = turbofish.as_turbofish();
+    let (docs, other_attrs): (Vec<_>, Vec<_>) =
+        f.attrs.iter().partition(|a| a.path().is_ident("doc"));
+
+    // Hygienic names for the generated plumbing, so user parameters may be called `dev` etc.
+    let params_var = Ident::new("__tegula_params", Span::mixed_site());
+    let dev = Ident::new("dev", Span::mixed_site());
+    let grid = Ident::new("grid", Span::mixed_site());
+    let config = Ident::new("config", Span::mixed_site());
+    let trace_fn = Ident::new("__tegula_trace", Span::mixed_site());
+
+    // trace(): constexprs are its arguments; pointer and scalar parameters become tiles.
+    let mut trace_args = Vec::new();
+    let mut declare_params = Vec::new();
+    let mut constexpr_names = Vec::new();
+    // launch(): every parameter, tensors through TensorArg, scalars through ScalarArg.
+    let mut launch_args = Vec::new();
+    let mut launch_names = Vec::new();
+    let mut kernel_args = Vec::new();
+    let mut doc_params = Vec::new();
+    for p in &sig.params {
+        let (pname, ty, mutability) = (&p.name, &p.ty, &p.mutability);
+        let pstr = pname.to_string();
+        let ty_str = ty.to_token_stream().to_string().replace(' ', "");
+        launch_names.push(pname.clone());
+        match &p.kind {
+            ParamKind::Ptr(elem) => {
+                declare_params.push(quote_spanned!(pname.span()=>
+                    let #mutability #pname = #params_var.ptr(
+                        #pstr, <#elem as ::tegula::ir::Element>::DTYPE);
+                ));
+                launch_args.push(quote!(#pname: impl ::tegula::TensorArg<#elem>));
+                kernel_args.push(quote!(::tegula::TensorArg::kernel_arg(&#pname)));
+                doc_params.push(format!(
+                    "- `{pstr}: {ty_str}`: a pointer tile; the launcher takes a tensor"
+                ));
+            }
+            ParamKind::Scalar => {
+                declare_params.push(quote_spanned!(pname.span()=>
+                    let #mutability #pname = #params_var.scalar(
+                        #pstr, <#ty as ::tegula::ir::Element>::DTYPE);
+                ));
+                launch_args.push(quote!(#pname: #ty));
+                kernel_args.push(quote!(::tegula::ScalarArg::kernel_arg(#pname)));
+                doc_params.push(format!("- `{pstr}: {ty_str}`: a scalar tile"));
+            }
+            ParamKind::Constexpr => {
+                trace_args.push(quote!(#mutability #pname: #ty));
+                constexpr_names.push(pname.clone());
+                launch_args.push(quote!(#pname: #ty));
+                doc_params.push(format!(
+                    "- `{pstr}: {ty_str}`: constexpr, a Rust value at trace time"
+                ));
+            }
+        }
+    }
+    for c in &sig.const_params {
+        doc_params.push(format!(
+            "- const generic `{c}`: constexpr, a Rust value at trace time"
+        ));
+    }
+
+    // The specialization key: constexpr values, const generics, type parameters' dtypes.
+    let mut key_parts = Vec::new();
+    let mut key_values: Vec<TokenStream> = Vec::new();
+    for c in constexpr_names.iter().chain(&sig.const_params) {
+        key_parts.push(format!("{c}={{:?}}"));
+        key_values.push(quote!(#c));
+    }
+    for t in &sig.type_params {
+        key_parts.push(format!("{t}={{:?}}"));
+        key_values.push(quote!(<#t as ::tegula::ir::Element>::DTYPE));
+    }
+    let key_format = key_parts.join(", ");
+
+    let mut launch_generics = generics.clone();
+    for t in sig.scalar_type_params() {
+        launch_generics
+            .make_where_clause()
+            .predicates
+            .push(syn::parse_quote!(#t: ::tegula::ScalarArg));
+    }
+    let launch_where = &launch_generics.where_clause;
+
+    let body = &f.block;
+    let trace_call_args = constexpr_names
+        .iter()
+        .map(|c| quote!(::core::clone::Clone::clone(&#c)));
+    let trace_sig_doc = format!(
+        "`trace({})`",
+        constexpr_names
+            .iter()
+            .map(|c| c.to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    let launch_sig_doc = format!(
+        "`launch(dev, grid, {})`",
+        launch_names
+            .iter()
+            .map(|c| c.to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    let doc_params = doc_params.join("\n");
+    let module_doc = format!(
+        "Kernel `{name_str}`, generated by `#[tegula::kernel]`.\n\n\
+         Parameters, in order:\n{doc_params}\n\n\
+         {trace_sig_doc} traces it into Tile IR for one specialization; {launch_sig_doc} runs it \
+         on a device with the default `LaunchConfig`, and `launch_with` takes one."
+    );
+    let user_docs_sep = if docs.is_empty() {
+        quote!()
+    } else {
+        quote!(#[doc = ""])
+    };
+    let launch_with = format_ident!("launch_with");
+
+    quote! {
+        #(#docs)*
+        #user_docs_sep
+        #[doc = #module_doc]
+        #vis mod #name {
+            #[allow(unused_imports)]
+            use super::*;
+
+            /// Traces the kernel for these constexpr values (and type parameters) into Tile IR;
+            /// the first type or shape error comes back with the line of the kernel body.
+            #(#other_attrs)*
+            #[allow(clippy::too_many_arguments)]
+            pub fn trace #generics (#(#trace_args),*)
+                -> ::core::result::Result<::tegula::ir::Kernel, ::tegula::ir::TraceError>
+                #where_clause
+            {
+                ::tegula::ir::builder::trace(#name_str, |#params_var: &mut ::tegula::ir::builder::Params| {
+                    #(#declare_params)*
+                    #body
+                })
+            }
+
+            /// Runs the kernel over `grid` programs with the default launch config.
+            #[allow(clippy::too_many_arguments)]
+            pub fn launch #launch_generics (
+                #dev: &::tegula::Device,
+                #grid: impl ::core::convert::Into<::tegula::Grid>,
+                #(#launch_args),*
+            ) -> ::tegula::Result<()> #launch_where {
+                #launch_with #turbofish (
+                    #dev, #grid, ::core::default::Default::default(), #(#launch_names),*
+                )
+            }
+
+            /// Runs the kernel over `grid` programs with `config` (warps, pipeline stages).
+            #[allow(clippy::too_many_arguments)]
+            pub fn launch_with #launch_generics (
+                #dev: &::tegula::Device,
+                #grid: impl ::core::convert::Into<::tegula::Grid>,
+                #config: ::tegula::LaunchConfig,
+                #(#launch_args),*
+            ) -> ::tegula::Result<()> #launch_where {
+                let #trace_fn = || trace #turbofish (#(#trace_call_args),*);
+                #dev.launch(::tegula::Launch {
+                    name: #name_str,
+                    key: ::std::format!(#key_format, #(#key_values),*),
+                    trace: &#trace_fn,
+                    grid: ::core::convert::Into::into(#grid),
+                    config: #config,
+                    args: ::std::vec![#(#kernel_args),*],
+                })
+            }
+        }
+    }
+}
