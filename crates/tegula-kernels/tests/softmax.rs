@@ -1,0 +1,176 @@
+//! Row softmax against a float64 reference: single-tile and multi-block rows, every dtype,
+//! strided rows, and the contract errors.
+
+use half::{bf16, f16};
+use rand::Rng;
+use tegula::ir::{DType, Element};
+use tegula::{Device, Error, Tensor};
+use tegula_kernels::check;
+use tegula_kernels::softmax::{reference, softmax, softmax_into, softmax_into_blocked, tolerance};
+
+/// Runs the kernel on `x` (any row stride) with `max_block` and compares with float64.
+fn check_view<T: Element>(x: &Tensor<T>, max_block: usize) {
+    let (rows, cols) = (x.shape()[0], x.shape()[1]);
+    let y = x
+        .device()
+        .full::<T>([rows, cols], T::from_f64(-3.0))
+        .unwrap();
+    softmax_into_blocked(x, &y, max_block).unwrap();
+    let want = reference(&x.to_f64_vec().unwrap(), rows, cols);
+    let r = check::compare(
+        "softmax",
+        format!("{rows}x{cols} block {max_block}"),
+        T::DTYPE,
+        &y.to_f64_vec().unwrap(),
+        &want,
+        tolerance(T::DTYPE),
+    );
+    assert!(r.passed(), "{r:?}");
+}
+
+fn shapes() -> Vec<(usize, usize)> {
+    let mut s = vec![
+        (1, 1),
+        (3, 1),
+        (5, 2),
+        (7, 17),
+        (4, 64),
+        (3, 127),
+        (2, 781),
+        (11, 1031),
+    ];
+    let mut rng = rand::thread_rng();
+    s.extend((0..3).map(|_| (rng.gen_range(1..9), rng.gen_range(1..1500))));
+    s
+}
+
+fn check_dtype<T: Element>(dev: &Device) {
+    for (rows, cols) in shapes() {
+        let x = dev.randn::<T>([rows, cols]).unwrap();
+        check_view(&x, 4096); // one tile per row
+        check_view(&x, 16); // many blocks per row, a ragged last one
+        check_view(&x, 128);
+    }
+}
+
+#[test]
+fn f32_single_tile_and_online() {
+    check_dtype::<f32>(&Device::cpu());
+}
+
+#[test]
+fn f16_single_tile_and_online() {
+    check_dtype::<f16>(&Device::cpu());
+}
+
+#[test]
+fn bf16_single_tile_and_online() {
+    check_dtype::<bf16>(&Device::cpu());
+}
+
+#[test]
+fn long_rows_take_the_online_path_by_default() {
+    let dev = Device::cpu();
+    // 4097 is one past the largest single tile; 5003 is prime.
+    for cols in [4097usize, 5003] {
+        let x = dev.randn::<f32>([3, cols]).unwrap();
+        let y = softmax(&x).unwrap();
+        let want = reference(&x.to_f64_vec().unwrap(), 3, cols);
+        let r = check::compare(
+            "softmax",
+            String::new(),
+            DType::F32,
+            &y.to_f64_vec().unwrap(),
+            &want,
+            tolerance(DType::F32),
+        );
+        assert!(r.passed(), "{r:?}");
+    }
+}
+
+#[test]
+fn large_logits_do_not_overflow() {
+    // exp(90) overflows f32; subtracting the row maximum keeps it finite. The largest value
+    // sits in a late block so the online rescaling is exercised.
+    let dev = Device::cpu();
+    let mut data: Vec<f32> = (0..300).map(|i| (i % 17) as f32 * 5.0).collect();
+    data[250] = 95.0;
+    let x = dev.from_slice(&data, [1, 300]).unwrap();
+    check_view(&x, 4096);
+    check_view(&x, 32);
+}
+
+#[test]
+fn strided_rows_of_a_wider_buffer() {
+    let dev = Device::cpu();
+    let wide = dev.randn::<f32>([9, 301]).unwrap();
+    let x = wide.narrow(1, 7, 250).unwrap(); // row stride 301, offset 7
+    check_view(&x, 4096);
+    check_view(&x, 64);
+    // The output may be strided too.
+    let out_wide = dev.zeros::<f32>([9, 260]).unwrap();
+    let y = out_wide.narrow(1, 3, 250).unwrap();
+    softmax_into(&x, &y).unwrap();
+    let want = reference(&x.to_f64_vec().unwrap(), 9, 250);
+    let r = check::compare(
+        "softmax",
+        String::new(),
+        DType::F32,
+        &y.to_f64_vec().unwrap(),
+        &want,
+        tolerance(DType::F32),
+    );
+    assert!(r.passed(), "{r:?}");
+    // Columns outside the view are untouched.
+    let all = out_wide.to_vec().unwrap();
+    assert!(all[..3].iter().all(|&v| v == 0.0));
+    assert!(all[253..263].iter().all(|&v| v == 0.0));
+}
+
+#[test]
+fn contract_errors_are_typed() {
+    let dev = Device::cpu();
+    let x = dev.randn::<f32>([4, 33]).unwrap();
+    let y = dev.zeros::<f32>([4, 32]).unwrap();
+    assert!(matches!(softmax_into(&x, &y), Err(Error::Shape { .. })));
+    let v = dev.randn::<f32>([33]).unwrap();
+    assert!(matches!(softmax(&v), Err(Error::Shape { .. })));
+    // Column-strided (transposed) input.
+    let xt = dev.randn::<f32>([33, 4]).unwrap().transpose(0, 1).unwrap();
+    assert!(matches!(softmax(&xt), Err(Error::Stride { .. })));
+    // In place is aliasing.
+    assert!(matches!(softmax_into(&x, &x), Err(Error::Aliasing { .. })));
+    // Different devices.
+    let y_other = Device::cpu().zeros::<f32>([4, 33]).unwrap();
+    assert!(matches!(
+        softmax_into(&x, &y_other),
+        Err(Error::Device { .. })
+    ));
+    // Integer dtypes are refused.
+    let xi = dev.from_slice(&[1i32, 2, 3], [1, 3]).unwrap();
+    assert!(matches!(softmax(&xi), Err(Error::DType { .. })));
+    // A bad block size.
+    let y2 = dev.zeros::<f32>([4, 33]).unwrap();
+    assert!(matches!(
+        softmax_into_blocked(&x, &y2, 24),
+        Err(Error::Invalid { .. })
+    ));
+}
+
+#[test]
+fn library_entry_checks_and_traces() {
+    let dev = Device::cpu();
+    let k = tegula_kernels::softmax::entry();
+    for &dt in k.dtypes {
+        let r = (k.check)(&dev, k.default_shape, dt).unwrap();
+        assert!(r.passed(), "{r:?}");
+        assert!((k.trace)(k.default_shape, dt)
+            .unwrap()
+            .to_string()
+            .contains("exp"));
+        assert!((k.trace)(&[2, 10_000], dt)
+            .unwrap()
+            .to_string()
+            .contains("for"));
+    }
+}
