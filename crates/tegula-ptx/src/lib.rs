@@ -1,1 +1,219 @@
-//! (crate being built)
+//! GPU lowering of tegula's Tile IR to PTX. Pure Rust: no CUDA is needed to build or test it;
+//! `ptxas` checks its output in CI (`scripts/ptxas.sh`, `tests/ptxas.rs`).
+//!
+//! ```text
+//! Kernel --axis_info--> contiguity / divisibility --layout--> blocked & slice layouts
+//!        --lower--> typed PTX instructions (ptx.rs) --print--> PTX text
+//! ```
+//!
+//! - [`axis_info`]: per-value contiguity, divisibility and constancy; they pick vector widths.
+//! - [`layout`]: which thread and register holds each tile element.
+//! - `lower`: on-demand lowering in the consumer's layout, conversions through shared memory,
+//!   loads/stores/atomics, reductions and scans, `dot` through FMA, loops and branches.
+//! - [`ptx`]: the typed instruction builder and printer.
+//!
+//! Semantics follow the IR docs (and so the interpreter): integer division truncates, shift
+//! amounts past the width clamp, float-to-int casts truncate and saturate with NaN -> 0, float
+//! `max`/`min` drop a NaN operand while reductions propagate it, f16/bf16 round once per op.
+//! Casts round correctly in every pair: conversions that need two roundings go through f32
+//! rounded to odd. The precision of math functions is in `lower/math.rs`.
+//!
+//! Not lowered yet (each gives [`PtxError::Unsupported`] with the source line):
+//! `device_print`, tiles with a dimension that is not a power of two, atomics on 8-bit, 16-bit
+//! integers and i1, f64 transcendental functions (only sqrt, rsqrt, abs, neg, floor, ceil), and
+//! `dot` or conversions needing more than 48 KB of shared memory. `device_assert` lowers to
+//! `trap` (the message is not printed on the GPU).
+
+pub mod axis_info;
+pub mod layout;
+mod lower;
+pub mod ptx;
+
+use ptx::ParamDecl;
+use tegula_ir::{DType, Elem, Kernel, Loc};
+use thiserror::Error;
+
+/// The GPU architecture to emit for (`sm` = 80 for A100, 90 for H100/H200).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Target {
+    pub sm: u32,
+}
+
+impl Target {
+    /// `.target` of the module: `sm_90a` on Hopper (needed for wgmma and setmaxnreg).
+    pub fn target_name(&self) -> String {
+        if self.sm == 90 {
+            "sm_90a".into()
+        } else {
+            format!("sm_{}", self.sm)
+        }
+    }
+
+    /// `.version` of the module: 8.0 has every instruction used and loads on the H200's driver.
+    pub fn ptx_version(&self) -> &'static str {
+        "8.0"
+    }
+}
+
+/// Launch configuration the code is specialized for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct CompileOptions {
+    pub num_warps: u32,
+    /// Pipelining depth (not used by this lowering yet).
+    pub num_stages: u32,
+}
+
+impl Default for CompileOptions {
+    fn default() -> Self {
+        CompileOptions {
+            num_warps: 4,
+            num_stages: 1,
+        }
+    }
+}
+
+/// How one kernel parameter is passed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ParamAbi {
+    /// A 64-bit global address of elements of `pointee`.
+    Pointer { name: String, pointee: DType },
+    /// A scalar of `dtype`, `bytes` wide (i1 as one byte, f16/bf16 as two).
+    Scalar {
+        name: String,
+        dtype: DType,
+        bytes: u32,
+    },
+}
+
+impl ParamAbi {
+    pub fn size_bytes(&self) -> u32 {
+        match self {
+            ParamAbi::Pointer { .. } => 8,
+            ParamAbi::Scalar { bytes, .. } => *bytes,
+        }
+    }
+}
+
+/// A compiled kernel.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Compiled {
+    pub ptx: String,
+    /// The `.entry` name to look up in the module.
+    pub entry: String,
+    /// Static shared memory the kernel declares (the launch needs no dynamic shared memory).
+    pub shared_bytes: u32,
+    /// Threads per block: `32 * num_warps`.
+    pub num_threads: u32,
+    pub params: Vec<ParamAbi>,
+}
+
+/// Why a kernel could not be lowered; points at the user's source line.
+#[derive(Clone, Debug, PartialEq, Error)]
+pub enum PtxError {
+    #[error("kernel `{kernel}`: {what} is not supported by the PTX backend yet\n  --> {loc}")]
+    Unsupported {
+        kernel: String,
+        what: String,
+        loc: Loc,
+    },
+    #[error("kernel `{kernel}`: {message}\n  --> {loc}")]
+    Invalid {
+        kernel: String,
+        message: String,
+        loc: Loc,
+    },
+    #[error("invalid compile options: {0}")]
+    Options(String),
+}
+
+/// The `.param` name of parameter `i`.
+pub(crate) fn param_name(k: &Kernel, i: usize) -> String {
+    format!("p{i}_{}", sanitize(&k.params[i].name))
+}
+
+fn sanitize(s: &str) -> String {
+    s.chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+        .collect()
+}
+
+/// Lowers `kernel` to a PTX module for `target`.
+pub fn compile(
+    kernel: &Kernel,
+    target: &Target,
+    options: &CompileOptions,
+) -> Result<Compiled, PtxError> {
+    let w = options.num_warps;
+    if !w.is_power_of_two() || w > 32 {
+        return Err(PtxError::Options(format!(
+            "num_warps must be a power of two from 1 to 32, got {w}"
+        )));
+    }
+    if target.sm < 80 {
+        return Err(PtxError::Options(format!(
+            "sm_{} is not supported (sm_80 or newer)",
+            target.sm
+        )));
+    }
+    check_shapes(kernel)?;
+    let mut lw = lower::Lower::new(kernel, w, target.sm);
+    lw.lower_kernel()?;
+    let entry = format!("tg_{}", sanitize(&kernel.name));
+    let shared_bytes = lw.smem_bytes.div_ceil(16) * 16;
+    let params: Vec<ParamDecl> = (0..kernel.params.len())
+        .map(|i| ParamDecl {
+            name: param_name(kernel, i),
+            ty: lower::types::param_ty(kernel.params[i].ty.elem),
+        })
+        .collect();
+    let ptx = lw.b.finish(
+        target.ptx_version(),
+        &target.target_name(),
+        &entry,
+        &params,
+        32 * w,
+        shared_bytes,
+    );
+    let abi = kernel
+        .params
+        .iter()
+        .map(|p| match p.ty.elem {
+            Elem::Ptr(d) => ParamAbi::Pointer {
+                name: p.name.clone(),
+                pointee: d,
+            },
+            Elem::Scalar(d) => ParamAbi::Scalar {
+                name: p.name.clone(),
+                dtype: d,
+                bytes: d.size_bytes() as u32,
+            },
+        })
+        .collect();
+    Ok(Compiled {
+        ptx,
+        entry,
+        shared_bytes,
+        num_threads: 32 * w,
+        params: abi,
+    })
+}
+
+/// Layouts need power-of-two dimensions.
+fn check_shapes(k: &Kernel) -> Result<(), PtxError> {
+    for inst in k.walk() {
+        let d = &k.insts[inst];
+        for &r in &d.results {
+            let s = k.ty(r).shape;
+            if let Some(&bad) = s.dims().iter().find(|&&x| !x.is_power_of_two()) {
+                return Err(PtxError::Unsupported {
+                    kernel: k.name.clone(),
+                    what: format!(
+                        "the tile shape {s} (dimension {bad}; GPU tiles need powers of two)"
+                    ),
+                    loc: d.loc,
+                });
+            }
+        }
+    }
+    Ok(())
+}

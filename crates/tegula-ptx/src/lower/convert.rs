@@ -1,0 +1,185 @@
+//! Layout conversion through shared memory.
+//!
+//! Every thread writes its registers at the elements' row-major positions, a barrier, and every
+//! thread reads the elements of the destination layout. A [`Remap`] changes where the
+//! destination reads, which turns the same code into `reshape` (row-major order is kept: the
+//! identity), `permute` and axis reversal. A barrier before the writes protects the previous
+//! user of the scratch buffer.
+
+use super::{Lower, Vals, R};
+use crate::layout::Layout;
+use crate::ptx::{Arg, Reg, RegClass, Ty};
+use tegula_ir::{Shape, TileType};
+
+/// Where destination element `idx` is read from: `offset + sum_i idx[i] * strides[i]`
+/// (in elements of the source's row-major order), and the destination shape.
+#[derive(Clone, Debug)]
+pub struct Remap {
+    pub shape: Shape,
+    pub strides: Vec<i64>,
+    pub offset: i64,
+}
+
+impl Remap {
+    /// `permute(perm)` of a value of `src` shape.
+    pub fn permute(src: &Shape, perm: &[u8]) -> Remap {
+        let st = src.strides();
+        let dims: Vec<usize> = perm.iter().map(|&p| src.dim(p as usize)).collect();
+        Remap {
+            shape: Shape::new(&dims).expect("same rank"),
+            strides: perm.iter().map(|&p| st[p as usize] as i64).collect(),
+            offset: 0,
+        }
+    }
+
+    /// Reversal of `axis`.
+    pub fn flip(shape: &Shape, axis: usize) -> Remap {
+        let st = shape.strides();
+        let mut strides: Vec<i64> = (0..shape.rank()).map(|i| st[i] as i64).collect();
+        strides[axis] = -strides[axis];
+        Remap {
+            shape: *shape,
+            strides,
+            offset: (shape.dim(axis) as i64 - 1) * st[axis] as i64,
+        }
+    }
+}
+
+pub(crate) fn st_ty(c: RegClass) -> Ty {
+    match c {
+        RegClass::Pred => Ty::U8,
+        RegClass::F32 => Ty::F32,
+        RegClass::F64 => Ty::F64,
+        c => c.bits_ty(),
+    }
+}
+
+impl Lower<'_> {
+    /// Writes `src` (a value of `ty` in `from`) to shared memory at byte offset `at`, with
+    /// element `idx` at `at + es * sum(idx * strides)`.
+    pub(crate) fn smem_write(
+        &mut self,
+        src: &[Reg],
+        shape: &Shape,
+        from: &Layout,
+        strides: &[i64],
+        at: i64,
+        guard: Option<Reg>,
+    ) {
+        let class = src[0].class;
+        let es = class.bytes() as i64;
+        let ps: Vec<i64> = strides.iter().map(|s| s * es).collect();
+        let base = self.smem(0);
+        let off = self.thread_offset(from, shape, &ps);
+        let addr = match off {
+            Some(o) => self
+                .b
+                .op("add.s32", RegClass::B32, vec![base.into(), o.into()]),
+            None => base,
+        };
+        let geom = from.geometry(shape);
+        let mut seen = std::collections::HashSet::new();
+        for (i, &r) in src.iter().enumerate() {
+            let c = Lower::reg_offset(&geom, i, &ps) + at;
+            if !seen.insert(c) {
+                continue;
+            }
+            let v = if class == RegClass::Pred {
+                self.b.op(
+                    "selp.u32",
+                    RegClass::B32,
+                    vec![Arg::Imm(1), Arg::Imm(0), r.into()],
+                )
+            } else {
+                r
+            };
+            let args = vec![Arg::Addr(Box::new(addr.into()), c), v.into()];
+            let op = format!("st.shared{}", st_ty(class));
+            match guard {
+                Some(g) => self.b.emit_guarded(g, false, op, args),
+                None => self.b.emit(op, args),
+            }
+        }
+    }
+
+    /// Reads a value of `shape` in layout `to` from shared memory (see [`Lower::smem_write`]).
+    pub(crate) fn smem_read(
+        &mut self,
+        class: RegClass,
+        shape: &Shape,
+        to: &Layout,
+        strides: &[i64],
+        at: i64,
+    ) -> Vals {
+        let es = class.bytes() as i64;
+        let ps: Vec<i64> = strides.iter().map(|s| s * es).collect();
+        let base = self.smem(0);
+        let off = self.thread_offset(to, shape, &ps);
+        let addr = match off {
+            Some(o) => self
+                .b
+                .op("add.s32", RegClass::B32, vec![base.into(), o.into()]),
+            None => base,
+        };
+        let geom = to.geometry(shape);
+        let mut cache = std::collections::HashMap::new();
+        (0..geom.count)
+            .map(|i| {
+                let c = Lower::reg_offset(&geom, i, &ps) + at;
+                if let Some(&r) = cache.get(&c) {
+                    return r;
+                }
+                let a = Arg::Addr(Box::new(addr.into()), c);
+                let r = if class == RegClass::Pred {
+                    let w = self.b.op("ld.shared.u8", RegClass::B32, vec![a]);
+                    self.b
+                        .op("setp.ne.u32", RegClass::Pred, vec![w.into(), Arg::Imm(0)])
+                } else {
+                    self.b
+                        .op(format!("ld.shared{}", st_ty(class)), class, vec![a])
+                };
+                cache.insert(c, r);
+                r
+            })
+            .collect()
+    }
+
+    pub(crate) fn convert_smem(
+        &mut self,
+        src: &[Reg],
+        ty: TileType,
+        from: &Layout,
+        to: &Layout,
+        remap: Option<&Remap>,
+    ) -> R<Vals> {
+        let class = src.first().map(|r| r.class).unwrap_or(RegClass::B32);
+        let shape = ty.shape;
+        let bytes = shape.numel() as u32 * class.bytes();
+        if bytes > super::MAX_STATIC_SHARED {
+            return Err(self.unsupported(format!(
+                "a layout conversion of {ty} ({bytes} bytes of shared memory)"
+            )));
+        }
+        self.smem(bytes);
+        self.b
+            .comment(format!("convert {ty} through shared memory"));
+        self.barrier();
+        let ws = Lower::parent_strides(from, &shape, 1);
+        self.smem_write(src, &shape, from, &ws, 0, None);
+        self.barrier();
+        let (dshape, rstrides, offset) = match remap {
+            Some(m) => (m.shape, m.strides.clone(), m.offset),
+            None => {
+                let st = shape.strides();
+                (shape, (0..shape.rank()).map(|i| st[i] as i64).collect(), 0)
+            }
+        };
+        // Read strides are given per destination value axis; map them to parent axes.
+        let mut ps = vec![0i64; to.parent_rank()];
+        for (k, d) in to.kept().into_iter().enumerate() {
+            ps[d] = rstrides[k];
+        }
+        let es = class.bytes() as i64;
+        Ok(self.smem_read(class, &dshape, to, &ps, offset * es))
+    }
+}

@@ -1,0 +1,814 @@
+//! Lowering of a Tile IR kernel to PTX.
+//!
+//! Values are lowered on demand, in the layout their consumer asks for:
+//! - *anchored* ops (loads, reductions, scans, dots, atomics, control-flow results and block
+//!   arguments) are lowered once, in program order, in a layout of their own;
+//! - *free* ops (constants, aranges, splats, broadcasts, elementwise arithmetic, pointer
+//!   arithmetic) are materialized in whatever layout a consumer requests, so an `arange` feeding a
+//!   2-D address computation is built directly in the load's layout. Free values that depend on
+//!   no anchored value are placed in the kernel prologue once.
+//!
+//! An anchored value asked for in another layout goes through shared memory (`convert.rs`).
+//! Results are cached per (value, layout) in scopes that follow the region nesting, so a
+//! register set created inside a loop body or branch is never used outside it.
+
+mod convert;
+mod dot;
+mod elementwise;
+mod math;
+mod memory;
+mod reduce;
+pub mod types;
+
+use crate::axis_info::AxisAnalysis;
+use crate::layout::Layout;
+use crate::ptx::{Arg, Builder, Reg, RegClass, SMEM};
+use crate::PtxError;
+use std::collections::HashMap;
+use tegula_ir::{Block, Inst, Kernel, Loc, Op, Shape, TileType, Value, ValueDef};
+use types::class_of;
+
+pub(crate) type R<T> = Result<T, PtxError>;
+
+/// Registers of one value in one layout, in the layout's register order.
+pub(crate) type Vals = Vec<Reg>;
+
+/// Largest static shared memory a kernel may use without opting in to more.
+pub const MAX_STATIC_SHARED: u32 = 48 * 1024;
+
+pub(crate) struct Lower<'k> {
+    pub k: &'k Kernel,
+    pub b: Builder,
+    pub axis: AxisAnalysis,
+    pub num_warps: u32,
+    pub sm: u32,
+    anchors: HashMap<Value, Layout>,
+    /// Layouts assumed for block arguments while choosing loop-carried layouts.
+    assumed: HashMap<Value, (Layout, bool)>,
+    /// Memo of [`Lower::natural`]; cleared whenever an anchor or an assumption changes.
+    natural_memo: std::cell::RefCell<HashMap<Value, (Layout, bool)>>,
+    invariant: HashMap<Value, bool>,
+    global: HashMap<(Value, Layout), Vals>,
+    scopes: Vec<HashMap<(Value, Layout), Vals>>,
+    pub tid: Reg,
+    pub lane: Reg,
+    pub warp: Reg,
+    bases: HashMap<(Layout, Vec<u32>), Vec<Option<Reg>>>,
+    offsets: HashMap<(Layout, Vec<u32>, Vec<i64>), Option<Reg>>,
+    owners: HashMap<(Layout, Vec<u32>), Option<Reg>>,
+    smem_base: Option<Reg>,
+    pub smem_bytes: u32,
+    policies: HashMap<u8, Reg>,
+    /// The instruction being lowered, for error locations.
+    pub loc: Loc,
+}
+
+/// Whether an op is lowered in program order with a layout of its own.
+fn is_anchored(op: &Op) -> bool {
+    matches!(
+        op,
+        Op::Load { .. }
+            | Op::Store { .. }
+            | Op::Atomic { .. }
+            | Op::AtomicCas { .. }
+            | Op::Reduce { .. }
+            | Op::Scan { .. }
+            | Op::Dot { .. }
+            | Op::For
+            | Op::If
+            | Op::While
+            | Op::Print { .. }
+            | Op::Assert { .. }
+            | Op::Yield
+            | Op::Condition
+    )
+}
+
+impl<'k> Lower<'k> {
+    pub fn new(k: &'k Kernel, num_warps: u32, sm: u32) -> Lower<'k> {
+        let mut b = Builder::new();
+        let (tid, lane, warp) = b.in_prologue(|b| {
+            let tid = b.op("mov.u32", RegClass::B32, vec![Arg::Sym("%tid.x".into())]);
+            let lane = b.op("and.b32", RegClass::B32, vec![tid.into(), Arg::Imm(31)]);
+            let warp = b.op("shr.u32", RegClass::B32, vec![tid.into(), Arg::Imm(5)]);
+            (tid, lane, warp)
+        });
+        Lower {
+            k,
+            b,
+            axis: AxisAnalysis::run(k),
+            num_warps,
+            sm,
+            anchors: HashMap::new(),
+            assumed: HashMap::new(),
+            natural_memo: Default::default(),
+            invariant: HashMap::new(),
+            global: HashMap::new(),
+            scopes: vec![HashMap::new()],
+            tid,
+            lane,
+            warp,
+            bases: HashMap::new(),
+            offsets: HashMap::new(),
+            owners: HashMap::new(),
+            smem_base: None,
+            smem_bytes: 0,
+            policies: HashMap::new(),
+            loc: Loc::UNKNOWN,
+        }
+    }
+
+    // --- errors --------------------------------------------------------------------------
+
+    pub fn unsupported(&self, what: impl Into<String>) -> PtxError {
+        PtxError::Unsupported {
+            kernel: self.k.name.clone(),
+            what: what.into(),
+            loc: self.loc,
+        }
+    }
+
+    pub fn invalid(&self, message: impl Into<String>) -> PtxError {
+        PtxError::Invalid {
+            kernel: self.k.name.clone(),
+            message: message.into(),
+            loc: self.loc,
+        }
+    }
+
+    // --- the value cache -----------------------------------------------------------------
+
+    fn lookup(&self, v: Value, l: &Layout) -> Option<Vals> {
+        let key = (v, l.clone());
+        if let Some(r) = self.global.get(&key) {
+            return Some(r.clone());
+        }
+        self.scopes.iter().rev().find_map(|s| s.get(&key).cloned())
+    }
+
+    fn remember(&mut self, v: Value, l: &Layout, regs: Vals) {
+        self.scopes
+            .last_mut()
+            .expect("a scope is open")
+            .insert((v, l.clone()), regs);
+    }
+
+    /// Records the registers of an anchored value in its own layout.
+    pub fn define(&mut self, v: Value, l: &Layout, regs: Vals) {
+        let l = if self.k.ty(v).shape.is_scalar() {
+            Layout::scalar()
+        } else {
+            l.clone()
+        };
+        self.anchors.insert(v, l.clone());
+        self.natural_memo.borrow_mut().clear();
+        self.remember(v, &l, regs);
+    }
+
+    fn is_invariant(&mut self, v: Value) -> bool {
+        if let Some(&b) = self.invariant.get(&v) {
+            return b;
+        }
+        let r = match self.k.values[v].def {
+            ValueDef::Param(_) => true,
+            ValueDef::BlockArg(..) => false,
+            ValueDef::Result(inst, _) => {
+                let d = &self.k.insts[inst];
+                !is_anchored(&d.op)
+                    && !matches!(d.op, Op::Reshape | Op::Permute { .. })
+                    && d.args.clone().iter().all(|&a| self.is_invariant(a))
+            }
+        };
+        self.invariant.insert(v, r);
+        r
+    }
+
+    /// The registers of `v` in layout `l` (any layout for scalars).
+    pub fn get(&mut self, v: Value, l: &Layout) -> R<Vals> {
+        let ty = self.k.ty(v);
+        let l = if ty.shape.is_scalar() {
+            Layout::scalar()
+        } else {
+            l.clone()
+        };
+        if let Some(r) = self.lookup(v, &l) {
+            return Ok(r);
+        }
+        if let Some(al) = self.anchors.get(&v).cloned() {
+            let src = self.lookup(v, &al).ok_or_else(|| {
+                self.invalid(format!("{v} is used outside the region that defines it"))
+            })?;
+            let out = self.convert(&src, ty, &al, &l, None)?;
+            self.remember(v, &l, out.clone());
+            return Ok(out);
+        }
+        let inv = self.is_invariant(v);
+        let was = if inv {
+            self.b.set_prologue(true)
+        } else {
+            self.b.is_in_prologue()
+        };
+        let saved_loc = self.loc;
+        let r = self.lower_free(v, &l);
+        self.loc = saved_loc;
+        self.b.set_prologue(was);
+        let r = r?;
+        if inv {
+            self.global.insert((v, l), r.clone());
+        } else {
+            self.remember(v, &l, r.clone());
+        }
+        Ok(r)
+    }
+
+    /// The single register of a scalar value.
+    pub fn scalar(&mut self, v: Value) -> R<Reg> {
+        Ok(self.get(v, &Layout::scalar())?[0])
+    }
+
+    // --- layouts -------------------------------------------------------------------------
+
+    /// The canonical layout of a shape when nothing asks for another.
+    pub fn canonical(&self, shape: &Shape) -> Layout {
+        Layout::blocked(shape, 1, self.num_warps)
+    }
+
+    /// The layout `v` is cheapest in, and whether it comes from an anchored op (strong) rather
+    /// than the shape's default (weak).
+    pub fn natural(&self, v: Value) -> (Layout, bool) {
+        if let Some(r) = self.natural_memo.borrow().get(&v) {
+            return r.clone();
+        }
+        let r = self.natural_uncached(v);
+        self.natural_memo.borrow_mut().insert(v, r.clone());
+        r
+    }
+
+    fn natural_uncached(&self, v: Value) -> (Layout, bool) {
+        let ty = self.k.ty(v);
+        if ty.shape.is_scalar() {
+            return (Layout::scalar(), true);
+        }
+        if let Some(l) = self.anchors.get(&v) {
+            return (l.clone(), true);
+        }
+        if let Some(a) = self.assumed.get(&v) {
+            return a.clone();
+        }
+        let weak = (self.canonical(&ty.shape), false);
+        let (inst, idx) = match self.k.values[v].def {
+            ValueDef::Result(i, idx) => (i, idx),
+            _ => return weak,
+        };
+        let d = &self.k.insts[inst];
+        match &d.op {
+            Op::Load { .. } | Op::Atomic { .. } | Op::AtomicCas { .. } => {
+                (self.access_layout(inst), true)
+            }
+            Op::Reduce { axis, .. } => (self.natural(d.args[0]).0.slice(*axis as usize), true),
+            Op::Scan { axis, .. } => (
+                Layout::chunked(&ty.shape, *axis as usize, self.num_warps),
+                true,
+            ),
+            Op::Dot { .. } => (self.dot_layout(&ty.shape), true),
+            Op::For => self.natural(d.args[3 + idx]),
+            Op::While => self.natural(d.args[idx]),
+            Op::If => {
+                let then = self.k.blocks[d.regions[0]].insts.last().copied();
+                match then {
+                    Some(y) => self.natural(self.k.insts[y].args[idx]),
+                    None => weak,
+                }
+            }
+            Op::Broadcast | Op::MultipleOf { .. } | Op::MaxContiguous { .. } => {
+                let (l, s) = self.natural(d.args[0]);
+                if s {
+                    (l, true)
+                } else {
+                    weak
+                }
+            }
+            Op::ExpandDims { axis } => {
+                let (l, s) = self.natural(d.args[0]);
+                match (s, l.unslice(*axis as usize)) {
+                    (true, Some(u)) => (u, true),
+                    _ => weak,
+                }
+            }
+            Op::Binary(_)
+            | Op::Unary(_)
+            | Op::Compare(_)
+            | Op::Select
+            | Op::Fma
+            | Op::Cast { .. }
+            | Op::Bitcast
+            | Op::AddPtr => {
+                for &a in &d.args {
+                    if self.k.ty(a).shape.rank() == ty.shape.rank() {
+                        let (l, s) = self.natural(a);
+                        if s {
+                            return (l, true);
+                        }
+                    }
+                }
+                weak
+            }
+            _ => weak,
+        }
+    }
+
+    // --- thread geometry -----------------------------------------------------------------
+
+    /// The thread's position along parent axis `d` (`lane_d + tpw_d * warp_d`), or `None` when
+    /// it is always zero.
+    fn position(&mut self, l: &Layout, d: usize) -> Option<Reg> {
+        let (tpw, wpc) = (l.tpw[d], l.wpc[d]);
+        if tpw == 1 && wpc == 1 {
+            return None;
+        }
+        let (ls, ws) = (l.lane_strides()[d], l.warp_strides()[d]);
+        let (lane, warp) = (self.lane, self.warp);
+        Some(self.b.in_prologue(|b| {
+            let part = |b: &mut Builder, src: Reg, stride: u32, count: u32| -> Option<Reg> {
+                if count == 1 {
+                    return None;
+                }
+                let s = b.op(
+                    "shr.u32",
+                    RegClass::B32,
+                    vec![src.into(), Arg::Imm(stride.trailing_zeros() as i64)],
+                );
+                Some(b.op(
+                    "and.b32",
+                    RegClass::B32,
+                    vec![s.into(), Arg::Imm(count as i64 - 1)],
+                ))
+            };
+            let lp = part(b, lane, ls, tpw);
+            let wp = part(b, warp, ws, wpc);
+            match (lp, wp) {
+                (Some(x), None) => x,
+                (None, Some(w)) => b.op(
+                    "shl.b32",
+                    RegClass::B32,
+                    vec![w.into(), Arg::Imm(tpw.trailing_zeros() as i64)],
+                ),
+                (Some(x), Some(w)) => {
+                    let ws = b.op(
+                        "shl.b32",
+                        RegClass::B32,
+                        vec![w.into(), Arg::Imm(tpw.trailing_zeros() as i64)],
+                    );
+                    b.op("or.b32", RegClass::B32, vec![x.into(), ws.into()])
+                }
+                (None, None) => unreachable!("tpw or wpc exceeds one"),
+            }
+        }))
+    }
+
+    /// Per parent axis, the thread's base element index (`None` when zero).
+    pub fn bases(&mut self, l: &Layout, shape: &Shape) -> Vec<Option<Reg>> {
+        let parent = l.parent_shape(shape);
+        let key = (l.clone(), parent.clone());
+        if let Some(b) = self.bases.get(&key) {
+            return b.clone();
+        }
+        let mut out = Vec::new();
+        for (d, &p) in parent.iter().enumerate() {
+            let base = if p == 1 {
+                None
+            } else {
+                self.position(l, d).map(|pos| {
+                    self.b.in_prologue(|b| {
+                        let s = b.op(
+                            "shl.b32",
+                            RegClass::B32,
+                            vec![pos.into(), Arg::Imm(l.spt[d].trailing_zeros() as i64)],
+                        );
+                        b.op(
+                            "and.b32",
+                            RegClass::B32,
+                            vec![s.into(), Arg::Imm(p as i64 - 1)],
+                        )
+                    })
+                })
+            };
+            out.push(base);
+        }
+        self.bases.insert(key, out.clone());
+        out
+    }
+
+    /// `sum_d base_d * strides[d]` over parent axes (strides in any unit), as s32.
+    pub fn thread_offset(&mut self, l: &Layout, shape: &Shape, strides: &[i64]) -> Option<Reg> {
+        let parent = l.parent_shape(shape);
+        let key = (l.clone(), parent, strides.to_vec());
+        if let Some(r) = self.offsets.get(&key) {
+            return *r;
+        }
+        let bases = self.bases(l, shape);
+        let mut acc: Option<Reg> = None;
+        self.b.in_prologue(|b| {
+            for (d, base) in bases.iter().enumerate() {
+                let (Some(base), s) = (base, strides[d]) else {
+                    continue;
+                };
+                if s == 0 {
+                    continue;
+                }
+                acc = Some(match acc {
+                    None => b.op(
+                        "mul.lo.s32",
+                        RegClass::B32,
+                        vec![(*base).into(), Arg::Imm(s)],
+                    ),
+                    Some(a) => b.op(
+                        "mad.lo.s32",
+                        RegClass::B32,
+                        vec![(*base).into(), Arg::Imm(s), a.into()],
+                    ),
+                });
+            }
+        });
+        self.offsets.insert(key, acc);
+        acc
+    }
+
+    /// The constant part of register `i`'s offset for the same strides.
+    pub fn reg_offset(geom: &crate::layout::RegGeometry, i: usize, strides: &[i64]) -> i64 {
+        let c = geom.coords(i);
+        (0..c.len())
+            .map(|d| geom.const_index(d, c[d]) as i64 * strides[d])
+            .sum()
+    }
+
+    /// Row-major strides of `shape` mapped onto the parent axes of `l` (sliced axes: 0).
+    pub fn parent_strides(l: &Layout, shape: &Shape, scale: i64) -> Vec<i64> {
+        let st = shape.strides();
+        let mut out = vec![0i64; l.parent_rank()];
+        for (k, d) in l.kept().into_iter().enumerate() {
+            out[d] = st[k] as i64 * scale;
+        }
+        out
+    }
+
+    /// A predicate true on the one thread that owns each element of a replicated layout;
+    /// `None` when every thread owns its elements.
+    pub fn owner(&mut self, l: &Layout, shape: &Shape) -> Option<Reg> {
+        let parent = l.parent_shape(shape);
+        let key = (l.clone(), parent.clone());
+        if let Some(o) = self.owners.get(&key) {
+            return *o;
+        }
+        let tid = self.tid;
+        let o = if l.is_scalar() {
+            Some(self.b.in_prologue(|b| {
+                b.op("setp.eq.u32", RegClass::Pred, vec![tid.into(), Arg::Imm(0)])
+            }))
+        } else {
+            let mut acc: Option<Reg> = None;
+            for (d, &p) in parent.iter().enumerate() {
+                if l.spt[d] * l.tpw[d] * l.wpc[d] <= p {
+                    continue;
+                }
+                let Some(pos) = self.position(l, d) else {
+                    continue;
+                };
+                let limit = (p / l.spt[d]).max(1);
+                acc = Some(self.b.in_prologue(|b| {
+                    let ok = b.op(
+                        "setp.lt.u32",
+                        RegClass::Pred,
+                        vec![pos.into(), Arg::Imm(limit as i64)],
+                    );
+                    match acc {
+                        None => ok,
+                        Some(a) => b.op("and.pred", RegClass::Pred, vec![a.into(), ok.into()]),
+                    }
+                }));
+            }
+            acc
+        };
+        self.owners.insert(key, o);
+        o
+    }
+
+    /// The 32-bit shared address of the scratch buffer; `bytes` more of it are needed.
+    pub fn smem(&mut self, bytes: u32) -> Reg {
+        self.smem_bytes = self.smem_bytes.max(bytes);
+        if let Some(r) = self.smem_base {
+            return r;
+        }
+        let r = self
+            .b
+            .in_prologue(|b| b.op("mov.u32", RegClass::B32, vec![Arg::Sym(SMEM.into())]));
+        self.smem_base = Some(r);
+        r
+    }
+
+    pub fn barrier(&mut self) {
+        self.b.emit("bar.sync", vec![Arg::Imm(0)]);
+    }
+
+    /// An L2 cache policy register for an eviction hint (created once).
+    pub fn policy(&mut self, last: bool) -> Reg {
+        let key = last as u8;
+        if let Some(r) = self.policies.get(&key) {
+            return *r;
+        }
+        let op = if last {
+            "createpolicy.fractional.L2::evict_last.b64"
+        } else {
+            "createpolicy.fractional.L2::evict_first.b64"
+        };
+        let r = self
+            .b
+            .in_prologue(|b| b.op(op, RegClass::B64, vec![Arg::F32(1.0)]));
+        self.policies.insert(key, r);
+        r
+    }
+
+    // --- program order -------------------------------------------------------------------
+
+    pub fn lower_kernel(&mut self) -> R<()> {
+        self.lower_block(self.k.body)
+    }
+
+    fn lower_block(&mut self, block: Block) -> R<()> {
+        for &inst in &self.k.blocks[block].insts {
+            if !is_anchored(&self.k.insts[inst].op) {
+                continue;
+            }
+            self.loc = self.k.insts[inst].loc;
+            self.lower_anchored(inst)?;
+        }
+        Ok(())
+    }
+
+    fn lower_anchored(&mut self, inst: Inst) -> R<()> {
+        let d = &self.k.insts[inst];
+        match &d.op {
+            Op::Load { .. } => self.lower_load(inst),
+            Op::Store { .. } => self.lower_store(inst),
+            Op::Atomic { .. } | Op::AtomicCas { .. } => self.lower_atomic(inst),
+            Op::Reduce { .. } => self.lower_reduce(inst),
+            Op::Scan { .. } => self.lower_scan(inst),
+            Op::Dot { .. } => self.lower_dot(inst),
+            Op::For => self.lower_for(inst),
+            Op::If => self.lower_if(inst),
+            Op::While => self.lower_while(inst),
+            Op::Assert { .. } => self.lower_assert(inst),
+            Op::Print { .. } => Err(self.unsupported(
+                "device_print (printing from GPU kernels is not implemented; use the interpreter)",
+            )),
+            Op::Yield | Op::Condition => Ok(()),
+            other => Err(self.invalid(format!("`{}` is not anchored", other.name()))),
+        }
+    }
+
+    /// The values a region's terminator passes on.
+    fn terminator_args(&self, block: Block) -> Vec<Value> {
+        self.k.blocks[block]
+            .insts
+            .last()
+            .map(|&t| self.k.insts[t].args.clone())
+            .unwrap_or_default()
+    }
+
+    /// Layouts of loop-carried values: the layout the body produces them in when that comes
+    /// from an anchored op, else the layout of the initial value.
+    fn carried_layouts(
+        &mut self,
+        block_args: &[Value],
+        inits: &[Value],
+        yields: &[Value],
+    ) -> Vec<Layout> {
+        let provisional: Vec<(Layout, bool)> = inits.iter().map(|&v| self.natural(v)).collect();
+        for (&a, l) in block_args.iter().zip(&provisional) {
+            self.assumed.insert(a, l.clone());
+        }
+        self.natural_memo.borrow_mut().clear();
+        let out = yields
+            .iter()
+            .zip(&provisional)
+            .map(|(&y, p)| {
+                let (l, strong) = self.natural(y);
+                if strong {
+                    l
+                } else {
+                    p.0.clone()
+                }
+            })
+            .collect();
+        for a in block_args {
+            self.assumed.remove(a);
+        }
+        self.natural_memo.borrow_mut().clear();
+        out
+    }
+
+    /// Fresh registers holding a copy of `vals`.
+    fn copy_regs(&mut self, vals: &[Reg]) -> Vals {
+        vals.iter()
+            .map(|&r| {
+                let d = self.b.reg(r.class);
+                self.b.mov(d, r);
+                d
+            })
+            .collect()
+    }
+
+    /// Moves `src` into `dst` as a parallel copy (through temporaries).
+    fn assign(&mut self, dst: &[Vals], src: &[Vals]) {
+        let temps: Vec<Vals> = src.iter().map(|s| self.copy_regs(s)).collect();
+        for (d, t) in dst.iter().zip(&temps) {
+            for (&dr, &tr) in d.iter().zip(t) {
+                self.b.mov(dr, tr);
+            }
+        }
+    }
+
+    fn lower_for(&mut self, inst: Inst) -> R<()> {
+        let d = self.k.insts[inst].clone();
+        let body = d.regions[0];
+        let bargs = self.k.blocks[body].args.clone();
+        let inits = &d.args[3..];
+        let yields = self.terminator_args(body);
+        let layouts = self.carried_layouts(&bargs[1..], inits, &yields);
+        let (lo, hi, step) = (
+            self.scalar(d.args[0])?,
+            self.scalar(d.args[1])?,
+            self.scalar(d.args[2])?,
+        );
+        let iv_dtype = self.k.ty(bargs[0]).dtype();
+        let mut carried = Vec::new();
+        for (&init, l) in inits.iter().zip(&layouts) {
+            let v = self.get(init, l)?;
+            carried.push(self.copy_regs(&v));
+        }
+        let iv = self.copy_regs(&[lo])[0];
+        let (top, end) = (self.b.new_label("for"), self.b.new_label("endfor"));
+        self.b.place_label(&top);
+        let cmp = if iv_dtype.is_signed_int() { "s" } else { "u" };
+        let bits = iv_dtype.bits().max(32);
+        let p = self.b.op(
+            format!("setp.lt.{cmp}{bits}"),
+            RegClass::Pred,
+            vec![iv.into(), hi.into()],
+        );
+        self.b.bra_if(p, true, &end);
+        self.scopes.push(HashMap::new());
+        self.define(bargs[0], &Layout::scalar(), vec![iv]);
+        for (i, l) in layouts.iter().enumerate() {
+            self.define(bargs[1 + i], l, carried[i].clone());
+        }
+        self.lower_block(body)?;
+        self.loc = d.loc;
+        let mut next = Vec::new();
+        for (&y, l) in yields.iter().zip(&layouts) {
+            next.push(self.get(y, l)?);
+        }
+        self.assign(&carried, &next);
+        self.scopes.pop();
+        let ty = if iv_dtype.bits() == 64 { "s64" } else { "s32" };
+        self.b
+            .emit(format!("add.{ty}"), vec![iv.into(), iv.into(), step.into()]);
+        self.b.bra(&top);
+        self.b.place_label(&end);
+        for (i, l) in layouts.iter().enumerate() {
+            self.define(d.results[i], l, carried[i].clone());
+        }
+        Ok(())
+    }
+
+    fn lower_while(&mut self, inst: Inst) -> R<()> {
+        let d = self.k.insts[inst].clone();
+        let (before, after) = (d.regions[0], d.regions[1]);
+        let yields = self.terminator_args(after);
+        let bargs = self.k.blocks[after].args.clone();
+        let layouts = self.carried_layouts(&bargs, &d.args, &yields);
+        let mut carried = Vec::new();
+        for (&init, l) in d.args.iter().zip(&layouts) {
+            let v = self.get(init, l)?;
+            carried.push(self.copy_regs(&v));
+        }
+        let (top, end) = (self.b.new_label("while"), self.b.new_label("endwhile"));
+        self.b.place_label(&top);
+        self.scopes.push(HashMap::new());
+        let bb = self.k.blocks[before].args.clone();
+        for (i, l) in layouts.iter().enumerate() {
+            self.define(bb[i], l, carried[i].clone());
+        }
+        self.lower_block(before)?;
+        self.loc = d.loc;
+        let cond = self.terminator_args(before)[0];
+        let p = self.scalar(cond)?;
+        self.scopes.pop();
+        self.b.bra_if(p, true, &end);
+        self.scopes.push(HashMap::new());
+        for (i, l) in layouts.iter().enumerate() {
+            self.define(bargs[i], l, carried[i].clone());
+        }
+        self.lower_block(after)?;
+        self.loc = d.loc;
+        let mut next = Vec::new();
+        for (&y, l) in yields.iter().zip(&layouts) {
+            next.push(self.get(y, l)?);
+        }
+        self.assign(&carried, &next);
+        self.scopes.pop();
+        self.b.bra(&top);
+        self.b.place_label(&end);
+        for (i, l) in layouts.iter().enumerate() {
+            self.define(d.results[i], l, carried[i].clone());
+        }
+        Ok(())
+    }
+
+    fn lower_if(&mut self, inst: Inst) -> R<()> {
+        let d = self.k.insts[inst].clone();
+        let (then_b, else_b) = (d.regions[0], d.regions[1]);
+        let then_y = self.terminator_args(then_b);
+        let else_y = self.terminator_args(else_b);
+        let layouts: Vec<Layout> = then_y
+            .iter()
+            .zip(&else_y)
+            .map(|(&t, &e)| {
+                let (lt, st) = self.natural(t);
+                if st {
+                    lt
+                } else {
+                    self.natural(e).0
+                }
+            })
+            .collect();
+        let results: Vec<Vals> = d
+            .results
+            .iter()
+            .zip(&layouts)
+            .map(|(&r, l)| {
+                let ty = self.k.ty(r);
+                let n = l.geometry(&ty.shape).count;
+                (0..n).map(|_| self.b.reg(class_of(ty.elem))).collect()
+            })
+            .collect();
+        let c = self.scalar(d.args[0])?;
+        let (else_l, end) = (self.b.new_label("else"), self.b.new_label("endif"));
+        self.b.bra_if(c, true, &else_l);
+        for (block, ys) in [(then_b, &then_y), (else_b, &else_y)] {
+            self.scopes.push(HashMap::new());
+            self.lower_block(block)?;
+            self.loc = d.loc;
+            let mut vals = Vec::new();
+            for (&y, l) in ys.iter().zip(&layouts) {
+                vals.push(self.get(y, l)?);
+            }
+            self.assign(&results, &vals);
+            self.scopes.pop();
+            if block == then_b {
+                self.b.bra(&end);
+                self.b.place_label(&else_l);
+            }
+        }
+        self.b.place_label(&end);
+        for (i, l) in layouts.iter().enumerate() {
+            self.define(d.results[i], l, results[i].clone());
+        }
+        Ok(())
+    }
+
+    /// `device_assert`: a thread whose element is false stops the kernel with `trap` (the
+    /// message is not printed on the GPU; the launch fails with an illegal-instruction error).
+    fn lower_assert(&mut self, inst: Inst) -> R<()> {
+        let d = self.k.insts[inst].clone();
+        let v = d.args[0];
+        let (l, _) = self.natural(v);
+        let regs = self.get(v, &l)?;
+        for r in regs {
+            self.b.emit_guarded(r, true, "trap", vec![]);
+        }
+        Ok(())
+    }
+
+    /// Converts a value between layouts through shared memory (see `convert.rs`).
+    pub fn convert(
+        &mut self,
+        src: &[Reg],
+        ty: TileType,
+        from: &Layout,
+        to: &Layout,
+        remap: Option<&convert::Remap>,
+    ) -> R<Vals> {
+        if from == to && remap.is_none() {
+            return Ok(src.to_vec());
+        }
+        self.convert_smem(src, ty, from, to, remap)
+    }
+
+    /// A fresh register holding an immediate.
+    pub fn imm(&mut self, class: RegClass, v: Arg) -> Reg {
+        let r = self.b.reg(class);
+        self.b.mov(r, v);
+        r
+    }
+}

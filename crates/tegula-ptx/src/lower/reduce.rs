@@ -1,0 +1,543 @@
+//! Reductions and scans.
+//!
+//! Reduce: combine a thread's registers along the axis, then butterfly shuffles
+//! (`shfl.sync.bfly`) across the lanes that hold distinct elements of the axis, then shared
+//! memory across warps; every thread ends with the result in the sliced layout. Floats
+//! accumulate in f32 (f16/bf16 round once at the end); `max`/`min` propagate NaN
+//! (`max.NaN.f32`), as the interpreter does.
+//!
+//! Scan: convert to a layout where each thread holds one contiguous run of the axis, scan the
+//! run, then an inclusive scan of run totals across lanes (`shfl.sync.up`), then across warps
+//! through shared memory; each element adds the total of everything before its run.
+
+use super::convert::Remap;
+use super::{Lower, Vals, R};
+use crate::layout::Layout;
+use crate::ptx::{Arg, Reg, RegClass, Ty};
+use tegula_ir::{BinaryOp, DType, Inst, Op, ReduceOp, Rounding};
+
+/// The dtype reductions and scans of `d` accumulate in.
+fn acc_dtype(d: DType) -> DType {
+    match d {
+        DType::F16 | DType::BF16 => DType::F32,
+        DType::I1 => DType::U32,
+        d => d,
+    }
+}
+
+fn combiner(op: ReduceOp) -> BinaryOp {
+    match op {
+        ReduceOp::Sum => BinaryOp::Add,
+        ReduceOp::Prod => BinaryOp::Mul,
+        ReduceOp::Max | ReduceOp::ArgMax => BinaryOp::MaxNan,
+        ReduceOp::Min | ReduceOp::ArgMin => BinaryOp::MinNan,
+        ReduceOp::And => BinaryOp::And,
+        ReduceOp::Or => BinaryOp::Or,
+        ReduceOp::Xor => BinaryOp::Xor,
+    }
+}
+
+/// One partial result: a value and, for arg-reductions, its index.
+#[derive(Clone, Copy)]
+struct Partial {
+    v: Reg,
+    i: Option<Reg>,
+}
+
+impl Lower<'_> {
+    fn widen_acc(&mut self, d: DType, x: Reg) -> Reg {
+        if d == DType::I1 {
+            return self.b.op(
+                "selp.u32",
+                RegClass::B32,
+                vec![Arg::Imm(1), Arg::Imm(0), x.into()],
+            );
+        }
+        self.widen(d, x)
+    }
+
+    fn narrow_acc(&mut self, d: DType, x: Reg) -> Reg {
+        if d == DType::I1 {
+            return self
+                .b
+                .op("setp.ne.u32", RegClass::Pred, vec![x.into(), Arg::Imm(0)]);
+        }
+        self.narrow(d, x, Rounding::NearestEven)
+    }
+
+    /// `a (+) b` where `a` comes first in index order (arg ties keep the first index).
+    fn combine(&mut self, op: ReduceOp, ad: DType, a: Partial, b: Partial) -> R<Partial> {
+        if !op.is_arg() {
+            let v = self.binary(combiner(op), ad, a.v, b.v)?;
+            return Ok(Partial { v, i: None });
+        }
+        let (ia, ib) = (a.i.expect("arg index"), b.i.expect("arg index"));
+        let t = super::types::arith_ty(ad);
+        let float = matches!(t, Ty::F32 | Ty::F64);
+        let better = if op == ReduceOp::ArgMax { "gt" } else { "lt" };
+        let p = |s: &mut Self, op: String, x: Reg, y: Reg| {
+            s.b.op(op, RegClass::Pred, vec![x.into(), y.into()])
+        };
+        let wins = p(self, format!("setp.{better}{t}"), b.v, a.v);
+        let eq = p(self, format!("setp.eq{t}"), b.v, a.v);
+        let earlier = p(self, "setp.lt.s32".into(), ib, ia);
+        let tie = p(self, "and.pred".into(), eq, earlier);
+        let mut take = p(self, "or.pred".into(), wins, tie);
+        if float {
+            // NaN beats everything (counts as largest for argmax, smallest for argmin).
+            let bn = p(self, format!("setp.nan{t}"), b.v, b.v);
+            let an = p(self, format!("setp.nan{t}"), a.v, a.v);
+            let not_an = self.b.op("not.pred", RegClass::Pred, vec![an.into()]);
+            let first_nan = p(self, "and.pred".into(), bn, not_an);
+            let both = p(self, "and.pred".into(), bn, an);
+            let both_earlier = p(self, "and.pred".into(), both, earlier);
+            take = p(self, "or.pred".into(), take, first_nan);
+            take = p(self, "or.pred".into(), take, both_earlier);
+        }
+        let v = self.select(take, b.v, a.v);
+        let i = self.select(take, ib, ia);
+        Ok(Partial { v, i: Some(i) })
+    }
+
+    /// `shfl.sync.{mode}.b32` of any register (64-bit values as two halves).
+    fn shuffle(&mut self, mode: &str, x: Reg, amount: u32, c: i64) -> Reg {
+        let shfl = |s: &mut Self, r: Reg| {
+            s.b.op(
+                format!("shfl.sync.{mode}.b32"),
+                RegClass::B32,
+                vec![r.into(), Arg::Imm(amount as i64), Arg::Imm(c), Arg::Imm(-1)],
+            )
+        };
+        match x.class {
+            RegClass::B32 => shfl(self, x),
+            RegClass::F32 => {
+                let r = self.b.op("mov.b32", RegClass::B32, vec![x.into()]);
+                let s = shfl(self, r);
+                self.b.op("mov.b32", RegClass::F32, vec![s.into()])
+            }
+            RegClass::B64 | RegClass::F64 => {
+                let w = if x.class == RegClass::F64 {
+                    self.b.op("mov.b64", RegClass::B64, vec![x.into()])
+                } else {
+                    x
+                };
+                let (lo, hi) = (self.b.reg(RegClass::B32), self.b.reg(RegClass::B32));
+                self.b
+                    .emit("mov.b64", vec![Arg::Vec(vec![lo, hi]), w.into()]);
+                let (slo, shi) = (shfl(self, lo), shfl(self, hi));
+                let r = self.b.reg(RegClass::B64);
+                self.b
+                    .emit("mov.b64", vec![r.into(), Arg::Vec(vec![slo, shi])]);
+                if x.class == RegClass::F64 {
+                    self.b.op("mov.b64", RegClass::F64, vec![r.into()])
+                } else {
+                    r
+                }
+            }
+            _ => unreachable!("accumulators are 32 or 64 bits"),
+        }
+    }
+
+    /// The warp's coordinate along parent axis `d` of `l`.
+    fn warp_coord(&mut self, l: &Layout, d: usize) -> Reg {
+        let ws = l.warp_strides()[d];
+        let warp = self.warp;
+        let s = self.b.op(
+            "shr.u32",
+            RegClass::B32,
+            vec![warp.into(), Arg::Imm(ws.trailing_zeros() as i64)],
+        );
+        self.b.op(
+            "and.b32",
+            RegClass::B32,
+            vec![s.into(), Arg::Imm(l.wpc[d] as i64 - 1)],
+        )
+    }
+
+    pub(crate) fn lower_reduce(&mut self, inst: Inst) -> R<()> {
+        let d = self.k.insts[inst].clone();
+        let Op::Reduce { op, axis } = d.op else {
+            unreachable!()
+        };
+        let x = d.args[0];
+        let xty = self.k.ty(x);
+        let (dt, shape) = (xty.dtype(), xty.shape);
+        let out_ty = self.k.ty(d.results[0]);
+        let ad = acc_dtype(dt);
+        let (l, _) = self.natural(x);
+        let vals = self.get(x, &l)?;
+        let p = l.kept()[axis as usize];
+        let out_l = l.slice(axis as usize);
+        let out_shape = out_ty.shape;
+        let gin = l.geometry(&shape);
+        let gout = out_l.geometry(&out_shape);
+        let idx_base = if op.is_arg() {
+            self.bases(&l, &shape)[p]
+        } else {
+            None
+        };
+        // 1. Within the thread.
+        let mut parts: Vec<Option<Partial>> = vec![None; gout.count];
+        for (i, &r) in vals.iter().enumerate() {
+            let mut c = gin.coords(i);
+            let cp = c[p];
+            c[p] = 0;
+            let o = if out_l.is_scalar() { 0 } else { gout.index(&c) };
+            let v = self.widen_acc(dt, r);
+            let idx = if op.is_arg() {
+                let k = gin.const_index(p, cp) as i64;
+                Some(match idx_base {
+                    Some(b) => self
+                        .b
+                        .op("add.s32", RegClass::B32, vec![b.into(), Arg::Imm(k)]),
+                    None => self.imm(RegClass::B32, Arg::Imm(k)),
+                })
+            } else {
+                None
+            };
+            let part = Partial { v, i: idx };
+            parts[o] = Some(match parts[o] {
+                None => part,
+                Some(prev) => self.combine(op, ad, prev, part)?,
+            });
+        }
+        let mut parts: Vec<Partial> = parts
+            .into_iter()
+            .map(|p| p.expect("every output has inputs"))
+            .collect();
+        // 2. Across lanes holding distinct elements of the axis.
+        let pp = gin.parent[p];
+        let lane_stride = l.lane_strides()[p];
+        let mut k = 1u32;
+        while k < l.tpw[p] && k * l.spt[p] < pp {
+            for part in parts.iter_mut() {
+                let other = Partial {
+                    v: self.shuffle("bfly", part.v, k * lane_stride, 0x1f),
+                    i: part
+                        .i
+                        .map(|i| self.shuffle("bfly", i, k * lane_stride, 0x1f)),
+                };
+                // Order by lane so that ties pick the lower index consistently.
+                *part = self.combine(op, ad, *part, other)?;
+            }
+            k *= 2;
+        }
+        // 3. Across warps.
+        let distinct_warps = l.wpc[p].min((pp / (l.tpw[p] * l.spt[p])).max(1));
+        if distinct_warps > 1 {
+            let n_out = out_shape.numel() as i64;
+            let es = parts[0].v.class.bytes() as i64;
+            let vbytes = distinct_warps as i64 * n_out * es;
+            let ibytes = if op.is_arg() {
+                distinct_warps as i64 * n_out * 4
+            } else {
+                0
+            };
+            let total = ((vbytes + 15) / 16 * 16 + ibytes) as u32;
+            if total > super::MAX_STATIC_SHARED {
+                return Err(self.unsupported(format!(
+                    "a reduction needing {total} bytes of shared memory"
+                )));
+            }
+            let base = self.smem(total);
+            let wc = self.warp_coord(&l, p);
+            let wcm = self.b.op(
+                "and.b32",
+                RegClass::B32,
+                vec![wc.into(), Arg::Imm(distinct_warps as i64 - 1)],
+            );
+            let ostr = Lower::parent_strides(&out_l, &out_shape, 1);
+            let toff = self.thread_offset(&out_l, &out_shape, &ostr);
+            // slot(w, o) = w * n_out + out_index(o)
+            let slot = |s: &mut Self, w: Reg| -> Reg {
+                let ws =
+                    s.b.op("mul.lo.s32", RegClass::B32, vec![w.into(), Arg::Imm(n_out)]);
+                match toff {
+                    Some(t) => s.b.op("add.s32", RegClass::B32, vec![ws.into(), t.into()]),
+                    None => ws,
+                }
+            };
+            let my = slot(self, wcm);
+            let vaddr = self.b.op(
+                "mad.lo.s32",
+                RegClass::B32,
+                vec![my.into(), Arg::Imm(es), base.into()],
+            );
+            let ioff = (vbytes + 15) / 16 * 16;
+            let iaddr = self.b.op(
+                "mad.lo.s32",
+                RegClass::B32,
+                vec![my.into(), Arg::Imm(4), base.into()],
+            );
+            self.barrier();
+            let st = super::convert::st_ty(parts[0].v.class);
+            for (o, part) in parts.iter().enumerate() {
+                let c = if out_l.is_scalar() {
+                    0
+                } else {
+                    Lower::reg_offset(&gout, o, &ostr)
+                };
+                self.b.emit(
+                    format!("st.shared{st}"),
+                    vec![Arg::Addr(Box::new(vaddr.into()), c * es), part.v.into()],
+                );
+                if let Some(i) = part.i {
+                    self.b.emit(
+                        "st.shared.b32",
+                        vec![Arg::Addr(Box::new(iaddr.into()), ioff + c * 4), i.into()],
+                    );
+                }
+            }
+            self.barrier();
+            let class = parts[0].v.class;
+            for (o, part) in parts.iter_mut().enumerate() {
+                let c = if out_l.is_scalar() {
+                    0
+                } else {
+                    Lower::reg_offset(&gout, o, &ostr)
+                };
+                let zero = self.imm(RegClass::B32, Arg::Imm(0));
+                let s0 = slot(self, zero);
+                let a0 = self.b.op(
+                    "mad.lo.s32",
+                    RegClass::B32,
+                    vec![s0.into(), Arg::Imm(es), base.into()],
+                );
+                let i0 = self.b.op(
+                    "mad.lo.s32",
+                    RegClass::B32,
+                    vec![s0.into(), Arg::Imm(4), base.into()],
+                );
+                let mut acc: Option<Partial> = None;
+                for w in 0..distinct_warps as i64 {
+                    let off = (w * n_out + c) * es;
+                    let v = self.b.op(
+                        format!("ld.shared{st}"),
+                        class,
+                        vec![Arg::Addr(Box::new(a0.into()), off)],
+                    );
+                    let i = if op.is_arg() {
+                        Some(self.b.op(
+                            "ld.shared.b32",
+                            RegClass::B32,
+                            vec![Arg::Addr(Box::new(i0.into()), ioff + (w * n_out + c) * 4)],
+                        ))
+                    } else {
+                        None
+                    };
+                    let pw = Partial { v, i };
+                    acc = Some(match acc {
+                        None => pw,
+                        Some(a) => self.combine(op, ad, a, pw)?,
+                    });
+                }
+                *part = acc.expect("at least one warp");
+            }
+        }
+        let out: Vals = parts
+            .iter()
+            .map(|p| match p.i {
+                Some(i) => i,
+                None => self.narrow_acc(out_ty.dtype(), p.v),
+            })
+            .collect();
+        self.define(d.results[0], &out_l, out);
+        Ok(())
+    }
+
+    /// The identity of a scan combiner in the accumulator type.
+    fn identity(&mut self, op: ReduceOp, ad: DType) -> Reg {
+        let class = super::types::arith_class(ad);
+        let float = ad.is_float();
+        let arg = match (op, float) {
+            (ReduceOp::Sum | ReduceOp::Or | ReduceOp::Xor, false) => Arg::Imm(0),
+            (ReduceOp::Prod, false) => Arg::Imm(1),
+            (ReduceOp::And, _) => Arg::Imm(-1),
+            (ReduceOp::Max, false) => Arg::Imm(match ad {
+                DType::I64 => i64::MIN,
+                DType::I32 | DType::I16 | DType::I8 => i32::MIN as i64,
+                _ => 0,
+            }),
+            (ReduceOp::Min, false) => Arg::Imm(match ad {
+                DType::I64 => i64::MAX,
+                DType::U64 => -1,
+                DType::U32 | DType::U16 | DType::U8 => u32::MAX as i64,
+                _ => i32::MAX as i64,
+            }),
+            (op, true) => {
+                let v = match op {
+                    ReduceOp::Prod => 1.0,
+                    ReduceOp::Max => f64::NEG_INFINITY,
+                    ReduceOp::Min => f64::INFINITY,
+                    _ => 0.0,
+                };
+                if ad == DType::F64 {
+                    Arg::F64(v)
+                } else {
+                    Arg::F32(v as f32)
+                }
+            }
+            _ => Arg::Imm(0),
+        };
+        self.imm(class, arg)
+    }
+
+    pub(crate) fn lower_scan(&mut self, inst: Inst) -> R<()> {
+        let d = self.k.insts[inst].clone();
+        let Op::Scan { op, axis, reverse } = d.op else {
+            unreachable!()
+        };
+        if op.is_arg() {
+            return Err(self.unsupported("arg scans"));
+        }
+        let x = d.args[0];
+        let ty = self.k.ty(x);
+        let (dt, shape) = (ty.dtype(), ty.shape);
+        let ad = acc_dtype(dt);
+        let p = axis as usize;
+        let (l, _) = self.natural(x);
+        let vals = self.get(x, &l)?;
+        let ls = Layout::chunked(&shape, p, self.num_warps);
+        let flip = Remap::flip(&shape, p);
+        let vals = self.convert(&vals, ty, &l, &ls, if reverse { Some(&flip) } else { None })?;
+        let g = ls.geometry(&shape);
+        // 1. The thread's run.
+        let mut acc: Vec<Reg> = vals.iter().map(|&r| self.widen_acc(dt, r)).collect();
+        for i in 0..acc.len() {
+            if g.coords(i)[p] > 0 {
+                acc[i] = self.binary(combiner(op), ad, acc[i - g.mult[p]], acc[i])?;
+            }
+        }
+        // Run totals, one per group of the other axes.
+        let groups: Vec<usize> = (0..acc.len())
+            .filter(|&i| g.coords(i)[p] == g.n[p] - 1)
+            .collect();
+        let mut prefix: Vec<Reg> = Vec::new();
+        let tpw = ls.tpw[p];
+        let lane = self.lane;
+        let lane_p = self.b.op(
+            "and.b32",
+            RegClass::B32,
+            vec![lane.into(), Arg::Imm(tpw as i64 - 1)],
+        );
+        for &gi in &groups {
+            // 2. Inclusive scan of run totals across the lanes of the axis.
+            let mut incl = acc[gi];
+            let mut k = 1;
+            while k < tpw {
+                let t = self.shuffle("up", incl, k, 0);
+                let ok = self.b.op(
+                    "setp.ge.u32",
+                    RegClass::Pred,
+                    vec![lane_p.into(), Arg::Imm(k as i64)],
+                );
+                let c = self.binary(combiner(op), ad, t, incl)?;
+                incl = self.select(ok, c, incl);
+                k *= 2;
+            }
+            let id = self.identity(op, ad);
+            let excl = if tpw > 1 {
+                let t = self.shuffle("up", incl, 1, 0);
+                let ok = self.b.op(
+                    "setp.ge.u32",
+                    RegClass::Pred,
+                    vec![lane_p.into(), Arg::Imm(1)],
+                );
+                self.select(ok, t, id)
+            } else {
+                id
+            };
+            prefix.push(excl);
+            prefix.push(incl);
+        }
+        // prefix holds (exclusive-lane, inclusive-lane) per group.
+        let wpc = ls.wpc[p];
+        let mut warp_prefix: Vec<Option<Reg>> = vec![None; groups.len()];
+        if wpc > 1 {
+            let es = prefix[1].class.bytes() as i64;
+            let mut ostr: Vec<i64> = vec![0; shape.rank()];
+            let mut m = 1i64;
+            for dd in (0..shape.rank()).rev() {
+                if dd != p {
+                    ostr[dd] = m * wpc as i64 * es;
+                    m *= shape.dim(dd) as i64;
+                }
+            }
+            let bytes = (m * wpc as i64 * es) as u32;
+            let base = self.smem(bytes);
+            let toff = self.thread_offset(&ls, &shape, &ostr);
+            let wcoord = self.warp_coord(&ls, p);
+            let gbase = match toff {
+                Some(t) => self
+                    .b
+                    .op("add.s32", RegClass::B32, vec![base.into(), t.into()]),
+                None => base,
+            };
+            let waddr = self.b.op(
+                "mad.lo.s32",
+                RegClass::B32,
+                vec![wcoord.into(), Arg::Imm(es), gbase.into()],
+            );
+            let last_lane = self.b.op(
+                "setp.eq.u32",
+                RegClass::Pred,
+                vec![lane_p.into(), Arg::Imm(tpw as i64 - 1)],
+            );
+            let st = super::convert::st_ty(prefix[1].class);
+            self.barrier();
+            for (gk, &gi) in groups.iter().enumerate() {
+                let c = Lower::reg_offset(&g, gi, &ostr);
+                self.b.emit_guarded(
+                    last_lane,
+                    false,
+                    format!("st.shared{st}"),
+                    vec![
+                        Arg::Addr(Box::new(waddr.into()), c),
+                        prefix[2 * gk + 1].into(),
+                    ],
+                );
+            }
+            self.barrier();
+            for (gk, &gi) in groups.iter().enumerate() {
+                let c = Lower::reg_offset(&g, gi, &ostr);
+                let mut wp = self.identity(op, ad);
+                for w in 0..wpc as i64 {
+                    let v = self.b.op(
+                        format!("ld.shared{st}"),
+                        prefix[1].class,
+                        vec![Arg::Addr(Box::new(gbase.into()), c + w * es)],
+                    );
+                    let before = self.b.op(
+                        "setp.gt.u32",
+                        RegClass::Pred,
+                        vec![wcoord.into(), Arg::Imm(w)],
+                    );
+                    let c2 = self.binary(combiner(op), ad, wp, v)?;
+                    wp = self.select(before, c2, wp);
+                }
+                warp_prefix[gk] = Some(wp);
+            }
+        }
+        // 4. Each element: (warp prefix) (+) (lane prefix) (+) its run's inclusive value.
+        let mut out = Vec::with_capacity(acc.len());
+        for (i, &a) in acc.iter().enumerate() {
+            let mut c = g.coords(i);
+            c[p] = g.n[p] - 1;
+            let gi = g.index(&c);
+            let gk = groups.iter().position(|&x| x == gi).expect("group");
+            let mut pre = prefix[2 * gk];
+            if let Some(wp) = warp_prefix[gk] {
+                pre = self.binary(combiner(op), ad, wp, pre)?;
+            }
+            let v = self.binary(combiner(op), ad, pre, a)?;
+            out.push(self.narrow_acc(dt, v));
+        }
+        let out = if reverse {
+            self.convert(&out, ty, &ls, &ls, Some(&flip))?
+        } else {
+            out
+        };
+        self.define(d.results[0], &ls, out);
+        Ok(())
+    }
+}

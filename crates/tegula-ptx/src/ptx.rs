@@ -1,0 +1,416 @@
+//! A small typed PTX builder: registers are typed by class, instructions are data
+//! (a guard, an opcode and operands), and the text is printed once at the end.
+//!
+//! Opcodes are assembled from typed pieces (`Ty` prints `.f32`, `.s32`, ...) by the lowering's
+//! rule tables; nothing else in the crate writes PTX text.
+
+use std::fmt::{self, Write};
+
+/// The register classes of the emitted function; every virtual register belongs to one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum RegClass {
+    Pred,
+    B16,
+    B32,
+    B64,
+    F32,
+    F64,
+}
+
+impl RegClass {
+    pub const ALL: [RegClass; 6] = [
+        RegClass::Pred,
+        RegClass::B16,
+        RegClass::B32,
+        RegClass::B64,
+        RegClass::F32,
+        RegClass::F64,
+    ];
+
+    fn prefix(self) -> &'static str {
+        match self {
+            RegClass::Pred => "%p",
+            RegClass::B16 => "%h",
+            RegClass::B32 => "%r",
+            RegClass::B64 => "%rd",
+            RegClass::F32 => "%f",
+            RegClass::F64 => "%fd",
+        }
+    }
+
+    fn decl(self) -> &'static str {
+        match self {
+            RegClass::Pred => ".pred",
+            RegClass::B16 => ".b16",
+            RegClass::B32 => ".b32",
+            RegClass::B64 => ".b64",
+            RegClass::F32 => ".f32",
+            RegClass::F64 => ".f64",
+        }
+    }
+
+    /// Bytes one register of this class occupies in shared memory (predicates as one byte).
+    pub fn bytes(self) -> u32 {
+        match self {
+            RegClass::Pred => 1,
+            RegClass::B16 => 2,
+            RegClass::B32 | RegClass::F32 => 4,
+            RegClass::B64 | RegClass::F64 => 8,
+        }
+    }
+
+    /// The untyped bit type of the class (`.b32` for `%r` and `%f`).
+    pub fn bits_ty(self) -> Ty {
+        match self {
+            RegClass::Pred => Ty::Pred,
+            RegClass::B16 => Ty::B16,
+            RegClass::B32 | RegClass::F32 => Ty::B32,
+            RegClass::B64 | RegClass::F64 => Ty::B64,
+        }
+    }
+}
+
+/// A virtual register.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Reg {
+    pub class: RegClass,
+    id: u32,
+}
+
+impl fmt::Display for Reg {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}{}", self.class.prefix(), self.id)
+    }
+}
+
+/// Instruction types: the `.f32` of `add.f32`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Ty {
+    Pred,
+    B8,
+    B16,
+    B32,
+    B64,
+    U8,
+    U16,
+    U32,
+    U64,
+    S8,
+    S16,
+    S32,
+    S64,
+    F16,
+    BF16,
+    F32,
+    F64,
+}
+
+impl fmt::Display for Ty {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let s = match self {
+            Ty::Pred => ".pred",
+            Ty::B8 => ".b8",
+            Ty::B16 => ".b16",
+            Ty::B32 => ".b32",
+            Ty::B64 => ".b64",
+            Ty::U8 => ".u8",
+            Ty::U16 => ".u16",
+            Ty::U32 => ".u32",
+            Ty::U64 => ".u64",
+            Ty::S8 => ".s8",
+            Ty::S16 => ".s16",
+            Ty::S32 => ".s32",
+            Ty::S64 => ".s64",
+            Ty::F16 => ".f16",
+            Ty::BF16 => ".bf16",
+            Ty::F32 => ".f32",
+            Ty::F64 => ".f64",
+        };
+        f.write_str(s)
+    }
+}
+
+/// An instruction operand.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Arg {
+    Reg(Reg),
+    Imm(i64),
+    /// A float immediate, printed as exact hex (`0f3F800000`).
+    F32(f32),
+    F64(f64),
+    /// A special register or symbol: `%tid.x`, a parameter name, the shared buffer.
+    Sym(String),
+    /// `[base+offset]`.
+    Addr(Box<Arg>, i64),
+    /// `{%r1, %r2}`: vector operands and packing moves.
+    Vec(Vec<Reg>),
+    Label(String),
+}
+
+impl From<Reg> for Arg {
+    fn from(r: Reg) -> Arg {
+        Arg::Reg(r)
+    }
+}
+
+impl fmt::Display for Arg {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Arg::Reg(r) => write!(f, "{r}"),
+            Arg::Imm(v) => write!(f, "{v}"),
+            Arg::F32(v) => write!(f, "0f{:08X}", v.to_bits()),
+            Arg::F64(v) => write!(f, "0d{:016X}", v.to_bits()),
+            Arg::Sym(s) | Arg::Label(s) => f.write_str(s),
+            Arg::Addr(base, 0) => write!(f, "[{base}]"),
+            Arg::Addr(base, off) => write!(f, "[{base}+{off}]"),
+            Arg::Vec(regs) => {
+                f.write_str("{")?;
+                for (i, r) in regs.iter().enumerate() {
+                    if i > 0 {
+                        f.write_str(", ")?;
+                    }
+                    write!(f, "{r}")?;
+                }
+                f.write_str("}")
+            }
+        }
+    }
+}
+
+/// One instruction: `@guard opcode args;`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Instr {
+    /// The predicate register and whether it is negated (`@!%p1`).
+    pub guard: Option<(Reg, bool)>,
+    pub opcode: String,
+    pub args: Vec<Arg>,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum Stmt {
+    Instr(Instr),
+    Label(String),
+    Comment(String),
+}
+
+impl fmt::Display for Stmt {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Stmt::Label(l) => write!(f, "{l}:"),
+            Stmt::Comment(c) => write!(f, "\t// {c}"),
+            Stmt::Instr(i) => {
+                f.write_str("\t")?;
+                if let Some((p, neg)) = i.guard {
+                    write!(f, "@{}{p} ", if neg { "!" } else { "" })?;
+                }
+                f.write_str(&i.opcode)?;
+                for (k, a) in i.args.iter().enumerate() {
+                    f.write_str(if k == 0 { " " } else { ", " })?;
+                    write!(f, "{a}")?;
+                }
+                f.write_str(";")
+            }
+        }
+    }
+}
+
+/// A kernel parameter declaration.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ParamDecl {
+    pub name: String,
+    pub ty: Ty,
+}
+
+/// The function being built: registers, a prologue (thread geometry, parameters, invariant
+/// values) and the body.
+#[derive(Debug, Default)]
+pub struct Builder {
+    counts: [u32; 6],
+    prologue: Vec<Stmt>,
+    body: Vec<Stmt>,
+    /// While true, instructions go to the prologue.
+    in_prologue: bool,
+    labels: u32,
+}
+
+impl Builder {
+    pub fn new() -> Builder {
+        Builder::default()
+    }
+
+    /// A fresh register of `class`.
+    pub fn reg(&mut self, class: RegClass) -> Reg {
+        let i = RegClass::ALL.iter().position(|&c| c == class).unwrap_or(0);
+        self.counts[i] += 1;
+        Reg {
+            class,
+            id: self.counts[i],
+        }
+    }
+
+    fn push(&mut self, s: Stmt) {
+        if self.in_prologue {
+            self.prologue.push(s)
+        } else {
+            self.body.push(s)
+        }
+    }
+
+    /// Emits `opcode args;`.
+    pub fn emit(&mut self, opcode: impl Into<String>, args: Vec<Arg>) {
+        self.push(Stmt::Instr(Instr {
+            guard: None,
+            opcode: opcode.into(),
+            args,
+        }));
+    }
+
+    /// Emits `@p opcode args;` (`@!p` when `negate`).
+    pub fn emit_guarded(
+        &mut self,
+        p: Reg,
+        negate: bool,
+        opcode: impl Into<String>,
+        args: Vec<Arg>,
+    ) {
+        self.push(Stmt::Instr(Instr {
+            guard: Some((p, negate)),
+            opcode: opcode.into(),
+            args,
+        }));
+    }
+
+    /// Allocates a register of `class`, emits `opcode dst, srcs..;` and returns `dst`.
+    pub fn op(&mut self, opcode: impl Into<String>, class: RegClass, srcs: Vec<Arg>) -> Reg {
+        let d = self.reg(class);
+        let mut args = vec![Arg::Reg(d)];
+        args.extend(srcs);
+        self.emit(opcode, args);
+        d
+    }
+
+    pub fn comment(&mut self, c: impl Into<String>) {
+        self.push(Stmt::Comment(c.into()));
+    }
+
+    /// A fresh label name (not yet placed).
+    pub fn new_label(&mut self, hint: &str) -> String {
+        self.labels += 1;
+        format!("$L_{hint}_{}", self.labels)
+    }
+
+    pub fn place_label(&mut self, l: &str) {
+        self.push(Stmt::Label(l.to_string()));
+    }
+
+    pub fn bra(&mut self, l: &str) {
+        self.emit("bra.uni", vec![Arg::Label(l.to_string())]);
+    }
+
+    pub fn bra_if(&mut self, p: Reg, negate: bool, l: &str) {
+        self.emit_guarded(p, negate, "bra", vec![Arg::Label(l.to_string())]);
+    }
+
+    pub fn mov(&mut self, dst: Reg, src: impl Into<Arg>) {
+        let ty = match dst.class {
+            RegClass::F32 => Ty::F32,
+            RegClass::F64 => Ty::F64,
+            c => c.bits_ty(),
+        };
+        self.emit(format!("mov{ty}"), vec![Arg::Reg(dst), src.into()]);
+    }
+
+    /// Runs `f` with instructions going to the prologue.
+    pub fn in_prologue<R>(&mut self, f: impl FnOnce(&mut Builder) -> R) -> R {
+        let was = std::mem::replace(&mut self.in_prologue, true);
+        let r = f(self);
+        self.in_prologue = was;
+        r
+    }
+
+    pub fn is_in_prologue(&self) -> bool {
+        self.in_prologue
+    }
+
+    pub fn set_prologue(&mut self, on: bool) -> bool {
+        std::mem::replace(&mut self.in_prologue, on)
+    }
+
+    /// Instructions emitted so far (prologue then body), for tests.
+    pub fn stmts(&self) -> impl Iterator<Item = &Stmt> {
+        self.prologue.iter().chain(self.body.iter())
+    }
+
+    /// Prints the whole module.
+    pub fn finish(
+        &self,
+        version: &str,
+        target: &str,
+        entry: &str,
+        params: &[ParamDecl],
+        max_threads: u32,
+        shared_bytes: u32,
+    ) -> String {
+        let mut s = String::new();
+        let _ = writeln!(s, "//\n// Generated by tegula-ptx\n//\n");
+        let _ = writeln!(s, ".version {version}");
+        let _ = writeln!(s, ".target {target}");
+        let _ = writeln!(s, ".address_size 64\n");
+        let _ = writeln!(s, ".visible .entry {entry}(");
+        for (i, p) in params.iter().enumerate() {
+            let sep = if i + 1 < params.len() { "," } else { "" };
+            let _ = writeln!(s, "\t.param {} {}{sep}", p.ty, p.name);
+        }
+        let _ = writeln!(s, ")\n.maxntid {max_threads}, 1, 1\n{{");
+        for (i, c) in RegClass::ALL.iter().enumerate() {
+            if self.counts[i] > 0 {
+                let _ = writeln!(
+                    s,
+                    "\t.reg {} {}<{}>;",
+                    c.decl(),
+                    c.prefix(),
+                    self.counts[i] + 1
+                );
+            }
+        }
+        if shared_bytes > 0 {
+            let _ = writeln!(s, "\t.shared .align 16 .b8 {SMEM}[{shared_bytes}];");
+        }
+        s.push('\n');
+        for st in self.prologue.iter().chain(self.body.iter()) {
+            let _ = writeln!(s, "{st}");
+        }
+        let _ = writeln!(s, "\tret;\n}}");
+        s
+    }
+}
+
+/// The name of the kernel's shared-memory scratch buffer.
+pub const SMEM: &str = "tg_smem";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prints_typed_instructions() {
+        let mut b = Builder::new();
+        let a = b.reg(RegClass::F32);
+        let p = b.reg(RegClass::Pred);
+        let d = b.op(
+            format!("add.rn{}", Ty::F32),
+            RegClass::F32,
+            vec![a.into(), Arg::F32(1.0)],
+        );
+        b.emit_guarded(
+            p,
+            true,
+            format!("st.global{}", Ty::F32),
+            vec![Arg::Addr(Box::new(Arg::Sym("x".into())), 8), d.into()],
+        );
+        let text = b.finish("8.0", "sm_80", "k", &[], 128, 0);
+        assert!(text.contains("add.rn.f32 %f2, %f1, 0f3F800000;"), "{text}");
+        assert!(text.contains("@!%p1 st.global.f32 [x+8], %f2;"), "{text}");
+        assert!(text.contains(".reg .f32 %f<3>;"), "{text}");
+    }
+}

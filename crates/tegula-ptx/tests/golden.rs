@@ -1,0 +1,117 @@
+//! The PTX of small kernels contains the instructions it should.
+
+mod common;
+
+use common::*;
+use tegula_ir::prelude::*;
+use tegula_ptx::{compile, CompileOptions, Target};
+
+fn ptx(k: &tegula_ir::Kernel, warps: u32) -> String {
+    let opts = CompileOptions {
+        num_warps: warps,
+        num_stages: 1,
+    };
+    compile(k, &Target { sm: 80 }, &opts).unwrap().ptx
+}
+
+#[test]
+fn aligned_f32_vector_add_uses_16_byte_accesses() {
+    let p = ptx(&aligned(vector_add(DType::F32, 1024)), 4);
+    assert!(p.contains("ld.global.v4.b32"), "{p}");
+    assert!(p.contains("st.global.v4.b32"), "{p}");
+    assert!(p.contains("add.rn.f32"), "{p}");
+    assert!(p.contains(".target sm_80"), "{p}");
+    // 1024 elements over 128 threads: two vector loads per operand per thread.
+    assert_eq!(p.matches("ld.global.v4.b32").count(), 4, "{p}");
+}
+
+#[test]
+fn unaligned_vector_add_falls_back_to_scalar_accesses() {
+    let p = ptx(&vector_add(DType::F32, 256), 4);
+    assert!(!p.contains(".v4"), "{p}");
+    assert!(p.contains("ld.global.b32"), "{p}");
+}
+
+#[test]
+fn f16_loads_pack_eight_halves_per_access() {
+    let p = ptx(&aligned(vector_add(DType::F16, 1024)), 4);
+    assert!(p.contains("ld.global.v4.b32"), "{p}");
+    assert!(p.contains("cvt.rn.f16.f32"), "{p}");
+    assert!(p.contains("mov.b32 {%h"), "{p}");
+}
+
+#[test]
+fn softmax_reduces_with_butterflies_and_shared_memory() {
+    let p = ptx(&softmax(DType::F32, 1024), 4);
+    assert!(p.contains("shfl.sync.bfly.b32"), "{p}");
+    assert!(p.contains("max.NaN.f32"), "{p}");
+    assert!(p.contains("ex2.approx.ftz.f32"), "{p}");
+    assert!(p.contains("bar.sync 0"), "{p}");
+    assert!(p.contains("div.rn.f32"), "{p}");
+    // Masked-off lanes read -inf.
+    assert!(p.contains("0fFF800000"), "{p}");
+}
+
+#[test]
+fn gemv_loop_carries_registers() {
+    let c = compile(
+        &aligned(gemv(DType::F16, 512)),
+        &Target { sm: 90 },
+        &CompileOptions::default(),
+    )
+    .unwrap();
+    assert!(c.ptx.contains(".target sm_90a"));
+    assert!(c.ptx.contains("$L_for_"), "{}", c.ptx);
+    assert!(c.ptx.contains("ld.global.v4.b32"), "{}", c.ptx);
+    assert_eq!(c.num_threads, 128);
+    assert_eq!(c.params.len(), 4);
+    assert_eq!(c.params[3].size_bytes(), 4);
+}
+
+#[test]
+fn casts_use_the_interpreters_rounding() {
+    let p = ptx(&elementwise_kernel(), 4);
+    assert!(p.contains("cvt.rzi.sat.s32.f32"), "{p}");
+    assert!(
+        p.contains("cvt.rz.bf16.f32") || p.contains("cvt.rz.f16.f32"),
+        "{p}"
+    );
+    assert!(p.contains("ld.global.cg.L2::cache_hint"), "{p}");
+    assert!(
+        p.contains("createpolicy.fractional.L2::evict_first.b64"),
+        "{p}"
+    );
+    assert!(p.contains("st.global.cs.L2::cache_hint"), "{p}");
+    assert!(p.contains("ld.volatile.global"), "{p}");
+    assert!(p.contains("tanh.approx.f32"), "{p}");
+}
+
+#[test]
+fn atomics_pick_native_instructions_and_cas_loops() {
+    let p = ptx(&atomics(), 4);
+    assert!(p.contains("atom.acq_rel.gpu.global.add.f32"), "{p}");
+    assert!(p.contains("atom.acq_rel.gpu.global.max.s32"), "{p}");
+    assert!(p.contains("atom.acq_rel.gpu.global.cas.b32"), "{p}");
+    assert!(p.contains("atom.acq_rel.gpu.global.xor.b64"), "{p}");
+    assert!(p.contains("atom.acq_rel.gpu.global.add.noftz.f16"), "{p}");
+}
+
+#[test]
+fn unsupported_ops_name_the_source_line() {
+    let k = trace("printer", |p| {
+        let x = p.ptr("x", DType::F32);
+        device_print("x", &[load_unmasked(x)]);
+    })
+    .unwrap();
+    let e = compile(&k, &Target { sm: 80 }, &CompileOptions::default()).unwrap_err();
+    let msg = e.to_string();
+    assert!(msg.contains("device_print"), "{msg}");
+    assert!(msg.contains("golden.rs"), "{msg}");
+    let k = trace("odd", |p| {
+        let x = p.ptr("x", DType::F32);
+        store_unmasked(x, sum(full::<f32>([3], 1.0), 0));
+    })
+    .unwrap();
+    let e = compile(&k, &Target { sm: 80 }, &CompileOptions::default()).unwrap_err();
+    assert!(e.to_string().contains("powers of two"), "{e}");
+}

@@ -1,0 +1,203 @@
+//! Every representative kernel, over dtypes and warp counts, assembles with `ptxas` for sm_80
+//! and sm_90a without spilling. ptxas comes from $TEGULA_PTXAS, `.tools/nvcc` (installed by
+//! `scripts/ptxas.sh`) or PATH; without one the test fails rather than passing silently.
+
+mod common;
+
+use common::*;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use tegula_ir::prelude::*;
+use tegula_ir::Kernel;
+use tegula_ptx::{compile, CompileOptions, Target};
+
+fn find_ptxas() -> PathBuf {
+    if let Ok(p) = std::env::var("TEGULA_PTXAS") {
+        return PathBuf::from(p);
+    }
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let local = root.join(".tools/nvcc/nvidia/cuda_nvcc/bin/ptxas");
+    if local.exists() {
+        return local;
+    }
+    if let Ok(path) = std::env::var("PATH") {
+        for dir in std::env::split_paths(&path) {
+            let c = dir.join("ptxas");
+            if c.exists() {
+                return c;
+            }
+        }
+    }
+    panic!("ptxas not found: run scripts/ptxas.sh (or set TEGULA_PTXAS) before this test");
+}
+
+struct Report {
+    name: String,
+    registers: u32,
+    spill_stores: u32,
+    shared: u32,
+}
+
+fn assemble(
+    ptxas: &Path,
+    dir: &Path,
+    name: &str,
+    k: &Kernel,
+    sm: u32,
+    warps: u32,
+) -> Result<Report, String> {
+    let opts = CompileOptions {
+        num_warps: warps,
+        num_stages: 1,
+    };
+    let c = compile(k, &Target { sm }, &opts).map_err(|e| format!("{name}: {e}"))?;
+    let file = dir.join(format!("{name}_sm{sm}_w{warps}.ptx"));
+    std::fs::write(&file, &c.ptx).unwrap();
+    let gpu = if sm == 90 {
+        "sm_90a".to_string()
+    } else {
+        format!("sm_{sm}")
+    };
+    let out = Command::new(ptxas)
+        .args(["--gpu-name", &gpu, "-v", "-o"])
+        .arg(file.with_extension("cubin"))
+        .arg(&file)
+        .output()
+        .expect("run ptxas");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    if !out.status.success() {
+        let head: String = text.lines().take(8).collect::<Vec<_>>().join("\n");
+        return Err(format!("ptxas failed on {}:\n{head}", file.display()));
+    }
+    let num_before = |s: &str, key: &str| -> u32 {
+        s.find(key)
+            .and_then(|i| s[..i].split_whitespace().last()?.parse().ok())
+            .unwrap_or(0)
+    };
+    let registers = text
+        .find("Used ")
+        .and_then(|i| text[i + 5..].split_whitespace().next()?.parse().ok())
+        .unwrap_or(0);
+    Ok(Report {
+        name: format!("{name} sm_{sm} w{warps}"),
+        registers,
+        spill_stores: num_before(&text, "bytes spill stores"),
+        shared: c.shared_bytes,
+    })
+}
+
+#[test]
+fn representative_kernels_assemble_without_spills() {
+    let ptxas = find_ptxas();
+    let dir = std::env::temp_dir().join(format!("tegula-ptxas-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut kernels: Vec<(String, Kernel, Vec<u32>)> = Vec::new();
+    let mut add = |name: String, k: Kernel, warps: &[u32]| kernels.push((name, k, warps.to_vec()));
+    for dt in [DType::F32, DType::F16, DType::BF16] {
+        add(
+            format!("vector_add_{dt}"),
+            aligned(vector_add(dt, 1024)),
+            &[4, 8],
+        );
+        add(
+            format!("vector_add_{dt}_unaligned"),
+            vector_add(dt, 256),
+            &[1, 4],
+        );
+        add(format!("softmax_{dt}"), softmax(dt, 1024), &[4, 8]);
+        add(
+            format!("layer_norm_{dt}"),
+            aligned(layer_norm(dt, 1024)),
+            &[4, 8],
+        );
+        add(format!("rms_norm_{dt}"), rms_norm(dt, 2048), &[8]);
+    }
+    add(
+        "vector_add_f64".into(),
+        aligned(vector_add(DType::F64, 512)),
+        &[4],
+    );
+    add(
+        "vector_add_i8".into(),
+        aligned(vector_add(DType::I8, 2048)),
+        &[4],
+    );
+    add("gemv_f16".into(), aligned(gemv(DType::F16, 1024)), &[4, 8]);
+    add("gemv_bf16".into(), aligned(gemv(DType::BF16, 512)), &[4]);
+    add("gemv_f16_unaligned".into(), gemv(DType::F16, 256), &[2]);
+    add("atomics".into(), atomics(), &[1, 4]);
+    add(
+        "cumsum_f32".into(),
+        cumsum_kernel(DType::F32, 1024, false),
+        &[4],
+    );
+    add(
+        "cumsum_i32_reverse".into(),
+        cumsum_kernel(DType::I32, 256, true),
+        &[2],
+    );
+    add(
+        "cumsum_f16_small".into(),
+        cumsum_kernel(DType::F16, 16, false),
+        &[4],
+    );
+    add("for_carried".into(), aligned(for_carried(512)), &[4]);
+    add("if".into(), if_kernel(), &[4]);
+    add("while".into(), while_kernel(), &[1, 4]);
+    add("dot_f16".into(), dot_kernel(DType::F16, 64, 64, 32), &[4]);
+    add(
+        "dot_f32_tf32".into(),
+        dot_kernel(DType::F32, 32, 32, 16),
+        &[4],
+    );
+    add(
+        "dot_bf16_wide".into(),
+        dot_kernel(DType::BF16, 16, 128, 64),
+        &[8],
+    );
+    add("shapes".into(), shapes_kernel(), &[4]);
+    add("elementwise".into(), elementwise_kernel(), &[4]);
+    let mut reports = Vec::new();
+    let mut errors = Vec::new();
+    for (name, k, warps) in &kernels {
+        for &w in warps {
+            for sm in [80, 90] {
+                match assemble(&ptxas, &dir, name, k, sm, w) {
+                    Ok(r) => reports.push(r),
+                    Err(e) => errors.push(e),
+                }
+            }
+        }
+    }
+    println!(
+        "{:<40} {:>5} {:>7} {:>7}",
+        "kernel", "regs", "spills", "shared"
+    );
+    for r in &reports {
+        println!(
+            "{:<40} {:>5} {:>7} {:>7}",
+            r.name, r.registers, r.spill_stores, r.shared
+        );
+    }
+    assert!(
+        errors.is_empty(),
+        "{} failures:\n{}",
+        errors.len(),
+        errors.join("\n\n")
+    );
+    let spilled: Vec<&Report> = reports.iter().filter(|r| r.spill_stores > 0).collect();
+    assert!(
+        spilled.is_empty(),
+        "kernels spill: {:?}",
+        spilled.iter().map(|r| &r.name).collect::<Vec<_>>()
+    );
+    assert!(
+        reports.iter().all(|r| r.registers > 0),
+        "ptxas output not parsed"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
