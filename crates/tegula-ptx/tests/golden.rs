@@ -64,6 +64,9 @@ fn gemv_loop_carries_registers() {
     assert!(c.ptx.contains("$L_for_"), "{}", c.ptx);
     assert!(c.ptx.contains("ld.global.v4.b32"), "{}", c.ptx);
     assert_eq!(c.num_threads, 128);
+    // The accumulator is carried in the loads' layout: shared memory only for the final
+    // cross-warp sum (4 warps x 4 bytes), no conversion inside the loop.
+    assert_eq!(c.shared_bytes, 16, "{}", c.ptx);
     assert_eq!(c.params.len(), 4);
     assert_eq!(c.params[3].size_bytes(), 4);
 }
