@@ -1,0 +1,187 @@
+//! Atomics from many programs, compare-and-swap, and the write-write race check.
+
+mod common;
+use common::*;
+use half::f16;
+use std::sync::Arc;
+use tegula_interp::{run, Arg, Buffer, InterpError, Options};
+use tegula_ir::prelude::*;
+
+fn checking() -> Options {
+    Options {
+        check_races: true,
+        ..Default::default()
+    }
+}
+
+#[test]
+fn atomic_adds_from_many_programs_sum_exactly() {
+    let k = trace("count", |p| {
+        let (ci, cf, ch) = (
+            p.ptr("ci", DType::I32),
+            p.ptr("cf", DType::F32),
+            p.ptr("ch", DType::F16),
+        );
+        let pid = program_id(0);
+        // Every program adds pid + 1 to ci[0] and 1.0 to each of cf[0..4] (4 lanes).
+        atomic_add(ci, pid + 1, None);
+        let lanes = arange(0, 4);
+        atomic_add(cf + lanes, full::<f32>([4], 1.0), None);
+        atomic_add(ch, 1.0, None);
+    })
+    .unwrap();
+    let ci = Arc::new(Buffer::zeroed(DType::I32, 1));
+    let cf = Arc::new(Buffer::zeroed(DType::F32, 4));
+    let ch = Arc::new(Buffer::zeroed(DType::F16, 1));
+    let programs = 3000u32;
+    run(&k, [programs, 1, 1], &[ptr(&ci), ptr(&cf), ptr(&ch)], &checking()).unwrap();
+    assert_eq!(ci.to_vec::<i32>().unwrap(), vec![3000 * 3001 / 2]);
+    assert_eq!(cf.to_vec::<f32>().unwrap(), vec![3000.0; 4]);
+    // f16 stops counting at 2048: 2048 + 1 rounds back to 2048 (ties to even).
+    assert_eq!(ch.to_f64(), vec![2048.0]);
+}
+
+#[test]
+fn atomic_max_min_and_bit_ops_respect_dtypes() {
+    let k = trace("extremes", |p| {
+        let (mx, mn, um, bits) = (
+            p.ptr("mx", DType::I32),
+            p.ptr("mn", DType::F32),
+            p.ptr("um", DType::U32),
+            p.ptr("bits", DType::U32),
+        );
+        let pid = program_id(0);
+        // Values -50..49 in a scrambled order.
+        let v = (pid * 37) % 100 - 50;
+        atomic_max(mx, v, None);
+        atomic_min(mn, v.to::<f32>() * 0.5, None);
+        atomic_max(um, v.to::<u32>(), None); // -1 as u32 is the largest
+        let one = (pid * 0 + 1).to::<u32>();
+        atomic(AtomicOp::Or, bits, one << (pid % 32).to::<u32>(), None);
+    })
+    .unwrap();
+    let mx = buf(&[i32::MIN]);
+    let mn = buf(&[f32::INFINITY]);
+    let um = buf(&[0u32]);
+    let bits = buf(&[0u32]);
+    run(&k, [100, 1, 1], &[ptr(&mx), ptr(&mn), ptr(&um), ptr(&bits)], &checking()).unwrap();
+    assert_eq!(mx.to_vec::<i32>().unwrap(), vec![49]);
+    assert_eq!(mn.to_vec::<f32>().unwrap(), vec![-25.0]);
+    assert_eq!(um.to_vec::<u32>().unwrap(), vec![u32::MAX]);
+    assert_eq!(bits.to_vec::<u32>().unwrap(), vec![u32::MAX]);
+}
+
+#[test]
+fn exchange_and_compare_and_swap_return_old_values() {
+    let data = buf(&[5i32, 7, 9, 11]);
+    let old = Arc::new(Buffer::zeroed(DType::I32, 4));
+    let k = trace("cas", |p| {
+        let (d, old) = (p.ptr("d", DType::I32), p.ptr("old", DType::I32));
+        let offs = arange(0, 4);
+        // Swap in 100+i where the current value is 5 or 9.
+        let cmp = select(offs.eq(0) | offs.eq(2), offs * 2 + 5, -1);
+        let prev = atomic_cas(d + offs, cmp, offs + 100);
+        let prev2 = atomic_xchg(d + offs, prev * 10, Some(offs.ge(2)));
+        store_unmasked(old + offs, prev + prev2);
+    })
+    .unwrap();
+    run(&k, [1, 1, 1], &[ptr(&data), ptr(&old)], &checking()).unwrap();
+    // cas: [100, 7, 102, 11] returning [5, 7, 9, 11]; xchg on lanes 2, 3 stores 90, 110 and
+    // returns 102, 11 (masked-off lanes return 0).
+    assert_eq!(data.to_vec::<i32>().unwrap(), vec![100, 7, 90, 110]);
+    assert_eq!(old.to_vec::<i32>().unwrap(), vec![5, 7, 9 + 102, 11 + 11]);
+}
+
+#[test]
+fn atomic_float_add_rounds_in_the_dtype() {
+    let h = buf(&[f16::from_f64(1.0)]);
+    let k = trace("addh", |p| {
+        let h = p.ptr("h", DType::F16);
+        atomic_add(h, pow2(-11), None);
+    })
+    .unwrap();
+    run(&k, [4, 1, 1], &[ptr(&h)], &Options::default()).unwrap();
+    // Each 1 + 2^-11 is a tie back to 1.0.
+    assert_eq!(h.to_f64(), vec![1.0]);
+}
+
+#[test]
+fn out_of_bounds_atomics_are_reported() {
+    let k = trace("oob_atomic", |p| {
+        let c = p.ptr("c", DType::I32);
+        atomic_add(c + program_id(0), 1, None);
+    })
+    .unwrap();
+    let c = Arc::new(Buffer::zeroed(DType::I32, 3));
+    let e = run(&k, [4, 1, 1], &[ptr(&c)], &Options::default()).unwrap_err();
+    assert!(matches!(e, InterpError::OutOfBounds { op: "atomic", index: 3, pid: [3, 0, 0], .. }), "{e}");
+}
+
+fn overlap_kernel(line: &std::cell::Cell<u32>) -> tegula_ir::Kernel {
+    trace("overlap", |p| {
+        let out = p.ptr("out", DType::F32);
+        let step = p.scalar("step", DType::I32);
+        // Program i writes [i*step, i*step + 8): overlapping when step < 8.
+        let offs = program_id(0) * step + arange(0, 8);
+        let l = line!();
+        store_unmasked(out + offs, program_id(0).to::<f32>());
+        line.set(l + 1);
+        // Writing an element twice within one program is not a race.
+        store_unmasked(out + offs, program_id(0).to::<f32>() + 0.5);
+    })
+    .unwrap()
+}
+
+#[test]
+fn write_write_races_between_programs_are_detected() {
+    let line = std::cell::Cell::new(0);
+    let k = overlap_kernel(&line);
+    let out = Arc::new(Buffer::zeroed(DType::F32, 64));
+    let e = run(&k, [4, 1, 1], &[ptr(&out), Arg::Int(6)], &checking()).unwrap_err();
+    let msg = e.to_string();
+    assert!(msg.contains("write-write race"), "{msg}");
+    assert!(msg.contains(&format!("atomics_races.rs:{}", line.get())), "{msg}");
+    match e {
+        InterpError::Race { index, first, second, .. } => {
+            // Neighbours overlap on [6(i+1), 6i + 8).
+            let (a, b) = (first[0].min(second[0]), first[0].max(second[0]));
+            assert_eq!(b, a + 1, "{msg}");
+            assert!(index >= 6 * b as usize && index < 6 * a as usize + 8, "{msg}");
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+    // The same kernel sequentially: deterministic first race, between programs 0 and 1.
+    let seq = Options {
+        check_races: true,
+        sequential: true,
+    };
+    let e = run(&k, [4, 1, 1], &[ptr(&out), Arg::Int(6)], &seq).unwrap_err();
+    assert!(
+        matches!(e, InterpError::Race { index: 6, first: [0, 0, 0], second: [1, 0, 0], .. }),
+        "{e}"
+    );
+    // Without the check, or with disjoint writes, the run succeeds.
+    run(&k, [4, 1, 1], &[ptr(&out), Arg::Int(6)], &Options::default()).unwrap();
+    run(&k, [4, 1, 1], &[ptr(&out), Arg::Int(8)], &checking()).unwrap();
+    assert_eq!(out.to_vec::<f32>().unwrap()[31], 3.5);
+}
+
+#[test]
+fn races_through_aliasing_arguments_are_detected() {
+    let k = trace("alias", |p| {
+        let (a, b) = (p.ptr("a", DType::I32), p.ptr("b", DType::I32));
+        let which = program_id(0);
+        if_else(which.eq(0), || store_unmasked(a + 2, 1), || store_unmasked(b, 2));
+    })
+    .unwrap();
+    let data = Arc::new(Buffer::zeroed(DType::I32, 8));
+    let args = [
+        ptr(&data),
+        Arg::Ptr {
+            buffer: data.clone(),
+            offset: 2,
+        },
+    ];
+    let e = run(&k, [2, 1, 1], &args, &checking()).unwrap_err();
+    assert!(matches!(e, InterpError::Race { index: 2, .. }), "{e}");
+}
