@@ -1,6 +1,7 @@
 //! `Device`: where tensors live and kernels run, with the cache of traced specializations.
 
 use crate::error::{Error, Result};
+use crate::gpu::{self, Gpu, GpuBuffer};
 use crate::launch::{KernelArg, Launch};
 use crate::tensor::Tensor;
 use rand::{Rng, SeedableRng};
@@ -16,24 +17,61 @@ use tegula_ir::{Element, Kernel};
 pub enum Backend {
     /// The CPU interpreter: every program of the grid, every access checked.
     Interpreter,
+    /// An NVIDIA GPU through the CUDA driver, by ordinal.
+    Cuda(usize),
 }
 
 /// Memory of one tensor, shared by its views.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub enum Storage {
     Host(Arc<Buffer>),
+    Cuda {
+        buffer: GpuBuffer,
+        runtime: tegula_cuda::CudaRuntime,
+    },
+}
+
+impl std::fmt::Debug for Storage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Storage::Host(b) => write!(f, "Host({} x {})", b.len(), b.dtype()),
+            Storage::Cuda { buffer, .. } => write!(
+                f,
+                "Cuda({:#x}, {} bytes)",
+                buffer.device_ptr(),
+                buffer.len()
+            ),
+        }
+    }
 }
 
 impl Storage {
     pub(crate) fn same_buffer(&self, other: &Storage) -> bool {
         match (self, other) {
             (Storage::Host(a), Storage::Host(b)) => Arc::ptr_eq(a, b),
+            (Storage::Cuda { buffer: a, .. }, Storage::Cuda { buffer: b, .. }) => {
+                a.device_ptr() == b.device_ptr()
+            }
+            _ => false,
+        }
+    }
+
+    /// The device address of element 0, for GPU memory.
+    pub(crate) fn device_address(&self) -> Option<u64> {
+        match self {
+            Storage::Host(_) => None,
+            Storage::Cuda { buffer, .. } => Some(buffer.device_ptr()),
         }
     }
 
     pub(crate) fn read_all<T: Element>(&self) -> Result<Vec<T>> {
         match self {
             Storage::Host(b) => Ok(b.to_vec::<T>()?),
+            Storage::Cuda { buffer, runtime } => {
+                let mut bytes = vec![0u8; buffer.len()];
+                runtime.dtoh(buffer, &mut bytes)?;
+                Ok(gpu::from_bytes(&bytes))
+            }
         }
     }
 
@@ -45,6 +83,7 @@ impl Storage {
                 }
                 Ok(())
             }
+            Storage::Cuda { buffer, runtime } => Ok(runtime.htod(buffer, &gpu::to_bytes(data))?),
         }
     }
 }
@@ -54,6 +93,7 @@ static NEXT_DEVICE_ID: AtomicU64 = AtomicU64::new(1);
 struct Inner {
     id: u64,
     backend: Backend,
+    gpu: Option<Gpu>,
     /// Traced specializations by `name|key|argument types`.
     kernels: Mutex<HashMap<String, Arc<Kernel>>>,
     check_races: AtomicBool,
@@ -70,15 +110,22 @@ pub struct Device {
 impl Device {
     /// The CPU interpreter.
     pub fn cpu() -> Device {
-        Device::with_backend(Backend::Interpreter)
+        Device::with_backend(Backend::Interpreter, None)
     }
 
-    fn with_backend(backend: Backend) -> Device {
+    /// The GPU with this ordinal.
+    pub fn cuda(ordinal: usize) -> Result<Device> {
+        let gpu = Gpu::new(ordinal)?;
+        Ok(Device::with_backend(Backend::Cuda(ordinal), Some(gpu)))
+    }
+
+    fn with_backend(backend: Backend, gpu: Option<Gpu>) -> Device {
         let check = std::env::var("TEGULA_CHECK_RACES").is_ok_and(|v| v == "1");
         Device {
             inner: Arc::new(Inner {
                 id: NEXT_DEVICE_ID.fetch_add(1, Ordering::Relaxed),
                 backend,
+                gpu,
                 kernels: Mutex::new(HashMap::new()),
                 check_races: AtomicBool::new(check),
                 seed: AtomicU64::new(rand::random()),
@@ -86,22 +133,38 @@ impl Device {
         }
     }
 
-    /// The GPU when there is one, else the interpreter; `TEGULA_DEVICE=cpu|cuda[:N]` chooses.
-    ///
-    /// This build has no CUDA backend yet, so `cuda` is an error and the default is the
-    /// interpreter.
+    /// The GPU when there is one, else the interpreter, and says which on stderr.
+    /// `TEGULA_DEVICE=cpu|cuda|cuda:N` chooses.
     #[allow(clippy::should_implement_trait)] // returns a Result, unlike `Default::default`
     pub fn default() -> Result<Device> {
-        match std::env::var("TEGULA_DEVICE").ok().as_deref() {
-            None | Some("") | Some("cpu") => Ok(Device::cpu()),
-            Some(other) => Err(Error::Invalid {
-                op: "Device::default".into(),
-                message: format!(
-                    "TEGULA_DEVICE={other}: this build runs kernels on the interpreter only \
-                     (TEGULA_DEVICE=cpu)"
-                ),
-            }),
-        }
+        let choice = std::env::var("TEGULA_DEVICE").unwrap_or_default();
+        let dev = match choice.as_str() {
+            "cpu" => Device::cpu(),
+            "cuda" => Device::cuda(0)?,
+            c if c.starts_with("cuda:") => {
+                let ordinal = c[5..].parse().map_err(|_| Error::Invalid {
+                    op: "Device::default".into(),
+                    message: format!("TEGULA_DEVICE={c}: expected cpu, cuda or cuda:N"),
+                })?;
+                Device::cuda(ordinal)?
+            }
+            "" if tegula_cuda::CudaRuntime::is_available() => Device::cuda(0)?,
+            "" => Device::cpu(),
+            other => {
+                return Err(Error::Invalid {
+                    op: "Device::default".into(),
+                    message: format!("TEGULA_DEVICE={other}: expected cpu, cuda or cuda:N"),
+                })
+            }
+        };
+        static SAID: std::sync::Once = std::sync::Once::new();
+        SAID.call_once(|| eprintln!("tegula: running on {}", dev.name()));
+        Ok(dev)
+    }
+
+    /// The CUDA runtime, on a GPU device.
+    pub fn cuda_runtime(&self) -> Option<&tegula_cuda::CudaRuntime> {
+        self.inner.gpu.as_ref().map(|g| &g.runtime)
     }
 
     pub fn backend(&self) -> Backend {
@@ -120,6 +183,13 @@ impl Device {
                 "cpu (interpreter, {} threads)",
                 std::thread::available_parallelism().map_or(1, |n| n.get())
             ),
+            Backend::Cuda(ordinal) => {
+                let name = self
+                    .cuda_runtime()
+                    .map(|r| r.device_info().name.clone())
+                    .unwrap_or_default();
+                format!("cuda:{ordinal} ({name})")
+            }
         }
     }
 
@@ -131,8 +201,12 @@ impl Device {
 
     fn alloc<T: Element>(&self, shape: Vec<usize>) -> Result<Tensor<T>> {
         let n: usize = shape.iter().product();
-        let storage = match self.inner.backend {
-            Backend::Interpreter => Storage::Host(Arc::new(Buffer::zeroed(T::DTYPE, n))),
+        let storage = match &self.inner.gpu {
+            None => Storage::Host(Arc::new(Buffer::zeroed(T::DTYPE, n))),
+            Some(gpu) => Storage::Cuda {
+                buffer: Arc::new(gpu.runtime.alloc(n * T::DTYPE.size_bytes())?),
+                runtime: gpu.runtime.clone(),
+            },
         };
         Ok(Tensor::from_storage(self.clone(), storage, shape))
     }
@@ -142,9 +216,14 @@ impl Device {
         self.alloc(shape.into())
     }
 
-    /// A tensor whose contents do not matter (zeros on the interpreter).
+    /// A tensor whose contents do not matter: zeros on the interpreter, all bits set (NaN for
+    /// floats, -1 for integers) on the GPU, so that a kernel that forgets to write shows it.
     pub fn empty<T: Element>(&self, shape: impl Into<Vec<usize>>) -> Result<Tensor<T>> {
-        self.alloc(shape.into())
+        let t = self.alloc::<T>(shape.into())?;
+        if let Storage::Cuda { buffer, runtime } = &t.storage {
+            runtime.memset_d8(buffer, 0xff)?;
+        }
+        Ok(t)
     }
 
     /// A tensor filled with `value`.
@@ -168,14 +247,23 @@ impl Device {
                 message: format!("{} values for shape {shape:?} ({n} elements)", data.len()),
             });
         }
-        let storage = match self.inner.backend {
-            Backend::Interpreter => Storage::Host(Arc::new(Buffer::from_slice(data))),
-        };
-        Ok(Tensor::from_storage(self.clone(), storage, shape))
+        match &self.inner.gpu {
+            None => {
+                let storage = Storage::Host(Arc::new(Buffer::from_slice(data)));
+                Ok(Tensor::from_storage(self.clone(), storage, shape))
+            }
+            Some(_) => {
+                let t = self.alloc::<T>(shape)?;
+                t.storage.write_all(data)?;
+                Ok(t)
+            }
+        }
     }
 
     fn next_seed(&self) -> u64 {
-        self.inner.seed.fetch_add(0x9E37_79B9_7F4A_7C15, Ordering::Relaxed)
+        self.inner
+            .seed
+            .fetch_add(0x9E37_79B9_7F4A_7C15, Ordering::Relaxed)
     }
 
     /// Standard-normal random values (fresh on every call).
@@ -219,7 +307,9 @@ impl Device {
         if let Some(k) = self.cache().get(&key) {
             return Ok(k.clone());
         }
-        let kernel = Arc::new((launch.trace)()?);
+        let mut kernel = (launch.trace)()?;
+        tegula_ir::passes::canonicalize(&mut kernel);
+        let kernel = Arc::new(kernel);
         check_arguments(&kernel, &launch.args, self)?;
         self.cache().insert(key, kernel.clone());
         Ok(kernel)
@@ -252,8 +342,14 @@ impl Device {
                 }
             }
         }
-        match self.inner.backend {
-            Backend::Interpreter => {
+        match &self.inner.gpu {
+            Some(gpu) => {
+                let facts = gpu::divisibility_facts(&launch.args);
+                let key = format!("{}|{}", launch.name, launch.key);
+                let k = gpu.kernel(&key, &kernel, &facts, launch.config)?;
+                gpu.launch(&k, launch.grid.0, &launch.args)
+            }
+            None => {
                 let args: Vec<Arg> = launch
                     .args
                     .iter()
@@ -262,14 +358,19 @@ impl Device {
                             storage: Storage::Host(b),
                             offset,
                             ..
-                        } => Arg::Ptr {
+                        } => Ok(Arg::Ptr {
                             buffer: b.clone(),
                             offset: *offset,
-                        },
-                        KernelArg::Int { value, .. } => Arg::Int(*value),
-                        KernelArg::Float { value, .. } => Arg::Float(*value),
+                        }),
+                        KernelArg::Tensor { .. } => Err(Error::Device {
+                            op: format!("launch of `{}`", launch.name),
+                            first: "a GPU tensor".into(),
+                            second: self.name(),
+                        }),
+                        KernelArg::Int { value, .. } => Ok(Arg::Int(*value)),
+                        KernelArg::Float { value, .. } => Ok(Arg::Float(*value)),
                     })
-                    .collect();
+                    .collect::<Result<_>>()?;
                 let options = tegula_interp::Options {
                     check_races: self.inner.check_races.load(Ordering::Relaxed),
                     ..Default::default()
@@ -278,6 +379,30 @@ impl Device {
                 Ok(())
             }
         }
+    }
+
+    /// Waits for the device's queued work; on the GPU, reports a fault of an earlier launch.
+    pub fn synchronize(&self) -> Result<()> {
+        if let Some(gpu) = &self.inner.gpu {
+            gpu.runtime.synchronize()?;
+        }
+        Ok(())
+    }
+
+    /// The compiled PTX and resource report of a launch's specialization (GPU devices only).
+    pub fn compiled(&self, launch: &Launch<'_>) -> Result<Arc<gpu::GpuKernel>> {
+        let kernel = self.specialize(launch)?;
+        let gpu = self.inner.gpu.as_ref().ok_or_else(|| Error::Invalid {
+            op: "compiled".into(),
+            message: format!("{} compiles no PTX", self.name()),
+        })?;
+        let facts = gpu::divisibility_facts(&launch.args);
+        gpu.kernel(
+            &format!("{}|{}", launch.name, launch.key),
+            &kernel,
+            &facts,
+            launch.config,
+        )
     }
 }
 

@@ -15,6 +15,14 @@ pub enum Error {
     #[error(transparent)]
     Interp(#[from] tegula_interp::InterpError),
 
+    /// The PTX backend cannot lower the kernel (names the op's source line).
+    #[error(transparent)]
+    Ptx(#[from] tegula_ptx::PtxError),
+
+    /// The CUDA driver refused: no device, a JIT error, a launch or memory failure.
+    #[error(transparent)]
+    Cuda(#[from] tegula_cuda::CudaError),
+
     /// A kernel was launched with arguments that do not match its parameters.
     #[error("kernel `{kernel}`: {message}")]
     Arguments { kernel: String, message: String },

@@ -27,11 +27,13 @@
 
 mod device;
 mod error;
+mod gpu;
 mod launch;
 mod tensor;
 
 pub use device::{Backend, Device};
 pub use error::{Error, Result};
+pub use gpu::GpuKernel;
 pub use launch::{Grid, KernelArg, Launch, LaunchConfig, Ptr, ScalarArg, TensorArg};
 pub use tegula_ir as ir;
 pub use tegula_macros::kernel;

@@ -1,0 +1,188 @@
+//! The CUDA side of a [`crate::Device`]: specialization facts, PTX lowering, module load and
+//! launch. Everything here runs only when a driver and a GPU are present.
+
+use crate::error::{Error, Result};
+use crate::launch::{KernelArg, LaunchConfig};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use tegula_cuda::{CudaRuntime, DeviceBuffer, KernelParam, LoadedKernel};
+use tegula_ir::{DType, Kernel};
+use tegula_ptx::{CompileOptions, Compiled, ParamAbi, Target};
+
+/// A kernel specialization compiled and loaded on one GPU.
+pub struct GpuKernel {
+    pub compiled: Compiled,
+    pub loaded: Arc<LoadedKernel>,
+}
+
+/// The CUDA runtime of a device and its compiled specializations.
+pub struct Gpu {
+    pub runtime: CudaRuntime,
+    pub target: Target,
+    compiled: Mutex<HashMap<String, Arc<GpuKernel>>>,
+}
+
+/// Triton's specialization facts: which pointer arguments are 16-byte aligned and which integer
+/// arguments are multiples of 16. They are part of the cache key and feed vectorization.
+pub fn divisibility_facts(args: &[KernelArg]) -> Vec<bool> {
+    args.iter()
+        .map(|a| match a {
+            KernelArg::Tensor {
+                storage,
+                offset,
+                dtype,
+                ..
+            } => storage.device_address().is_some_and(|base| {
+                (base + (offset * dtype.size_bytes()) as u64).is_multiple_of(16)
+            }),
+            KernelArg::Int { value, .. } => value.rem_euclid(16) == 0,
+            KernelArg::Float { .. } => false,
+        })
+        .collect()
+}
+
+impl Gpu {
+    pub fn new(ordinal: usize) -> Result<Gpu> {
+        let runtime = CudaRuntime::new(ordinal)?;
+        let sm = runtime.device_info().sm();
+        // sm_90a unlocks Hopper's instructions; anything newer runs sm_90 code as well.
+        let target = Target {
+            sm: if sm >= 90 { 90 } else { sm.max(80) },
+        };
+        Ok(Gpu {
+            runtime,
+            target,
+            compiled: Mutex::new(HashMap::new()),
+        })
+    }
+
+    fn cache(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<GpuKernel>>> {
+        self.compiled
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// The compiled kernel for a traced specialization, facts and config; lowered and loaded on
+    /// first use.
+    pub fn kernel(
+        &self,
+        key: &str,
+        traced: &Kernel,
+        facts: &[bool],
+        config: LaunchConfig,
+    ) -> Result<Arc<GpuKernel>> {
+        let fact_bits: String = facts.iter().map(|&f| if f { '1' } else { '0' }).collect();
+        let key = format!(
+            "{key}|{fact_bits}|w{}s{}",
+            config.num_warps, config.num_stages
+        );
+        if let Some(k) = self.cache().get(&key) {
+            return Ok(k.clone());
+        }
+        let mut kernel = traced.clone();
+        for (param, &fact) in kernel.params.iter_mut().zip(facts) {
+            param.facts.divisible_by_16 = fact;
+        }
+        let options = CompileOptions {
+            num_warps: config.num_warps,
+            num_stages: config.num_stages,
+        };
+        let compiled = tegula_ptx::compile(&kernel, &self.target, &options)?;
+        let source_map = |line: usize| source_line_of(&compiled.ptx, line);
+        let loaded = self
+            .runtime
+            .load(&compiled.ptx, &compiled.entry, &source_map)?;
+        let k = Arc::new(GpuKernel { compiled, loaded });
+        self.cache().insert(key, k.clone());
+        Ok(k)
+    }
+
+    /// Enqueues a launch on the device's stream.
+    pub fn launch(&self, k: &GpuKernel, grid: [u32; 3], args: &[KernelArg]) -> Result<()> {
+        let params = k
+            .compiled
+            .params
+            .iter()
+            .zip(args)
+            .map(|(abi, arg)| kernel_param(abi, arg))
+            .collect::<Result<Vec<_>>>()?;
+        self.runtime
+            .launch(&k.loaded, grid, [k.compiled.num_threads, 1, 1], 0, &params)?;
+        Ok(())
+    }
+}
+
+/// The user's source line a PTX line came from, from the `// file.rs:line:col` comments the
+/// lowering writes before each op's instructions.
+fn source_line_of(ptx: &str, line: usize) -> Option<String> {
+    let text = ptx.lines().nth(line.checked_sub(1)?)?;
+    let comment = text.split("//").nth(1)?.trim();
+    comment.contains(".rs:").then(|| comment.to_string())
+}
+
+/// Packs one argument as the PTX signature reads it.
+fn kernel_param(abi: &ParamAbi, arg: &KernelArg) -> Result<KernelParam> {
+    let mismatch = || Error::Invalid {
+        op: "launch".into(),
+        message: format!("argument {} does not fit parameter {abi:?}", arg.describe()),
+    };
+    Ok(match (abi, arg) {
+        (
+            ParamAbi::Pointer { .. },
+            KernelArg::Tensor {
+                storage,
+                offset,
+                dtype,
+                ..
+            },
+        ) => {
+            let base = storage.device_address().ok_or_else(mismatch)?;
+            KernelParam::Ptr(base + (offset * dtype.size_bytes()) as u64)
+        }
+        (ParamAbi::Scalar { dtype, .. }, KernelArg::Int { value, .. }) => match dtype {
+            DType::I1 | DType::U8 => KernelParam::U8(*value as u8),
+            DType::I8 => KernelParam::I8(*value as i8),
+            DType::I16 => KernelParam::I16(*value as i16),
+            DType::U16 => KernelParam::U16(*value as u16),
+            DType::I32 => KernelParam::I32(*value as i32),
+            DType::U32 => KernelParam::U32(*value as u32),
+            DType::I64 => KernelParam::I64(*value),
+            DType::U64 => KernelParam::U64(*value as u64),
+            _ => return Err(mismatch()),
+        },
+        (ParamAbi::Scalar { dtype, .. }, KernelArg::Float { value, .. }) => match dtype {
+            DType::F32 => KernelParam::F32(*value as f32),
+            DType::F64 => KernelParam::F64(*value),
+            DType::F16 => KernelParam::U16(half::f16::from_f64(*value).to_bits()),
+            DType::BF16 => KernelParam::U16(half::bf16::from_f64(*value).to_bits()),
+            _ => return Err(mismatch()),
+        },
+        _ => return Err(mismatch()),
+    })
+}
+
+/// Raw bytes of host elements, as device memory holds them (little endian, i1 as one byte).
+pub fn to_bytes<T: tegula_ir::Element>(data: &[T]) -> Vec<u8> {
+    let size = T::DTYPE.size_bytes();
+    let mut out = Vec::with_capacity(data.len() * size);
+    for v in data {
+        out.extend_from_slice(&v.to_bits().to_le_bytes()[..size]);
+    }
+    out
+}
+
+/// Host elements from raw device bytes.
+pub fn from_bytes<T: tegula_ir::Element>(bytes: &[u8]) -> Vec<T> {
+    let size = T::DTYPE.size_bytes();
+    bytes
+        .chunks_exact(size)
+        .map(|c| {
+            let mut b = [0u8; 8];
+            b[..size].copy_from_slice(c);
+            T::from_bits(u64::from_le_bytes(b))
+        })
+        .collect()
+}
+
+/// Device memory of one tensor.
+pub type GpuBuffer = Arc<DeviceBuffer>;
