@@ -55,9 +55,26 @@ fn vector_add_matches_reference() {
         let y = dev.randn::<f32>([n]).unwrap();
         let out = dev.full::<f32>([n], f32::NAN).unwrap();
         let trace = || vector_add(block);
-        let args = vec![(&x).kernel_arg(), (&y).kernel_arg(), (&out).kernel_arg(), int(n)];
-        run(&dev, "vector_add", format!("{block}"), &trace, n.div_ceil(block), args).unwrap();
-        let (xv, yv, ov) = (x.to_vec().unwrap(), y.to_vec().unwrap(), out.to_vec().unwrap());
+        let args = vec![
+            (&x).kernel_arg(),
+            (&y).kernel_arg(),
+            (&out).kernel_arg(),
+            int(n),
+        ];
+        run(
+            &dev,
+            "vector_add",
+            format!("{block}"),
+            &trace,
+            n.div_ceil(block),
+            args,
+        )
+        .unwrap();
+        let (xv, yv, ov) = (
+            x.to_vec().unwrap(),
+            y.to_vec().unwrap(),
+            out.to_vec().unwrap(),
+        );
         for i in 0..n {
             // f32 addition is exact-rounded, so the result equals the f32 sum bit for bit.
             assert_eq!(ov[i], xv[i] + yv[i], "element {i} of {n}");
@@ -131,14 +148,27 @@ fn gemv(block: usize) -> Result<Kernel, TraceError> {
 #[test]
 fn gemv_matches_float64_with_seed_tolerances() {
     let dev = Device::cpu();
-    for (m, n, block) in [(37usize, 1031usize, 256usize), (1, 17, 16), (64, 4096, 1024)] {
+    for (m, n, block) in [
+        (37usize, 1031usize, 256usize),
+        (1, 17, 16),
+        (64, 4096, 1024),
+    ] {
         let a = dev.randn::<f16>([m, n]).unwrap();
         let x = dev.randn::<f16>([n]).unwrap();
         let y = dev.zeros::<f32>([m]).unwrap();
         let trace = || gemv(block);
-        let args = vec![(&a).kernel_arg(), (&x).kernel_arg(), (&y).kernel_arg(), int(n)];
+        let args = vec![
+            (&a).kernel_arg(),
+            (&x).kernel_arg(),
+            (&y).kernel_arg(),
+            int(n),
+        ];
         run(&dev, "gemv", format!("{block}"), &trace, m, args).unwrap();
-        let (av, xv, yv) = (a.to_f64_vec().unwrap(), x.to_f64_vec().unwrap(), y.to_f64_vec().unwrap());
+        let (av, xv, yv) = (
+            a.to_f64_vec().unwrap(),
+            x.to_f64_vec().unwrap(),
+            y.to_f64_vec().unwrap(),
+        );
         for r in 0..m {
             let want: f64 = (0..n).map(|c| av[r * n + c] * xv[c]).sum();
             // The seed's check: rtol 1e-4, atol 1e-3 against the float64 result.
@@ -171,7 +201,10 @@ fn unmasked_out_of_bounds_names_the_line_and_program() {
     let msg = err.to_string();
     assert!(msg.contains("copy_unmasked"), "{msg}");
     assert!(msg.contains(&format!("builder_kernels.rs:{line}")), "{msg}");
-    assert!(msg.contains("100"), "the buffer length or index is named: {msg}");
+    assert!(
+        msg.contains("100"),
+        "the buffer length or index is named: {msg}"
+    );
 }
 
 #[test]
@@ -194,7 +227,12 @@ fn wrong_argument_dtype_is_a_typed_error() {
     let y = dev.randn::<f32>([16]).unwrap();
     let out = dev.zeros::<f32>([16]).unwrap();
     let trace = || vector_add(16);
-    let args = vec![(&x).kernel_arg(), (&y).kernel_arg(), (&out).kernel_arg(), int(16)];
+    let args = vec![
+        (&x).kernel_arg(),
+        (&y).kernel_arg(),
+        (&out).kernel_arg(),
+        int(16),
+    ];
     let err = run(&dev, "vector_add", "16".into(), &trace, 1u32, args).unwrap_err();
     assert!(
         matches!(err, tegula::Error::Arguments { .. }),
@@ -209,7 +247,11 @@ fn wrong_argument_dtype_is_a_typed_error() {
 fn block_pointer_copy_with_boundary_check() {
     let dev = Device::cpu();
     let (rows, cols, b) = (37usize, 29usize, 16usize);
-    let src = dev.randn::<f32>([cols, rows]).unwrap().transpose(0, 1).unwrap(); // [rows, cols] view
+    let src = dev
+        .randn::<f32>([cols, rows])
+        .unwrap()
+        .transpose(0, 1)
+        .unwrap(); // [rows, cols] view
     let dst = dev.full::<f32>([rows, cols], -7.0).unwrap();
     let trace = || {
         trace("block_copy", |p| {

@@ -158,8 +158,17 @@ fn online_softmax_two_blocks() {
     assert_eq!(state, vec![0.0, 2.0, 1.0, 1.0]);
     // After both: m = ln 2, l = 3, o = [1.5, 1.5], output [0.5, 0.5].
     let (state, out) = run_online_softmax(4);
-    assert!((state[0] - std::f32::consts::LN_2).abs() < 1e-7, "{state:?}");
+    assert!(
+        (state[0] - std::f32::consts::LN_2).abs() < 1e-7,
+        "{state:?}"
+    );
     assert!((state[1] - 3.0).abs() < 1e-6, "{state:?}");
-    assert!((state[2] - 1.5).abs() < 1e-6 && (state[3] - 1.5).abs() < 1e-6, "{state:?}");
-    assert!((out[0] - 0.5).abs() < 1e-6 && (out[1] - 0.5).abs() < 1e-6, "{out:?}");
+    assert!(
+        (state[2] - 1.5).abs() < 1e-6 && (state[3] - 1.5).abs() < 1e-6,
+        "{state:?}"
+    );
+    assert!(
+        (out[0] - 0.5).abs() < 1e-6 && (out[1] - 0.5).abs() < 1e-6,
+        "{out:?}"
+    );
 }
