@@ -1,0 +1,744 @@
+//! Layer norm (forward and backward) and RMS norm over the last axis of a 2-D tensor, after
+//! Triton tutorial 05.
+//!
+//! One program per row; each kernel loops over the row in blocks of `block` columns, so any
+//! row length works (a row that fits one block takes one trip). Inputs are f16, bf16 or f32;
+//! statistics and accumulation are f32; outputs have the input dtype, `mean` and `rstd` are f32.
+//!
+//! The backward pass is deterministic: `dx` comes from one program per row, and `dw`, `db` from
+//! programs that each own a block of columns and a group of rows (fixed summation order), whose
+//! partial sums a second kernel adds up in a fixed order. No atomics.
+
+use crate::check;
+use crate::{CheckReport, LibraryKernel};
+use tegula::ir::{DType, Kernel, TraceError};
+use tegula::prelude::*;
+use tegula::{Error, Result};
+
+/// The largest block of columns a program holds at once.
+pub const MAX_BLOCK: usize = 4096;
+
+const DTYPES: &[DType] = &[DType::F16, DType::BF16, DType::F32];
+
+// --- kernels -----------------------------------------------------------------------------
+
+/// `y = (x - mean) * rstd * w + b` per row; stores `mean` and `rstd = 1 / sqrt(var + eps)`.
+#[tegula::kernel]
+pub fn layer_norm_fwd<T: Element>(
+    x: Ptr<T>,
+    y: Ptr<T>,
+    w: Ptr<T>,
+    b: Ptr<T>,
+    mean: Ptr<f32>,
+    rstd: Ptr<f32>,
+    x_row_stride: i32,
+    y_row_stride: i32,
+    n: i32,
+    eps: f32,
+    #[constexpr] block: usize,
+) {
+    let row = program_id(0);
+    let x_row = x + row * x_row_stride;
+    let y_row = y + row * y_row_stride;
+    let offsets = arange(0, block as i64);
+    // Mean.
+    let mut acc = zeros::<f32>([block]);
+    for start in range(0, n, block) {
+        let cols = start + offsets;
+        acc += load(x_row + cols, cols.lt(n), 0).to::<f32>();
+    }
+    let mu = sum(acc, 0) / n;
+    // Variance, from the centred values (two passes are more accurate than E[x^2] - mean^2).
+    let mut acc2 = zeros::<f32>([block]);
+    for start in range(0, n, block) {
+        let cols = start + offsets;
+        let mask = cols.lt(n);
+        let v = load(x_row + cols, mask, 0).to::<f32>();
+        let d = select(mask, v - mu, 0.0);
+        acc2 += d * d;
+    }
+    let var = sum(acc2, 0) / n;
+    let r = 1.0 / sqrt(var + eps);
+    store_unmasked(mean + row, mu);
+    store_unmasked(rstd + row, r);
+    // Normalize and apply the affine transform.
+    for start in range(0, n, block) {
+        let cols = start + offsets;
+        let mask = cols.lt(n);
+        let v = load(x_row + cols, mask, 0).to::<f32>();
+        let wv = load(w + cols, mask, 0).to::<f32>();
+        let bv = load(b + cols, mask, 0).to::<f32>();
+        store(y_row + cols, (v - mu) * r * wv + bv, mask);
+    }
+}
+
+/// `dx` for one row: with `xhat = (x - mean) * rstd` and `g = w * dy`,
+/// `dx = (g - (xhat * mean(xhat * g) + mean(g))) * rstd`.
+#[tegula::kernel]
+pub fn layer_norm_bwd_dx<T: Element>(
+    x: Ptr<T>,
+    dy: Ptr<T>,
+    w: Ptr<T>,
+    mean: Ptr<f32>,
+    rstd: Ptr<f32>,
+    dx: Ptr<T>,
+    x_row_stride: i32,
+    dy_row_stride: i32,
+    dx_row_stride: i32,
+    n: i32,
+    #[constexpr] block: usize,
+) {
+    let row = program_id(0);
+    let x_row = x + row * x_row_stride;
+    let dy_row = dy + row * dy_row_stride;
+    let dx_row = dx + row * dx_row_stride;
+    let mu = load_unmasked(mean + row);
+    let r = load_unmasked(rstd + row);
+    let offsets = arange(0, block as i64);
+    let mut acc_xg = zeros::<f32>([block]);
+    let mut acc_g = zeros::<f32>([block]);
+    for start in range(0, n, block) {
+        let cols = start + offsets;
+        let mask = cols.lt(n);
+        let xhat = (load(x_row + cols, mask, 0).to::<f32>() - mu) * r;
+        let g = load(w + cols, mask, 0).to::<f32>() * load(dy_row + cols, mask, 0).to::<f32>();
+        // Masked lanes have g = 0, so they add nothing.
+        acc_xg += xhat * g;
+        acc_g += g;
+    }
+    let c1 = sum(acc_xg, 0) / n;
+    let c2 = sum(acc_g, 0) / n;
+    for start in range(0, n, block) {
+        let cols = start + offsets;
+        let mask = cols.lt(n);
+        let xhat = (load(x_row + cols, mask, 0).to::<f32>() - mu) * r;
+        let g = load(w + cols, mask, 0).to::<f32>() * load(dy_row + cols, mask, 0).to::<f32>();
+        store(dx_row + cols, (g - (xhat * c1 + c2)) * r, mask);
+    }
+}
+
+/// Partial `dw = sum dy * xhat` and `db = sum dy` over the rows `[group * rows_per_group, ..)`
+/// for one block of columns; program `(column block, group)` writes row `group` of the f32
+/// partial buffers `[groups, n]`.
+#[tegula::kernel]
+pub fn layer_norm_bwd_dwdb<T: Element>(
+    x: Ptr<T>,
+    dy: Ptr<T>,
+    mean: Ptr<f32>,
+    rstd: Ptr<f32>,
+    dw_partial: Ptr<f32>,
+    db_partial: Ptr<f32>,
+    x_row_stride: i32,
+    dy_row_stride: i32,
+    m: i32,
+    n: i32,
+    rows_per_group: i32,
+    #[constexpr] block_m: usize,
+    #[constexpr] block_n: usize,
+) {
+    let pid_n = program_id(0);
+    let group = program_id(1);
+    let cols = pid_n * block_n + arange(0, block_n as i64);
+    let col_mask = cols.lt(n);
+    let first_row = group * rows_per_group;
+    let last_row = minimum(first_row + rows_per_group, m);
+    let row_offsets = arange(0, block_m as i64);
+    let mut dw = zeros::<f32>([block_m, block_n]);
+    let mut db = zeros::<f32>([block_m, block_n]);
+    for start in range(first_row, last_row, block_m) {
+        let rows = start + row_offsets;
+        let row_mask = rows.lt(last_row);
+        let mask = row_mask.col() & col_mask.row();
+        let xv = load(x + rows.col() * x_row_stride + cols.row(), mask, 0).to::<f32>();
+        let dyv = load(dy + rows.col() * dy_row_stride + cols.row(), mask, 0).to::<f32>();
+        let mu = load(mean + rows, row_mask, 0);
+        let r = load(rstd + rows, row_mask, 0);
+        let xhat = (xv - mu.col()) * r.col();
+        dw += dyv * xhat;
+        db += dyv;
+    }
+    store(dw_partial + group * n + cols, sum(dw, 0), col_mask);
+    store(db_partial + group * n + cols, sum(db, 0), col_mask);
+}
+
+/// Adds the `groups` rows of the partial sums, in order, into `dw` and `db`.
+#[tegula::kernel]
+pub fn layer_norm_bwd_reduce<T: Element>(
+    dw_partial: Ptr<f32>,
+    db_partial: Ptr<f32>,
+    dw: Ptr<T>,
+    db: Ptr<T>,
+    groups: i32,
+    n: i32,
+    #[constexpr] block_m: usize,
+    #[constexpr] block_n: usize,
+) {
+    let cols = program_id(0) * block_n + arange(0, block_n as i64);
+    let col_mask = cols.lt(n);
+    let row_offsets = arange(0, block_m as i64);
+    let mut acc_w = zeros::<f32>([block_m, block_n]);
+    let mut acc_b = zeros::<f32>([block_m, block_n]);
+    for start in range(0, groups, block_m) {
+        let rows = start + row_offsets;
+        let mask = rows.lt(groups).col() & col_mask.row();
+        let offs = rows.col() * n + cols.row();
+        acc_w += load(dw_partial + offs, mask, 0);
+        acc_b += load(db_partial + offs, mask, 0);
+    }
+    store(dw + cols, sum(acc_w, 0), col_mask);
+    store(db + cols, sum(acc_b, 0), col_mask);
+}
+
+/// `y = x / sqrt(mean(x^2) + eps) * w` per row.
+#[tegula::kernel]
+pub fn rms_norm_fwd<T: Element>(
+    x: Ptr<T>,
+    y: Ptr<T>,
+    w: Ptr<T>,
+    x_row_stride: i32,
+    y_row_stride: i32,
+    n: i32,
+    eps: f32,
+    #[constexpr] block: usize,
+) {
+    let row = program_id(0);
+    let x_row = x + row * x_row_stride;
+    let y_row = y + row * y_row_stride;
+    let offsets = arange(0, block as i64);
+    let mut acc = zeros::<f32>([block]);
+    for start in range(0, n, block) {
+        let cols = start + offsets;
+        let v = load(x_row + cols, cols.lt(n), 0).to::<f32>();
+        acc += v * v;
+    }
+    let r = 1.0 / sqrt(sum(acc, 0) / n + eps);
+    for start in range(0, n, block) {
+        let cols = start + offsets;
+        let mask = cols.lt(n);
+        let v = load(x_row + cols, mask, 0).to::<f32>();
+        let wv = load(w + cols, mask, 0).to::<f32>();
+        store(y_row + cols, v * r * wv, mask);
+    }
+}
+
+// --- host wrappers -----------------------------------------------------------------------
+
+/// The block of columns a row kernel takes for rows of `n`: the whole row up to [`MAX_BLOCK`].
+pub fn row_block(n: usize) -> usize {
+    check::next_pow2(n, 16).min(MAX_BLOCK)
+}
+
+/// Checks a `[rows, n]` input or output with unit column stride and i32 offsets.
+fn expect_rows<T: Element>(op: &str, name: &str, t: &Tensor<T>, shape: &[usize]) -> Result<()> {
+    check::expect_shape(op, name, t, shape)?;
+    check::expect_unit_last_stride(op, name, t)?;
+    check::expect_i32_extent(op, name, t)
+}
+
+/// Checks a contiguous vector of `n` elements.
+fn expect_vector<T: Element>(op: &str, name: &str, t: &Tensor<T>, n: usize) -> Result<()> {
+    check::expect_shape(op, name, t, &[n])?;
+    check::expect_contiguous(op, name, t)
+}
+
+fn row_stride<T: Element>(op: &str, t: &Tensor<T>) -> Result<i32> {
+    check::as_i32(op, "row stride", t.strides()[0])
+}
+
+fn expect_eps(op: &str, eps: f32) -> Result<()> {
+    if !(eps.is_finite() && eps >= 0.0) {
+        return Err(Error::Invalid {
+            op: op.into(),
+            message: format!("eps must be finite and >= 0, got {eps}"),
+        });
+    }
+    Ok(())
+}
+
+/// Outputs of [`layer_norm`].
+pub struct LayerNormOutput<T: Element> {
+    pub y: Tensor<T>,
+    /// Per-row mean, f32.
+    pub mean: Tensor<f32>,
+    /// Per-row `1 / sqrt(var + eps)` (biased variance), f32.
+    pub rstd: Tensor<f32>,
+}
+
+/// Layer norm forward into given outputs.
+///
+/// Contract: `T` is f16, bf16 or f32; `x` and `y` are `[M, N]` with unit column stride (any row
+/// stride); `w`, `b` are contiguous `[N]`; `mean`, `rstd` contiguous `[M]` f32; all on one
+/// device; no output shares memory with an input or another output; `eps >= 0`.
+#[allow(clippy::too_many_arguments)]
+pub fn layer_norm_into<T: Element>(
+    x: &Tensor<T>,
+    w: &Tensor<T>,
+    b: &Tensor<T>,
+    eps: f32,
+    y: &Tensor<T>,
+    mean: &Tensor<f32>,
+    rstd: &Tensor<f32>,
+) -> Result<()> {
+    const OP: &str = "layer_norm";
+    check::expect_dtype_in::<T>(OP, "x", DTYPES)?;
+    check::expect_rank(OP, "x", x, 2)?;
+    let (m, n) = (x.shape()[0], x.shape()[1]);
+    expect_rows(OP, "x", x, &[m, n])?;
+    expect_rows(OP, "y", y, &[m, n])?;
+    expect_vector(OP, "w", w, n)?;
+    expect_vector(OP, "b", b, n)?;
+    expect_vector(OP, "mean", mean, m)?;
+    expect_vector(OP, "rstd", rstd, m)?;
+    expect_eps(OP, eps)?;
+    check::expect_same_device(OP, x, y)?;
+    check::expect_same_device(OP, x, w)?;
+    check::expect_same_device(OP, x, b)?;
+    check::expect_same_device(OP, x, mean)?;
+    check::expect_same_device(OP, x, rstd)?;
+    for (name, input) in [("x", x), ("w", w), ("b", b)] {
+        check::expect_no_alias(OP, ("y", y), (name, input))?;
+        check::expect_no_alias(OP, ("mean", mean), (name, input))?;
+        check::expect_no_alias(OP, ("rstd", rstd), (name, input))?;
+    }
+    check::expect_no_alias(OP, ("rstd", rstd), ("mean", mean))?;
+    if m == 0 || n == 0 {
+        return Ok(());
+    }
+    let ni = check::as_i32(OP, "N", n)?;
+    let (xs, ys) = (row_stride(OP, x)?, row_stride(OP, y)?);
+    layer_norm_fwd::launch::<T>(
+        x.device(),
+        m,
+        x,
+        y,
+        w,
+        b,
+        mean,
+        rstd,
+        xs,
+        ys,
+        ni,
+        eps,
+        row_block(n),
+    )
+}
+
+/// Layer norm forward of `x` [M, N] with weight `w` and bias `b` [N]; see [`layer_norm_into`].
+pub fn layer_norm<T: Element>(
+    x: &Tensor<T>,
+    w: &Tensor<T>,
+    b: &Tensor<T>,
+    eps: f32,
+) -> Result<LayerNormOutput<T>> {
+    check::expect_rank("layer_norm", "x", x, 2)?;
+    let dev = x.device();
+    let out = LayerNormOutput {
+        y: dev.empty::<T>(x.shape())?,
+        mean: dev.empty::<f32>([x.shape()[0]])?,
+        rstd: dev.empty::<f32>([x.shape()[0]])?,
+    };
+    layer_norm_into(x, w, b, eps, &out.y, &out.mean, &out.rstd)?;
+    Ok(out)
+}
+
+/// Gradients of [`layer_norm_backward`].
+pub struct LayerNormGrads<T: Element> {
+    pub dx: Tensor<T>,
+    pub dw: Tensor<T>,
+    pub db: Tensor<T>,
+}
+
+/// Rows each `dw`/`db` program sums before its partial result goes to the second reduction.
+pub const ROWS_PER_GROUP: usize = 64;
+/// Tile of the `dw`/`db` kernels: rows by columns.
+const DWDB_BLOCK: (usize, usize) = (16, 64);
+
+/// Layer norm backward: from `dy` [M, N], the forward input `x`, weight `w` and the forward's
+/// `mean`, `rstd`, computes `dx` [M, N], `dw` and `db` [N].
+///
+/// Contract as in [`layer_norm_into`]: `x`, `dy` have unit column stride, `w`, `mean`, `rstd`
+/// are contiguous; the results are new contiguous tensors. Deterministic: the same inputs give
+/// the same bits.
+pub fn layer_norm_backward<T: Element>(
+    dy: &Tensor<T>,
+    x: &Tensor<T>,
+    w: &Tensor<T>,
+    mean: &Tensor<f32>,
+    rstd: &Tensor<f32>,
+) -> Result<LayerNormGrads<T>> {
+    const OP: &str = "layer_norm_backward";
+    check::expect_dtype_in::<T>(OP, "x", DTYPES)?;
+    check::expect_rank(OP, "x", x, 2)?;
+    let (m, n) = (x.shape()[0], x.shape()[1]);
+    expect_rows(OP, "x", x, &[m, n])?;
+    expect_rows(OP, "dy", dy, &[m, n])?;
+    expect_vector(OP, "w", w, n)?;
+    expect_vector(OP, "mean", mean, m)?;
+    expect_vector(OP, "rstd", rstd, m)?;
+    check::expect_same_device(OP, x, dy)?;
+    check::expect_same_device(OP, x, w)?;
+    check::expect_same_device(OP, x, mean)?;
+    check::expect_same_device(OP, x, rstd)?;
+    let dev = x.device();
+    let grads = LayerNormGrads {
+        dx: dev.empty::<T>([m, n])?,
+        dw: dev.zeros::<T>([n])?,
+        db: dev.zeros::<T>([n])?,
+    };
+    if m == 0 || n == 0 {
+        return Ok(grads);
+    }
+    let (mi, ni) = (check::as_i32(OP, "M", m)?, check::as_i32(OP, "N", n)?);
+    let (xs, dys) = (row_stride(OP, x)?, row_stride(OP, dy)?);
+    let dxs = row_stride(OP, &grads.dx)?;
+    layer_norm_bwd_dx::launch::<T>(
+        dev,
+        m,
+        x,
+        dy,
+        w,
+        mean,
+        rstd,
+        &grads.dx,
+        xs,
+        dys,
+        dxs,
+        ni,
+        row_block(n),
+    )?;
+
+    let groups = m.div_ceil(ROWS_PER_GROUP);
+    let dw_partial = dev.empty::<f32>([groups, n])?;
+    let db_partial = dev.empty::<f32>([groups, n])?;
+    check::expect_i32_extent(OP, "partial sums", &dw_partial)?;
+    let (bm, bn) = DWDB_BLOCK;
+    let col_blocks = n.div_ceil(bn) as u32;
+    layer_norm_bwd_dwdb::launch::<T>(
+        dev,
+        [col_blocks, groups as u32],
+        x,
+        dy,
+        mean,
+        rstd,
+        &dw_partial,
+        &db_partial,
+        xs,
+        dys,
+        mi,
+        ni,
+        ROWS_PER_GROUP as i32,
+        bm,
+        bn,
+    )?;
+    layer_norm_bwd_reduce::launch::<T>(
+        dev,
+        col_blocks,
+        &dw_partial,
+        &db_partial,
+        &grads.dw,
+        &grads.db,
+        groups as i32,
+        ni,
+        bm,
+        bn,
+    )?;
+    Ok(grads)
+}
+
+/// RMS norm `y = x / sqrt(mean(x^2) + eps) * w` into `y`.
+///
+/// Contract: `T` is f16, bf16 or f32; `x`, `y` are `[M, N]` with unit column stride, `w` is
+/// contiguous `[N]`; one device; `y` shares no memory with `x` or `w`; `eps >= 0`.
+pub fn rms_norm_into<T: Element>(
+    x: &Tensor<T>,
+    w: &Tensor<T>,
+    eps: f32,
+    y: &Tensor<T>,
+) -> Result<()> {
+    const OP: &str = "rms_norm";
+    check::expect_dtype_in::<T>(OP, "x", DTYPES)?;
+    check::expect_rank(OP, "x", x, 2)?;
+    let (m, n) = (x.shape()[0], x.shape()[1]);
+    expect_rows(OP, "x", x, &[m, n])?;
+    expect_rows(OP, "y", y, &[m, n])?;
+    expect_vector(OP, "w", w, n)?;
+    expect_eps(OP, eps)?;
+    check::expect_same_device(OP, x, y)?;
+    check::expect_same_device(OP, x, w)?;
+    check::expect_no_alias(OP, ("y", y), ("x", x))?;
+    check::expect_no_alias(OP, ("y", y), ("w", w))?;
+    if m == 0 || n == 0 {
+        return Ok(());
+    }
+    let ni = check::as_i32(OP, "N", n)?;
+    let (xs, ys) = (row_stride(OP, x)?, row_stride(OP, y)?);
+    rms_norm_fwd::launch::<T>(x.device(), m, x, y, w, xs, ys, ni, eps, row_block(n))
+}
+
+/// RMS norm of `x` [M, N] with weight `w` [N] in a new tensor; see [`rms_norm_into`].
+pub fn rms_norm<T: Element>(x: &Tensor<T>, w: &Tensor<T>, eps: f32) -> Result<Tensor<T>> {
+    let y = x.device().empty::<T>(x.shape())?;
+    rms_norm_into(x, w, eps, &y)?;
+    Ok(y)
+}
+
+// --- float64 references --------------------------------------------------------------------
+
+/// Float64 layer norm of row-major `x` [m, n]: `(y, mean, rstd)`.
+pub fn layer_norm_reference(
+    x: &[f64],
+    w: &[f64],
+    b: &[f64],
+    eps: f64,
+    m: usize,
+    n: usize,
+) -> (Vec<f64>, Vec<f64>, Vec<f64>) {
+    let (mut y, mut means, mut rstds) = (Vec::new(), Vec::new(), Vec::new());
+    for r in 0..m {
+        let row = &x[r * n..(r + 1) * n];
+        let mu = row.iter().sum::<f64>() / n as f64;
+        let var = row.iter().map(|v| (v - mu) * (v - mu)).sum::<f64>() / n as f64;
+        let rs = 1.0 / (var + eps).sqrt();
+        y.extend((0..n).map(|c| (row[c] - mu) * rs * w[c] + b[c]));
+        means.push(mu);
+        rstds.push(rs);
+    }
+    (y, means, rstds)
+}
+
+/// Float64 layer norm backward from the forward's `mean`, `rstd`: `(dx, dw, db)`.
+pub fn layer_norm_backward_reference(
+    dy: &[f64],
+    x: &[f64],
+    w: &[f64],
+    mean: &[f64],
+    rstd: &[f64],
+    m: usize,
+    n: usize,
+) -> (Vec<f64>, Vec<f64>, Vec<f64>) {
+    let (mut dx, mut dw, mut db) = (Vec::new(), vec![0.0; n], vec![0.0; n]);
+    for r in 0..m {
+        let xhat: Vec<f64> = (0..n).map(|c| (x[r * n + c] - mean[r]) * rstd[r]).collect();
+        let g: Vec<f64> = (0..n).map(|c| w[c] * dy[r * n + c]).collect();
+        let c1 = xhat.iter().zip(&g).map(|(a, b)| a * b).sum::<f64>() / n as f64;
+        let c2 = g.iter().sum::<f64>() / n as f64;
+        dx.extend((0..n).map(|c| (g[c] - (xhat[c] * c1 + c2)) * rstd[r]));
+        for c in 0..n {
+            dw[c] += dy[r * n + c] * xhat[c];
+            db[c] += dy[r * n + c];
+        }
+    }
+    (dx, dw, db)
+}
+
+/// Float64 RMS norm of row-major `x` [m, n].
+pub fn rms_norm_reference(x: &[f64], w: &[f64], eps: f64, m: usize, n: usize) -> Vec<f64> {
+    let mut y = Vec::with_capacity(m * n);
+    for r in 0..m {
+        let row = &x[r * n..(r + 1) * n];
+        let ms = row.iter().map(|v| v * v).sum::<f64>() / n as f64;
+        let rs = 1.0 / (ms + eps).sqrt();
+        y.extend((0..n).map(|c| row[c] * rs * w[c]));
+    }
+    y
+}
+
+/// Tolerances `(atol, rtol)` for normalized outputs (values of order 1, sums of up to a few
+/// thousand f32 terms) of dtype `dtype`.
+pub fn tolerance(dtype: DType) -> (f64, f64) {
+    match dtype {
+        DType::F16 => (4e-3, 4e-3),
+        DType::BF16 => (3e-2, 2e-2),
+        _ => (2e-5, 2e-5),
+    }
+}
+
+/// Tolerances for `dw`, `db`: sums over `m` rows of terms of order 1, so the absolute error
+/// grows with `sqrt(m)` (f32 accumulation) and with the output rounding.
+pub fn param_grad_tolerance(dtype: DType, m: usize) -> (f64, f64) {
+    let (atol, rtol) = tolerance(dtype);
+    (atol * (m as f64).sqrt().max(1.0), rtol)
+}
+
+// --- library entries ---------------------------------------------------------------------
+
+fn dims(shape: &[usize]) -> (usize, usize) {
+    (
+        shape.first().copied().unwrap_or(1),
+        shape.get(1).copied().unwrap_or(1),
+    )
+}
+
+const EPS: f32 = 1e-5;
+
+fn compare_all(
+    name: &str,
+    shape: String,
+    dtype: DType,
+    parts: &[(Vec<f64>, Vec<f64>, (f64, f64))],
+) -> CheckReport {
+    // The report of the worst part, so one number says whether everything passed.
+    parts
+        .iter()
+        .map(|(got, want, tol)| check::compare(name, shape.clone(), dtype, got, want, *tol))
+        .max_by(|a, b| a.worst_ratio.total_cmp(&b.worst_ratio))
+        .expect("at least one part")
+}
+
+fn layer_norm_check<T: Element>(dev: &Device, shape: &[usize]) -> Result<CheckReport> {
+    let (m, n) = dims(shape);
+    let x = dev.randn::<T>([m, n])?;
+    let w = dev.randn::<T>([n])?;
+    let b = dev.randn::<T>([n])?;
+    let out = layer_norm(&x, &w, &b, EPS)?;
+    let (y, mu, rs) = layer_norm_reference(
+        &x.to_f64_vec()?,
+        &w.to_f64_vec()?,
+        &b.to_f64_vec()?,
+        EPS as f64,
+        m,
+        n,
+    );
+    let tol = tolerance(T::DTYPE);
+    let f32_tol = tolerance(DType::F32);
+    Ok(compare_all(
+        "layer_norm",
+        format!("M={m} N={n}"),
+        T::DTYPE,
+        &[
+            (out.y.to_f64_vec()?, y, tol),
+            (out.mean.to_f64_vec()?, mu, f32_tol),
+            (out.rstd.to_f64_vec()?, rs, f32_tol),
+        ],
+    ))
+}
+
+fn layer_norm_backward_check<T: Element>(dev: &Device, shape: &[usize]) -> Result<CheckReport> {
+    let (m, n) = dims(shape);
+    let x = dev.randn::<T>([m, n])?;
+    let w = dev.randn::<T>([n])?;
+    let b = dev.randn::<T>([n])?;
+    let dy = dev.randn::<T>([m, n])?;
+    let fwd = layer_norm(&x, &w, &b, EPS)?;
+    let g = layer_norm_backward(&dy, &x, &w, &fwd.mean, &fwd.rstd)?;
+    // The reference takes the kernel's own mean and rstd (f32) so that only the backward is
+    // measured.
+    let (dx, dw, db) = layer_norm_backward_reference(
+        &dy.to_f64_vec()?,
+        &x.to_f64_vec()?,
+        &w.to_f64_vec()?,
+        &fwd.mean.to_f64_vec()?,
+        &fwd.rstd.to_f64_vec()?,
+        m,
+        n,
+    );
+    let pt = param_grad_tolerance(T::DTYPE, m);
+    Ok(compare_all(
+        "layer_norm_backward",
+        format!("M={m} N={n}"),
+        T::DTYPE,
+        &[
+            (g.dx.to_f64_vec()?, dx, tolerance(T::DTYPE)),
+            (g.dw.to_f64_vec()?, dw, pt),
+            (g.db.to_f64_vec()?, db, pt),
+        ],
+    ))
+}
+
+fn rms_norm_check<T: Element>(dev: &Device, shape: &[usize]) -> Result<CheckReport> {
+    let (m, n) = dims(shape);
+    let x = dev.randn::<T>([m, n])?;
+    let w = dev.randn::<T>([n])?;
+    let y = rms_norm(&x, &w, EPS)?;
+    let want = rms_norm_reference(&x.to_f64_vec()?, &w.to_f64_vec()?, EPS as f64, m, n);
+    Ok(check::compare(
+        "rms_norm",
+        format!("M={m} N={n}"),
+        T::DTYPE,
+        &y.to_f64_vec()?,
+        &want,
+        tolerance(T::DTYPE),
+    ))
+}
+
+macro_rules! by_dtype {
+    ($f:ident, $dtype:expr, $($arg:expr),*) => {
+        match $dtype {
+            DType::F16 => $f::<f16>($($arg),*),
+            DType::BF16 => $f::<bf16>($($arg),*),
+            _ => $f::<f32>($($arg),*),
+        }
+    };
+}
+
+fn ln_check(dev: &Device, shape: &[usize], dtype: DType) -> Result<CheckReport> {
+    by_dtype!(layer_norm_check, dtype, dev, shape)
+}
+fn ln_bwd_check(dev: &Device, shape: &[usize], dtype: DType) -> Result<CheckReport> {
+    by_dtype!(layer_norm_backward_check, dtype, dev, shape)
+}
+fn rms_check(dev: &Device, shape: &[usize], dtype: DType) -> Result<CheckReport> {
+    by_dtype!(rms_norm_check, dtype, dev, shape)
+}
+
+fn ln_trace(shape: &[usize], dtype: DType) -> std::result::Result<Kernel, TraceError> {
+    let block = row_block(dims(shape).1);
+    by_dtype!(ln_trace_typed, dtype, block)
+}
+fn ln_trace_typed<T: Element>(block: usize) -> std::result::Result<Kernel, TraceError> {
+    layer_norm_fwd::trace::<T>(block)
+}
+fn ln_bwd_trace(shape: &[usize], dtype: DType) -> std::result::Result<Kernel, TraceError> {
+    let block = row_block(dims(shape).1);
+    by_dtype!(ln_bwd_trace_typed, dtype, block)
+}
+/// The `dx` kernel, the first and heaviest of the three backward launches.
+fn ln_bwd_trace_typed<T: Element>(block: usize) -> std::result::Result<Kernel, TraceError> {
+    layer_norm_bwd_dx::trace::<T>(block)
+}
+fn rms_trace(shape: &[usize], dtype: DType) -> std::result::Result<Kernel, TraceError> {
+    let block = row_block(dims(shape).1);
+    by_dtype!(rms_trace_typed, dtype, block)
+}
+fn rms_trace_typed<T: Element>(block: usize) -> std::result::Result<Kernel, TraceError> {
+    rms_norm_fwd::trace::<T>(block)
+}
+
+/// Library entry: layer norm forward.
+pub fn layer_norm_entry() -> LibraryKernel {
+    LibraryKernel {
+        name: "layer_norm",
+        about: "layer norm forward over rows (y, mean, rstd), one program per row",
+        dims: &["M", "N"],
+        default_shape: &[37, 1031],
+        dtypes: DTYPES,
+        check: ln_check,
+        trace: ln_trace,
+    }
+}
+
+/// Library entry: layer norm backward.
+pub fn layer_norm_backward_entry() -> LibraryKernel {
+    LibraryKernel {
+        name: "layer_norm_backward",
+        about: "layer norm backward: dx per row, dw/db by deterministic two-stage column sums",
+        dims: &["M", "N"],
+        default_shape: &[37, 1031],
+        dtypes: DTYPES,
+        check: ln_bwd_check,
+        trace: ln_bwd_trace,
+    }
+}
+
+/// Library entry: RMS norm forward.
+pub fn rms_norm_entry() -> LibraryKernel {
+    LibraryKernel {
+        name: "rms_norm",
+        about: "RMS norm forward over rows, one program per row",
+        dims: &["M", "N"],
+        default_shape: &[37, 1031],
+        dtypes: DTYPES,
+        check: rms_check,
+        trace: rms_trace,
+    }
+}

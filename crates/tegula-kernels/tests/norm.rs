@@ -1,0 +1,329 @@
+//! Layer norm (forward, backward) and RMS norm against float64 references: rows that fit one
+//! block and rows that loop over blocks, every dtype, strided rows, determinism, and the
+//! contract errors.
+
+use half::{bf16, f16};
+use rand::Rng;
+use tegula::ir::{DType, Element};
+use tegula::{Device, Error, Tensor};
+use tegula_kernels::check;
+use tegula_kernels::norm::{
+    layer_norm, layer_norm_backward, layer_norm_backward_reference, layer_norm_into,
+    layer_norm_reference, param_grad_tolerance, rms_norm, rms_norm_into, rms_norm_reference,
+    tolerance, MAX_BLOCK,
+};
+
+const EPS: f32 = 1e-5;
+
+fn assert_close(what: &str, dtype: DType, got: &[f64], want: &[f64], tol: (f64, f64)) {
+    let r = check::compare(what, String::new(), dtype, got, want, tol);
+    assert!(r.passed(), "{what} ({dtype}): {r:?}");
+}
+
+/// Odd, prime and block-straddling row lengths; MAX_BLOCK + 3 loops over two blocks.
+fn shapes() -> Vec<(usize, usize)> {
+    let mut s = vec![
+        (1, 1),
+        (3, 2),
+        (7, 17),
+        (5, 64),
+        (2, 127),
+        (67, 31), // more rows than one dw/db group
+        (3, 1031),
+        (2, MAX_BLOCK + 3),
+    ];
+    let mut rng = rand::thread_rng();
+    s.extend((0..2).map(|_| (rng.gen_range(1..80), rng.gen_range(1..700))));
+    s
+}
+
+fn f64s<T: Element>(t: &Tensor<T>) -> Vec<f64> {
+    t.to_f64_vec().unwrap()
+}
+
+fn layer_norm_forward_and_backward<T: Element>(dev: &Device) {
+    for (m, n) in shapes() {
+        let label = format!("{m}x{n}");
+        let x = dev.randn::<T>([m, n]).unwrap();
+        let w = dev.randn::<T>([n]).unwrap();
+        let b = dev.randn::<T>([n]).unwrap();
+        let out = layer_norm(&x, &w, &b, EPS).unwrap();
+        let (y, mu, rs) = layer_norm_reference(&f64s(&x), &f64s(&w), &f64s(&b), EPS as f64, m, n);
+        let tol = tolerance(T::DTYPE);
+        assert_close(&format!("y {label}"), T::DTYPE, &f64s(&out.y), &y, tol);
+        assert_close(
+            &format!("mean {label}"),
+            DType::F32,
+            &f64s(&out.mean),
+            &mu,
+            tolerance(DType::F32),
+        );
+        // rstd of a single element is 1/sqrt(eps): relative error only.
+        assert_close(
+            &format!("rstd {label}"),
+            DType::F32,
+            &f64s(&out.rstd),
+            &rs,
+            (1e-5, 2e-5),
+        );
+
+        let dy = dev.randn::<T>([m, n]).unwrap();
+        let g = layer_norm_backward(&dy, &x, &w, &out.mean, &out.rstd).unwrap();
+        let (dx, dw, db) = layer_norm_backward_reference(
+            &f64s(&dy),
+            &f64s(&x),
+            &f64s(&w),
+            &f64s(&out.mean),
+            &f64s(&out.rstd),
+            m,
+            n,
+        );
+        // For n == 1, dx is exactly 0 in exact arithmetic; the f32 kernel gets rounding noise
+        // scaled by rstd = 1/sqrt(eps), so that case is checked with an absolute bound.
+        let dx_tol = if n == 1 { (2e-2, 0.0) } else { tol };
+        assert_close(&format!("dx {label}"), T::DTYPE, &f64s(&g.dx), &dx, dx_tol);
+        let pt = param_grad_tolerance(T::DTYPE, m);
+        assert_close(&format!("dw {label}"), T::DTYPE, &f64s(&g.dw), &dw, pt);
+        assert_close(&format!("db {label}"), T::DTYPE, &f64s(&g.db), &db, pt);
+    }
+}
+
+fn rms_norm_forward<T: Element>(dev: &Device) {
+    for (m, n) in shapes() {
+        let x = dev.randn::<T>([m, n]).unwrap();
+        let w = dev.randn::<T>([n]).unwrap();
+        let y = rms_norm(&x, &w, EPS).unwrap();
+        let want = rms_norm_reference(&f64s(&x), &f64s(&w), EPS as f64, m, n);
+        assert_close(
+            &format!("rms {m}x{n}"),
+            T::DTYPE,
+            &f64s(&y),
+            &want,
+            tolerance(T::DTYPE),
+        );
+    }
+}
+
+#[test]
+fn layer_norm_f32() {
+    layer_norm_forward_and_backward::<f32>(&Device::cpu());
+}
+
+#[test]
+fn layer_norm_f16() {
+    layer_norm_forward_and_backward::<f16>(&Device::cpu());
+}
+
+#[test]
+fn layer_norm_bf16() {
+    layer_norm_forward_and_backward::<bf16>(&Device::cpu());
+}
+
+#[test]
+fn rms_norm_every_dtype() {
+    let dev = Device::cpu();
+    rms_norm_forward::<f32>(&dev);
+    rms_norm_forward::<f16>(&dev);
+    rms_norm_forward::<bf16>(&dev);
+}
+
+#[test]
+fn layer_norm_of_an_offset_input_keeps_its_precision() {
+    // A large common offset: the two-pass variance stays accurate where E[x^2] - mean^2 would not.
+    let dev = Device::cpu();
+    let (m, n) = (4, 333);
+    let base = dev.randn::<f32>([m, n]).unwrap().to_vec().unwrap();
+    let shifted: Vec<f32> = base.iter().map(|v| v + 1000.0).collect();
+    let x = dev.from_slice(&shifted, [m, n]).unwrap();
+    let w = dev.full::<f32>([n], 1.0).unwrap();
+    let b = dev.zeros::<f32>([n]).unwrap();
+    let out = layer_norm(&x, &w, &b, EPS).unwrap();
+    let (y, _, _) = layer_norm_reference(&f64s(&x), &f64s(&w), &f64s(&b), EPS as f64, m, n);
+    assert_close("offset", DType::F32, &f64s(&out.y), &y, (2e-4, 2e-4));
+}
+
+#[test]
+fn strided_rows() {
+    let dev = Device::cpu();
+    let (m, n) = (6, 200);
+    let x = dev.randn::<f32>([m, 257]).unwrap().narrow(1, 5, n).unwrap();
+    let w = dev.randn::<f32>([n]).unwrap();
+    let b = dev.randn::<f32>([n]).unwrap();
+    let y = dev.zeros::<f32>([m, 230]).unwrap().narrow(1, 1, n).unwrap();
+    let (mean, rstd) = (
+        dev.zeros::<f32>([m]).unwrap(),
+        dev.zeros::<f32>([m]).unwrap(),
+    );
+    layer_norm_into(&x, &w, &b, EPS, &y, &mean, &rstd).unwrap();
+    let (want, _, _) = layer_norm_reference(&f64s(&x), &f64s(&w), &f64s(&b), EPS as f64, m, n);
+    assert_close(
+        "strided ln",
+        DType::F32,
+        &f64s(&y),
+        &want,
+        tolerance(DType::F32),
+    );
+
+    let dy = dev
+        .randn::<f32>([m, 301])
+        .unwrap()
+        .narrow(1, 100, n)
+        .unwrap();
+    let g = layer_norm_backward(&dy, &x, &w, &mean, &rstd).unwrap();
+    let (dx, dw, db) = layer_norm_backward_reference(
+        &f64s(&dy),
+        &f64s(&x),
+        &f64s(&w),
+        &f64s(&mean),
+        &f64s(&rstd),
+        m,
+        n,
+    );
+    assert_close(
+        "strided dx",
+        DType::F32,
+        &f64s(&g.dx),
+        &dx,
+        tolerance(DType::F32),
+    );
+    assert_close(
+        "strided dw",
+        DType::F32,
+        &f64s(&g.dw),
+        &dw,
+        param_grad_tolerance(DType::F32, m),
+    );
+    assert_close(
+        "strided db",
+        DType::F32,
+        &f64s(&g.db),
+        &db,
+        param_grad_tolerance(DType::F32, m),
+    );
+
+    let y2 = dev.zeros::<f32>([m, 230]).unwrap().narrow(1, 2, n).unwrap();
+    rms_norm_into(&x, &w, EPS, &y2).unwrap();
+    let want = rms_norm_reference(&f64s(&x), &f64s(&w), EPS as f64, m, n);
+    assert_close(
+        "strided rms",
+        DType::F32,
+        &f64s(&y2),
+        &want,
+        tolerance(DType::F32),
+    );
+}
+
+#[test]
+fn backward_is_deterministic() {
+    let dev = Device::cpu();
+    let (m, n) = (150, 77);
+    let x = dev.randn::<f32>([m, n]).unwrap();
+    let w = dev.randn::<f32>([n]).unwrap();
+    let b = dev.randn::<f32>([n]).unwrap();
+    let dy = dev.randn::<f32>([m, n]).unwrap();
+    let f = layer_norm(&x, &w, &b, EPS).unwrap();
+    let g1 = layer_norm_backward(&dy, &x, &w, &f.mean, &f.rstd).unwrap();
+    let g2 = layer_norm_backward(&dy, &x, &w, &f.mean, &f.rstd).unwrap();
+    assert_eq!(g1.dw.to_vec().unwrap(), g2.dw.to_vec().unwrap());
+    assert_eq!(g1.db.to_vec().unwrap(), g2.db.to_vec().unwrap());
+    assert_eq!(g1.dx.to_vec().unwrap(), g2.dx.to_vec().unwrap());
+}
+
+#[test]
+fn contract_errors_are_typed() {
+    let dev = Device::cpu();
+    let (m, n) = (5, 9);
+    let x = dev.randn::<f32>([m, n]).unwrap();
+    let w = dev.randn::<f32>([n]).unwrap();
+    let b = dev.randn::<f32>([n]).unwrap();
+    let y = dev.zeros::<f32>([m, n]).unwrap();
+    let (mean, rstd) = (
+        dev.zeros::<f32>([m]).unwrap(),
+        dev.zeros::<f32>([m]).unwrap(),
+    );
+    // Shapes.
+    let w_short = dev.randn::<f32>([n - 1]).unwrap();
+    assert!(matches!(
+        layer_norm(&x, &w_short, &b, EPS),
+        Err(Error::Shape { .. })
+    ));
+    assert!(matches!(
+        rms_norm(&x, &w_short, EPS),
+        Err(Error::Shape { .. })
+    ));
+    let mean_short = dev.zeros::<f32>([m + 1]).unwrap();
+    assert!(matches!(
+        layer_norm_into(&x, &w, &b, EPS, &y, &mean_short, &rstd),
+        Err(Error::Shape { .. })
+    ));
+    let x3 = dev.randn::<f32>([2, 2, 2]).unwrap();
+    assert!(matches!(rms_norm(&x3, &w, EPS), Err(Error::Shape { .. })));
+    // Strides: a transposed input.
+    let xt = dev.randn::<f32>([n, m]).unwrap().transpose(0, 1).unwrap();
+    assert!(matches!(
+        layer_norm(&xt, &w, &b, EPS),
+        Err(Error::Stride { .. })
+    ));
+    assert!(matches!(rms_norm(&xt, &w, EPS), Err(Error::Stride { .. })));
+    assert!(matches!(
+        layer_norm_backward(&xt, &x, &w, &mean, &rstd),
+        Err(Error::Stride { .. })
+    ));
+    // Aliasing.
+    assert!(matches!(
+        layer_norm_into(&x, &w, &b, EPS, &x, &mean, &rstd),
+        Err(Error::Aliasing { .. })
+    ));
+    assert!(matches!(
+        layer_norm_into(&x, &w, &b, EPS, &y, &mean, &mean),
+        Err(Error::Aliasing { .. })
+    ));
+    assert!(matches!(
+        rms_norm_into(&x, &w, EPS, &x),
+        Err(Error::Aliasing { .. })
+    ));
+    // Devices.
+    let other = Device::cpu();
+    let w_other = other.randn::<f32>([n]).unwrap();
+    assert!(matches!(
+        layer_norm(&x, &w_other, &b, EPS),
+        Err(Error::Device { .. })
+    ));
+    assert!(matches!(
+        rms_norm(&x, &w_other, EPS),
+        Err(Error::Device { .. })
+    ));
+    assert!(matches!(
+        layer_norm_backward(&y, &x, &w_other, &mean, &rstd),
+        Err(Error::Device { .. })
+    ));
+    // Dtype and eps.
+    let xi = dev.from_slice(&[1i32; 4], [2, 2]).unwrap();
+    let wi = dev.from_slice(&[1i32; 2], [2]).unwrap();
+    assert!(matches!(rms_norm(&xi, &wi, EPS), Err(Error::DType { .. })));
+    assert!(matches!(
+        rms_norm(&x, &w, f32::NAN),
+        Err(Error::Invalid { .. })
+    ));
+    assert!(matches!(
+        layer_norm(&x, &w, &b, -1.0),
+        Err(Error::Invalid { .. })
+    ));
+}
+
+#[test]
+fn library_entries_check_and_trace() {
+    let dev = Device::cpu();
+    for k in [
+        tegula_kernels::norm::layer_norm_entry(),
+        tegula_kernels::norm::layer_norm_backward_entry(),
+        tegula_kernels::norm::rms_norm_entry(),
+    ] {
+        for &dt in k.dtypes {
+            let r = (k.check)(&dev, k.default_shape, dt).unwrap();
+            assert!(r.passed(), "{}: {r:?}", k.name);
+            let ir = (k.trace)(k.default_shape, dt).unwrap().to_string();
+            assert!(ir.contains("for"), "{}: {ir}", k.name);
+        }
+    }
+}
