@@ -571,12 +571,10 @@ fn dims(shape: &[usize]) -> (usize, usize) {
 
 const EPS: f32 = 1e-5;
 
-fn compare_all(
-    name: &str,
-    shape: String,
-    dtype: DType,
-    parts: &[(Vec<f64>, Vec<f64>, (f64, f64))],
-) -> CheckReport {
+/// One compared output: what the kernel produced, the float64 reference, `(atol, rtol)`.
+type Part = (Vec<f64>, Vec<f64>, (f64, f64));
+
+fn compare_all(name: &str, shape: String, dtype: DType, parts: &[Part]) -> CheckReport {
     // The report of the worst part, so one number says whether everything passed.
     parts
         .iter()
