@@ -33,7 +33,7 @@ fn changing_rust_value_in_a_loop_is_an_error_naming_it() {
     })
     .unwrap_err();
     assert!(e.message.contains("`count`"), "{e}");
-    assert!(e.message.contains("0 before, 1 after"), "{e}");
+    assert!(e.message.contains("(0 and 1)"), "{e}");
     assert!(e.message.contains("make it a tile"), "{e}");
 }
 
@@ -45,7 +45,7 @@ fn branches_that_disagree_on_a_rust_value_are_an_error() {
     })
     .unwrap_err();
     assert!(e.message.contains("`mode`"), "{e}");
-    assert!(e.message.contains("1 before, 2 after"), "{e}");
+    assert!(e.message.contains("(1 and 2)"), "{e}");
 }
 
 #[test]

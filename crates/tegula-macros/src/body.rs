@@ -412,7 +412,7 @@ fn carried_tokens(vars: &[Ident], span: Span) -> CarriedTokens {
     } else {
         (
             quote_spanned!(span=> #[allow(unused_variables)] let #pats = #carried_var;),
-            quote_spanned!(span=> #[allow(unused_mut)] let #pats_mut = #carried_var;),
+            quote_spanned!(span=> #[allow(unused_mut, unused_assignments)] let #pats_mut = #carried_var;),
             quote_spanned!(span=> #pats = #carried_var;),
         )
     };

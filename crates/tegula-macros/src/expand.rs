@@ -123,12 +123,13 @@ fn generate(f: &ItemFn, sig: &Signature) -> TokenStream {
     }
     let key_format = key_parts.join(", ");
 
+    // Scalar parameters of a type parameter's type are passed by value: `T: ScalarArg`.
     let mut launch_generics = generics.clone();
-    for t in sig.scalar_type_params() {
-        launch_generics
-            .make_where_clause()
-            .predicates
-            .push(syn::parse_quote!(#t: ::tegula::ScalarArg));
+    let scalar_type_params = sig.scalar_type_params();
+    for param in launch_generics.type_params_mut() {
+        if scalar_type_params.contains(&&param.ident) {
+            param.bounds.push(syn::parse_quote!(::tegula::ScalarArg));
+        }
     }
     let launch_where = &launch_generics.where_clause;
 

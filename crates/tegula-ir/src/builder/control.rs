@@ -76,7 +76,7 @@ macro_rules! carry_rust_value {
             }
             fn static_mismatch(&self, other: &Self) -> Option<String> {
                 (self != other).then(|| {
-                    format!("is a Rust value (`{}`), not a tile: {self:?} before, {other:?} after",
+                    format!("is a Rust value (`{}`), not a tile, and takes two values ({self:?} and {other:?})",
                             stringify!($t))
                 })
             }
