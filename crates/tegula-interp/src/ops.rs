@@ -725,3 +725,33 @@ fn dot_tf32x3(
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fused_f32_dot_equals_the_exact_f64_path() {
+        // Inputs with wide exponent spread and cancellation, where a naive f64 sum rounded
+        // to f32 at the end would differ.
+        let mut state = 12345u64;
+        let mut next = || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            let m = (state >> 40) as f64 / (1u64 << 24) as f64 - 0.5;
+            let e = ((state >> 8) % 40) as i32 - 20;
+            round_f32(m * 2f64.powi(e))
+        };
+        let (m, k, n) = (8, 64, 16);
+        let a: Vec<f64> = (0..m * k).map(|_| next()).collect();
+        let b: Vec<f64> = (0..k * n).map(|_| next()).collect();
+        let acc: Vec<f64> = (0..m * n).map(|_| next()).collect();
+        let exact = dot_f(&a, &b, &acc, (m, k, n), add_round_f32);
+        let generic = dot_f(&a, &b, &acc, (m, k, n), |c, p| round_f32(add_odd(c, p)));
+        assert_eq!(exact, generic);
+        if let Some(fused) = dot_f32_fused(&a, &b, &acc, (m, k, n)) {
+            assert_eq!(fused, exact);
+        }
+    }
+}

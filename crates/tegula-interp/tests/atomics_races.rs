@@ -34,7 +34,13 @@ fn atomic_adds_from_many_programs_sum_exactly() {
     let cf = Arc::new(Buffer::zeroed(DType::F32, 4));
     let ch = Arc::new(Buffer::zeroed(DType::F16, 1));
     let programs = 3000u32;
-    run(&k, [programs, 1, 1], &[ptr(&ci), ptr(&cf), ptr(&ch)], &checking()).unwrap();
+    run(
+        &k,
+        [programs, 1, 1],
+        &[ptr(&ci), ptr(&cf), ptr(&ch)],
+        &checking(),
+    )
+    .unwrap();
     assert_eq!(ci.to_vec::<i32>().unwrap(), vec![3000 * 3001 / 2]);
     assert_eq!(cf.to_vec::<f32>().unwrap(), vec![3000.0; 4]);
     // f16 stops counting at 2048: 2048 + 1 rounds back to 2048 (ties to even).
@@ -56,7 +62,7 @@ fn atomic_max_min_and_bit_ops_respect_dtypes() {
         atomic_max(mx, v, None);
         atomic_min(mn, v.to::<f32>() * 0.5, None);
         atomic_max(um, v.to::<u32>(), None); // -1 as u32 is the largest
-        let one = (pid * 0 + 1).to::<u32>();
+        let one = (pid - pid + 1).to::<u32>();
         atomic(AtomicOp::Or, bits, one << (pid % 32).to::<u32>(), None);
     })
     .unwrap();
@@ -64,7 +70,13 @@ fn atomic_max_min_and_bit_ops_respect_dtypes() {
     let mn = buf(&[f32::INFINITY]);
     let um = buf(&[0u32]);
     let bits = buf(&[0u32]);
-    run(&k, [100, 1, 1], &[ptr(&mx), ptr(&mn), ptr(&um), ptr(&bits)], &checking()).unwrap();
+    run(
+        &k,
+        [100, 1, 1],
+        &[ptr(&mx), ptr(&mn), ptr(&um), ptr(&bits)],
+        &checking(),
+    )
+    .unwrap();
     assert_eq!(mx.to_vec::<i32>().unwrap(), vec![49]);
     assert_eq!(mn.to_vec::<f32>().unwrap(), vec![-25.0]);
     assert_eq!(um.to_vec::<u32>().unwrap(), vec![u32::MAX]);
@@ -114,7 +126,18 @@ fn out_of_bounds_atomics_are_reported() {
     .unwrap();
     let c = Arc::new(Buffer::zeroed(DType::I32, 3));
     let e = run(&k, [4, 1, 1], &[ptr(&c)], &Options::default()).unwrap_err();
-    assert!(matches!(e, InterpError::OutOfBounds { op: "atomic", index: 3, pid: [3, 0, 0], .. }), "{e}");
+    assert!(
+        matches!(
+            e,
+            InterpError::OutOfBounds {
+                op: "atomic",
+                index: 3,
+                pid: [3, 0, 0],
+                ..
+            }
+        ),
+        "{e}"
+    );
 }
 
 fn overlap_kernel(line: &std::cell::Cell<u32>) -> tegula_ir::Kernel {
@@ -140,13 +163,24 @@ fn write_write_races_between_programs_are_detected() {
     let e = run(&k, [4, 1, 1], &[ptr(&out), Arg::Int(6)], &checking()).unwrap_err();
     let msg = e.to_string();
     assert!(msg.contains("write-write race"), "{msg}");
-    assert!(msg.contains(&format!("atomics_races.rs:{}", line.get())), "{msg}");
+    assert!(
+        msg.contains(&format!("atomics_races.rs:{}", line.get())),
+        "{msg}"
+    );
     match e {
-        InterpError::Race { index, first, second, .. } => {
+        InterpError::Race {
+            index,
+            first,
+            second,
+            ..
+        } => {
             // Neighbours overlap on [6(i+1), 6i + 8).
             let (a, b) = (first[0].min(second[0]), first[0].max(second[0]));
             assert_eq!(b, a + 1, "{msg}");
-            assert!(index >= 6 * b as usize && index < 6 * a as usize + 8, "{msg}");
+            assert!(
+                index >= 6 * b as usize && index < 6 * a as usize + 8,
+                "{msg}"
+            );
         }
         other => panic!("unexpected {other:?}"),
     }
@@ -157,11 +191,25 @@ fn write_write_races_between_programs_are_detected() {
     };
     let e = run(&k, [4, 1, 1], &[ptr(&out), Arg::Int(6)], &seq).unwrap_err();
     assert!(
-        matches!(e, InterpError::Race { index: 6, first: [0, 0, 0], second: [1, 0, 0], .. }),
+        matches!(
+            e,
+            InterpError::Race {
+                index: 6,
+                first: [0, 0, 0],
+                second: [1, 0, 0],
+                ..
+            }
+        ),
         "{e}"
     );
     // Without the check, or with disjoint writes, the run succeeds.
-    run(&k, [4, 1, 1], &[ptr(&out), Arg::Int(6)], &Options::default()).unwrap();
+    run(
+        &k,
+        [4, 1, 1],
+        &[ptr(&out), Arg::Int(6)],
+        &Options::default(),
+    )
+    .unwrap();
     run(&k, [4, 1, 1], &[ptr(&out), Arg::Int(8)], &checking()).unwrap();
     assert_eq!(out.to_vec::<f32>().unwrap()[31], 3.5);
 }
@@ -171,7 +219,11 @@ fn races_through_aliasing_arguments_are_detected() {
     let k = trace("alias", |p| {
         let (a, b) = (p.ptr("a", DType::I32), p.ptr("b", DType::I32));
         let which = program_id(0);
-        if_else(which.eq(0), || store_unmasked(a + 2, 1), || store_unmasked(b, 2));
+        if_else(
+            which.eq(0),
+            || store_unmasked(a + 2, 1),
+            || store_unmasked(b, 2),
+        );
     })
     .unwrap();
     let data = Arc::new(Buffer::zeroed(DType::I32, 8));

@@ -8,13 +8,13 @@ use tegula_ir::prelude::*;
 #[test]
 fn f32_to_f16_rounds_to_nearest_even_with_subnormals_and_overflow() {
     let x: Vec<f32> = vec![
-        (1.0 + pow2(-11)) as f32,       // tie -> 1.0
-        (1.0 + 3.0 * pow2(-11)) as f32, // tie -> 1 + 2^-9
+        (1.0 + pow2(-11)) as f32,             // tie -> 1.0
+        (1.0 + 3.0 * pow2(-11)) as f32,       // tie -> 1 + 2^-9
         (1.0 + pow2(-11) + pow2(-20)) as f32, // just above the tie -> 1 + 2^-10
-        65519.0,                        // below the overflow threshold -> 65504
-        65520.0,                        // the threshold itself (a tie) -> inf
+        65519.0,                              // below the overflow threshold -> 65504
+        65520.0,                              // the threshold itself (a tie) -> inf
         -65520.0,
-        pow2(-25) as f32,       // half the smallest subnormal: tie -> 0
+        pow2(-25) as f32,         // half the smallest subnormal: tie -> 0
         (3.0 * pow2(-26)) as f32, // above half -> 2^-24
     ];
     let out = eval(&[buf(&x)], |t| t[0].to::<f16>()).to_f64();
@@ -63,7 +63,12 @@ fn toward_zero_rounding_truncates_and_never_overflows_to_inf() {
     .to_f64();
     assert_eq!(
         out,
-        vec![1.0 + pow2(-10), -(1.0 + pow2(-10)), 65504.0, 1.0 + pow2(-10)]
+        vec![
+            1.0 + pow2(-10),
+            -(1.0 + pow2(-10)),
+            65504.0,
+            1.0 + pow2(-10)
+        ]
     );
     let out = eval(&[buf(&[(1.0 + pow2(-7) - pow2(-20)) as f32])], |t| {
         t[0].cast_rounded(DType::BF16, Rounding::TowardZero)
@@ -86,15 +91,21 @@ fn float_to_int_truncates_saturates_and_maps_nan_to_zero() {
         f32::INFINITY,
         f32::NEG_INFINITY,
     ]);
-    let i8s = eval(&[x.clone()], |t| t[0].to::<i8>());
-    assert_eq!(i8s.to_vec::<i8>().unwrap(), vec![2, -2, 127, -128, 0, 127, -128]);
-    let u8s = eval(&[x.clone()], |t| t[0].to::<u8>());
+    let i8s = eval(std::slice::from_ref(&x), |t| t[0].to::<i8>());
+    assert_eq!(
+        i8s.to_vec::<i8>().unwrap(),
+        vec![2, -2, 127, -128, 0, 127, -128]
+    );
+    let u8s = eval(std::slice::from_ref(&x), |t| t[0].to::<u8>());
     assert_eq!(u8s.to_vec::<u8>().unwrap(), vec![2, 0, 255, 0, 0, 255, 0]);
     let big = buf(&[3e9f32, -1.0, 5e19]);
-    let i32s = eval(&[big.clone()], |t| t[0].to::<i32>());
+    let i32s = eval(std::slice::from_ref(&big), |t| t[0].to::<i32>());
     assert_eq!(i32s.to_vec::<i32>().unwrap(), vec![i32::MAX, -1, i32::MAX]);
-    let u32s = eval(&[big.clone()], |t| t[0].to::<u32>());
-    assert_eq!(u32s.to_vec::<u32>().unwrap(), vec![3_000_000_000, 0, u32::MAX]);
+    let u32s = eval(std::slice::from_ref(&big), |t| t[0].to::<u32>());
+    assert_eq!(
+        u32s.to_vec::<u32>().unwrap(),
+        vec![3_000_000_000, 0, u32::MAX]
+    );
     let u64s = eval(&[big], |t| t[0].to::<u64>());
     assert_eq!(
         u64s.to_vec::<u64>().unwrap(),
@@ -142,8 +153,13 @@ fn integer_casts_wrap_and_extend_by_source_signedness() {
 fn i1_casts_are_nonzero_tests_and_true_is_one() {
     let out = eval(&[buf(&[0i32, 5, -3])], |t| t[0].to::<bool>());
     assert_eq!(out.to_vec::<bool>().unwrap(), vec![false, true, true]);
-    let out = eval(&[buf(&[0.0f32, 0.5, f32::NAN, -0.0])], |t| t[0].to::<bool>());
-    assert_eq!(out.to_vec::<bool>().unwrap(), vec![false, true, true, false]);
+    let out = eval(&[buf(&[0.0f32, 0.5, f32::NAN, -0.0])], |t| {
+        t[0].to::<bool>()
+    });
+    assert_eq!(
+        out.to_vec::<bool>().unwrap(),
+        vec![false, true, true, false]
+    );
     let out = eval(&[buf(&[true, false])], |t| t[0].to::<i32>());
     assert_eq!(out.to_vec::<i32>().unwrap(), vec![1, 0]);
     let out = eval(&[buf(&[true, false])], |t| t[0].to::<f32>());
@@ -156,6 +172,8 @@ fn widening_float_casts_are_exact() {
     let out = eval(&[buf(&[h])], |t| t[0].to::<f32>());
     assert_eq!(out.to_vec::<f32>().unwrap(), vec![(1.0 + pow2(-10)) as f32]);
     let b = bf16::from_f64(1e10);
-    let out = eval(&[buf(&[b, bf16::from_f64(1.0 + pow2(-7))])], |t| t[0].to::<f16>());
+    let out = eval(&[buf(&[b, bf16::from_f64(1.0 + pow2(-7))])], |t| {
+        t[0].to::<f16>()
+    });
     assert_eq!(out.to_f64(), vec![f64::INFINITY, 1.0 + pow2(-7)]);
 }

@@ -38,7 +38,10 @@ fn for_loops_count_up_and_down() {
     let none = run_scalar_kernel(&k, vec![Arg::Int(5), Arg::Int(5), Arg::Int(1)]).unwrap();
     assert_eq!(none, vec![0; 4]);
     let e = run_scalar_kernel(&k, vec![Arg::Int(0), Arg::Int(5), Arg::Int(0)]).unwrap_err();
-    assert!(matches!(e, InterpError::ZeroStep { pid: [0, 0, 0], .. }), "{e}");
+    assert!(
+        matches!(e, InterpError::ZeroStep { pid: [0, 0, 0], .. }),
+        "{e}"
+    );
     assert!(e.to_string().contains("control.rs"), "{e}");
 }
 
@@ -109,7 +112,7 @@ fn shape_ops_move_elements_as_documented() {
         let offs = i * 12 + j * 4 + kk; // [2, 4, 4]
         let ok = j.lt(3).broadcast_to([2, 4, 4]);
         let t = load(x + offs, ok, -1); // t[i, j, k] = 12i + 4j + k for j < 3
-        // Permute to [4, 2, 4] (axes j, i, k) and store row-major.
+                                        // Permute to [4, 2, 4] (axes j, i, k) and store row-major.
         let pt = t.permute(&[1, 0, 2]);
         store_unmasked(out + arange(0, 32).reshape([4, 2, 4]), pt);
         // Transpose of a 2-D slice: [8, 4] -> [4, 8].
@@ -119,12 +122,21 @@ fn shape_ops_move_elements_as_documented() {
         let col = arange(0, 4).col().broadcast_to([4, 4]) + program_id(0);
         store_unmasked(out + 64 + arange(0, 16).reshape([4, 4]), col);
         let hinted = max_contiguous(multiple_of(arange(0, 16), 16), 16);
-        store_unmasked(out + 80 + hinted, full::<i32>([16], 7) + hinted.expand_dims(0).reshape([16]));
+        store_unmasked(
+            out + 80 + hinted,
+            full::<i32>([16], 7) + hinted.expand_dims(0).reshape([16]),
+        );
     })
     .unwrap();
     run(&k, [1, 1, 1], &[ptr(&xb), ptr(&out)], &Options::default()).unwrap();
     let v = out.to_vec::<i32>().unwrap();
-    let t = |i: usize, j: usize, k: usize| if j < 3 { (12 * i + 4 * j + k) as i32 } else { -1 };
+    let t = |i: usize, j: usize, k: usize| {
+        if j < 3 {
+            (12 * i + 4 * j + k) as i32
+        } else {
+            -1
+        }
+    };
     for j in 0..4 {
         for i in 0..2 {
             for k in 0..4 {
@@ -162,7 +174,14 @@ fn the_first_failing_program_in_grid_order_is_reported() {
         let e = run(&k, [10, 3, 1], &[ptr(&x)], &opts).unwrap_err();
         // Linear id 13 (x fastest) is program (3, 1, 0); ids 14.. fail too.
         assert!(
-            matches!(e, InterpError::OutOfBounds { pid: [3, 1, 0], index: 52, .. }),
+            matches!(
+                e,
+                InterpError::OutOfBounds {
+                    pid: [3, 1, 0],
+                    index: 52,
+                    ..
+                }
+            ),
             "{e}"
         );
     }

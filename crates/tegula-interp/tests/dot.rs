@@ -61,8 +61,12 @@ fn fma_reference(a: &[f32], b: &[f32], acc: &[f32], (m, k, n): (usize, usize, us
 fn f16_dot_is_exact_products_with_f32_accumulation_in_k_order() {
     let dims = (16, 32, 64);
     let mut rng = Rng::new(3);
-    let a: Vec<f16> = (0..16 * 32).map(|_| f16::from_f64(rng.uniform(-3.0, 3.0))).collect();
-    let b: Vec<f16> = (0..32 * 64).map(|_| f16::from_f64(rng.uniform(-3.0, 3.0))).collect();
+    let a: Vec<f16> = (0..16 * 32)
+        .map(|_| f16::from_f64(rng.uniform(-3.0, 3.0)))
+        .collect();
+    let b: Vec<f16> = (0..32 * 64)
+        .map(|_| f16::from_f64(rng.uniform(-3.0, 3.0)))
+        .collect();
     let out = run_dot(buf(&a), buf(&b), None, dims, InputPrecision::Tf32);
     let af: Vec<f32> = a.iter().map(|x| x.to_f32()).collect();
     let bf: Vec<f32> = b.iter().map(|x| x.to_f32()).collect();
@@ -74,13 +78,26 @@ fn f16_dot_is_exact_products_with_f32_accumulation_in_k_order() {
 fn bf16_dot_adds_the_accumulator() {
     let dims = (32, 16, 32);
     let mut rng = Rng::new(5);
-    let a: Vec<bf16> = (0..32 * 16).map(|_| bf16::from_f64(rng.uniform(-2.0, 2.0))).collect();
-    let b: Vec<bf16> = (0..16 * 32).map(|_| bf16::from_f64(rng.uniform(-2.0, 2.0))).collect();
+    let a: Vec<bf16> = (0..32 * 16)
+        .map(|_| bf16::from_f64(rng.uniform(-2.0, 2.0)))
+        .collect();
+    let b: Vec<bf16> = (0..16 * 32)
+        .map(|_| bf16::from_f64(rng.uniform(-2.0, 2.0)))
+        .collect();
     let acc = rng.f32s(32 * 32, -100.0, 100.0);
-    let out = run_dot(buf(&a), buf(&b), Some(buf(&acc)), dims, InputPrecision::Ieee);
+    let out = run_dot(
+        buf(&a),
+        buf(&b),
+        Some(buf(&acc)),
+        dims,
+        InputPrecision::Ieee,
+    );
     let af: Vec<f32> = a.iter().map(|x| x.to_f32()).collect();
     let bf: Vec<f32> = b.iter().map(|x| x.to_f32()).collect();
-    assert_eq!(out.to_vec::<f32>().unwrap(), fma_reference(&af, &bf, &acc, dims));
+    assert_eq!(
+        out.to_vec::<f32>().unwrap(),
+        fma_reference(&af, &bf, &acc, dims)
+    );
 }
 
 #[test]
@@ -132,7 +149,9 @@ fn int8_dot_accumulates_in_i32() {
     let got = out.to_vec::<i32>().unwrap();
     for i in 0..16 {
         for j in 0..16 {
-            let want: i32 = (0..64).map(|k| a[i * 64 + k] as i32 * b[k * 16 + j] as i32).sum();
+            let want: i32 = (0..64)
+                .map(|k| a[i * 64 + k] as i32 * b[k * 16 + j] as i32)
+                .sum();
             assert_eq!(got[i * 16 + j], want);
         }
     }
@@ -143,8 +162,12 @@ fn dot_in_a_loop_over_k_matches_the_sequential_reference() {
     // A 64x48 by 48x32 product in K blocks of 16, f16 operands, masked on the ragged M edge.
     let (m, k, n, bm, bk) = (50usize, 48usize, 32usize, 64usize, 16usize);
     let mut rng = Rng::new(33);
-    let a: Vec<f16> = (0..m * k).map(|_| f16::from_f64(rng.uniform(-1.0, 1.0))).collect();
-    let b: Vec<f16> = (0..k * n).map(|_| f16::from_f64(rng.uniform(-1.0, 1.0))).collect();
+    let a: Vec<f16> = (0..m * k)
+        .map(|_| f16::from_f64(rng.uniform(-1.0, 1.0)))
+        .collect();
+    let b: Vec<f16> = (0..k * n)
+        .map(|_| f16::from_f64(rng.uniform(-1.0, 1.0)))
+        .collect();
     let kern = trace("mm", |p| {
         let (ap, bp, cp) = (
             p.ptr("a", DType::F16),
@@ -156,13 +179,21 @@ fn dot_in_a_loop_over_k_matches_the_sequential_reference() {
         let rk = arange(0, bk as i64);
         let rn = arange(0, n as i64);
         let row_ok = rm.lt(mm).col();
-        let init = (zeros::<f32>([bm, n]), ap + rm.col() * kk + rk.row(), bp + rk.col() * n + rn.row());
+        let init = (
+            zeros::<f32>([bm, n]),
+            ap + rm.col() * kk + rk.row(),
+            bp + rk.col() * n + rn.row(),
+        );
         let (acc, _, _) = for_range(0, kk, bk, init, |_, (acc, pa, pb)| {
             let at = load(pa, row_ok.broadcast_to([bm, bk]), 0.0);
             let bt = load_unmasked(pb);
             (dot_acc(at, bt, acc), pa + bk, pb + bk * n)
         });
-        store(cp + rm.col() * n + rn.row(), acc, row_ok.broadcast_to([bm, n]));
+        store(
+            cp + rm.col() * n + rn.row(),
+            acc,
+            row_ok.broadcast_to([bm, n]),
+        );
     })
     .unwrap();
     let c = Arc::new(Buffer::zeroed(DType::F32, m * n));

@@ -49,7 +49,10 @@ fn integer_division_by_zero_is_an_error_naming_the_line() {
     });
     let msg = e.to_string();
     assert!(msg.contains("division by zero"), "{msg}");
-    assert!(msg.contains(&format!("elementwise.rs:{}", line.get())), "{msg}");
+    assert!(
+        msg.contains(&format!("elementwise.rs:{}", line.get())),
+        "{msg}"
+    );
     assert!(msg.contains("program (0, 0, 0)"), "{msg}");
 }
 
@@ -93,7 +96,9 @@ fn bitwise_ops_and_not() {
 
 #[test]
 fn integer_max_min_respect_signedness() {
-    let out = eval(&[buf(&[-1i32, 3]), buf(&[1i32, -5])], |t| maximum(t[0], t[1]));
+    let out = eval(&[buf(&[-1i32, 3]), buf(&[1i32, -5])], |t| {
+        maximum(t[0], t[1])
+    });
     assert_eq!(out.to_vec::<i32>().unwrap(), vec![1, 3]);
     let out = eval(&[buf(&[0xFFFF_FFFFu32, 3]), buf(&[1u32, 5])], |t| {
         maximum(t[0], t[1])
@@ -196,7 +201,13 @@ fn fma_rounds_once_like_a_hardware_fma() {
         .iter()
         .zip(&b)
         .enumerate()
-        .map(|(i, (x, y))| if i % 2 == 0 { -(x * y) } else { (i as f32) * 0.37 })
+        .map(|(i, (x, y))| {
+            if i % 2 == 0 {
+                -(x * y)
+            } else {
+                (i as f32) * 0.37
+            }
+        })
         .collect();
     let out = eval(&[buf(&a), buf(&b), buf(&c)], |t| fma(t[0], t[1], t[2]));
     let out = out.to_vec::<f32>().unwrap();
@@ -233,33 +244,53 @@ fn float_comparisons_are_ordered_except_ne() {
 #[test]
 fn unary_math_rounds_once_to_the_dtype() {
     let x = buf(&[3.0f32, 0.5, -2.5, 1.0]);
-    let e2 = eval(&[x.clone()], |t| exp2(t[0])).to_vec::<f32>().unwrap();
+    let e2 = eval(std::slice::from_ref(&x), |t| exp2(t[0]))
+        .to_vec::<f32>()
+        .unwrap();
     assert_eq!(e2, vec![8.0, 2f32.sqrt(), 2f32.powf(-2.5), 2.0]);
-    let ex = eval(&[x.clone()], |t| exp(t[0])).to_vec::<f32>().unwrap();
+    let ex = eval(std::slice::from_ref(&x), |t| exp(t[0]))
+        .to_vec::<f32>()
+        .unwrap();
     assert_eq!(ex[3], std::f64::consts::E as f32);
     let lg = eval(&[buf(&[8.0f32, 0.25])], |t| log2(t[0]));
     assert_eq!(lg.to_vec::<f32>().unwrap(), vec![3.0, -2.0]);
-    let er = eval(&[x.clone()], |t| erf(t[0])).to_vec::<f32>().unwrap();
+    let er = eval(std::slice::from_ref(&x), |t| erf(t[0]))
+        .to_vec::<f32>()
+        .unwrap();
     assert_eq!(er[1], 0.520_499_877_813_046_5f64 as f32);
-    let fl = eval(&[x.clone()], |t| floor(t[0]) + ceil(t[0]) * 10.0);
+    let fl = eval(std::slice::from_ref(&x), |t| {
+        floor(t[0]) + ceil(t[0]) * 10.0
+    });
     assert_eq!(fl.to_vec::<f32>().unwrap(), vec![33.0, 10.0, -23.0, 11.0]);
     let rs = eval(&[buf(&[4.0f32, 0.25])], |t| rsqrt(t[0]));
     assert_eq!(rs.to_vec::<f32>().unwrap(), vec![0.5, 2.0]);
-    let th = eval(&[x.clone()], |t| tanh(t[0])).to_vec::<f32>().unwrap();
+    let th = eval(std::slice::from_ref(&x), |t| tanh(t[0]))
+        .to_vec::<f32>()
+        .unwrap();
     assert_eq!(th[1], 0.5f64.tanh() as f32);
-    let sc = eval(&[x], |t| sin(t[0]) + cos(t[0])).to_vec::<f32>().unwrap();
-    assert_eq!(sc[3], ((1f64.sin() as f32) as f64 + (1f64.cos() as f32) as f64) as f32);
+    let sc = eval(&[x], |t| sin(t[0]) + cos(t[0]))
+        .to_vec::<f32>()
+        .unwrap();
+    assert_eq!(
+        sc[3],
+        ((1f64.sin() as f32) as f64 + (1f64.cos() as f32) as f64) as f32
+    );
     let ab = eval(&[buf(&[i32::MIN, -3, 4])], |t| abs(t[0]));
     assert_eq!(ab.to_vec::<i32>().unwrap(), vec![i32::MIN, 3, 4]);
     let ng = eval(&[buf(&[1u8, 0])], |t| -t[0]);
     assert_eq!(ng.to_vec::<u8>().unwrap(), vec![255, 0]);
     let h = eval(&[buf(&[f16::from_f64(0.1)])], |t| exp(t[0])).to_f64();
-    assert_eq!(h[0], f16::from_f32((f16::from_f64(0.1).to_f64().exp()) as f32).to_f64());
+    assert_eq!(
+        h[0],
+        f16::from_f32((f16::from_f64(0.1).to_f64().exp()) as f32).to_f64()
+    );
 }
 
 #[test]
 fn float_rem_is_fmod_and_select_picks_per_lane() {
-    let r = eval(&[buf(&[-7.5f32, 7.5]), buf(&[2.0f32, -2.0])], |t| t[0] % t[1]);
+    let r = eval(&[buf(&[-7.5f32, 7.5]), buf(&[2.0f32, -2.0])], |t| {
+        t[0] % t[1]
+    });
     assert_eq!(r.to_vec::<f32>().unwrap(), vec![-1.5, 1.5]);
     let s = eval(&[buf(&[1i32, 2, 3, 4]), buf(&[10i32, 20, 30, 40])], |t| {
         select(t[0].gt(2), t[0], t[1])

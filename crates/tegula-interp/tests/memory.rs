@@ -24,7 +24,13 @@ fn masked_loads_yield_other_and_never_touch_masked_off_pointers() {
         store_unmasked(out + offs, v);
     })
     .unwrap();
-    run(&k, [1, 1, 1], &[ptr(&x), ptr(&out), Arg::Int(5)], &Options::default()).unwrap();
+    run(
+        &k,
+        [1, 1, 1],
+        &[ptr(&x), ptr(&out), Arg::Int(5)],
+        &Options::default(),
+    )
+    .unwrap();
     assert_eq!(
         out.to_vec::<f32>().unwrap(),
         vec![1.5, 2.5, 3.5, 4.5, 5.5, -1.0, -1.0, -1.0]
@@ -82,9 +88,18 @@ fn out_of_bounds_load_names_kernel_line_program_and_index() {
     assert!(msg.contains(&format!("memory.rs:{}", line.get())), "{msg}");
     // Program 1 is the first (in grid order) to read past 20 elements: index 20.
     assert!(msg.contains("program (1, 0, 0)"), "{msg}");
-    assert!(msg.contains("element 20 of a buffer of 20 elements"), "{msg}");
+    assert!(
+        msg.contains("element 20 of a buffer of 20 elements"),
+        "{msg}"
+    );
     match e {
-        InterpError::OutOfBounds { op, pid, index, len, .. } => {
+        InterpError::OutOfBounds {
+            op,
+            pid,
+            index,
+            len,
+            ..
+        } => {
             assert_eq!((op, pid, index, len), ("load", [1, 0, 0], 20, 20));
         }
         other => panic!("unexpected {other:?}"),
@@ -133,7 +148,17 @@ fn pointer_arguments_may_start_at_an_offset() {
         ptr(&out),
     ];
     let e = run(&k, [1, 1, 1], &args, &Options::default()).unwrap_err();
-    assert!(matches!(e, InterpError::OutOfBounds { index: 8, len: 8, .. }), "{e}");
+    assert!(
+        matches!(
+            e,
+            InterpError::OutOfBounds {
+                index: 8,
+                len: 8,
+                ..
+            }
+        ),
+        "{e}"
+    );
 }
 
 fn scale_kernel() -> tegula_ir::Kernel {
@@ -157,20 +182,63 @@ fn argument_mismatches_are_typed_errors() {
     let opts = Options::default();
     let e = run(&k, [1, 1, 1], &[ptr(&x)], &opts).unwrap_err();
     assert!(
-        matches!(e, InterpError::ArgCount { expected: 3, got: 1, .. }),
+        matches!(
+            e,
+            InterpError::ArgCount {
+                expected: 3,
+                got: 1,
+                ..
+            }
+        ),
         "{e}"
     );
     let wrong = buf(&[1.0f64]);
-    let e = run(&k, [1, 1, 1], &[ptr(&wrong), Arg::Float(2.0), Arg::Int(3)], &opts).unwrap_err();
-    assert!(matches!(e, InterpError::ArgMismatch { index: 0, .. }), "{e}");
+    let e = run(
+        &k,
+        [1, 1, 1],
+        &[ptr(&wrong), Arg::Float(2.0), Arg::Int(3)],
+        &opts,
+    )
+    .unwrap_err();
+    assert!(
+        matches!(e, InterpError::ArgMismatch { index: 0, .. }),
+        "{e}"
+    );
     assert!(e.to_string().contains("a buffer of f32"), "{e}");
-    let e = run(&k, [1, 1, 1], &[Arg::Int(0), Arg::Float(2.0), Arg::Int(3)], &opts).unwrap_err();
-    assert!(matches!(e, InterpError::ArgMismatch { index: 0, .. }), "{e}");
+    let e = run(
+        &k,
+        [1, 1, 1],
+        &[Arg::Int(0), Arg::Float(2.0), Arg::Int(3)],
+        &opts,
+    )
+    .unwrap_err();
+    assert!(
+        matches!(e, InterpError::ArgMismatch { index: 0, .. }),
+        "{e}"
+    );
     let e = run(&k, [1, 1, 1], &[ptr(&x), ptr(&x), Arg::Int(3)], &opts).unwrap_err();
-    assert!(matches!(e, InterpError::ArgMismatch { index: 1, .. }), "{e}");
-    let e = run(&k, [1, 1, 1], &[ptr(&x), Arg::Float(2.0), Arg::Float(3.0)], &opts).unwrap_err();
-    assert!(matches!(e, InterpError::ArgMismatch { index: 2, .. }), "{e}");
-    let e = run(&k, [1, 1, 1], &[ptr(&x), Arg::Float(2.0), Arg::Int(300)], &opts).unwrap_err();
+    assert!(
+        matches!(e, InterpError::ArgMismatch { index: 1, .. }),
+        "{e}"
+    );
+    let e = run(
+        &k,
+        [1, 1, 1],
+        &[ptr(&x), Arg::Float(2.0), Arg::Float(3.0)],
+        &opts,
+    )
+    .unwrap_err();
+    assert!(
+        matches!(e, InterpError::ArgMismatch { index: 2, .. }),
+        "{e}"
+    );
+    let e = run(
+        &k,
+        [1, 1, 1],
+        &[ptr(&x), Arg::Float(2.0), Arg::Int(300)],
+        &opts,
+    )
+    .unwrap_err();
     assert!(e.to_string().contains("fits in i8"), "{e}");
     let e = run(
         &k,
@@ -186,7 +254,10 @@ fn argument_mismatches_are_typed_errors() {
         &opts,
     )
     .unwrap_err();
-    assert!(matches!(e, InterpError::ArgMismatch { index: 0, .. }), "{e}");
+    assert!(
+        matches!(e, InterpError::ArgMismatch { index: 0, .. }),
+        "{e}"
+    );
     // An Int for a float parameter converts.
     run(&k, [1, 1, 1], &[ptr(&x), Arg::Int(2), Arg::Int(3)], &opts).unwrap();
     assert_eq!(x.to_vec::<f32>().unwrap(), vec![2.0, 4.0, 6.0]);
@@ -211,7 +282,7 @@ fn buffer_api_round_trips_and_checks_types() {
     u.write_bits(1, 0x1_0000_0009); // high bits beyond the width are dropped
     assert_eq!(u.to_vec::<u32>().unwrap(), vec![u32::MAX, 9]);
     let v = Buffer::zeroed(DType::U32, 2);
-    assert!(v.is_empty() == false && v.len() == 2 && v.dtype() == DType::U32);
+    assert!(!v.is_empty() && v.len() == 2 && v.dtype() == DType::U32);
     v.copy_from(&u).unwrap();
     assert_eq!(v.to_vec::<u32>().unwrap(), vec![u32::MAX, 9]);
     assert!(v.copy_from(&Buffer::zeroed(DType::U32, 3)).is_err());
@@ -234,7 +305,10 @@ fn program_ids_and_grid_sizes_cover_a_3d_grid() {
         store_unmasked(base, x);
         store_unmasked(base + 1, y);
         store_unmasked(base + 2, z);
-        store_unmasked(base + 3, num_programs(2) * 100 + num_programs(1) * 10 + num_programs(0));
+        store_unmasked(
+            base + 3,
+            num_programs(2) * 100 + num_programs(1) * 10 + num_programs(0),
+        );
     })
     .unwrap();
     run(&k, grid, &[ptr(&out)], &Options::default()).unwrap();
