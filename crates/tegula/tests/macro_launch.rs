@@ -1,0 +1,194 @@
+//! `#[tegula::kernel]` launchers end to end on the interpreter, against float64 or hand
+//! references on random inputs of odd sizes.
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use tegula::prelude::*;
+
+#[tegula::kernel]
+fn gemv(a: Ptr<f16>, x: Ptr<f16>, y: Ptr<f32>, n: i32, #[constexpr] block: usize) {
+    let row = program_id(0);
+    let offs = arange(0, block as i64);
+    let mut acc = zeros::<f32>([block]);
+    for start in range(0, n, block) {
+        let cols = start + offs;
+        let mask = cols.lt(n);
+        let av = load(a + row * n + cols, mask, 0.0).to::<f32>();
+        let xv = load(x + cols, mask, 0.0).to::<f32>();
+        acc += av * xv;
+    }
+    store_unmasked(y + row, sum(acc, 0));
+}
+
+fn random_f16(rng: &mut StdRng, n: usize) -> Vec<f16> {
+    (0..n)
+        .map(|_| f16::from_f64(rng.gen_range(-1.0..1.0)))
+        .collect()
+}
+
+#[test]
+fn gemv_matches_float64_reference() -> tegula::Result<()> {
+    let dev = Device::cpu();
+    let mut rng = StdRng::seed_from_u64(7);
+    let (m, n) = (37usize, 301usize);
+    let a = random_f16(&mut rng, m * n);
+    let x = random_f16(&mut rng, n);
+    let at = dev.from_slice(&a, [m, n])?;
+    let xt = dev.from_slice(&x, [n])?;
+    let mut yt = dev.zeros::<f32>([m])?;
+    gemv::launch(&dev, m, &at, &xt, &mut yt, n as i32, 64)?;
+    let y = yt.to_vec()?;
+    for (r, &got) in y.iter().enumerate() {
+        let want: f64 = (0..n).map(|c| a[r * n + c].to_f64() * x[c].to_f64()).sum();
+        // f32 accumulation of 301 products of magnitude < 1.
+        assert!((got as f64 - want).abs() < 1e-4, "row {r}: {got} vs {want}");
+    }
+    Ok(())
+}
+
+/// Each program clamps its element into a band with a tile `if`/`else if`/`else`, and counts
+/// doublings with a tile `while`.
+#[tegula::kernel]
+fn branch_and_loop(x: Ptr<i32>, band: Ptr<i32>, pow2: Ptr<i32>, steps: Ptr<i32>, lo: i32, hi: i32) {
+    let pid = program_id(0);
+    let v = load_unmasked(x + pid);
+    let mut out = v;
+    if v.lt(lo) {
+        out = scalar(lo);
+    } else if v.gt(hi) {
+        out = scalar(hi);
+    }
+    store_unmasked(band + pid, out);
+    let mut p = scalar(1);
+    let mut n = scalar(0);
+    while p.lt(v) {
+        p *= 2;
+        n += 1;
+    }
+    store_unmasked(pow2 + pid, p);
+    store_unmasked(steps + pid, n);
+}
+
+#[test]
+fn tile_if_and_while_compute_per_program() -> tegula::Result<()> {
+    let dev = Device::cpu();
+    let mut rng = StdRng::seed_from_u64(11);
+    let xs: Vec<i32> = (0..53).map(|_| rng.gen_range(-20..3000)).collect();
+    let x = dev.from_slice(&xs, [xs.len()])?;
+    let band = dev.zeros::<i32>([xs.len()])?;
+    let pow2 = dev.zeros::<i32>([xs.len()])?;
+    let steps = dev.zeros::<i32>([xs.len()])?;
+    branch_and_loop::launch(&dev, xs.len(), &x, &band, &pow2, &steps, 5, 1000)?;
+    let (band, pow2, steps) = (band.to_vec()?, pow2.to_vec()?, steps.to_vec()?);
+    for (i, &v) in xs.iter().enumerate() {
+        assert_eq!(band[i], v.clamp(5, 1000), "band of {v}");
+        let (mut p, mut n) = (1, 0);
+        while p < v {
+            p *= 2;
+            n += 1;
+        }
+        assert_eq!((pow2[i], steps[i]), (p, n), "doublings of {v}");
+    }
+    Ok(())
+}
+
+#[tegula::kernel]
+fn axpy<T: Element, const BLOCK: usize>(x: Ptr<T>, y: Ptr<T>, alpha: T, n: i32) {
+    let offs = program_id(0) * (BLOCK as i32) + arange(0, BLOCK as i64);
+    let mask = offs.lt(n);
+    let v = load(x + offs, mask, 0.0) * alpha + load(y + offs, mask, 0.0);
+    store(y + offs, v, mask);
+}
+
+#[test]
+fn generic_kernel_specializes_per_type_and_constant() -> tegula::Result<()> {
+    let dev = Device::cpu();
+    let mut rng = StdRng::seed_from_u64(3);
+    let n = 131usize;
+    let xs: Vec<f32> = (0..n).map(|_| rng.gen_range(-2.0..2.0)).collect();
+    let ys: Vec<f32> = (0..n).map(|_| rng.gen_range(-2.0..2.0)).collect();
+    let x = dev.from_slice(&xs, [n])?;
+    let y = dev.from_slice(&ys, [n])?;
+    axpy::launch::<f32, 32>(&dev, n.div_ceil(32), &x, &y, 1.5f32, n as i32)?;
+    let got = y.to_vec()?;
+    for i in 0..n {
+        let want = xs[i] * 1.5 + ys[i];
+        assert!((got[i] - want).abs() <= 1e-6 * want.abs().max(1.0), "{i}");
+    }
+    assert_eq!(dev.traced_kernels(), 1);
+    // Same specialization: no new trace. New BLOCK or new T: a new one each.
+    axpy::launch::<f32, 32>(&dev, n.div_ceil(32), &x, &y, 1.0f32, n as i32)?;
+    assert_eq!(dev.traced_kernels(), 1);
+    axpy::launch_with::<f32, 64>(
+        &dev,
+        n.div_ceil(64),
+        LaunchConfig {
+            num_warps: 2,
+            num_stages: 1,
+        },
+        &x,
+        &y,
+        -1.0f32,
+        n as i32,
+    )?;
+    assert_eq!(dev.traced_kernels(), 2);
+    // y = x*1.5 + y0, then + x, then - x: back to x*1.5 + y0.
+    let got = y.to_vec()?;
+    for i in 0..n {
+        let want = xs[i] * 1.5 + ys[i];
+        assert!((got[i] - want).abs() <= 1e-5 * want.abs().max(1.0), "{i}");
+    }
+    let xh: Vec<f16> = xs.iter().map(|&v| f16::from_f32(v)).collect();
+    let yh: Vec<f16> = ys.iter().map(|&v| f16::from_f32(v)).collect();
+    let (xh_t, yh_t) = (dev.from_slice(&xh, [n])?, dev.from_slice(&yh, [n])?);
+    axpy::launch::<f16, 32>(
+        &dev,
+        n.div_ceil(32),
+        &xh_t,
+        &yh_t,
+        f16::from_f32(0.5),
+        n as i32,
+    )?;
+    assert_eq!(dev.traced_kernels(), 3);
+    let got = yh_t.to_vec()?;
+    for i in 0..n {
+        let want = xh[i].to_f64() * 0.5 + yh[i].to_f64();
+        // Two f16 roundings (product, sum).
+        assert!((got[i].to_f64() - want).abs() <= 4e-3, "{i}");
+    }
+    Ok(())
+}
+
+/// A stencil whose taps unroll at trace time; the constexpr `taps` selects how many.
+#[tegula::kernel]
+fn stencil(x: Ptr<f32>, y: Ptr<f32>, n: i32, #[constexpr] taps: usize, #[constexpr] block: usize) {
+    let offs = program_id(0) * (block as i32) + arange(0, block as i64);
+    let mut acc = zeros::<f32>([block]);
+    for t in static_range(taps) {
+        let idx = offs + t as i32;
+        acc += load(x + idx, idx.lt(n), 0.0) * ((t + 1) as f32);
+    }
+    store(y + offs, acc, offs.lt(n));
+}
+
+#[test]
+fn static_range_stencil_matches_reference() -> tegula::Result<()> {
+    let dev = Device::cpu();
+    let mut rng = StdRng::seed_from_u64(5);
+    let n = 77usize;
+    let xs: Vec<f32> = (0..n).map(|_| rng.gen_range(-1.0..1.0)).collect();
+    let x = dev.from_slice(&xs, [n])?;
+    for taps in [1usize, 3] {
+        let y = dev.zeros::<f32>([n])?;
+        stencil::launch(&dev, n.div_ceil(16), &x, &y, n as i32, taps, 16)?;
+        let got = y.to_vec()?;
+        for i in 0..n {
+            let want: f64 = (0..taps)
+                .filter(|t| i + t < n)
+                .map(|t| xs[i + t] as f64 * (t + 1) as f64)
+                .sum();
+            assert!((got[i] as f64 - want).abs() < 1e-5, "taps {taps}, {i}");
+        }
+    }
+    Ok(())
+}
