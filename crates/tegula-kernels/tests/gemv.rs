@@ -1,0 +1,180 @@
+//! GEMV against float64 on fresh random inputs: the seed's contract (f16 row-major), bf16 and
+//! f32, transposed and sliced views of A, strided x and y, and the contract errors.
+
+use half::{bf16, f16};
+use rand::Rng;
+use tegula::ir::Element;
+use tegula::{Device, Error, Tensor};
+use tegula_kernels::check;
+use tegula_kernels::gemv::{gemv, gemv_into, reference, tolerance};
+
+fn check_case<T: Element>(a: &Tensor<T>, x: &Tensor<T>) {
+    let (m, n) = (a.shape()[0], a.shape()[1]);
+    let y = a.device().full::<f32>([m], f32::NAN).unwrap();
+    gemv_into(a, x, &y).unwrap();
+    let want = reference(&a.to_f64_vec().unwrap(), &x.to_f64_vec().unwrap(), m, n);
+    let r = check::compare(
+        "gemv",
+        format!("{m}x{n} strides {:?}", a.strides()),
+        T::DTYPE,
+        &y.to_f64_vec().unwrap(),
+        &want,
+        tolerance(T::DTYPE),
+    );
+    assert!(r.passed(), "{r:?}");
+}
+
+fn shapes() -> Vec<(usize, usize)> {
+    let mut s = vec![
+        (1, 1),
+        (1, 17),
+        (17, 1),
+        (3, 1024),
+        (37, 1031),
+        (64, 2053),
+        (101, 13),
+    ];
+    let mut rng = rand::thread_rng();
+    s.extend((0..3).map(|_| (rng.gen_range(1..150), rng.gen_range(1..2500))));
+    s
+}
+
+fn all_layouts<T: Element>(dev: &Device) {
+    for (m, n) in shapes() {
+        let x = dev.randn::<T>([n]).unwrap();
+        // Row-major, the seed's contract.
+        check_case(&dev.randn::<T>([m, n]).unwrap(), &x);
+        // Column-major: the transpose of an [N, M] buffer.
+        check_case(
+            &dev.randn::<T>([n, m]).unwrap().transpose(0, 1).unwrap(),
+            &x,
+        );
+    }
+}
+
+#[test]
+fn seed_contract_f16_row_major() {
+    // The seed's own size, 4096 x 4096, is too big for a quick interpreter test; 256 x 4096
+    // keeps its column count (four full 1024-wide chunks, the mask always true).
+    let dev = Device::cpu();
+    check_case(
+        &dev.randn::<f16>([256, 4096]).unwrap(),
+        &dev.randn::<f16>([4096]).unwrap(),
+    );
+}
+
+#[test]
+fn f16_all_layouts() {
+    all_layouts::<f16>(&Device::cpu());
+}
+
+#[test]
+fn bf16_all_layouts() {
+    all_layouts::<bf16>(&Device::cpu());
+}
+
+#[test]
+fn f32_all_layouts() {
+    all_layouts::<f32>(&Device::cpu());
+}
+
+#[test]
+fn sliced_a_and_offset_vectors() {
+    let dev = Device::cpu();
+    // A: rows 3.. and columns 5.. of a wider buffer (row stride 211, an offset).
+    let a = dev
+        .randn::<f16>([90, 211])
+        .unwrap()
+        .narrow(0, 3, 77)
+        .unwrap()
+        .narrow(1, 5, 150)
+        .unwrap();
+    // x: a slice of a longer vector. (Tensor has no strided 1-D views yet; the kernel takes
+    // x's and y's strides as arguments all the same.)
+    let x = dev.randn::<f16>([170]).unwrap().narrow(0, 11, 150).unwrap();
+    check_case(&a, &x);
+    // A transposed slice: row stride 1, column stride 120, an offset.
+    let at = dev
+        .randn::<f16>([200, 120])
+        .unwrap()
+        .narrow(0, 10, 150)
+        .unwrap()
+        .transpose(0, 1)
+        .unwrap();
+    check_case(&at, &x);
+    // y: a slice of a longer vector; the elements around it are untouched.
+    let y_wide = dev.zeros::<f32>([130]).unwrap();
+    let y = y_wide.narrow(0, 4, 120).unwrap();
+    gemv_into(&at, &x, &y).unwrap();
+    let want = reference(
+        &at.to_f64_vec().unwrap(),
+        &x.to_f64_vec().unwrap(),
+        120,
+        150,
+    );
+    let r = check::compare(
+        "gemv",
+        String::new(),
+        f16::DTYPE,
+        &y.to_f64_vec().unwrap(),
+        &want,
+        tolerance(f16::DTYPE),
+    );
+    assert!(r.passed(), "{r:?}");
+    let all = y_wide.to_vec().unwrap();
+    assert!(all[..4].iter().chain(&all[124..]).all(|&v| v == 0.0));
+}
+
+#[test]
+fn contract_errors_are_typed() {
+    let dev = Device::cpu();
+    let (m, n) = (7, 9);
+    let a = dev.randn::<f16>([m, n]).unwrap();
+    let x = dev.randn::<f16>([n]).unwrap();
+    assert!(matches!(
+        gemv(&a, &dev.randn::<f16>([n + 1]).unwrap()),
+        Err(Error::Shape { .. })
+    ));
+    assert!(matches!(
+        gemv_into(&a, &x, &dev.zeros::<f32>([m + 1]).unwrap()),
+        Err(Error::Shape { .. })
+    ));
+    assert!(matches!(gemv(&x, &x), Err(Error::Shape { .. })));
+    // y aliasing an input (the same f32 buffer viewed as A and as y).
+    let af = dev.randn::<f32>([m, m]).unwrap();
+    let xf = dev.randn::<f32>([m]).unwrap();
+    let row0 = af.narrow(0, 0, 1).unwrap().reshape([m]).unwrap();
+    assert!(matches!(
+        gemv_into(&af, &xf, &row0),
+        Err(Error::Aliasing { .. })
+    ));
+    assert!(matches!(
+        gemv_into(&af, &xf, &xf),
+        Err(Error::Aliasing { .. })
+    ));
+    // Different devices.
+    let x_other = Device::cpu().randn::<f16>([n]).unwrap();
+    assert!(matches!(gemv(&a, &x_other), Err(Error::Device { .. })));
+    assert!(matches!(
+        gemv_into(&a, &x, &Device::cpu().zeros::<f32>([m]).unwrap()),
+        Err(Error::Device { .. })
+    ));
+    // Integer inputs are refused.
+    let ai = dev.from_slice(&[1i32; 4], [2, 2]).unwrap();
+    let xi = dev.from_slice(&[1i32; 2], [2]).unwrap();
+    assert!(matches!(gemv(&ai, &xi), Err(Error::DType { .. })));
+}
+
+#[test]
+fn library_entry_checks_and_traces() {
+    let dev = Device::cpu();
+    let k = tegula_kernels::gemv::entry();
+    for &dt in k.dtypes {
+        let r = (k.check)(&dev, k.default_shape, dt).unwrap();
+        assert!(r.passed(), "{r:?}");
+        assert!((k.trace)(k.default_shape, dt)
+            .unwrap()
+            .to_string()
+            .contains("for"));
+    }
+}
