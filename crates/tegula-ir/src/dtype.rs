@@ -231,6 +231,22 @@ impl Element for f64 {
     }
 }
 
+/// `v` as f32 rounded to odd: truncated toward zero, with the last bit set when inexact. A
+/// second rounding from it to any format of at most 22 significant bits is then exactly the
+/// one rounding from `v` (the classic cure for double rounding).
+fn f32_round_to_odd(v: f64) -> f32 {
+    let nearest = v as f32;
+    if !nearest.is_finite() || nearest as f64 == v {
+        return nearest;
+    }
+    let toward_zero = if (nearest as f64).abs() > v.abs() {
+        f32::from_bits(nearest.to_bits() - 1)
+    } else {
+        nearest
+    };
+    f32::from_bits(toward_zero.to_bits() | 1)
+}
+
 impl Element for half::f16 {
     const DTYPE: DType = DType::F16;
     fn to_bits(self) -> u64 {
@@ -243,7 +259,8 @@ impl Element for half::f16 {
         half::f16::to_f64(self)
     }
     fn from_f64(v: f64) -> Self {
-        half::f16::from_f64(v)
+        // `half::f16::from_f64` truncates to f32 first, which misrounds just above a tie.
+        half::f16::from_f32(f32_round_to_odd(v))
     }
 }
 
@@ -259,7 +276,7 @@ impl Element for half::bf16 {
         half::bf16::to_f64(self)
     }
     fn from_f64(v: f64) -> Self {
-        half::bf16::from_f64(v)
+        half::bf16::from_f32(f32_round_to_odd(v))
     }
 }
 
@@ -289,6 +306,12 @@ mod tests {
             <half::f16 as Element>::from_f64(1.0 + 3.0 * 2f64.powi(-11)).to_f64(),
             1.0 + 2.0 * 2f64.powi(-10)
         );
+        // Just above a tie rounds up, even when the f32 nearest to it is the tie itself.
+        let above_tie = 1.0 + 2f64.powi(-11) + 2f64.powi(-40);
+        assert_eq!(<half::f16 as Element>::from_f64(above_tie).to_f64(), 1.0 + 2f64.powi(-10));
+        let above_tie = 1.0 + 2f64.powi(-8) + 2f64.powi(-40);
+        assert_eq!(<half::bf16 as Element>::from_f64(above_tie).to_f64(), 1.0 + 2f64.powi(-7));
+        assert_eq!(<half::f16 as Element>::from_f64(-1e6).to_f64(), f64::NEG_INFINITY);
         assert_eq!(<i8 as Element>::from_f64(300.0), 127);
         assert_eq!(<i32 as Element>::from_f64(-2.7), -2);
         assert_eq!(<u8 as Element>::from_f64(f64::NAN), 0);
