@@ -381,6 +381,25 @@ impl Device {
         }
     }
 
+    /// Milliseconds the work enqueued by `work` takes on the device: CUDA events around it on
+    /// the GPU, wall-clock time on the interpreter (which runs launches synchronously).
+    pub fn time(&self, work: impl FnOnce() -> Result<()>) -> Result<f64> {
+        match &self.inner.gpu {
+            Some(gpu) => {
+                let timer = gpu.runtime.event_timer()?;
+                timer.start()?;
+                work()?;
+                timer.stop()?;
+                Ok(timer.elapsed_ms()? as f64)
+            }
+            None => {
+                let start = std::time::Instant::now();
+                work()?;
+                Ok(start.elapsed().as_secs_f64() * 1e3)
+            }
+        }
+    }
+
     /// Waits for the device's queued work; on the GPU, reports a fault of an earlier launch.
     pub fn synchronize(&self) -> Result<()> {
         if let Some(gpu) = &self.inner.gpu {
