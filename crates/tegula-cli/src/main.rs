@@ -1,5 +1,7 @@
 //! The `tegula` command.
 
+mod library;
+
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 use std::time::Instant;
@@ -26,11 +28,42 @@ enum Command {
         #[arg(long, default_value_t = 1024)]
         block: usize,
     },
-    /// Print the Tile IR of the demo GEMV kernel.
-    Ir {
-        #[arg(long, default_value_t = 1024)]
-        block: usize,
+    /// Run a library kernel on the default device and print its error against a float64
+    /// reference.
+    Run {
+        kernel: String,
+        /// Problem size, e.g. `--shape 37,1031` (see `tegula list`).
+        #[arg(long)]
+        shape: Option<String>,
+        #[arg(long)]
+        dtype: Option<String>,
     },
+    /// Print a library kernel's Tile IR.
+    Ir {
+        kernel: String,
+        #[arg(long)]
+        shape: Option<String>,
+        #[arg(long)]
+        dtype: Option<String>,
+    },
+    /// Print a library kernel's PTX (sm_90a) and, with ptxas, its resource report.
+    Ptx {
+        kernel: String,
+        #[arg(long)]
+        shape: Option<String>,
+        #[arg(long)]
+        dtype: Option<String>,
+        #[arg(long, default_value_t = 4)]
+        num_warps: u32,
+    },
+    /// Check every library kernel (every dtype, default and odd shapes) on the default device
+    /// against float64 references: the GPU check when a GPU is present.
+    Check {
+        /// Only kernels whose name contains this.
+        filter: Option<String>,
+    },
+    /// List the library's kernels with their dimensions and dtypes.
+    List,
 }
 
 /// The GEMV of the seed chapter (section 4.5): one program per row of A, BLOCK columns at a time.
@@ -109,12 +142,37 @@ fn main() -> ExitCode {
         block: 1024,
     }) {
         Command::Demo { m, n, block } => demo(m, n, block),
-        Command::Ir { block } => gemv_kernel(block)
-            .map(|k| {
-                print!("{k}");
-                true
-            })
-            .map_err(tegula::Error::from),
+        Command::Run {
+            kernel,
+            shape,
+            dtype,
+        } => library::run(&kernel, shape.as_deref(), dtype.as_deref()),
+        Command::Ir {
+            kernel,
+            shape,
+            dtype,
+        } => library::ir(&kernel, shape.as_deref(), dtype.as_deref()).map(|()| true),
+        Command::Ptx {
+            kernel,
+            shape,
+            dtype,
+            num_warps,
+        } => library::ptx(&kernel, shape.as_deref(), dtype.as_deref(), num_warps).map(|()| true),
+        Command::Check { filter } => library::check_all(filter.as_deref()),
+        Command::List => {
+            for k in tegula_kernels::library() {
+                let dtypes: Vec<_> = k.dtypes.iter().map(|d| d.name()).collect();
+                println!(
+                    "{:<22} {:<40} --shape {} (default {}) --dtype {}",
+                    k.name,
+                    k.about,
+                    k.dims.join(","),
+                    library::describe_shape(&k, k.default_shape),
+                    dtypes.join("|")
+                );
+            }
+            Ok(true)
+        }
     };
     match result {
         Ok(true) => ExitCode::SUCCESS,

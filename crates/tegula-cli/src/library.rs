@@ -1,0 +1,220 @@
+//! `tegula run`, `tegula ir`, `tegula ptx` and `tegula check`: the kernel library from the
+//! command line.
+
+use std::process::Command;
+use tegula::ir::DType;
+use tegula::{Device, Error, Result};
+use tegula_kernels::{CheckReport, LibraryKernel};
+
+/// The library kernel called `name`, or an error listing the names.
+pub fn find(name: &str) -> Result<LibraryKernel> {
+    tegula_kernels::find(name).ok_or_else(|| Error::Invalid {
+        op: "tegula".into(),
+        message: format!(
+            "no kernel `{name}`; the library has: {}",
+            tegula_kernels::library()
+                .iter()
+                .map(|k| k.name)
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    })
+}
+
+/// `--shape 37,1031` (or the kernel's default), checked against its dimension names.
+pub fn shape_of(k: &LibraryKernel, shape: Option<&str>) -> Result<Vec<usize>> {
+    let Some(text) = shape else {
+        return Ok(k.default_shape.to_vec());
+    };
+    let dims: std::result::Result<Vec<usize>, _> =
+        text.split([',', 'x']).map(|d| d.trim().parse()).collect();
+    let invalid = |message: String| Error::Invalid {
+        op: format!("tegula {}", k.name),
+        message,
+    };
+    let dims = dims.map_err(|_| invalid(format!("--shape {text}: expected numbers like 37,1031")))?;
+    if dims.len() != k.dims.len() {
+        return Err(invalid(format!(
+            "--shape needs {} numbers ({}), got {}",
+            k.dims.len(),
+            k.dims.join(", "),
+            dims.len()
+        )));
+    }
+    Ok(dims)
+}
+
+/// `--dtype bf16` (or the kernel's first dtype), checked against what it supports.
+pub fn dtype_of(k: &LibraryKernel, dtype: Option<&str>) -> Result<DType> {
+    let Some(name) = dtype else {
+        return Ok(k.dtypes[0]);
+    };
+    DType::from_name(name)
+        .filter(|d| k.dtypes.contains(d))
+        .ok_or_else(|| Error::Invalid {
+            op: format!("tegula {}", k.name),
+            message: format!(
+                "--dtype {name}: {} supports {}",
+                k.name,
+                k.dtypes.iter().map(|d| d.name()).collect::<Vec<_>>().join(", ")
+            ),
+        })
+}
+
+pub fn describe_shape(k: &LibraryKernel, shape: &[usize]) -> String {
+    k.dims
+        .iter()
+        .zip(shape)
+        .map(|(n, v)| format!("{n}={v}"))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+pub fn print_reports(reports: &[CheckReport]) {
+    println!(
+        "{:<22} {:<28} {:<6} {:>12} {:>10}  result",
+        "kernel", "shape", "dtype", "max abs err", "err/tol"
+    );
+    for r in reports {
+        println!(
+            "{:<22} {:<28} {:<6} {:>12.3e} {:>10.3}  {}",
+            r.kernel,
+            r.shape,
+            r.dtype.name(),
+            r.max_abs_err,
+            r.worst_ratio,
+            if r.passed() { "ok" } else { "FAILED" }
+        );
+    }
+}
+
+/// `tegula run`: one kernel on the default device against its float64 reference.
+pub fn run(name: &str, shape: Option<&str>, dtype: Option<&str>) -> Result<bool> {
+    let k = find(name)?;
+    let (shape, dtype) = (shape_of(&k, shape)?, dtype_of(&k, dtype)?);
+    let dev = Device::default()?;
+    let report = (k.check)(&dev, &shape, dtype)?;
+    print_reports(std::slice::from_ref(&report));
+    Ok(report.passed())
+}
+
+/// `tegula ir`: the traced (and canonicalized) Tile IR.
+pub fn ir(name: &str, shape: Option<&str>, dtype: Option<&str>) -> Result<()> {
+    let k = find(name)?;
+    let (shape, dtype) = (shape_of(&k, shape)?, dtype_of(&k, dtype)?);
+    let mut kernel = (k.trace)(&shape, dtype)?;
+    tegula::ir::passes::canonicalize(&mut kernel);
+    print!("{kernel}");
+    Ok(())
+}
+
+/// `tegula ptx`: the PTX for sm_90a and its resource report from ptxas, when one is found.
+pub fn ptx(name: &str, shape: Option<&str>, dtype: Option<&str>, num_warps: u32) -> Result<()> {
+    let k = find(name)?;
+    let (shape, dtype) = (shape_of(&k, shape)?, dtype_of(&k, dtype)?);
+    let mut kernel = (k.trace)(&shape, dtype)?;
+    tegula::ir::passes::canonicalize(&mut kernel);
+    let target = tegula_ptx::Target { sm: 90 };
+    let options = tegula_ptx::CompileOptions {
+        num_warps,
+        ..Default::default()
+    };
+    let compiled = tegula_ptx::compile(&kernel, &target, &options)?;
+    print!("{}", compiled.ptx);
+    eprintln!(
+        "// entry {}: {} threads, {} bytes of static shared memory",
+        compiled.entry, compiled.num_threads, compiled.shared_bytes
+    );
+    match find_ptxas() {
+        Some(ptxas) => {
+            let dir = std::env::temp_dir().join(format!("tegula-ptx-{}", std::process::id()));
+            std::fs::create_dir_all(&dir).map_err(io_error)?;
+            let file = dir.join("kernel.ptx");
+            std::fs::write(&file, &compiled.ptx).map_err(io_error)?;
+            let out = Command::new(&ptxas)
+                .args(["--gpu-name", "sm_90a", "-v", "-o"])
+                .arg(dir.join("kernel.cubin"))
+                .arg(&file)
+                .output()
+                .map_err(io_error)?;
+            eprint!("{}", String::from_utf8_lossy(&out.stderr));
+            let _ = std::fs::remove_dir_all(&dir);
+        }
+        None => eprintln!(
+            "// no ptxas found for a resource report (set TEGULA_PTXAS or run scripts/ptxas.sh)"
+        ),
+    }
+    Ok(())
+}
+
+fn io_error(e: std::io::Error) -> Error {
+    Error::Invalid {
+        op: "tegula ptx".into(),
+        message: e.to_string(),
+    }
+}
+
+fn find_ptxas() -> Option<std::path::PathBuf> {
+    if let Ok(p) = std::env::var("TEGULA_PTXAS") {
+        return Some(p.into());
+    }
+    let local = std::path::Path::new(".tools/nvcc/nvidia/cuda_nvcc/bin/ptxas");
+    if local.exists() {
+        return Some(local.into());
+    }
+    std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|d| d.join("ptxas"))
+            .find(|p| p.exists())
+    })
+}
+
+/// `tegula check`: every library kernel, every dtype, a few shapes, on the default device
+/// (the GPU check when run on a GPU machine); a table of max errors last.
+pub fn check_all(filter: Option<&str>) -> Result<bool> {
+    let dev = Device::default()?;
+    let mut reports = Vec::new();
+    let mut failures = Vec::new();
+    for k in tegula_kernels::library() {
+        if filter.is_some_and(|f| !k.name.contains(f)) {
+            continue;
+        }
+        for &dtype in k.dtypes {
+            for shape in check_shapes(&k) {
+                let label = format!("{} {} {}", k.name, describe_shape(&k, &shape), dtype);
+                eprintln!("checking {label}");
+                match (k.check)(&dev, &shape, dtype) {
+                    Ok(r) => reports.push(r),
+                    Err(e) => failures.push(format!("{label}: {e}")),
+                }
+            }
+        }
+    }
+    println!();
+    print_reports(&reports);
+    for f in &failures {
+        println!("ERROR {f}");
+    }
+    let passed = reports.iter().filter(|r| r.passed()).count();
+    println!(
+        "{} passed, {} failed",
+        passed,
+        reports.len() - passed + failures.len()
+    );
+    Ok(failures.is_empty() && reports.iter().all(CheckReport::passed))
+}
+
+/// The default shape, and the same with every dimension made odd (one less, at least 1): the
+/// ragged edges the masks must handle.
+fn check_shapes(k: &LibraryKernel) -> Vec<Vec<usize>> {
+    let odd: Vec<usize> = k
+        .default_shape
+        .iter()
+        .map(|&d| if d % 2 == 0 { (d - 1).max(1) } else { d })
+        .collect();
+    let mut shapes = vec![k.default_shape.to_vec()];
+    if odd != k.default_shape {
+        shapes.push(odd);
+    }
+    shapes
+}
