@@ -1,6 +1,6 @@
 //! `#[tegula::kernel]`: a Rust function becomes a traced tile kernel with a typed launcher.
 //!
-//! ```ignore
+//! ```text
 //! #[tegula::kernel]
 //! fn gemv(a: Ptr<f16>, x: Ptr<f16>, y: Ptr<f32>, n: i32, #[constexpr] block: usize) { .. }
 //! // expands to a module `gemv` with `trace(block)`, `launch(dev, grid, a, x, y, n, block)`
@@ -31,3 +31,6 @@ use proc_macro::TokenStream;
 pub fn kernel(attr: TokenStream, item: TokenStream) -> TokenStream {
     expand::kernel(attr.into(), item.into()).into()
 }
+
+#[cfg(test)]
+mod tests;
