@@ -25,12 +25,14 @@
 //! # }
 //! ```
 
+pub mod autotune;
 mod device;
 mod error;
 mod gpu;
 mod launch;
 mod tensor;
 
+pub use autotune::{Autotuner, Config, Tuning};
 pub use device::{Backend, Device};
 pub use error::{Error, Result};
 pub use gpu::GpuKernel;
@@ -39,16 +41,8 @@ pub use tegula_ir as ir;
 pub use tegula_macros::kernel;
 pub use tensor::Tensor;
 
-/// The range `lo..hi`, unrolled at trace time when a kernel body loops over it (Triton's
-/// `tl.static_range`).
-pub fn static_range(lo: usize, hi: usize) -> std::ops::Range<usize> {
-    lo..hi
-}
-
 /// Everything kernels and their callers need: `use tegula::prelude::*;`.
 pub mod prelude {
-    pub use crate::{
-        kernel, static_range, Device, Grid, LaunchConfig, Ptr, ScalarArg, Tensor, TensorArg,
-    };
+    pub use crate::{kernel, Device, Grid, LaunchConfig, Ptr, ScalarArg, Tensor, TensorArg};
     pub use tegula_ir::prelude::*;
 }
