@@ -6,8 +6,8 @@
 //! extra op and both backends see ordinary masked loads and stores.
 
 use super::tile::to_tile;
-use super::{report, IntoOperand, Operand, Tile};
 use super::{arange, load_with, store_with, LoadOptions, StoreOptions};
+use super::{report, IntoOperand, Operand, Tile};
 use crate::dtype::DType;
 use crate::kernel::Loc;
 
@@ -34,7 +34,10 @@ fn index_scalar(x: impl IntoOperand, what: &str, loc: Loc) -> Tile {
     if !t.shape().is_scalar() || !t.dtype().is_int() || t.dtype().is_bool() || t.is_ptr() {
         report(
             loc,
-            format!("block pointer {what} must be integer scalars, got {}", t.ty()),
+            format!(
+                "block pointer {what} must be integer scalars, got {}",
+                t.ty()
+            ),
         );
     }
     t
@@ -60,7 +63,10 @@ pub fn make_block_ptr(
     if !base.is_ptr() || !base.shape().is_scalar() {
         report(
             loc,
-            format!("make_block_ptr needs a scalar pointer base, got {}", base.ty()),
+            format!(
+                "make_block_ptr needs a scalar pointer base, got {}",
+                base.ty()
+            ),
         );
     }
     BlockPtr {
