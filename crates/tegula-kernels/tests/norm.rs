@@ -139,7 +139,9 @@ fn layer_norm_of_an_offset_input_keeps_its_precision() {
     let b = dev.zeros::<f32>([n]).unwrap();
     let out = layer_norm(&x, &w, &b, EPS).unwrap();
     let (y, _, _) = layer_norm_reference(&f64s(&x), &f64s(&w), &f64s(&b), EPS as f64, m, n);
-    assert_close("offset", DType::F32, &f64s(&out.y), &y, (2e-4, 2e-4));
+    // The f32 mean of values near 1000 errs by ~1e-3 (partial sums of ~3e5 carry ulps of
+    // 0.03); E[x^2] - mean^2 would lose the variance (order 1 next to 1e6) entirely.
+    assert_close("offset", DType::F32, &f64s(&out.y), &y, (3e-3, 3e-3));
 }
 
 #[test]
