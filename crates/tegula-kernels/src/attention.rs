@@ -1,0 +1,132 @@
+//! FlashAttention: the seed walkthrough's single-head kernel, the batched forward, and the
+//! backward, structured like Triton's fused-attention tutorial (06).
+//!
+//! - [`seed`]: the walkthrough's contract: Q `[M, D]`, K and V `[N, D]`, f32, contiguous, one
+//!   head, `input_precision = "ieee"`, blocks of 16 rows.
+//! - [`forward`] / [`forward_into`]: Q `[B, H, Nq, D]`, K and V `[B, Hkv, Nk, D]` described by
+//!   strides (any strides with unit stride on D, so `[B, N, H, D]` buffers passed as
+//!   `transpose(1, 2)` views need no copy), `Hkv` dividing `H` (grouped-query and multi-query
+//!   attention: query head `h` reads KV head `h / (H / Hkv)`), D up to 256 (padded to a power of
+//!   two >= 16 with masks), f16/bf16/f32 inputs with f32 accumulation. Returns the output (input
+//!   dtype) and the per-row logsumexp (f32).
+//! - [`backward`] / [`backward_into`]: dQ, dK, dV from dO, O, Q, K, V and the logsumexp.
+//!
+//! Conventions shared by forward and backward:
+//! - **Causal alignment.** With `causal`, queries are aligned to the *end* of the keys: query
+//!   row `i` sees key `j` when `j <= i + Nk - Nq` (the usual rule for decoding with a KV cache;
+//!   with `Nq == Nk` it is `j <= i`).
+//! - **Logsumexp.** `lse[b, h, i] = ln(sum_j exp(scale * q_i . k_j))` over the keys row `i`
+//!   sees: natural log, of the *scaled* scores. (Inside, the kernels work in base 2 with the
+//!   scale folded as `scale * log2(e)`, like the tutorial, and convert at the boundary.)
+//! - **Rows with no visible key** (causal with `Nq > Nk`: rows `i < Nq - Nk`; or `Nk == 0`):
+//!   output 0, logsumexp `-inf`, and zero gradients. No NaN is produced: the kernels guard the
+//!   `-inf - -inf` of the running maximum and the division by an empty sum.
+//! - **Scale.** `sm_scale` defaults to `1 / sqrt(D)`.
+//!
+//! Offsets are i32 inside the kernels: every tensor's largest element offset must fit in i32
+//! (a typed error otherwise).
+
+mod backward;
+mod contract;
+mod forward;
+pub mod reference;
+mod seed;
+
+pub use backward::{backward, backward_into, Gradients};
+pub use contract::{padded_head_dim, Dims, MAX_HEAD_DIM};
+pub use forward::{forward, forward_into};
+pub use seed::{seed_attention, seed_attention_into, SEED_BLOCK};
+
+/// The kernels themselves, for tracing and for launching without the host checks.
+pub mod kernels {
+    pub use super::backward::{attn_bwd_dkdv, attn_bwd_dq, attn_bwd_preprocess};
+    pub use super::forward::attn_fwd;
+    pub use super::seed::flash_attention_fwd_kernel;
+}
+
+use crate::LibraryKernel;
+use tegula::ir::DType;
+use tegula::LaunchConfig;
+
+/// Options of the batched forward and the backward.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct AttentionOptions {
+    /// Query row `i` sees key `j` only when `j <= i + Nk - Nq`.
+    pub causal: bool,
+    /// The softmax scale; `None` is `1 / sqrt(D)`.
+    pub sm_scale: Option<f32>,
+    /// Query rows per program (a power of two, 16 to 128).
+    pub block_m: usize,
+    /// Key rows per inner step (a power of two, 16 to 128).
+    pub block_n: usize,
+    /// Warps and pipeline stages on the GPU (the interpreter ignores them).
+    pub config: LaunchConfig,
+}
+
+impl Default for AttentionOptions {
+    fn default() -> Self {
+        AttentionOptions {
+            causal: false,
+            sm_scale: None,
+            block_m: 16,
+            block_n: 16,
+            config: LaunchConfig::default(),
+        }
+    }
+}
+
+impl AttentionOptions {
+    /// Default options with the causal mask on.
+    pub fn causal() -> Self {
+        AttentionOptions {
+            causal: true,
+            ..Default::default()
+        }
+    }
+}
+
+/// Dimensions of the batched entries, in `--shape` order. `CAUSAL` is 0 or 1.
+const BATCHED_DIMS: &[&str] = &["B", "H", "HKV", "NQ", "NK", "D", "CAUSAL"];
+
+/// The walkthrough's kernel (library name `attention_seed`).
+pub fn seed_entry() -> LibraryKernel {
+    LibraryKernel {
+        name: "attention_seed",
+        about:
+            "FlashAttention forward of the seed walkthrough: Q [M,D], K,V [N,D], f32, ieee dots, \
+                16x16 blocks",
+        dims: &["M", "N", "D"],
+        default_shape: &[35, 67, 32],
+        dtypes: &[DType::F32],
+        check: seed::check_entry,
+        trace: seed::trace_entry,
+    }
+}
+
+/// The batched forward (library name `attention`).
+pub fn forward_entry() -> LibraryKernel {
+    LibraryKernel {
+        name: "attention",
+        about: "FlashAttention forward: [B,H,N,D] by strides, GQA/MQA, causal (end-aligned), \
+                D <= 256, returns output and logsumexp",
+        dims: BATCHED_DIMS,
+        default_shape: &[2, 4, 2, 37, 53, 64, 1],
+        dtypes: &[DType::F16, DType::BF16, DType::F32],
+        check: forward::check_entry,
+        trace: forward::trace_entry,
+    }
+}
+
+/// The backward (library name `attention_backward`).
+pub fn backward_entry() -> LibraryKernel {
+    LibraryKernel {
+        name: "attention_backward",
+        about: "FlashAttention backward: delta preprocess, dK/dV (K,V resident, sweeping Q \
+                blocks and the group's query heads), dQ",
+        dims: BATCHED_DIMS,
+        default_shape: &[2, 4, 2, 37, 53, 64, 1],
+        dtypes: &[DType::F16, DType::BF16, DType::F32],
+        check: backward::check_entry,
+        trace: backward::trace_entry,
+    }
+}

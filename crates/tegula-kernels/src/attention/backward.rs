@@ -1,0 +1,668 @@
+//! The FlashAttention backward (Triton tutorial 06's structure): a preprocess computing
+//! `delta = rowsum(O * dO)`, a dK/dV kernel (K and V block resident, sweeping the Q blocks of
+//! every query head of its KV group: deterministic, no atomics), and a dQ kernel (Q and dO block
+//! resident, sweeping K/V blocks). f32 accumulation; P and dS are cast to the input dtype before
+//! their dots, as FlashAttention does.
+//!
+//! With `S = scale * Q K^T`, `P = exp(S - lse)`: `dV = P^T dO`, `dP = dO V^T`,
+//! `dS = P * (dP - delta)`, `dQ = scale * dS K`, `dK = scale * dS^T Q`. The kernels recompute P
+//! in base 2 as `exp2(q.k * scale * log2 e - lse * log2 e)`.
+//!
+//! Padded query rows (past Nq) load a logsumexp of `+inf`, so their P is exactly 0 and they
+//! contribute nothing without a mask; rows that saw no key (logsumexp `-inf`) only ever meet
+//! masked keys, and the mask is applied with `select` after the exp2 (never by multiplying).
+
+use super::contract::{
+    and_mask, check_output, check_qkv, dot_precision, expect_block_sizes, feature_mask,
+    load_or_zero, padded_head_dim, size_i32, softmax_scale, strides_i32, visible_keys, Dims,
+};
+use super::forward::{compare_bounded, forward, parse_shape, worse, LOG2E};
+use super::{reference, AttentionOptions};
+use crate::check;
+use crate::CheckReport;
+use tegula::ir::{DType, Kernel, TraceError};
+use tegula::prelude::*;
+use tegula::{Error, Result};
+
+const OP: &str = "attention_backward";
+
+/// `delta[b, h, i] = sum_d O[b, h, i, d] * dO[b, h, i, d]` in f32, into a contiguous
+/// `[B, H, Nq]` buffer. Grid `(cdiv(Nq, block_m), B * H)`.
+#[tegula::kernel]
+pub fn attn_bwd_preprocess<T: Element>(
+    o_ptr: Ptr<T>,
+    do_ptr: Ptr<T>,
+    delta_ptr: Ptr<f32>,
+    stride_oz: i32,
+    stride_oh: i32,
+    stride_om: i32,
+    stride_doz: i32,
+    stride_doh: i32,
+    stride_dom: i32,
+    num_heads: i32,
+    n_q: i32,
+    #[constexpr] head_dim: usize,
+    #[constexpr] block_m: usize,
+) {
+    let block_d = padded_head_dim(head_dim);
+    let offs_m = program_id(0) * block_m + arange(0, block_m as i64);
+    let off_hz = program_id(1);
+    let off_z = off_hz / num_heads;
+    let off_h = off_hz % num_heads;
+    let offs_d = arange(0, block_d as i64);
+    let mask = and_mask(
+        offs_m.col().lt(n_q),
+        feature_mask(offs_d, head_dim, block_d),
+    );
+    let o = load(
+        o_ptr + off_z * stride_oz + off_h * stride_oh + offs_m.col() * stride_om + offs_d.row(),
+        mask,
+        0.0,
+    );
+    let d_o = load(
+        do_ptr + off_z * stride_doz + off_h * stride_doh + offs_m.col() * stride_dom + offs_d.row(),
+        mask,
+        0.0,
+    );
+    let delta = sum(o.to::<f32>() * d_o.to::<f32>(), 1);
+    store(delta_ptr + off_hz * n_q + offs_m, delta, offs_m.lt(n_q));
+}
+
+/// The query-side tiles one step of the dK/dV sweep reads: the bases of one query head.
+#[derive(Clone, Copy)]
+struct QueryHead {
+    q: Tile,
+    d_o: Tile,
+    stride_qm: Tile,
+    stride_dom: Tile,
+    /// `lse` and `delta` rows of this head.
+    lse: Tile,
+    delta: Tile,
+}
+
+/// One step of the dK/dV sweep: folds the query rows `[start_m, start_m + block_m)` of one head
+/// into `(dk, dv)` of the resident key block. With `causal_mask`, the scores of keys a row
+/// cannot see are dropped (`diag = Nk - Nq`: row `i` sees key `j` when `j <= i + diag`).
+#[allow(clippy::too_many_arguments)]
+fn dkdv_step<T: Element>(
+    head: QueryHead,
+    start_m: Tile,
+    k: Tile,
+    v: Tile,
+    offs_n: Tile,
+    offs_d: Tile,
+    d_mask: Option<Tile>,
+    n_q: Tile,
+    diag: Option<Tile>,
+    qk_scale: Tile,
+    block_m: usize,
+    dk: Tile,
+    dv: Tile,
+) -> (Tile, Tile) {
+    let offs_m = start_m + arange(0, block_m as i64);
+    let m_mask = offs_m.lt(n_q);
+    let row_mask = and_mask(m_mask.col(), d_mask);
+    let q = load(
+        head.q + offs_m.col() * head.stride_qm + offs_d.row(),
+        row_mask,
+        0.0,
+    );
+    let d_o = load(
+        head.d_o + offs_m.col() * head.stride_dom + offs_d.row(),
+        row_mask,
+        0.0,
+    );
+    // Padded rows get lse = +inf, hence P = 0.
+    let lse2 = load(head.lse + offs_m, m_mask, f32::INFINITY) * LOG2E;
+    let delta = load(head.delta + offs_m, m_mask, 0.0);
+    // Scores transposed: [block_n, block_m].
+    let qk_t = dot_with(k, q.trans(), None, dot_precision::<T>()) * qk_scale;
+    let mut p_t = exp2(qk_t - lse2.row());
+    if let Some(diag) = diag {
+        p_t = select(offs_n.col().le(offs_m.row() + diag), p_t, 0.0);
+    }
+    let dv = dot_with(p_t.to::<T>(), d_o, Some(dv), dot_precision::<T>());
+    let dp_t = dot_with(v, d_o.trans(), None, dot_precision::<T>());
+    let ds_t = p_t * (dp_t - delta.row());
+    let dk = dot_with(ds_t.to::<T>(), q, Some(dk), dot_precision::<T>());
+    (dk, dv)
+}
+
+/// One program per (block of `block_n` keys, batch * KV head): K and V stay resident while the
+/// program sweeps the Q blocks of each query head of its group (`group_size` heads) and
+/// accumulates dK and dV in f32. Grid `(cdiv(Nk, block_n), B * Hkv)`.
+#[tegula::kernel]
+pub fn attn_bwd_dkdv<T: Element>(
+    q_ptr: Ptr<T>,
+    k_ptr: Ptr<T>,
+    v_ptr: Ptr<T>,
+    do_ptr: Ptr<T>,
+    lse_ptr: Ptr<f32>,
+    delta_ptr: Ptr<f32>,
+    dk_ptr: Ptr<T>,
+    dv_ptr: Ptr<T>,
+    stride_qz: i32,
+    stride_qh: i32,
+    stride_qm: i32,
+    stride_kz: i32,
+    stride_kh: i32,
+    stride_kn: i32,
+    stride_vz: i32,
+    stride_vh: i32,
+    stride_vn: i32,
+    stride_doz: i32,
+    stride_doh: i32,
+    stride_dom: i32,
+    stride_dkz: i32,
+    stride_dkh: i32,
+    stride_dkn: i32,
+    stride_dvz: i32,
+    stride_dvh: i32,
+    stride_dvn: i32,
+    num_kv_heads: i32,
+    group_size: i32,
+    n_q: i32,
+    n_k: i32,
+    sm_scale: f32,
+    #[constexpr] causal: bool,
+    #[constexpr] head_dim: usize,
+    #[constexpr] block_m: usize,
+    #[constexpr] block_n: usize,
+) {
+    let block_d = padded_head_dim(head_dim);
+    let start_n = program_id(0) * block_n;
+    let off_hkvz = program_id(1);
+    let off_z = off_hkvz / num_kv_heads;
+    let off_hkv = off_hkvz % num_kv_heads;
+    let num_heads = num_kv_heads * group_size;
+
+    let offs_n = start_n + arange(0, block_n as i64);
+    let offs_d = arange(0, block_d as i64);
+    let d_mask = feature_mask(offs_d, head_dim, block_d);
+    let kv_mask = and_mask(offs_n.col().lt(n_k), d_mask);
+    let k = load(
+        k_ptr + off_z * stride_kz + off_hkv * stride_kh + offs_n.col() * stride_kn + offs_d.row(),
+        kv_mask,
+        0.0,
+    );
+    let v = load(
+        v_ptr + off_z * stride_vz + off_hkv * stride_vh + offs_n.col() * stride_vn + offs_d.row(),
+        kv_mask,
+        0.0,
+    );
+    let qk_scale = sm_scale * LOG2E;
+    let mut dk = zeros::<f32>([block_n, block_d]);
+    let mut dv = zeros::<f32>([block_n, block_d]);
+
+    // Rows [lo, mid) see only part of this key block (masked); rows [mid, Nq) see all of it;
+    // rows before lo see none of it. Keys past Nk need no mask: they only feed dK/dV rows that
+    // are never stored.
+    let diag = n_k - n_q;
+    let (lo, mid) = if causal {
+        let lo = minimum(maximum(start_n - diag, 0), n_q) / block_m * block_m;
+        let mid = cdiv(maximum(start_n + (block_n - 1) - diag, 0), block_m) * block_m;
+        (lo, mid)
+    } else {
+        (scalar(0), scalar(0))
+    };
+
+    for g in range(0, group_size, 1) {
+        let off_h = off_hkv * group_size + g;
+        let row0 = (off_z * num_heads + off_h) * n_q;
+        let head = QueryHead {
+            q: q_ptr + off_z * stride_qz + off_h * stride_qh,
+            d_o: do_ptr + off_z * stride_doz + off_h * stride_doh,
+            stride_qm,
+            stride_dom,
+            lse: lse_ptr + row0,
+            delta: delta_ptr + row0,
+        };
+        if causal {
+            for start_m in range(lo, minimum(mid, n_q), block_m) {
+                (dk, dv) = dkdv_step::<T>(
+                    head,
+                    start_m,
+                    k,
+                    v,
+                    offs_n,
+                    offs_d,
+                    d_mask,
+                    n_q,
+                    Some(diag),
+                    qk_scale,
+                    block_m,
+                    dk,
+                    dv,
+                );
+            }
+        }
+        for start_m in range(mid, n_q, block_m) {
+            (dk, dv) = dkdv_step::<T>(
+                head, start_m, k, v, offs_n, offs_d, d_mask, n_q, None, qk_scale, block_m, dk, dv,
+            );
+        }
+    }
+
+    let dk = dk * sm_scale;
+    store(
+        dk_ptr
+            + off_z * stride_dkz
+            + off_hkv * stride_dkh
+            + offs_n.col() * stride_dkn
+            + offs_d.row(),
+        dk.to::<T>(),
+        kv_mask,
+    );
+    store(
+        dv_ptr
+            + off_z * stride_dvz
+            + off_hkv * stride_dvh
+            + offs_n.col() * stride_dvn
+            + offs_d.row(),
+        dv.to::<T>(),
+        kv_mask,
+    );
+}
+
+/// One step of the dQ sweep: folds the key block `[start_n, start_n + block_n)` into `dq`.
+/// `visible` (when present) masks keys outside the keys or the causal band.
+#[allow(clippy::too_many_arguments)]
+fn dq_step<T: Element>(
+    q: Tile,
+    d_o: Tile,
+    lse2: Tile,
+    delta: Tile,
+    k: Tile,
+    v: Tile,
+    visible: Option<Tile>,
+    qk_scale: Tile,
+    dq: Tile,
+) -> Tile {
+    let qk = dot_with(q, k.trans(), None, dot_precision::<T>()) * qk_scale;
+    let mut p = exp2(qk - lse2.col());
+    if let Some(visible) = visible {
+        p = select(visible, p, 0.0);
+    }
+    let dp = dot_with(d_o, v.trans(), None, dot_precision::<T>());
+    let ds = p * (dp - delta.col());
+    dot_with(ds.to::<T>(), k, Some(dq), dot_precision::<T>())
+}
+
+/// One program per (block of `block_m` query rows, batch * head): Q, dO, their logsumexp and
+/// delta stay resident while the program sweeps the K/V blocks the rows see, like the forward.
+/// Grid `(cdiv(Nq, block_m), B * H)`.
+#[tegula::kernel]
+pub fn attn_bwd_dq<T: Element>(
+    q_ptr: Ptr<T>,
+    k_ptr: Ptr<T>,
+    v_ptr: Ptr<T>,
+    do_ptr: Ptr<T>,
+    lse_ptr: Ptr<f32>,
+    delta_ptr: Ptr<f32>,
+    dq_ptr: Ptr<T>,
+    stride_qz: i32,
+    stride_qh: i32,
+    stride_qm: i32,
+    stride_kz: i32,
+    stride_kh: i32,
+    stride_kn: i32,
+    stride_vz: i32,
+    stride_vh: i32,
+    stride_vn: i32,
+    stride_doz: i32,
+    stride_doh: i32,
+    stride_dom: i32,
+    stride_dqz: i32,
+    stride_dqh: i32,
+    stride_dqm: i32,
+    num_heads: i32,
+    group_size: i32,
+    n_q: i32,
+    n_k: i32,
+    sm_scale: f32,
+    #[constexpr] causal: bool,
+    #[constexpr] head_dim: usize,
+    #[constexpr] block_m: usize,
+    #[constexpr] block_n: usize,
+) {
+    let block_d = padded_head_dim(head_dim);
+    let start_m = program_id(0) * block_m;
+    let off_hz = program_id(1);
+    let off_z = off_hz / num_heads;
+    let off_h = off_hz % num_heads;
+    let off_hkv = off_h / group_size;
+    let k_base = k_ptr + off_z * stride_kz + off_hkv * stride_kh;
+    let v_base = v_ptr + off_z * stride_vz + off_hkv * stride_vh;
+
+    let offs_m = start_m + arange(0, block_m as i64);
+    let offs_n = arange(0, block_n as i64);
+    let offs_d = arange(0, block_d as i64);
+    let d_mask = feature_mask(offs_d, head_dim, block_d);
+    let m_mask = offs_m.lt(n_q);
+    let q_mask = and_mask(m_mask.col(), d_mask);
+    let q = load(
+        q_ptr + off_z * stride_qz + off_h * stride_qh + offs_m.col() * stride_qm + offs_d.row(),
+        q_mask,
+        0.0,
+    );
+    let d_o = load(
+        do_ptr + off_z * stride_doz + off_h * stride_doh + offs_m.col() * stride_dom + offs_d.row(),
+        q_mask,
+        0.0,
+    );
+    // Padded rows get lse = +inf, hence P = 0.
+    let lse2 = load(lse_ptr + off_hz * n_q + offs_m, m_mask, f32::INFINITY) * LOG2E;
+    let delta = load(delta_ptr + off_hz * n_q + offs_m, m_mask, 0.0);
+    let qk_scale = sm_scale * LOG2E;
+    let mut dq = zeros::<f32>([block_m, block_d]);
+
+    let (full, hi) = visible_keys(start_m, block_m, n_q, n_k, causal);
+    let unmasked_end = full / block_n * block_n;
+    for start_n in range(0, unmasked_end, block_n) {
+        let offs_kv = start_n + offs_n;
+        let k = load_or_zero(k_base + offs_kv.col() * stride_kn + offs_d.row(), d_mask);
+        let v = load_or_zero(v_base + offs_kv.col() * stride_vn + offs_d.row(), d_mask);
+        dq = dq_step::<T>(q, d_o, lse2, delta, k, v, None, qk_scale, dq);
+    }
+    for start_n in range(unmasked_end, hi, block_n) {
+        let offs_kv = start_n + offs_n;
+        let kv_mask = and_mask(offs_kv.col().lt(n_k), d_mask);
+        let k = load(
+            k_base + offs_kv.col() * stride_kn + offs_d.row(),
+            kv_mask,
+            0.0,
+        );
+        let v = load(
+            v_base + offs_kv.col() * stride_vn + offs_d.row(),
+            kv_mask,
+            0.0,
+        );
+        let mut visible = offs_kv.row().lt(n_k);
+        if causal {
+            visible &= offs_kv.row().le(offs_m.col() + (n_k - n_q));
+        }
+        dq = dq_step::<T>(q, d_o, lse2, delta, k, v, Some(visible), qk_scale, dq);
+    }
+
+    let dq = dq * sm_scale;
+    store(
+        dq_ptr + off_z * stride_dqz + off_h * stride_dqh + offs_m.col() * stride_dqm + offs_d.row(),
+        dq.to::<T>(),
+        q_mask,
+    );
+}
+
+/// The gradients of attention with respect to its inputs.
+pub struct Gradients<T: Element> {
+    pub dq: Tensor<T>,
+    pub dk: Tensor<T>,
+    pub dv: Tensor<T>,
+}
+
+/// The backward into `dq` `[B, H, Nq, D]`, `dk` and `dv` `[B, Hkv, Nk, D]`.
+///
+/// Contract: Q, K, V as for [`super::forward_into`]; `o` and `d_o` shaped like Q (any strides
+/// with unit stride on D); `lse` the forward's logsumexp `[B, H, Nq]` (f32, contiguous);
+/// `options` as in the forward (same `causal` and `sm_scale`). The outputs may be strided views
+/// (unit stride on D) that do not overlap themselves, each other or any input. For GQA, dK and
+/// dV of a KV head sum over the query heads of its group, in a fixed order (deterministic).
+#[allow(clippy::too_many_arguments)]
+pub fn backward_into<T: Element>(
+    q: &Tensor<T>,
+    k: &Tensor<T>,
+    v: &Tensor<T>,
+    o: &Tensor<T>,
+    d_o: &Tensor<T>,
+    lse: &Tensor<f32>,
+    dq: &Tensor<T>,
+    dk: &Tensor<T>,
+    dv: &Tensor<T>,
+    options: &AttentionOptions,
+) -> Result<()> {
+    let dims = check_qkv(OP, q, k, v)?;
+    expect_block_sizes(OP, options)?;
+    for (name, t) in [("o", o), ("d_o", d_o)] {
+        check::expect_shape(OP, name, t, &dims.q_shape())?;
+        check::expect_unit_last_stride(OP, name, t)?;
+        check::expect_same_device(OP, q, t)?;
+    }
+    check::expect_shape(OP, "lse", lse, &dims.lse_shape())?;
+    check::expect_same_device(OP, q, lse)?;
+    if !lse.is_contiguous() {
+        return Err(Error::Stride {
+            op: OP.into(),
+            message: format!("`lse` must be contiguous, got strides {:?}", lse.strides()),
+        });
+    }
+    let inputs = [("q", q), ("k", k), ("v", v), ("o", o), ("d_o", d_o)];
+    check_output(OP, "dq", dq, &dims.q_shape(), q, &inputs)?;
+    check_output(OP, "dk", dk, &dims.kv_shape(), q, &inputs)?;
+    check_output(OP, "dv", dv, &dims.kv_shape(), q, &inputs)?;
+    for (name, t) in [("dq", dq), ("dk", dk), ("dv", dv)] {
+        check::expect_no_alias(OP, (name, t), ("lse", lse))?;
+    }
+    check::expect_no_alias(OP, ("dk", dk), ("dq", dq))?;
+    check::expect_no_alias(OP, ("dv", dv), ("dq", dq))?;
+    check::expect_no_alias(OP, ("dv", dv), ("dk", dk))?;
+    let sm_scale = softmax_scale(OP, options, dims.head_dim)?;
+    let [sqz, sqh, sqm] = strides_i32::<3, T>(OP, "q", q)?;
+    let [skz, skh, skn] = strides_i32::<3, T>(OP, "k", k)?;
+    let [svz, svh, svn] = strides_i32::<3, T>(OP, "v", v)?;
+    let [soz, soh, som] = strides_i32::<3, T>(OP, "o", o)?;
+    let [sdoz, sdoh, sdom] = strides_i32::<3, T>(OP, "d_o", d_o)?;
+    let [sdqz, sdqh, sdqm] = strides_i32::<3, T>(OP, "dq", dq)?;
+    let [sdkz, sdkh, sdkn] = strides_i32::<3, T>(OP, "dk", dk)?;
+    let [sdvz, sdvh, sdvn] = strides_i32::<3, T>(OP, "dv", dv)?;
+    strides_i32::<1, f32>(OP, "lse", lse)?;
+    let heads = size_i32(OP, "H", dims.heads)?;
+    let kv_heads = size_i32(OP, "Hkv", dims.kv_heads)?;
+    let group = size_i32(OP, "H / Hkv", dims.group_size())?;
+    let n_q = size_i32(OP, "Nq", dims.n_q)?;
+    let n_k = size_i32(OP, "Nk", dims.n_k)?;
+    let dev = q.device();
+    let (bm, bn, d) = (options.block_m, options.block_n, dims.head_dim);
+    let q_blocks = size_i32(OP, "query blocks", dims.n_q.div_ceil(bm))? as u32;
+    let k_blocks = size_i32(OP, "key blocks", dims.n_k.div_ceil(bn))? as u32;
+    let bh = size_i32(OP, "B * H", dims.batch * dims.heads)? as u32;
+    let bhkv = size_i32(OP, "B * Hkv", dims.batch * dims.kv_heads)? as u32;
+
+    let delta = dev.empty::<f32>(dims.lse_shape())?;
+    if q_blocks > 0 && bh > 0 {
+        attn_bwd_preprocess::launch_with::<T>(
+            dev,
+            (q_blocks, bh),
+            options.config,
+            o,
+            d_o,
+            &delta,
+            soz,
+            soh,
+            som,
+            sdoz,
+            sdoh,
+            sdom,
+            heads,
+            n_q,
+            d,
+            bm,
+        )?;
+    }
+    if k_blocks > 0 && bhkv > 0 {
+        // With no query rows the sweep is empty and dK = dV = 0.
+        attn_bwd_dkdv::launch_with::<T>(
+            dev,
+            (k_blocks, bhkv),
+            options.config,
+            q,
+            k,
+            v,
+            d_o,
+            lse,
+            &delta,
+            dk,
+            dv,
+            sqz,
+            sqh,
+            sqm,
+            skz,
+            skh,
+            skn,
+            svz,
+            svh,
+            svn,
+            sdoz,
+            sdoh,
+            sdom,
+            sdkz,
+            sdkh,
+            sdkn,
+            sdvz,
+            sdvh,
+            sdvn,
+            kv_heads,
+            group,
+            n_q,
+            n_k,
+            sm_scale,
+            options.causal,
+            d,
+            bm,
+            bn,
+        )?;
+    }
+    if q_blocks > 0 && bh > 0 {
+        attn_bwd_dq::launch_with::<T>(
+            dev,
+            (q_blocks, bh),
+            options.config,
+            q,
+            k,
+            v,
+            d_o,
+            lse,
+            &delta,
+            dq,
+            sqz,
+            sqh,
+            sqm,
+            skz,
+            skh,
+            skn,
+            svz,
+            svh,
+            svn,
+            sdoz,
+            sdoh,
+            sdom,
+            sdqz,
+            sdqh,
+            sdqm,
+            heads,
+            group,
+            n_q,
+            n_k,
+            sm_scale,
+            options.causal,
+            d,
+            bm,
+            bn,
+        )?;
+    }
+    Ok(())
+}
+
+/// The backward in new contiguous tensors (see [`backward_into`] for the contract).
+#[allow(clippy::too_many_arguments)]
+pub fn backward<T: Element>(
+    q: &Tensor<T>,
+    k: &Tensor<T>,
+    v: &Tensor<T>,
+    o: &Tensor<T>,
+    d_o: &Tensor<T>,
+    lse: &Tensor<f32>,
+    options: &AttentionOptions,
+) -> Result<Gradients<T>> {
+    let dims = check_qkv(OP, q, k, v)?;
+    let dev = q.device();
+    let grads = Gradients {
+        dq: dev.zeros::<T>(dims.q_shape())?,
+        dk: dev.zeros::<T>(dims.kv_shape())?,
+        dv: dev.zeros::<T>(dims.kv_shape())?,
+    };
+    backward_into(
+        q, k, v, o, d_o, lse, &grads.dq, &grads.dk, &grads.dv, options,
+    )?;
+    Ok(grads)
+}
+
+fn check_typed<T: Element>(dev: &Device, shape: &[usize]) -> Result<CheckReport> {
+    let (dims, causal) = parse_shape(shape);
+    let q = dev.randn::<T>(dims.q_shape())?;
+    let k = dev.randn::<T>(dims.kv_shape())?;
+    let v = dev.randn::<T>(dims.kv_shape())?;
+    let d_o = dev.randn::<T>(dims.q_shape())?;
+    let options = AttentionOptions {
+        causal,
+        ..Default::default()
+    };
+    let (o, lse) = forward(&q, &k, &v, &options)?;
+    let grads = backward(&q, &k, &v, &o, &d_o, &lse, &options)?;
+    let scale = softmax_scale(OP, &options, dims.head_dim)? as f64;
+    let want = reference::attention_backward(
+        &q.to_f64_vec()?,
+        &k.to_f64_vec()?,
+        &v.to_f64_vec()?,
+        &d_o.to_f64_vec()?,
+        dims,
+        causal,
+        scale,
+    );
+    let label = format!("{} causal={causal}", dims.describe());
+    let tol = check::tolerance(T::DTYPE);
+    let report = |got: &Tensor<T>, want: &[f64], magnitude: &[f64]| -> Result<CheckReport> {
+        Ok(compare_bounded(
+            OP,
+            label.clone(),
+            T::DTYPE,
+            &got.to_f64_vec()?,
+            want,
+            magnitude,
+            tol,
+        ))
+    };
+    Ok(worse(
+        worse(
+            report(&grads.dq, &want.dq, &want.dq_magnitude)?,
+            report(&grads.dk, &want.dk, &want.dk_magnitude)?,
+        ),
+        report(&grads.dv, &want.dv, &want.dv_magnitude)?,
+    ))
+}
+
+pub(super) fn check_entry(dev: &Device, shape: &[usize], dtype: DType) -> Result<CheckReport> {
+    match dtype {
+        DType::F16 => check_typed::<f16>(dev, shape),
+        DType::BF16 => check_typed::<bf16>(dev, shape),
+        DType::F32 => check_typed::<f32>(dev, shape),
+        got => Err(Error::DType {
+            op: OP.into(),
+            name: "q".into(),
+            expected: "f16, bf16 or f32".into(),
+            got,
+        }),
+    }
+}
+
+/// The dK/dV kernel, the heart of the backward (the CLI prints one kernel's IR).
+pub(super) fn trace_entry(
+    shape: &[usize],
+    dtype: DType,
+) -> std::result::Result<Kernel, TraceError> {
+    let (dims, causal): (Dims, bool) = parse_shape(shape);
+    let (d, b) = (dims.head_dim, AttentionOptions::default());
+    match dtype {
+        DType::F16 => attn_bwd_dkdv::trace::<f16>(causal, d, b.block_m, b.block_n),
+        DType::BF16 => attn_bwd_dkdv::trace::<bf16>(causal, d, b.block_m, b.block_n),
+        _ => attn_bwd_dkdv::trace::<f32>(causal, d, b.block_m, b.block_n),
+    }
+}

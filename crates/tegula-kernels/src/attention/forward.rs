@@ -1,0 +1,372 @@
+//! The batched FlashAttention forward (Triton tutorial 06's `_attn_fwd`): grid
+//! `(cdiv(Nq, BLOCK_M), B * H)`, Q block resident, K/V streamed, exp2 with the scale folded in,
+//! an unmasked loop over the key blocks every row sees and a masked loop over the rest.
+
+use super::contract::{
+    and_mask, check_output, check_qkv, dot_precision, expect_block_sizes, feature_mask,
+    load_or_zero, padded_head_dim, size_i32, softmax_scale, strides_i32, visible_keys, Dims,
+};
+use super::{reference, AttentionOptions};
+use crate::check;
+use crate::CheckReport;
+use tegula::ir::{DType, Kernel, TraceError};
+use tegula::prelude::*;
+use tegula::Result;
+
+const OP: &str = "attention";
+
+/// Scores are scaled by `sm_scale * log2(e)` so the softmax runs on exp2.
+pub(super) const LOG2E: f32 = std::f32::consts::LOG2_E;
+
+/// One step of the online softmax in base 2: folds a block of scores `qk` (scaled by
+/// `sm_scale * log2 e`, -inf where masked) and its values `v` into the state `(m_i, l_i, acc)`.
+/// P is cast to the input dtype before the PV dot, as FlashAttention does.
+pub(super) fn online_softmax_step<T: Element>(
+    qk: Tile,
+    v: Tile,
+    m_i: Tile,
+    l_i: Tile,
+    acc: Tile,
+) -> (Tile, Tile, Tile) {
+    let m_ij = maximum(m_i, max(qk, 1));
+    // A row that has seen no visible key keeps m = -inf; subtracting 0 instead of -inf keeps
+    // exp2(-inf - -inf) from making NaN (its p and alpha are then exactly 0).
+    let m_sub = select(m_ij.eq(f32::NEG_INFINITY), 0.0, m_ij);
+    let p = exp2(qk - m_sub.col());
+    let alpha = exp2(m_i - m_sub);
+    let l_ij = sum(p, 1);
+    let acc = acc * alpha.col();
+    let acc = dot_with(p.to::<T>(), v, Some(acc), dot_precision::<T>());
+    (m_ij, l_i * alpha + l_ij, acc)
+}
+
+/// One program per (block of `block_m` query rows, batch * head). Query head `h` reads KV head
+/// `h / group_size`. Writes the output and the natural-log logsumexp of each row.
+#[tegula::kernel]
+pub fn attn_fwd<T: Element>(
+    q_ptr: Ptr<T>,
+    k_ptr: Ptr<T>,
+    v_ptr: Ptr<T>,
+    o_ptr: Ptr<T>,
+    lse_ptr: Ptr<f32>,
+    stride_qz: i32,
+    stride_qh: i32,
+    stride_qm: i32,
+    stride_kz: i32,
+    stride_kh: i32,
+    stride_kn: i32,
+    stride_vz: i32,
+    stride_vh: i32,
+    stride_vn: i32,
+    stride_oz: i32,
+    stride_oh: i32,
+    stride_om: i32,
+    num_heads: i32,
+    group_size: i32,
+    n_q: i32,
+    n_k: i32,
+    sm_scale: f32,
+    #[constexpr] causal: bool,
+    #[constexpr] head_dim: usize,
+    #[constexpr] block_m: usize,
+    #[constexpr] block_n: usize,
+) {
+    let block_d = padded_head_dim(head_dim);
+    let start_m = program_id(0) * block_m;
+    let off_hz = program_id(1);
+    let off_z = off_hz / num_heads;
+    let off_h = off_hz % num_heads;
+    let off_hkv = off_h / group_size;
+    let q_base = q_ptr + off_z * stride_qz + off_h * stride_qh;
+    let k_base = k_ptr + off_z * stride_kz + off_hkv * stride_kh;
+    let v_base = v_ptr + off_z * stride_vz + off_hkv * stride_vh;
+    let o_base = o_ptr + off_z * stride_oz + off_h * stride_oh;
+
+    let offs_m = start_m + arange(0, block_m as i64);
+    let offs_n = arange(0, block_n as i64);
+    let offs_d = arange(0, block_d as i64);
+    let d_mask = feature_mask(offs_d, head_dim, block_d);
+    let q_mask = and_mask(offs_m.col().lt(n_q), d_mask);
+    let q = load(
+        q_base + offs_m.col() * stride_qm + offs_d.row(),
+        q_mask,
+        0.0,
+    );
+    let qk_scale = sm_scale * LOG2E;
+
+    let mut m_i = full::<f32>([block_m], f32::NEG_INFINITY);
+    let mut l_i = zeros::<f32>([block_m]);
+    let mut acc = zeros::<f32>([block_m, block_d]);
+
+    // Keys [0, full) are inside the keys and visible to every row of this block: no mask.
+    let (full, hi) = visible_keys(start_m, block_m, n_q, n_k, causal);
+    let unmasked_end = full / block_n * block_n;
+    for start_n in range(0, unmasked_end, block_n) {
+        let offs_kv = start_n + offs_n;
+        let k = load_or_zero(k_base + offs_kv.col() * stride_kn + offs_d.row(), d_mask);
+        let v = load_or_zero(v_base + offs_kv.col() * stride_vn + offs_d.row(), d_mask);
+        let qk = dot_with(q, k.trans(), None, dot_precision::<T>()) * qk_scale;
+        (m_i, l_i, acc) = online_softmax_step::<T>(qk, v, m_i, l_i, acc);
+    }
+    // The causal diagonal band and the ragged last block of keys, masked.
+    for start_n in range(unmasked_end, hi, block_n) {
+        let offs_kv = start_n + offs_n;
+        let kv_mask = and_mask(offs_kv.col().lt(n_k), d_mask);
+        let k = load(
+            k_base + offs_kv.col() * stride_kn + offs_d.row(),
+            kv_mask,
+            0.0,
+        );
+        let v = load(
+            v_base + offs_kv.col() * stride_vn + offs_d.row(),
+            kv_mask,
+            0.0,
+        );
+        let mut visible = offs_kv.row().lt(n_k);
+        if causal {
+            visible &= offs_kv.row().le(offs_m.col() + (n_k - n_q));
+        }
+        let qk = dot_with(q, k.trans(), None, dot_precision::<T>()) * qk_scale;
+        let qk = select(visible, qk, f32::NEG_INFINITY);
+        (m_i, l_i, acc) = online_softmax_step::<T>(qk, v, m_i, l_i, acc);
+    }
+
+    // A row that saw no key has l_i = 0: its output is 0 and its logsumexp -inf.
+    let l_safe = select(l_i.eq(0.0), 1.0, l_i);
+    let out = acc / l_safe.col();
+    store(
+        o_base + offs_m.col() * stride_om + offs_d.row(),
+        out.to::<T>(),
+        q_mask,
+    );
+    // Base 2 inside, natural log outside: ln(sum e^s) = (m_i + log2(l_i)) * ln 2.
+    let lse = (m_i + log2(l_i)) * std::f32::consts::LN_2;
+    store(lse_ptr + off_hz * n_q + offs_m, lse, offs_m.lt(n_q));
+}
+
+/// Attention into `out` `[B, H, Nq, D]` and `lse` `[B, H, Nq]` (natural log, f32).
+///
+/// Contract: Q `[B, H, Nq, D]`, K and V `[B, Hkv, Nk, D]` of one float dtype (f16, bf16, f32)
+/// with `Hkv` dividing `H` and `1 <= D <= 256`, any strides with unit stride on D, one device.
+/// `out` and `lse` may be strided views (unit stride on their last axis) that do not overlap
+/// themselves, each other or the inputs. See the module docs for the causal alignment and the
+/// result of rows that see no key.
+pub fn forward_into<T: Element>(
+    q: &Tensor<T>,
+    k: &Tensor<T>,
+    v: &Tensor<T>,
+    out: &Tensor<T>,
+    lse: &Tensor<f32>,
+    options: &AttentionOptions,
+) -> Result<()> {
+    let dims = check_qkv(OP, q, k, v)?;
+    expect_block_sizes(OP, options)?;
+    let inputs = [("q", q), ("k", k), ("v", v)];
+    check_output(OP, "out", out, &dims.q_shape(), q, &inputs)?;
+    check_output(OP, "lse", lse, &dims.lse_shape(), q, &inputs)?;
+    check::expect_no_alias(OP, ("lse", lse), ("out", out))?;
+    if !lse.is_contiguous() {
+        return Err(tegula::Error::Stride {
+            op: OP.into(),
+            message: format!("`lse` must be contiguous, got strides {:?}", lse.strides()),
+        });
+    }
+    let sm_scale = softmax_scale(OP, options, dims.head_dim)?;
+    let [sqz, sqh, sqm] = strides_i32::<3, T>(OP, "q", q)?;
+    let [skz, skh, skn] = strides_i32::<3, T>(OP, "k", k)?;
+    let [svz, svh, svn] = strides_i32::<3, T>(OP, "v", v)?;
+    let [soz, soh, som] = strides_i32::<3, T>(OP, "out", out)?;
+    strides_i32::<1, f32>(OP, "lse", lse)?;
+    let programs_m = dims.n_q.div_ceil(options.block_m);
+    let programs_bh = dims.batch * dims.heads;
+    if programs_m == 0 || programs_bh == 0 {
+        return Ok(());
+    }
+    let grid = (
+        size_i32(OP, "query blocks", programs_m)? as u32,
+        size_i32(OP, "B * H", programs_bh)? as u32,
+    );
+    attn_fwd::launch_with::<T>(
+        q.device(),
+        grid,
+        options.config,
+        q,
+        k,
+        v,
+        out,
+        lse,
+        sqz,
+        sqh,
+        sqm,
+        skz,
+        skh,
+        skn,
+        svz,
+        svh,
+        svn,
+        soz,
+        soh,
+        som,
+        size_i32(OP, "H", dims.heads)?,
+        size_i32(OP, "H / Hkv", dims.group_size())?,
+        size_i32(OP, "Nq", dims.n_q)?,
+        size_i32(OP, "Nk", dims.n_k)?,
+        sm_scale,
+        options.causal,
+        dims.head_dim,
+        options.block_m,
+        options.block_n,
+    )
+}
+
+/// Attention in new tensors: the output `[B, H, Nq, D]` (input dtype, contiguous) and the
+/// logsumexp `[B, H, Nq]` (f32, natural log). See [`forward_into`] for the contract.
+pub fn forward<T: Element>(
+    q: &Tensor<T>,
+    k: &Tensor<T>,
+    v: &Tensor<T>,
+    options: &AttentionOptions,
+) -> Result<(Tensor<T>, Tensor<f32>)> {
+    let dims = check_qkv(OP, q, k, v)?;
+    let out = q.device().empty::<T>(dims.q_shape())?;
+    let lse = q.device().empty::<f32>(dims.lse_shape())?;
+    forward_into(q, k, v, &out, &lse, options)?;
+    Ok((out, lse))
+}
+
+/// `(Dims, causal)` from a library `--shape` (`B H HKV NQ NK D CAUSAL`), defaults filled in.
+pub(super) fn parse_shape(shape: &[usize]) -> (Dims, bool) {
+    let defaults = [2, 4, 2, 37, 53, 64, 1];
+    let dim = |i: usize| shape.get(i).copied().unwrap_or(defaults[i]);
+    let dims = Dims {
+        batch: dim(0),
+        heads: dim(1),
+        kv_heads: dim(2),
+        n_q: dim(3),
+        n_k: dim(4),
+        head_dim: dim(5),
+    };
+    (dims, dim(6) != 0)
+}
+
+/// Compares `got` with the float64 `want` under `|got - want| <= atol + rtol * magnitude`
+/// (see [`reference`] for the magnitudes); equal values, infinities included, are exact.
+pub(super) fn compare_bounded(
+    name: &str,
+    shape: String,
+    dtype: DType,
+    got: &[f64],
+    want: &[f64],
+    magnitude: &[f64],
+    (atol, rtol): (f64, f64),
+) -> CheckReport {
+    let mut max_abs_err = 0.0f64;
+    let mut worst_ratio = if got.len() == want.len() && want.len() == magnitude.len() {
+        0.0f64
+    } else {
+        f64::INFINITY
+    };
+    for ((&g, &w), &m) in got.iter().zip(want).zip(magnitude) {
+        if g == w {
+            continue;
+        }
+        let err = (g - w).abs();
+        let err = if err.is_nan() { f64::INFINITY } else { err };
+        max_abs_err = max_abs_err.max(err);
+        worst_ratio = worst_ratio.max(err / (atol + rtol * m));
+    }
+    CheckReport {
+        kernel: name.to_string(),
+        shape,
+        dtype,
+        max_abs_err,
+        worst_ratio,
+        atol,
+        rtol,
+    }
+}
+
+/// The worse of two reports (same kernel and shape).
+pub(super) fn worse(a: CheckReport, b: CheckReport) -> CheckReport {
+    if b.worst_ratio > a.worst_ratio {
+        CheckReport {
+            max_abs_err: a.max_abs_err.max(b.max_abs_err),
+            ..b
+        }
+    } else {
+        CheckReport {
+            max_abs_err: a.max_abs_err.max(b.max_abs_err),
+            ..a
+        }
+    }
+}
+
+fn check_typed<T: Element>(dev: &Device, shape: &[usize]) -> Result<CheckReport> {
+    let (dims, causal) = parse_shape(shape);
+    let q = dev.randn::<T>(dims.q_shape())?;
+    let k = dev.randn::<T>(dims.kv_shape())?;
+    let v = dev.randn::<T>(dims.kv_shape())?;
+    let options = AttentionOptions {
+        causal,
+        ..Default::default()
+    };
+    let (out, lse) = forward(&q, &k, &v, &options)?;
+    let scale = softmax_scale(OP, &options, dims.head_dim)? as f64;
+    let want = reference::attention(
+        &q.to_f64_vec()?,
+        &k.to_f64_vec()?,
+        &v.to_f64_vec()?,
+        dims,
+        causal,
+        scale,
+    );
+    let label = format!("{} causal={causal}", dims.describe());
+    let out_report = compare_bounded(
+        OP,
+        label.clone(),
+        T::DTYPE,
+        &out.to_f64_vec()?,
+        &want.out,
+        &want.out_magnitude,
+        check::tolerance(T::DTYPE),
+    );
+    // The logsumexp is f32 from f32 accumulation whatever the input dtype.
+    let lse_magnitude: Vec<f64> = want.lse.iter().map(|x| x.abs()).collect();
+    let lse_report = compare_bounded(
+        OP,
+        label,
+        T::DTYPE,
+        &lse.to_f64_vec()?,
+        &want.lse,
+        &lse_magnitude,
+        check::tolerance(DType::F32),
+    );
+    Ok(worse(out_report, lse_report))
+}
+
+pub(super) fn check_entry(dev: &Device, shape: &[usize], dtype: DType) -> Result<CheckReport> {
+    match dtype {
+        DType::F16 => check_typed::<f16>(dev, shape),
+        DType::BF16 => check_typed::<bf16>(dev, shape),
+        DType::F32 => check_typed::<f32>(dev, shape),
+        got => Err(tegula::Error::DType {
+            op: OP.into(),
+            name: "q".into(),
+            expected: "f16, bf16 or f32".into(),
+            got,
+        }),
+    }
+}
+
+pub(super) fn trace_entry(
+    shape: &[usize],
+    dtype: DType,
+) -> std::result::Result<Kernel, TraceError> {
+    let (dims, causal) = parse_shape(shape);
+    let (d, b) = (dims.head_dim, AttentionOptions::default());
+    match dtype {
+        DType::F16 => attn_fwd::trace::<f16>(causal, d, b.block_m, b.block_n),
+        DType::BF16 => attn_fwd::trace::<bf16>(causal, d, b.block_m, b.block_n),
+        _ => attn_fwd::trace::<f32>(causal, d, b.block_m, b.block_n),
+    }
+}

@@ -1,0 +1,737 @@
+//! FlashAttention (seed walkthrough, batched forward, backward) against float64 references on
+//! fresh random inputs, property-style over shapes, and the contract errors.
+//!
+//! Tolerances: outputs and gradients use `check::tolerance(dtype)` as
+//! `|got - want| <= atol + rtol * magnitude`, where the magnitude is the sum of the absolute
+//! values of the element's terms (`reference` computes it; it is at least `|want|`): rounding P
+//! and dS to f16/bf16 before their dots, as FlashAttention does, moves an element by a unit
+//! roundoff of that sum, which is far more than `|want|` for gradient elements that cancel to
+//! near zero. The logsumexp is f32 from f32 accumulation for every input dtype, so it uses the
+//! f32 tolerance relative to `|want|`; the seed uses the walkthrough's rtol = atol = 2e-3
+//! relative to `|want|` (and must also stay below 1e-5 absolute, as f32 with exact `ieee` dots
+//! does).
+
+use half::{bf16, f16};
+use tegula::ir::{DType, Element};
+use tegula::{Device, Error, Tensor};
+use tegula_kernels::attention::{self, reference, AttentionOptions, Dims};
+use tegula_kernels::check;
+
+/// A small xorshift generator for shapes (data comes from `Device::randn`, fresh every run).
+struct Shapes(u64);
+
+impl Shapes {
+    fn new() -> Shapes {
+        let seed = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(1, |d| d.as_nanos() as u64)
+            | 1;
+        println!("shape seed {seed}");
+        Shapes(seed)
+    }
+
+    fn below(&mut self, n: usize) -> usize {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        (self.0 % n as u64) as usize
+    }
+
+    fn pick<T: Copy>(&mut self, xs: &[T]) -> T {
+        xs[self.below(xs.len())]
+    }
+}
+
+/// Asserts `|got - want| <= atol + rtol * magnitude` elementwise (equal values, infinities
+/// included, pass; NaN fails); returns the largest absolute error.
+fn assert_bounded(
+    what: &str,
+    got: &[f64],
+    want: &[f64],
+    magnitude: &[f64],
+    (atol, rtol): (f64, f64),
+) -> f64 {
+    assert_eq!(got.len(), want.len(), "{what}: lengths");
+    assert_eq!(magnitude.len(), want.len(), "{what}: lengths");
+    let mut max_err = 0.0f64;
+    for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
+        if g == w {
+            continue;
+        }
+        let err = (g - w).abs();
+        let m = magnitude[i];
+        assert!(
+            err <= atol + rtol * m,
+            "{what}: element {i}: got {g}, want {w}, magnitude {m} (atol {atol}, rtol {rtol})"
+        );
+        max_err = max_err.max(err);
+    }
+    max_err
+}
+
+/// [`assert_bounded`] relative to `|want|`.
+fn assert_close(what: &str, got: &[f64], want: &[f64], tol: (f64, f64)) -> f64 {
+    let magnitude: Vec<f64> = want.iter().map(|w| w.abs()).collect();
+    assert_bounded(what, got, want, &magnitude, tol)
+}
+
+fn dims(batch: usize, heads: usize, kv_heads: usize, n_q: usize, n_k: usize, d: usize) -> Dims {
+    Dims {
+        batch,
+        heads,
+        kv_heads,
+        n_q,
+        n_k,
+        head_dim: d,
+    }
+}
+
+/// How the inputs are laid out in memory.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Layout {
+    /// Contiguous `[B, H, N, D]`.
+    Bhnd,
+    /// `[B, N, H, D]` buffers passed as `transpose(1, 2)` views, no copy.
+    Bnhd,
+}
+
+/// A random `[B, H, N, D]` tensor in `layout`.
+fn randn<T: Element>(dev: &Device, shape: [usize; 4], layout: Layout) -> Tensor<T> {
+    match layout {
+        Layout::Bhnd => dev.randn::<T>(shape).unwrap(),
+        Layout::Bnhd => dev
+            .randn::<T>([shape[0], shape[2], shape[1], shape[3]])
+            .unwrap()
+            .transpose(1, 2)
+            .unwrap(),
+    }
+}
+
+fn scale_of(options: &AttentionOptions, d: usize) -> f64 {
+    options
+        .sm_scale
+        .map_or((1.0 / (d as f64).sqrt()) as f32 as f64, |s| s as f64)
+}
+
+/// Runs the forward on fresh inputs and checks output and logsumexp; returns the max errors.
+fn check_forward<T: Element>(
+    dev: &Device,
+    dims: Dims,
+    options: AttentionOptions,
+    layout: Layout,
+) -> (f64, f64) {
+    let q = randn::<T>(dev, dims.q_shape(), layout);
+    let k = randn::<T>(dev, dims.kv_shape(), layout);
+    let v = randn::<T>(dev, dims.kv_shape(), layout);
+    let (out, lse) = attention::forward(&q, &k, &v, &options).unwrap();
+    assert_eq!(out.shape(), &dims.q_shape());
+    assert_eq!(lse.shape(), &dims.lse_shape());
+    let want = reference::attention(
+        &q.to_f64_vec().unwrap(),
+        &k.to_f64_vec().unwrap(),
+        &v.to_f64_vec().unwrap(),
+        dims,
+        options.causal,
+        scale_of(&options, dims.head_dim),
+    );
+    let what = format!(
+        "{} {} causal={} {layout:?}",
+        T::DTYPE,
+        dims.describe(),
+        options.causal
+    );
+    let e_out = assert_bounded(
+        &format!("out {what}"),
+        &out.to_f64_vec().unwrap(),
+        &want.out,
+        &want.out_magnitude,
+        check::tolerance(T::DTYPE),
+    );
+    let e_lse = assert_close(
+        &format!("lse {what}"),
+        &lse.to_f64_vec().unwrap(),
+        &want.lse,
+        check::tolerance(DType::F32),
+    );
+    (e_out, e_lse)
+}
+
+/// Runs forward then backward on fresh inputs and checks dQ, dK, dV against the analytic f64
+/// gradient; returns the max error.
+fn check_backward<T: Element>(
+    dev: &Device,
+    dims: Dims,
+    options: AttentionOptions,
+    layout: Layout,
+) -> f64 {
+    let q = randn::<T>(dev, dims.q_shape(), layout);
+    let k = randn::<T>(dev, dims.kv_shape(), layout);
+    let v = randn::<T>(dev, dims.kv_shape(), layout);
+    let d_o = randn::<T>(dev, dims.q_shape(), layout);
+    let (o, lse) = attention::forward(&q, &k, &v, &options).unwrap();
+    let g = attention::backward(&q, &k, &v, &o, &d_o, &lse, &options).unwrap();
+    let want = reference::attention_backward(
+        &q.to_f64_vec().unwrap(),
+        &k.to_f64_vec().unwrap(),
+        &v.to_f64_vec().unwrap(),
+        &d_o.to_f64_vec().unwrap(),
+        dims,
+        options.causal,
+        scale_of(&options, dims.head_dim),
+    );
+    let what = format!(
+        "{} {} causal={} {layout:?}",
+        T::DTYPE,
+        dims.describe(),
+        options.causal
+    );
+    let tol = check::tolerance(T::DTYPE);
+    let mut err = 0.0f64;
+    for (name, got, want, magnitude) in [
+        ("dq", &g.dq, &want.dq, &want.dq_magnitude),
+        ("dk", &g.dk, &want.dk, &want.dk_magnitude),
+        ("dv", &g.dv, &want.dv, &want.dv_magnitude),
+    ] {
+        let got = got.to_f64_vec().unwrap();
+        let e = assert_bounded(&format!("{name} {what}"), &got, want, magnitude, tol);
+        err = err.max(e);
+    }
+    err
+}
+
+fn causal(on: bool) -> AttentionOptions {
+    AttentionOptions {
+        causal: on,
+        ..Default::default()
+    }
+}
+
+// --- the seed walkthrough ----------------------------------------------------------------
+
+#[test]
+fn seed_walkthrough_cases_match_float64_softmax() {
+    let dev = Device::cpu();
+    let mut worst = 0.0f64;
+    for (m, n, d) in [(7, 13, 8), (35, 67, 32), (64, 129, 128)] {
+        let q = dev.randn::<f32>([m, d]).unwrap();
+        let k = dev.randn::<f32>([n, d]).unwrap();
+        let v = dev.randn::<f32>([n, d]).unwrap();
+        let out = attention::seed_attention(&q, &k, &v).unwrap();
+        let want = reference::attention(
+            &q.to_f64_vec().unwrap(),
+            &k.to_f64_vec().unwrap(),
+            &v.to_f64_vec().unwrap(),
+            dims(1, 1, 1, m, n, d),
+            false,
+            1.0 / (d as f64).sqrt(),
+        );
+        let err = assert_close(
+            &format!("seed ({m},{n},{d})"),
+            &out.to_f64_vec().unwrap(),
+            &want.out,
+            (2e-3, 2e-3),
+        );
+        println!("seed ({m},{n},{d}): max abs error {err:.3e}");
+        worst = worst.max(err);
+    }
+    // Exact f32 products and f32 sums: far inside the walkthrough's tolerance.
+    assert!(worst < 1e-5, "seed max error {worst:e}");
+}
+
+#[test]
+fn seed_contract_errors() {
+    let dev = Device::cpu();
+    let q = dev.randn::<f32>([5, 8]).unwrap();
+    let k = dev.randn::<f32>([9, 8]).unwrap();
+    let v = dev.randn::<f32>([9, 8]).unwrap();
+    let bad_d = dev.randn::<f32>([9, 6]).unwrap();
+    assert!(matches!(
+        attention::seed_attention(&q, &bad_d, &v),
+        Err(Error::Shape { .. })
+    ));
+    let kt = dev.randn::<f32>([8, 9]).unwrap().transpose(0, 1).unwrap();
+    assert!(matches!(
+        attention::seed_attention(&q, &kt, &v),
+        Err(Error::Stride { .. })
+    ));
+    let out = q.clone();
+    assert!(matches!(
+        attention::seed_attention_into(&q, &k, &v, &out),
+        Err(Error::Aliasing { .. })
+    ));
+    let other = Device::cpu();
+    let v_other = other.randn::<f32>([9, 8]).unwrap();
+    assert!(matches!(
+        attention::seed_attention(&q, &k, &v_other),
+        Err(Error::Device { .. })
+    ));
+    let empty = dev.randn::<f32>([0, 8]).unwrap();
+    assert!(matches!(
+        attention::seed_attention(&q, &empty, &empty),
+        Err(Error::Shape { .. })
+    ));
+}
+
+// --- the batched forward -----------------------------------------------------------------
+
+#[test]
+fn forward_matches_reference_over_shapes() {
+    let dev = Device::cpu();
+    // (B, H, Hkv, Nq, Nk, D, causal): odd and prime lengths, length 1, Nq != Nk both ways,
+    // every head dim of the contract's list, GQA and MQA.
+    let cases = [
+        (1, 1, 1, 1, 1, 8, false),
+        (1, 2, 2, 1, 13, 24, true),
+        (2, 2, 1, 17, 5, 64, false),
+        (1, 4, 2, 31, 31, 80, true),
+        (1, 3, 1, 13, 37, 128, true),
+        (1, 2, 1, 7, 19, 256, false),
+        (1, 1, 1, 37, 16, 24, true),
+        (2, 1, 1, 16, 33, 8, true),
+        // Lengths that are exact multiples of the blocks: the masked loop is empty or all band.
+        (1, 2, 1, 32, 48, 64, false),
+        (1, 2, 1, 48, 32, 64, true),
+        (1, 1, 1, 32, 32, 16, true),
+    ];
+    for (i, &(b, h, hkv, nq, nk, d, c)) in cases.iter().enumerate() {
+        let dm = dims(b, h, hkv, nq, nk, d);
+        let (e_out, e_lse) = match i % 3 {
+            0 => check_forward::<f32>(&dev, dm, causal(c), Layout::Bhnd),
+            1 => check_forward::<f16>(&dev, dm, causal(c), Layout::Bhnd),
+            _ => check_forward::<bf16>(&dev, dm, causal(c), Layout::Bhnd),
+        };
+        println!(
+            "forward {} causal={c}: out {e_out:.2e} lse {e_lse:.2e}",
+            dm.describe()
+        );
+    }
+    // And a few random shapes, every dtype.
+    let mut rng = Shapes::new();
+    for i in 0..30 {
+        let hkv = rng.pick(&[1, 2]);
+        let dm = dims(
+            1 + rng.below(2),
+            hkv * rng.pick(&[1, 2, 3]),
+            hkv,
+            1 + rng.below(70),
+            1 + rng.below(70),
+            rng.pick(&[8, 24, 64, 80, 128, 256]),
+        );
+        let c = causal(rng.below(2) == 1);
+        match i % 3 {
+            0 => check_forward::<f32>(&dev, dm, c, Layout::Bhnd),
+            1 => check_forward::<f16>(&dev, dm, c, Layout::Bhnd),
+            _ => check_forward::<bf16>(&dev, dm, c, Layout::Bhnd),
+        };
+    }
+}
+
+#[test]
+fn forward_f32_is_accurate_to_f32_rounding() {
+    // Every dtype passes check::tolerance; f32 with exact dots does much better.
+    let dev = Device::cpu();
+    let (e_out, e_lse) =
+        check_forward::<f32>(&dev, dims(1, 2, 1, 29, 41, 40), causal(true), Layout::Bhnd);
+    assert!(e_out < 2e-6 && e_lse < 2e-5, "out {e_out:e} lse {e_lse:e}");
+}
+
+#[test]
+fn forward_reads_bnhd_buffers_through_strides() {
+    let dev = Device::cpu();
+    check_forward::<f16>(&dev, dims(2, 4, 2, 19, 23, 24), causal(true), Layout::Bnhd);
+    check_forward::<f32>(&dev, dims(1, 3, 3, 9, 40, 64), causal(false), Layout::Bnhd);
+
+    // Output written into a [B, N, H, D] buffer, and inputs that are narrowed views.
+    let (b, h, n, d) = (1, 2, 21, 16);
+    let big = dev.randn::<f32>([b, n + 5, h, d]).unwrap();
+    let q = big.narrow(1, 3, n).unwrap().transpose(1, 2).unwrap(); // offset view
+    let k = dev
+        .randn::<f32>([b, n, h, d])
+        .unwrap()
+        .transpose(1, 2)
+        .unwrap();
+    let v = dev.randn::<f32>([b, h, n, d]).unwrap();
+    let out_buf = dev.zeros::<f32>([b, n, h, d]).unwrap();
+    let out = out_buf.transpose(1, 2).unwrap();
+    let lse = dev.zeros::<f32>([b, h, n]).unwrap();
+    attention::forward_into(&q, &k, &v, &out, &lse, &causal(true)).unwrap();
+    let want = reference::attention(
+        &q.to_f64_vec().unwrap(),
+        &k.to_f64_vec().unwrap(),
+        &v.to_f64_vec().unwrap(),
+        dims(b, h, h, n, n, d),
+        true,
+        0.25,
+    );
+    assert_close(
+        "strided out",
+        &out.to_f64_vec().unwrap(),
+        &want.out,
+        check::tolerance(DType::F32),
+    );
+    assert_close(
+        "strided lse",
+        &lse.to_f64_vec().unwrap(),
+        &want.lse,
+        check::tolerance(DType::F32),
+    );
+}
+
+#[test]
+fn forward_block_sizes_and_explicit_scale() {
+    let dev = Device::cpu();
+    for (bm, bn) in [(32, 16), (16, 32), (64, 64)] {
+        let options = AttentionOptions {
+            causal: true,
+            sm_scale: Some(0.3),
+            block_m: bm,
+            block_n: bn,
+            ..Default::default()
+        };
+        check_forward::<f32>(&dev, dims(1, 2, 1, 45, 38, 24), options, Layout::Bhnd);
+        check_forward::<bf16>(&dev, dims(1, 1, 1, 30, 71, 64), options, Layout::Bhnd);
+    }
+}
+
+#[test]
+fn forward_rows_without_keys_give_zero_and_minus_infinity() {
+    let dev = Device::cpu();
+    // Causal with Nq > Nk: row i sees keys j <= i - (Nq - Nk), so rows 0..Nq-Nk see nothing.
+    let dm = dims(1, 2, 1, 29, 11, 24);
+    let q = dev.randn::<f16>(dm.q_shape()).unwrap();
+    let k = dev.randn::<f16>(dm.kv_shape()).unwrap();
+    let v = dev.randn::<f16>(dm.kv_shape()).unwrap();
+    let (out, lse) = attention::forward(&q, &k, &v, &causal(true)).unwrap();
+    let (out, lse) = (out.to_f64_vec().unwrap(), lse.to_f64_vec().unwrap());
+    assert!(
+        out.iter().chain(&lse).all(|x| !x.is_nan()),
+        "NaN in the result"
+    );
+    for h in 0..2 {
+        for i in 0..29 {
+            let row = &out[(h * 29 + i) * 24..(h * 29 + i + 1) * 24];
+            let l = lse[h * 29 + i];
+            if i < 18 {
+                assert!(
+                    row.iter().all(|&x| x == 0.0),
+                    "row {i} should be 0: {row:?}"
+                );
+                assert_eq!(l, f64::NEG_INFINITY, "lse of row {i}");
+            } else {
+                assert!(row.iter().any(|&x| x != 0.0) && l.is_finite(), "row {i}");
+            }
+        }
+    }
+    // And the full comparison (the reference has the same convention).
+    check_forward::<f32>(&dev, dm, causal(true), Layout::Bhnd);
+
+    // No keys at all: every row.
+    let k0 = dev.randn::<f32>([1, 1, 0, 8]).unwrap();
+    let q0 = dev.randn::<f32>([1, 1, 5, 8]).unwrap();
+    let (out, lse) = attention::forward(&q0, &k0, &k0, &causal(false)).unwrap();
+    assert!(out.to_vec().unwrap().iter().all(|&x| x == 0.0));
+    assert!(lse
+        .to_vec()
+        .unwrap()
+        .iter()
+        .all(|&x| x == f32::NEG_INFINITY));
+}
+
+// --- the backward ------------------------------------------------------------------------
+
+#[test]
+fn backward_matches_analytic_gradient_over_shapes() {
+    let dev = Device::cpu();
+    let cases = [
+        (1, 1, 1, 1, 1, 8, false),
+        (1, 2, 1, 13, 29, 24, true),
+        (1, 2, 2, 23, 7, 64, true),
+        (2, 1, 1, 17, 17, 80, false),
+        (1, 4, 2, 19, 19, 24, true),
+        (1, 3, 1, 11, 20, 128, false),
+        (1, 1, 1, 5, 9, 256, true),
+        (1, 2, 1, 32, 48, 64, true),
+        (1, 2, 2, 48, 32, 16, false),
+    ];
+    for (i, &(b, h, hkv, nq, nk, d, c)) in cases.iter().enumerate() {
+        let dm = dims(b, h, hkv, nq, nk, d);
+        let err = match i % 3 {
+            0 => check_backward::<f32>(&dev, dm, causal(c), Layout::Bhnd),
+            1 => check_backward::<f16>(&dev, dm, causal(c), Layout::Bhnd),
+            _ => check_backward::<bf16>(&dev, dm, causal(c), Layout::Bhnd),
+        };
+        println!("backward {} causal={c}: {err:.2e}", dm.describe());
+    }
+    let mut rng = Shapes::new();
+    for i in 0..15 {
+        let hkv = rng.pick(&[1, 2]);
+        let dm = dims(
+            1 + rng.below(2),
+            hkv * rng.pick(&[1, 2, 3]),
+            hkv,
+            1 + rng.below(60),
+            1 + rng.below(60),
+            rng.pick(&[8, 24, 64, 80, 128, 256]),
+        );
+        let c = causal(rng.below(2) == 1);
+        match i % 3 {
+            0 => check_backward::<f32>(&dev, dm, c, Layout::Bhnd),
+            1 => check_backward::<f16>(&dev, dm, c, Layout::Bhnd),
+            _ => check_backward::<bf16>(&dev, dm, c, Layout::Bhnd),
+        };
+    }
+}
+
+#[test]
+fn backward_gqa_with_bnhd_strides_and_block_sizes() {
+    let dev = Device::cpu();
+    check_backward::<f32>(&dev, dims(2, 4, 2, 21, 26, 24), causal(true), Layout::Bnhd);
+    check_backward::<f16>(&dev, dims(1, 3, 1, 18, 11, 64), causal(false), Layout::Bnhd);
+    let options = AttentionOptions {
+        causal: true,
+        sm_scale: Some(0.2),
+        block_m: 32,
+        block_n: 16,
+        ..Default::default()
+    };
+    check_backward::<f32>(&dev, dims(1, 2, 1, 40, 35, 24), options, Layout::Bhnd);
+    let options = AttentionOptions {
+        block_m: 16,
+        block_n: 32,
+        ..options
+    };
+    check_backward::<f32>(&dev, dims(1, 2, 1, 35, 40, 24), options, Layout::Bhnd);
+}
+
+#[test]
+fn backward_is_deterministic_under_gqa() {
+    // dK/dV of a KV head sum over its query heads inside one program, in a fixed order.
+    let dev = Device::cpu();
+    let dm = dims(1, 4, 1, 37, 29, 24);
+    let q = dev.randn::<f16>(dm.q_shape()).unwrap();
+    let k = dev.randn::<f16>(dm.kv_shape()).unwrap();
+    let v = dev.randn::<f16>(dm.kv_shape()).unwrap();
+    let d_o = dev.randn::<f16>(dm.q_shape()).unwrap();
+    let opt = causal(true);
+    let (o, lse) = attention::forward(&q, &k, &v, &opt).unwrap();
+    let a = attention::backward(&q, &k, &v, &o, &d_o, &lse, &opt).unwrap();
+    let b = attention::backward(&q, &k, &v, &o, &d_o, &lse, &opt).unwrap();
+    assert_eq!(a.dk.to_vec().unwrap(), b.dk.to_vec().unwrap());
+    assert_eq!(a.dv.to_vec().unwrap(), b.dv.to_vec().unwrap());
+    assert_eq!(a.dq.to_vec().unwrap(), b.dq.to_vec().unwrap());
+}
+
+#[test]
+fn backward_rows_without_keys_have_zero_gradients() {
+    let dev = Device::cpu();
+    let dm = dims(1, 1, 1, 25, 6, 8);
+    let q = dev.randn::<f32>(dm.q_shape()).unwrap();
+    let k = dev.randn::<f32>(dm.kv_shape()).unwrap();
+    let v = dev.randn::<f32>(dm.kv_shape()).unwrap();
+    let d_o = dev.randn::<f32>(dm.q_shape()).unwrap();
+    let (o, lse) = attention::forward(&q, &k, &v, &causal(true)).unwrap();
+    let g = attention::backward(&q, &k, &v, &o, &d_o, &lse, &causal(true)).unwrap();
+    let dq = g.dq.to_vec().unwrap();
+    let all = dq
+        .iter()
+        .chain(&g.dk.to_vec().unwrap())
+        .chain(&g.dv.to_vec().unwrap())
+        .copied()
+        .collect::<Vec<f32>>();
+    assert!(all.iter().all(|x| !x.is_nan()), "NaN in the gradients");
+    assert!(
+        dq[..19 * 8].iter().all(|&x| x == 0.0),
+        "rows 0..19 see no key"
+    );
+    assert!(dq[19 * 8..].iter().any(|&x| x != 0.0));
+    check_backward::<f32>(&dev, dm, causal(true), Layout::Bhnd);
+}
+
+#[test]
+fn medium_case_forward_and_backward() {
+    let dev = Device::cpu();
+    let dm = dims(1, 2, 1, 160, 192, 64);
+    let (e_out, _) = check_forward::<f16>(&dev, dm, causal(true), Layout::Bhnd);
+    let e_grad = check_backward::<f16>(&dev, dm, causal(true), Layout::Bhnd);
+    println!(
+        "medium {}: out {e_out:.2e} grads {e_grad:.2e}",
+        dm.describe()
+    );
+}
+
+// --- contracts ---------------------------------------------------------------------------
+
+#[test]
+fn forward_contract_errors() {
+    let dev = Device::cpu();
+    let o = AttentionOptions::default();
+    let q = dev.randn::<f32>([1, 4, 7, 16]).unwrap();
+    let k = dev.randn::<f32>([1, 2, 9, 16]).unwrap();
+    let v = dev.randn::<f32>([1, 2, 9, 16]).unwrap();
+    attention::forward(&q, &k, &v, &o).unwrap();
+
+    let shape =
+        |r: tegula::Result<(Tensor<f32>, Tensor<f32>)>| matches!(r, Err(Error::Shape { .. }));
+    let q3 = dev.randn::<f32>([4, 7, 16]).unwrap();
+    assert!(shape(attention::forward(&q3, &k, &v, &o)), "rank 3");
+    let k3h = dev.randn::<f32>([1, 3, 9, 16]).unwrap();
+    assert!(
+        shape(attention::forward(&q, &k3h, &k3h, &o)),
+        "Hkv must divide H"
+    );
+    let kd = dev.randn::<f32>([1, 2, 9, 8]).unwrap();
+    assert!(
+        shape(attention::forward(&q, &kd, &kd, &o)),
+        "head dims differ"
+    );
+    let v8 = dev.randn::<f32>([1, 2, 8, 16]).unwrap();
+    assert!(shape(attention::forward(&q, &k, &v8, &o)), "v shape");
+    let q_big = dev.randn::<f32>([1, 1, 2, 264]).unwrap();
+    let k_big = dev.randn::<f32>([1, 1, 2, 264]).unwrap();
+    assert!(
+        shape(attention::forward(&q_big, &k_big, &k_big, &o)),
+        "D > 256"
+    );
+
+    // Unit stride on D is required.
+    let qt = dev
+        .randn::<f32>([1, 4, 16, 7])
+        .unwrap()
+        .transpose(2, 3)
+        .unwrap();
+    assert!(matches!(
+        attention::forward(&qt, &k, &v, &o),
+        Err(Error::Stride { .. })
+    ));
+
+    // Outputs: aliasing an input, overlapping themselves, wrong shape.
+    let lse = dev.zeros::<f32>([1, 4, 7]).unwrap();
+    assert!(matches!(
+        attention::forward_into(&q, &k, &v, &q, &lse, &o),
+        Err(Error::Aliasing { .. })
+    ));
+    let lse_alias = q
+        .reshape([4 * 7 * 16])
+        .unwrap()
+        .narrow(0, 0, 28)
+        .unwrap()
+        .reshape([1, 4, 7])
+        .unwrap();
+    let out = dev.zeros::<f32>([1, 4, 7, 16]).unwrap();
+    assert!(matches!(
+        attention::forward_into(&q, &k, &v, &out, &lse_alias, &o),
+        Err(Error::Aliasing { .. })
+    ));
+    let row = dev.zeros::<f32>([1, 1, 7, 16]).unwrap();
+    let broadcast_out = row.transpose(0, 1).unwrap(); // fine: size-1 axes
+    assert!(matches!(
+        attention::forward_into(&q, &k, &v, &broadcast_out, &lse, &o),
+        Err(Error::Shape { .. })
+    ));
+    let lse_bad = dev.zeros::<f32>([1, 4, 8]).unwrap();
+    assert!(matches!(
+        attention::forward_into(&q, &k, &v, &out, &lse_bad, &o),
+        Err(Error::Shape { .. })
+    ));
+
+    // Options and devices.
+    let bad_block = AttentionOptions { block_m: 24, ..o };
+    assert!(matches!(
+        attention::forward(&q, &k, &v, &bad_block),
+        Err(Error::Invalid { .. })
+    ));
+    let small_block = AttentionOptions { block_n: 8, ..o };
+    assert!(matches!(
+        attention::forward(&q, &k, &v, &small_block),
+        Err(Error::Invalid { .. })
+    ));
+    let nan_scale = AttentionOptions {
+        sm_scale: Some(f32::NAN),
+        ..o
+    };
+    assert!(matches!(
+        attention::forward(&q, &k, &v, &nan_scale),
+        Err(Error::Invalid { .. })
+    ));
+    let other = Device::cpu();
+    let v_other = other.randn::<f32>([1, 2, 9, 16]).unwrap();
+    assert!(matches!(
+        attention::forward(&q, &k, &v_other, &o),
+        Err(Error::Device { .. })
+    ));
+    // Integer inputs are not attention inputs.
+    let qi = dev.zeros::<i32>([1, 1, 2, 16]).unwrap();
+    assert!(matches!(
+        attention::forward(&qi, &qi, &qi, &o),
+        Err(Error::DType { .. })
+    ));
+}
+
+#[test]
+fn backward_contract_errors() {
+    let dev = Device::cpu();
+    let opt = AttentionOptions::causal();
+    let q = dev.randn::<f32>([1, 2, 7, 16]).unwrap();
+    let k = dev.randn::<f32>([1, 1, 9, 16]).unwrap();
+    let v = dev.randn::<f32>([1, 1, 9, 16]).unwrap();
+    let d_o = dev.randn::<f32>([1, 2, 7, 16]).unwrap();
+    let (o, lse) = attention::forward(&q, &k, &v, &opt).unwrap();
+    attention::backward(&q, &k, &v, &o, &d_o, &lse, &opt).unwrap();
+
+    let lse_bad = dev.zeros::<f32>([1, 2, 6]).unwrap();
+    assert!(matches!(
+        attention::backward(&q, &k, &v, &o, &d_o, &lse_bad, &opt),
+        Err(Error::Shape { .. })
+    ));
+    let do_bad = dev.randn::<f32>([1, 2, 7, 8]).unwrap();
+    assert!(matches!(
+        attention::backward(&q, &k, &v, &o, &do_bad, &lse, &opt),
+        Err(Error::Shape { .. })
+    ));
+    let dq = dev.zeros::<f32>([1, 2, 7, 16]).unwrap();
+    let dk = dev.zeros::<f32>([1, 1, 9, 16]).unwrap();
+    let dv = dev.zeros::<f32>([1, 1, 9, 16]).unwrap();
+    attention::backward_into(&q, &k, &v, &o, &d_o, &lse, &dq, &dk, &dv, &opt).unwrap();
+    // dK written over V, and dV over dK.
+    assert!(matches!(
+        attention::backward_into(&q, &k, &v, &o, &d_o, &lse, &dq, &v, &dv, &opt),
+        Err(Error::Aliasing { .. })
+    ));
+    assert!(matches!(
+        attention::backward_into(&q, &k, &v, &o, &d_o, &lse, &dq, &dk, &dk, &opt),
+        Err(Error::Aliasing { .. })
+    ));
+    assert!(matches!(
+        attention::backward_into(&q, &k, &v, &o, &d_o, &lse, &d_o, &dk, &dv, &opt),
+        Err(Error::Aliasing { .. })
+    ));
+    let dq_t = dev
+        .zeros::<f32>([1, 2, 16, 7])
+        .unwrap()
+        .transpose(2, 3)
+        .unwrap();
+    assert!(matches!(
+        attention::backward_into(&q, &k, &v, &o, &d_o, &lse, &dq_t, &dk, &dv, &opt),
+        Err(Error::Stride { .. })
+    ));
+}
+
+// --- library entries ---------------------------------------------------------------------
+
+#[test]
+fn library_entries_check_and_trace() {
+    let dev = Device::cpu();
+    for name in ["attention_seed", "attention", "attention_backward"] {
+        let entry = tegula_kernels::find(name).unwrap();
+        for &dtype in entry.dtypes {
+            let shape: Vec<usize> = match name {
+                "attention_seed" => vec![19, 23, 24],
+                _ => vec![1, 2, 1, 13, 21, 24, 1],
+            };
+            let report = (entry.check)(&dev, &shape, dtype).unwrap();
+            assert!(report.passed(), "{name} {dtype}: {report:?}");
+            let kernel = (entry.trace)(&shape, dtype).unwrap();
+            assert!(kernel.to_string().contains("dot"), "{name}: {kernel}");
+        }
+    }
+}
