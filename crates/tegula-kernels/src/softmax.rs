@@ -4,6 +4,8 @@
 //! as a single masked tile; a longer row takes two passes over blocks: an online pass keeping a
 //! running maximum and a rescaled running sum, then a pass that writes `exp(x - max) / sum`.
 //! Inputs are f16, bf16 or f32; the math is f32 and the output has the input dtype.
+//! Elements equal to -inf get probability 0; a row that is entirely -inf gives NaN (as in
+//! PyTorch), on both paths.
 
 use crate::check;
 use crate::{CheckReport, LibraryKernel};
@@ -55,10 +57,11 @@ pub fn softmax_online_kernel<T: Element>(
     for start in range(0, n_cols, block) {
         let cols = start + offsets;
         let v = load(x_row + cols, cols.lt(n_cols), f32::NEG_INFINITY).to::<f32>();
-        // The first block holds at least one real element, so m is finite from then on and
-        // exp(m - m_new) is never exp(-inf + inf).
         let m_new = maximum(m, max(v, 0));
-        l = l * exp(m - m_new) + sum(exp(v - m_new), 0);
+        // While every element so far is -inf (a masked prefix), shift by 0 instead of -inf so
+        // that exp(-inf - -inf) never makes a NaN: l stays 0 until a finite element arrives.
+        let shift = select(m_new.eq(f32::NEG_INFINITY), 0.0, m_new);
+        l = l * exp(m - shift) + sum(exp(v - shift), 0);
         m = m_new;
     }
     let inv_l = 1.0 / l;

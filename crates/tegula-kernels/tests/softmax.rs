@@ -101,6 +101,47 @@ fn large_logits_do_not_overflow() {
 }
 
 #[test]
+fn minus_infinity_entries_get_zero_probability() {
+    // A masked prefix longer than a block (as causal attention logits have), then a masked
+    // element in the middle; the all -inf row is NaN on both paths, like PyTorch.
+    let dev = Device::cpu();
+    let cols = 100;
+    let mut data = vec![f32::NEG_INFINITY; 3 * cols];
+    for (c, v) in data[40..cols].iter_mut().enumerate() {
+        *v = (c as f32 * 0.37).sin() * 3.0;
+    }
+    data[70] = f32::NEG_INFINITY;
+    data.copy_within(..cols, cols);
+    let x = dev.from_slice(&data, [3, cols]).unwrap();
+    for max_block in [4096, 16] {
+        let y = dev.zeros::<f32>([3, cols]).unwrap();
+        softmax_into_blocked(&x, &y, max_block).unwrap();
+        let yv = y.to_f64_vec().unwrap();
+        let want = reference(&x.to_f64_vec().unwrap()[..cols], 1, cols);
+        for row in 0..2 {
+            let got = &yv[row * cols..(row + 1) * cols];
+            assert!(
+                got[..40].iter().all(|&p| p == 0.0) && got[70] == 0.0,
+                "{got:?}"
+            );
+            let r = check::compare(
+                "softmax",
+                String::new(),
+                DType::F32,
+                got,
+                &want,
+                tolerance(DType::F32),
+            );
+            assert!(r.passed(), "block {max_block}: {r:?}");
+        }
+        assert!(
+            yv[2 * cols..].iter().all(|p| p.is_nan()),
+            "block {max_block}"
+        );
+    }
+}
+
+#[test]
 fn strided_rows_of_a_wider_buffer() {
     let dev = Device::cpu();
     let wide = dev.randn::<f32>([9, 301]).unwrap();
