@@ -1,0 +1,648 @@
+//! The autotuner: pick the fastest of a kernel's candidate configs for a key, and remember it.
+//!
+//! A library kernel's host wrapper lists [`Config`] candidates (constexpr values, warps,
+//! stages), says which argument values select a config (the key, e.g. `M=4096,N=4096,f16`),
+//! and hands the tuner a closure that times one candidate. The winner is stored per
+//! (kernel, source hash, key, device, driver) in a JSON file, `$TEGULA_CACHE_DIR/autotune.json`
+//! (default: the user cache dir's `tegula/autotune.json`), so later processes reuse it without
+//! timing. `TEGULA_AUTOTUNE=off|cached|full` chooses how much work a miss costs:
+//!
+//! - `off`: the default config (the first candidate that pruning keeps), no timing;
+//! - `cached`: the cached winner if there is one, else the default, no timing;
+//! - `full` (default): time every candidate on a miss and store the winner.
+//!
+//! On the interpreter there is nothing to tune: the default config, no timing.
+//!
+//! Candidates whose benchmark fails (the PTX backend refuses them, shared memory or registers
+//! run out, the driver will not launch them) are dropped with a note; a kernel fault stops
+//! tuning, since the CUDA context is then unusable.
+
+use crate::device::{Backend, Device};
+use crate::error::{Error, Result};
+use crate::launch::LaunchConfig;
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::fmt;
+use std::io::{IsTerminal, Write};
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, OnceLock};
+
+/// One candidate: constexpr values by name, warps per program, pipeline stages.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Config {
+    pub constexprs: BTreeMap<String, i64>,
+    pub num_warps: u32,
+    pub num_stages: u32,
+}
+
+impl Config {
+    /// A config with no constexprs.
+    pub fn new(num_warps: u32, num_stages: u32) -> Config {
+        Config {
+            constexprs: BTreeMap::new(),
+            num_warps,
+            num_stages,
+        }
+    }
+
+    /// This config with constexpr `name` set to `value`.
+    pub fn with(mut self, name: &str, value: i64) -> Config {
+        self.constexprs.insert(name.to_string(), value);
+        self
+    }
+
+    /// The value of constexpr `name`.
+    pub fn get(&self, name: &str) -> Option<i64> {
+        self.constexprs.get(name).copied()
+    }
+
+    /// The value of constexpr `name` as a `usize`, or a typed error naming the kernel's missing
+    /// or negative constexpr (a bug in the candidate list, reported rather than panicking).
+    pub fn usize(&self, name: &str) -> Result<usize> {
+        self.get(name)
+            .and_then(|v| usize::try_from(v).ok())
+            .ok_or_else(|| Error::Invalid {
+                op: "autotune".into(),
+                message: format!("config {self} has no non-negative constexpr `{name}`"),
+            })
+    }
+
+    pub fn launch_config(&self) -> LaunchConfig {
+        LaunchConfig {
+            num_warps: self.num_warps,
+            num_stages: self.num_stages,
+        }
+    }
+}
+
+impl fmt::Display for Config {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (name, value) in &self.constexprs {
+            write!(f, "{name}={value},")?;
+        }
+        write!(f, "warps={},stages={}", self.num_warps, self.num_stages)
+    }
+}
+
+/// How much work a cache miss may cost (`TEGULA_AUTOTUNE`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// The default config, no timing, the cache untouched.
+    Off,
+    /// The cached winner, else the default; never times.
+    Cached,
+    /// Times every candidate on a miss and stores the winner.
+    Full,
+}
+
+impl Mode {
+    /// Parses `off`, `cached` or `full` (case-insensitive; empty is `full`).
+    pub fn parse(text: &str) -> Option<Mode> {
+        match text.trim().to_ascii_lowercase().as_str() {
+            "off" | "0" | "false" => Some(Mode::Off),
+            "cached" | "cache" => Some(Mode::Cached),
+            "full" | "on" | "1" | "true" | "" => Some(Mode::Full),
+            _ => None,
+        }
+    }
+
+    /// `TEGULA_AUTOTUNE`; an unknown value is reported once and read as `full`.
+    pub fn from_env() -> Mode {
+        let text = std::env::var("TEGULA_AUTOTUNE").unwrap_or_default();
+        Mode::parse(&text).unwrap_or_else(|| {
+            static SAID: std::sync::Once = std::sync::Once::new();
+            SAID.call_once(|| {
+                eprintln!(
+                    "tegula: TEGULA_AUTOTUNE={text}: expected off, cached or full; using full"
+                )
+            });
+            Mode::Full
+        })
+    }
+}
+
+/// Where configs are tuned: the part of the cache key that says which machine.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Target {
+    /// The device's name as the driver reports it, e.g. `NVIDIA H200`.
+    pub device: String,
+    /// `cuDriverGetVersion`, e.g. 13000.
+    pub driver_version: i32,
+    /// False on the interpreter: timing there says nothing about a GPU.
+    pub tunable: bool,
+}
+
+impl Target {
+    /// The target of a device.
+    pub fn of(dev: &Device) -> Target {
+        match (dev.backend(), dev.cuda_runtime()) {
+            (Backend::Cuda(_), Some(rt)) => {
+                let info = rt.device_info();
+                Target {
+                    device: info.name,
+                    driver_version: info.driver_version,
+                    tunable: true,
+                }
+            }
+            _ => Target {
+                device: "interpreter".into(),
+                driver_version: 0,
+                tunable: false,
+            },
+        }
+    }
+}
+
+/// A stable 64-bit FNV-1a hash of `text` as 16 hex digits (stable across Rust versions, unlike
+/// `std`'s hasher, since it names cache entries on disk).
+pub fn source_hash(text: &str) -> String {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in text.bytes() {
+        h ^= b as u64;
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    format!("{h:016x}")
+}
+
+/// A candidate filter: true keeps the config.
+type Prune<'a> = Box<dyn Fn(&Config) -> bool + 'a>;
+
+/// A tuning request: which kernel, which version of its source, which key, which candidates.
+pub struct Tuning<'a> {
+    pub kernel: String,
+    /// Changes whenever the kernel's code changes (see [`Tuning::new`]).
+    pub source_hash: String,
+    /// The argument values that select a config, e.g. `M=4096,N=4096,f16`.
+    pub key: String,
+    pub configs: Vec<Config>,
+    prune: Option<Prune<'a>>,
+}
+
+impl<'a> Tuning<'a> {
+    /// A request for `kernel` whose code is summarized by `source` (the printed Tile IR of its
+    /// default config is a good choice: any change to the kernel body changes it).
+    pub fn new(
+        kernel: &str,
+        source: &str,
+        key: impl Into<String>,
+        configs: Vec<Config>,
+    ) -> Tuning<'a> {
+        Tuning {
+            kernel: kernel.to_string(),
+            source_hash: source_hash(source),
+            key: key.into(),
+            configs,
+            prune: None,
+        }
+    }
+
+    /// Keeps only candidates for which `keep` is true (before any timing). Use it for configs
+    /// that cannot work for this key (a block larger than the problem, shared memory that the
+    /// device lacks) or that are known to lose.
+    pub fn prune(mut self, keep: impl Fn(&Config) -> bool + 'a) -> Tuning<'a> {
+        self.prune = Some(Box::new(keep));
+        self
+    }
+
+    /// The candidates that pruning keeps, in their given order.
+    pub fn candidates(&self) -> Vec<Config> {
+        self.configs
+            .iter()
+            .filter(|c| self.prune.as_ref().is_none_or(|keep| keep(c)))
+            .cloned()
+            .collect()
+    }
+
+    fn cache_key(&self, target: &Target) -> String {
+        format!(
+            "{}|{}|{}|{}|{}",
+            self.kernel, self.source_hash, self.key, target.device, target.driver_version
+        )
+    }
+}
+
+/// Where a chosen config came from.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Source {
+    /// Timed now: the winner's median milliseconds and how many candidates were timed.
+    Tuned { ms: f64, timed: usize },
+    /// From the cache (this process's memory or the file), with the milliseconds measured
+    /// when it was tuned.
+    Cached { ms: f64 },
+    /// The default: tuning is off, the cache had no entry in `cached` mode, or the device is
+    /// the interpreter.
+    Default,
+}
+
+/// The tuner's answer.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Tuned {
+    pub config: Config,
+    pub source: Source,
+    /// Candidates dropped because their benchmark failed, with the reason.
+    pub dropped: Vec<(Config, String)>,
+}
+
+/// One stored winner.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+struct Entry {
+    kernel: String,
+    source_hash: String,
+    key: String,
+    device: String,
+    driver_version: i32,
+    config: Config,
+    ms: f64,
+    /// Seconds since the Unix epoch.
+    tuned_at: u64,
+}
+
+#[derive(Default, Serialize, Deserialize)]
+struct CacheFile {
+    version: u32,
+    entries: BTreeMap<String, Entry>,
+}
+
+const CACHE_VERSION: u32 = 1;
+
+/// The autotuner: an in-process memo over the on-disk cache.
+pub struct Autotuner {
+    /// `None`: nothing persists (`TEGULA_CACHE_DIR=off`).
+    path: Option<PathBuf>,
+    mode: Mode,
+    progress: bool,
+    memo: Mutex<HashMap<String, (Config, f64)>>,
+    /// Notes for the user: corrupt cache files, failed writes. Each is said once.
+    notes: Mutex<Vec<String>>,
+    said: Mutex<HashSet<String>>,
+}
+
+impl Autotuner {
+    /// A tuner over the cache file at `path` (`None`: memory only) in `mode`. Quiet: no progress
+    /// bar, notes kept for [`Autotuner::notes`] and not printed.
+    pub fn new(path: Option<PathBuf>, mode: Mode) -> Autotuner {
+        Autotuner {
+            path,
+            mode,
+            progress: false,
+            memo: Mutex::new(HashMap::new()),
+            notes: Mutex::new(Vec::new()),
+            said: Mutex::new(HashSet::new()),
+        }
+    }
+
+    /// The tuner that `TEGULA_AUTOTUNE` and `TEGULA_CACHE_DIR` describe, with a progress bar
+    /// when stderr is a terminal and `CI` is unset.
+    pub fn from_env() -> Autotuner {
+        let mut tuner = Autotuner::new(default_cache_path(), Mode::from_env());
+        tuner.progress = std::io::stderr().is_terminal() && std::env::var_os("CI").is_none();
+        tuner
+    }
+
+    /// The process-wide tuner that library kernels use (from the environment, made once).
+    pub fn global() -> &'static Autotuner {
+        static GLOBAL: OnceLock<Autotuner> = OnceLock::new();
+        GLOBAL.get_or_init(Autotuner::from_env)
+    }
+
+    pub fn mode(&self) -> Mode {
+        self.mode
+    }
+
+    pub fn cache_path(&self) -> Option<&Path> {
+        self.path.as_deref()
+    }
+
+    /// What the tuner had to say so far (corrupt cache files, failed writes).
+    pub fn notes(&self) -> Vec<String> {
+        lock(&self.notes).clone()
+    }
+
+    /// [`Autotuner::tune_for`] on a device's [`Target`].
+    pub fn tune(
+        &self,
+        dev: &Device,
+        tuning: &Tuning<'_>,
+        bench: impl FnMut(&Config) -> Result<f64>,
+    ) -> Result<Tuned> {
+        self.tune_for(&Target::of(dev), tuning, bench)
+    }
+
+    /// The config to use for `tuning` on `target`: from the cache, the default, or the fastest
+    /// candidate by `bench` (median milliseconds of one candidate; an error drops it).
+    pub fn tune_for(
+        &self,
+        target: &Target,
+        tuning: &Tuning<'_>,
+        mut bench: impl FnMut(&Config) -> Result<f64>,
+    ) -> Result<Tuned> {
+        if tuning.configs.is_empty() {
+            return Err(Error::Invalid {
+                op: "autotune".into(),
+                message: format!("kernel `{}` offers no candidate config", tuning.kernel),
+            });
+        }
+        let candidates = tuning.candidates();
+        let default = candidates.first().unwrap_or(&tuning.configs[0]).clone();
+        let answer = |config: Config, source: Source| Tuned {
+            config,
+            source,
+            dropped: Vec::new(),
+        };
+        if !target.tunable || self.mode == Mode::Off {
+            return Ok(answer(default, Source::Default));
+        }
+        let key = tuning.cache_key(target);
+        if let Some((config, ms)) = self.lookup(&key) {
+            return Ok(answer(config, Source::Cached { ms }));
+        }
+        if self.mode == Mode::Cached || candidates.len() <= 1 {
+            return Ok(answer(default, Source::Default));
+        }
+
+        let bar = self.progress_bar(tuning, candidates.len());
+        let mut best: Option<(Config, f64)> = None;
+        let mut dropped = Vec::new();
+        let mut first_error = None;
+        for config in &candidates {
+            bar.set_message(config.to_string());
+            match bench(config) {
+                Ok(ms) if ms.is_finite() && ms >= 0.0 => {
+                    if best.as_ref().is_none_or(|(_, b)| ms < *b) {
+                        best = Some((config.clone(), ms));
+                    }
+                }
+                Ok(ms) => dropped.push((config.clone(), format!("benchmark returned {ms} ms"))),
+                Err(e) if is_fatal(&e) => {
+                    bar.finish_and_clear();
+                    return Err(e);
+                }
+                Err(e) => {
+                    dropped.push((config.clone(), e.to_string()));
+                    first_error.get_or_insert(e);
+                }
+            }
+            bar.inc(1);
+        }
+        bar.finish_and_clear();
+        let Some((config, ms)) = best else {
+            return Err(first_error.unwrap_or_else(|| Error::Invalid {
+                op: "autotune".into(),
+                message: format!("no config of `{}` could be timed", tuning.kernel),
+            }));
+        };
+        self.store(
+            &key,
+            Entry {
+                kernel: tuning.kernel.clone(),
+                source_hash: tuning.source_hash.clone(),
+                key: tuning.key.clone(),
+                device: target.device.clone(),
+                driver_version: target.driver_version,
+                config: config.clone(),
+                ms,
+                tuned_at: std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_secs()),
+            },
+        );
+        Ok(Tuned {
+            config,
+            source: Source::Tuned {
+                ms,
+                timed: candidates.len() - dropped.len(),
+            },
+            dropped,
+        })
+    }
+
+    fn progress_bar(&self, tuning: &Tuning<'_>, n: usize) -> indicatif::ProgressBar {
+        if !self.progress {
+            return indicatif::ProgressBar::hidden();
+        }
+        let bar = indicatif::ProgressBar::new(n as u64);
+        let style =
+            indicatif::ProgressStyle::with_template("tuning {prefix} [{bar:24}] {pos}/{len} {msg}")
+                .map(|s| s.progress_chars("=> "));
+        if let Ok(style) = style {
+            bar.set_style(style);
+        }
+        bar.set_prefix(format!("{} ({})", tuning.kernel, tuning.key));
+        bar
+    }
+
+    /// The memo, else the file (which another process may have written since).
+    fn lookup(&self, key: &str) -> Option<(Config, f64)> {
+        if let Some(hit) = lock(&self.memo).get(key) {
+            return Some(hit.clone());
+        }
+        let file = self.read_file()?;
+        let mut memo = lock(&self.memo);
+        for (k, e) in file.entries {
+            memo.entry(k).or_insert((e.config, e.ms));
+        }
+        memo.get(key).cloned()
+    }
+
+    /// Adds the entry to the memo and the file: read, merge, write a temporary file, rename
+    /// (so a reader never sees half a file and concurrent writers lose at most an entry).
+    fn store(&self, key: &str, entry: Entry) {
+        lock(&self.memo).insert(key.to_string(), (entry.config.clone(), entry.ms));
+        let Some(path) = &self.path else { return };
+        let mut file = self.read_file().unwrap_or_default();
+        file.version = CACHE_VERSION;
+        file.entries.insert(key.to_string(), entry);
+        if let Err(e) = write_atomically(path, &file) {
+            self.note(format!(
+                "tegula: could not write the autotune cache {}: {e}",
+                path.display()
+            ));
+        }
+    }
+
+    /// The cache file's contents; `None` if there is none or it is unreadable (said once).
+    fn read_file(&self) -> Option<CacheFile> {
+        let path = self.path.as_ref()?;
+        let text = match std::fs::read_to_string(path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return None,
+            Err(e) => {
+                self.note(format!(
+                    "tegula: cannot read the autotune cache {}: {e}; ignoring it",
+                    path.display()
+                ));
+                return None;
+            }
+        };
+        match serde_json::from_str::<CacheFile>(&text) {
+            Ok(file) if file.version == CACHE_VERSION => Some(file),
+            Ok(file) => {
+                self.note(format!(
+                    "tegula: autotune cache {} has version {}, expected {CACHE_VERSION}; ignoring it",
+                    path.display(),
+                    file.version
+                ));
+                None
+            }
+            Err(e) => {
+                self.note(format!(
+                    "tegula: autotune cache {} is corrupt ({e}); ignoring it (it is rewritten on \
+                     the next tuning)",
+                    path.display()
+                ));
+                None
+            }
+        }
+    }
+
+    /// Records a note and prints it to stderr, once per distinct text.
+    fn note(&self, text: String) {
+        if !lock(&self.said).insert(text.clone()) {
+            return;
+        }
+        eprintln!("{text}");
+        lock(&self.notes).push(text);
+    }
+}
+
+/// `$TEGULA_CACHE_DIR/autotune.json` (`off`, `0` or empty: none), else the user cache dir's
+/// `tegula/autotune.json`.
+pub fn default_cache_path() -> Option<PathBuf> {
+    match std::env::var_os("TEGULA_CACHE_DIR") {
+        Some(v) if v.is_empty() || v == "off" || v == "0" => None,
+        Some(v) => Some(PathBuf::from(v).join("autotune.json")),
+        None => dirs::cache_dir().map(|d| d.join("tegula").join("autotune.json")),
+    }
+}
+
+/// Errors after which timing more candidates is pointless: a kernel fault leaves the CUDA
+/// context unusable.
+fn is_fatal(e: &Error) -> bool {
+    matches!(e, Error::Cuda(c) if c.is_kernel_fault())
+}
+
+fn write_atomically(path: &Path, file: &CacheFile) -> std::io::Result<()> {
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    let text = serde_json::to_string_pretty(file).map_err(std::io::Error::other)?;
+    let tmp = path.with_extension(format!("json.tmp{}", std::process::id()));
+    let mut f = std::fs::File::create(&tmp)?;
+    f.write_all(text.as_bytes())?;
+    f.sync_all()?;
+    drop(f);
+    std::fs::rename(&tmp, path).inspect_err(|_| {
+        let _ = std::fs::remove_file(&tmp);
+    })
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // The guarded maps stay consistent even if a holder panicked.
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Summary statistics of repeated timings, in milliseconds.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Timing {
+    /// Every sample, sorted ascending.
+    pub samples: Vec<f64>,
+    pub median: f64,
+    pub min: f64,
+    pub max: f64,
+    /// First and third quartiles.
+    pub q1: f64,
+    pub q3: f64,
+}
+
+impl Timing {
+    /// Statistics of `samples` (at least one, finite).
+    pub fn from_samples(mut samples: Vec<f64>) -> Option<Timing> {
+        if samples.is_empty() || samples.iter().any(|s| !s.is_finite()) {
+            return None;
+        }
+        samples.sort_by(f64::total_cmp);
+        let q = |p: f64| {
+            // Linear interpolation between the closest ranks.
+            let pos = p * (samples.len() - 1) as f64;
+            let (lo, hi) = (pos.floor() as usize, pos.ceil() as usize);
+            samples[lo] + (samples[hi] - samples[lo]) * (pos - lo as f64)
+        };
+        Some(Timing {
+            median: q(0.5),
+            q1: q(0.25),
+            q3: q(0.75),
+            min: samples[0],
+            max: samples[samples.len() - 1],
+            samples,
+        })
+    }
+}
+
+/// How long [`measure`] warms up and repeats.
+#[derive(Clone, Copy, Debug)]
+pub struct MeasureOptions {
+    /// Device time spent warming up, in milliseconds (at least one call).
+    pub warmup_ms: f64,
+    /// Device time spent on timed repetitions, in milliseconds.
+    pub rep_ms: f64,
+    pub min_reps: usize,
+    pub max_reps: usize,
+}
+
+impl Default for MeasureOptions {
+    /// Triton's `do_bench` budget: 25 ms warm-up, 100 ms of repetitions.
+    fn default() -> Self {
+        MeasureOptions {
+            warmup_ms: 25.0,
+            rep_ms: 100.0,
+            min_reps: 10,
+            max_reps: 1000,
+        }
+    }
+}
+
+impl MeasureOptions {
+    /// A short budget for the autotuner's many candidates.
+    pub fn quick() -> Self {
+        MeasureOptions {
+            warmup_ms: 5.0,
+            rep_ms: 25.0,
+            min_reps: 5,
+            max_reps: 200,
+        }
+    }
+}
+
+/// Times `work` (which enqueues device work) with [`Device::time`], one sample per call: a
+/// first call (compilation and module load happen there) and warm-up calls are not timed.
+pub fn measure(
+    dev: &Device,
+    options: &MeasureOptions,
+    mut work: impl FnMut() -> Result<()>,
+) -> Result<Timing> {
+    work()?;
+    dev.synchronize()?;
+    // Estimate one call from a few, to size the warm-up and the repetitions.
+    let probe = 3;
+    let est = dev.time(|| (0..probe).try_for_each(|_| work()))? / probe as f64;
+    let per_call = est.max(1e-4);
+    let warmups = ((options.warmup_ms / per_call) as usize).clamp(1, options.max_reps);
+    for _ in 0..warmups {
+        work()?;
+    }
+    let reps = ((options.rep_ms / per_call) as usize).clamp(options.min_reps, options.max_reps);
+    let mut samples = Vec::with_capacity(reps);
+    for _ in 0..reps {
+        samples.push(dev.time(&mut work)?);
+    }
+    dev.synchronize()?;
+    Timing::from_samples(samples).ok_or_else(|| Error::Invalid {
+        op: "measure".into(),
+        message: "timing produced no finite sample".into(),
+    })
+}
+
+/// A benchmark closure for the tuner: the median of [`measure`] with the quick budget.
+pub fn median_ms(dev: &Device, work: impl FnMut() -> Result<()>) -> Result<f64> {
+    Ok(measure(dev, &MeasureOptions::quick(), work)?.median)
+}

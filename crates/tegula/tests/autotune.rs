@@ -1,0 +1,432 @@
+//! The autotuner on the CPU: cache keys, persistence across tuner instances (as across
+//! processes), invalidation, corrupt cache files, pruning, failing candidates and the modes.
+//! Benchmarks are fake closures that return chosen times and count their calls.
+
+use std::cell::Cell;
+use std::path::PathBuf;
+use tegula::autotune::{
+    measure, source_hash, Autotuner, Config, MeasureOptions, Mode, Source, Target, Timing, Tuning,
+};
+use tegula::{Device, Error};
+
+fn gpu() -> Target {
+    Target {
+        device: "NVIDIA H200".into(),
+        driver_version: 13000,
+        tunable: true,
+    }
+}
+
+fn configs() -> Vec<Config> {
+    [(32, 4), (64, 4), (128, 8), (256, 8)]
+        .iter()
+        .map(|&(block, warps)| Config::new(warps, 3).with("BLOCK", block))
+        .collect()
+}
+
+/// A fake benchmark: BLOCK=128 is fastest (1.5 ms); counts calls.
+fn fake_bench(calls: &Cell<usize>) -> impl FnMut(&Config) -> tegula::Result<f64> + '_ {
+    move |c: &Config| {
+        calls.set(calls.get() + 1);
+        Ok(match c.get("BLOCK") {
+            Some(32) => 4.0,
+            Some(64) => 2.25,
+            Some(128) => 1.5,
+            _ => 3.0,
+        })
+    }
+}
+
+fn cache_file(dir: &tempfile::TempDir) -> PathBuf {
+    dir.path().join("autotune.json")
+}
+
+const IR_V1: &str = "kernel @k(%a: ptr<f16>) { %0 = program_id 0 }";
+const IR_V2: &str = "kernel @k(%a: ptr<f16>) { %0 = program_id 1 }";
+
+#[test]
+fn tunes_on_miss_and_stores_the_winner() {
+    let dir = tempfile::tempdir().unwrap();
+    let tuner = Autotuner::new(Some(cache_file(&dir)), Mode::Full);
+    let calls = Cell::new(0);
+    let t = Tuning::new("k", IR_V1, "N=4096,f16", configs());
+    let got = tuner.tune_for(&gpu(), &t, fake_bench(&calls)).unwrap();
+    assert_eq!(got.config, Config::new(8, 3).with("BLOCK", 128));
+    assert_eq!(got.source, Source::Tuned { ms: 1.5, timed: 4 });
+    assert_eq!(calls.get(), 4);
+
+    // The same tuner answers from memory without timing.
+    let again = tuner.tune_for(&gpu(), &t, fake_bench(&calls)).unwrap();
+    assert_eq!(again.config, got.config);
+    assert_eq!(again.source, Source::Cached { ms: 1.5 });
+    assert_eq!(calls.get(), 4);
+
+    // The file holds one entry with every part of the key.
+    let text = std::fs::read_to_string(cache_file(&dir)).unwrap();
+    let json: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let entries = json["entries"].as_object().unwrap();
+    assert_eq!(entries.len(), 1);
+    let e = entries.values().next().unwrap();
+    assert_eq!(e["kernel"], "k");
+    assert_eq!(e["source_hash"], source_hash(IR_V1));
+    assert_eq!(e["key"], "N=4096,f16");
+    assert_eq!(e["device"], "NVIDIA H200");
+    assert_eq!(e["driver_version"], 13000);
+    assert_eq!(e["config"]["constexprs"]["BLOCK"], 128);
+    assert_eq!(e["config"]["num_warps"], 8);
+    assert!(tuner.notes().is_empty(), "{:?}", tuner.notes());
+}
+
+#[test]
+fn a_second_process_reuses_the_winner_without_timing() {
+    let dir = tempfile::tempdir().unwrap();
+    let first_calls = Cell::new(0);
+    let t = Tuning::new("k", IR_V1, "N=4096,f16", configs());
+    let first = Autotuner::new(Some(cache_file(&dir)), Mode::Full)
+        .tune_for(&gpu(), &t, fake_bench(&first_calls))
+        .unwrap();
+    assert_eq!(first_calls.get(), 4);
+
+    // A fresh tuner over the same file stands in for a second process.
+    let second_calls = Cell::new(0);
+    let second = Autotuner::new(Some(cache_file(&dir)), Mode::Full)
+        .tune_for(&gpu(), &t, fake_bench(&second_calls))
+        .unwrap();
+    assert_eq!(second_calls.get(), 0);
+    assert_eq!(second.config, first.config);
+    assert_eq!(second.source, Source::Cached { ms: 1.5 });
+
+    // `cached` mode reads the same entry.
+    let third = Autotuner::new(Some(cache_file(&dir)), Mode::Cached)
+        .tune_for(&gpu(), &t, fake_bench(&second_calls))
+        .unwrap();
+    assert_eq!(third.config, first.config);
+    assert_eq!(second_calls.get(), 0);
+}
+
+#[test]
+fn every_part_of_the_key_selects_its_own_entry() {
+    let dir = tempfile::tempdir().unwrap();
+    let tuner = Autotuner::new(Some(cache_file(&dir)), Mode::Full);
+    let calls = Cell::new(0);
+    let base = Tuning::new("k", IR_V1, "N=4096,f16", configs());
+    tuner.tune_for(&gpu(), &base, fake_bench(&calls)).unwrap();
+    assert_eq!(calls.get(), 4);
+
+    let other_key = Tuning::new("k", IR_V1, "N=8192,f16", configs());
+    let other_kernel = Tuning::new("k2", IR_V1, "N=4096,f16", configs());
+    let other_source = Tuning::new("k", IR_V2, "N=4096,f16", configs());
+    let mut other_driver = gpu();
+    other_driver.driver_version = 12080;
+    let mut other_device = gpu();
+    other_device.device = "NVIDIA H100 80GB HBM3".into();
+    for (tuning, target) in [
+        (&other_key, gpu()),
+        (&other_kernel, gpu()),
+        (&other_source, gpu()),
+        (&base, other_driver),
+        (&base, other_device),
+    ] {
+        let before = calls.get();
+        let got = tuner.tune_for(&target, tuning, fake_bench(&calls)).unwrap();
+        assert_eq!(
+            calls.get(),
+            before + 4,
+            "{} on {target:?} was not timed",
+            tuning.key
+        );
+        assert!(matches!(got.source, Source::Tuned { .. }));
+    }
+    let text = std::fs::read_to_string(cache_file(&dir)).unwrap();
+    let json: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(json["entries"].as_object().unwrap().len(), 6);
+}
+
+#[test]
+fn a_changed_kernel_source_invalidates_across_processes() {
+    let dir = tempfile::tempdir().unwrap();
+    let calls = Cell::new(0);
+    let v1 = Tuning::new("k", IR_V1, "N=4096,f16", configs());
+    Autotuner::new(Some(cache_file(&dir)), Mode::Full)
+        .tune_for(&gpu(), &v1, fake_bench(&calls))
+        .unwrap();
+    assert_eq!(calls.get(), 4);
+
+    // The kernel body changed: its new IR hashes differently, so the old winner is not used,
+    // not even in `cached` mode, which then falls back to the default.
+    let v2 = Tuning::new("k", IR_V2, "N=4096,f16", configs());
+    let cached = Autotuner::new(Some(cache_file(&dir)), Mode::Cached)
+        .tune_for(&gpu(), &v2, fake_bench(&calls))
+        .unwrap();
+    assert_eq!(cached.source, Source::Default);
+    assert_eq!(cached.config, configs()[0]);
+    assert_eq!(calls.get(), 4);
+
+    let full = Autotuner::new(Some(cache_file(&dir)), Mode::Full)
+        .tune_for(&gpu(), &v2, fake_bench(&calls))
+        .unwrap();
+    assert!(matches!(full.source, Source::Tuned { .. }));
+    assert_eq!(calls.get(), 8);
+    assert_ne!(source_hash(IR_V1), source_hash(IR_V2));
+    assert_eq!(source_hash(IR_V1), source_hash(IR_V1));
+    assert_eq!(source_hash(""), "cbf29ce484222325"); // FNV-1a offset basis: stable on disk
+}
+
+#[test]
+fn a_corrupt_cache_file_is_reported_once_and_ignored() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = cache_file(&dir);
+    std::fs::write(&path, "{\"version\": 1, \"entries\": {\"k|").unwrap();
+    let tuner = Autotuner::new(Some(path.clone()), Mode::Full);
+    let calls = Cell::new(0);
+    let t = Tuning::new("k", IR_V1, "N=4096,f16", configs());
+
+    // `cached` reads the corrupt file: default config, one note, no panic.
+    let cached_tuner = Autotuner::new(Some(path.clone()), Mode::Cached);
+    let got = cached_tuner
+        .tune_for(&gpu(), &t, fake_bench(&calls))
+        .unwrap();
+    assert_eq!(got.source, Source::Default);
+    let other = Tuning::new("k", IR_V1, "N=1,f16", configs());
+    cached_tuner
+        .tune_for(&gpu(), &other, fake_bench(&calls))
+        .unwrap();
+    let notes = cached_tuner.notes();
+    assert_eq!(notes.len(), 1, "{notes:?}");
+    assert!(
+        notes[0].contains("corrupt") && notes[0].contains("autotune.json"),
+        "{notes:?}"
+    );
+
+    // `full` tunes anyway and replaces the file with a valid one.
+    let got = tuner.tune_for(&gpu(), &t, fake_bench(&calls)).unwrap();
+    assert_eq!(got.config.get("BLOCK"), Some(128));
+    assert_eq!(calls.get(), 4);
+    assert_eq!(tuner.notes().len(), 1);
+    let reread = Autotuner::new(Some(path.clone()), Mode::Cached)
+        .tune_for(&gpu(), &t, fake_bench(&calls))
+        .unwrap();
+    assert_eq!(reread.source, Source::Cached { ms: 1.5 });
+
+    // Valid JSON of the wrong shape, binary garbage and a directory in the file's place are
+    // all ignored the same way.
+    for (i, bad) in [
+        "[1, 2, 3]",
+        "{\"version\": 99, \"entries\": {}}",
+        "\u{0}\u{1}garbage",
+    ]
+    .iter()
+    .enumerate()
+    {
+        let p = dir.path().join(format!("bad{i}.json"));
+        std::fs::write(&p, bad).unwrap();
+        let tuner = Autotuner::new(Some(p), Mode::Cached);
+        let got = tuner.tune_for(&gpu(), &t, fake_bench(&calls)).unwrap();
+        assert_eq!(got.source, Source::Default);
+        assert_eq!(tuner.notes().len(), 1, "{bad}: {:?}", tuner.notes());
+    }
+    let as_dir = dir.path().join("dir.json");
+    std::fs::create_dir(&as_dir).unwrap();
+    let tuner = Autotuner::new(Some(as_dir), Mode::Full);
+    let got = tuner.tune_for(&gpu(), &t, fake_bench(&calls)).unwrap();
+    assert_eq!(
+        got.config.get("BLOCK"),
+        Some(128),
+        "tuning still works in memory"
+    );
+    assert!(!tuner.notes().is_empty());
+}
+
+#[test]
+fn pruning_runs_before_timing_and_picks_the_default() {
+    let dir = tempfile::tempdir().unwrap();
+    let tuner = Autotuner::new(Some(cache_file(&dir)), Mode::Full);
+    let timed = std::cell::RefCell::new(Vec::new());
+    let n = 100; // a problem of 100 elements: blocks over 128 are pointless
+    let t = Tuning::new("k", IR_V1, format!("N={n}"), configs())
+        .prune(move |c| c.get("BLOCK").is_some_and(|b| (64..=128).contains(&b)));
+    assert_eq!(t.candidates().len(), 2);
+    let got = tuner
+        .tune_for(&gpu(), &t, |c| {
+            timed.borrow_mut().push(c.get("BLOCK").unwrap());
+            Ok(c.get("BLOCK").unwrap() as f64)
+        })
+        .unwrap();
+    assert_eq!(*timed.borrow(), vec![64, 128]);
+    assert_eq!(got.config.get("BLOCK"), Some(64));
+
+    // With tuning off the default is the first candidate pruning keeps, not configs[0].
+    let off = Autotuner::new(None, Mode::Off)
+        .tune_for(&gpu(), &t, |_| panic!("off must not time"))
+        .unwrap();
+    assert_eq!(off.config.get("BLOCK"), Some(64));
+    assert_eq!(off.source, Source::Default);
+
+    // One candidate left: nothing to compare, so no timing.
+    let single = Tuning::new("k", IR_V1, "N=1", configs()).prune(|c| c.get("BLOCK") == Some(256));
+    let got = tuner
+        .tune_for(&gpu(), &single, |_| {
+            panic!("a single candidate needs no timing")
+        })
+        .unwrap();
+    assert_eq!(got.config.get("BLOCK"), Some(256));
+}
+
+#[test]
+fn failing_candidates_are_dropped_with_a_note() {
+    let tuner = Autotuner::new(None, Mode::Full);
+    let t = Tuning::new("k", IR_V1, "N=4096", configs());
+    let got = tuner
+        .tune_for(&gpu(), &t, |c| match c.get("BLOCK") {
+            Some(128) => Err(Error::Invalid {
+                op: "launch".into(),
+                message: "needs 300000 bytes of shared memory".into(),
+            }),
+            Some(256) => Ok(f64::NAN),
+            Some(b) => Ok(b as f64 / 10.0),
+            None => unreachable!(),
+        })
+        .unwrap();
+    assert_eq!(got.config.get("BLOCK"), Some(32));
+    assert_eq!(got.source, Source::Tuned { ms: 3.2, timed: 2 });
+    assert_eq!(got.dropped.len(), 2);
+    assert_eq!(got.dropped[0].0.get("BLOCK"), Some(128));
+    assert!(got.dropped[0].1.contains("shared memory"));
+
+    // When every candidate fails, the first failure is the answer.
+    let err = Autotuner::new(None, Mode::Full)
+        .tune_for(&gpu(), &t, |c| {
+            Err(Error::Invalid {
+                op: "launch".into(),
+                message: format!("refused {c}"),
+            })
+        })
+        .unwrap_err();
+    assert!(err.to_string().contains("refused BLOCK=32,"), "{err}");
+
+    // No candidates at all is a typed error, not a panic.
+    let empty = Tuning::new("k", IR_V1, "N=1", Vec::new());
+    assert!(Autotuner::new(None, Mode::Full)
+        .tune_for(&gpu(), &empty, |_| Ok(1.0))
+        .is_err());
+}
+
+#[test]
+fn modes_and_the_interpreter() {
+    let dir = tempfile::tempdir().unwrap();
+    let calls = Cell::new(0);
+    let t = Tuning::new("k", IR_V1, "N=4096,f16", configs());
+    for mode in [Mode::Off, Mode::Cached] {
+        let got = Autotuner::new(Some(cache_file(&dir)), mode)
+            .tune_for(&gpu(), &t, fake_bench(&calls))
+            .unwrap();
+        assert_eq!(
+            (got.config, got.source),
+            (configs()[0].clone(), Source::Default)
+        );
+    }
+    assert_eq!(calls.get(), 0);
+    assert!(!cache_file(&dir).exists(), "off and cached never write");
+
+    // Full tunes; off then ignores the cache and keeps the default.
+    Autotuner::new(Some(cache_file(&dir)), Mode::Full)
+        .tune_for(&gpu(), &t, fake_bench(&calls))
+        .unwrap();
+    let off = Autotuner::new(Some(cache_file(&dir)), Mode::Off)
+        .tune_for(&gpu(), &t, fake_bench(&calls))
+        .unwrap();
+    assert_eq!(off.config, configs()[0]);
+
+    // The interpreter: default config, no timing, whatever the mode.
+    let dev = Device::cpu();
+    let target = Target::of(&dev);
+    assert!(!target.tunable);
+    let got = Autotuner::new(None, Mode::Full)
+        .tune(&dev, &t, |_| panic!("the interpreter must not time"))
+        .unwrap();
+    assert_eq!(got.source, Source::Default);
+
+    for (text, mode) in [
+        ("off", Some(Mode::Off)),
+        ("CACHED", Some(Mode::Cached)),
+        ("full", Some(Mode::Full)),
+        ("", Some(Mode::Full)),
+        ("fast", None),
+    ] {
+        assert_eq!(Mode::parse(text), mode, "{text}");
+    }
+}
+
+#[test]
+fn config_accessors_and_display() {
+    let c = Config::new(4, 2).with("BLOCK_N", 64).with("BLOCK_M", 128);
+    assert_eq!(c.to_string(), "BLOCK_M=128,BLOCK_N=64,warps=4,stages=2");
+    assert_eq!(c.usize("BLOCK_M").unwrap(), 128);
+    assert!(c.usize("BLOCK_K").is_err());
+    assert!(Config::new(4, 2).with("X", -1).usize("X").is_err());
+    let lc = c.launch_config();
+    assert_eq!((lc.num_warps, lc.num_stages), (4, 2));
+}
+
+#[test]
+fn timing_statistics() {
+    let t = Timing::from_samples(vec![5.0, 1.0, 4.0, 2.0, 3.0]).unwrap();
+    assert_eq!(
+        (t.min, t.q1, t.median, t.q3, t.max),
+        (1.0, 2.0, 3.0, 4.0, 5.0)
+    );
+    let t = Timing::from_samples(vec![4.0, 1.0]).unwrap();
+    assert_eq!((t.median, t.q1, t.q3), (2.5, 1.75, 3.25));
+    assert!(Timing::from_samples(vec![]).is_none());
+    assert!(Timing::from_samples(vec![1.0, f64::INFINITY]).is_none());
+}
+
+#[test]
+fn measure_keeps_the_first_call_out() {
+    // On the interpreter `Device::time` is the wall clock; a first call that sleeps stands in
+    // for compilation and must not show in the samples.
+    let dev = Device::cpu();
+    let calls = Cell::new(0usize);
+    let options = MeasureOptions {
+        warmup_ms: 1.0,
+        rep_ms: 2.0,
+        min_reps: 7,
+        max_reps: 7,
+    };
+    let t = measure(&dev, &options, || {
+        calls.set(calls.get() + 1);
+        if calls.get() == 1 {
+            std::thread::sleep(std::time::Duration::from_millis(200));
+        }
+        Ok(())
+    })
+    .unwrap();
+    assert_eq!(t.samples.len(), 7);
+    assert!(
+        t.max < 100.0,
+        "the first call leaked into the samples: {t:?}"
+    );
+    assert!(calls.get() >= 1 + 3 + 1 + 7);
+}
+
+#[test]
+fn the_environment_chooses_mode_and_cache_file() {
+    // The only test in this binary that touches these variables.
+    let dir = tempfile::tempdir().unwrap();
+    std::env::set_var("TEGULA_CACHE_DIR", dir.path());
+    std::env::set_var("TEGULA_AUTOTUNE", "cached");
+    let tuner = Autotuner::from_env();
+    assert_eq!(tuner.mode(), Mode::Cached);
+    assert_eq!(
+        tuner.cache_path(),
+        Some(dir.path().join("autotune.json").as_path())
+    );
+    std::env::set_var("TEGULA_CACHE_DIR", "off");
+    std::env::set_var("TEGULA_AUTOTUNE", "off");
+    let tuner = Autotuner::from_env();
+    assert_eq!((tuner.mode(), tuner.cache_path()), (Mode::Off, None));
+    std::env::set_var("TEGULA_AUTOTUNE", "bogus");
+    assert_eq!(Autotuner::from_env().mode(), Mode::Full);
+    std::env::remove_var("TEGULA_CACHE_DIR");
+    std::env::remove_var("TEGULA_AUTOTUNE");
+}
