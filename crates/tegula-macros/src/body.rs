@@ -413,7 +413,10 @@ fn carried_tokens(vars: &[Ident], span: Span) -> CarriedTokens {
         (
             quote_spanned!(span=> #[allow(unused_variables)] let #pats = #carried_var;),
             quote_spanned!(span=> #[allow(unused_mut, unused_assignments)] let #pats_mut = #carried_var;),
-            quote_spanned!(span=> #pats = #carried_var;),
+            // The borrows mark each variable as read after the loop, so a carried value the
+            // kernel never reads again (Triton's `ptrs += step` style) raises no
+            // `unused_assignments` warning in the user's crate.
+            quote_spanned!(span=> #pats = #carried_var; #(let _ = &#vars;)*),
         )
     };
     CarriedTokens {
