@@ -256,9 +256,13 @@ fn fold_block(k: &mut Kernel, b: Block, subst: &mut HashMap<Value, Value>) -> bo
     changed
 }
 
-/// The operand an op returns unchanged (a conversion or reshaping to the operand's own type).
+/// The operand an op returns unchanged (a conversion or reshaping to the operand's own type,
+/// or integer arithmetic with its identity: `x * 1`, `x + 0`, `x - 0`, `ptr + 0`).
 fn forwards_operand(k: &Kernel, i: Inst) -> Option<Value> {
     let d = &k.insts[i];
+    if let Some(v) = integer_identity(k, i) {
+        return Some(v);
+    }
     let identity = match &d.op {
         Op::Broadcast | Op::Reshape | Op::Bitcast => true,
         // A cast to its own dtype is the identity whatever the rounding.
@@ -270,6 +274,76 @@ fn forwards_operand(k: &Kernel, i: Inst) -> Option<Value> {
         return None;
     }
     (k.ty(d.args[0]) == k.ty(d.results[0])).then_some(d.args[0])
+}
+
+/// `x * 1`, `1 * x`, `x + 0`, `0 + x`, `x - 0` on integers and `ptr + 0`, when `x` already has
+/// the result's type (no broadcast hidden in the op). Floats are left alone: `x + 0.0` is not
+/// the identity for `x = -0.0`.
+fn integer_identity(k: &Kernel, i: Inst) -> Option<Value> {
+    let d = &k.insts[i];
+    if d.args.len() != 2 || d.results.len() != 1 {
+        return None;
+    }
+    let result_ty = k.ty(d.results[0]);
+    let is = |v: Value, want: i64| {
+        matches!(const_of(k, v), Some(Constant::Int(c)) if c == want) && k.ty(v).dtype().is_int()
+    };
+    let (a, b) = (d.args[0], d.args[1]);
+    let candidate = match d.op {
+        Op::Binary(BinaryOp::Mul) if result_ty.dtype().is_int() && !result_ty.is_ptr() => {
+            if is(b, 1) {
+                a
+            } else if is(a, 1) {
+                b
+            } else {
+                return None;
+            }
+        }
+        Op::Binary(BinaryOp::Add) if result_ty.dtype().is_int() && !result_ty.is_ptr() => {
+            if is(b, 0) {
+                a
+            } else if is(a, 0) {
+                b
+            } else {
+                return None;
+            }
+        }
+        Op::Binary(BinaryOp::Sub) if result_ty.dtype().is_int() && is(b, 0) => a,
+        Op::AddPtr if is(b, 0) => a,
+        _ => return None,
+    };
+    (k.ty(candidate) == result_ty).then_some(candidate)
+}
+
+/// Replaces every use of scalar parameter `param` by the constant `value` (Triton specializes
+/// integer arguments equal to 1 this way, so a unit stride becomes visible to vectorization).
+/// The parameter itself stays, so the calling convention does not change.
+pub fn bind_scalar_param(k: &mut Kernel, param: usize, value: Constant) {
+    let Some(p) = k.params.get(param) else {
+        return;
+    };
+    if p.ty.is_ptr() {
+        return;
+    }
+    let (old, ty) = (p.value, p.ty);
+    let body = k.body;
+    let inst = k.append(
+        body,
+        Op::Const(value),
+        vec![],
+        &[ty],
+        vec![],
+        crate::Loc::UNKNOWN,
+    );
+    let new = k.insts[inst].results[0];
+    // `append` put the constant last; it must dominate every use, so move it first.
+    let insts = &mut k.blocks[body].insts;
+    insts.pop();
+    insts.insert(0, inst);
+    let subst = HashMap::from([(old, new)]);
+    for i in k.insts.keys().collect::<Vec<_>>() {
+        rewrite_args(k, i, &subst);
+    }
 }
 
 fn const_of(k: &Kernel, v: Value) -> Option<Constant> {

@@ -484,3 +484,29 @@ kernel @gemv(%a: ptr<f16>, %x: ptr<f16>, %y: ptr<f32>, %n: i32) {
 }"#,
     );
 }
+
+#[test]
+fn unit_stride_binding_folds_the_multiply_away() {
+    use tegula_ir::passes::{bind_scalar_param, canonicalize};
+    let mut k = trace("strided", |p| {
+        let x = p.ptr("x", DType::F32);
+        let stride = p.scalar("stride", DType::I32);
+        let offs = arange(0, 64);
+        let v = load_unmasked(x + offs * stride);
+        store_unmasked(x + offs * stride + 0, v * 1.0);
+    })
+    .unwrap();
+    bind_scalar_param(&mut k, 1, Constant::Int(1));
+    canonicalize(&mut k);
+    verify(&k).unwrap();
+    let text = k.to_string();
+    // The integer multiplies by the bound stride are gone; the float `* 1.0` stays (it is not
+    // folded for floats) and so does the store.
+    assert_eq!(text.matches(" mul ").count(), 1, "{text}");
+    assert!(text.contains("store"), "{text}");
+    assert_eq!(
+        text.matches("%stride").count(),
+        1,
+        "only the signature names it: {text}"
+    );
+}

@@ -344,9 +344,8 @@ impl Device {
         }
         match &self.inner.gpu {
             Some(gpu) => {
-                let facts = gpu::divisibility_facts(&launch.args);
                 let key = format!("{}|{}", launch.name, launch.key);
-                let k = gpu.kernel(&key, &kernel, &facts, launch.config)?;
+                let k = gpu.kernel(&key, &kernel, &launch.args, launch.config)?;
                 gpu.launch(&k, launch.grid.0, &launch.args)
             }
             None => {

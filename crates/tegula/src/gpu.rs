@@ -22,6 +22,14 @@ pub struct Gpu {
     compiled: Mutex<HashMap<String, Arc<GpuKernel>>>,
 }
 
+/// Integer arguments equal to 1 (unit strides): their parameters become the constant 1, as in
+/// Triton, so address arithmetic folds and contiguity shows.
+pub fn unit_arguments(args: &[KernelArg]) -> Vec<bool> {
+    args.iter()
+        .map(|a| matches!(a, KernelArg::Int { value: 1, .. }))
+        .collect()
+}
+
 /// Triton's specialization facts: which pointer arguments are 16-byte aligned and which integer
 /// arguments are multiples of 16. They are part of the cache key and feed vectorization.
 pub fn divisibility_facts(args: &[KernelArg]) -> Vec<bool> {
@@ -68,10 +76,13 @@ impl Gpu {
         &self,
         key: &str,
         traced: &Kernel,
-        facts: &[bool],
+        args: &[KernelArg],
         config: LaunchConfig,
     ) -> Result<Arc<GpuKernel>> {
-        let fact_bits: String = facts.iter().map(|&f| if f { '1' } else { '0' }).collect();
+        let (facts, ones) = (divisibility_facts(args), unit_arguments(args));
+        let bits =
+            |v: &[bool]| -> String { v.iter().map(|&f| if f { '1' } else { '0' }).collect() };
+        let fact_bits = format!("{}|{}", bits(&facts), bits(&ones));
         let key = format!(
             "{key}|{fact_bits}|w{}s{}",
             config.num_warps, config.num_stages
@@ -80,8 +91,14 @@ impl Gpu {
             return Ok(k.clone());
         }
         let mut kernel = traced.clone();
-        for (param, &fact) in kernel.params.iter_mut().zip(facts) {
+        for (param, &fact) in kernel.params.iter_mut().zip(&facts) {
             param.facts.divisible_by_16 = fact;
+        }
+        if ones.contains(&true) {
+            for (i, _) in ones.iter().enumerate().filter(|(_, &one)| one) {
+                tegula_ir::passes::bind_scalar_param(&mut kernel, i, tegula_ir::Constant::Int(1));
+            }
+            tegula_ir::passes::canonicalize(&mut kernel);
         }
         let options = CompileOptions {
             num_warps: config.num_warps,
