@@ -308,10 +308,19 @@ mod tests {
         );
         // Just above a tie rounds up, even when the f32 nearest to it is the tie itself.
         let above_tie = 1.0 + 2f64.powi(-11) + 2f64.powi(-40);
-        assert_eq!(<half::f16 as Element>::from_f64(above_tie).to_f64(), 1.0 + 2f64.powi(-10));
+        assert_eq!(
+            <half::f16 as Element>::from_f64(above_tie).to_f64(),
+            1.0 + 2f64.powi(-10)
+        );
         let above_tie = 1.0 + 2f64.powi(-8) + 2f64.powi(-40);
-        assert_eq!(<half::bf16 as Element>::from_f64(above_tie).to_f64(), 1.0 + 2f64.powi(-7));
-        assert_eq!(<half::f16 as Element>::from_f64(-1e6).to_f64(), f64::NEG_INFINITY);
+        assert_eq!(
+            <half::bf16 as Element>::from_f64(above_tie).to_f64(),
+            1.0 + 2f64.powi(-7)
+        );
+        assert_eq!(
+            <half::f16 as Element>::from_f64(-1e6).to_f64(),
+            f64::NEG_INFINITY
+        );
         assert_eq!(<i8 as Element>::from_f64(300.0), 127);
         assert_eq!(<i32 as Element>::from_f64(-2.7), -2);
         assert_eq!(<u8 as Element>::from_f64(f64::NAN), 0);
