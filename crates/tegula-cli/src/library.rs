@@ -32,7 +32,8 @@ pub fn shape_of(k: &LibraryKernel, shape: Option<&str>) -> Result<Vec<usize>> {
         op: format!("tegula {}", k.name),
         message,
     };
-    let dims = dims.map_err(|_| invalid(format!("--shape {text}: expected numbers like 37,1031")))?;
+    let dims =
+        dims.map_err(|_| invalid(format!("--shape {text}: expected numbers like 37,1031")))?;
     if dims.len() != k.dims.len() {
         return Err(invalid(format!(
             "--shape needs {} numbers ({}), got {}",
@@ -56,7 +57,11 @@ pub fn dtype_of(k: &LibraryKernel, dtype: Option<&str>) -> Result<DType> {
             message: format!(
                 "--dtype {name}: {} supports {}",
                 k.name,
-                k.dtypes.iter().map(|d| d.name()).collect::<Vec<_>>().join(", ")
+                k.dtypes
+                    .iter()
+                    .map(|d| d.name())
+                    .collect::<Vec<_>>()
+                    .join(", ")
             ),
         })
 }
