@@ -1,5 +1,7 @@
 //! The `tegula` command.
 
+mod bench;
+mod ceilings;
 mod library;
 
 use clap::{Parser, Subcommand};
@@ -64,6 +66,8 @@ enum Command {
     },
     /// List the library's kernels with their dimensions and dtypes.
     List,
+    /// Time library kernels on the GPU beside the device's ceilings (see BENCHMARKS.md).
+    Bench(bench::BenchArgs),
 }
 
 /// The GEMV of the seed chapter (section 4.5): one program per row of A, BLOCK columns at a time.
@@ -159,6 +163,7 @@ fn main() -> ExitCode {
             num_warps,
         } => library::ptx(&kernel, shape.as_deref(), dtype.as_deref(), num_warps).map(|()| true),
         Command::Check { filter } => library::check_all(filter.as_deref()),
+        Command::Bench(args) => bench::run(args),
         Command::List => {
             for k in tegula_kernels::library() {
                 let dtypes: Vec<_> = k.dtypes.iter().map(|d| d.name()).collect();

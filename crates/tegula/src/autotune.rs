@@ -581,12 +581,15 @@ impl Timing {
 /// How long [`measure`] warms up and repeats.
 #[derive(Clone, Copy, Debug)]
 pub struct MeasureOptions {
-    /// Device time spent warming up, in milliseconds (at least one call).
+    /// Device time spent warming up, in milliseconds (beyond the first calls).
     pub warmup_ms: f64,
     /// Device time spent on timed repetitions, in milliseconds.
     pub rep_ms: f64,
     pub min_reps: usize,
     pub max_reps: usize,
+    /// A cap on the timed repetitions' total device time, above `min_reps` (slow kernels then
+    /// get fewer samples, at least 3, instead of minutes of timing).
+    pub max_total_ms: f64,
 }
 
 impl Default for MeasureOptions {
@@ -597,6 +600,7 @@ impl Default for MeasureOptions {
             rep_ms: 100.0,
             min_reps: 10,
             max_reps: 1000,
+            max_total_ms: 5000.0,
         }
     }
 }
@@ -609,12 +613,22 @@ impl MeasureOptions {
             rep_ms: 25.0,
             min_reps: 5,
             max_reps: 200,
+            max_total_ms: 500.0,
         }
+    }
+
+    /// How many timed repetitions for calls of `per_call` milliseconds.
+    pub fn reps_for(&self, per_call: f64) -> usize {
+        let per_call = per_call.max(1e-4);
+        let wanted = ((self.rep_ms / per_call) as usize).clamp(self.min_reps, self.max_reps);
+        let affordable = ((self.max_total_ms / per_call) as usize).max(3);
+        wanted.min(affordable)
     }
 }
 
-/// Times `work` (which enqueues device work) with [`Device::time`], one sample per call: a
-/// first call (compilation and module load happen there) and warm-up calls are not timed.
+/// Times `work` (which enqueues device work) with [`Device::time`], one sample per call. The
+/// first call (compilation and module load happen there), a probe and the warm-up are not
+/// among the samples.
 pub fn measure(
     dev: &Device,
     options: &MeasureOptions,
@@ -622,15 +636,17 @@ pub fn measure(
 ) -> Result<Timing> {
     work()?;
     dev.synchronize()?;
-    // Estimate one call from a few, to size the warm-up and the repetitions.
-    let probe = 3;
-    let est = dev.time(|| (0..probe).try_for_each(|_| work()))? / probe as f64;
-    let per_call = est.max(1e-4);
-    let warmups = ((options.warmup_ms / per_call) as usize).clamp(1, options.max_reps);
+    // Estimate one call, to size the warm-up and the repetitions.
+    let mut per_call = dev.time(&mut work)?;
+    if per_call < 1.0 {
+        let probe = 5;
+        per_call = dev.time(|| (0..probe).try_for_each(|_| work()))? / probe as f64;
+    }
+    let warmups = ((options.warmup_ms / per_call.max(1e-4)) as usize).min(options.max_reps);
     for _ in 0..warmups {
         work()?;
     }
-    let reps = ((options.rep_ms / per_call) as usize).clamp(options.min_reps, options.max_reps);
+    let reps = options.reps_for(per_call);
     let mut samples = Vec::with_capacity(reps);
     for _ in 0..reps {
         samples.push(dev.time(&mut work)?);

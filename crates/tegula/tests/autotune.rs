@@ -392,6 +392,7 @@ fn measure_keeps_the_first_call_out() {
         rep_ms: 2.0,
         min_reps: 7,
         max_reps: 7,
+        max_total_ms: 1000.0,
     };
     let t = measure(&dev, &options, || {
         calls.set(calls.get() + 1);
@@ -406,7 +407,15 @@ fn measure_keeps_the_first_call_out() {
         t.max < 100.0,
         "the first call leaked into the samples: {t:?}"
     );
-    assert!(calls.get() >= 1 + 3 + 1 + 7);
+    assert!(calls.get() >= 1 + 1 + 7);
+
+    // Slow calls get fewer samples, never fewer than 3; fast ones stay within the bounds.
+    let o = MeasureOptions::default();
+    assert_eq!(o.reps_for(0.01), 1000);
+    assert_eq!(o.reps_for(2.0), 50);
+    assert_eq!(o.reps_for(100.0), 10);
+    assert_eq!(o.reps_for(1000.0), 5);
+    assert_eq!(o.reps_for(60_000.0), 3);
 }
 
 #[test]

@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# The comparison, in ONE call on the GPU machine: tegula's benchmarks (the release binary built
+# here and carried), peers.py (copied into the ignored .peers/ and carried), then the join by
+# scripts/compare.py into $OUT/BENCHMARKS.md and $OUT/latest.json.
+#
+# Prepare here (repository root):
+#   echo /.peers/ >> .git/info/exclude; mkdir -p .peers && cp ../shared/peers/peers.py .peers/
+#   cargo build --release -p tegula-cli && cp target/release/tegula .peers/tegula
+#   git rev-parse --short HEAD > .peers/COMMIT; git diff --quiet HEAD || echo "+dirty" >> .peers/COMMIT
+# Device call: command `bash scripts/compare.sh`, carry [".peers"].
+# Then copy $OUT's BENCHMARKS.md to the repository root and latest.json to benchmarks/.
+#
+# Options (environment): QUICK=1 for the short sweep (about 3 minutes); PEERS=0 to skip peers.py.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-/tmp/compare-out}
+WORK=$(mktemp -d)
+mkdir -p "$OUT"
+BIN=${TEGULA_BIN:-.peers/tegula}
+[ -x "$BIN" ] || BIN=target/release/tegula
+export TEGULA_CACHE_DIR=${TEGULA_CACHE_DIR:-$WORK/cache} PYTHONUNBUFFERED=1
+LOG=$OUT/run.log
+exec > >(tee -a "$LOG") 2>&1
+
+COMMIT=$(tr -d '\n' < .peers/COMMIT 2>/dev/null || echo unknown)
+GPU=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
+DRIVER=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null | head -1)
+echo "== compare: commit $COMMIT, $GPU, driver $DRIVER, binary $BIN"
+nvidia-smi --query-gpu=clocks.sm,clocks.mem,temperature.gpu,power.draw,utilization.gpu --format=csv 2>/dev/null
+
+touch "$WORK/peers.txt"
+# Peers first, so that the plots can draw them beside tegula.
+if [ "${PEERS:-1}" = 1 ]; then
+    P=.peers/peers.py
+    if [ "${QUICK:-0}" = 1 ]; then
+        for what in copy "gemv --dtype fp16 --quick" "matmul --quick" "attention --quick"; do
+            echo "== peers.py $what"; timeout 300 python3 $P $what >> "$WORK/peers.txt" || echo "== peers.py $what: exit $?"
+        done
+    else
+        for what in copy "gemv --dtype fp16" matmul "attention --quick" "attention-bwd --quick"; do
+            echo "== peers.py $what"; timeout 300 python3 $P $what >> "$WORK/peers.txt" || echo "== peers.py $what: exit $?"
+        done
+    fi
+fi
+
+# tegula: one JSON-lines file per kernel (a failing kernel does not stop the others).
+bench() {
+    local name=$1; shift
+    echo "== tegula bench $name $*"
+    timeout "${BENCH_TIMEOUT:-150}" "$BIN" bench "$name" --json "$WORK/tegula-$name.jsonl" \
+        --peers "$WORK/peers.txt" "$@" \
+        || echo "== tegula bench $name: exit $?"
+}
+if [ "${QUICK:-0}" = 1 ]; then
+    bench copy
+    bench gemv --shape 4096,4096 --shape 8192,8192
+    bench matmul --shape 8192,8192,8192
+    bench attention --shape 4,32,4096,64 --shape 4,32,4096,128
+else
+    bench copy
+    bench gemv --plot "$OUT/gemv.svg"
+    bench matmul --plot "$OUT/matmul.svg"
+    bench attention --plot "$OUT/attention.svg"
+    bench attention_backward
+    bench softmax
+    bench layer_norm
+    bench rms_norm
+    bench vector_add --dtype fp32
+fi
+
+# The autotuner's cache across processes: the second run must find every config cached.
+echo "== autotune cache: $(ls "$TEGULA_CACHE_DIR" 2>/dev/null | tr '\n' ' ')"
+[ -f "$TEGULA_CACHE_DIR/autotune.json" ] && python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print('autotune entries:', len(d['entries'])); [print(' ', k, '->', v['config'], round(v['ms'], 4), 'ms') for k, v in d['entries'].items()]" "$TEGULA_CACHE_DIR/autotune.json"
+
+cat "$WORK"/tegula-*.jsonl > "$OUT/tegula.jsonl" 2>/dev/null
+cp "$WORK/peers.txt" "$OUT/peers.txt" 2>/dev/null
+python3 scripts/compare.py --tegula "$WORK"/tegula-*.jsonl --peers "$WORK/peers.txt" \
+    --gpu "$GPU" --driver "$DRIVER" --commit "$COMMIT" --out "$OUT"
+echo "== tables"
+sed -n '/^## /,$p' "$OUT/BENCHMARKS.md"
