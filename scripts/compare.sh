@@ -68,7 +68,10 @@ else
     bench vector_add --dtype fp32
 fi
 
-# The autotuner's cache across processes: the second run must find every config cached.
+# The autotuner's cache across processes: a second process must find the copy kernel's
+# config cached and time no candidate (its stderr says "from the autotune cache").
+echo "== second process: tegula bench copy"
+"$BIN" bench copy --json "$WORK/copy-second.json" 2>&1 | grep -E "^copy|config"
 echo "== autotune cache: $(ls "$TEGULA_CACHE_DIR" 2>/dev/null | tr '\n' ' ')"
 [ -f "$TEGULA_CACHE_DIR/autotune.json" ] && python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print('autotune entries:', len(d['entries'])); [print(' ', k, '->', v['config'], round(v['ms'], 4), 'ms') for k, v in d['entries'].items()]" "$TEGULA_CACHE_DIR/autotune.json"
 
