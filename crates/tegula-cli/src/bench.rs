@@ -189,6 +189,20 @@ pub fn run(args: BenchArgs) -> Result<bool> {
         }
     };
 
+    // Records are written as they come, so a run stopped by a timeout keeps the finished cases.
+    let mut json_file = match &args.json {
+        Some(path) => Some(std::fs::File::create(path).map_err(|e| io_error(path, e))?),
+        None => None,
+    };
+    let mut emit = |rec: Value, records: &mut Vec<Value>| -> Result<()> {
+        if let (Some(f), Some(path)) = (json_file.as_mut(), args.json.as_ref()) {
+            writeln!(f, "{rec}")
+                .and_then(|()| f.flush())
+                .map_err(|e| io_error(path, e))?;
+        }
+        records.push(rec);
+        Ok(())
+    };
     let mut records = Vec::new();
     let mut ok = true;
     for name in names {
@@ -223,7 +237,7 @@ pub fn run(args: BenchArgs) -> Result<bool> {
                     Ok((case, timing)) => {
                         let rec = record(&dev, &case, &timing, ceil.as_ref());
                         print_row(&rec);
-                        records.push(rec);
+                        emit(rec, &mut records)?;
                     }
                     Err(e) => {
                         ok = false;
@@ -231,21 +245,16 @@ pub fn run(args: BenchArgs) -> Result<bool> {
                             "{kernel:<19} {:<5} {shape:?}: FAILED: {e}",
                             dtype_name(dtype)
                         );
-                        records.push(json!({
+                        let rec = json!({
                             "system": "tegula", "kernel": kernel, "op": op_of(kernel),
                             "dtype": dtype_name(dtype), "shape": shape,
                             "causal": kernel.starts_with("attention").then_some(c),
                             "error": e.to_string(),
-                        }));
+                        });
+                        emit(rec, &mut records)?;
                     }
                 }
             }
-        }
-    }
-    if let Some(path) = &args.json {
-        let mut f = std::fs::File::create(path).map_err(|e| io_error(path, e))?;
-        for r in &records {
-            writeln!(f, "{r}").map_err(|e| io_error(path, e))?;
         }
     }
     if let Some(path) = &args.plot {
