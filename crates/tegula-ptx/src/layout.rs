@@ -13,7 +13,14 @@
 //! ```
 //!
 //! so every element index is a per-thread *base* (computed once, from `%tid.x`) plus a per-register
-//! *constant*. When the threads along an axis cover more than `P`, the positions wrap and several
+//! *constant*. On an *interleaved* axis a thread's `spt` elements are `tpw` apart, with the other
+//! lanes' elements in between (the rows `g` and `g + 8` of an mma fragment):
+//!
+//! ```text
+//! index_d = rep * (spt * tpw * wpc) + j * tpw + ((lane_d + spt * tpw * warp_d) mod P)
+//! ```
+//!
+//! The tensor-core layouts built on this are in [`crate::mma_layout`]. When the threads along an axis cover more than `P`, the positions wrap and several
 //! threads hold copies of an element (replication); stores and atomics then run only on the
 //! *owner* copy (`pos * spt < P` on every axis).
 
@@ -32,6 +39,9 @@ pub struct Layout {
     pub order: Vec<usize>,
     /// Parent axes absent from the value (sorted).
     pub sliced: Vec<usize>,
+    /// Per parent axis: a thread's `spt` elements are `tpw` apart (lanes in between) rather than
+    /// contiguous. Only the mma layouts set it.
+    pub interleaved: Vec<bool>,
 }
 
 /// How the registers of a value in a layout are numbered.
@@ -46,6 +56,8 @@ pub struct RegGeometry {
     pub count: usize,
     spt_eff: Vec<u32>,
     cover: Vec<u32>,
+    /// Distance between a thread's consecutive elements within a repetition (1 or `tpw`).
+    gap: Vec<u32>,
 }
 
 impl RegGeometry {
@@ -66,7 +78,7 @@ impl RegGeometry {
     /// The constant part of the element index along parent axis `d` for counter `c`.
     pub fn const_index(&self, d: usize, c: usize) -> u64 {
         let s = self.spt_eff[d] as usize;
-        ((c / s) * self.cover[d] as usize + c % s) as u64
+        ((c / s) * self.cover[d] as usize + (c % s) * self.gap[d] as usize) as u64
     }
 }
 
@@ -79,6 +91,7 @@ impl Layout {
             wpc: vec![],
             order: vec![],
             sliced: vec![],
+            interleaved: vec![],
         }
     }
 
@@ -123,6 +136,7 @@ impl Layout {
         // Leftover warps replicate along the slowest axis.
         wpc[order[r - 1]] *= warps;
         Layout {
+            interleaved: vec![false; spt.len()],
             spt,
             tpw,
             wpc,
@@ -160,6 +174,7 @@ impl Layout {
         tpw[last] *= lanes;
         wpc[last] *= warps;
         Layout {
+            interleaved: vec![false; spt.len()],
             spt,
             tpw,
             wpc,
@@ -214,9 +229,16 @@ impl Layout {
         let r = parent.len();
         let mut spt_eff = vec![1; r];
         let mut cover = vec![1; r];
+        let mut gap = vec![1; r];
         let mut n = vec![1usize; r];
         for d in 0..r {
-            spt_eff[d] = self.spt[d].min(parent[d]);
+            spt_eff[d] = if self.interleaved[d] {
+                // Elements j * tpw beyond the axis wrap onto lower ones: keep the distinct ones.
+                gap[d] = self.tpw[d];
+                (parent[d] / self.tpw[d]).clamp(1, self.spt[d])
+            } else {
+                self.spt[d].min(parent[d])
+            };
             cover[d] = self.spt[d] * self.tpw[d] * self.wpc[d];
             let reps = (parent[d] / cover[d]).max(1);
             n[d] = (reps * spt_eff[d]) as usize;
@@ -234,6 +256,7 @@ impl Layout {
             count: m,
             spt_eff,
             cover,
+            gap,
         }
     }
 

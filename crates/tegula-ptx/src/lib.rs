@@ -9,7 +9,9 @@
 //! - [`axis_info`]: per-value contiguity, divisibility and constancy; they pick vector widths.
 //! - [`layout`]: which thread and register holds each tile element.
 //! - `lower`: on-demand lowering in the consumer's layout, conversions through shared memory,
-//!   loads/stores/atomics, reductions and scans, `dot` through FMA, loops and branches.
+//!   loads/stores/atomics, reductions and scans, `dot` on tensor cores (`mma.sync`, `ldmatrix`)
+//!   or through FMA, loops and branches.
+//! - [`mma_layout`]: the tensor-core fragment layouts and the swizzled operand staging.
 //! - [`ptx`]: the typed instruction builder and printer.
 //!
 //! Semantics follow the IR docs (and so the interpreter): integer division truncates, shift
@@ -27,6 +29,7 @@
 pub mod axis_info;
 pub mod layout;
 mod lower;
+pub mod mma_layout;
 pub mod ptx;
 
 use ptx::ParamDecl;

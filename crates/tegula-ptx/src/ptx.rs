@@ -374,7 +374,7 @@ impl Builder {
             }
         }
         if shared_bytes > 0 {
-            let _ = writeln!(s, "\t.shared .align 16 .b8 {SMEM}[{shared_bytes}];");
+            let _ = writeln!(s, "\t.shared .align 128 .b8 {SMEM}[{shared_bytes}];");
         }
         s.push('\n');
         for st in self.prologue.iter().chain(self.body.iter()) {

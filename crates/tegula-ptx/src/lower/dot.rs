@@ -1,21 +1,30 @@
-//! `dot` through FMA (tensor cores come later): both operands go to shared memory row-major,
-//! and each thread accumulates its block of the output with one multiply-add per element and
-//! `k`, reading the `k`-th column of its rows of `a` and row of `b` from shared memory.
+//! `dot`: f16/bf16 operands, and f32 operands with `InputPrecision::Tf32`, with an f32
+//! accumulator run on tensor cores (`mma.rs`). Everything else goes through FMA here: f32 with
+//! `Ieee` (exact products) and `Tf32x3` (the f32 products, more accurate than three tf32
+//! products), f64, integers, and accumulators other than f32.
 //!
-//! f16/bf16 operands are exact in f32; f32 operands are rounded to tf32 first
-//! (`cvt.rna.tf32.f32`) when the precision is `Tf32`, and used as they are for `Tf32x3` and
-//! `Ieee`. Integers accumulate in i32 (`mad.lo.s32`), f64 in f64.
+//! FMA: both operands go to shared memory row-major, and each thread accumulates its block of
+//! the output with one multiply-add per element and `k`, reading the `k`-th column of its rows
+//! of `a` and row of `b` from shared memory. Integers accumulate in i32 (`mad.lo.s32`), f64 in
+//! f64.
 
 use super::types::class_of;
 use super::{Lower, R};
 use crate::layout::Layout;
 use crate::ptx::{Arg, Reg, RegClass};
-use tegula_ir::{DType, Elem, InputPrecision, Inst, Op, Shape};
+use tegula_ir::{DType, Elem, InputPrecision, Inst, Op};
 
 impl Lower<'_> {
-    /// The accumulator layout: a few contiguous columns per thread.
-    pub(crate) fn dot_layout(&self, shape: &Shape) -> Layout {
-        Layout::blocked(shape, 4, self.num_warps)
+    /// The accumulator layout: the mma layout on tensor cores, else a few contiguous columns
+    /// per thread.
+    pub(crate) fn dot_layout(&self, inst: Inst) -> Layout {
+        match self.mma_plan(inst) {
+            Some(p) => crate::mma_layout::accumulator(p.wm, p.wn),
+            None => {
+                let shape = self.k.ty(self.k.insts[inst].results[0]).shape;
+                Layout::blocked(&shape, 4, self.num_warps)
+            }
+        }
     }
 
     pub(crate) fn lower_dot(&mut self, inst: Inst) -> R<()> {
@@ -23,6 +32,9 @@ impl Lower<'_> {
         let Op::Dot { precision } = d.op else {
             unreachable!()
         };
+        if let Some(plan) = self.mma_plan(inst) {
+            return self.lower_mma(inst, plan);
+        }
         let (a, b, c) = (d.args[0], d.args[1], d.args[2]);
         let (aty, bty, cty) = (self.k.ty(a), self.k.ty(b), self.k.ty(c));
         let (m, kk, n) = (aty.shape.dim(0), aty.shape.dim(1), bty.shape.dim(1));
@@ -37,7 +49,7 @@ impl Lower<'_> {
                 super::MAX_STATIC_SHARED
             )));
         }
-        let ld = self.dot_layout(&cty.shape);
+        let ld = self.dot_layout(inst);
         let init = self.get(c, &ld)?;
         let acc = self.copy_regs(&init);
         let (la, _) = self.natural(a);

@@ -13,10 +13,12 @@
 //! register set created inside a loop body or branch is never used outside it.
 
 mod convert;
+mod convert_pieces;
 mod dot;
 mod elementwise;
 mod math;
 mod memory;
+mod mma;
 mod reduce;
 pub mod types;
 
@@ -61,6 +63,8 @@ pub(crate) struct Lower<'k> {
     policies: HashMap<u8, Reg>,
     /// The instruction being lowered, for error locations.
     pub loc: Loc,
+    /// Tensor-core lowering state (`mma.rs`).
+    mma: mma::MmaState,
 }
 
 /// Whether an op is lowered in program order with a layout of its own.
@@ -115,6 +119,7 @@ impl<'k> Lower<'k> {
             smem_bytes: 0,
             policies: HashMap::new(),
             loc: Loc::UNKNOWN,
+            mma: mma::MmaState::new(k),
         }
     }
 
@@ -270,7 +275,7 @@ impl<'k> Lower<'k> {
                 Layout::chunked(&ty.shape, *axis as usize, self.num_warps),
                 true,
             ),
-            Op::Dot { .. } => (self.dot_layout(&ty.shape), true),
+            Op::Dot { .. } => (self.dot_layout(inst), true),
             Op::For => self.natural(d.args[3 + idx]),
             Op::While => self.natural(d.args[idx]),
             Op::If => {
@@ -319,17 +324,24 @@ impl<'k> Lower<'k> {
 
     // --- thread geometry -----------------------------------------------------------------
 
-    /// The thread's position along parent axis `d` (`lane_d + tpw_d * warp_d`), or `None` when
-    /// it is always zero.
+    /// The index of the thread's first element along parent axis `d` before wrapping at the
+    /// axis size (`(lane_d + tpw_d * warp_d) * spt_d`, or `lane_d + spt_d * tpw_d * warp_d` on an
+    /// interleaved axis), or `None` when it is always zero.
     fn position(&mut self, l: &Layout, d: usize) -> Option<Reg> {
-        let (tpw, wpc) = (l.tpw[d], l.wpc[d]);
+        let (tpw, wpc, spt) = (l.tpw[d], l.wpc[d], l.spt[d]);
         if tpw == 1 && wpc == 1 {
             return None;
         }
         let (ls, ws) = (l.lane_strides()[d], l.warp_strides()[d]);
+        let lane_shift = if l.interleaved[d] {
+            0
+        } else {
+            spt.trailing_zeros()
+        };
+        let warp_shift = (tpw * spt).trailing_zeros();
         let (lane, warp) = (self.lane, self.warp);
         Some(self.b.in_prologue(|b| {
-            let part = |b: &mut Builder, src: Reg, stride: u32, count: u32| -> Option<Reg> {
+            let part = |b: &mut Builder, src: Reg, stride: u32, count: u32, shift: u32| {
                 if count == 1 {
                     return None;
                 }
@@ -338,29 +350,26 @@ impl<'k> Lower<'k> {
                     RegClass::B32,
                     vec![src.into(), Arg::Imm(stride.trailing_zeros() as i64)],
                 );
-                Some(b.op(
+                let m = b.op(
                     "and.b32",
                     RegClass::B32,
                     vec![s.into(), Arg::Imm(count as i64 - 1)],
-                ))
-            };
-            let lp = part(b, lane, ls, tpw);
-            let wp = part(b, warp, ws, wpc);
-            match (lp, wp) {
-                (Some(x), None) => x,
-                (None, Some(w)) => b.op(
-                    "shl.b32",
-                    RegClass::B32,
-                    vec![w.into(), Arg::Imm(tpw.trailing_zeros() as i64)],
-                ),
-                (Some(x), Some(w)) => {
-                    let ws = b.op(
+                );
+                Some(if shift == 0 {
+                    m
+                } else {
+                    b.op(
                         "shl.b32",
                         RegClass::B32,
-                        vec![w.into(), Arg::Imm(tpw.trailing_zeros() as i64)],
-                    );
-                    b.op("or.b32", RegClass::B32, vec![x.into(), ws.into()])
-                }
+                        vec![m.into(), Arg::Imm(shift as i64)],
+                    )
+                })
+            };
+            let lp = part(b, lane, ls, tpw, lane_shift);
+            let wp = part(b, warp, ws, wpc, warp_shift);
+            match (lp, wp) {
+                (Some(x), None) | (None, Some(x)) => x,
+                (Some(x), Some(w)) => b.op("or.b32", RegClass::B32, vec![x.into(), w.into()]),
                 (None, None) => unreachable!("tpw or wpc exceeds one"),
             }
         }))
@@ -380,15 +389,10 @@ impl<'k> Lower<'k> {
             } else {
                 self.position(l, d).map(|pos| {
                     self.b.in_prologue(|b| {
-                        let s = b.op(
-                            "shl.b32",
-                            RegClass::B32,
-                            vec![pos.into(), Arg::Imm(l.spt[d].trailing_zeros() as i64)],
-                        );
                         b.op(
                             "and.b32",
                             RegClass::B32,
-                            vec![s.into(), Arg::Imm(p as i64 - 1)],
+                            vec![pos.into(), Arg::Imm(p as i64 - 1)],
                         )
                     })
                 })
@@ -474,12 +478,11 @@ impl<'k> Lower<'k> {
                 let Some(pos) = self.position(l, d) else {
                     continue;
                 };
-                let limit = (p / l.spt[d]).max(1);
                 acc = Some(self.b.in_prologue(|b| {
                     let ok = b.op(
                         "setp.lt.u32",
                         RegClass::Pred,
-                        vec![pos.into(), Arg::Imm(limit as i64)],
+                        vec![pos.into(), Arg::Imm(p as i64)],
                     );
                     match acc {
                         None => ok,
@@ -647,6 +650,7 @@ impl<'k> Lower<'k> {
             carried.push(self.copy_regs(&v));
         }
         let iv = self.copy_regs(&[lo])[0];
+        self.hoist_dot_operands(body)?;
         let (top, end) = (self.b.new_label("for"), self.b.new_label("endfor"));
         self.b.place_label(&top);
         let cmp = if iv_dtype.is_signed_int() { "s" } else { "u" };
@@ -801,6 +805,12 @@ impl<'k> Lower<'k> {
     ) -> R<Vals> {
         if from == to && remap.is_none() {
             return Ok(src.to_vec());
+        }
+        let bytes = ty.shape.numel() as u32 * src.first().map_or(4, |r| r.class.bytes());
+        if remap.is_none() && bytes > MAX_STATIC_SHARED {
+            if let Some(r) = self.convert_in_pieces(src, ty, from, to) {
+                return r;
+            }
         }
         self.convert_smem(src, ty, from, to, remap)
     }

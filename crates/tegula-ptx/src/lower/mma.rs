@@ -1,0 +1,662 @@
+//! `dot` on tensor cores: `mma.sync.m16n8k16` (f16, bf16) and `m16n8k8` (tf32), f32
+//! accumulators in the [`ml::accumulator`] layout. Layouts and fragment maps are in
+//! `mma_layout.rs`.
+//!
+//! Operands arrive as per-element registers in their operand layout, from one of:
+//! - registers already there: a value computed from another dot's accumulator with the same
+//!   warps along M and one warp along N (FlashAttention's `p.to::<bf16>()`), or operand
+//!   fragments loaded before the enclosing loop because the operand is loop-invariant (Q);
+//! - shared memory: the operand (or the untransposed source of `x.trans()`) is written
+//!   row-major with a XOR swizzle, then read with `ldmatrix.x4` (`.trans` when K is the stored
+//!   row). tf32 operands are rounded (`cvt.rna.tf32.f32`) as they are written and always stored
+//!   with K contiguous (32-bit elements cannot use `.trans`).
+
+use super::{Lower, Vals, R};
+use crate::layout::Layout;
+use crate::mma_layout::{self as ml, MmaKind, Role, Stage};
+use crate::ptx::{Arg, Reg, RegClass};
+use std::collections::{HashMap, HashSet};
+use tegula_ir::{Block, DType, InputPrecision, Inst, Kernel, Op, Shape, Value, ValueDef};
+
+/// How one dot maps onto tensor-core instructions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct MmaPlan {
+    pub kind: MmaKind,
+    pub m: u32,
+    pub n: u32,
+    pub k: u32,
+    pub wm: u32,
+    pub wn: u32,
+}
+
+impl MmaPlan {
+    fn operand_layout(&self, role: Role) -> Layout {
+        match role {
+            Role::A => ml::operand_a(self.kind, self.wm),
+            Role::B => ml::operand_b(self.kind, self.wn),
+        }
+    }
+
+    fn operand_shape(&self, role: Role) -> Shape {
+        let (r, c) = match role {
+            Role::A => (self.m, self.k),
+            Role::B => (self.k, self.n),
+        };
+        Shape::new(&[r as usize, c as usize]).expect("rank 2")
+    }
+}
+
+/// A shared-memory write address: (source layout, source parent shape, transposed, stage, row
+/// constant mod 8, byte constant mod 128).
+type WriteKey = (Layout, Vec<u32>, bool, Stage, u32, u32);
+
+/// Per-kernel state of the tensor-core lowering.
+#[derive(Default)]
+pub(crate) struct MmaState {
+    /// Dots that feed, or are fed by, another dot's A operand.
+    chained: HashSet<Inst>,
+    /// Shared-memory write addresses (per thread).
+    write_addr: HashMap<WriteKey, Reg>,
+    /// `ldmatrix` lane addresses per (stage, wm, wn, operand M or N, chunk constant mod 8).
+    read_addr: HashMap<(Stage, u32, u32, u32, u32), Reg>,
+}
+
+impl MmaState {
+    pub fn new(k: &Kernel) -> MmaState {
+        let mut chained = HashSet::new();
+        for inst in k.walk() {
+            if !matches!(k.insts[inst].op, Op::Dot { .. }) {
+                continue;
+            }
+            if let Some(src) = dot_source(k, k.insts[inst].args[0], 12) {
+                chained.insert(inst);
+                chained.insert(src);
+            }
+        }
+        MmaState {
+            chained,
+            ..Default::default()
+        }
+    }
+}
+
+/// The dot whose result `v` is computed from by same-shape elementwise ops, if any.
+fn dot_source(k: &Kernel, v: Value, depth: u32) -> Option<Inst> {
+    let inst = k.def_inst(v)?;
+    let d = &k.insts[inst];
+    match d.op {
+        Op::Dot { .. } => Some(inst),
+        Op::Cast { .. }
+        | Op::Unary(_)
+        | Op::Binary(_)
+        | Op::Select
+        | Op::Fma
+        | Op::Bitcast
+        | Op::MultipleOf { .. }
+        | Op::MaxContiguous { .. }
+            if depth > 0 =>
+        {
+            let shape = k.ty(v).shape;
+            d.args
+                .iter()
+                .filter(|&&a| k.ty(a).shape == shape)
+                .find_map(|&a| dot_source(k, a, depth - 1))
+        }
+        _ => None,
+    }
+}
+
+/// `i` as a shift amount.
+fn log2(i: u32) -> i64 {
+    i.trailing_zeros() as i64
+}
+
+impl Lower<'_> {
+    /// The tensor-core plan of a dot, or `None` when it goes through FMA (f32 `ieee` and
+    /// `tf32x3`, f64, integers, non-f32 accumulators).
+    pub(crate) fn mma_plan(&self, inst: Inst) -> Option<MmaPlan> {
+        let d = &self.k.insts[inst];
+        let Op::Dot { precision } = d.op else {
+            return None;
+        };
+        let (aty, bty, cty) = (
+            self.k.ty(d.args[0]),
+            self.k.ty(d.args[1]),
+            self.k.ty(d.args[2]),
+        );
+        let kind = match (aty.dtype(), precision) {
+            (DType::F16, _) => MmaKind::F16,
+            (DType::BF16, _) => MmaKind::BF16,
+            (DType::F32, InputPrecision::Tf32) => MmaKind::Tf32,
+            _ => return None,
+        };
+        if cty.dtype() != DType::F32 || bty.dtype() != aty.dtype() {
+            return None;
+        }
+        let (m, k, n) = (
+            aty.shape.dim(0) as u32,
+            aty.shape.dim(1) as u32,
+            bty.shape.dim(1) as u32,
+        );
+        if m < 16 || n < 8 || k < kind.k_step() {
+            return None;
+        }
+        let (wm, wn) = ml::warps_for(m, n, self.num_warps, self.mma.chained.contains(&inst));
+        Some(MmaPlan {
+            kind,
+            m,
+            n,
+            k,
+            wm,
+            wn,
+        })
+    }
+
+    pub(crate) fn lower_mma(&mut self, inst: Inst, plan: MmaPlan) -> R<()> {
+        let d = self.k.insts[inst].clone();
+        let (a, b, c) = (d.args[0], d.args[1], d.args[2]);
+        let acc_l = ml::accumulator(plan.wm, plan.wn);
+        let init = self.get(c, &acc_l)?;
+        let ops = self.mma_operands(&[(a, Role::A), (b, Role::B)], &plan)?;
+        let acc = self.copy_regs(&init);
+        let (av, bv) = (&ops[0], &ops[1]);
+        let cshape = self.k.ty(c).shape;
+        let gc = acc_l.geometry(&cshape);
+        let ga = plan
+            .operand_layout(Role::A)
+            .geometry(&plan.operand_shape(Role::A));
+        let gb = plan
+            .operand_layout(Role::B)
+            .geometry(&plan.operand_shape(Role::B));
+        let (tiles_m, tiles_n) = (gc.n[0] / 2, gc.n[1] / 2);
+        let kw = plan.kind.k_width() as usize;
+        self.b.comment(format!(
+            "dot {}x{}x{} on tensor cores ({:?}, warps {}x{})",
+            plan.m, plan.n, plan.k, plan.kind, plan.wm, plan.wn
+        ));
+        for kk in 0..(plan.k / plan.kind.k_step()) as usize {
+            let afrag: Vec<Vec<Reg>> = (0..tiles_m)
+                .map(|rm| {
+                    (0..4)
+                        .map(|j| {
+                            let el: Vec<Reg> = (0..kw)
+                                .map(|e| av[ga.index(&ml::a_counters(plan.kind, rm, kk, j, e))])
+                                .collect();
+                            self.pack_operand(&el)
+                        })
+                        .collect()
+                })
+                .collect();
+            for rn in 0..tiles_n {
+                let bfrag: Vec<Reg> = (0..2)
+                    .map(|j| {
+                        let el: Vec<Reg> = (0..kw)
+                            .map(|e| bv[gb.index(&ml::b_counters(plan.kind, rn, kk, j, e))])
+                            .collect();
+                        self.pack_operand(&el)
+                    })
+                    .collect();
+                for (rm, af) in afrag.iter().enumerate() {
+                    let cregs: Vec<Reg> = (0..4)
+                        .map(|j| acc[gc.index(&ml::c_counters(rm, rn, j))])
+                        .collect();
+                    self.b.emit(
+                        plan.kind.opcode(),
+                        vec![
+                            Arg::Vec(cregs.clone()),
+                            Arg::Vec(af.clone()),
+                            Arg::Vec(bfrag.clone()),
+                            Arg::Vec(cregs),
+                        ],
+                    );
+                }
+            }
+        }
+        self.define(d.results[0], &acc_l, acc);
+        Ok(())
+    }
+
+    /// One 32-bit mma operand register from its elements (two halves, or one tf32 word).
+    fn pack_operand(&mut self, el: &[Reg]) -> Reg {
+        if el.len() == 1 {
+            return el[0];
+        }
+        self.b
+            .op("mov.b32", RegClass::B32, vec![Arg::Vec(el.to_vec())])
+    }
+
+    /// Operand registers (per element, in the operand layout) of each `(value, role)`, from
+    /// the cache, from registers, or staged through shared memory together.
+    pub(crate) fn mma_operands(&mut self, reqs: &[(Value, Role)], plan: &MmaPlan) -> R<Vec<Vals>> {
+        let mut out: Vec<Option<Vals>> = vec![None; reqs.len()];
+        // (request index, staged value, its layout, its registers, transposed write, stage)
+        let mut staged: Vec<(usize, Value, Layout, Vals, bool, Stage)> = Vec::new();
+        let mut offset = 0u32;
+        for (i, &(v, role)) in reqs.iter().enumerate() {
+            let ol = plan.operand_layout(role);
+            if let Some(r) = self.lookup(v, &ol) {
+                out[i] = Some(r);
+                continue;
+            }
+            if self.natural(v).0 == ol {
+                out[i] = Some(self.get(v, &ol)?);
+                continue;
+            }
+            // Stage `x` of `x.trans()` directly: its row-major order is the operand transposed.
+            let (src, permuted) = match self.k.def_inst(v).map(|i| &self.k.insts[i]) {
+                Some(di) if matches!(&di.op, Op::Permute { perm } if perm[..] == [1, 0]) => {
+                    (di.args[0], true)
+                }
+                _ => (v, false),
+            };
+            // Stored K-major: A as [m][k], B as [n][k]; the source's own row-major order is
+            // K-major for an untransposed A and a transposed B.
+            let src_k_major = (role == Role::A) != permuted;
+            let k_major = src_k_major || plan.kind == MmaKind::Tf32;
+            let transpose = k_major != src_k_major;
+            let (outer, k) = match role {
+                Role::A => (plan.m, plan.k),
+                Role::B => (plan.n, plan.k),
+            };
+            let (rows, cols) = if k_major { (outer, k) } else { (k, outer) };
+            let st = Stage {
+                role,
+                kind: plan.kind,
+                rows,
+                cols,
+                k_major,
+                offset,
+            };
+            offset += st.bytes().div_ceil(128) * 128;
+            let (sl, _) = self.natural(src);
+            let regs = self.get(src, &sl)?;
+            staged.push((i, src, sl, regs, transpose, st));
+        }
+        if !staged.is_empty() {
+            // Stage together when they fit, else one at a time from offset 0.
+            let together = offset <= super::MAX_STATIC_SHARED;
+            let groups: Vec<Vec<usize>> = if together {
+                vec![(0..staged.len()).collect()]
+            } else {
+                (0..staged.len()).map(|s| vec![s]).collect()
+            };
+            for group in groups {
+                let mut end = 0;
+                for &s in &group {
+                    if !together {
+                        staged[s].5.offset = 0;
+                    }
+                    end = end.max(staged[s].5.offset + staged[s].5.bytes());
+                }
+                if end > super::MAX_STATIC_SHARED {
+                    return Err(self.unsupported(format!(
+                        "a tensor-core dot operand of {end} bytes of shared memory (at most {})",
+                        super::MAX_STATIC_SHARED
+                    )));
+                }
+                self.smem(end);
+                self.b.comment("stage dot operands in shared memory");
+                self.barrier();
+                for &s in &group {
+                    let (_, src, sl, regs, transpose, st) = staged[s].clone();
+                    let shape = self.k.ty(src).shape;
+                    self.stage_write(&regs, &sl, &shape, transpose, &st);
+                }
+                self.barrier();
+                for &s in &group {
+                    let (i, _, _, _, _, st) = staged[s].clone();
+                    let (v, role) = reqs[i];
+                    let regs = self.ldmatrix_operand(&st, plan);
+                    self.remember(v, &plan.operand_layout(role), regs.clone());
+                    out[i] = Some(regs);
+                }
+            }
+        }
+        Ok(out.into_iter().map(|o| o.expect("every operand")).collect())
+    }
+
+    /// Writes a 2-D value (registers `regs` in layout `l`) into the swizzled stage, element
+    /// `(i0, i1)` at stored `(i0, i1)`, or `(i1, i0)` when `transpose`.
+    fn stage_write(
+        &mut self,
+        regs: &[Reg],
+        l: &Layout,
+        shape: &Shape,
+        transpose: bool,
+        st: &Stage,
+    ) {
+        let es = st.kind.elem_bytes();
+        let kept = l.kept();
+        let (p0, p1) = (kept[0], kept[1]);
+        let g = l.geometry(shape);
+        // Runs of registers contiguous along the stored row become one vector store.
+        let run = if !transpose && !l.interleaved[p1] && g.mult[p1] == 1 {
+            let s = if g.n[p1] > 1 {
+                (g.const_index(p1, 1) == 1) as usize * g.n[p1].min(l.spt[p1] as usize)
+            } else {
+                1
+            };
+            s.clamp(1, (16 / es) as usize)
+        } else {
+            1
+        };
+        let mut seen = HashSet::new();
+        for i in 0..g.count {
+            let c = g.coords(i);
+            if !c[p1].is_multiple_of(run) {
+                continue;
+            }
+            let (c0, c1) = (
+                g.const_index(p0, c[p0]) as u32,
+                g.const_index(p1, c[p1]) as u32,
+            );
+            let (rc, cc) = if transpose { (c1, c0) } else { (c0, c1) };
+            if !seen.insert((rc, cc)) {
+                continue;
+            }
+            let cbyte = cc * es;
+            let (rlo, blo) = (rc % 8, cbyte % 128);
+            let addr = self.stage_write_addr(l, shape, transpose, st, rlo, blo);
+            let imm = ((rc - rlo) * st.cols * es + (cbyte - blo)) as i64;
+            let elems: Vec<Reg> = (0..run)
+                .map(|e| regs[i + e])
+                .map(|r| {
+                    if st.kind == MmaKind::Tf32 {
+                        self.b.op("cvt.rna.tf32.f32", RegClass::B32, vec![r.into()])
+                    } else {
+                        r
+                    }
+                })
+                .collect();
+            let words: Vec<Reg> = if es == 2 && run >= 2 {
+                elems
+                    .chunks(2)
+                    .map(|p| {
+                        self.b
+                            .op("mov.b32", RegClass::B32, vec![Arg::Vec(p.to_vec())])
+                    })
+                    .collect()
+            } else {
+                elems
+            };
+            let (ty, src) = match (words.len(), words[0].class) {
+                (1, RegClass::B16) => (".b16", Arg::Reg(words[0])),
+                (1, _) => (".b32", Arg::Reg(words[0])),
+                (n, _) => (if n == 2 { ".v2.b32" } else { ".v4.b32" }, Arg::Vec(words)),
+            };
+            self.b.emit(
+                format!("st.shared{ty}"),
+                vec![Arg::Addr(Box::new(addr.into()), imm), src],
+            );
+        }
+    }
+
+    /// The shared address of the stored element at (thread row base + `rlo`, thread column
+    /// base in bytes + `blo`), swizzled (computed once per thread, in the prologue).
+    fn stage_write_addr(
+        &mut self,
+        l: &Layout,
+        shape: &Shape,
+        transpose: bool,
+        st: &Stage,
+        rlo: u32,
+        blo: u32,
+    ) -> Reg {
+        let key = (l.clone(), l.parent_shape(shape), transpose, *st, rlo, blo);
+        if let Some(&r) = self.mma.write_addr.get(&key) {
+            return r;
+        }
+        let kept = l.kept();
+        let bases = self.bases(l, shape);
+        let (rb, cb) = if transpose {
+            (bases[kept[1]], bases[kept[0]])
+        } else {
+            (bases[kept[0]], bases[kept[1]])
+        };
+        let sw = st.swizzle();
+        let es = st.kind.elem_bytes() as i64;
+        let smem = self.smem(0);
+        let r = self.b.in_prologue(|b| {
+            let imm = |b: &mut crate::ptx::Builder, v: i64| {
+                let r = b.reg(RegClass::B32);
+                b.mov(r, Arg::Imm(v));
+                r
+            };
+            let row = match rb {
+                Some(x) => b.op(
+                    "add.s32",
+                    RegClass::B32,
+                    vec![x.into(), Arg::Imm(rlo as i64)],
+                ),
+                None => imm(b, rlo as i64),
+            };
+            let col = match cb {
+                Some(x) => b.op(
+                    "mad.lo.s32",
+                    RegClass::B32,
+                    vec![x.into(), Arg::Imm(es), Arg::Imm(blo as i64)],
+                ),
+                None => imm(b, blo as i64),
+            };
+            let ph = b.op(
+                "shr.u32",
+                RegClass::B32,
+                vec![row.into(), Arg::Imm(log2(sw.per_phase))],
+            );
+            let ph = b.op(
+                "and.b32",
+                RegClass::B32,
+                vec![ph.into(), Arg::Imm(sw.max_phase as i64 - 1)],
+            );
+            let ph = b.op("shl.b32", RegClass::B32, vec![ph.into(), Arg::Imm(4)]);
+            // (chunk ^ phase) * 16 + byte-in-chunk == col ^ (phase * 16)
+            let sc = b.op("xor.b32", RegClass::B32, vec![col.into(), ph.into()]);
+            let ro = b.op(
+                "mad.lo.s32",
+                RegClass::B32,
+                vec![row.into(), Arg::Imm(sw.row_bytes as i64), sc.into()],
+            );
+            let base = b.op(
+                "add.s32",
+                RegClass::B32,
+                vec![smem.into(), Arg::Imm(st.offset as i64)],
+            );
+            b.op("add.s32", RegClass::B32, vec![base.into(), ro.into()])
+        });
+        self.mma.write_addr.insert(key, r);
+        r
+    }
+
+    /// The lane's `ldmatrix` address register for loads whose chunk constant is `lo` mod 8.
+    fn ldmatrix_lane_addr(&mut self, st: &Stage, plan: &MmaPlan, lo: u32) -> Reg {
+        let m_or_n = match st.role {
+            Role::A => plan.m,
+            Role::B => plan.n,
+        };
+        let key = (*st, plan.wm, plan.wn, m_or_n, lo);
+        if let Some(&r) = self.mma.read_addr.get(&key) {
+            return r;
+        }
+        let (lane, warp) = (self.lane, self.warp);
+        let smem = self.smem(0);
+        let sw = st.swizzle();
+        let (wm, wn) = (plan.wm, plan.wn);
+        let ce = 16 / st.kind.elem_bytes();
+        let r = self.b.in_prologue(|b| {
+            let op = |b: &mut crate::ptx::Builder, o: &str, x: Reg, y: Arg| {
+                b.op(o, RegClass::B32, vec![x.into(), y])
+            };
+            // Lane term (see Stage::lane_term): i = lane / 8, r = lane % 8.
+            let i = op(b, "shr.u32", lane, Arg::Imm(3));
+            let r = op(b, "and.b32", lane, Arg::Imm(7));
+            let lo_bit = op(b, "and.b32", i, Arg::Imm(1));
+            let hi_bit = op(b, "shr.u32", i, Arg::Imm(1));
+            let (outer_bit, k_bit) = match st.role {
+                Role::A => (lo_bit, hi_bit),
+                Role::B => (hi_bit, lo_bit),
+            };
+            let outer_step = match st.role {
+                Role::A => 8,
+                Role::B => 8 * wn,
+            };
+            let (row_l, chunk_l) = if st.k_major {
+                let t = op(b, "mul.lo.s32", outer_bit, Arg::Imm(outer_step as i64));
+                (op(b, "add.s32", r, t.into()), k_bit)
+            } else {
+                let t = op(b, "shl.b32", k_bit, Arg::Imm(3));
+                let ch = op(
+                    b,
+                    "mul.lo.s32",
+                    outer_bit,
+                    Arg::Imm((outer_step / ce) as i64),
+                );
+                (op(b, "add.s32", r, t.into()), ch)
+            };
+            // Warp term (see Stage::warp_term).
+            let (w_outer, unit) = match st.role {
+                Role::A => {
+                    let w = op(b, "shr.u32", warp, Arg::Imm(log2(wn)));
+                    let w = op(b, "and.b32", w, Arg::Imm(wm as i64 - 1));
+                    (w, 16)
+                }
+                Role::B => (op(b, "and.b32", warp, Arg::Imm(wn as i64 - 1)), 8),
+            };
+            let outer = op(b, "mul.lo.s32", w_outer, Arg::Imm(unit));
+            let outer = op(b, "and.b32", outer, Arg::Imm(m_or_n as i64 - 1));
+            let (row, chunk) = if st.k_major {
+                (op(b, "add.s32", row_l, outer.into()), chunk_l)
+            } else {
+                let wc = op(b, "shr.u32", outer, Arg::Imm(log2(ce)));
+                (row_l, op(b, "add.s32", chunk_l, wc.into()))
+            };
+            let chunk = op(b, "add.s32", chunk, Arg::Imm(lo as i64));
+            let ph = op(b, "shr.u32", r, Arg::Imm(log2(sw.per_phase)));
+            let ph = op(b, "and.b32", ph, Arg::Imm(sw.max_phase as i64 - 1));
+            let sc = op(b, "xor.b32", chunk, ph.into());
+            let sc = op(b, "shl.b32", sc, Arg::Imm(4));
+            let ro = b.op(
+                "mad.lo.s32",
+                RegClass::B32,
+                vec![row.into(), Arg::Imm(sw.row_bytes as i64), sc.into()],
+            );
+            let base = op(b, "add.s32", smem, Arg::Imm(st.offset as i64));
+            op(b, "add.s32", base, ro.into())
+        });
+        self.mma.read_addr.insert(key, r);
+        r
+    }
+
+    /// Reads a staged operand with `ldmatrix` into per-element registers of its operand layout.
+    fn ldmatrix_operand(&mut self, st: &Stage, plan: &MmaPlan) -> Vals {
+        let ol = plan.operand_layout(st.role);
+        let g = ol.geometry(&plan.operand_shape(st.role));
+        let elem_class = match st.kind {
+            MmaKind::Tf32 => RegClass::B32,
+            _ => RegClass::B16,
+        };
+        let mut out: Vec<Option<Reg>> = vec![None; g.count];
+        let ksteps = plan.k / plan.kind.k_step();
+        let trans = if st.k_major { "" } else { ".trans" };
+        // (tile index, fragment register) of each matrix of one load, and the tile origin.
+        let loads: Vec<(Vec<(usize, usize)>, u32)> = match st.role {
+            Role::A => (0..g.n[0] / 2)
+                .map(|rm| ((0..4).map(|j| (rm, j)).collect(), rm as u32 * 16 * plan.wm))
+                .collect(),
+            Role::B => {
+                let tiles = g.n[1];
+                (0..tiles)
+                    .step_by(2)
+                    .map(|rn| {
+                        let mut mats = vec![(rn, 0), (rn, 1)];
+                        if rn + 1 < tiles {
+                            mats.extend([(rn + 1, 0), (rn + 1, 1)]);
+                        }
+                        (mats, rn as u32 * 8 * plan.wn)
+                    })
+                    .collect()
+            }
+        };
+        for kk in 0..ksteps {
+            for (mats, outer) in &loads {
+                let (irow, ichunk) = st.instr_term(*outer, kk);
+                let lo = ichunk % 8;
+                let addr = self.ldmatrix_lane_addr(st, plan, lo);
+                let imm = (irow * st.swizzle().row_bytes + (ichunk - lo) * 16) as i64;
+                let words: Vec<Reg> = mats.iter().map(|_| self.b.reg(RegClass::B32)).collect();
+                self.b.emit(
+                    format!(
+                        "ldmatrix.sync.aligned.m8n8.x{}{trans}.shared.b16",
+                        words.len()
+                    ),
+                    vec![
+                        Arg::Vec(words.clone()),
+                        Arg::Addr(Box::new(addr.into()), imm),
+                    ],
+                );
+                for (&(tile, j), &w) in mats.iter().zip(&words) {
+                    let counters = |e: usize| match st.role {
+                        Role::A => ml::a_counters(st.kind, tile, kk as usize, j, e),
+                        Role::B => ml::b_counters(st.kind, tile, kk as usize, j, e),
+                    };
+                    if elem_class == RegClass::B32 {
+                        out[g.index(&counters(0))] = Some(w);
+                    } else {
+                        let (h0, h1) = (self.b.reg(RegClass::B16), self.b.reg(RegClass::B16));
+                        self.b
+                            .emit("mov.b32", vec![Arg::Vec(vec![h0, h1]), w.into()]);
+                        out[g.index(&counters(0))] = Some(h0);
+                        out[g.index(&counters(1))] = Some(h1);
+                    }
+                }
+            }
+        }
+        out.into_iter()
+            .map(|r| r.expect("ldmatrix covers the operand"))
+            .collect()
+    }
+
+    /// Loads the operands of dots directly in loop body `body` that are defined outside the
+    /// loop, before the loop starts (they stay in registers for every iteration).
+    pub(crate) fn hoist_dot_operands(&mut self, body: Block) -> R<()> {
+        let inside = self.region_values(body);
+        let dots: Vec<Inst> = self.k.blocks[body]
+            .insts
+            .iter()
+            .copied()
+            .filter(|&i| matches!(self.k.insts[i].op, Op::Dot { .. }))
+            .collect();
+        for inst in dots {
+            let Some(plan) = self.mma_plan(inst) else {
+                continue;
+            };
+            let args = self.k.insts[inst].args.clone();
+            let reqs: Vec<(Value, Role)> = [(args[0], Role::A), (args[1], Role::B)]
+                .into_iter()
+                .filter(|(v, _)| !inside.contains(v))
+                .collect();
+            if !reqs.is_empty() {
+                let saved = self.loc;
+                self.loc = self.k.insts[inst].loc;
+                self.mma_operands(&reqs, &plan)?;
+                self.loc = saved;
+            }
+        }
+        Ok(())
+    }
+
+    /// Every value defined in `block` or its nested regions (block arguments included).
+    fn region_values(&self, block: Block) -> HashSet<Value> {
+        let mut out = HashSet::new();
+        let mut stack = vec![block];
+        while let Some(b) = stack.pop() {
+            out.extend(self.k.blocks[b].args.iter().copied());
+            for &i in &self.k.blocks[b].insts {
+                out.extend(self.k.insts[i].results.iter().copied());
+                stack.extend(self.k.insts[i].regions.iter().copied());
+            }
+        }
+        // Parameters are never inside.
+        out.retain(|&v| !matches!(self.k.values[v].def, ValueDef::Param(_)));
+        out
+    }
+}

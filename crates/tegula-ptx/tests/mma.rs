@@ -1,0 +1,417 @@
+//! Tensor-core dots: the PTX has the instructions it should, and every kernel assembles with
+//! `ptxas` for sm_80 and sm_90a without spills (registers are printed with `--nocapture`).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use tegula_ir::prelude::*;
+use tegula_ir::Kernel;
+use tegula_ptx::{compile, CompileOptions, Target};
+
+/// ptxas from $TEGULA_PTXAS, `.tools/nvcc` (scripts/ptxas.sh) or PATH; missing is a failure.
+fn find_ptxas() -> PathBuf {
+    if let Ok(p) = std::env::var("TEGULA_PTXAS") {
+        return PathBuf::from(p);
+    }
+    let local =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.tools/nvcc/nvidia/cuda_nvcc/bin/ptxas");
+    if local.exists() {
+        return local;
+    }
+    std::env::var("PATH")
+        .ok()
+        .and_then(|path| {
+            std::env::split_paths(&path)
+                .map(|d| d.join("ptxas"))
+                .find(|c| c.exists())
+        })
+        .expect("ptxas not found: run scripts/ptxas.sh (or set TEGULA_PTXAS)")
+}
+
+struct Report {
+    name: String,
+    registers: u32,
+    spill_stores: u32,
+    shared: u32,
+}
+
+fn assemble(
+    ptxas: &Path,
+    dir: &Path,
+    name: &str,
+    k: &Kernel,
+    sm: u32,
+    warps: u32,
+    stages: u32,
+) -> Result<Report, String> {
+    let opts = CompileOptions {
+        num_warps: warps,
+        num_stages: stages,
+    };
+    let c = compile(k, &Target { sm }, &opts).map_err(|e| format!("{name}: {e}"))?;
+    let file = dir.join(format!("{name}_sm{sm}_w{warps}_s{stages}.ptx"));
+    std::fs::write(&file, &c.ptx).unwrap();
+    let gpu = if sm == 90 {
+        "sm_90a".into()
+    } else {
+        format!("sm_{sm}")
+    };
+    let out = Command::new(ptxas)
+        .args(["--gpu-name", &gpu, "-v", "-o"])
+        .arg(file.with_extension("cubin"))
+        .arg(&file)
+        .output()
+        .expect("run ptxas");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    if !out.status.success() {
+        let head: String = text.lines().take(8).collect::<Vec<_>>().join("\n");
+        return Err(format!("ptxas failed on {}:\n{head}", file.display()));
+    }
+    let num_before = |key: &str| -> u32 {
+        text.find(key)
+            .and_then(|i| text[..i].split_whitespace().last()?.parse().ok())
+            .unwrap_or(0)
+    };
+    let registers = text
+        .find("Used ")
+        .and_then(|i| text[i + 5..].split_whitespace().next()?.parse().ok())
+        .unwrap_or(0);
+    Ok(Report {
+        name: format!("{name} sm_{sm} w{warps} s{stages}"),
+        registers,
+        spill_stores: num_before("bytes spill stores"),
+        shared: c.shared_bytes,
+    })
+}
+
+/// `c = a @ b (+ acc)` for one tile; `ta` / `tb` load the operand transposed (`x.trans()` of a
+/// tile stored the other way round), `iters` > 1 accumulates in a loop.
+fn dot_tile(
+    dt: DType,
+    (m, n, k): (usize, usize, usize),
+    precision: InputPrecision,
+    ta: bool,
+    tb: bool,
+) -> Kernel {
+    trace("dot_tile", |p| {
+        let (a, b, c) = (p.ptr("a", dt), p.ptr("b", dt), p.ptr("c", DType::F32));
+        let rm = arange(0, m as i64);
+        let rn = arange(0, n as i64);
+        let rk = arange(0, k as i64);
+        let av = if ta {
+            load_unmasked(a + rk.col() * m + rm.row()).trans()
+        } else {
+            load_unmasked(a + rm.col() * k + rk.row())
+        };
+        let bv = if tb {
+            load_unmasked(b + rn.col() * k + rk.row()).trans()
+        } else {
+            load_unmasked(b + rk.col() * n + rn.row())
+        };
+        let acc = dot_with(av, bv, None, precision);
+        store_unmasked(c + rm.col() * n + rn.row(), acc);
+    })
+    .map(aligned)
+    .unwrap()
+}
+
+/// Triton's matmul loop: masked loads of A and B blocks, `acc = dot(a, b, acc)`.
+fn matmul_loop(dt: DType, bm: usize, bn: usize, bk: usize) -> Kernel {
+    trace("matmul", |p| {
+        let (a, b, c) = (p.ptr("a", dt), p.ptr("b", dt), p.ptr("c", DType::F32));
+        let (m, n, k) = (
+            p.scalar("m", DType::I32),
+            p.scalar("n", DType::I32),
+            p.scalar("k", DType::I32),
+        );
+        let offs_m = program_id(0) * bm + arange(0, bm as i64);
+        let offs_n = program_id(1) * bn + arange(0, bn as i64);
+        let offs_k = arange(0, bk as i64);
+        let acc = for_range(0, k, bk, zeros::<f32>([bm, bn]), |start, acc| {
+            let ks = start + offs_k;
+            let at = load(
+                a + offs_m.col() * k + ks.row(),
+                offs_m.col().lt(m) & ks.row().lt(k),
+                0.0,
+            );
+            let bt = load(
+                b + ks.col() * n + offs_n.row(),
+                ks.col().lt(k) & offs_n.row().lt(n),
+                0.0,
+            );
+            dot_acc(at, bt, acc)
+        });
+        store(
+            c + offs_m.col() * n + offs_n.row(),
+            acc,
+            offs_m.col().lt(m) & offs_n.row().lt(n),
+        );
+    })
+    .map(aligned)
+    .unwrap()
+}
+
+/// FlashAttention forward for one (query block, head): Q resident, K and V streamed,
+/// online softmax in base 2, P cast to the input dtype and multiplied by V from registers.
+pub fn flash_attention(dt: DType, bm: usize, bn: usize, d: usize) -> Kernel {
+    trace("flash_attention", |p| {
+        let (q, kp, vp, o) = (
+            p.ptr("q", dt),
+            p.ptr("k", dt),
+            p.ptr("v", dt),
+            p.ptr("o", dt),
+        );
+        let n = p.scalar("n", DType::I32);
+        let scale = p.scalar("scale", DType::F32);
+        let offs_m = program_id(0) * bm + arange(0, bm as i64);
+        let offs_d = arange(0, d as i64);
+        let offs_n = arange(0, bn as i64);
+        let qv = load_unmasked(q + offs_m.col() * d + offs_d.row());
+        let init = (
+            full::<f32>([bm], f64::NEG_INFINITY),
+            zeros::<f32>([bm]),
+            zeros::<f32>([bm, d]),
+        );
+        let (m_i, l_i, acc) = for_range(0, n, bn, init, |start, (m_i, l_i, acc)| {
+            let kv = start + offs_n;
+            let kt = load_unmasked(kp + kv.col() * d + offs_d.row());
+            let vt = load_unmasked(vp + kv.col() * d + offs_d.row());
+            let qk = dot(qv, kt.trans()) * scale;
+            let m_ij = maximum(m_i, max(qk, 1));
+            let pm = exp2(qk - m_ij.col());
+            let alpha = exp2(m_i - m_ij);
+            let l_ij = sum(pm, 1);
+            let acc = dot_acc(pm.cast(dt), vt, acc * alpha.col());
+            (m_ij, l_i * alpha + l_ij, acc)
+        });
+        let _ = m_i;
+        store_unmasked(
+            o + offs_m.col() * d + offs_d.row(),
+            (acc / l_i.col()).cast(dt),
+        );
+    })
+    .map(aligned)
+    .unwrap()
+}
+
+/// Marks every pointer and integer parameter as divisible by 16, as the runtime's
+/// specialization does for aligned tensors (16-byte vector loads).
+fn aligned(mut k: Kernel) -> Kernel {
+    for p in &mut k.params {
+        if p.ty.is_ptr() || p.ty.dtype().is_int() {
+            p.facts.divisible_by_16 = true;
+        }
+    }
+    k
+}
+
+fn ptx(k: &Kernel, sm: u32, warps: u32) -> String {
+    let opts = CompileOptions {
+        num_warps: warps,
+        num_stages: 1,
+    };
+    compile(k, &Target { sm }, &opts).unwrap().ptx
+}
+
+#[test]
+fn f16_bf16_and_tf32_dots_use_mma_and_ldmatrix() {
+    let p = ptx(
+        &dot_tile(DType::F16, (64, 64, 32), InputPrecision::Tf32, false, false),
+        80,
+        4,
+    );
+    assert!(
+        p.contains("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"),
+        "{p}"
+    );
+    // A [m][k] plain, B [k][n] transposed on the way in.
+    assert!(
+        p.contains("ldmatrix.sync.aligned.m8n8.x4.shared.b16"),
+        "{p}"
+    );
+    assert!(
+        p.contains("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"),
+        "{p}"
+    );
+    assert!(!p.contains("fma.rn.f32"), "{p}");
+    // 64x64x32 over 4 warps (2x2): 2 m-tiles x 4 n-tiles x 2 k-steps per warp.
+    assert_eq!(p.matches("mma.sync").count(), 16, "{p}");
+
+    let p = ptx(
+        &dot_tile(DType::BF16, (32, 32, 32), InputPrecision::Tf32, true, true),
+        90,
+        4,
+    );
+    assert!(p.contains(".bf16.bf16.f32"), "{p}");
+    // A = x.trans() is read transposed; B = y.trans() is K-major: plain ldmatrix.
+    assert!(p.contains(".x4.trans.shared.b16"), "{p}");
+    assert!(
+        p.contains(".x4.shared.b16") || p.contains(".x2.shared.b16"),
+        "{p}"
+    );
+
+    let p = ptx(
+        &dot_tile(DType::F32, (32, 64, 16), InputPrecision::Tf32, false, false),
+        80,
+        4,
+    );
+    assert!(
+        p.contains("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"),
+        "{p}"
+    );
+    assert!(p.contains("cvt.rna.tf32.f32"), "{p}");
+    assert!(!p.contains(".trans"), "{p}");
+}
+
+#[test]
+fn ieee_and_integer_dots_stay_on_fma() {
+    let p = ptx(
+        &dot_tile(DType::F32, (32, 32, 16), InputPrecision::Ieee, false, false),
+        80,
+        4,
+    );
+    assert!(!p.contains("mma.sync"), "{p}");
+    assert!(p.contains("fma.rn.f32"), "{p}");
+    let p = ptx(
+        &dot_tile(
+            DType::F32,
+            (32, 32, 16),
+            InputPrecision::Tf32x3,
+            false,
+            false,
+        ),
+        80,
+        4,
+    );
+    assert!(!p.contains("mma.sync"), "{p}");
+    let p = ptx(
+        &dot_tile(DType::I8, (16, 16, 16), InputPrecision::Tf32, false, false),
+        80,
+        4,
+    );
+    assert!(!p.contains("mma.sync"), "{p}");
+    assert!(p.contains("mad.lo.s32"), "{p}");
+}
+
+/// The body of the first `for` loop in the PTX.
+fn loop_body(p: &str) -> &str {
+    let start = p.find("$L_for_").expect("a loop");
+    let end = p.find("bra.uni $L_for_").expect("a back edge");
+    &p[start..end]
+}
+
+#[test]
+fn flash_attention_keeps_q_and_p_in_registers() {
+    let p = ptx(&flash_attention(DType::BF16, 128, 64, 64), 90, 8);
+    let body = loop_body(&p);
+    assert!(body.contains(".bf16.bf16.f32"), "{p}");
+    // Q is loaded into fragments once, before the loop: inside, only K (plain) and V
+    // (transposed) go through shared memory, each with two barriers; P does not.
+    assert_eq!(body.matches("stage dot operands").count(), 2, "{body}");
+    assert_eq!(body.matches("bar.sync").count(), 4, "{body}");
+    assert!(body.contains(".x4.trans.shared.b16"), "{body}");
+    // The row max and sum of the accumulator: shuffles within the quad (lanes 1 and 2 apart).
+    assert!(body.contains("shfl.sync.bfly.b32"), "{body}");
+    assert!(!body.contains("shfl.sync.bfly.b32 %r1, %r1, 4"), "{body}");
+    // 8 warps x 16 rows: 8 n-tiles of S (64 keys) x 4 k-steps (D = 64), and 8 n-tiles of O
+    // (D = 64) x 4 k-steps (64 keys).
+    assert_eq!(body.matches("mma.sync").count(), 8 * 4 + 8 * 4, "{body}");
+}
+
+#[test]
+fn tensor_core_kernels_assemble_without_spills() {
+    let ptxas = find_ptxas();
+    let mut kernels: Vec<(String, Kernel, Vec<u32>)> = Vec::new();
+    for dt in [DType::F16, DType::BF16, DType::F32] {
+        for &m in &[16usize, 32, 64, 128] {
+            for &n in &[16usize, 32, 64, 128] {
+                for &k in &[16usize, 32, 64] {
+                    // Keep the grid small but cover each dimension at both ends.
+                    if !(m == n || k == 64 || (m, n) == (16, 128) || (m, n) == (128, 16)) {
+                        continue;
+                    }
+                    // Operand staging must fit in 48 KB of shared memory.
+                    if (m * k + k * n) * dt.size_bytes() > 48 * 1024 {
+                        continue;
+                    }
+                    let tb = (m + n + k) % 32 == 0;
+                    kernels.push((
+                        format!("dot_{dt}_{m}x{n}x{k}{}", if tb { "_bt" } else { "" }),
+                        dot_tile(dt, (m, n, k), InputPrecision::Tf32, false, tb),
+                        vec![4, 8],
+                    ));
+                }
+            }
+        }
+    }
+    for dt in [DType::F16, DType::BF16] {
+        kernels.push((
+            format!("matmul_{dt}_128x128x32"),
+            matmul_loop(dt, 128, 128, 32),
+            vec![4, 8],
+        ));
+        kernels.push((
+            format!("matmul_{dt}_64x64x64"),
+            matmul_loop(dt, 64, 64, 64),
+            vec![4],
+        ));
+    }
+    kernels.push((
+        "matmul_tf32_64x64x32".into(),
+        matmul_loop(DType::F32, 64, 64, 32),
+        vec![4],
+    ));
+    for d in [64usize, 128] {
+        kernels.push((
+            format!("flash_attention_bf16_d{d}"),
+            flash_attention(DType::BF16, 128, 64, d),
+            vec![8],
+        ));
+        kernels.push((
+            format!("flash_attention_f16_d{d}_m64"),
+            flash_attention(DType::F16, 64, 64, d),
+            vec![4],
+        ));
+    }
+    let mut reports: Vec<Report> = Vec::new();
+    let mut errors = Vec::new();
+    let dir = std::env::temp_dir().join(format!("tegula-mma-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    for (name, k, warps) in &kernels {
+        for &w in warps {
+            for sm in [80, 90] {
+                match assemble(&ptxas, &dir, name, k, sm, w, 1) {
+                    Ok(r) => reports.push(r),
+                    Err(e) => errors.push(e),
+                }
+            }
+        }
+    }
+    println!(
+        "{:<40} {:>5} {:>7} {:>7}",
+        "kernel", "regs", "spills", "shared"
+    );
+    for r in &reports {
+        println!(
+            "{:<40} {:>5} {:>7} {:>7}",
+            r.name, r.registers, r.spill_stores, r.shared
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(
+        errors.is_empty(),
+        "{} failures:\n{}",
+        errors.len(),
+        errors.join("\n\n")
+    );
+    let spilled: Vec<&String> = reports
+        .iter()
+        .filter(|r| r.spill_stores > 0)
+        .map(|r| &r.name)
+        .collect();
+    assert!(spilled.is_empty(), "kernels spill: {spilled:?}");
+    assert!(reports.iter().all(|r| r.registers > 0));
+}
