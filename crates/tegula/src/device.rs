@@ -414,11 +414,10 @@ impl Device {
             op: "compiled".into(),
             message: format!("{} compiles no PTX", self.name()),
         })?;
-        let facts = gpu::divisibility_facts(&launch.args);
         gpu.kernel(
             &format!("{}|{}", launch.name, launch.key),
             &kernel,
-            &facts,
+            &launch.args,
             launch.config,
         )
     }
