@@ -545,6 +545,28 @@ fn backward_rows_without_keys_have_zero_gradients() {
     );
     assert!(dq[19 * 8..].iter().any(|&x| x != 0.0));
     check_backward::<f32>(&dev, dm, causal(true), Layout::Bhnd);
+
+    // No keys at all (every lse is -inf) and no queries at all: zero gradients, no NaN.
+    let q = dev.randn::<f32>([1, 2, 7, 16]).unwrap();
+    let none = dev.randn::<f32>([1, 1, 0, 16]).unwrap();
+    let d_o = dev.randn::<f32>([1, 2, 7, 16]).unwrap();
+    let (o, lse) = attention::forward(&q, &none, &none, &causal(true)).unwrap();
+    let g = attention::backward(&q, &none, &none, &o, &d_o, &lse, &causal(true)).unwrap();
+    assert!(g.dq.to_vec().unwrap().iter().all(|&x| x == 0.0));
+    let q0 = dev.randn::<f32>([1, 2, 0, 16]).unwrap();
+    let k = dev.randn::<f32>([1, 1, 5, 16]).unwrap();
+    let (o0, lse0) = attention::forward(&q0, &k, &k, &causal(false)).unwrap();
+    // dK and dV start non-zero: with no query rows the kernel must still write zeros.
+    let dk = dev.full::<f32>([1, 1, 5, 16], 7.0).unwrap();
+    let dv = dev.full::<f32>([1, 1, 5, 16], 7.0).unwrap();
+    let dq0 = dev.zeros::<f32>([1, 2, 0, 16]).unwrap();
+    attention::backward_into(&q0, &k, &k, &o0, &o0, &lse0, &dq0, &dk, &dv, &causal(false)).unwrap();
+    assert!(dk
+        .to_vec()
+        .unwrap()
+        .iter()
+        .chain(&dv.to_vec().unwrap())
+        .all(|&x| x == 0.0));
 }
 
 #[test]

@@ -19,9 +19,6 @@ const OP: &str = "attention_seed";
 
 /// One program per block of `block_m` query rows; it streams K and V in blocks of `block_n`
 /// rows through the online softmax (running max `m_i`, sum `l_i`, weighted sum `acc`).
-// `m_i` is carried by the loop but not read after it; the macro's write-back after the loop
-// would otherwise warn.
-#[allow(unused_assignments)]
 #[tegula::kernel]
 pub fn flash_attention_fwd_kernel(
     q_ptr: Ptr<f32>,
