@@ -1,0 +1,126 @@
+//! Kernels shared by the tensor-core tests (`tests/mma.rs`, `tests/mma_sim.rs`).
+#![allow(dead_code)]
+
+use tegula_ir::prelude::*;
+use tegula_ir::Kernel;
+
+/// `c = a @ b (+ acc)` for one tile; `ta` / `tb` load the operand transposed (`x.trans()` of a
+/// tile stored the other way round), `iters` > 1 accumulates in a loop.
+pub fn dot_tile(
+    dt: DType,
+    (m, n, k): (usize, usize, usize),
+    precision: InputPrecision,
+    ta: bool,
+    tb: bool,
+) -> Kernel {
+    trace("dot_tile", |p| {
+        let (a, b, c) = (p.ptr("a", dt), p.ptr("b", dt), p.ptr("c", DType::F32));
+        let rm = arange(0, m as i64);
+        let rn = arange(0, n as i64);
+        let rk = arange(0, k as i64);
+        let av = if ta {
+            load_unmasked(a + rk.col() * m + rm.row()).trans()
+        } else {
+            load_unmasked(a + rm.col() * k + rk.row())
+        };
+        let bv = if tb {
+            load_unmasked(b + rn.col() * k + rk.row()).trans()
+        } else {
+            load_unmasked(b + rk.col() * n + rn.row())
+        };
+        let acc = dot_with(av, bv, None, precision);
+        store_unmasked(c + rm.col() * n + rn.row(), acc);
+    })
+    .map(aligned)
+    .unwrap()
+}
+
+/// Triton's matmul loop: masked loads of A and B blocks, `acc = dot(a, b, acc)`.
+pub fn matmul_loop(dt: DType, bm: usize, bn: usize, bk: usize) -> Kernel {
+    trace("matmul", |p| {
+        let (a, b, c) = (p.ptr("a", dt), p.ptr("b", dt), p.ptr("c", DType::F32));
+        let (m, n, k) = (
+            p.scalar("m", DType::I32),
+            p.scalar("n", DType::I32),
+            p.scalar("k", DType::I32),
+        );
+        let offs_m = program_id(0) * bm + arange(0, bm as i64);
+        let offs_n = program_id(1) * bn + arange(0, bn as i64);
+        let offs_k = arange(0, bk as i64);
+        let acc = for_range(0, k, bk, zeros::<f32>([bm, bn]), |start, acc| {
+            let ks = start + offs_k;
+            let at = load(
+                a + offs_m.col() * k + ks.row(),
+                offs_m.col().lt(m) & ks.row().lt(k),
+                0.0,
+            );
+            let bt = load(
+                b + ks.col() * n + offs_n.row(),
+                ks.col().lt(k) & offs_n.row().lt(n),
+                0.0,
+            );
+            dot_acc(at, bt, acc)
+        });
+        store(
+            c + offs_m.col() * n + offs_n.row(),
+            acc,
+            offs_m.col().lt(m) & offs_n.row().lt(n),
+        );
+    })
+    .map(aligned)
+    .unwrap()
+}
+
+/// FlashAttention forward for one (query block, head): Q resident, K and V streamed,
+/// online softmax in base 2, P cast to the input dtype and multiplied by V from registers.
+pub fn flash_attention(dt: DType, bm: usize, bn: usize, d: usize) -> Kernel {
+    trace("flash_attention", |p| {
+        let (q, kp, vp, o) = (
+            p.ptr("q", dt),
+            p.ptr("k", dt),
+            p.ptr("v", dt),
+            p.ptr("o", dt),
+        );
+        let n = p.scalar("n", DType::I32);
+        let scale = p.scalar("scale", DType::F32);
+        let offs_m = program_id(0) * bm + arange(0, bm as i64);
+        let offs_d = arange(0, d as i64);
+        let offs_n = arange(0, bn as i64);
+        let qv = load_unmasked(q + offs_m.col() * d + offs_d.row());
+        let init = (
+            full::<f32>([bm], f64::NEG_INFINITY),
+            zeros::<f32>([bm]),
+            zeros::<f32>([bm, d]),
+        );
+        let (m_i, l_i, acc) = for_range(0, n, bn, init, |start, (m_i, l_i, acc)| {
+            let kv = start + offs_n;
+            let kt = load_unmasked(kp + kv.col() * d + offs_d.row());
+            let vt = load_unmasked(vp + kv.col() * d + offs_d.row());
+            let qk = dot(qv, kt.trans()) * scale;
+            let m_ij = maximum(m_i, max(qk, 1));
+            let pm = exp2(qk - m_ij.col());
+            let alpha = exp2(m_i - m_ij);
+            let l_ij = sum(pm, 1);
+            let acc = dot_acc(pm.cast(dt), vt, acc * alpha.col());
+            (m_ij, l_i * alpha + l_ij, acc)
+        });
+        let _ = m_i;
+        store_unmasked(
+            o + offs_m.col() * d + offs_d.row(),
+            (acc / l_i.col()).cast(dt),
+        );
+    })
+    .map(aligned)
+    .unwrap()
+}
+
+/// Marks every pointer and integer parameter as divisible by 16, as the runtime's
+/// specialization does for aligned tensors (16-byte vector loads).
+pub fn aligned(mut k: Kernel) -> Kernel {
+    for p in &mut k.params {
+        if p.ty.is_ptr() || p.ty.dtype().is_int() {
+            p.facts.divisible_by_16 = true;
+        }
+    }
+    k
+}

@@ -1,0 +1,1007 @@
+//! Runs the emitted PTX of tensor-core kernels on a small SIMT simulator (one CTA at a time,
+//! all threads in lockstep) and compares the results with float64 references. The simulator
+//! implements `ldmatrix` and `mma.sync` from the PTX ISA's definitions (not from
+//! `mma_layout.rs`), checks that shared-memory accesses of different threads are separated by
+//! a barrier, and that branches are uniform. Products on tensor cores are exact; the simulator
+//! sums them in f64, so results are compared with a tolerance, not bit for bit.
+
+mod mma_kernels;
+
+use half::{bf16, f16};
+use mma_kernels::*;
+use std::collections::HashMap;
+use tegula_ir::prelude::*;
+use tegula_ir::Kernel;
+use tegula_ptx::{compile, CompileOptions, Target};
+
+#[derive(Clone, Debug)]
+enum Opnd {
+    Reg(usize),
+    Imm(i64),
+    Bits(u64),
+    Sym(String),
+    Addr(Box<Opnd>, i64),
+    Vec(Vec<usize>),
+    Label(String),
+}
+
+#[derive(Clone, Debug)]
+struct Ins {
+    guard: Option<(usize, bool)>,
+    op: String,
+    args: Vec<Opnd>,
+}
+
+struct Prog {
+    code: Vec<Ins>,
+    labels: HashMap<String, usize>,
+    nregs: usize,
+    shared: usize,
+}
+
+fn split_args(s: &str) -> Vec<String> {
+    let (mut out, mut cur, mut depth) = (Vec::new(), String::new(), 0);
+    for ch in s.chars() {
+        match ch {
+            '{' | '[' => depth += 1,
+            '}' | ']' => depth -= 1,
+            _ => {}
+        }
+        if ch == ',' && depth == 0 {
+            out.push(cur.trim().to_string());
+            cur.clear();
+        } else {
+            cur.push(ch);
+        }
+    }
+    if !cur.trim().is_empty() {
+        out.push(cur.trim().to_string());
+    }
+    out
+}
+
+fn parse(ptx: &str) -> Prog {
+    let mut names: HashMap<String, usize> = HashMap::new();
+    let reg = |n: &str, names: &mut HashMap<String, usize>| {
+        let k = names.len();
+        *names.entry(n.to_string()).or_insert(k)
+    };
+    let mut code = Vec::new();
+    let mut labels = HashMap::new();
+    let mut shared = 0;
+    let body = &ptx[ptx.find(".maxntid").unwrap()..];
+    for line in body.lines().skip(2) {
+        let l = line.trim();
+        if l.is_empty() || l.starts_with("//") || l == "}" {
+            continue;
+        }
+        if let Some(rest) = l.strip_prefix(".shared") {
+            let n = rest.split('[').nth(1).unwrap().trim_end_matches("];");
+            shared = n.parse().unwrap();
+            continue;
+        }
+        if l.starts_with(".reg") {
+            continue;
+        }
+        if let Some(lab) = l.strip_suffix(':') {
+            labels.insert(lab.to_string(), code.len());
+            continue;
+        }
+        let l = l.trim_end_matches(';');
+        let (guard, l) = if let Some(g) = l.strip_prefix('@') {
+            let (p, rest) = g.split_once(' ').unwrap();
+            let (neg, p) = match p.strip_prefix('!') {
+                Some(p) => (true, p),
+                None => (false, p),
+            };
+            (Some((reg(p, &mut names), neg)), rest.trim())
+        } else {
+            (None, l)
+        };
+        let (op, rest) = l.split_once(' ').unwrap_or((l, ""));
+        let parse_opnd = |a: &str, names: &mut HashMap<String, usize>| -> Opnd {
+            if let Some(v) = a.strip_prefix('{') {
+                let v = v.trim_end_matches('}');
+                return Opnd::Vec(v.split(',').map(|r| reg(r.trim(), names)).collect());
+            }
+            if let Some(v) = a.strip_prefix('[') {
+                let v = v.trim_end_matches(']');
+                let (b, off) = match v.split_once('+') {
+                    Some((b, o)) => (b, o.parse().unwrap()),
+                    None => match v[1..].find('-') {
+                        Some(i) => (&v[..i + 1], v[i + 1..].parse::<i64>().map(|x| -x).unwrap()),
+                        None => (v, 0),
+                    },
+                };
+                let base = if b.starts_with("%r") || b.starts_with("%rd") {
+                    Opnd::Reg(reg(b, names))
+                } else {
+                    Opnd::Sym(b.to_string())
+                };
+                return Opnd::Addr(Box::new(base), off);
+            }
+            if a.starts_with("%tid") || a.starts_with("%ctaid") || a.starts_with("%nctaid") {
+                return Opnd::Sym(a.to_string());
+            }
+            if a.starts_with('%') {
+                return Opnd::Reg(reg(a, names));
+            }
+            if let Some(h) = a.strip_prefix("0f") {
+                return Opnd::Bits(u64::from_str_radix(h, 16).unwrap());
+            }
+            if let Some(h) = a.strip_prefix("0d") {
+                return Opnd::Bits(u64::from_str_radix(h, 16).unwrap());
+            }
+            if a.starts_with('$') {
+                return Opnd::Label(a.to_string());
+            }
+            if let Ok(i) = a.parse::<i64>() {
+                return Opnd::Imm(i);
+            }
+            Opnd::Sym(a.to_string())
+        };
+        let args = split_args(rest)
+            .iter()
+            .map(|a| parse_opnd(a, &mut names))
+            .collect();
+        code.push(Ins {
+            guard,
+            op: op.to_string(),
+            args,
+        });
+    }
+    Prog {
+        code,
+        labels,
+        nregs: names.len(),
+        shared,
+    }
+}
+
+/// Global memory: buffers at fixed, widely spaced addresses.
+struct Gmem {
+    bufs: Vec<Vec<u8>>,
+}
+
+const GBASE: u64 = 1 << 40;
+const GSPAN: u64 = 1 << 32;
+
+impl Gmem {
+    fn at(&mut self, addr: u64, n: usize) -> &mut [u8] {
+        let b = ((addr - GBASE) / GSPAN) as usize;
+        let off = ((addr - GBASE) % GSPAN) as usize;
+        let buf = &mut self.bufs[b];
+        assert!(
+            off + n <= buf.len(),
+            "global access out of bounds: buffer {b} offset {off}"
+        );
+        &mut buf[off..off + n]
+    }
+}
+
+#[derive(Clone, Copy)]
+struct Access {
+    epoch: u32,
+    thread: u32,
+}
+
+struct Machine<'p> {
+    prog: &'p Prog,
+    threads: usize,
+    regs: Vec<Vec<u64>>,
+    smem: Vec<u8>,
+    /// Per shared byte: the last write and last read (thread u32::MAX: several threads).
+    writes: Vec<Option<Access>>,
+    reads: Vec<Option<Access>>,
+    epoch: u32,
+    pc: usize,
+    params: HashMap<String, u64>,
+    ctaid: [u64; 3],
+    nctaid: [u64; 3],
+}
+
+fn f32v(x: u64) -> f32 {
+    f32::from_bits(x as u32)
+}
+fn bits(x: f32) -> u64 {
+    x.to_bits() as u64
+}
+
+/// cvt.rna.tf32.f32: round to 10 mantissa bits, ties away from zero.
+fn tf32(x: f32) -> f32 {
+    if !x.is_finite() {
+        return x;
+    }
+    f32::from_bits((x.to_bits() + 0x1000) & !0x1fff)
+}
+
+impl<'p> Machine<'p> {
+    fn val(&self, t: usize, a: &Opnd) -> u64 {
+        match a {
+            Opnd::Reg(r) => self.regs[t][*r],
+            Opnd::Imm(i) => *i as u64,
+            Opnd::Bits(b) => *b,
+            Opnd::Sym(s) => match s.as_str() {
+                "%tid.x" => t as u64,
+                "%ctaid.x" => self.ctaid[0],
+                "%ctaid.y" => self.ctaid[1],
+                "%ctaid.z" => self.ctaid[2],
+                "%nctaid.x" => self.nctaid[0],
+                "%nctaid.y" => self.nctaid[1],
+                "%nctaid.z" => self.nctaid[2],
+                "tg_smem" => 0,
+                p => *self.params.get(p).unwrap_or_else(|| panic!("symbol {p}")),
+            },
+            other => panic!("no value for {other:?}"),
+        }
+    }
+
+    fn addr(&self, t: usize, a: &Opnd) -> u64 {
+        match a {
+            Opnd::Addr(b, off) => {
+                if let Opnd::Sym(s) = &**b {
+                    if s != "tg_smem" {
+                        return 0; // parameter space: handled by ld.param
+                    }
+                }
+                self.val(t, b).wrapping_add(*off as u64)
+            }
+            _ => panic!("not an address"),
+        }
+    }
+
+    fn set(&mut self, t: usize, a: &Opnd, v: u64) {
+        match a {
+            Opnd::Reg(r) => self.regs[t][*r] = v,
+            other => panic!("cannot write {other:?}"),
+        }
+    }
+
+    /// Records an access of `n` bytes at `addr` (a write of `data` when given); panics on a
+    /// race: a byte another thread wrote since the last barrier (unless a write stores the
+    /// same value), or a write over a byte another thread read since the last barrier.
+    fn smem_access(&mut self, t: usize, addr: u64, n: usize, data: Option<&[u8]>) {
+        let me = Access {
+            epoch: self.epoch,
+            thread: t as u32,
+        };
+        for (k, b) in (addr as usize..addr as usize + n).enumerate() {
+            assert!(b < self.smem.len(), "shared access out of bounds");
+            let other = |x: Option<Access>| {
+                x.is_some_and(|a| a.epoch == self.epoch && a.thread != t as u32)
+            };
+            let same_value = data.is_some_and(|d| d[k] == self.smem[b]);
+            assert!(
+                !other(self.writes[b]) || same_value,
+                "shared byte {b} (thread {t}) written by thread {} without a barrier (pc {}: {:?})",
+                self.writes[b].unwrap().thread,
+                self.pc,
+                self.prog.code[self.pc]
+            );
+            if let Some(d) = data {
+                assert!(
+                    !other(self.reads[b]) || d[k] == self.smem[b],
+                    "shared byte {b} overwritten while another thread reads it (pc {})",
+                    self.pc
+                );
+                self.writes[b] = Some(me);
+                self.smem[b] = d[k];
+            } else {
+                self.reads[b] = match self.reads[b] {
+                    Some(a) if a.epoch == self.epoch && a.thread != t as u32 => Some(Access {
+                        epoch: self.epoch,
+                        thread: u32::MAX,
+                    }),
+                    _ => Some(me),
+                };
+            }
+        }
+    }
+
+    fn run(&mut self, gmem: &mut Gmem) {
+        let mut pc = 0;
+        let mut steps = 0u64;
+        while pc < self.prog.code.len() {
+            steps += 1;
+            assert!(steps < 5_000_000, "runaway");
+            let ins = &self.prog.code[pc];
+            self.pc = pc;
+            pc += 1;
+            let active: Vec<bool> = (0..self.threads)
+                .map(|t| match ins.guard {
+                    None => true,
+                    Some((p, neg)) => (self.regs[t][p] != 0) != neg,
+                })
+                .collect();
+            let op = ins.op.as_str();
+            if op == "ret" {
+                return;
+            }
+            if op.starts_with("bra") {
+                let taken = active[0];
+                assert!(active.iter().all(|&a| a == taken), "divergent branch");
+                if taken {
+                    let Opnd::Label(l) = &ins.args[0] else {
+                        panic!()
+                    };
+                    pc = self.prog.labels[l];
+                }
+                continue;
+            }
+            if op == "bar.sync" {
+                self.epoch += 1;
+                continue;
+            }
+            if op.starts_with("ldmatrix") {
+                self.ldmatrix(ins, &active);
+                continue;
+            }
+            if op.starts_with("mma.sync") {
+                self.mma(ins, &active);
+                continue;
+            }
+            if op.starts_with("shfl.sync.bfly") {
+                let src: Vec<u64> = (0..self.threads)
+                    .map(|t| self.val(t, &ins.args[1]))
+                    .collect();
+                for t in 0..self.threads {
+                    if active[t] {
+                        let m = self.val(t, &ins.args[2]) as usize;
+                        let v = src[(t & !31) | ((t & 31) ^ m)];
+                        self.set(t, &ins.args[0], v);
+                    }
+                }
+                continue;
+            }
+            for (t, &on) in active.iter().enumerate() {
+                if on {
+                    self.exec(t, ins, gmem);
+                }
+            }
+        }
+    }
+
+    fn exec(&mut self, t: usize, ins: &Ins, gmem: &mut Gmem) {
+        let op = ins.op.as_str();
+        let parts: Vec<&str> = op.split('.').collect();
+        let ty = *parts.last().unwrap();
+        let a = &ins.args;
+        let v = |m: &Self, i: usize| m.val(t, &a[i]);
+        // Packing and unpacking moves.
+        if parts[0] == "mov" {
+            match (&a[0], &a[1]) {
+                (Opnd::Vec(d), _) => {
+                    let x = v(self, 1);
+                    let w = if ty == "b64" { 32 } else { 16 };
+                    for (k, &r) in d.iter().enumerate() {
+                        self.regs[t][r] = (x >> (w * k)) & ((1u64 << w) - 1);
+                    }
+                }
+                (_, Opnd::Vec(s)) => {
+                    let w = if ty == "b64" { 32 } else { 16 };
+                    let x = s
+                        .iter()
+                        .enumerate()
+                        .fold(0u64, |acc, (k, &r)| acc | (self.regs[t][r] << (w * k)));
+                    self.set(t, &a[0], x);
+                }
+                _ => {
+                    let x = v(self, 1);
+                    let x = match ty {
+                        "b16" => x & 0xffff,
+                        "u32" | "b32" | "f32" | "s32" => x & 0xffff_ffff,
+                        _ => x,
+                    };
+                    self.set(t, &a[0], x);
+                }
+            }
+            return;
+        }
+        let width = |ty: &str| -> usize {
+            match ty {
+                "b16" | "u16" | "s16" => 2,
+                "b64" | "u64" | "s64" | "f64" => 8,
+                "u8" | "s8" => 1,
+                _ => 4,
+            }
+        };
+        let load = |m: &mut Self, g: &mut Gmem, shared: bool, addr: u64, n: usize| -> u64 {
+            let bytes: Vec<u8> = if shared {
+                m.smem_access(t, addr, n, None);
+                m.smem[addr as usize..addr as usize + n].to_vec()
+            } else {
+                g.at(addr, n).to_vec()
+            };
+            bytes
+                .iter()
+                .enumerate()
+                .fold(0u64, |acc, (k, &b)| acc | (b as u64) << (8 * k))
+        };
+        match parts[0] {
+            "ld" if parts[1] == "param" => {
+                let Opnd::Addr(b, _) = &a[1] else { panic!() };
+                let Opnd::Sym(name) = &**b else { panic!() };
+                let x = self.params[name];
+                self.set(t, &a[0], x);
+            }
+            "ld" => {
+                let shared = parts[1] == "shared";
+                let vecn = parts
+                    .iter()
+                    .find_map(|p| p.strip_prefix('v').and_then(|n| n.parse::<usize>().ok()))
+                    .unwrap_or(1);
+                let w = width(ty);
+                let addr = self.addr(t, &a[1]);
+                match &a[0] {
+                    Opnd::Vec(regs) => {
+                        for (k, &r) in regs.iter().enumerate() {
+                            self.regs[t][r] = load(self, gmem, shared, addr + (k * w) as u64, w);
+                        }
+                    }
+                    d => {
+                        assert_eq!(vecn, 1);
+                        let x = load(self, gmem, shared, addr, w);
+                        self.set(t, d, x);
+                    }
+                }
+            }
+            "st" => {
+                let shared = parts[1] == "shared";
+                let w = width(ty);
+                let addr = self.addr(t, &a[0]);
+                let vals: Vec<u64> = match &a[1] {
+                    Opnd::Vec(regs) => regs.iter().map(|&r| self.regs[t][r]).collect(),
+                    s => vec![self.val(t, s)],
+                };
+                for (k, x) in vals.into_iter().enumerate() {
+                    let at = addr + (k * w) as u64;
+                    let bytes = x.to_le_bytes();
+                    if shared {
+                        self.smem_access(t, at, w, Some(&bytes[..w]));
+                    } else {
+                        gmem.at(at, w).copy_from_slice(&bytes[..w]);
+                    }
+                }
+            }
+            "cvta" => {
+                let x = v(self, 1);
+                self.set(t, &a[0], x);
+            }
+            "cvt" => {
+                let x = v(self, 1);
+                let r = match op {
+                    "cvt.rn.bf16.f32" => bf16::from_f32(f32v(x)).to_bits() as u64,
+                    "cvt.rn.f16.f32" => f16::from_f32(f32v(x)).to_bits() as u64,
+                    "cvt.f32.bf16" => bits(bf16::from_bits(x as u16).to_f32()),
+                    "cvt.f32.f16" => bits(f16::from_bits(x as u16).to_f32()),
+                    "cvt.rna.tf32.f32" => bits(tf32(f32v(x))),
+                    "cvt.u32.u64" => x & 0xffff_ffff,
+                    "cvt.s64.s32" => x as u32 as i32 as i64 as u64,
+                    "cvt.rn.f32.s32" => bits(x as u32 as i32 as f32),
+                    other => panic!("unsupported {other}"),
+                };
+                self.set(t, &a[0], r);
+            }
+            "setp" => {
+                let (x, y) = (v(self, 1), v(self, 2));
+                let cmp = parts[1];
+                let r = match ty {
+                    "s32" => {
+                        let (x, y) = (x as u32 as i32, y as u32 as i32);
+                        match cmp {
+                            "lt" => x < y,
+                            "le" => x <= y,
+                            "gt" => x > y,
+                            "ge" => x >= y,
+                            "eq" => x == y,
+                            "ne" => x != y,
+                            c => panic!("{c}"),
+                        }
+                    }
+                    "u32" => {
+                        let (x, y) = (x as u32, y as u32);
+                        match cmp {
+                            "lt" => x < y,
+                            "le" => x <= y,
+                            "gt" => x > y,
+                            "ge" => x >= y,
+                            "eq" => x == y,
+                            "ne" => x != y,
+                            c => panic!("{c}"),
+                        }
+                    }
+                    "f32" => {
+                        let (x, y) = (f32v(x), f32v(y));
+                        match cmp {
+                            "lt" => x < y,
+                            "le" => x <= y,
+                            "gt" => x > y,
+                            "ge" => x >= y,
+                            "eq" => x == y,
+                            "ne" => x != y && !x.is_nan() && !y.is_nan(),
+                            "neu" => x != y || x.is_nan() || y.is_nan(),
+                            "nan" => x.is_nan() || y.is_nan(),
+                            c => panic!("{c}"),
+                        }
+                    }
+                    c => panic!("setp {c}"),
+                };
+                self.set(t, &a[0], r as u64);
+            }
+            "selp" => {
+                let r = if v(self, 3) != 0 {
+                    v(self, 1)
+                } else {
+                    v(self, 2)
+                };
+                self.set(t, &a[0], r);
+            }
+            _ if ty == "pred" => {
+                let r = match parts[0] {
+                    "and" => v(self, 1) & v(self, 2),
+                    "or" => v(self, 1) | v(self, 2),
+                    "xor" => v(self, 1) ^ v(self, 2),
+                    "not" => 1 - v(self, 1),
+                    o => panic!("{o}.pred"),
+                };
+                self.set(t, &a[0], r);
+            }
+            _ if ty == "f32" => {
+                let f = |i: usize| f32v(v(self, i));
+                let r = match parts[0] {
+                    "add" => f(1) + f(2),
+                    "sub" => f(1) - f(2),
+                    "mul" => f(1) * f(2),
+                    "div" => f(1) / f(2),
+                    "fma" => f(1).mul_add(f(2), f(3)),
+                    "max" if op.contains("NaN") => {
+                        if f(1).is_nan() || f(2).is_nan() {
+                            f32::NAN
+                        } else {
+                            f(1).max(f(2))
+                        }
+                    }
+                    "max" => f(1).max(f(2)),
+                    "min" => f(1).min(f(2)),
+                    "neg" => -f(1),
+                    "abs" => f(1).abs(),
+                    "ex2" => f(1).exp2(),
+                    "lg2" => f(1).log2(),
+                    o => panic!("{o}.f32"),
+                };
+                self.set(t, &a[0], bits(r));
+            }
+            _ => {
+                // Integer ops on 32 or 64 bits.
+                let wide = op.contains("wide");
+                let is64 = matches!(ty, "s64" | "u64" | "b64") || wide;
+                let mask = if is64 { u64::MAX } else { 0xffff_ffff };
+                let sx = |x: u64| -> i64 {
+                    if matches!(ty, "s64" | "u64" | "b64") {
+                        x as i64
+                    } else {
+                        x as u32 as i32 as i64
+                    }
+                };
+                let (x, y) = (v(self, 1), if a.len() > 2 { v(self, 2) } else { 0 });
+                let r = match parts[0] {
+                    "add" => sx(x).wrapping_add(sx(y)) as u64,
+                    "sub" => sx(x).wrapping_sub(sx(y)) as u64,
+                    "mul" => sx(x).wrapping_mul(sx(y)) as u64,
+                    "mad" => sx(x).wrapping_mul(sx(y)).wrapping_add(sx(v(self, 3))) as u64,
+                    "and" => x & y,
+                    "or" => x | y,
+                    "xor" => x ^ y,
+                    "shl" => x << y,
+                    "shr" if ty.starts_with('s') => (sx(x) >> y) as u64,
+                    "shr" => (x & mask) >> y,
+                    "min" => sx(x).min(sx(y)) as u64,
+                    "max" => sx(x).max(sx(y)) as u64,
+                    o => panic!("unsupported {o} ({op})"),
+                };
+                self.set(t, &a[0], r & mask);
+            }
+        }
+    }
+
+    /// `ldmatrix.sync.aligned.m8n8.x{1,2,4}{.trans}.shared.b16`: lanes 8i..8i+7 give the row
+    /// addresses of matrix i; without .trans register i of lane l holds row l/4, elements
+    /// 2(l%4) and 2(l%4)+1 of matrix i; with .trans, elements (2(l%4), l/4) and (2(l%4)+1, l/4).
+    fn ldmatrix(&mut self, ins: &Ins, active: &[bool]) {
+        assert!(active.iter().all(|&a| a), "ldmatrix under a guard");
+        let trans = ins.op.contains(".trans");
+        let Opnd::Vec(dst) = &ins.args[0] else {
+            panic!()
+        };
+        for w in 0..self.threads / 32 {
+            let rows: Vec<u64> = (0..32)
+                .map(|l| self.addr(32 * w + l, &ins.args[1]))
+                .collect();
+            for (i, &d) in dst.iter().enumerate() {
+                for l in 0..32usize {
+                    let t = 32 * w + l;
+                    let half = |m: &mut Self, row: usize, col: usize| -> u64 {
+                        let at = rows[8 * i + row] + 2 * col as u64;
+                        assert_eq!(rows[8 * i + row] % 16, 0, "unaligned ldmatrix row");
+                        m.smem_access(32 * w + 8 * i + row, at, 2, None);
+                        u16::from_le_bytes([m.smem[at as usize], m.smem[at as usize + 1]]) as u64
+                    };
+                    let (q, p) = (l / 4, l % 4);
+                    let (h0, h1) = if trans {
+                        (half(self, 2 * p, q), half(self, 2 * p + 1, q))
+                    } else {
+                        (half(self, q, 2 * p), half(self, q, 2 * p + 1))
+                    };
+                    self.regs[t][d] = h0 | (h1 << 16);
+                }
+            }
+        }
+    }
+
+    /// `mma.sync.aligned.m16n8k16` / `m16n8k8` with the PTX ISA's fragment layouts; exact
+    /// products summed in f64.
+    fn mma(&mut self, ins: &Ins, active: &[bool]) {
+        assert!(active.iter().all(|&a| a), "mma under a guard");
+        let op = &ins.op;
+        let (k, tf32) = if op.contains("m16n8k8") {
+            (8, true)
+        } else {
+            (16, false)
+        };
+        let bf = op.contains("bf16");
+        let regs = |i: usize| match &ins.args[i] {
+            Opnd::Vec(v) => v.clone(),
+            _ => panic!(),
+        };
+        let (d, ar, br, cr) = (regs(0), regs(1), regs(2), regs(3));
+        let elem = |x: u64, h: usize| -> f64 {
+            if tf32 {
+                let v = f32v(x);
+                assert_eq!(v.to_bits() & 0x1fff, 0, "tf32 operand not rounded");
+                v as f64
+            } else {
+                let b = (x >> (16 * h)) as u16;
+                if bf {
+                    bf16::from_bits(b).to_f64()
+                } else {
+                    f16::from_bits(b).to_f64()
+                }
+            }
+        };
+        for w in 0..self.threads / 32 {
+            let mut a = [[0f64; 16]; 16];
+            let mut b = [[0f64; 8]; 16];
+            let mut c = [[0f64; 8]; 16];
+            for l in 0..32usize {
+                let t = 32 * w + l;
+                let (g, q) = (l / 4, l % 4);
+                for (j, &r) in ar.iter().enumerate() {
+                    let x = self.regs[t][r];
+                    if tf32 {
+                        a[g + 8 * (j & 1)][q + 4 * (j >> 1)] = elem(x, 0);
+                    } else {
+                        for h in 0..2 {
+                            a[g + 8 * (j & 1)][2 * q + h + 8 * (j >> 1)] = elem(x, h);
+                        }
+                    }
+                }
+                for (j, &r) in br.iter().enumerate() {
+                    let x = self.regs[t][r];
+                    if tf32 {
+                        b[q + 4 * j][g] = elem(x, 0);
+                    } else {
+                        for h in 0..2 {
+                            b[2 * q + h + 8 * j][g] = elem(x, h);
+                        }
+                    }
+                }
+                for (j, &r) in cr.iter().enumerate() {
+                    c[g + 8 * (j >> 1)][2 * q + (j & 1)] = f32v(self.regs[t][r]) as f64;
+                }
+            }
+            for l in 0..32usize {
+                let t = 32 * w + l;
+                let (g, q) = (l / 4, l % 4);
+                for (j, &r) in d.iter().enumerate() {
+                    let (row, col) = (g + 8 * (j >> 1), 2 * q + (j & 1));
+                    let s: f64 = (0..k).map(|kk| a[row][kk] * b[kk][col]).sum();
+                    self.regs[t][r] = bits((c[row][col] + s) as f32);
+                }
+            }
+        }
+    }
+}
+
+/// A kernel argument.
+enum Arg<'a> {
+    Buf(&'a [u8]),
+    I32(i32),
+    F32(f32),
+}
+
+/// Runs `k` over `grid` and returns the final contents of each buffer argument.
+fn run(k: &Kernel, warps: u32, grid: [u64; 3], args: &[Arg]) -> Vec<Vec<u8>> {
+    let c = compile(
+        k,
+        &Target { sm: 80 },
+        &CompileOptions {
+            num_warps: warps,
+            num_stages: 1,
+        },
+    )
+    .unwrap();
+    if let Ok(path) = std::env::var("TEGULA_SIM_DUMP") {
+        std::fs::write(path, &c.ptx).unwrap();
+    }
+    let prog = parse(&c.ptx);
+    let mut gmem = Gmem { bufs: Vec::new() };
+    let mut params = HashMap::new();
+    for (i, a) in args.iter().enumerate() {
+        let name = format!("p{i}_{}", k.params[i].name);
+        let v = match a {
+            Arg::Buf(b) => {
+                gmem.bufs.push(b.to_vec());
+                GBASE + GSPAN * (gmem.bufs.len() as u64 - 1)
+            }
+            Arg::I32(x) => *x as u32 as u64,
+            Arg::F32(x) => x.to_bits() as u64,
+        };
+        params.insert(name, v);
+    }
+    let threads = 32 * warps as usize;
+    for z in 0..grid[2] {
+        for y in 0..grid[1] {
+            for x in 0..grid[0] {
+                let mut m = Machine {
+                    prog: &prog,
+                    threads,
+                    regs: vec![vec![0; prog.nregs]; threads],
+                    smem: vec![0xAB; prog.shared.max(16)],
+                    writes: vec![None; prog.shared.max(16)],
+                    reads: vec![None; prog.shared.max(16)],
+                    epoch: 0,
+                    pc: 0,
+                    params: params.clone(),
+                    ctaid: [x, y, z],
+                    nctaid: grid,
+                };
+                m.run(&mut gmem);
+            }
+        }
+    }
+    gmem.bufs
+}
+
+/// Deterministic values in [-1, 1) with a few bits, so that products are exact everywhere.
+fn values(n: usize, seed: u64) -> Vec<f32> {
+    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            ((s >> 40) % 1024) as f32 / 512.0 - 1.0
+        })
+        .collect()
+}
+
+fn encode(dt: DType, v: &[f32]) -> Vec<u8> {
+    match dt {
+        DType::F16 => v
+            .iter()
+            .flat_map(|&x| f16::from_f32(x).to_le_bytes())
+            .collect(),
+        DType::BF16 => v
+            .iter()
+            .flat_map(|&x| bf16::from_f32(x).to_le_bytes())
+            .collect(),
+        _ => v.iter().flat_map(|&x| x.to_le_bytes()).collect(),
+    }
+}
+
+fn decode(dt: DType, b: &[u8]) -> Vec<f32> {
+    match dt {
+        DType::F16 => b
+            .chunks(2)
+            .map(|c| f16::from_le_bytes([c[0], c[1]]).to_f32())
+            .collect(),
+        DType::BF16 => b
+            .chunks(2)
+            .map(|c| bf16::from_le_bytes([c[0], c[1]]).to_f32())
+            .collect(),
+        _ => b
+            .chunks(4)
+            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect(),
+    }
+}
+
+/// The operand as the tensor cores see it (rounded to the dtype, and to tf32 for f32).
+fn rounded(dt: DType, v: &[f32]) -> Vec<f64> {
+    decode(dt, &encode(dt, v))
+        .into_iter()
+        .map(|x| {
+            if dt == DType::F32 {
+                tf32(x) as f64
+            } else {
+                x as f64
+            }
+        })
+        .collect()
+}
+
+fn assert_close(got: &[f32], want: &[f64], scale: &[f64], tol: f64, what: &str) {
+    assert_eq!(got.len(), want.len());
+    for (i, ((&g, &w), &s)) in got.iter().zip(want).zip(scale).enumerate() {
+        let err = (g as f64 - w).abs();
+        assert!(
+            err <= tol * s.max(1e-3),
+            "{what}: element {i}: got {g}, want {w} (scale {s})"
+        );
+    }
+}
+
+#[test]
+fn single_dots_match_a_float64_reference() {
+    let cases = [
+        (DType::F16, (32, 32, 32), false, false, 4),
+        (DType::BF16, (64, 32, 32), true, false, 4),
+        (DType::F16, (32, 64, 16), false, true, 8),
+        (DType::BF16, (16, 16, 16), true, true, 8),
+        (DType::F32, (32, 16, 16), false, false, 4),
+        (DType::F32, (16, 32, 32), true, true, 4),
+        (DType::F16, (128, 16, 32), false, false, 2),
+        // A 64 KB accumulator: stored through shared memory in two slabs.
+        (DType::F16, (128, 128, 16), false, true, 4),
+    ];
+    for (dt, (m, n, k), ta, tb, warps) in cases {
+        let kern = dot_tile(dt, (m, n, k), InputPrecision::Tf32, ta, tb);
+        let av = values(m * k, 1 + m as u64);
+        let bv = values(k * n, 7 + n as u64);
+        let (ar, br) = (rounded(dt, &av), rounded(dt, &bv));
+        // a is given as [k][m] when ta, b as [n][k] when tb.
+        let a_at = |i: usize, kk: usize| if ta { ar[kk * m + i] } else { ar[i * k + kk] };
+        let b_at = |kk: usize, j: usize| if tb { br[j * k + kk] } else { br[kk * n + j] };
+        let mut want = vec![0f64; m * n];
+        let mut scale = vec![0f64; m * n];
+        for i in 0..m {
+            for j in 0..n {
+                for kk in 0..k {
+                    want[i * n + j] += a_at(i, kk) * b_at(kk, j);
+                    scale[i * n + j] += (a_at(i, kk) * b_at(kk, j)).abs();
+                }
+            }
+        }
+        let out = vec![0u8; m * n * 4];
+        let bufs = run(
+            &kern,
+            warps,
+            [1, 1, 1],
+            &[
+                Arg::Buf(&encode(dt, &av)),
+                Arg::Buf(&encode(dt, &bv)),
+                Arg::Buf(&out),
+            ],
+        );
+        let got = decode(DType::F32, &bufs[2]);
+        assert_close(
+            &got,
+            &want,
+            &scale,
+            1e-6,
+            &format!("{dt} {m}x{n}x{k} ta={ta} tb={tb}"),
+        );
+    }
+}
+
+#[test]
+fn matmul_loop_with_ragged_edges_matches() {
+    for (dt, warps) in [(DType::F16, 4), (DType::BF16, 8), (DType::F32, 4)] {
+        let (bm, bn, bk) = (32, 32, 16);
+        let (m, n, k) = (48, 40, 56);
+        let kern = matmul_loop(dt, bm, bn, bk);
+        let av = values(m * k, 3);
+        let bv = values(k * n, 5);
+        let (ar, br) = (rounded(dt, &av), rounded(dt, &bv));
+        let mut want = vec![0f64; m * n];
+        let mut scale = vec![0f64; m * n];
+        for i in 0..m {
+            for j in 0..n {
+                for kk in 0..k {
+                    want[i * n + j] += ar[i * k + kk] * br[kk * n + j];
+                    scale[i * n + j] += (ar[i * k + kk] * br[kk * n + j]).abs();
+                }
+            }
+        }
+        let out = vec![0u8; m * n * 4];
+        let bufs = run(
+            &kern,
+            warps,
+            [m.div_ceil(bm) as u64, n.div_ceil(bn) as u64, 1],
+            &[
+                Arg::Buf(&encode(dt, &av)),
+                Arg::Buf(&encode(dt, &bv)),
+                Arg::Buf(&out),
+                Arg::I32(m as i32),
+                Arg::I32(n as i32),
+                Arg::I32(k as i32),
+            ],
+        );
+        let got = decode(DType::F32, &bufs[2]);
+        assert_close(&got, &want, &scale, 1e-6, &format!("matmul {dt}"));
+    }
+}
+
+#[test]
+fn flash_attention_matches_the_online_softmax_reference() {
+    // (dtype, block_m, block_n, d, warps): 4 warps on 64 rows keep P in registers; 2 warps on
+    // 32 rows with 64 keys per block put warps along N and stage P through shared memory.
+    for (dt, bm, bn, d, warps) in [
+        (DType::BF16, 64, 32, 32, 4),
+        (DType::F16, 32, 64, 16, 2),
+        (DType::BF16, 16, 16, 64, 1),
+        // The H200 configuration: 8 warps along M; the 64 KB accumulator leaves through
+        // predicated slabs.
+        (DType::BF16, 128, 64, 128, 8),
+    ] {
+        let kern = flash_attention(dt, bm, bn, d);
+        let nk = 3 * bn;
+        let (qv, kv, vv) = (values(bm * d, 11), values(nk * d, 13), values(nk * d, 17));
+        let (qr, kr, vr) = (rounded(dt, &qv), rounded(dt, &kv), rounded(dt, &vv));
+        let scale = 0.7f32;
+        // The kernel's algorithm in f64 (P rounded to the input dtype before the PV product).
+        let round = |x: f64| rounded(dt, &[x as f32])[0];
+        let mut want = vec![0f64; bm * d];
+        for i in 0..bm {
+            let (mut m_i, mut l_i) = (f64::NEG_INFINITY, 0f64);
+            let mut acc = vec![0f64; d];
+            for blk in 0..3 {
+                let s: Vec<f64> = (0..bn)
+                    .map(|j| {
+                        let r = blk * bn + j;
+                        let dotp: f64 = (0..d).map(|c| qr[i * d + c] * kr[r * d + c]).sum();
+                        (dotp as f32 * scale) as f64
+                    })
+                    .collect();
+                let m_ij = s.iter().fold(m_i, |a, &b| a.max(b));
+                let p: Vec<f64> = s.iter().map(|&x| (x - m_ij).exp2()).collect();
+                let alpha = (m_i - m_ij).exp2();
+                l_i = l_i * alpha + p.iter().sum::<f64>();
+                for (c, a) in acc.iter_mut().enumerate() {
+                    *a = *a * alpha
+                        + (0..bn)
+                            .map(|j| round(p[j]) * vr[(blk * bn + j) * d + c])
+                            .sum::<f64>();
+                }
+                m_i = m_ij;
+            }
+            for c in 0..d {
+                want[i * d + c] = acc[c] / l_i;
+            }
+        }
+        let out = vec![0u8; bm * d * 2];
+        let bufs = run(
+            &kern,
+            warps,
+            [1, 1, 1],
+            &[
+                Arg::Buf(&encode(dt, &qv)),
+                Arg::Buf(&encode(dt, &kv)),
+                Arg::Buf(&encode(dt, &vv)),
+                Arg::Buf(&out),
+                Arg::I32(nk as i32),
+                Arg::F32(scale),
+            ],
+        );
+        let got = decode(dt, &bufs[3]);
+        // The output is rounded to the input dtype; P to 8 (bf16) or 11 (f16) bits.
+        let ones = vec![1f64; bm * d];
+        assert_close(
+            &got,
+            &want,
+            &ones,
+            2e-2,
+            &format!("attention {dt} {bm}x{bn}x{d}"),
+        );
+    }
+}
