@@ -62,7 +62,8 @@ impl Target {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct CompileOptions {
     pub num_warps: u32,
-    /// Pipelining depth (not used by this lowering yet).
+    /// Pipelining depth: loops whose loads feed tensor-core dots keep `num_stages` shared
+    /// buffers in flight (`cp.async`); 1 turns it off.
     pub num_stages: u32,
 }
 
@@ -160,9 +161,22 @@ pub fn compile(
     }
     check_shapes(kernel)?;
     let mut lw = lower::Lower::new(kernel, w, target.sm);
+    lw.num_stages = options.num_stages;
     lw.lower_kernel()?;
     let entry = format!("tg_{}", sanitize(&kernel.name));
     let shared_bytes = lw.smem_bytes.div_ceil(16) * 16;
+    if shared_bytes > lower::MAX_STATIC_SHARED && options.num_stages > 1 {
+        // Pipeline buffers sit below the scratch buffer's other uses in their loop: with
+        // fewer stages they fit.
+        return compile(
+            kernel,
+            target,
+            &CompileOptions {
+                num_stages: options.num_stages - 1,
+                ..*options
+            },
+        );
+    }
     let params: Vec<ParamDecl> = (0..kernel.params.len())
         .map(|i| ParamDecl {
             name: param_name(kernel, i),

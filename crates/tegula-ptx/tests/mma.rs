@@ -91,9 +91,13 @@ fn assemble(
 }
 
 fn ptx(k: &Kernel, sm: u32, warps: u32) -> String {
+    ptx_staged(k, sm, warps, 1)
+}
+
+fn ptx_staged(k: &Kernel, sm: u32, warps: u32, stages: u32) -> String {
     let opts = CompileOptions {
         num_warps: warps,
-        num_stages: 1,
+        num_stages: stages,
     };
     compile(k, &Target { sm }, &opts).unwrap().ptx
 }
@@ -203,6 +207,42 @@ fn flash_attention_keeps_q_and_p_in_registers() {
     assert_eq!(body.matches("mma.sync").count(), 8 * 4 + 8 * 4, "{body}");
 }
 
+fn compiled(k: &Kernel, warps: u32, stages: u32) -> tegula_ptx::Compiled {
+    let opts = CompileOptions {
+        num_warps: warps,
+        num_stages: stages,
+    };
+    compile(k, &Target { sm: 90 }, &opts).unwrap()
+}
+
+#[test]
+fn pipelined_loops_copy_tiles_ahead_with_cp_async() {
+    let c = compiled(&matmul_loop(DType::F16, 64, 64, 32), 4, 3);
+    let p = &c.ptx;
+    // A and B (4 KB each) in 3 slots at the start of the scratch buffer.
+    assert_eq!(c.shared_bytes, 3 * 8192, "{p}");
+    assert!(p.contains("cp.async.cg.shared.global"), "{p}");
+    let body = loop_body(p);
+    assert!(body.contains("cp.async.wait_group 1;"), "{body}");
+    assert_eq!(body.matches("cp.async.commit_group").count(), 1, "{body}");
+    assert!(!body.contains("stage dot operands"), "{body}");
+    assert!(!body.contains("ld.global"), "{body}");
+    assert!(p.contains("cp.async.wait_all"), "{p}");
+    // num_stages 1: no cp.async.
+    let c = compiled(&matmul_loop(DType::F16, 64, 64, 32), 4, 1);
+    assert!(!c.ptx.contains("cp.async"), "{}", c.ptx);
+
+    // FlashAttention: K and V are pipelined, Q and P stay in registers.
+    let fa = flash_attention(DType::BF16, 128, 64, 64);
+    let c3 = compiled(&fa, 8, 3);
+    let body = loop_body(&c3.ptx);
+    assert!(body.contains("cp.async.wait_group 1;"), "{body}");
+    assert!(!body.contains("stage dot operands"), "{body}");
+    assert_eq!(c3.shared_bytes, 3 * 16384);
+    // Four stages of 16 KB exceed 48 KB: compilation falls back to three.
+    assert_eq!(compiled(&fa, 8, 4).ptx, c3.ptx);
+}
+
 #[test]
 fn tensor_core_kernels_assemble_without_spills() {
     let ptxas = find_ptxas();
@@ -263,11 +303,19 @@ fn tensor_core_kernels_assemble_without_spills() {
     let dir = std::env::temp_dir().join(format!("tegula-mma-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     for (name, k, warps) in &kernels {
+        // Loops also with 2 to 4 pipeline stages.
+        let stages: &[u32] = if name.starts_with("dot_") {
+            &[1]
+        } else {
+            &[1, 2, 3, 4]
+        };
         for &w in warps {
             for sm in [80, 90] {
-                match assemble(&ptxas, &dir, name, k, sm, w, 1) {
-                    Ok(r) => reports.push(r),
-                    Err(e) => errors.push(e),
+                for &s in stages {
+                    match assemble(&ptxas, &dir, name, k, sm, w, s) {
+                        Ok(r) => reports.push(r),
+                        Err(e) => errors.push(e),
+                    }
                 }
             }
         }
@@ -289,9 +337,11 @@ fn tensor_core_kernels_assemble_without_spills() {
         errors.len(),
         errors.join("\n\n")
     );
+    // Without pipelining nothing spills. With it, ptxas sometimes trades a few bytes of spill
+    // for 128 registers (two CTAs of 8 warps per SM); more than that is a regression.
     let spilled: Vec<&String> = reports
         .iter()
-        .filter(|r| r.spill_stores > 0)
+        .filter(|r| r.spill_stores > 0 && (r.name.ends_with("s1") || r.spill_stores > 16))
         .map(|r| &r.name)
         .collect();
     assert!(spilled.is_empty(), "kernels spill: {spilled:?}");

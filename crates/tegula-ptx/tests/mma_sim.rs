@@ -37,6 +37,8 @@ struct Prog {
     labels: HashMap<String, usize>,
     nregs: usize,
     shared: usize,
+    /// Shared arrays: name -> (byte offset, size).
+    shared_syms: HashMap<String, (usize, usize)>,
 }
 
 fn split_args(s: &str) -> Vec<String> {
@@ -69,6 +71,7 @@ fn parse(ptx: &str) -> Prog {
     let mut code = Vec::new();
     let mut labels = HashMap::new();
     let mut shared = 0;
+    let mut shared_syms: HashMap<String, (usize, usize)> = HashMap::new();
     let body = &ptx[ptx.find(".maxntid").unwrap()..];
     for line in body.lines().skip(2) {
         let l = line.trim();
@@ -76,8 +79,17 @@ fn parse(ptx: &str) -> Prog {
             continue;
         }
         if let Some(rest) = l.strip_prefix(".shared") {
-            let n = rest.split('[').nth(1).unwrap().trim_end_matches("];");
-            shared = n.parse().unwrap();
+            // `.shared .align 128 .b8 NAME[BYTES];`: arrays laid out one after another.
+            let decl = rest.split_whitespace().last().unwrap();
+            let (name, n) = decl.split_once('[').unwrap();
+            let n: usize = n.trim_end_matches("];").parse().unwrap();
+            let at = shared_syms
+                .values()
+                .map(|&(a, b): &(usize, usize)| (a + b).div_ceil(128) * 128)
+                .max()
+                .unwrap_or(0);
+            shared_syms.insert(name.to_string(), (at, n));
+            shared = at + n;
             continue;
         }
         if l.starts_with(".reg") {
@@ -155,6 +167,7 @@ fn parse(ptx: &str) -> Prog {
         labels,
         nregs: names.len(),
         shared,
+        shared_syms,
     }
 }
 
@@ -179,6 +192,13 @@ impl Gmem {
     }
 }
 
+/// One `cp.async` in flight: bytes to land in shared memory.
+#[derive(Clone)]
+struct Copy {
+    addr: u64,
+    data: Vec<u8>,
+}
+
 #[derive(Clone, Copy)]
 struct Access {
     epoch: u32,
@@ -195,6 +215,9 @@ struct Machine<'p> {
     reads: Vec<Option<Access>>,
     epoch: u32,
     pc: usize,
+    /// Per thread: cp.async copies of the open group, and committed groups not yet waited for.
+    open: Vec<Vec<Copy>>,
+    committed: Vec<Vec<Vec<Copy>>>,
     params: HashMap<String, u64>,
     ctaid: [u64; 3],
     nctaid: [u64; 3],
@@ -229,7 +252,7 @@ impl<'p> Machine<'p> {
                 "%nctaid.x" => self.nctaid[0],
                 "%nctaid.y" => self.nctaid[1],
                 "%nctaid.z" => self.nctaid[2],
-                "tg_smem" => 0,
+                p if self.prog.shared_syms.contains_key(p) => self.prog.shared_syms[p].0 as u64,
                 p => *self.params.get(p).unwrap_or_else(|| panic!("symbol {p}")),
             },
             other => panic!("no value for {other:?}"),
@@ -240,7 +263,7 @@ impl<'p> Machine<'p> {
         match a {
             Opnd::Addr(b, off) => {
                 if let Opnd::Sym(s) = &**b {
-                    if s != "tg_smem" {
+                    if !self.prog.shared_syms.contains_key(s) {
                         return 0; // parameter space: handled by ld.param
                     }
                 }
@@ -287,6 +310,18 @@ impl<'p> Machine<'p> {
                 self.writes[b] = Some(me);
                 self.smem[b] = d[k];
             } else {
+                let in_flight = self
+                    .open
+                    .iter()
+                    .chain(self.committed.iter().flatten())
+                    .any(|g| {
+                        g.iter()
+                            .any(|c| (c.addr as usize..c.addr as usize + c.data.len()).contains(&b))
+                    });
+                assert!(
+                    !in_flight,
+                    "shared byte {b} read before its cp.async was waited for"
+                );
                 self.reads[b] = match self.reads[b] {
                     Some(a) if a.epoch == self.epoch && a.thread != t as u32 => Some(Access {
                         epoch: self.epoch,
@@ -417,6 +452,52 @@ impl<'p> Machine<'p> {
                 .enumerate()
                 .fold(0u64, |acc, (k, &b)| acc | (b as u64) << (8 * k))
         };
+        if parts[0] == "cp" {
+            match parts[2] {
+                "commit_group" => {
+                    let g = std::mem::take(&mut self.open[t]);
+                    self.committed[t].push(g);
+                }
+                "wait_group" | "wait_all" => {
+                    let keep = if parts[2] == "wait_all" {
+                        0
+                    } else {
+                        v(self, 0) as usize
+                    };
+                    let n = self.committed[t].len().saturating_sub(keep);
+                    let done: Vec<Vec<Copy>> = self.committed[t].drain(..n).collect();
+                    for c in done.into_iter().flatten() {
+                        let len = c.data.len();
+                        self.smem_access(t, c.addr, len, Some(&c.data));
+                    }
+                }
+                _ => {
+                    // cp.async.{ca,cg}.shared.global [dst], [src], size, src_size
+                    let dst = self.addr(t, &a[0]);
+                    let src = self.addr(t, &a[1]);
+                    let (size, src_size) = (v(self, 2) as usize, v(self, 3) as usize);
+                    assert!(size == 4 || size == 8 || size == 16);
+                    assert_eq!(dst % size as u64, 0, "misaligned cp.async destination");
+                    // The copy may land any time from now: no other thread may be reading
+                    // these bytes since the last barrier.
+                    for b in dst as usize..dst as usize + size {
+                        let r = self.reads[b];
+                        assert!(
+                            !r.is_some_and(|a| a.epoch == self.epoch && a.thread != t as u32),
+                            "cp.async overwrites shared byte {b} another thread reads (pc {})",
+                            self.pc
+                        );
+                    }
+                    let mut data = vec![0u8; size];
+                    if src_size > 0 {
+                        assert_eq!(src % size as u64, 0, "misaligned cp.async source");
+                        data[..src_size].copy_from_slice(gmem.at(src, src_size));
+                    }
+                    self.open[t].push(Copy { addr: dst, data });
+                }
+            }
+            return;
+        }
         match parts[0] {
             "ld" if parts[1] == "param" => {
                 let Opnd::Addr(b, _) = &a[1] else { panic!() };
@@ -721,12 +802,16 @@ enum Arg<'a> {
 
 /// Runs `k` over `grid` and returns the final contents of each buffer argument.
 fn run(k: &Kernel, warps: u32, grid: [u64; 3], args: &[Arg]) -> Vec<Vec<u8>> {
+    run_staged(k, warps, 1, grid, args)
+}
+
+fn run_staged(k: &Kernel, warps: u32, stages: u32, grid: [u64; 3], args: &[Arg]) -> Vec<Vec<u8>> {
     let c = compile(
         k,
         &Target { sm: 80 },
         &CompileOptions {
             num_warps: warps,
-            num_stages: 1,
+            num_stages: stages,
         },
     )
     .unwrap();
@@ -761,6 +846,8 @@ fn run(k: &Kernel, warps: u32, grid: [u64; 3], args: &[Arg]) -> Vec<Vec<u8>> {
                     reads: vec![None; prog.shared.max(16)],
                     epoch: 0,
                     pc: 0,
+                    open: vec![Vec::new(); threads],
+                    committed: vec![Vec::new(); threads],
                     params: params.clone(),
                     ctaid: [x, y, z],
                     nctaid: grid,
@@ -944,64 +1031,121 @@ fn flash_attention_matches_the_online_softmax_reference() {
         // predicated slabs.
         (DType::BF16, 128, 64, 128, 8),
     ] {
-        let kern = flash_attention(dt, bm, bn, d);
-        let nk = 3 * bn;
-        let (qv, kv, vv) = (values(bm * d, 11), values(nk * d, 13), values(nk * d, 17));
-        let (qr, kr, vr) = (rounded(dt, &qv), rounded(dt, &kv), rounded(dt, &vv));
-        let scale = 0.7f32;
-        // The kernel's algorithm in f64 (P rounded to the input dtype before the PV product).
-        let round = |x: f64| rounded(dt, &[x as f32])[0];
-        let mut want = vec![0f64; bm * d];
-        for i in 0..bm {
-            let (mut m_i, mut l_i) = (f64::NEG_INFINITY, 0f64);
-            let mut acc = vec![0f64; d];
-            for blk in 0..3 {
-                let s: Vec<f64> = (0..bn)
-                    .map(|j| {
-                        let r = blk * bn + j;
-                        let dotp: f64 = (0..d).map(|c| qr[i * d + c] * kr[r * d + c]).sum();
-                        (dotp as f32 * scale) as f64
-                    })
-                    .collect();
-                let m_ij = s.iter().fold(m_i, |a, &b| a.max(b));
-                let p: Vec<f64> = s.iter().map(|&x| (x - m_ij).exp2()).collect();
-                let alpha = (m_i - m_ij).exp2();
-                l_i = l_i * alpha + p.iter().sum::<f64>();
-                for (c, a) in acc.iter_mut().enumerate() {
-                    *a = *a * alpha
-                        + (0..bn)
-                            .map(|j| round(p[j]) * vr[(blk * bn + j) * d + c])
-                            .sum::<f64>();
-                }
-                m_i = m_ij;
-            }
-            for c in 0..d {
-                want[i * d + c] = acc[c] / l_i;
-            }
-        }
-        let out = vec![0u8; bm * d * 2];
-        let bufs = run(
-            &kern,
-            warps,
-            [1, 1, 1],
-            &[
-                Arg::Buf(&encode(dt, &qv)),
-                Arg::Buf(&encode(dt, &kv)),
-                Arg::Buf(&encode(dt, &vv)),
-                Arg::Buf(&out),
-                Arg::I32(nk as i32),
-                Arg::F32(scale),
-            ],
-        );
-        let got = decode(dt, &bufs[3]);
-        // The output is rounded to the input dtype; P to 8 (bf16) or 11 (f16) bits.
-        let ones = vec![1f64; bm * d];
-        assert_close(
-            &got,
-            &want,
-            &ones,
-            2e-2,
-            &format!("attention {dt} {bm}x{bn}x{d}"),
-        );
+        check_attention(dt, bm, bn, d, warps, 1);
     }
+}
+
+/// Runs the FlashAttention kernel over 3 key blocks and compares with the same online
+/// softmax in f64 (P rounded to the input dtype before the PV product).
+fn check_attention(dt: DType, bm: usize, bn: usize, d: usize, warps: u32, stages: u32) {
+    let kern = flash_attention(dt, bm, bn, d);
+    let nk = 3 * bn;
+    let (qv, kv, vv) = (values(bm * d, 11), values(nk * d, 13), values(nk * d, 17));
+    let (qr, kr, vr) = (rounded(dt, &qv), rounded(dt, &kv), rounded(dt, &vv));
+    let scale = 0.7f32;
+    let round = |x: f64| rounded(dt, &[x as f32])[0];
+    let mut want = vec![0f64; bm * d];
+    for i in 0..bm {
+        let (mut m_i, mut l_i) = (f64::NEG_INFINITY, 0f64);
+        let mut acc = vec![0f64; d];
+        for blk in 0..3 {
+            let s: Vec<f64> = (0..bn)
+                .map(|j| {
+                    let r = blk * bn + j;
+                    let dotp: f64 = (0..d).map(|c| qr[i * d + c] * kr[r * d + c]).sum();
+                    (dotp as f32 * scale) as f64
+                })
+                .collect();
+            let m_ij = s.iter().fold(m_i, |a, &b| a.max(b));
+            let p: Vec<f64> = s.iter().map(|&x| (x - m_ij).exp2()).collect();
+            let alpha = (m_i - m_ij).exp2();
+            l_i = l_i * alpha + p.iter().sum::<f64>();
+            for (c, a) in acc.iter_mut().enumerate() {
+                *a = *a * alpha
+                    + (0..bn)
+                        .map(|j| round(p[j]) * vr[(blk * bn + j) * d + c])
+                        .sum::<f64>();
+            }
+            m_i = m_ij;
+        }
+        for c in 0..d {
+            want[i * d + c] = acc[c] / l_i;
+        }
+    }
+    let out = vec![0u8; bm * d * 2];
+    let bufs = run_staged(
+        &kern,
+        warps,
+        stages,
+        [1, 1, 1],
+        &[
+            Arg::Buf(&encode(dt, &qv)),
+            Arg::Buf(&encode(dt, &kv)),
+            Arg::Buf(&encode(dt, &vv)),
+            Arg::Buf(&out),
+            Arg::I32(nk as i32),
+            Arg::F32(scale),
+        ],
+    );
+    let got = decode(dt, &bufs[3]);
+    // The output is rounded to the input dtype; P to 8 (bf16) or 11 (f16) bits.
+    let ones = vec![1f64; bm * d];
+    assert_close(
+        &got,
+        &want,
+        &ones,
+        2e-2,
+        &format!("attention {dt} {bm}x{bn}x{d}, {stages} stages"),
+    );
+}
+
+#[test]
+fn pipelined_matmul_and_attention_match() {
+    for stages in [2, 3, 4] {
+        for (dt, warps) in [(DType::F16, 4), (DType::BF16, 2)] {
+            let (bm, bn, bk) = (32, 32, 16);
+            let (m, n, k) = (40, 48, 72);
+            let kern = matmul_loop(dt, bm, bn, bk);
+            let av = values(m * k, 23);
+            let bv = values(k * n, 29);
+            let (ar, br) = (rounded(dt, &av), rounded(dt, &bv));
+            let mut want = vec![0f64; m * n];
+            let mut scale = vec![0f64; m * n];
+            for i in 0..m {
+                for j in 0..n {
+                    for kk in 0..k {
+                        want[i * n + j] += ar[i * k + kk] * br[kk * n + j];
+                        scale[i * n + j] += (ar[i * k + kk] * br[kk * n + j]).abs();
+                    }
+                }
+            }
+            let out = vec![0u8; m * n * 4];
+            let bufs = run_staged(
+                &kern,
+                warps,
+                stages,
+                [m.div_ceil(bm) as u64, n.div_ceil(bn) as u64, 1],
+                &[
+                    Arg::Buf(&encode(dt, &av)),
+                    Arg::Buf(&encode(dt, &bv)),
+                    Arg::Buf(&out),
+                    Arg::I32(m as i32),
+                    Arg::I32(n as i32),
+                    Arg::I32(k as i32),
+                ],
+            );
+            let got = decode(DType::F32, &bufs[2]);
+            assert_close(
+                &got,
+                &want,
+                &scale,
+                1e-6,
+                &format!("matmul {dt} {stages} stages"),
+            );
+        }
+        check_attention(DType::BF16, 64, 32, 32, 4, stages);
+        check_attention(DType::F16, 32, 64, 16, 2, stages);
+    }
+    // Head dim 128: K and V slots do not both fit; K is pipelined, V staged in the loop.
+    check_attention(DType::BF16, 128, 64, 128, 8, 2);
 }

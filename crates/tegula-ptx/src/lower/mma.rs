@@ -46,9 +46,9 @@ impl MmaPlan {
     }
 }
 
-/// A shared-memory write address: (source layout, source parent shape, transposed, stage, row
-/// constant mod 8, byte constant mod 128).
-type WriteKey = (Layout, Vec<u32>, bool, Stage, u32, u32);
+/// A shared-memory write address: (shared array base, source layout, source parent shape,
+/// transposed, stage, row constant mod 8, byte constant mod 128).
+type WriteKey = (Reg, Layout, Vec<u32>, bool, Stage, u32, u32);
 
 /// Per-kernel state of the tensor-core lowering.
 #[derive(Default)]
@@ -57,8 +57,9 @@ pub(crate) struct MmaState {
     chained: HashSet<Inst>,
     /// Shared-memory write addresses (per thread).
     write_addr: HashMap<WriteKey, Reg>,
-    /// `ldmatrix` lane addresses per (stage, wm, wn, operand M or N, chunk constant mod 8).
-    read_addr: HashMap<(Stage, u32, u32, u32, u32), Reg>,
+    /// `ldmatrix` lane addresses per (shared array base, stage, wm, wn, operand M or N, chunk
+    /// constant mod 8).
+    read_addr: HashMap<(Reg, Stage, u32, u32, u32, u32), Reg>,
 }
 
 impl MmaState {
@@ -252,6 +253,11 @@ impl Lower<'_> {
             // Stored K-major: A as [m][k], B as [n][k]; the source's own row-major order is
             // K-major for an untransposed A and a transposed B.
             let src_k_major = (role == Role::A) != permuted;
+            if let Some(regs) = self.pipelined_operand(src, role, src_k_major, plan) {
+                self.remember(v, &ol, regs.clone());
+                out[i] = Some(regs);
+                continue;
+            }
             let k_major = src_k_major || plan.kind == MmaKind::Tf32;
             let transpose = k_major != src_k_major;
             let (outer, k) = match role {
@@ -306,7 +312,8 @@ impl Lower<'_> {
                 for &s in &group {
                     let (i, _, _, _, _, st) = staged[s].clone();
                     let (v, role) = reqs[i];
-                    let regs = self.ldmatrix_operand(&st, plan);
+                    let smem = self.smem(0);
+                    let regs = self.ldmatrix_operand(&st, plan, smem, None);
                     self.remember(v, &plan.operand_layout(role), regs.clone());
                     out[i] = Some(regs);
                 }
@@ -356,7 +363,8 @@ impl Lower<'_> {
             }
             let cbyte = cc * es;
             let (rlo, blo) = (rc % 8, cbyte % 128);
-            let addr = self.stage_write_addr(l, shape, transpose, st, rlo, blo);
+            let smem = self.smem(0);
+            let addr = self.stage_write_addr(smem, l, shape, transpose, st, rlo, blo);
             let imm = ((rc - rlo) * st.cols * es + (cbyte - blo)) as i64;
             let elems: Vec<Reg> = (0..run)
                 .map(|e| regs[i + e])
@@ -393,8 +401,10 @@ impl Lower<'_> {
 
     /// The shared address of the stored element at (thread row base + `rlo`, thread column
     /// base in bytes + `blo`), swizzled (computed once per thread, in the prologue).
-    fn stage_write_addr(
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn stage_write_addr(
         &mut self,
+        smem: Reg,
         l: &Layout,
         shape: &Shape,
         transpose: bool,
@@ -402,7 +412,15 @@ impl Lower<'_> {
         rlo: u32,
         blo: u32,
     ) -> Reg {
-        let key = (l.clone(), l.parent_shape(shape), transpose, *st, rlo, blo);
+        let key = (
+            smem,
+            l.clone(),
+            l.parent_shape(shape),
+            transpose,
+            *st,
+            rlo,
+            blo,
+        );
         if let Some(&r) = self.mma.write_addr.get(&key) {
             return r;
         }
@@ -415,7 +433,6 @@ impl Lower<'_> {
         };
         let sw = st.swizzle();
         let es = st.kind.elem_bytes() as i64;
-        let smem = self.smem(0);
         let r = self.b.in_prologue(|b| {
             let imm = |b: &mut crate::ptx::Builder, v: i64| {
                 let r = b.reg(RegClass::B32);
@@ -468,17 +485,16 @@ impl Lower<'_> {
     }
 
     /// The lane's `ldmatrix` address register for loads whose chunk constant is `lo` mod 8.
-    fn ldmatrix_lane_addr(&mut self, st: &Stage, plan: &MmaPlan, lo: u32) -> Reg {
+    fn ldmatrix_lane_addr(&mut self, smem: Reg, st: &Stage, plan: &MmaPlan, lo: u32) -> Reg {
         let m_or_n = match st.role {
             Role::A => plan.m,
             Role::B => plan.n,
         };
-        let key = (*st, plan.wm, plan.wn, m_or_n, lo);
+        let key = (smem, *st, plan.wm, plan.wn, m_or_n, lo);
         if let Some(&r) = self.mma.read_addr.get(&key) {
             return r;
         }
         let (lane, warp) = (self.lane, self.warp);
-        let smem = self.smem(0);
         let sw = st.swizzle();
         let (wm, wn) = (plan.wm, plan.wn);
         let ce = 16 / st.kind.elem_bytes();
@@ -547,7 +563,15 @@ impl Lower<'_> {
     }
 
     /// Reads a staged operand with `ldmatrix` into per-element registers of its operand layout.
-    fn ldmatrix_operand(&mut self, st: &Stage, plan: &MmaPlan) -> Vals {
+    /// `smem` is the shared array's base; `shift` a per-iteration byte offset into it (the
+    /// pipeline slot).
+    pub(crate) fn ldmatrix_operand(
+        &mut self,
+        st: &Stage,
+        plan: &MmaPlan,
+        smem: Reg,
+        shift: Option<Reg>,
+    ) -> Vals {
         let ol = plan.operand_layout(st.role);
         let g = ol.geometry(&plan.operand_shape(st.role));
         let elem_class = match st.kind {
@@ -580,7 +604,13 @@ impl Lower<'_> {
             for (mats, outer) in &loads {
                 let (irow, ichunk) = st.instr_term(*outer, kk);
                 let lo = ichunk % 8;
-                let addr = self.ldmatrix_lane_addr(st, plan, lo);
+                let addr = self.ldmatrix_lane_addr(smem, st, plan, lo);
+                let addr = match shift {
+                    Some(sh) => self
+                        .b
+                        .op("add.s32", RegClass::B32, vec![addr.into(), sh.into()]),
+                    None => addr,
+                };
                 let imm = (irow * st.swizzle().row_bytes + (ichunk - lo) * 16) as i64;
                 let words: Vec<Reg> = mats.iter().map(|_| self.b.reg(RegClass::B32)).collect();
                 self.b.emit(

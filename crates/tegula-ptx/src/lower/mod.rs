@@ -19,6 +19,7 @@ mod elementwise;
 mod math;
 mod memory;
 mod mma;
+mod pipeline;
 mod reduce;
 pub mod types;
 
@@ -65,6 +66,11 @@ pub(crate) struct Lower<'k> {
     pub loc: Loc,
     /// Tensor-core lowering state (`mma.rs`).
     mma: mma::MmaState,
+    /// Software pipelining depth (`pipeline.rs`).
+    pub num_stages: u32,
+    /// Scratch base and offset while pipeline buffers occupy the start of the buffer.
+    smem_shift: Vec<(Reg, u32)>,
+    pipe: pipeline::PipeState,
 }
 
 /// Whether an op is lowered in program order with a layout of its own.
@@ -120,6 +126,9 @@ impl<'k> Lower<'k> {
             policies: HashMap::new(),
             loc: Loc::UNKNOWN,
             mma: mma::MmaState::new(k),
+            num_stages: 1,
+            smem_shift: Vec::new(),
+            pipe: Default::default(),
         }
     }
 
@@ -497,7 +506,12 @@ impl<'k> Lower<'k> {
     }
 
     /// The 32-bit shared address of the scratch buffer; `bytes` more of it are needed.
+    /// Inside a pipelined loop the scratch starts after the pipeline's buffers.
     pub fn smem(&mut self, bytes: u32) -> Reg {
+        if let Some(&(base, shift)) = self.smem_shift.last() {
+            self.smem_bytes = self.smem_bytes.max(shift + bytes);
+            return base;
+        }
         self.smem_bytes = self.smem_bytes.max(bytes);
         if let Some(r) = self.smem_base {
             return r;
@@ -551,6 +565,7 @@ impl<'k> Lower<'k> {
     fn lower_anchored(&mut self, inst: Inst) -> R<()> {
         let d = &self.k.insts[inst];
         match &d.op {
+            Op::Load { .. } if self.is_pipelined(inst) => Ok(()),
             Op::Load { .. } => self.lower_load(inst),
             Op::Store { .. } => self.lower_store(inst),
             Op::Atomic { .. } | Op::AtomicCas { .. } => self.lower_atomic(inst),
@@ -651,6 +666,7 @@ impl<'k> Lower<'k> {
         }
         let iv = self.copy_regs(&[lo])[0];
         self.hoist_dot_operands(body)?;
+        let piped = self.pipeline_prologue(inst, iv, hi, step)?;
         let (top, end) = (self.b.new_label("for"), self.b.new_label("endfor"));
         self.b.place_label(&top);
         let cmp = if iv_dtype.is_signed_int() { "s" } else { "u" };
@@ -666,6 +682,9 @@ impl<'k> Lower<'k> {
         for (i, l) in layouts.iter().enumerate() {
             self.define(bargs[1 + i], l, carried[i].clone());
         }
+        if piped {
+            self.pipeline_iteration_start(iv, hi, step)?;
+        }
         self.lower_block(body)?;
         self.loc = d.loc;
         let mut next = Vec::new();
@@ -674,11 +693,17 @@ impl<'k> Lower<'k> {
         }
         self.assign(&carried, &next);
         self.scopes.pop();
+        if piped {
+            self.pipeline_iteration_end();
+        }
         let ty = if iv_dtype.bits() == 64 { "s64" } else { "s32" };
         self.b
             .emit(format!("add.{ty}"), vec![iv.into(), iv.into(), step.into()]);
         self.b.bra(&top);
         self.b.place_label(&end);
+        if piped {
+            self.pipeline_epilogue();
+        }
         for (i, l) in layouts.iter().enumerate() {
             self.define(d.results[i], l, carried[i].clone());
         }

@@ -1,0 +1,433 @@
+//! Software pipelining of `for` loops whose loads feed tensor-core dots (`num_stages` >= 2).
+//!
+//! A load qualifies when its only use is an f16/bf16 mma operand (directly or through
+//! `.trans()`) of a dot in the same loop body, its pointers and mask depend on the induction
+//! variable and values from outside the loop only, and its `other` is zero. Such loads do not
+//! go through registers: each thread copies its 4/8/16-byte vectors straight into the swizzled
+//! operand layout with `cp.async` (masked vectors copy 0 source bytes: zero fill), into one of
+//! `num_stages` slots:
+//!
+//! ```text
+//! before the loop:   for s in 0..S-1: copy iteration s into slot s; commit_group
+//! iteration i:       wait_group S-2; bar.sync             (iteration i's slot has landed)
+//!                    copy iteration i+S-1 into slot (i-1) mod S; commit_group
+//!                    ... dots read slot i mod S with ldmatrix ...
+//! after the loop:    wait_all
+//! ```
+//!
+//! The barrier also tells every thread that the slot being refilled was read last iteration.
+//! Iterations past the end copy nothing (0 source bytes). The slots occupy the start of the
+//! scratch buffer while the loop runs (other scratch uses in the loop go after them); when the
+//! total exceeds 48 KB, compilation retries with one stage fewer.
+
+use super::{is_anchored, Lower, Vals, R};
+use crate::layout::Layout;
+use crate::mma_layout::{MmaKind, Role, Stage};
+use crate::ptx::{Arg, Reg, RegClass};
+use std::collections::{HashMap, HashSet};
+use tegula_ir::{Block, Constant, DType, Inst, Op, Value, ValueDef};
+
+use super::mma::MmaPlan;
+
+/// One pipelined load.
+#[derive(Clone, Debug)]
+struct PipeLoad {
+    inst: Inst,
+    value: Value,
+    /// Its place within a slot (rows x cols of the loaded tile, swizzled).
+    stage: Stage,
+    layout: Layout,
+    vec: u32,
+}
+
+/// The pipeline of one loop being lowered.
+#[derive(Clone, Debug)]
+struct Pipe {
+    iv: Value,
+    loads: Vec<PipeLoad>,
+    stages: u32,
+    slot_bytes: u32,
+    /// The shared array's address.
+    base: Reg,
+    /// Byte offsets of the slot read and the slot written this iteration (loop-carried).
+    read_off: Reg,
+    write_off: Reg,
+}
+
+#[derive(Default)]
+pub(crate) struct PipeState {
+    active: Vec<Pipe>,
+}
+
+/// Whether `v` is the constant zero (a constant or a splat of one).
+fn is_zero(k: &tegula_ir::Kernel, v: Value) -> bool {
+    let Some(i) = k.def_inst(v) else {
+        return false;
+    };
+    match &k.insts[i].op {
+        Op::Const(Constant::Int(0)) => true,
+        Op::Const(Constant::Float(f)) => *f == 0.0 && f.is_sign_positive(),
+        Op::Splat | Op::Broadcast => is_zero(k, k.insts[i].args[0]),
+        _ => false,
+    }
+}
+
+impl Lower<'_> {
+    pub(crate) fn is_pipelined(&self, inst: Inst) -> bool {
+        self.pipe
+            .active
+            .iter()
+            .any(|p| p.loads.iter().any(|l| l.inst == inst))
+    }
+
+    /// Whether `v` depends only on `iv`, free ops and values defined outside `inside`.
+    fn depends_on_iv_only(&self, v: Value, iv: Value, inside: &HashSet<Value>) -> bool {
+        if v == iv || !inside.contains(&v) {
+            return true;
+        }
+        match self.k.values[v].def {
+            ValueDef::Result(i, _) => {
+                let d = &self.k.insts[i];
+                !is_anchored(&d.op)
+                    && !matches!(d.op, Op::Reshape | Op::Permute { .. })
+                    && d.args
+                        .iter()
+                        .all(|&a| self.depends_on_iv_only(a, iv, inside))
+            }
+            _ => false,
+        }
+    }
+
+    /// The loads of `for_inst`'s body worth pipelining, with their slot layout.
+    fn plan_pipeline(&mut self, for_inst: Inst) -> Option<(Vec<PipeLoad>, u32, u32)> {
+        if self.num_stages < 2 {
+            return None;
+        }
+        let body = self.k.insts[for_inst].regions[0];
+        let iv = self.k.blocks[body].args[0];
+        if self.k.ty(iv).dtype().bits() > 32 {
+            return None;
+        }
+        let inside = self.region_values_of(body);
+        // Uses of every value, to check that a load feeds one dot only.
+        let mut uses: HashMap<Value, usize> = HashMap::new();
+        for i in self.k.walk() {
+            for &a in &self.k.insts[i].args {
+                *uses.entry(a).or_default() += 1;
+            }
+        }
+        let mut loads = Vec::new();
+        let mut offset = 0u32;
+        let body_insts: HashSet<Inst> = self.k.blocks[body].insts.iter().copied().collect();
+        for &dot in &self.k.blocks[body].insts {
+            if !matches!(self.k.insts[dot].op, Op::Dot { .. }) {
+                continue;
+            }
+            let Some(plan) = self.mma_plan(dot) else {
+                continue;
+            };
+            if plan.kind == MmaKind::Tf32 {
+                continue;
+            }
+            for (pos, role) in [(0, Role::A), (1, Role::B)] {
+                let operand = self.k.insts[dot].args[pos];
+                if uses.get(&operand) != Some(&1) {
+                    continue;
+                }
+                let (src, permuted) = match self.k.def_inst(operand).map(|i| &self.k.insts[i]) {
+                    Some(d) if matches!(&d.op, Op::Permute { perm } if perm[..] == [1, 0]) => {
+                        (d.args[0], true)
+                    }
+                    _ => (operand, false),
+                };
+                if permuted && uses.get(&src) != Some(&1) {
+                    continue;
+                }
+                let Some(li) = self.k.def_inst(src) else {
+                    continue;
+                };
+                if !body_insts.contains(&li) {
+                    continue;
+                }
+                let d = &self.k.insts[li];
+                let Op::Load {
+                    has_mask,
+                    has_other,
+                    volatile,
+                    ..
+                } = d.op
+                else {
+                    continue;
+                };
+                if volatile || (has_other && !is_zero(self.k, d.args[2])) {
+                    continue;
+                }
+                let addr_ok = self.depends_on_iv_only(d.args[0], iv, &inside)
+                    && (!has_mask || self.depends_on_iv_only(d.args[1], iv, &inside));
+                if !addr_ok {
+                    continue;
+                }
+                let dt = self.k.ty(src).dtype();
+                if !matches!(dt, DType::F16 | DType::BF16) {
+                    continue;
+                }
+                let vec = self.access_vec(li);
+                if !matches!(vec * 2, 4 | 8 | 16) {
+                    continue;
+                }
+                let shape = self.k.ty(src).shape;
+                let stage = Stage {
+                    role,
+                    kind: plan.kind,
+                    rows: shape.dim(0) as u32,
+                    cols: shape.dim(1) as u32,
+                    k_major: (role == Role::A) != permuted,
+                    offset,
+                };
+                offset += stage.bytes().div_ceil(128) * 128;
+                loads.push(PipeLoad {
+                    inst: li,
+                    value: src,
+                    stage,
+                    layout: self.access_layout(li),
+                    vec,
+                });
+            }
+        }
+        if loads.is_empty() {
+            return None;
+        }
+        // The slots must leave room for other scratch uses (checked again at the end of
+        // compilation, which retries with fewer stages).
+        // Fewer stages, then fewer loads, until the slots fit.
+        let mut stages = self.num_stages;
+        while stages > 2 && stages * offset > super::MAX_STATIC_SHARED {
+            stages -= 1;
+        }
+        while stages * offset > super::MAX_STATIC_SHARED && loads.len() > 1 {
+            let last = loads.pop().expect("a load");
+            offset = last.stage.offset;
+        }
+        if stages * offset > super::MAX_STATIC_SHARED {
+            return None;
+        }
+        Some((loads, stages, offset))
+    }
+
+    /// Every value defined in `block` or its nested regions.
+    fn region_values_of(&self, block: Block) -> HashSet<Value> {
+        let mut out = HashSet::new();
+        let mut stack = vec![block];
+        while let Some(b) = stack.pop() {
+            out.extend(self.k.blocks[b].args.iter().copied());
+            for &i in &self.k.blocks[b].insts {
+                out.extend(self.k.insts[i].results.iter().copied());
+                stack.extend(self.k.insts[i].regions.iter().copied());
+            }
+        }
+        out
+    }
+
+    /// Before the loop: plans the pipeline and fills the first `S - 1` slots. Returns whether
+    /// the loop is pipelined.
+    pub(crate) fn pipeline_prologue(
+        &mut self,
+        for_inst: Inst,
+        iv: Reg,
+        hi: Reg,
+        step: Reg,
+    ) -> R<bool> {
+        let Some((loads, stages, slot_bytes)) = self.plan_pipeline(for_inst) else {
+            return Ok(false);
+        };
+        let body = self.k.insts[for_inst].regions[0];
+        // The buffers take the start of the scratch buffer; other uses inside the loop go
+        // after them, uses after the loop reuse them.
+        let total = stages * slot_bytes;
+        let base = self.smem(total);
+        let shifted = self.b.in_prologue(|b| {
+            b.op(
+                "add.s32",
+                RegClass::B32,
+                vec![base.into(), Arg::Imm(total as i64)],
+            )
+        });
+        self.smem_shift.push((shifted, total));
+        // Earlier users of the scratch buffer (a hoisted operand's staging) may still read it.
+        self.barrier();
+        let read_off = self.imm(RegClass::B32, Arg::Imm(0));
+        let write_off = self.imm(RegClass::B32, Arg::Imm(((stages - 1) * slot_bytes) as i64));
+        let pipe = Pipe {
+            iv: self.k.blocks[body].args[0],
+            loads,
+            stages,
+            slot_bytes,
+            base,
+            read_off,
+            write_off,
+        };
+        self.b.comment(format!(
+            "pipeline: {} loads, {stages} stages of {slot_bytes} bytes",
+            pipe.loads.len()
+        ));
+        for s in 0..stages - 1 {
+            let it = self.b.op(
+                "mad.lo.s32",
+                RegClass::B32,
+                vec![step.into(), Arg::Imm(s as i64), iv.into()],
+            );
+            let valid = self
+                .b
+                .op("setp.lt.s32", RegClass::Pred, vec![it.into(), hi.into()]);
+            let slot = self.imm(RegClass::B32, Arg::Imm((s * slot_bytes) as i64));
+            self.pipeline_issue(&pipe, it, valid, slot)?;
+        }
+        self.pipe.active.push(pipe);
+        Ok(true)
+    }
+
+    /// At the top of an iteration: wait for this iteration's slot, then refill the slot read
+    /// last iteration with iteration `i + S - 1`.
+    pub(crate) fn pipeline_iteration_start(&mut self, iv: Reg, hi: Reg, step: Reg) -> R<()> {
+        let pipe = self.pipe.active.last().expect("a pipeline").clone();
+        self.b.emit(
+            "cp.async.wait_group",
+            vec![Arg::Imm(pipe.stages as i64 - 2)],
+        );
+        self.barrier();
+        let it = self.b.op(
+            "mad.lo.s32",
+            RegClass::B32,
+            vec![step.into(), Arg::Imm(pipe.stages as i64 - 1), iv.into()],
+        );
+        let valid = self
+            .b
+            .op("setp.lt.s32", RegClass::Pred, vec![it.into(), hi.into()]);
+        self.pipeline_issue(&pipe, it, valid, pipe.write_off)
+    }
+
+    /// At the bottom of an iteration: both slots advance by one (mod S).
+    pub(crate) fn pipeline_iteration_end(&mut self) {
+        let pipe = self.pipe.active.last().expect("a pipeline").clone();
+        let total = (pipe.stages * pipe.slot_bytes) as i64;
+        for r in [pipe.read_off, pipe.write_off] {
+            let n = self.b.op(
+                "add.s32",
+                RegClass::B32,
+                vec![r.into(), Arg::Imm(pipe.slot_bytes as i64)],
+            );
+            let wrap = self.b.op(
+                "setp.ge.u32",
+                RegClass::Pred,
+                vec![n.into(), Arg::Imm(total)],
+            );
+            self.b.emit(
+                "selp.b32",
+                vec![r.into(), Arg::Imm(0), n.into(), wrap.into()],
+            );
+        }
+    }
+
+    pub(crate) fn pipeline_epilogue(&mut self) {
+        self.b.emit("cp.async.wait_all", vec![]);
+        self.pipe.active.pop();
+        self.smem_shift.pop();
+    }
+
+    /// Copies iteration `it`'s tiles (when `valid`) into the slot at byte offset `slot`.
+    fn pipeline_issue(&mut self, pipe: &Pipe, it: Reg, valid: Reg, slot: Reg) -> R<()> {
+        // Evaluate the addresses with the induction variable bound to `it`.
+        self.scopes.push(HashMap::new());
+        self.define(pipe.iv, &Layout::scalar(), vec![it]);
+        let r = self.pipeline_issue_loads(pipe, valid, slot);
+        self.scopes.pop();
+        r?;
+        self.b.emit("cp.async.commit_group", vec![]);
+        Ok(())
+    }
+
+    fn pipeline_issue_loads(&mut self, pipe: &Pipe, valid: Reg, slot: Reg) -> R<()> {
+        for pl in &pipe.loads {
+            let d = self.k.insts[pl.inst].clone();
+            let Op::Load { has_mask, .. } = d.op else {
+                unreachable!()
+            };
+            let l = &pl.layout;
+            let ptrs = self.get(d.args[0], l)?;
+            let mask = if has_mask {
+                Some(self.get(d.args[1], l)?)
+            } else {
+                None
+            };
+            let shape = self.k.ty(pl.value).shape;
+            let g = l.geometry(&shape);
+            let kept = l.kept();
+            let (p0, p1) = (kept[0], kept[1]);
+            let es = 2u32;
+            let bytes = pl.vec * es;
+            let mut slot_addr: HashMap<Reg, Reg> = HashMap::new();
+            for start in (0..ptrs.len()).step_by(pl.vec as usize) {
+                let c = g.coords(start);
+                let (rc, cc) = (
+                    g.const_index(p0, c[p0]) as u32,
+                    g.const_index(p1, c[p1]) as u32,
+                );
+                let cbyte = cc * es;
+                let (rlo, blo) = (rc % 8, cbyte % 128);
+                let var = self.stage_write_addr(pipe.base, l, &shape, false, &pl.stage, rlo, blo);
+                let dst = *slot_addr.entry(var).or_insert_with(|| {
+                    self.b
+                        .op("add.s32", RegClass::B32, vec![var.into(), slot.into()])
+                });
+                let imm = ((rc - rlo) * pl.stage.cols * es + (cbyte - blo)) as i64;
+                let ok = match &mask {
+                    Some(m) => self.b.op(
+                        "and.pred",
+                        RegClass::Pred,
+                        vec![m[start].into(), valid.into()],
+                    ),
+                    None => valid,
+                };
+                let src_size = self.b.op(
+                    "selp.u32",
+                    RegClass::B32,
+                    vec![Arg::Imm(bytes as i64), Arg::Imm(0), ok.into()],
+                );
+                let cache = if bytes == 16 { "cg" } else { "ca" };
+                self.b.emit(
+                    format!("cp.async.{cache}.shared.global"),
+                    vec![
+                        Arg::Addr(Box::new(dst.into()), imm),
+                        Arg::Addr(Box::new(ptrs[start].into()), 0),
+                        Arg::Imm(bytes as i64),
+                        src_size.into(),
+                    ],
+                );
+            }
+        }
+        Ok(())
+    }
+
+    /// The operand registers of a pipelined load's value, read from this iteration's slot;
+    /// `None` when `src` is not pipelined (or is stored in another orientation).
+    pub(crate) fn pipelined_operand(
+        &mut self,
+        src: Value,
+        role: Role,
+        k_major: bool,
+        plan: &MmaPlan,
+    ) -> Option<Vals> {
+        let pipe = self
+            .pipe
+            .active
+            .iter()
+            .rev()
+            .find(|p| p.loads.iter().any(|l| l.value == src))?
+            .clone();
+        let pl = pipe.loads.iter().find(|l| l.value == src)?;
+        if pl.stage.role != role || pl.stage.k_major != k_major || pl.stage.kind != plan.kind {
+            return None;
+        }
+        Some(self.ldmatrix_operand(&pl.stage, plan, pipe.base, Some(pipe.read_off)))
+    }
+}
