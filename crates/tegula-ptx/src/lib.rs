@@ -9,8 +9,9 @@
 //! - [`axis_info`]: per-value contiguity, divisibility and constancy; they pick vector widths.
 //! - [`layout`]: which thread and register holds each tile element.
 //! - `lower`: on-demand lowering in the consumer's layout, conversions through shared memory,
-//!   loads/stores/atomics, reductions and scans, `dot` on tensor cores (`mma.sync`, `ldmatrix`)
-//!   or through FMA, loops and branches.
+//!   loads/stores/atomics, reductions and scans, `dot` on tensor cores (`mma.sync`, `ldmatrix`;
+//!   `lower/mma.rs`) or through FMA, software pipelining with `cp.async` (`lower/pipeline.rs`),
+//!   loops and branches.
 //! - [`mma_layout`]: the tensor-core fragment layouts and the swizzled operand staging.
 //! - [`ptx`]: the typed instruction builder and printer.
 //!
@@ -22,8 +23,9 @@
 //!
 //! Not lowered yet (each gives [`PtxError::Unsupported`] with the source line):
 //! `device_print`, tiles with a dimension that is not a power of two, atomics on 8-bit, 16-bit
-//! integers and i1, f64 transcendental functions (only sqrt, rsqrt, abs, neg, floor, ceil), and
-//! `dot` or conversions needing more than 48 KB of shared memory. `device_assert` lowers to
+//! integers and i1, f64 transcendental functions (only sqrt, rsqrt, abs, neg, floor, ceil), a
+//! `dot` operand or an FMA `dot` needing more than 48 KB of shared memory, and reshapes or
+//! permutes of tiles over 48 KB (other conversions go in slabs). `device_assert` lowers to
 //! `trap` (the message is not printed on the GPU).
 
 pub mod axis_info;
