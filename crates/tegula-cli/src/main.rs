@@ -2,6 +2,7 @@
 
 mod bench;
 mod ceilings;
+mod launch_cost;
 mod library;
 
 use clap::{Parser, Subcommand};
@@ -66,6 +67,9 @@ enum Command {
     },
     /// List the library's kernels with their dimensions and dtypes.
     List,
+    /// What a launch costs on the host: first launch of a specialization (trace, lower, JIT)
+    /// per kernel, and a cached launch against a raw driver launch.
+    LaunchCost,
     /// Time library kernels on the GPU beside the device's ceilings (see BENCHMARKS.md).
     Bench(bench::BenchArgs),
 }
@@ -163,6 +167,7 @@ fn main() -> ExitCode {
             num_warps,
         } => library::ptx(&kernel, shape.as_deref(), dtype.as_deref(), num_warps).map(|()| true),
         Command::Check { filter } => library::check_all(filter.as_deref()),
+        Command::LaunchCost => launch_cost::run(),
         Command::Bench(args) => bench::run(args),
         Command::List => {
             for k in tegula_kernels::library() {

@@ -15,6 +15,18 @@ pub struct GpuKernel {
     pub loaded: Arc<LoadedKernel>,
 }
 
+impl GpuKernel {
+    /// The arguments packed as the PTX signature reads them (what a raw driver launch takes).
+    pub fn pack(&self, args: &[KernelArg]) -> Result<Vec<KernelParam>> {
+        self.compiled
+            .params
+            .iter()
+            .zip(args)
+            .map(|(abi, arg)| kernel_param(abi, arg))
+            .collect()
+    }
+}
+
 /// The CUDA runtime of a device and its compiled specializations.
 pub struct Gpu {
     pub runtime: CudaRuntime,
@@ -116,13 +128,7 @@ impl Gpu {
 
     /// Enqueues a launch on the device's stream.
     pub fn launch(&self, k: &GpuKernel, grid: [u32; 3], args: &[KernelArg]) -> Result<()> {
-        let params = k
-            .compiled
-            .params
-            .iter()
-            .zip(args)
-            .map(|(abi, arg)| kernel_param(abi, arg))
-            .collect::<Result<Vec<_>>>()?;
+        let params = k.pack(args)?;
         self.runtime
             .launch(&k.loaded, grid, [k.compiled.num_threads, 1, 1], 0, &params)?;
         Ok(())
