@@ -8,9 +8,7 @@ mod library;
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 use std::time::Instant;
-use tegula::ir::builder::{self as tl, trace};
-use tegula::ir::{DType, Kernel, TraceError};
-use tegula::{Device, Grid, KernelArg, Launch, LaunchConfig, TensorArg};
+use tegula::Device;
 
 #[derive(Parser)]
 #[command(name = "tegula", version, about = "A tile kernel compiler for Rust")]
@@ -28,8 +26,6 @@ enum Command {
         m: usize,
         #[arg(long, default_value_t = 4096)]
         n: usize,
-        #[arg(long, default_value_t = 1024)]
-        block: usize,
     },
     /// Run a library kernel on the default device and print its error against a float64
     /// reference.
@@ -74,67 +70,32 @@ enum Command {
     Bench(bench::BenchArgs),
 }
 
-/// The GEMV of the seed chapter (section 4.5): one program per row of A, BLOCK columns at a time.
-fn gemv_kernel(block: usize) -> Result<Kernel, TraceError> {
-    trace("gemv", |p| {
-        let a = p.ptr("a", DType::F16);
-        let x = p.ptr("x", DType::F16);
-        let y = p.ptr("y", DType::F32);
-        let n = p.scalar("n", DType::I32);
-        let row = tl::program_id(0);
-        let offsets = tl::arange(0, block as i64);
-        let acc = tl::for_range(0, n, block, tl::full::<f32>([], 0.0), |start, acc| {
-            let cols = start + offsets;
-            let mask = cols.lt(n);
-            let av = tl::load(a + row * n + cols, mask, 0.0);
-            let xv = tl::load(x + cols, mask, 0.0);
-            acc + tl::sum(av.to::<f32>() * xv.to::<f32>(), 0)
-        });
-        tl::store_unmasked(y + row, acc);
-    })
-}
-
-fn demo(m: usize, n: usize, block: usize) -> tegula::Result<bool> {
+/// The seed chapter's GEMV (section 4.5) from the library, on the default device, checked
+/// against a float64 reference with the seed's tolerances.
+fn demo(m: usize, n: usize) -> tegula::Result<bool> {
     let dev = Device::default()?;
     println!("device: {}", dev.name());
     let a = dev.randn::<half::f16>([m, n])?;
     let x = dev.randn::<half::f16>([n])?;
     let y = dev.empty::<f32>([m])?;
-    let trace = || gemv_kernel(block);
-    let n_arg = i32::try_from(n).map_err(|_| tegula::Error::Invalid {
-        op: "demo".into(),
-        message: format!("n = {n} does not fit in i32"),
-    })?;
-    let launch = Launch {
-        name: "gemv",
-        key: format!("block={block}"),
-        trace: &trace,
-        grid: Grid::from(m),
-        config: LaunchConfig::default(),
-        args: vec![
-            (&a).kernel_arg(),
-            (&x).kernel_arg(),
-            (&y).kernel_arg(),
-            KernelArg::Int {
-                dtype: DType::I32,
-                value: n_arg as i64,
-            },
-        ],
-    };
     let start = Instant::now();
-    dev.launch(launch)?;
-    let elapsed = start.elapsed();
+    tegula_kernels::gemv::gemv_into(&a, &x, &y)?;
+    dev.synchronize()?;
+    let first = start.elapsed();
+    let again = dev.time(|| tegula_kernels::gemv::gemv_into(&a, &x, &y))?;
 
-    // float64 reference, compared with the seed's tolerances (rtol 1e-4, atol 1e-3).
     let (av, xv, yv) = (a.to_f64_vec()?, x.to_f64_vec()?, y.to_f64_vec()?);
+    let want = tegula_kernels::gemv::reference(&av, &xv, m, n);
     let (mut max_err, mut ok) = (0.0f64, true);
-    for r in 0..m {
-        let want: f64 = (0..n).map(|c| av[r * n + c] * xv[c]).sum();
-        let err = (yv[r] - want).abs();
+    for (got, want) in yv.iter().zip(&want) {
+        let err = (got - want).abs();
         max_err = max_err.max(err);
         ok &= err <= 1e-3 + 1e-4 * want.abs();
     }
-    println!("gemv  A[{m}, {n}] f16 x f16 -> f32, BLOCK={block}: {elapsed:.2?}");
+    println!(
+        "gemv  A[{m}, {n}] f16 x f16 -> f32: first launch (trace, lower, compile, run) {first:.2?}, \
+         cached launch {again:.3} ms"
+    );
     println!(
         "max |y - y_ref| = {max_err:.3e}  (tolerance 1e-3 + 1e-4 |y_ref|): {}",
         if ok { "ok" } else { "FAILED" }
@@ -144,12 +105,8 @@ fn demo(m: usize, n: usize, block: usize) -> tegula::Result<bool> {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let result = match cli.command.unwrap_or(Command::Demo {
-        m: 4096,
-        n: 4096,
-        block: 1024,
-    }) {
-        Command::Demo { m, n, block } => demo(m, n, block),
+    let result = match cli.command.unwrap_or(Command::Demo { m: 4096, n: 4096 }) {
+        Command::Demo { m, n } => demo(m, n),
         Command::Run {
             kernel,
             shape,
