@@ -205,6 +205,13 @@ fn flash_attention_keeps_q_and_p_in_registers() {
     // 8 warps x 16 rows: 8 n-tiles of S (64 keys) x 4 k-steps (D = 64), and 8 n-tiles of O
     // (D = 64) x 4 k-steps (64 keys).
     assert_eq!(body.matches("mma.sync").count(), 8 * 4 + 8 * 4, "{body}");
+    // 16-row blocks on 4 warps put warps along N: P goes through shared memory with V.
+    let p = ptx(&flash_attention(DType::F16, 16, 16, 32), 80, 4);
+    assert_eq!(
+        loop_body(&p).matches("stage dot operands").count(),
+        2,
+        "{p}"
+    );
 }
 
 fn compiled(k: &Kernel, warps: u32, stages: u32) -> tegula_ptx::Compiled {

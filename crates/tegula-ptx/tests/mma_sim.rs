@@ -1021,12 +1021,15 @@ fn matmul_loop_with_ragged_edges_matches() {
 
 #[test]
 fn flash_attention_matches_the_online_softmax_reference() {
-    // (dtype, block_m, block_n, d, warps): 4 warps on 64 rows keep P in registers; 2 warps on
-    // 32 rows with 64 keys per block put warps along N and stage P through shared memory.
+    // (dtype, block_m, block_n, d, warps): 4 warps on 64 rows keep P in registers; 4 warps on
+    // 16 rows (the library's default blocks) put 2 warps along N, replicate the other 2, and
+    // stage P through shared memory.
     for (dt, bm, bn, d, warps) in [
         (DType::BF16, 64, 32, 32, 4),
         (DType::F16, 32, 64, 16, 2),
         (DType::BF16, 16, 16, 64, 1),
+        (DType::F16, 16, 16, 32, 4),
+        (DType::BF16, 16, 32, 64, 8),
         // The H200 configuration: 8 warps along M; the 64 KB accumulator leaves through
         // predicated slabs.
         (DType::BF16, 128, 64, 128, 8),
@@ -1145,6 +1148,7 @@ fn pipelined_matmul_and_attention_match() {
         }
         check_attention(DType::BF16, 64, 32, 32, 4, stages);
         check_attention(DType::F16, 32, 64, 16, 2, stages);
+        check_attention(DType::F16, 16, 16, 32, 4, stages);
     }
     // Head dim 128: K and V slots do not both fit; K is pipelined, V staged in the loop.
     check_attention(DType::BF16, 128, 64, 128, 8, 2);
