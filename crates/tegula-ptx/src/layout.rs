@@ -269,6 +269,45 @@ impl Layout {
         strides(&self.wpc, &self.order)
     }
 
+    /// The row-major index (over `shape`) of the element thread `t` holds in each register, as
+    /// the lowering computes it: the thread's base per parent axis (wrapped at the axis size)
+    /// plus the register's constant index.
+    pub fn thread_elements(&self, shape: &Shape, t: u32) -> Vec<u64> {
+        let g = self.geometry(shape);
+        let (ls, ws) = (self.lane_strides(), self.warp_strides());
+        let (lane, warp) = (t % 32, t / 32);
+        let r = self.parent_rank();
+        let base: Vec<u64> = (0..r)
+            .map(|d| {
+                let l = (lane / ls[d]) % self.tpw[d];
+                let w = (warp / ws[d]) % self.wpc[d];
+                let pos = if self.interleaved[d] {
+                    l + self.spt[d] * self.tpw[d] * w
+                } else {
+                    (l + self.tpw[d] * w) * self.spt[d]
+                };
+                (pos % g.parent[d]) as u64
+            })
+            .collect();
+        // Row-major strides over the kept axes; sliced axes have extent 1 and contribute 0.
+        let mut st = vec![0u64; r];
+        let mut acc = 1u64;
+        for d in (0..r).rev() {
+            if !self.sliced.contains(&d) {
+                st[d] = acc;
+                acc *= g.parent[d] as u64;
+            }
+        }
+        (0..g.count)
+            .map(|i| {
+                let c = g.coords(i);
+                (0..r)
+                    .map(|d| (base[d] + g.const_index(d, c[d])) * st[d])
+                    .sum()
+            })
+            .collect()
+    }
+
     /// True when some thread holds a copy of an element another thread also holds.
     pub fn replicates(&self, shape: &Shape) -> bool {
         if self.is_scalar() {
@@ -361,6 +400,22 @@ mod tests {
         assert!(!l.replicates(&shape));
         assert!(Layout::blocked(&Shape::new(&[16]).unwrap(), 1, 4)
             .replicates(&Shape::new(&[16]).unwrap()));
+    }
+
+    #[test]
+    fn a_row_slice_holds_what_the_one_d_layout_holds() {
+        // x [1024] loaded 8 to a thread, and the rows' slice of the [2, 1024] tile it is
+        // broadcast into: the same element in the same register of every thread.
+        let x = Shape::new(&[1024]).unwrap();
+        let one_d = Layout::blocked(&x, 8, 4);
+        let row = Layout::blocked(&Shape::new(&[2, 1024]).unwrap(), 8, 4).slice(0);
+        for t in [0, 1, 31, 32, 77, 127] {
+            assert_eq!(one_d.thread_elements(&x, t), row.thread_elements(&x, t));
+        }
+        assert_eq!(one_d.thread_elements(&x, 33)[..2], [264, 265]);
+        // A column-major thread order distributes the axis differently.
+        let col = Layout::blocked(&Shape::new(&[1024, 2]).unwrap(), 1, 4).slice(1);
+        assert_ne!(one_d.thread_elements(&x, 1), col.thread_elements(&x, 1));
     }
 
     #[test]

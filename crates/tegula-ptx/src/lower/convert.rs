@@ -144,6 +144,43 @@ impl Lower<'_> {
             .collect()
     }
 
+    /// The conversion without shared memory when every thread already holds, in `from`, each
+    /// element `to` gives it, in the same register on every thread (e.g. a 1-D blocked load
+    /// and the slice of a 2-D blocked layout that distributes the same axis the same way, or
+    /// replicated layouts of a reduction result): the registers are only renamed. `None` when
+    /// some thread would need another thread's element.
+    pub(crate) fn convert_in_registers(
+        &self,
+        src: &[Reg],
+        shape: &Shape,
+        from: &Layout,
+        to: &Layout,
+    ) -> Option<Vals> {
+        if from.parent_rank() == 0 || to.parent_rank() == 0 {
+            return None;
+        }
+        let mut pick: Option<Vec<usize>> = None;
+        for t in 0..32 * self.num_warps {
+            let have = from.thread_elements(shape, t);
+            if have.len() != src.len() {
+                return None;
+            }
+            let at: std::collections::HashMap<u64, usize> =
+                have.iter().enumerate().map(|(i, &e)| (e, i)).collect();
+            let regs: Vec<usize> = to
+                .thread_elements(shape, t)
+                .iter()
+                .map(|e| at.get(e).copied())
+                .collect::<Option<_>>()?;
+            match &pick {
+                None => pick = Some(regs),
+                Some(p) if *p == regs => {}
+                Some(_) => return None,
+            }
+        }
+        Some(pick?.into_iter().map(|i| src[i]).collect())
+    }
+
     pub(crate) fn convert_smem(
         &mut self,
         src: &[Reg],

@@ -831,6 +831,11 @@ impl<'k> Lower<'k> {
         if from == to && remap.is_none() {
             return Ok(src.to_vec());
         }
+        if remap.is_none() {
+            if let Some(v) = self.convert_in_registers(src, &ty.shape, from, to) {
+                return Ok(v);
+            }
+        }
         let bytes = ty.shape.numel() as u32 * src.first().map_or(4, |r| r.class.bytes());
         if remap.is_none() && bytes > MAX_STATIC_SHARED {
             if let Some(r) = self.convert_in_pieces(src, ty, from, to) {
