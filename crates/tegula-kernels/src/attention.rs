@@ -31,11 +31,13 @@ mod contract;
 mod forward;
 pub mod reference;
 mod seed;
+mod tuning;
 
-pub use backward::{backward, backward_into, Gradients};
+pub use backward::{backward, backward_config, backward_into, Gradients};
 pub use contract::{padded_head_dim, Dims, MAX_HEAD_DIM};
-pub use forward::{forward, forward_into};
+pub use forward::{forward, forward_config, forward_into};
 pub use seed::{seed_attention, seed_attention_into, SEED_BLOCK};
+pub use tuning::{backward_candidates, forward_candidates, key};
 
 /// The kernels themselves, for tracing and for launching without the host checks.
 pub mod kernels {
@@ -44,22 +46,27 @@ pub mod kernels {
     pub use super::seed::flash_attention_fwd_kernel;
 }
 
+use crate::tuned::{AUTO, AUTO_LAUNCH};
 use crate::LibraryKernel;
 use tegula::ir::DType;
 use tegula::LaunchConfig;
 
 /// Options of the batched forward and the backward.
+///
+/// The default leaves the block sizes, warps and stages to the autotuner ([`AUTO`],
+/// [`AUTO_LAUNCH`]; see [`forward_candidates`], [`backward_candidates`] and [`key`]); fields
+/// the caller sets are held, and options with every field set launch as given.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct AttentionOptions {
     /// Query row `i` sees key `j` only when `j <= i + Nk - Nq`.
     pub causal: bool,
     /// The softmax scale; `None` is `1 / sqrt(D)`.
     pub sm_scale: Option<f32>,
-    /// Query rows per program (a power of two, 16 to 128).
+    /// Query rows per program (a power of two, 16 to 128), or [`AUTO`].
     pub block_m: usize,
-    /// Key rows per inner step (a power of two, 16 to 128).
+    /// Key rows per inner step (a power of two, 16 to 128), or [`AUTO`].
     pub block_n: usize,
-    /// Warps and pipeline stages on the GPU (the interpreter ignores them).
+    /// Warps and pipeline stages on the GPU (the interpreter ignores them), or [`AUTO_LAUNCH`].
     pub config: LaunchConfig,
 }
 
@@ -68,9 +75,9 @@ impl Default for AttentionOptions {
         AttentionOptions {
             causal: false,
             sm_scale: None,
-            block_m: 16,
-            block_n: 16,
-            config: LaunchConfig::default(),
+            block_m: AUTO,
+            block_n: AUTO,
+            config: AUTO_LAUNCH,
         }
     }
 }

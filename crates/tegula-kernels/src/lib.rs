@@ -8,6 +8,7 @@ pub mod gemv;
 pub mod matmul;
 pub mod norm;
 pub mod softmax;
+pub mod tuned;
 pub mod vector_add;
 
 use tegula::ir::{DType, Kernel, TraceError};

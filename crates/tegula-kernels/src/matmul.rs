@@ -13,10 +13,12 @@
 //! f32 inputs are multiplied exactly ([`InputPrecision::Ieee`]) unless the caller asks for tf32.
 
 use crate::check;
+use crate::tuned::{self, cx, AUTO, AUTO_LAUNCH};
 use crate::{CheckReport, LibraryKernel};
+use tegula::autotune::{median_ms, Config, Tuning};
 use tegula::ir::{DType, Kernel, TraceError};
 use tegula::prelude::*;
-use tegula::{Error, Result};
+use tegula::{Error, LaunchConfig, Result};
 
 #[tegula::kernel]
 pub fn matmul_kernel<T: Element, O: Element>(
@@ -70,41 +72,69 @@ pub fn matmul_kernel<T: Element, O: Element>(
 const OP: &str = "matmul";
 const DTYPES: &[DType] = &[DType::F16, DType::BF16, DType::F32];
 
-/// Tile sizes and program grouping; every block is a power of two of at least 16 (`dot`).
+/// Tile sizes, program grouping, warps and stages. Every block is a power of two of at least
+/// 16 (`dot`), or [`AUTO`]; warps and stages are [`AUTO`] when both are 0.
+///
+/// [`MatmulConfig::default`] leaves tiles, warps and stages to the autotuner (see
+/// [`candidates`] and [`key`]); a field the caller sets is held and only the others are tuned,
+/// and a config with every field set is launched as given, without the tuner.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct MatmulConfig {
     pub block_m: usize,
     pub block_n: usize,
     pub block_k: usize,
-    /// Tile-rows per program group (the L2-reuse grouping).
+    /// Tile-rows per program group (the L2-reuse grouping; not tuned).
     pub group_m: usize,
-    /// How f32 inputs are multiplied (f16/bf16 products are always exact).
+    /// How f32 inputs are multiplied (f16/bf16 products are always exact; not tuned).
     pub precision: InputPrecision,
+    /// Warps and pipeline stages on the GPU ([`AUTO_LAUNCH`]: tuned).
+    pub launch: LaunchConfig,
 }
 
 impl Default for MatmulConfig {
+    /// Tuned tiles, warps and stages; GROUP_M 8; exact f32 products.
     fn default() -> Self {
         MatmulConfig {
-            block_m: 64,
-            block_n: 64,
-            block_k: 32,
+            block_m: AUTO,
+            block_n: AUTO,
+            block_k: AUTO,
             group_m: 8,
             precision: InputPrecision::Ieee,
+            launch: AUTO_LAUNCH,
         }
     }
 }
 
 impl MatmulConfig {
+    /// A fully fixed config: these tiles, GROUP_M 8, exact f32 products, 4 warps, 3 stages.
+    pub fn fixed(block_m: usize, block_n: usize, block_k: usize) -> MatmulConfig {
+        MatmulConfig {
+            block_m,
+            block_n,
+            block_k,
+            launch: LaunchConfig::default(),
+            ..Default::default()
+        }
+    }
+
+    /// True when some field is left to the autotuner.
+    pub fn is_tuned(&self) -> bool {
+        self.block_m == AUTO
+            || self.block_n == AUTO
+            || self.block_k == AUTO
+            || self.launch == AUTO_LAUNCH
+    }
+
     fn validate(&self) -> Result<()> {
         for (name, v) in [
             ("block_m", self.block_m),
             ("block_n", self.block_n),
             ("block_k", self.block_k),
         ] {
-            if !v.is_power_of_two() || v < 16 {
+            if v != AUTO && (!v.is_power_of_two() || v < 16) {
                 return Err(Error::Invalid {
                     op: OP.into(),
-                    message: format!("{name} must be a power of two >= 16, got {v}"),
+                    message: format!("{name} must be a power of two >= 16 (or AUTO), got {v}"),
                 });
             }
         }
@@ -114,11 +144,247 @@ impl MatmulConfig {
                 message: "group_m must be at least 1".into(),
             });
         }
+        let LaunchConfig {
+            num_warps,
+            num_stages,
+        } = self.launch;
+        if self.launch != AUTO_LAUNCH && (num_warps == 0 || num_stages == 0) {
+            return Err(Error::Invalid {
+                op: OP.into(),
+                message: format!(
+                    "num_warps and num_stages must both be set or both AUTO, got {num_warps} \
+                     and {num_stages}"
+                ),
+            });
+        }
         Ok(())
+    }
+
+    /// This config with the caller's fixed fields of `fixed` laid over it.
+    fn held(self, fixed: &MatmulConfig) -> MatmulConfig {
+        let pick = |f: usize, c: usize| if f == AUTO { c } else { f };
+        MatmulConfig {
+            block_m: pick(fixed.block_m, self.block_m),
+            block_n: pick(fixed.block_n, self.block_n),
+            block_k: pick(fixed.block_k, self.block_k),
+            group_m: fixed.group_m,
+            precision: fixed.precision,
+            launch: if fixed.launch == AUTO_LAUNCH {
+                self.launch
+            } else {
+                fixed.launch
+            },
+        }
+    }
+
+    fn to_tuner(self) -> Config {
+        Config::new(self.launch.num_warps, self.launch.num_stages)
+            .with("BLOCK_M", cx(self.block_m))
+            .with("BLOCK_N", cx(self.block_n))
+            .with("BLOCK_K", cx(self.block_k))
+            .with("GROUP_M", cx(self.group_m))
+    }
+
+    fn from_tuner(c: &Config, like: &MatmulConfig) -> Result<MatmulConfig> {
+        Ok(MatmulConfig {
+            block_m: c.usize("BLOCK_M")?,
+            block_n: c.usize("BLOCK_N")?,
+            block_k: c.usize("BLOCK_K")?,
+            group_m: c.usize("GROUP_M")?,
+            precision: like.precision,
+            launch: c.launch_config(),
+        })
     }
 }
 
-/// `C = A B` into `c` with the default [`MatmulConfig`].
+/// What selects a matmul config: the problem as the tuner sees it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MatmulProblem {
+    pub m: usize,
+    pub n: usize,
+    pub k: usize,
+    pub input: DType,
+    pub output: DType,
+    /// A stored column-major (unit stride down M), and B column-major (unit stride down K):
+    /// transposed operands load differently.
+    pub a_col_major: bool,
+    pub b_col_major: bool,
+}
+
+impl MatmulProblem {
+    fn of<T: Element, O: Element>(a: &Tensor<T>, b: &Tensor<T>) -> MatmulProblem {
+        let col_major = |t: &Tensor<T>| t.strides()[0] == 1 && t.strides()[1] != 1;
+        MatmulProblem {
+            m: a.shape()[0],
+            n: b.shape()[1],
+            k: a.shape()[1],
+            input: T::DTYPE,
+            output: O::DTYPE,
+            a_col_major: col_major(a),
+            b_col_major: col_major(b),
+        }
+    }
+}
+
+/// The autotuner's key: M, N and K rounded up to powers of two (shapes in one bucket share a
+/// config and the same pruned candidates), the input and output dtypes, the f32 precision
+/// and the operand layouts, e.g. `M=4096,N=4096,K=4096,bf16->bf16,ieee,a=row,b=row`.
+pub fn key(p: &MatmulProblem, precision: InputPrecision) -> String {
+    let b = |n: usize| n.max(1).next_power_of_two();
+    let layout = |col: bool| if col { "col" } else { "row" };
+    format!(
+        "M={},N={},K={},{}->{},{:?},a={},b={}",
+        b(p.m),
+        b(p.n),
+        b(p.k),
+        p.input.name(),
+        p.output.name(),
+        precision,
+        layout(p.a_col_major),
+        layout(p.b_col_major)
+    )
+    .to_lowercase()
+}
+
+/// Whether f16/bf16 tensor-core dots with `cp.async` pipelining run this problem (f32 inputs
+/// use FMA or tf32 dots, which are not pipelined: stages do not matter there).
+fn pipelined(p: &MatmulProblem) -> bool {
+    matches!(p.input, DType::F16 | DType::BF16)
+}
+
+/// The candidates the tuner times for `p`, default first, with `fixed`'s set fields held.
+///
+/// The grid (in the spirit of Triton's tutorial 03): BLOCK_M and BLOCK_N in {64, 128, 256},
+/// BLOCK_K in {32, 64}, 4 or 8 warps, 2 to 4 stages (one stage for f32 inputs), GROUP_M from
+/// `fixed`. Blocks of 16 and 32 join only for small dimensions. Pruned by shape:
+/// - no block above the dimension rounded up to a power of two, none below half of that
+///   (e.g. M = 100 tries 64 and 128; M = 17 tries 16 and 32);
+/// - at most 128 f32 accumulators per thread (BLOCK_M * BLOCK_N / (32 warps)); 8 warps only
+///   for tiles of at least 64 x 128;
+/// - no more stages than K steps (at least 2), and no stages past 2 whose buffers
+///   (`stages * (BLOCK_M + BLOCK_N) * BLOCK_K * 2` bytes) exceed 48 KB (the lowering would
+///   cut them to fewer stages: a duplicate).
+///
+/// The default is 64 x 64 x 32 with 4 warps and 3 stages, each block clamped to the
+/// dimension's range: fast on the interpreter and sound on every GPU.
+pub fn candidates(p: &MatmulProblem, fixed: &MatmulConfig) -> Vec<MatmulConfig> {
+    let bm = tuned::block_band(p.m, &[16, 32, 64, 128, 256], 64);
+    let bn = tuned::block_band(p.n, &[16, 32, 64, 128, 256], 64);
+    let bk = tuned::block_band(p.k, &[16, 32, 64], 32);
+    let stages: &[u32] = if pipelined(p) { &[3, 4, 2] } else { &[1] };
+    let elem = p.input.size_bytes();
+    let keep = |c: &MatmulConfig| {
+        let LaunchConfig {
+            num_warps: w,
+            num_stages: s,
+        } = c.launch;
+        let tile = c.block_m * c.block_n;
+        let k_steps = p.k.div_ceil(c.block_k).max(2);
+        let stage_bytes = (c.block_m + c.block_n) * c.block_k * elem;
+        tile / (32 * w as usize) <= tuned::ACC_PER_THREAD
+            && (w == 4 || tile >= 64 * 128)
+            && s as usize <= k_steps
+            && (s <= 2 || s as usize * stage_bytes <= tuned::SHARED_BYTES)
+    };
+    let mut out = Vec::new();
+    for &m in &bm {
+        for &n in &bn {
+            for &k in &bk {
+                for w in [4, 8] {
+                    for &s in stages {
+                        let c = MatmulConfig {
+                            block_m: m,
+                            block_n: n,
+                            block_k: k,
+                            group_m: fixed.group_m,
+                            precision: fixed.precision,
+                            launch: LaunchConfig {
+                                num_warps: w,
+                                num_stages: s,
+                            },
+                        };
+                        if keep(&c) {
+                            out.push(c.held(fixed));
+                        }
+                    }
+                }
+            }
+        }
+    }
+    let clamp = |band: &[usize], want: usize| band.iter().copied().filter(|&b| b <= want).max();
+    let default_stages = if pipelined(p) { 3 } else { 1 };
+    let default = MatmulConfig {
+        block_m: clamp(&bm, 64).unwrap_or(bm[0]),
+        block_n: clamp(&bn, 64).unwrap_or(bn[0]),
+        block_k: clamp(&bk, 32).unwrap_or(bk[0]),
+        group_m: fixed.group_m,
+        precision: fixed.precision,
+        launch: LaunchConfig {
+            num_warps: 4,
+            num_stages: default_stages.min(p.k.div_ceil(32).max(2) as u32),
+        },
+    };
+    let mut out = tuned::dedup(out);
+    tuned::put_first(&mut out, default.held(fixed));
+    out
+}
+
+/// The config [`matmul_into_with`] launches for these operands: `config` itself when every
+/// field is set, else the autotuner's choice among [`candidates`] (on the interpreter: the
+/// first). On a GPU a miss may time every candidate, writing `c`.
+pub fn chosen_config<T: Element, O: Element>(
+    a: &Tensor<T>,
+    b: &Tensor<T>,
+    c: &Tensor<O>,
+    config: MatmulConfig,
+) -> Result<MatmulConfig> {
+    check_operands(a, b, c, &config)?;
+    resolve(a, b, c, config)
+}
+
+fn resolve<T: Element, O: Element>(
+    a: &Tensor<T>,
+    b: &Tensor<T>,
+    c: &Tensor<O>,
+    config: MatmulConfig,
+) -> Result<MatmulConfig> {
+    if !config.is_tuned() {
+        return Ok(config);
+    }
+    let p = MatmulProblem::of::<T, O>(a, b);
+    let key = key(&p, config.precision);
+    let cands = candidates(&p, &config);
+    let dev = a.device();
+    let chosen = tuned::choose(
+        dev,
+        "tegula_kernels::matmul",
+        &key,
+        || {
+            // The source hash: the Tile IR of the default candidate.
+            let r = cands[0];
+            let ir = matmul_kernel::trace::<T, O>(
+                r.block_m,
+                r.block_n,
+                r.block_k,
+                r.group_m,
+                r.precision,
+            )?;
+            Ok(Tuning::new(
+                "tegula_kernels::matmul",
+                &ir.to_string(),
+                key.clone(),
+                cands.iter().map(|c| c.to_tuner()).collect(),
+            ))
+        },
+        |t| {
+            let c_cfg = MatmulConfig::from_tuner(t, &config)?;
+            median_ms(dev, || launch(a, b, c, &c_cfg))
+        },
+    )?;
+    MatmulConfig::from_tuner(&chosen, &config)
+}
+
+/// `C = A B` into `c`, with tiles, warps and stages chosen by the autotuner.
 ///
 /// Contract: `T` is f16, bf16 or f32 and `O` is a float dtype; `a` is `[M, K]`, `b` `[K, N]`,
 /// `c` `[M, N]`, each with any strides (row-major, column-major, sliced); one device; `c` shares
@@ -131,12 +397,27 @@ pub fn matmul_into<T: Element, O: Element>(
     matmul_into_with(a, b, c, MatmulConfig::default())
 }
 
-/// [`matmul_into`] with explicit tile sizes, grouping and f32 precision.
+/// [`matmul_into`] with tile sizes, grouping, f32 precision, warps and stages from `config`
+/// (its [`AUTO`] fields tuned).
 pub fn matmul_into_with<T: Element, O: Element>(
     a: &Tensor<T>,
     b: &Tensor<T>,
     c: &Tensor<O>,
     config: MatmulConfig,
+) -> Result<()> {
+    check_operands(a, b, c, &config)?;
+    if a.shape()[0] == 0 || b.shape()[1] == 0 {
+        return Ok(());
+    }
+    let config = resolve(a, b, c, config)?;
+    launch(a, b, c, &config)
+}
+
+fn check_operands<T: Element, O: Element>(
+    a: &Tensor<T>,
+    b: &Tensor<T>,
+    c: &Tensor<O>,
+    config: &MatmulConfig,
 ) -> Result<()> {
     check::expect_dtype_in::<T>(OP, "a", DTYPES)?;
     check::expect_dtype_in::<O>(OP, "c", &[DType::F16, DType::BF16, DType::F32, DType::F64])?;
@@ -154,25 +435,32 @@ pub fn matmul_into_with<T: Element, O: Element>(
     check::expect_i32_extent(OP, "a", a)?;
     check::expect_i32_extent(OP, "b", b)?;
     check::expect_i32_extent(OP, "c", c)?;
-    if m == 0 || n == 0 {
-        return Ok(());
-    }
-    let (mi, ni, ki) = (
-        check::as_i32(OP, "M", m)?,
-        check::as_i32(OP, "N", n)?,
-        check::as_i32(OP, "K", k)?,
-    );
+    check::as_i32(OP, "M", m)?;
+    check::as_i32(OP, "N", n)?;
+    check::as_i32(OP, "K", k)?;
+    Ok(())
+}
+
+/// Launches one fully set config on checked operands.
+fn launch<T: Element, O: Element>(
+    a: &Tensor<T>,
+    b: &Tensor<T>,
+    c: &Tensor<O>,
+    config: &MatmulConfig,
+) -> Result<()> {
+    let (m, k, n) = (a.shape()[0], a.shape()[1], b.shape()[1]);
     let tiles = m.div_ceil(config.block_m) * n.div_ceil(config.block_n);
     let s = |t: &[usize], i: usize| t[i] as i32; // fit i32: checked by expect_i32_extent
-    matmul_kernel::launch::<T, O>(
+    matmul_kernel::launch_with::<T, O>(
         a.device(),
         tiles,
+        config.launch,
         a,
         b,
         c,
-        mi,
-        ni,
-        ki,
+        m as i32, // fits: checked by check_operands
+        n as i32,
+        k as i32,
         s(a.strides(), 0),
         s(a.strides(), 1),
         s(b.strides(), 0),
@@ -245,16 +533,27 @@ fn check_entry(dev: &Device, shape: &[usize], dtype: DType) -> Result<CheckRepor
     }
 }
 
-fn trace_typed<T: Element>() -> std::result::Result<Kernel, TraceError> {
-    let c = MatmulConfig::default();
+/// The Tile IR of the default candidate for `shape` (what the interpreter launches).
+fn trace_typed<T: Element>(shape: &[usize]) -> std::result::Result<Kernel, TraceError> {
+    let (m, n, k) = dims(shape);
+    let p = MatmulProblem {
+        m,
+        n,
+        k,
+        input: T::DTYPE,
+        output: DType::F32,
+        a_col_major: false,
+        b_col_major: false,
+    };
+    let c = candidates(&p, &MatmulConfig::default())[0];
     matmul_kernel::trace::<T, f32>(c.block_m, c.block_n, c.block_k, c.group_m, c.precision)
 }
 
-fn trace_entry(_shape: &[usize], dtype: DType) -> std::result::Result<Kernel, TraceError> {
+fn trace_entry(shape: &[usize], dtype: DType) -> std::result::Result<Kernel, TraceError> {
     match dtype {
-        DType::BF16 => trace_typed::<bf16>(),
-        DType::F32 => trace_typed::<f32>(),
-        _ => trace_typed::<f16>(),
+        DType::BF16 => trace_typed::<bf16>(shape),
+        DType::F32 => trace_typed::<f32>(shape),
+        _ => trace_typed::<f16>(shape),
     }
 }
 
@@ -262,7 +561,9 @@ fn trace_entry(_shape: &[usize], dtype: DType) -> std::result::Result<Kernel, Tr
 pub fn entry() -> LibraryKernel {
     LibraryKernel {
         name: "matmul",
-        about: "C = A B, 64x64x32 tiles, f32 accumulation, grouped program order (GROUP_M = 8)",
+        about:
+            "C = A B, autotuned tiles/warps/stages (default 64x64x32), f32 accumulation, grouped \
+                program order (GROUP_M = 8)",
         dims: &["M", "N", "K"],
         default_shape: &[200, 150, 130],
         dtypes: DTYPES,

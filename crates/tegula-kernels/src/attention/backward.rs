@@ -19,7 +19,9 @@ use super::contract::{
 use super::forward::{compare_bounded, forward, parse_shape, worse, LOG2E};
 use super::{reference, AttentionOptions};
 use crate::check;
+use crate::tuned;
 use crate::CheckReport;
+use tegula::autotune::{median_ms, Tuning};
 use tegula::ir::{DType, Kernel, TraceError};
 use tegula::prelude::*;
 use tegula::{Error, Result};
@@ -406,6 +408,8 @@ pub struct Gradients<T: Element> {
 /// `options` as in the forward (same `causal` and `sm_scale`). The outputs may be strided views
 /// (unit stride on D) that do not overlap themselves, each other or any input. For GQA, dK and
 /// dV of a KV head sum over the query heads of its group, in a fixed order (deterministic).
+/// Block sizes, warps and stages left at `AUTO` are chosen by the autotuner (see
+/// [`backward_config`]).
 #[allow(clippy::too_many_arguments)]
 pub fn backward_into<T: Element>(
     q: &Tensor<T>,
@@ -419,6 +423,45 @@ pub fn backward_into<T: Element>(
     dv: &Tensor<T>,
     options: &AttentionOptions,
 ) -> Result<()> {
+    let dims = check_backward(q, k, v, o, d_o, lse, dq, dk, dv, options)?;
+    let options = resolve(q, k, v, o, d_o, lse, dq, dk, dv, options, &dims)?;
+    launch(q, k, v, o, d_o, lse, dq, dk, dv, &options, &dims)
+}
+
+/// The options [`backward_into`] launches with for these tensors: `options` when every block
+/// size and the warps/stages are set, else the autotuner's choice among
+/// [`super::backward_candidates`] for [`super::key`] (on the interpreter: the first). On a GPU
+/// a miss may time every candidate, writing `dq`, `dk` and `dv`.
+#[allow(clippy::too_many_arguments)]
+pub fn backward_config<T: Element>(
+    q: &Tensor<T>,
+    k: &Tensor<T>,
+    v: &Tensor<T>,
+    o: &Tensor<T>,
+    d_o: &Tensor<T>,
+    lse: &Tensor<f32>,
+    dq: &Tensor<T>,
+    dk: &Tensor<T>,
+    dv: &Tensor<T>,
+    options: &AttentionOptions,
+) -> Result<AttentionOptions> {
+    let dims = check_backward(q, k, v, o, d_o, lse, dq, dk, dv, options)?;
+    resolve(q, k, v, o, d_o, lse, dq, dk, dv, options, &dims)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn check_backward<T: Element>(
+    q: &Tensor<T>,
+    k: &Tensor<T>,
+    v: &Tensor<T>,
+    o: &Tensor<T>,
+    d_o: &Tensor<T>,
+    lse: &Tensor<f32>,
+    dq: &Tensor<T>,
+    dk: &Tensor<T>,
+    dv: &Tensor<T>,
+    options: &AttentionOptions,
+) -> Result<Dims> {
     let dims = check_qkv(OP, q, k, v)?;
     expect_block_sizes(OP, options)?;
     for (name, t) in [("o", o), ("d_o", d_o)] {
@@ -444,6 +487,91 @@ pub fn backward_into<T: Element>(
     check::expect_no_alias(OP, ("dk", dk), ("dq", dq))?;
     check::expect_no_alias(OP, ("dv", dv), ("dq", dq))?;
     check::expect_no_alias(OP, ("dv", dv), ("dk", dk))?;
+    softmax_scale(OP, options, dims.head_dim)?;
+    for (name, t) in [
+        ("q", q),
+        ("k", k),
+        ("v", v),
+        ("o", o),
+        ("d_o", d_o),
+        ("dq", dq),
+        ("dk", dk),
+        ("dv", dv),
+    ] {
+        strides_i32::<3, T>(OP, name, t)?;
+    }
+    strides_i32::<1, f32>(OP, "lse", lse)?;
+    size_i32(OP, "B * H", dims.batch * dims.heads)?;
+    size_i32(OP, "B * Hkv", dims.batch * dims.kv_heads)?;
+    Ok(dims)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn resolve<T: Element>(
+    q: &Tensor<T>,
+    k: &Tensor<T>,
+    v: &Tensor<T>,
+    o: &Tensor<T>,
+    d_o: &Tensor<T>,
+    lse: &Tensor<f32>,
+    dq: &Tensor<T>,
+    dk: &Tensor<T>,
+    dv: &Tensor<T>,
+    options: &AttentionOptions,
+    dims: &Dims,
+) -> Result<AttentionOptions> {
+    if !options.is_tuned() {
+        return Ok(*options);
+    }
+    let key = super::key(dims, T::DTYPE, options.causal);
+    let candidates = super::backward_candidates(dims, T::DTYPE, options);
+    let dev = q.device();
+    let chosen = tuned::choose(
+        dev,
+        "tegula_kernels::attention::backward",
+        &key,
+        || {
+            // The source hash: the Tile IR of the default candidate's three kernels.
+            let r = candidates[0];
+            let (c, d) = (options.causal, dims.head_dim);
+            let ir = format!(
+                "{}\n{}\n{}",
+                attn_bwd_preprocess::trace::<T>(d, r.block_m)?,
+                attn_bwd_dkdv::trace::<T>(c, d, r.block_m, r.block_n)?,
+                attn_bwd_dq::trace::<T>(c, d, r.block_m, r.block_n)?
+            );
+            Ok(Tuning::new(
+                "tegula_kernels::attention::backward",
+                &ir,
+                key.clone(),
+                candidates.iter().map(|c| c.to_tuner()).collect(),
+            ))
+        },
+        |c| {
+            let opts = options.with_tuned(c)?;
+            median_ms(dev, || {
+                launch(q, k, v, o, d_o, lse, dq, dk, dv, &opts, dims)
+            })
+        },
+    )?;
+    options.with_tuned(&chosen)
+}
+
+/// Launches the three kernels with every option set, on checked tensors.
+#[allow(clippy::too_many_arguments)]
+fn launch<T: Element>(
+    q: &Tensor<T>,
+    k: &Tensor<T>,
+    v: &Tensor<T>,
+    o: &Tensor<T>,
+    d_o: &Tensor<T>,
+    lse: &Tensor<f32>,
+    dq: &Tensor<T>,
+    dk: &Tensor<T>,
+    dv: &Tensor<T>,
+    options: &AttentionOptions,
+    dims: &Dims,
+) -> Result<()> {
     let sm_scale = softmax_scale(OP, options, dims.head_dim)?;
     let [sqz, sqh, sqm] = strides_i32::<3, T>(OP, "q", q)?;
     let [skz, skh, skn] = strides_i32::<3, T>(OP, "k", k)?;
@@ -658,8 +786,10 @@ pub(super) fn trace_entry(
     shape: &[usize],
     dtype: DType,
 ) -> std::result::Result<Kernel, TraceError> {
+    // The default candidate: what the interpreter launches.
     let (dims, causal): (Dims, bool) = parse_shape(shape);
-    let (d, b) = (dims.head_dim, AttentionOptions::default());
+    let b = super::backward_candidates(&dims, dtype, &AttentionOptions::default())[0];
+    let d = dims.head_dim;
     match dtype {
         DType::F16 => attn_bwd_dkdv::trace::<f16>(causal, d, b.block_m, b.block_n),
         DType::BF16 => attn_bwd_dkdv::trace::<bf16>(causal, d, b.block_m, b.block_n),

@@ -2,6 +2,7 @@
 
 use super::AttentionOptions;
 use crate::check;
+use crate::tuned::{AUTO, AUTO_LAUNCH};
 use tegula::ir::{DType, Element};
 use tegula::prelude::*;
 use tegula::{Error, Result};
@@ -64,15 +65,26 @@ pub fn expect_float_input<T: Element>(op: &str, name: &str) -> Result<()> {
     }
 }
 
-/// Block sizes must be powers of two from 16 (the smallest `dot`) to 128.
+/// Block sizes must be powers of two from 16 (the smallest `dot`) to 128, or `AUTO`; warps
+/// and stages both set or both `AUTO`.
 pub fn expect_block_sizes(op: &str, options: &AttentionOptions) -> Result<()> {
     for (name, b) in [("block_m", options.block_m), ("block_n", options.block_n)] {
-        if !(16..=128).contains(&b) || !b.is_power_of_two() {
+        if b != AUTO && (!(16..=128).contains(&b) || !b.is_power_of_two()) {
             return Err(Error::Invalid {
                 op: op.to_string(),
-                message: format!("`{name}` = {b} must be a power of two from 16 to 128"),
+                message: format!("`{name}` = {b} must be a power of two from 16 to 128 (or AUTO)"),
             });
         }
+    }
+    let c = options.config;
+    if c != AUTO_LAUNCH && (c.num_warps == 0 || c.num_stages == 0) {
+        return Err(Error::Invalid {
+            op: op.to_string(),
+            message: format!(
+                "num_warps and num_stages must both be set or both AUTO, got {} and {}",
+                c.num_warps, c.num_stages
+            ),
+        });
     }
     Ok(())
 }

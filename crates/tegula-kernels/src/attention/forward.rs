@@ -8,7 +8,9 @@ use super::contract::{
 };
 use super::{reference, AttentionOptions};
 use crate::check;
+use crate::tuned;
 use crate::CheckReport;
+use tegula::autotune::{median_ms, Tuning};
 use tegula::ir::{DType, Kernel, TraceError};
 use tegula::prelude::*;
 use tegula::Result;
@@ -150,7 +152,8 @@ pub fn attn_fwd<T: Element>(
 /// with `Hkv` dividing `H` and `1 <= D <= 256`, any strides with unit stride on D, one device.
 /// `out` and `lse` may be strided views (unit stride on their last axis) that do not overlap
 /// themselves, each other or the inputs. See the module docs for the causal alignment and the
-/// result of rows that see no key.
+/// result of rows that see no key. Block sizes, warps and stages left at `AUTO` are chosen by
+/// the autotuner (see [`forward_config`]).
 pub fn forward_into<T: Element>(
     q: &Tensor<T>,
     k: &Tensor<T>,
@@ -159,6 +162,38 @@ pub fn forward_into<T: Element>(
     lse: &Tensor<f32>,
     options: &AttentionOptions,
 ) -> Result<()> {
+    let dims = check_forward(q, k, v, out, lse, options)?;
+    if dims.n_q == 0 || dims.batch * dims.heads == 0 {
+        return Ok(());
+    }
+    let options = resolve(q, k, v, out, lse, options, &dims)?;
+    launch(q, k, v, out, lse, &options, &dims)
+}
+
+/// The options [`forward_into`] launches with for these tensors: `options` when every block
+/// size and the warps/stages are set, else the autotuner's choice among
+/// [`super::forward_candidates`] for [`super::key`] (on the interpreter: the first). On a GPU a
+/// miss may time every candidate, writing `out` and `lse`.
+pub fn forward_config<T: Element>(
+    q: &Tensor<T>,
+    k: &Tensor<T>,
+    v: &Tensor<T>,
+    out: &Tensor<T>,
+    lse: &Tensor<f32>,
+    options: &AttentionOptions,
+) -> Result<AttentionOptions> {
+    let dims = check_forward(q, k, v, out, lse, options)?;
+    resolve(q, k, v, out, lse, options, &dims)
+}
+
+fn check_forward<T: Element>(
+    q: &Tensor<T>,
+    k: &Tensor<T>,
+    v: &Tensor<T>,
+    out: &Tensor<T>,
+    lse: &Tensor<f32>,
+    options: &AttentionOptions,
+) -> Result<Dims> {
     let dims = check_qkv(OP, q, k, v)?;
     expect_block_sizes(OP, options)?;
     let inputs = [("q", q), ("k", k), ("v", v)];
@@ -171,12 +206,71 @@ pub fn forward_into<T: Element>(
             message: format!("`lse` must be contiguous, got strides {:?}", lse.strides()),
         });
     }
+    softmax_scale(OP, options, dims.head_dim)?;
+    for (name, t) in [("q", q), ("k", k), ("v", v), ("out", out)] {
+        strides_i32::<3, T>(OP, name, t)?;
+    }
+    strides_i32::<1, f32>(OP, "lse", lse)?;
+    size_i32(OP, "B * H", dims.batch * dims.heads)?;
+    size_i32(OP, "Nk", dims.n_k)?;
+    size_i32(OP, "Nq", dims.n_q)?;
+    Ok(dims)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn resolve<T: Element>(
+    q: &Tensor<T>,
+    k: &Tensor<T>,
+    v: &Tensor<T>,
+    out: &Tensor<T>,
+    lse: &Tensor<f32>,
+    options: &AttentionOptions,
+    dims: &Dims,
+) -> Result<AttentionOptions> {
+    if !options.is_tuned() {
+        return Ok(*options);
+    }
+    let key = super::key(dims, T::DTYPE, options.causal);
+    let candidates = super::forward_candidates(dims, T::DTYPE, options);
+    let dev = q.device();
+    let chosen = tuned::choose(
+        dev,
+        "tegula_kernels::attention::forward",
+        &key,
+        || {
+            // The source hash: the Tile IR of the default candidate.
+            let r = candidates[0];
+            let ir = attn_fwd::trace::<T>(options.causal, dims.head_dim, r.block_m, r.block_n)?;
+            Ok(Tuning::new(
+                "tegula_kernels::attention::forward",
+                &ir.to_string(),
+                key.clone(),
+                candidates.iter().map(|c| c.to_tuner()).collect(),
+            ))
+        },
+        |c| {
+            let o = options.with_tuned(c)?;
+            median_ms(dev, || launch(q, k, v, out, lse, &o, dims))
+        },
+    )?;
+    options.with_tuned(&chosen)
+}
+
+/// Launches the forward with every option set, on checked tensors.
+fn launch<T: Element>(
+    q: &Tensor<T>,
+    k: &Tensor<T>,
+    v: &Tensor<T>,
+    out: &Tensor<T>,
+    lse: &Tensor<f32>,
+    options: &AttentionOptions,
+    dims: &Dims,
+) -> Result<()> {
     let sm_scale = softmax_scale(OP, options, dims.head_dim)?;
     let [sqz, sqh, sqm] = strides_i32::<3, T>(OP, "q", q)?;
     let [skz, skh, skn] = strides_i32::<3, T>(OP, "k", k)?;
     let [svz, svh, svn] = strides_i32::<3, T>(OP, "v", v)?;
     let [soz, soh, som] = strides_i32::<3, T>(OP, "out", out)?;
-    strides_i32::<1, f32>(OP, "lse", lse)?;
     let programs_m = dims.n_q.div_ceil(options.block_m);
     let programs_bh = dims.batch * dims.heads;
     if programs_m == 0 || programs_bh == 0 {
@@ -362,8 +456,10 @@ pub(super) fn trace_entry(
     shape: &[usize],
     dtype: DType,
 ) -> std::result::Result<Kernel, TraceError> {
+    // The default candidate: what the interpreter launches.
     let (dims, causal) = parse_shape(shape);
-    let (d, b) = (dims.head_dim, AttentionOptions::default());
+    let b = super::forward_candidates(&dims, dtype, &AttentionOptions::default())[0];
+    let d = dims.head_dim;
     match dtype {
         DType::F16 => attn_fwd::trace::<f16>(causal, d, b.block_m, b.block_n),
         DType::BF16 => attn_fwd::trace::<bf16>(causal, d, b.block_m, b.block_n),

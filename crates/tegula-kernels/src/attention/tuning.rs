@@ -1,0 +1,179 @@
+//! Autotuned block sizes, warps and stages for the attention forward and backward.
+//!
+//! The fields of [`AttentionOptions`] left at [`AUTO`] / [`AUTO_LAUNCH`] (the default) are
+//! chosen by the autotuner among [`forward_candidates`] / [`backward_candidates`] for the
+//! problem's [`key`]; fields the caller sets are held.
+
+use super::contract::{padded_head_dim, Dims};
+use super::AttentionOptions;
+use crate::tuned::{self, cx, AUTO, AUTO_LAUNCH};
+use tegula::autotune::Config;
+use tegula::ir::DType;
+use tegula::{LaunchConfig, Result};
+
+/// f32 values (accumulators and scores) a thread should hold at most before registers spill.
+const VALUES_PER_THREAD: usize = 160;
+
+/// The autotuner's key: `B*H`, Nq and Nk rounded up to powers of two (occupancy and the
+/// number of key steps), the exact head dim, the dtype, the mask and the GQA group size
+/// (`H / Hkv`: the backward's dK/dV sweep grows with it), e.g.
+/// `bh=128,nq=4096,nk=4096,d=128,bf16,causal=true,group=1`.
+pub fn key(dims: &Dims, dtype: DType, causal: bool) -> String {
+    let b = |n: usize| n.max(1).next_power_of_two();
+    format!(
+        "bh={},nq={},nk={},d={},{},causal={causal},group={}",
+        b(dims.batch * dims.heads),
+        b(dims.n_q),
+        b(dims.n_k),
+        dims.head_dim,
+        dtype.name(),
+        dims.group_size().max(1)
+    )
+}
+
+/// f16/bf16 dots run on tensor cores with `cp.async` pipelining; f32 dots are not pipelined
+/// (stages do not matter there).
+fn pipelined(dtype: DType) -> bool {
+    matches!(dtype, DType::F16 | DType::BF16)
+}
+
+fn with(options: &AttentionOptions, bm: usize, bn: usize, w: u32, s: u32) -> AttentionOptions {
+    let pick = |fixed: usize, c: usize| if fixed == AUTO { c } else { fixed };
+    AttentionOptions {
+        block_m: pick(options.block_m, bm),
+        block_n: pick(options.block_n, bn),
+        config: if options.config == AUTO_LAUNCH {
+            LaunchConfig {
+                num_warps: w,
+                num_stages: s,
+            }
+        } else {
+            options.config
+        },
+        ..*options
+    }
+}
+
+/// The grid and its pruning, shared by forward and backward; `fits` is the kernel's own test.
+#[allow(clippy::too_many_arguments)]
+fn grid(
+    dims: &Dims,
+    options: &AttentionOptions,
+    (bm_floor, bn_floor): (usize, usize),
+    stages: &[u32],
+    fits: impl Fn(usize, usize, u32, u32) -> bool,
+    default: (usize, usize, u32),
+) -> Vec<AttentionOptions> {
+    let sizes = [16, 32, 64, 128];
+    let bms = tuned::block_band(dims.n_q, &sizes, bm_floor);
+    let bns = tuned::block_band(dims.n_k, &sizes, bn_floor);
+    let mut out = Vec::new();
+    for &bm in &bms {
+        for &bn in &bns {
+            for w in [4, 8] {
+                for &s in stages {
+                    if fits(bm, bn, w, s) {
+                        out.push(with(options, bm, bn, w, s));
+                    }
+                }
+            }
+        }
+    }
+    let clamp = |band: &[usize], want: usize| {
+        band.iter()
+            .copied()
+            .filter(|&b| b <= want)
+            .max()
+            .unwrap_or(band[0])
+    };
+    let first = with(
+        options,
+        clamp(&bms, default.0),
+        clamp(&bns, default.1),
+        4,
+        default.2.min(*stages.iter().max().unwrap_or(&1)),
+    );
+    let mut out = tuned::dedup(out);
+    tuned::put_first(&mut out, first);
+    out
+}
+
+/// The forward's candidates, default first, with `options`' set fields held.
+///
+/// The grid (Triton's tutorial 06): BLOCK_M in {64, 128}, BLOCK_N in {32, 64, 128}, 4 or 8
+/// warps, 1 to 3 stages (1 for f32); blocks of 16 and 32 join only for short sequences.
+/// Pruned by shape:
+/// - no block above the sequence length rounded up to a power of two, none below half of it;
+/// - at most 160 f32 values per thread for the accumulator and the scores
+///   (`(BLOCK_M * D + BLOCK_M * BLOCK_N) / (32 warps)`, D padded to a power of two), which
+///   bounds the head dim's effect; 8 warps only for tiles of at least 64 x 128;
+/// - no more stages than key steps (at least 2), and no stages past 2 whose K and V buffers
+///   (`stages * 2 * BLOCK_N * D * 2` bytes) exceed 48 KB (the lowering cuts those to fewer).
+///
+/// The default is BLOCK_M 64, BLOCK_N 64, 4 warps, 2 stages, clamped to the lengths.
+pub fn forward_candidates(
+    dims: &Dims,
+    dtype: DType,
+    options: &AttentionOptions,
+) -> Vec<AttentionOptions> {
+    let d = padded_head_dim(dims.head_dim);
+    let elem = dtype.size_bytes();
+    let fits = |bm: usize, bn: usize, w: u32, s: u32| {
+        let w = w as usize;
+        let steps = dims.n_k.div_ceil(bn).max(2);
+        (bm * d + bm * bn) / (32 * w) <= VALUES_PER_THREAD
+            && (w == 4 || bm * bn >= 64 * 128)
+            && s as usize <= steps
+            && (s <= 2 || s as usize * 2 * bn * d * elem <= tuned::SHARED_BYTES)
+    };
+    let stages: &[u32] = if pipelined(dtype) { &[2, 3, 1] } else { &[1] };
+    grid(dims, options, (64, 32), stages, fits, (64, 64, 2))
+}
+
+/// The backward's candidates (one block pair, warps and stages for its three kernels),
+/// default first, with `options`' set fields held.
+///
+/// The grid: BLOCK_M and BLOCK_N in {32, 64, 128}, 4 or 8 warps, 1 or 2 stages (1 for
+/// f32); blocks of 16 join only for short sequences. Pruned by shape as the forward, with the
+/// dK/dV kernel's resident `2 * BLOCK_N * D` accumulators and the dQ kernel's `BLOCK_M * D`
+/// (plus the `BLOCK_M * BLOCK_N` scores) under 160 f32 values per thread; 8 warps only for
+/// tiles of at least 64 x 64.
+///
+/// The default is BLOCK_M 32, BLOCK_N 64, 4 warps, 2 stages, clamped to the lengths.
+pub fn backward_candidates(
+    dims: &Dims,
+    dtype: DType,
+    options: &AttentionOptions,
+) -> Vec<AttentionOptions> {
+    let d = padded_head_dim(dims.head_dim);
+    let fits = |bm: usize, bn: usize, w: u32, _s: u32| {
+        let threads = 32 * w as usize;
+        let dkdv = (2 * bn * d + bm * bn) / threads;
+        let dq = (bm * d + bm * bn) / threads;
+        dkdv.max(dq) <= VALUES_PER_THREAD && (w == 4 || bm * bn >= 64 * 64)
+    };
+    let stages: &[u32] = if pipelined(dtype) { &[2, 1] } else { &[1] };
+    grid(dims, options, (32, 32), stages, fits, (32, 64, 2))
+}
+
+impl AttentionOptions {
+    /// True when a block size or the warps/stages are left to the autotuner.
+    pub fn is_tuned(&self) -> bool {
+        self.block_m == AUTO || self.block_n == AUTO || self.config == AUTO_LAUNCH
+    }
+
+    pub(super) fn to_tuner(self) -> Config {
+        Config::new(self.config.num_warps, self.config.num_stages)
+            .with("BLOCK_M", cx(self.block_m))
+            .with("BLOCK_N", cx(self.block_n))
+    }
+
+    pub(super) fn with_tuned(&self, c: &Config) -> Result<AttentionOptions> {
+        Ok(AttentionOptions {
+            block_m: c.usize("BLOCK_M")?,
+            block_n: c.usize("BLOCK_N")?,
+            config: c.launch_config(),
+            ..*self
+        })
+    }
+}

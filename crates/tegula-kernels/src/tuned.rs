@@ -1,0 +1,115 @@
+//! How the library's matmul and attention wrappers pick a config with the autotuner.
+//!
+//! A wrapper whose caller left tile sizes or warps/stages at [`AUTO`] asks [`choose`] for the
+//! config of its key (the shape bucket that selects a config). The first call per key and
+//! device in a process builds the [`Tuning`] (tracing the reference config, whose printed Tile
+//! IR is the source hash) and asks [`Autotuner::global`]: the cached winner, the default, or a
+//! fresh timing of every candidate. Later calls find the answer in this module's memo, so a
+//! wrapper called in a loop neither traces nor touches the cache file again.
+//!
+//! On a GPU, the choice is said once per key on stderr (`tegula bench` relies on this to show
+//! which config won); on the interpreter the tuner returns the first candidate, silently.
+
+use std::collections::HashMap;
+use std::sync::{Mutex, OnceLock};
+use tegula::autotune::{Autotuner, Config, Source, Target, Tuning};
+use tegula::{Device, LaunchConfig, Result};
+
+/// A block size or a warp/stage count left to the autotuner.
+pub const AUTO: usize = 0;
+
+/// Warps and stages left to the autotuner.
+pub const AUTO_LAUNCH: LaunchConfig = LaunchConfig {
+    num_warps: 0,
+    num_stages: 0,
+};
+
+/// Shared memory a kernel may declare statically (the lowering's limit): pipeline stages past
+/// it are dropped by the lowering, so such candidates duplicate one with fewer stages.
+pub(crate) const SHARED_BYTES: usize = 48 * 1024;
+
+/// The largest f32 accumulator a thread should hold (in elements) before registers spill.
+pub(crate) const ACC_PER_THREAD: usize = 128;
+
+/// The block sizes worth trying for a dimension of `size` among `sizes`: none above the size
+/// rounded up to a power of two (at least 16), none below half of that or below `floor`
+/// (smaller blocks only serve small problems, where they are the only ones kept).
+pub(crate) fn block_band(size: usize, sizes: &[usize], floor: usize) -> Vec<usize> {
+    let largest = sizes.iter().copied().max().unwrap_or(16);
+    let hi = size.max(1).next_power_of_two().clamp(16, largest);
+    let lo = (hi / 2).clamp(16, floor.max(16));
+    sizes
+        .iter()
+        .copied()
+        .filter(|&b| (lo..=hi).contains(&b))
+        .collect()
+}
+
+/// Moves the first candidate equal to `preferred` to the front (the default: what the
+/// interpreter and `TEGULA_AUTOTUNE=off` run), or inserts it there.
+pub(crate) fn put_first<C: PartialEq>(candidates: &mut Vec<C>, preferred: C) {
+    candidates.retain(|c| *c != preferred);
+    candidates.insert(0, preferred);
+}
+
+/// Keeps the first of equal candidates (fixed fields can make several equal).
+pub(crate) fn dedup<C: PartialEq>(candidates: Vec<C>) -> Vec<C> {
+    let mut out: Vec<C> = Vec::with_capacity(candidates.len());
+    for c in candidates {
+        if !out.contains(&c) {
+            out.push(c);
+        }
+    }
+    out
+}
+
+fn memo() -> &'static Mutex<HashMap<String, Config>> {
+    static MEMO: OnceLock<Mutex<HashMap<String, Config>>> = OnceLock::new();
+    MEMO.get_or_init(|| Mutex::new(HashMap::new()))
+}
+
+/// The config of `kernel` for `key` on `dev`: from this process's memo, else from the tuner,
+/// which gets the request that `tuning` builds (called only here, on a miss) and times
+/// candidates with `bench` when it has to.
+pub(crate) fn choose<'a>(
+    dev: &Device,
+    kernel: &str,
+    key: &str,
+    tuning: impl FnOnce() -> Result<Tuning<'a>>,
+    bench: impl FnMut(&Config) -> Result<f64>,
+) -> Result<Config> {
+    let memo_key = format!("{kernel}|{key}|{:?}", dev.backend());
+    let lock = || memo().lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(hit) = lock().get(&memo_key) {
+        return Ok(hit.clone());
+    }
+    let tuning = tuning()?;
+    let target = Target::of(dev);
+    let tuned = Autotuner::global().tune_for(&target, &tuning, bench)?;
+    if target.tunable {
+        let how = match tuned.source {
+            Source::Tuned { ms, timed } => {
+                format!(
+                    "tuned now ({timed} of {} timed, best {ms:.4} ms)",
+                    tuning.configs.len()
+                )
+            }
+            Source::Cached { ms } => format!("from the autotune cache ({ms:.4} ms when tuned)"),
+            Source::Default => {
+                "the default (TEGULA_AUTOTUNE=off or cached without an entry)".into()
+            }
+        };
+        eprintln!("tegula: {kernel} [{key}]: {} {how}", tuned.config);
+        for (c, why) in &tuned.dropped {
+            let first = why.lines().next().unwrap_or("");
+            eprintln!("tegula: {kernel} [{key}]: dropped {c}: {first}");
+        }
+    }
+    lock().insert(memo_key, tuned.config.clone());
+    Ok(tuned.config)
+}
+
+/// `n` as an `i64` constexpr value (block sizes are small).
+pub(crate) fn cx(n: usize) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
