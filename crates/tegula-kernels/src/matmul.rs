@@ -352,7 +352,19 @@ fn resolve<T: Element, O: Element>(
         return Ok(config);
     }
     let p = MatmulProblem::of::<T, O>(a, b);
-    let key = key(&p, config.precision);
+    // Held fields select their own entry (GROUP_M 8 is every default's).
+    let group = if config.group_m == 8 {
+        AUTO
+    } else {
+        config.group_m
+    };
+    let held = [
+        ("block_m", config.block_m),
+        ("block_n", config.block_n),
+        ("block_k", config.block_k),
+        ("group_m", group),
+    ];
+    let key = key(&p, config.precision) + &tuned::held_suffix(&held, config.launch);
     let cands = candidates(&p, &config);
     let dev = a.device();
     let chosen = tuned::choose(

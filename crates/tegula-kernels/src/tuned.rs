@@ -113,3 +113,21 @@ pub(crate) fn choose<'a>(
 pub(crate) fn cx(n: usize) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
 }
+
+/// What the caller fixed, appended to a key (`,block_n=16,warps=8,stages=2`): a request with
+/// held fields has its own candidates, hence its own winner.
+pub(crate) fn held_suffix(fields: &[(&str, usize)], launch: LaunchConfig) -> String {
+    let mut out = String::new();
+    for &(name, value) in fields {
+        if value != AUTO {
+            out.push_str(&format!(",{name}={value}"));
+        }
+    }
+    if launch != AUTO_LAUNCH {
+        out.push_str(&format!(
+            ",warps={},stages={}",
+            launch.num_warps, launch.num_stages
+        ));
+    }
+    out
+}

@@ -523,7 +523,9 @@ fn resolve<T: Element>(
     if !options.is_tuned() {
         return Ok(*options);
     }
-    let key = super::key(dims, T::DTYPE, options.causal);
+    let held = [("block_m", options.block_m), ("block_n", options.block_n)];
+    let key =
+        super::key(dims, T::DTYPE, options.causal) + &tuned::held_suffix(&held, options.config);
     let candidates = super::backward_candidates(dims, T::DTYPE, options);
     let dev = q.device();
     let chosen = tuned::choose(

@@ -1,0 +1,310 @@
+//! Attention forward and backward through the autotuner on the CPU: default options are
+//! tuned, the candidates are pruned by shape and head dim, set options are held, explicit
+//! options bypass the tuner, and results through the tuned path match float64.
+
+use tegula::ir::DType;
+use tegula::prelude::*;
+use tegula::LaunchConfig;
+use tegula_kernels::attention::{
+    self, backward_candidates, backward_config, forward_candidates, forward_config, key, reference,
+    AttentionOptions, Dims,
+};
+use tegula_kernels::check;
+use tegula_kernels::tuned::{AUTO, AUTO_LAUNCH};
+
+fn dims(batch: usize, heads: usize, kv_heads: usize, n_q: usize, n_k: usize, d: usize) -> Dims {
+    Dims {
+        batch,
+        heads,
+        kv_heads,
+        n_q,
+        n_k,
+        head_dim: d,
+    }
+}
+
+fn launch(w: u32, s: u32) -> LaunchConfig {
+    LaunchConfig {
+        num_warps: w,
+        num_stages: s,
+    }
+}
+
+fn blocks(o: &AttentionOptions) -> (usize, usize, u32, u32) {
+    (
+        o.block_m,
+        o.block_n,
+        o.config.num_warps,
+        o.config.num_stages,
+    )
+}
+
+#[test]
+fn default_options_are_tuned() {
+    let d = AttentionOptions::default();
+    assert!(d.is_tuned());
+    assert_eq!((d.block_m, d.block_n, d.config), (AUTO, AUTO, AUTO_LAUNCH));
+    assert!(AttentionOptions::causal().is_tuned());
+    let full = AttentionOptions {
+        block_m: 64,
+        block_n: 32,
+        config: launch(4, 2),
+        ..Default::default()
+    };
+    assert!(!full.is_tuned());
+}
+
+#[test]
+fn forward_candidates_for_long_sequences() {
+    let dm = dims(4, 32, 32, 4096, 4096, 128);
+    let cands = forward_candidates(&dm, DType::BF16, &AttentionOptions::causal());
+    assert_eq!(blocks(&cands[0]), (64, 64, 4, 2));
+    assert!(cands.len() >= 10, "{} candidates", cands.len());
+    for c in &cands {
+        assert!(c.causal);
+        assert!([64, 128].contains(&c.block_m), "{c:?}");
+        assert!([32, 64, 128].contains(&c.block_n), "{c:?}");
+        let (bm, bn, w, s) = blocks(c);
+        assert!((1..=3).contains(&s) && [4, 8].contains(&w), "{c:?}");
+        // Accumulator and scores: at most 160 f32 values per thread.
+        assert!((bm * 128 + bm * bn) / (32 * w as usize) <= 160, "{c:?}");
+        // K and V stages past 2 fit in 48 KB.
+        assert!(
+            s <= 2 || s as usize * 2 * bn * 128 * 2 <= 48 * 1024,
+            "{c:?}"
+        );
+    }
+    let has = |bm, bn, w, s| cands.iter().any(|c| blocks(c) == (bm, bn, w, s));
+    assert!(has(128, 64, 8, 2));
+    assert!(has(128, 32, 4, 3));
+    assert!(!has(128, 64, 4, 2), "192 values per thread at D = 128");
+    assert!(!has(64, 128, 4, 3), "96 KB of K/V stages");
+    // D = 64 allows the 128-row block with 4 warps.
+    let d64 = forward_candidates(
+        &dims(4, 32, 32, 4096, 4096, 64),
+        DType::BF16,
+        &Default::default(),
+    );
+    assert!(d64.iter().any(|c| blocks(c) == (128, 64, 4, 2)));
+    // f32 is not pipelined: one stage.
+    let f32s = forward_candidates(&dm, DType::F32, &Default::default());
+    assert!(f32s.iter().all(|c| c.config.num_stages == 1));
+}
+
+#[test]
+fn pruning_removes_oversize_blocks_for_short_sequences() {
+    let dm = dims(1, 2, 1, 5, 20, 64);
+    for cands in [
+        forward_candidates(&dm, DType::F16, &Default::default()),
+        backward_candidates(&dm, DType::F16, &Default::default()),
+    ] {
+        assert!(!cands.is_empty());
+        for c in &cands {
+            assert_eq!(c.block_m, 16, "{c:?}");
+            assert!(c.block_n <= 32, "{c:?}");
+            // Two key steps at most: no third stage.
+            assert!(c.config.num_stages <= 2, "{c:?}");
+        }
+    }
+    // D = 256 leaves no 128-row block with 4 warps.
+    let big_d = dims(1, 8, 8, 2048, 2048, 256);
+    let cands = forward_candidates(&big_d, DType::BF16, &Default::default());
+    assert!(!cands.is_empty());
+    assert!(!cands
+        .iter()
+        .any(|c| c.block_m == 128 && c.config.num_warps == 4));
+}
+
+#[test]
+fn backward_candidates_are_bounded_by_resident_blocks() {
+    let dm = dims(4, 32, 32, 4096, 4096, 128);
+    let cands = backward_candidates(&dm, DType::BF16, &AttentionOptions::default());
+    assert_eq!(blocks(&cands[0]), (32, 64, 4, 2));
+    assert!(cands.len() >= 6, "{} candidates", cands.len());
+    for c in &cands {
+        let (bm, bn, w, s) = blocks(c);
+        assert!(
+            [32, 64, 128].contains(&bm) && [32, 64, 128].contains(&bn),
+            "{c:?}"
+        );
+        assert!(s <= 2, "{c:?}");
+        let t = 32 * w as usize;
+        assert!((2 * bn * 128 + bm * bn) / t <= 160, "{c:?}");
+        assert!((bm * 128 + bm * bn) / t <= 160, "{c:?}");
+    }
+}
+
+#[test]
+fn set_options_are_held() {
+    let dm = dims(2, 8, 2, 1024, 1024, 64);
+    let fixed_m = AttentionOptions {
+        block_m: 32,
+        sm_scale: Some(0.5),
+        ..AttentionOptions::causal()
+    };
+    let cands = forward_candidates(&dm, DType::F16, &fixed_m);
+    assert!(cands.len() > 1);
+    assert!(cands
+        .iter()
+        .all(|c| c.block_m == 32 && c.causal && c.sm_scale == Some(0.5)));
+    let fixed_launch = AttentionOptions {
+        config: launch(8, 1),
+        ..Default::default()
+    };
+    let cands = backward_candidates(&dm, DType::F16, &fixed_launch);
+    assert!(cands.len() > 1);
+    assert!(cands.iter().all(|c| c.config == launch(8, 1)));
+    for (i, c) in cands.iter().enumerate() {
+        assert!(!cands[..i].contains(c), "duplicate {c:?}");
+    }
+}
+
+#[test]
+fn keys_bucket_lengths_and_tell_the_rest_apart() {
+    let dm = dims(4, 32, 8, 4096, 4096, 128);
+    let k = key(&dm, DType::BF16, true);
+    assert_eq!(k, "bh=128,nq=4096,nk=4096,d=128,bf16,causal=true,group=4");
+    assert_eq!(key(&dims(4, 32, 8, 4000, 3500, 128), DType::BF16, true), k);
+    assert_ne!(key(&dm, DType::BF16, false), k);
+    assert_ne!(key(&dm, DType::F16, true), k);
+    assert_ne!(key(&dims(4, 32, 8, 4096, 4096, 96), DType::BF16, true), k);
+    assert_ne!(key(&dims(4, 32, 32, 4096, 4096, 128), DType::BF16, true), k);
+    assert_ne!(key(&dims(1, 32, 8, 4096, 4096, 128), DType::BF16, true), k);
+}
+
+struct Problem<T: Element> {
+    dm: Dims,
+    q: Tensor<T>,
+    k: Tensor<T>,
+    v: Tensor<T>,
+}
+
+fn problem<T: Element>(dev: &Device, dm: Dims) -> Problem<T> {
+    Problem {
+        dm,
+        q: dev.randn::<T>(dm.q_shape()).unwrap(),
+        k: dev.randn::<T>(dm.kv_shape()).unwrap(),
+        v: dev.randn::<T>(dm.kv_shape()).unwrap(),
+    }
+}
+
+#[test]
+fn the_wrappers_take_the_tuned_path_unless_options_are_full() {
+    let dev = Device::cpu();
+    for dm in [dims(1, 2, 1, 9, 40, 24), dims(1, 2, 2, 100, 70, 64)] {
+        let p = problem::<f16>(&dev, dm);
+        let out = dev.zeros::<f16>(dm.q_shape()).unwrap();
+        let lse = dev.zeros::<f32>(dm.lse_shape()).unwrap();
+        let causal = AttentionOptions::causal();
+        // On the interpreter the tuner answers with the first candidate for this shape.
+        let fwd = forward_config(&p.q, &p.k, &p.v, &out, &lse, &causal).unwrap();
+        assert_eq!(fwd, forward_candidates(&dm, DType::F16, &causal)[0]);
+        assert!(!fwd.is_tuned() && fwd.causal);
+        let (dq, dk, dv) = (
+            dev.zeros::<f16>(dm.q_shape()).unwrap(),
+            dev.zeros::<f16>(dm.kv_shape()).unwrap(),
+            dev.zeros::<f16>(dm.kv_shape()).unwrap(),
+        );
+        let d_o = dev.randn::<f16>(dm.q_shape()).unwrap();
+        let bwd =
+            backward_config(&p.q, &p.k, &p.v, &out, &d_o, &lse, &dq, &dk, &dv, &causal).unwrap();
+        assert_eq!(bwd, backward_candidates(&dm, DType::F16, &causal)[0]);
+        // Full options are used as given, even outside the candidate lists.
+        let explicit = AttentionOptions {
+            block_m: 16,
+            block_n: 128,
+            config: launch(2, 1),
+            ..causal
+        };
+        assert_eq!(
+            forward_config(&p.q, &p.k, &p.v, &out, &lse, &explicit).unwrap(),
+            explicit
+        );
+        assert_eq!(
+            backward_config(&p.q, &p.k, &p.v, &out, &d_o, &lse, &dq, &dk, &dv, &explicit).unwrap(),
+            explicit
+        );
+    }
+    // The choice depends on the shape.
+    let short = forward_candidates(&dims(1, 2, 1, 9, 40, 24), DType::F16, &Default::default());
+    let long = forward_candidates(&dims(1, 2, 2, 100, 70, 64), DType::F16, &Default::default());
+    assert_ne!(short[0], long[0]);
+    // Half-set launch options are an error.
+    let p = problem::<f32>(&dev, dims(1, 1, 1, 4, 4, 16));
+    let half = AttentionOptions {
+        config: launch(0, 2),
+        ..Default::default()
+    };
+    assert!(matches!(
+        attention::forward(&p.q, &p.k, &p.v, &half),
+        Err(tegula::Error::Invalid { .. })
+    ));
+}
+
+fn assert_bounded(what: &str, got: &[f64], want: &[f64], magnitude: &[f64], dtype: DType) {
+    let (atol, rtol) = check::tolerance(dtype);
+    assert_eq!(got.len(), want.len(), "{what}");
+    for (i, ((&g, &w), &m)) in got.iter().zip(want).zip(magnitude).enumerate() {
+        assert!(
+            g == w || (g - w).abs() <= atol + rtol * m,
+            "{what}[{i}]: got {g}, want {w} (magnitude {m})"
+        );
+    }
+}
+
+fn check_tuned<T: Element>(dev: &Device, dm: Dims, causal: bool) {
+    let p = problem::<T>(dev, dm);
+    let options = AttentionOptions {
+        causal,
+        ..Default::default()
+    };
+    let (out, lse) = attention::forward(&p.q, &p.k, &p.v, &options).unwrap();
+    let d_o = dev.randn::<T>(dm.q_shape()).unwrap();
+    let grads = attention::backward(&p.q, &p.k, &p.v, &out, &d_o, &lse, &options).unwrap();
+    let (q, k, v) = (
+        p.q.to_f64_vec().unwrap(),
+        p.k.to_f64_vec().unwrap(),
+        p.v.to_f64_vec().unwrap(),
+    );
+    let scale = 1.0 / (p.dm.head_dim as f64).sqrt();
+    let want = reference::attention(&q, &k, &v, dm, causal, scale);
+    let what = format!("{} causal={causal} {:?}", dm.describe(), T::DTYPE);
+    assert_bounded(
+        &format!("out {what}"),
+        &out.to_f64_vec().unwrap(),
+        &want.out,
+        &want.out_magnitude,
+        T::DTYPE,
+    );
+    let lse_mag: Vec<f64> = want.lse.iter().map(|x| x.abs()).collect();
+    assert_bounded(
+        &format!("lse {what}"),
+        &lse.to_f64_vec().unwrap(),
+        &want.lse,
+        &lse_mag,
+        DType::F32,
+    );
+    let g =
+        reference::attention_backward(&q, &k, &v, &d_o.to_f64_vec().unwrap(), dm, causal, scale);
+    for (name, got, want, mag) in [
+        ("dq", &grads.dq, &g.dq, &g.dq_magnitude),
+        ("dk", &grads.dk, &g.dk, &g.dk_magnitude),
+        ("dv", &grads.dv, &g.dv, &g.dv_magnitude),
+    ] {
+        assert_bounded(
+            &format!("{name} {what}"),
+            &got.to_f64_vec().unwrap(),
+            want,
+            mag,
+            T::DTYPE,
+        );
+    }
+}
+
+#[test]
+fn tuned_results_match_float64() {
+    let dev = Device::cpu();
+    check_tuned::<f16>(&dev, dims(1, 2, 1, 45, 71, 64), true);
+    check_tuned::<bf16>(&dev, dims(2, 2, 2, 33, 19, 24), false);
+    check_tuned::<f32>(&dev, dims(1, 3, 1, 70, 70, 80), true);
+}

@@ -1,0 +1,268 @@
+//! matmul through the autotuner on the CPU: the default config is tuned, the candidates are
+//! pruned by shape, set fields are held, an explicit config bypasses the tuner, and results
+//! through the tuned path match float64.
+
+use tegula::ir::DType;
+use tegula::prelude::*;
+use tegula::LaunchConfig;
+use tegula_kernels::check;
+use tegula_kernels::matmul::{
+    candidates, chosen_config, key, matmul_into, tolerance, MatmulConfig, MatmulProblem,
+};
+use tegula_kernels::tuned::{AUTO, AUTO_LAUNCH};
+
+fn problem(m: usize, n: usize, k: usize, input: DType) -> MatmulProblem {
+    MatmulProblem {
+        m,
+        n,
+        k,
+        input,
+        output: DType::F32,
+        a_col_major: false,
+        b_col_major: false,
+    }
+}
+
+fn launch(w: u32, s: u32) -> LaunchConfig {
+    LaunchConfig {
+        num_warps: w,
+        num_stages: s,
+    }
+}
+
+#[test]
+fn default_is_tuned_and_a_full_config_is_not() {
+    let d = MatmulConfig::default();
+    assert!(d.is_tuned());
+    assert_eq!((d.block_m, d.block_n, d.block_k), (AUTO, AUTO, AUTO));
+    assert_eq!(d.launch, AUTO_LAUNCH);
+    assert!(!MatmulConfig::fixed(64, 32, 16).is_tuned());
+    // One field left AUTO is enough to tune.
+    let partial = MatmulConfig {
+        block_k: AUTO,
+        ..MatmulConfig::fixed(64, 64, 32)
+    };
+    assert!(partial.is_tuned());
+}
+
+#[test]
+fn large_shapes_try_the_triton_grid_default_first() {
+    let p = problem(4096, 4096, 4096, DType::BF16);
+    let cands = candidates(&p, &MatmulConfig::default());
+    assert_eq!(
+        cands[0],
+        MatmulConfig {
+            launch: launch(4, 3),
+            ..MatmulConfig::fixed(64, 64, 32)
+        }
+    );
+    assert!(cands.len() >= 20, "{} candidates", cands.len());
+    for c in &cands {
+        assert!([64, 128, 256].contains(&c.block_m), "{c:?}");
+        assert!([64, 128, 256].contains(&c.block_n), "{c:?}");
+        assert!([32, 64].contains(&c.block_k), "{c:?}");
+        assert_eq!(c.group_m, 8);
+        let w = c.launch.num_warps as usize;
+        let s = c.launch.num_stages as usize;
+        assert!([4, 8].contains(&w) && (2..=4).contains(&s), "{c:?}");
+        // Registers: at most 128 accumulators per thread.
+        assert!(c.block_m * c.block_n / (32 * w) <= 128, "{c:?}");
+        // Shared memory: stages past 2 fit in 48 KB.
+        let stage = (c.block_m + c.block_n) * c.block_k * 2;
+        assert!(s <= 2 || s * stage <= 48 * 1024, "{c:?}");
+    }
+    // Known members of the grid, and known pruned ones.
+    let has = |bm, bn, bk, w, s| {
+        cands.contains(&MatmulConfig {
+            launch: launch(w, s),
+            ..MatmulConfig::fixed(bm, bn, bk)
+        })
+    };
+    assert!(has(128, 128, 32, 4, 3));
+    assert!(has(128, 256, 32, 8, 2));
+    assert!(has(128, 128, 64, 8, 2));
+    assert!(!has(256, 256, 32, 8, 2), "256 accumulators per thread");
+    assert!(!has(128, 256, 32, 4, 2), "256 accumulators per thread");
+    assert!(!has(128, 128, 64, 4, 3), "96 KB of stages");
+    assert!(!has(64, 64, 32, 8, 3), "8 warps on a 64x64 tile");
+}
+
+#[test]
+fn pruning_removes_oversize_candidates_for_small_shapes() {
+    let p = problem(17, 31, 20, DType::F16);
+    let cands = candidates(&p, &MatmulConfig::default());
+    assert!(!cands.is_empty());
+    for c in &cands {
+        assert!(
+            c.block_m <= 32 && c.block_n <= 32 && c.block_k <= 32,
+            "{c:?}"
+        );
+        // K = 20 is one or two steps: no more than 2 stages.
+        assert!(c.launch.num_stages <= 2, "{c:?}");
+    }
+    assert_eq!(
+        cands[0],
+        MatmulConfig {
+            launch: launch(4, 2),
+            ..MatmulConfig::fixed(32, 32, 32)
+        }
+    );
+    // A 1x1x1 product keeps only 16-blocks.
+    let tiny = candidates(&problem(1, 1, 1, DType::F16), &MatmulConfig::default());
+    assert!(tiny
+        .iter()
+        .all(|c| (c.block_m, c.block_n, c.block_k) == (16, 16, 16)));
+    // Tall-skinny: blocks follow each dimension on its own.
+    let skinny = candidates(
+        &problem(4096, 8, 4096, DType::F16),
+        &MatmulConfig::default(),
+    );
+    assert!(skinny.iter().all(|c| c.block_n == 16 && c.block_m >= 64));
+    // f32 inputs are not pipelined: one stage only.
+    let f32s = candidates(
+        &problem(512, 512, 512, DType::F32),
+        &MatmulConfig::default(),
+    );
+    assert!(f32s.iter().all(|c| c.launch.num_stages == 1));
+}
+
+#[test]
+fn set_fields_are_held() {
+    let p = problem(1024, 1024, 1024, DType::F16);
+    let fixed_k = MatmulConfig {
+        block_k: 64,
+        ..Default::default()
+    };
+    let cands = candidates(&p, &fixed_k);
+    assert!(cands.len() > 1);
+    assert!(cands.iter().all(|c| c.block_k == 64));
+    let fixed_launch = MatmulConfig {
+        launch: launch(8, 2),
+        group_m: 4,
+        ..Default::default()
+    };
+    let cands = candidates(&p, &fixed_launch);
+    assert!(cands.len() > 1);
+    assert!(cands
+        .iter()
+        .all(|c| c.launch == launch(8, 2) && c.group_m == 4));
+    // Held fields can make candidates equal: no duplicates are timed.
+    for (i, c) in cands.iter().enumerate() {
+        assert!(!cands[..i].contains(c), "duplicate {c:?}");
+    }
+}
+
+#[test]
+fn keys_bucket_shapes_and_tell_dtypes_and_layouts_apart() {
+    let ieee = InputPrecision::Ieee;
+    let k = key(&problem(4096, 4096, 4096, DType::BF16), ieee);
+    assert_eq!(k, "m=4096,n=4096,k=4096,bf16->f32,ieee,a=row,b=row");
+    assert_eq!(key(&problem(4000, 3000, 2500, DType::BF16), ieee), k);
+    assert_ne!(key(&problem(4097, 4096, 4096, DType::BF16), ieee), k);
+    assert_ne!(key(&problem(4096, 4096, 4096, DType::F16), ieee), k);
+    let col = MatmulProblem {
+        b_col_major: true,
+        ..problem(4096, 4096, 4096, DType::BF16)
+    };
+    assert_ne!(key(&col, ieee), k);
+    assert_ne!(
+        key(&problem(4096, 4096, 4096, DType::F32), InputPrecision::Tf32),
+        key(&problem(4096, 4096, 4096, DType::F32), ieee)
+    );
+}
+
+#[test]
+fn the_wrapper_takes_the_tuned_path_unless_the_config_is_full() {
+    let dev = Device::cpu();
+    for (m, n, k) in [(9, 40, 70), (150, 100, 33)] {
+        let a = dev.randn::<f16>([m, k]).unwrap();
+        let b = dev.randn::<f16>([k, n]).unwrap();
+        let c = dev.zeros::<f32>([m, n]).unwrap();
+        let default = MatmulConfig::default();
+        let chosen = chosen_config(&a, &b, &c, default).unwrap();
+        // On the interpreter the tuner answers with the first candidate for this shape.
+        let p = problem(m, n, k, DType::F16);
+        assert_eq!(chosen, candidates(&p, &default)[0]);
+        assert!(!chosen.is_tuned());
+        // An explicit config, even one no candidate list holds, is launched as given.
+        let explicit = MatmulConfig {
+            launch: launch(2, 1),
+            ..MatmulConfig::fixed(16, 128, 16)
+        };
+        assert_eq!(chosen_config(&a, &b, &c, explicit).unwrap(), explicit);
+        // A partial config keeps its set field.
+        let partial = MatmulConfig {
+            block_n: 16,
+            ..Default::default()
+        };
+        assert_eq!(chosen_config(&a, &b, &c, partial).unwrap().block_n, 16);
+    }
+    // The two shapes choose differently: the choice depends on the shape.
+    let small = candidates(&problem(9, 40, 70, DType::F16), &MatmulConfig::default())[0];
+    let large = candidates(&problem(150, 100, 33, DType::F16), &MatmulConfig::default())[0];
+    assert_ne!(small, large);
+    // Invalid set fields are still reported.
+    let a = dev.randn::<f16>([4, 4]).unwrap();
+    let c = dev.zeros::<f32>([4, 4]).unwrap();
+    let half_launch = MatmulConfig {
+        launch: launch(4, 0),
+        ..Default::default()
+    };
+    assert!(matches!(
+        chosen_config(&a, &a, &c, half_launch),
+        Err(tegula::Error::Invalid { .. })
+    ));
+}
+
+fn check_tuned<T: Element>(dev: &Device, m: usize, n: usize, k: usize, b_col_major: bool) {
+    let a = dev.randn::<T>([m, k]).unwrap();
+    let b = if b_col_major {
+        dev.randn::<T>([n, k]).unwrap().transpose(0, 1).unwrap()
+    } else {
+        dev.randn::<T>([k, n]).unwrap()
+    };
+    let c = dev.full::<f32>([m, n], f32::NAN).unwrap();
+    matmul_into(&a, &b, &c).unwrap();
+    let want = check::matmul_f64(&a.to_f64_vec().unwrap(), &b.to_f64_vec().unwrap(), m, k, n);
+    let r = check::compare(
+        "matmul",
+        format!("{m}x{n}x{k}"),
+        T::DTYPE,
+        &c.to_f64_vec().unwrap(),
+        &want,
+        tolerance(T::DTYPE, DType::F32, InputPrecision::Ieee, k),
+    );
+    assert!(r.passed(), "{r:?}");
+}
+
+#[test]
+fn tuned_results_match_float64() {
+    let dev = Device::cpu();
+    check_tuned::<f16>(&dev, 67, 45, 93, false);
+    check_tuned::<bf16>(&dev, 130, 70, 33, true);
+    check_tuned::<f32>(&dev, 5, 77, 129, false);
+}
+
+#[test]
+fn a_held_field_is_not_answered_from_the_default_choice() {
+    // Same shape and dtype: the default's choice must not stand in for a request that holds
+    // a field (the wrappers remember choices per key within a process).
+    let dev = Device::cpu();
+    let a = dev.randn::<bf16>([90, 61]).unwrap();
+    let b = dev.randn::<bf16>([61, 77]).unwrap();
+    let c = dev.zeros::<f32>([90, 77]).unwrap();
+    let first = chosen_config(&a, &b, &c, MatmulConfig::default()).unwrap();
+    assert_eq!(first.block_k, 32);
+    for bk in [16, 64] {
+        let held = MatmulConfig {
+            block_k: bk,
+            ..Default::default()
+        };
+        assert_eq!(chosen_config(&a, &b, &c, held).unwrap().block_k, bk);
+    }
+    let grouped = MatmulConfig {
+        group_m: 3,
+        ..Default::default()
+    };
+    assert_eq!(chosen_config(&a, &b, &c, grouped).unwrap().group_m, 3);
+}
