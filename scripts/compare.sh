@@ -68,6 +68,11 @@ else
     bench vector_add --dtype fp32
 fi
 
+# Host cost of launches: first launch of a specialization with a cold JIT (no tegula disk cache,
+# no driver cache), and a cached launch against a raw driver launch.
+echo "== tegula launch-cost"
+CUDA_CACHE_DISABLE=1 TEGULA_CACHE_DIR=off timeout 120 "$BIN" launch-cost 2>&1 | grep -v "^tegula:"
+
 # The autotuner's cache across processes: a second process must find the copy kernel's
 # config cached and time no candidate (its stderr says "from the autotune cache").
 echo "== second process: tegula bench copy"
