@@ -47,6 +47,30 @@ pub struct BenchArgs {
     /// A smaller timing budget (for smoke runs; the interpreter uses it always).
     #[arg(long)]
     pub quick: bool,
+    /// Launch config instead of the host wrapper's choice, repeatable (each one is a case):
+    /// `--config warps=8,BLOCK_M=2,BLOCK_N=2048` for gemv; `BLOCK`, `BLOCK_M` for softmax,
+    /// layer_norm and rms_norm (`BLOCK_M=0`: the looping kernels).
+    #[arg(long)]
+    pub config: Vec<String>,
+}
+
+/// Parses `--config` text: `name=value` pairs; `warps` and `stages` set the launch.
+fn parse_config(text: &str) -> Result<Config> {
+    let mut c = Config::new(4, 1);
+    for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let (k, v) = part
+            .split_once('=')
+            .ok_or_else(|| invalid(format!("--config {text}: `{part}` is not name=value")))?;
+        let v: i64 = v
+            .parse()
+            .map_err(|e| invalid(format!("--config {text}: {part}: {e}")))?;
+        match k {
+            "warps" => c.num_warps = v as u32,
+            "stages" => c.num_stages = v as u32,
+            _ => c = c.with(k, v),
+        }
+    }
+    Ok(c)
 }
 
 /// One benchmark case, as it goes to `--json` and to the comparison.
@@ -232,11 +256,26 @@ pub fn run(args: BenchArgs) -> Result<bool> {
             } else {
                 &[false]
             };
-            for &c in masks {
-                match bench_case(&dev, kernel, shape, dtype, c, &options) {
+            let configs: Vec<Option<Config>> = if args.config.is_empty() {
+                vec![None]
+            } else {
+                args.config
+                    .iter()
+                    .map(|t| parse_config(t).map(Some))
+                    .collect::<Result<_>>()?
+            };
+            for (&c, config) in masks
+                .iter()
+                .flat_map(|c| configs.iter().map(move |k| (c, k)))
+            {
+                match bench_case(&dev, kernel, shape, dtype, c, config.as_ref(), &options) {
                     Ok((case, timing)) => {
-                        let rec = record(&dev, &case, &timing, ceil.as_ref());
+                        let mut rec = record(&dev, &case, &timing, ceil.as_ref());
                         print_row(&rec);
+                        if let Some(k) = config {
+                            println!("{:<19} config {k}", "");
+                            rec["config"] = json!(k.to_string());
+                        }
                         emit(rec, &mut records)?;
                     }
                     Err(e) => {
@@ -453,9 +492,10 @@ fn bench_case(
     shape: &[usize],
     dtype: DType,
     causal: bool,
+    config: Option<&Config>,
     options: &MeasureOptions,
 ) -> Result<(Case, Timing)> {
-    with_dtype!(dtype, T => bench_typed::<T>(dev, kernel, shape, causal, options))
+    with_dtype!(dtype, T => bench_typed::<T>(dev, kernel, shape, causal, config, options))
 }
 
 fn bench_typed<T: Element>(
@@ -463,6 +503,7 @@ fn bench_typed<T: Element>(
     kernel: &'static str,
     shape: &[usize],
     causal: bool,
+    config: Option<&Config>,
     options: &MeasureOptions,
 ) -> Result<(Case, Timing)> {
     let s = T::DTYPE.size_bytes() as f64;
@@ -523,10 +564,17 @@ fn bench_typed<T: Element>(
             let mut r = Rotor::new(xs.len());
             measure(dev, options, || {
                 let x = &xs[r.step()];
-                match kernel {
-                    "softmax" => softmax::softmax_into(x, &y),
-                    "layer_norm" => norm::layer_norm_into(x, &w, &b, 1e-5, &y, &mean, &rstd),
-                    _ => norm::rms_norm_into(x, &w, 1e-5, &y),
+                match (kernel, config) {
+                    ("softmax", None) => softmax::softmax_into(x, &y),
+                    ("softmax", Some(c)) => softmax::softmax_into_with(x, &y, c),
+                    ("layer_norm", None) => {
+                        norm::layer_norm_into(x, &w, &b, 1e-5, &y, &mean, &rstd)
+                    }
+                    ("layer_norm", Some(c)) => {
+                        norm::layer_norm_into_with(x, &w, &b, 1e-5, &y, &mean, &rstd, c)
+                    }
+                    (_, None) => norm::rms_norm_into(x, &w, 1e-5, &y),
+                    (_, Some(c)) => norm::rms_norm_into_with(x, &w, 1e-5, &y, c),
                 }
             })?
         }
@@ -540,7 +588,10 @@ fn bench_typed<T: Element>(
             let x = random::<T>(dev, &[n])?;
             let y = dev.empty::<f32>([m])?;
             let mut r = Rotor::new(a.len());
-            measure(dev, options, || gemv::gemv_into(&a[r.step()], &x, &y))?
+            measure(dev, options, || match config {
+                None => gemv::gemv_into(&a[r.step()], &x, &y),
+                Some(c) => gemv::gemv_into_with(&a[r.step()], &x, &y, c),
+            })?
         }
         "matmul" => {
             let (m, n, k) = (shape[0], shape[1], shape[2]);

@@ -11,6 +11,7 @@
 
 use crate::check;
 use crate::{CheckReport, LibraryKernel};
+use tegula::autotune::Config;
 use tegula::ir::{DType, Kernel, TraceError};
 use tegula::prelude::*;
 use tegula::Result;
@@ -37,8 +38,23 @@ pub fn gemv_kernel<T: Element>(
         let cols = start + offsets;
         let col_mask = cols.lt(n);
         let mask = row_mask.col() & col_mask.row();
-        let av = load(a + rows.col() * stride_am + cols.row() * stride_an, mask, 0);
-        let xv = load(x + cols * stride_x, col_mask, 0);
+        // A streams through once: evict it first, so that x (re-read by every program) stays.
+        let av = load_with(
+            a + rows.col() * stride_am + cols.row() * stride_an,
+            LoadOptions {
+                mask: Some(mask),
+                evict: EvictionPolicy::First,
+                ..Default::default()
+            },
+        );
+        let xv = load_with(
+            x + cols * stride_x,
+            LoadOptions {
+                mask: Some(col_mask),
+                evict: EvictionPolicy::Last,
+                ..Default::default()
+            },
+        );
         acc += av.to::<f32>() * xv.to::<f32>().row();
     }
     store(y + rows * stride_y, sum(acc, 1), row_mask);
@@ -47,17 +63,42 @@ pub fn gemv_kernel<T: Element>(
 const OP: &str = "gemv";
 const DTYPES: &[DType] = &[DType::F16, DType::BF16, DType::F32];
 
-/// Block sizes `(block_m, block_n)` for `A` with strides `(stride_m, stride_n)` and `n` columns.
+/// Block sizes `(block_m, block_n)` for `A` with strides `(stride_m, stride_n)` and `n` columns
+/// (see [`config`]).
+pub fn block_sizes(stride_m: usize, stride_n: usize, n: usize) -> (usize, usize) {
+    let c = config(stride_m, stride_n, n);
+    let get = |k: &str| c.get(k).unwrap_or(1) as usize;
+    (get("BLOCK_M"), get("BLOCK_N"))
+}
+
+/// Elements of `A` each thread loads per loop step on the row-major path: 32 f16 values are
+/// four 16-byte loads in flight per thread, enough with a few programs per SM to cover DRAM
+/// latency, and an f32 accumulator of 32 registers.
+const ELEMS_PER_THREAD: usize = 32;
+
+/// The launch config (`BLOCK_M`, `BLOCK_N`, warps) for `A` with strides `(stride_m, stride_n)`
+/// and `n` columns.
 ///
 /// Column-major `A` (unit row stride): 64 rows by 32 columns per step, so adjacent lanes along
-/// the rows read adjacent elements. Otherwise (row-major, general strides): one row per program
-/// and up to 1024 columns per step, as in the seed.
-pub fn block_sizes(stride_m: usize, stride_n: usize, n: usize) -> (usize, usize) {
-    if stride_m == 1 && stride_n != 1 {
+/// the rows read adjacent elements. Otherwise: up to 4096 columns per step (the largest power
+/// of two up to that dividing `n`, so no step is half masked), and as many rows per program as
+/// make [`ELEMS_PER_THREAD`] elements per thread.
+pub fn config(stride_m: usize, stride_n: usize, n: usize) -> Config {
+    let warps = 4;
+    let (bm, bn) = if stride_m == 1 && stride_n != 1 {
         (64, check::next_pow2(n, 16).min(32))
     } else {
-        (1, check::next_pow2(n, 16).min(1024))
-    }
+        let full = check::next_pow2(n, 16).min(4096);
+        let bn = [4096, 2048, 1024]
+            .into_iter()
+            .find(|&b| b <= full && n.is_multiple_of(b))
+            .unwrap_or(full);
+        let bm = (ELEMS_PER_THREAD * 32 * warps as usize / bn).max(1);
+        (bm, bn)
+    };
+    Config::new(warps, 1)
+        .with("BLOCK_M", bm as i64)
+        .with("BLOCK_N", bn as i64)
 }
 
 /// `y = A x` into `y`.
@@ -67,6 +108,19 @@ pub fn block_sizes(stride_m: usize, stride_n: usize, n: usize) -> (usize, usize)
 /// memory with `a` or `x`. The result is accumulated in f32 in column order per lane, then
 /// reduced across the block.
 pub fn gemv_into<T: Element>(a: &Tensor<T>, x: &Tensor<T>, y: &Tensor<f32>) -> Result<()> {
+    check::expect_rank(OP, "a", a, 2)?;
+    let c = config(a.strides()[0], a.strides()[1], a.shape()[1]);
+    gemv_into_with(a, x, y, &c)
+}
+
+/// [`gemv_into`] with an explicit config: constexprs `BLOCK_M` and `BLOCK_N` (powers of two;
+/// `BLOCK_N` at least 16) and the warps.
+pub fn gemv_into_with<T: Element>(
+    a: &Tensor<T>,
+    x: &Tensor<T>,
+    y: &Tensor<f32>,
+    config: &Config,
+) -> Result<()> {
     check::expect_dtype_in::<T>(OP, "a", DTYPES)?;
     check::expect_rank(OP, "a", a, 2)?;
     let (m, n) = (a.shape()[0], a.shape()[1]);
@@ -79,15 +133,22 @@ pub fn gemv_into<T: Element>(a: &Tensor<T>, x: &Tensor<T>, y: &Tensor<f32>) -> R
     check::expect_i32_extent(OP, "a", a)?;
     check::expect_i32_extent(OP, "x", x)?;
     check::expect_i32_extent(OP, "y", y)?;
+    let (block_m, block_n) = (config.usize("BLOCK_M")?, config.usize("BLOCK_N")?);
+    if !block_m.is_power_of_two() || !block_n.is_power_of_two() || block_n < 16 {
+        return Err(tegula::Error::Invalid {
+            op: OP.into(),
+            message: format!("config {config}: block sizes must be powers of two, BLOCK_N >= 16"),
+        });
+    }
     if m == 0 {
         return Ok(());
     }
     let (mi, ni) = (check::as_i32(OP, "M", m)?, check::as_i32(OP, "N", n)?);
     let (sam, san) = (a.strides()[0], a.strides()[1]);
-    let (block_m, block_n) = block_sizes(sam, san, n);
-    gemv_kernel::launch::<T>(
+    gemv_kernel::launch_with::<T>(
         a.device(),
         m.div_ceil(block_m),
+        config.launch_config(),
         a,
         x,
         y,

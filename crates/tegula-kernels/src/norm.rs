@@ -11,6 +11,7 @@
 
 use crate::check;
 use crate::{CheckReport, LibraryKernel};
+use tegula::autotune::Config;
 use tegula::ir::{DType, Kernel, TraceError};
 use tegula::prelude::*;
 use tegula::{Error, Result};
@@ -221,11 +222,120 @@ pub fn rms_norm_fwd<T: Element>(
     }
 }
 
+/// [`layer_norm_fwd`] for rows that fit one tile: `block_m` rows per program, each read once
+/// and held in registers for the mean, the variance and the output.
+#[tegula::kernel]
+pub fn layer_norm_fwd_rows<T: Element>(
+    x: Ptr<T>,
+    y: Ptr<T>,
+    w: Ptr<T>,
+    b: Ptr<T>,
+    mean: Ptr<f32>,
+    rstd: Ptr<f32>,
+    x_row_stride: i32,
+    y_row_stride: i32,
+    m: i32,
+    n: i32,
+    eps: f32,
+    #[constexpr] block_m: usize,
+    #[constexpr] block: usize,
+) {
+    let rows = program_id(0) * block_m + arange(0, block_m as i64);
+    let cols = arange(0, block as i64);
+    let row_mask = rows.lt(m);
+    let col_mask = cols.lt(n);
+    let mask = row_mask.col() & col_mask.row();
+    let v = load(x + rows.col() * x_row_stride + cols.row(), mask, 0).to::<f32>();
+    let mu = sum(v, 1) / n;
+    let d = select(mask, v - mu.col(), 0.0);
+    let r: Tile = 1.0 / sqrt(sum(d * d, 1) / n + eps);
+    // The weights (L2-resident: every row reads them) load after the reductions, so that
+    // their registers are not held across them.
+    let wv = load(w + cols, col_mask, 0).to::<f32>();
+    let bv = load(b + cols, col_mask, 0).to::<f32>();
+    store(mean + rows, mu, row_mask);
+    store(rstd + rows, r, row_mask);
+    store(
+        y + rows.col() * y_row_stride + cols.row(),
+        d * r.col() * wv.row() + bv.row(),
+        mask,
+    );
+}
+
+/// [`rms_norm_fwd`] for rows that fit one tile: `block_m` rows per program, each read once.
+#[tegula::kernel]
+pub fn rms_norm_fwd_rows<T: Element>(
+    x: Ptr<T>,
+    y: Ptr<T>,
+    w: Ptr<T>,
+    x_row_stride: i32,
+    y_row_stride: i32,
+    m: i32,
+    n: i32,
+    eps: f32,
+    #[constexpr] block_m: usize,
+    #[constexpr] block: usize,
+) {
+    let rows = program_id(0) * block_m + arange(0, block_m as i64);
+    let cols = arange(0, block as i64);
+    let col_mask = cols.lt(n);
+    let mask = rows.lt(m).col() & col_mask.row();
+    let v = load(x + rows.col() * x_row_stride + cols.row(), mask, 0).to::<f32>();
+    let wv = load(w + cols, col_mask, 0).to::<f32>();
+    let r: Tile = 1.0 / sqrt(sum(v * v, 1) / n + eps);
+    store(
+        y + rows.col() * y_row_stride + cols.row(),
+        v * r.col() * wv.row(),
+        mask,
+    );
+}
+
 // --- host wrappers -----------------------------------------------------------------------
 
 /// The block of columns a row kernel takes for rows of `n`: the whole row up to [`MAX_BLOCK`].
 pub fn row_block(n: usize) -> usize {
     check::next_pow2(n, 16).min(MAX_BLOCK)
+}
+
+/// The longest row the forward kernels hold in registers in one tile (one read of `x`);
+/// longer rows loop over blocks of [`MAX_BLOCK`], reading `x` two or three times.
+pub const MAX_ROW: usize = 16384;
+
+/// Tile elements per thread on the one-tile path (two 16-byte loads of bf16 per thread).
+const ELEMS_PER_THREAD: usize = 16;
+
+/// The forward launch config for rows of `n`: `BLOCK` columns; `BLOCK_M` rows per program on
+/// the one-tile path (several for short rows), or 0 for the looping kernels; warps.
+pub fn config(n: usize) -> Config {
+    let block = check::next_pow2(n, 16);
+    if block > MAX_ROW {
+        return Config::new(8, 1)
+            .with("BLOCK", MAX_BLOCK as i64)
+            .with("BLOCK_M", 0);
+    }
+    let block_m = (2048 / block).clamp(1, 16);
+    // At most 16 warps: 1024 threads would cap a thread at 64 registers.
+    let warps = (block * block_m / (32 * ELEMS_PER_THREAD)).clamp(4, 16) as u32;
+    Config::new(warps, 1)
+        .with("BLOCK", block as i64)
+        .with("BLOCK_M", block_m as i64)
+}
+
+/// `BLOCK` and `BLOCK_M` of a forward config, checked against rows of `n`.
+fn blocks(op: &str, config: &Config, n: usize) -> Result<(usize, usize)> {
+    let (block, block_m) = (config.usize("BLOCK")?, config.usize("BLOCK_M")?);
+    let fits = if block_m == 0 {
+        block <= MAX_ROW
+    } else {
+        block_m.is_power_of_two() && block >= n
+    };
+    if !block.is_power_of_two() || block < 16 || !fits {
+        return Err(Error::Invalid {
+            op: op.into(),
+            message: format!("config {config} does not fit rows of {n}"),
+        });
+    }
+    Ok((block, block_m))
 }
 
 /// Checks a `[rows, n]` input or output with unit column stride and i32 offsets.
@@ -279,6 +389,23 @@ pub fn layer_norm_into<T: Element>(
     mean: &Tensor<f32>,
     rstd: &Tensor<f32>,
 ) -> Result<()> {
+    check::expect_rank("layer_norm", "x", x, 2)?;
+    let c = config(x.shape()[1]);
+    layer_norm_into_with(x, w, b, eps, y, mean, rstd, &c)
+}
+
+/// [`layer_norm_into`] with an explicit launch config (see [`config`]).
+#[allow(clippy::too_many_arguments)]
+pub fn layer_norm_into_with<T: Element>(
+    x: &Tensor<T>,
+    w: &Tensor<T>,
+    b: &Tensor<T>,
+    eps: f32,
+    y: &Tensor<T>,
+    mean: &Tensor<f32>,
+    rstd: &Tensor<f32>,
+    config: &Config,
+) -> Result<()> {
     const OP: &str = "layer_norm";
     check::expect_dtype_in::<T>(OP, "x", DTYPES)?;
     check::expect_rank(OP, "x", x, 2)?;
@@ -301,26 +428,20 @@ pub fn layer_norm_into<T: Element>(
         check::expect_no_alias(OP, ("rstd", rstd), (name, input))?;
     }
     check::expect_no_alias(OP, ("rstd", rstd), ("mean", mean))?;
+    let (block, block_m) = blocks(OP, config, n)?;
     if m == 0 || n == 0 {
         return Ok(());
     }
-    let ni = check::as_i32(OP, "N", n)?;
+    let (mi, ni) = (check::as_i32(OP, "M", m)?, check::as_i32(OP, "N", n)?);
     let (xs, ys) = (row_stride(OP, x)?, row_stride(OP, y)?);
-    layer_norm_fwd::launch::<T>(
-        x.device(),
-        m,
-        x,
-        y,
-        w,
-        b,
-        mean,
-        rstd,
-        xs,
-        ys,
-        ni,
-        eps,
-        row_block(n),
-    )
+    let (dev, lc) = (x.device(), config.launch_config());
+    if block_m > 0 {
+        let grid = m.div_ceil(block_m);
+        return layer_norm_fwd_rows::launch_with::<T>(
+            dev, grid, lc, x, y, w, b, mean, rstd, xs, ys, mi, ni, eps, block_m, block,
+        );
+    }
+    layer_norm_fwd::launch_with::<T>(dev, m, lc, x, y, w, b, mean, rstd, xs, ys, ni, eps, block)
 }
 
 /// Layer norm forward of `x` [M, N] with weight `w` and bias `b` [N]; see [`layer_norm_into`].
@@ -455,6 +576,18 @@ pub fn rms_norm_into<T: Element>(
     eps: f32,
     y: &Tensor<T>,
 ) -> Result<()> {
+    check::expect_rank("rms_norm", "x", x, 2)?;
+    rms_norm_into_with(x, w, eps, y, &config(x.shape()[1]))
+}
+
+/// [`rms_norm_into`] with an explicit launch config (see [`config`]).
+pub fn rms_norm_into_with<T: Element>(
+    x: &Tensor<T>,
+    w: &Tensor<T>,
+    eps: f32,
+    y: &Tensor<T>,
+    config: &Config,
+) -> Result<()> {
     const OP: &str = "rms_norm";
     check::expect_dtype_in::<T>(OP, "x", DTYPES)?;
     check::expect_rank(OP, "x", x, 2)?;
@@ -467,12 +600,20 @@ pub fn rms_norm_into<T: Element>(
     check::expect_same_device(OP, x, w)?;
     check::expect_no_alias(OP, ("y", y), ("x", x))?;
     check::expect_no_alias(OP, ("y", y), ("w", w))?;
+    let (block, block_m) = blocks(OP, config, n)?;
     if m == 0 || n == 0 {
         return Ok(());
     }
-    let ni = check::as_i32(OP, "N", n)?;
+    let (mi, ni) = (check::as_i32(OP, "M", m)?, check::as_i32(OP, "N", n)?);
     let (xs, ys) = (row_stride(OP, x)?, row_stride(OP, y)?);
-    rms_norm_fwd::launch::<T>(x.device(), m, x, y, w, xs, ys, ni, eps, row_block(n))
+    let (dev, lc) = (x.device(), config.launch_config());
+    if block_m > 0 {
+        let grid = m.div_ceil(block_m);
+        return rms_norm_fwd_rows::launch_with::<T>(
+            dev, grid, lc, x, y, w, xs, ys, mi, ni, eps, block_m, block,
+        );
+    }
+    rms_norm_fwd::launch_with::<T>(dev, m, lc, x, y, w, xs, ys, ni, eps, block)
 }
 
 /// RMS norm of `x` [M, N] with weight `w` [N] in a new tensor; see [`rms_norm_into`].
@@ -679,12 +820,24 @@ fn rms_check(dev: &Device, shape: &[usize], dtype: DType) -> Result<CheckReport>
     by_dtype!(rms_norm_check, dtype, dev, shape)
 }
 
-fn ln_trace(shape: &[usize], dtype: DType) -> std::result::Result<Kernel, TraceError> {
-    let block = row_block(dims(shape).1);
-    by_dtype!(ln_trace_typed, dtype, block)
+/// `BLOCK_M` and `BLOCK` of the forward config for rows of `n`.
+fn forward_blocks(n: usize) -> (usize, usize) {
+    let c = config(n);
+    let get = |k: &str| c.get(k).unwrap_or(0) as usize;
+    (get("BLOCK_M"), get("BLOCK"))
 }
-fn ln_trace_typed<T: Element>(block: usize) -> std::result::Result<Kernel, TraceError> {
-    layer_norm_fwd::trace::<T>(block)
+fn ln_trace(shape: &[usize], dtype: DType) -> std::result::Result<Kernel, TraceError> {
+    let (block_m, block) = forward_blocks(dims(shape).1);
+    by_dtype!(ln_trace_typed, dtype, block_m, block)
+}
+fn ln_trace_typed<T: Element>(
+    block_m: usize,
+    block: usize,
+) -> std::result::Result<Kernel, TraceError> {
+    match block_m {
+        0 => layer_norm_fwd::trace::<T>(block),
+        _ => layer_norm_fwd_rows::trace::<T>(block_m, block),
+    }
 }
 fn ln_bwd_trace(shape: &[usize], dtype: DType) -> std::result::Result<Kernel, TraceError> {
     let block = row_block(dims(shape).1);
@@ -695,11 +848,17 @@ fn ln_bwd_trace_typed<T: Element>(block: usize) -> std::result::Result<Kernel, T
     layer_norm_bwd_dx::trace::<T>(block)
 }
 fn rms_trace(shape: &[usize], dtype: DType) -> std::result::Result<Kernel, TraceError> {
-    let block = row_block(dims(shape).1);
-    by_dtype!(rms_trace_typed, dtype, block)
+    let (block_m, block) = forward_blocks(dims(shape).1);
+    by_dtype!(rms_trace_typed, dtype, block_m, block)
 }
-fn rms_trace_typed<T: Element>(block: usize) -> std::result::Result<Kernel, TraceError> {
-    rms_norm_fwd::trace::<T>(block)
+fn rms_trace_typed<T: Element>(
+    block_m: usize,
+    block: usize,
+) -> std::result::Result<Kernel, TraceError> {
+    match block_m {
+        0 => rms_norm_fwd::trace::<T>(block),
+        _ => rms_norm_fwd_rows::trace::<T>(block_m, block),
+    }
 }
 
 /// Library entry: layer norm forward.

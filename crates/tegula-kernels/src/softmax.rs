@@ -1,41 +1,58 @@
 //! Fused row softmax (Triton tutorial 02) for any row length.
 //!
-//! One program per row. A row that fits one block (`next_pow2(n) <= max_block`) is loaded once
-//! as a single masked tile; a longer row takes two passes over blocks: an online pass keeping a
-//! running maximum and a rescaled running sum, then a pass that writes `exp(x - max) / sum`.
+//! A row that fits one block (`next_pow2(n) <= max_block`) is loaded once, in a masked tile of
+//! one or more rows (short rows share a program); a longer row takes two passes over blocks:
+//! an online pass keeping a running maximum and a rescaled running sum, then a pass that
+//! writes `exp(x - max) / sum`.
 //! Inputs are f16, bf16 or f32; the math is f32 and the output has the input dtype.
 //! Elements equal to -inf get probability 0; a row that is entirely -inf gives NaN (as in
 //! PyTorch), on both paths.
 
 use crate::check;
 use crate::{CheckReport, LibraryKernel};
+use tegula::autotune::Config;
 use tegula::ir::{DType, Kernel, TraceError};
 use tegula::prelude::*;
 use tegula::Result;
 
-/// The largest row held in one tile; longer rows loop over blocks of this size. 4096 f32 values
-/// per program are 32 registers per thread at 4 warps, which still leaves room for occupancy.
-pub const MAX_BLOCK: usize = 4096;
+/// The largest row held in one tile: 16384 f32 values are 32 registers per thread at 16
+/// warps. Longer rows loop over blocks of [`ONLINE_BLOCK`] columns.
+pub const MAX_BLOCK: usize = 16384;
 
-/// The whole row in one masked tile: read once, write once.
+/// The online path's block of columns (at most the single-tile limit).
+pub const ONLINE_BLOCK: usize = 8192;
+
+/// `block_m` whole rows in one masked tile: read once, write once.
 #[tegula::kernel]
 pub fn softmax_kernel<T: Element>(
     x: Ptr<T>,
     y: Ptr<T>,
     x_row_stride: i32,
     y_row_stride: i32,
+    n_rows: i32,
     n_cols: i32,
+    #[constexpr] block_m: usize,
     #[constexpr] block: usize,
 ) {
-    let row = program_id(0);
+    let rows = program_id(0) * block_m + arange(0, block_m as i64);
     let cols = arange(0, block as i64);
-    let mask = cols.lt(n_cols);
+    let mask = rows.lt(n_rows).col() & cols.lt(n_cols).row();
     // -inf in the padding lanes: they add exp(-inf) = 0 to the sum.
-    let v = load(x + row * x_row_stride + cols, mask, f32::NEG_INFINITY).to::<f32>();
-    let shifted = v - max(v, 0);
+    let v = load(
+        x + rows.col() * x_row_stride + cols.row(),
+        mask,
+        f32::NEG_INFINITY,
+    )
+    .to::<f32>();
+    let shifted = v - max(v, 1).col();
     let numerator = exp(shifted);
-    let denominator = sum(numerator, 0);
-    store(y + row * y_row_stride + cols, numerator / denominator, mask);
+    // One division per row, a multiplication per element.
+    let inv_denominator: Tile = 1.0 / sum(numerator, 1);
+    store(
+        y + rows.col() * y_row_stride + cols.row(),
+        numerator * inv_denominator.col(),
+        mask,
+    );
 }
 
 /// A row longer than one block: online max and sum over blocks, then a normalizing pass.
@@ -82,7 +99,8 @@ const DTYPES: &[DType] = &[DType::F16, DType::BF16, DType::F32];
 /// stride (any row stride, so row slices of wider buffers work), on one device, and `y` shares
 /// no memory with `x`.
 pub fn softmax_into<T: Element>(x: &Tensor<T>, y: &Tensor<T>) -> Result<()> {
-    softmax_into_blocked(x, y, MAX_BLOCK)
+    check::expect_rank(OP, "x", x, 2)?;
+    softmax_into_with(x, y, &config(x.shape()[1], MAX_BLOCK))
 }
 
 /// [`softmax_into`] with an explicit largest single-tile row (`max_block`, a power of two of
@@ -92,6 +110,44 @@ pub fn softmax_into_blocked<T: Element>(
     y: &Tensor<T>,
     max_block: usize,
 ) -> Result<()> {
+    if !max_block.is_power_of_two() || max_block < 16 {
+        return Err(tegula::Error::Invalid {
+            op: OP.into(),
+            message: format!("max_block must be a power of two >= 16, got {max_block}"),
+        });
+    }
+    let cols = x.shape().get(1).copied().unwrap_or(0);
+    softmax_into_with(x, y, &config(cols, max_block))
+}
+
+/// Elements of a tile per thread on the single-tile path: 16 values are two 16-byte loads of
+/// bf16 per thread; more warps per row rather than more registers per thread keep a row's
+/// latency short and several programs resident per SM.
+const ELEMS_PER_THREAD: usize = 16;
+
+/// The launch config for rows of `cols` elements with single tiles up to `max_block`:
+/// `BLOCK` (the tile's columns; the loop's block on the online path), `BLOCK_M` (rows per
+/// program on the single-tile path, several for short rows) and the warps.
+pub fn config(cols: usize, max_block: usize) -> Config {
+    let block = check::next_pow2(cols, 16);
+    if block > max_block {
+        let online = max_block.min(ONLINE_BLOCK);
+        let warps = (online / (32 * ELEMS_PER_THREAD)).clamp(4, 16) as u32;
+        return Config::new(warps, 1)
+            .with("BLOCK", online as i64)
+            .with("BLOCK_M", 0);
+    }
+    let block_m = (2048 / block).clamp(1, 16);
+    // At most 16 warps: 1024 threads would cap a thread at 64 registers.
+    let warps = (block * block_m / (32 * ELEMS_PER_THREAD)).clamp(4, 16) as u32;
+    Config::new(warps, 1)
+        .with("BLOCK", block as i64)
+        .with("BLOCK_M", block_m as i64)
+}
+
+/// [`softmax_into`] with an explicit config (see [`config`]): `BLOCK_M` 0 takes the online
+/// path over blocks of `BLOCK` columns; otherwise `BLOCK` must cover the row.
+pub fn softmax_into_with<T: Element>(x: &Tensor<T>, y: &Tensor<T>, config: &Config) -> Result<()> {
     check::expect_dtype_in::<T>(OP, "x", DTYPES)?;
     check::expect_rank(OP, "x", x, 2)?;
     check::expect_shape(OP, "y", y, x.shape())?;
@@ -101,23 +157,32 @@ pub fn softmax_into_blocked<T: Element>(
     check::expect_no_alias(OP, ("y", y), ("x", x))?;
     check::expect_i32_extent(OP, "x", x)?;
     check::expect_i32_extent(OP, "y", y)?;
-    if !max_block.is_power_of_two() || max_block < 16 {
+    let (block, block_m) = (config.usize("BLOCK")?, config.usize("BLOCK_M")?);
+    let (rows, cols) = (x.shape()[0], x.shape()[1]);
+    let bad = !block.is_power_of_two()
+        || block < 16
+        || (block_m > 0 && (!block_m.is_power_of_two() || block < cols));
+    if bad {
         return Err(tegula::Error::Invalid {
             op: OP.into(),
-            message: format!("max_block must be a power of two >= 16, got {max_block}"),
+            message: format!("config {config} does not fit rows of {cols}"),
         });
     }
-    let (rows, cols) = (x.shape()[0], x.shape()[1]);
     if rows == 0 || cols == 0 {
         return Ok(());
     }
-    let n = check::as_i32(OP, "cols", cols)?;
+    let (m, n) = (
+        check::as_i32(OP, "rows", rows)?,
+        check::as_i32(OP, "cols", cols)?,
+    );
     let (xs, ys) = (row_stride(x)?, row_stride(y)?);
-    let block = check::next_pow2(cols, 16);
-    if block <= max_block {
-        softmax_kernel::launch::<T>(x.device(), rows, x, y, xs, ys, n, block)
+    let dev = x.device();
+    let lc = config.launch_config();
+    if block_m > 0 {
+        let grid = rows.div_ceil(block_m);
+        softmax_kernel::launch_with::<T>(dev, grid, lc, x, y, xs, ys, m, n, block_m, block)
     } else {
-        softmax_online_kernel::launch::<T>(x.device(), rows, x, y, xs, ys, n, max_block)
+        softmax_online_kernel::launch_with::<T>(dev, rows, lc, x, y, xs, ys, n, block)
     }
 }
 
@@ -185,11 +250,11 @@ fn check_entry(dev: &Device, shape: &[usize], dtype: DType) -> Result<CheckRepor
 }
 
 fn trace_typed<T: Element>(shape: &[usize]) -> std::result::Result<Kernel, TraceError> {
-    let block = check::next_pow2(dims(shape).1, 16);
-    if block <= MAX_BLOCK {
-        softmax_kernel::trace::<T>(block)
-    } else {
-        softmax_online_kernel::trace::<T>(MAX_BLOCK)
+    let c = config(dims(shape).1, MAX_BLOCK);
+    let get = |k: &str| c.get(k).unwrap_or(0) as usize;
+    match get("BLOCK_M") {
+        0 => softmax_online_kernel::trace::<T>(get("BLOCK")),
+        block_m => softmax_kernel::trace::<T>(block_m, get("BLOCK")),
     }
 }
 
@@ -205,7 +270,7 @@ fn trace_entry(shape: &[usize], dtype: DType) -> std::result::Result<Kernel, Tra
 pub fn entry() -> LibraryKernel {
     LibraryKernel {
         name: "softmax",
-        about: "row softmax, one program per row; rows over 4096 loop with an online max/sum",
+        about: "row softmax, whole rows in registers; rows over 16384 loop with an online max/sum",
         dims: &["M", "N"],
         default_shape: &[37, 1031],
         dtypes: DTYPES,

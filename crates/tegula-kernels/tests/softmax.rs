@@ -6,7 +6,9 @@ use rand::Rng;
 use tegula::ir::{DType, Element};
 use tegula::{Device, Error, Tensor};
 use tegula_kernels::check;
-use tegula_kernels::softmax::{reference, softmax, softmax_into, softmax_into_blocked, tolerance};
+use tegula_kernels::softmax::{
+    reference, softmax, softmax_into, softmax_into_blocked, tolerance, MAX_BLOCK,
+};
 
 /// Runs the kernel on `x` (any row stride) with `max_block` and compares with float64.
 fn check_view<T: Element>(x: &Tensor<T>, max_block: usize) {
@@ -71,8 +73,8 @@ fn bf16_single_tile_and_online() {
 #[test]
 fn long_rows_take_the_online_path_by_default() {
     let dev = Device::cpu();
-    // 4097 is one past the largest single tile; 5003 is prime.
-    for cols in [4097usize, 5003] {
+    // One past the largest single tile, and a prime beyond it.
+    for cols in [MAX_BLOCK + 1, 40009] {
         let x = dev.randn::<f32>([3, cols]).unwrap();
         let y = softmax(&x).unwrap();
         let want = reference(&x.to_f64_vec().unwrap(), 3, cols);
@@ -209,7 +211,7 @@ fn library_entry_checks_and_traces() {
             .unwrap()
             .to_string()
             .contains("exp"));
-        assert!((k.trace)(&[2, 10_000], dt)
+        assert!((k.trace)(&[2, MAX_BLOCK + 1], dt)
             .unwrap()
             .to_string()
             .contains("for"));
