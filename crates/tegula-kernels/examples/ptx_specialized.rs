@@ -45,7 +45,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut c = match name {
         "gemv" => gemv::config(nu, 1, nu),
         "softmax" | "softmax_online" => softmax::config(nu, softmax::MAX_BLOCK),
-        "layer_norm" | "rms_norm" => norm::config(nu),
+        "layer_norm" => norm::layer_norm_config(nu),
+        "rms_norm" => norm::rms_norm_config(nu),
         _ => tegula::Config::new(4, 1),
     };
     if let Some(w) = argv.get(3) {

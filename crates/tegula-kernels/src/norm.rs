@@ -297,20 +297,21 @@ pub fn row_block(n: usize) -> usize {
     check::next_pow2(n, 16).min(MAX_BLOCK)
 }
 
-/// The longest row the forward kernels hold in registers in one tile (one read of `x`);
-/// longer rows loop over blocks of [`MAX_BLOCK`], reading `x` two or three times.
+/// The longest row the one-tile forward kernels may be given (one read of `x`, held in
+/// registers); the defaults stop earlier (see [`layer_norm_config`], [`rms_norm_config`]).
 pub const MAX_ROW: usize = 16384;
 
 /// Tile elements per thread on the one-tile path (two 16-byte loads of bf16 per thread).
 const ELEMS_PER_THREAD: usize = 16;
 
-/// The forward launch config for rows of `n`: `BLOCK` columns; `BLOCK_M` rows per program on
-/// the one-tile path (several for short rows), or 0 for the looping kernels; warps.
-pub fn config(n: usize) -> Config {
+/// A forward launch config for rows of `n`: the one-tile kernels (`BLOCK` >= `n`, `BLOCK_M`
+/// rows per program, several for short rows) up to `one_tile` columns, else the looping
+/// kernels (`BLOCK_M` 0, blocks of up to [`MAX_BLOCK`]) with `loop_warps`.
+fn row_config(n: usize, one_tile: usize, loop_warps: u32) -> Config {
     let block = check::next_pow2(n, 16);
-    if block > MAX_ROW {
-        return Config::new(8, 1)
-            .with("BLOCK", MAX_BLOCK as i64)
+    if block > one_tile {
+        return Config::new(loop_warps, 1)
+            .with("BLOCK", row_block(n) as i64)
             .with("BLOCK_M", 0);
     }
     let block_m = (2048 / block).clamp(1, 16);
@@ -319,6 +320,21 @@ pub fn config(n: usize) -> Config {
     Config::new(warps, 1)
         .with("BLOCK", block as i64)
         .with("BLOCK_M", block_m as i64)
+}
+
+/// Layer norm's forward config for rows of `n`. Measured on the H200 (docs/perf-notes.md,
+/// 2026-11-30): the one-tile kernel holds x, w and b (about 120 registers a thread at 16384
+/// columns), so one program fits an SM and rows do not overlap; the looping kernel at 4 warps
+/// (later reads of x from L2) was faster from 4096 columns on. One tile only up to 1024.
+pub fn layer_norm_config(n: usize) -> Config {
+    row_config(n, 1024, 4)
+}
+
+/// RMS norm's forward config for rows of `n`: one tile up to 4096 columns (measured faster
+/// there: 1.37 against 1.03 TB/s at 4096x1024, 2.54 against 2.30 at 4096x4096), the looping
+/// kernel at 8 warps beyond (3.13 TB/s at 16384 columns against 2.66 for one tile).
+pub fn rms_norm_config(n: usize) -> Config {
+    row_config(n, 4096, 8)
 }
 
 /// `BLOCK` and `BLOCK_M` of a forward config, checked against rows of `n`.
@@ -390,11 +406,11 @@ pub fn layer_norm_into<T: Element>(
     rstd: &Tensor<f32>,
 ) -> Result<()> {
     check::expect_rank("layer_norm", "x", x, 2)?;
-    let c = config(x.shape()[1]);
+    let c = layer_norm_config(x.shape()[1]);
     layer_norm_into_with(x, w, b, eps, y, mean, rstd, &c)
 }
 
-/// [`layer_norm_into`] with an explicit launch config (see [`config`]).
+/// [`layer_norm_into`] with an explicit launch config (see [`layer_norm_config`]).
 #[allow(clippy::too_many_arguments)]
 pub fn layer_norm_into_with<T: Element>(
     x: &Tensor<T>,
@@ -577,10 +593,10 @@ pub fn rms_norm_into<T: Element>(
     y: &Tensor<T>,
 ) -> Result<()> {
     check::expect_rank("rms_norm", "x", x, 2)?;
-    rms_norm_into_with(x, w, eps, y, &config(x.shape()[1]))
+    rms_norm_into_with(x, w, eps, y, &rms_norm_config(x.shape()[1]))
 }
 
-/// [`rms_norm_into`] with an explicit launch config (see [`config`]).
+/// [`rms_norm_into`] with an explicit launch config (see [`rms_norm_config`]).
 pub fn rms_norm_into_with<T: Element>(
     x: &Tensor<T>,
     w: &Tensor<T>,
@@ -820,14 +836,13 @@ fn rms_check(dev: &Device, shape: &[usize], dtype: DType) -> Result<CheckReport>
     by_dtype!(rms_norm_check, dtype, dev, shape)
 }
 
-/// `BLOCK_M` and `BLOCK` of the forward config for rows of `n`.
-fn forward_blocks(n: usize) -> (usize, usize) {
-    let c = config(n);
+/// `BLOCK_M` and `BLOCK` of a forward config.
+fn forward_blocks(c: Config) -> (usize, usize) {
     let get = |k: &str| c.get(k).unwrap_or(0) as usize;
     (get("BLOCK_M"), get("BLOCK"))
 }
 fn ln_trace(shape: &[usize], dtype: DType) -> std::result::Result<Kernel, TraceError> {
-    let (block_m, block) = forward_blocks(dims(shape).1);
+    let (block_m, block) = forward_blocks(layer_norm_config(dims(shape).1));
     by_dtype!(ln_trace_typed, dtype, block_m, block)
 }
 fn ln_trace_typed<T: Element>(
@@ -848,7 +863,7 @@ fn ln_bwd_trace_typed<T: Element>(block: usize) -> std::result::Result<Kernel, T
     layer_norm_bwd_dx::trace::<T>(block)
 }
 fn rms_trace(shape: &[usize], dtype: DType) -> std::result::Result<Kernel, TraceError> {
-    let (block_m, block) = forward_blocks(dims(shape).1);
+    let (block_m, block) = forward_blocks(rms_norm_config(dims(shape).1));
     by_dtype!(rms_trace_typed, dtype, block_m, block)
 }
 fn rms_trace_typed<T: Element>(
