@@ -399,6 +399,15 @@ impl Device {
         }
     }
 
+    /// Clears the GPU's L2 with a 256 MB write and leaves that work queued (a no-op on the
+    /// interpreter); benchmarks call it before each timed sample, as `do_bench` does.
+    pub fn clear_l2(&self) -> Result<()> {
+        match &self.inner.gpu {
+            Some(gpu) => gpu.clear_l2(),
+            None => Ok(()),
+        }
+    }
+
     /// Waits for the device's queued work; on the GPU, reports a fault of an earlier launch.
     pub fn synchronize(&self) -> Result<()> {
         if let Some(gpu) = &self.inner.gpu {

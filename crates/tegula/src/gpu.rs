@@ -32,6 +32,8 @@ pub struct Gpu {
     pub runtime: CudaRuntime,
     pub target: Target,
     compiled: Mutex<HashMap<String, Arc<GpuKernel>>>,
+    /// 256 MB written before each timed sample (see [`Gpu::clear_l2`]).
+    l2_scratch: std::sync::OnceLock<DeviceBuffer>,
 }
 
 /// Integer arguments equal to 1 (unit strides): their parameters become the constant 1, as in
@@ -73,7 +75,23 @@ impl Gpu {
             runtime,
             target,
             compiled: Mutex::new(HashMap::new()),
+            l2_scratch: std::sync::OnceLock::new(),
         })
+    }
+
+    /// Overwrites a 256 MB buffer, as `triton.testing.do_bench` does before each sample: the
+    /// L2 holds none of the next kernel's inputs, and the launches that follow queue behind
+    /// this work, so a timed sample holds GPU time only, not the host's launch latency.
+    pub fn clear_l2(&self) -> Result<()> {
+        let buffer = match self.l2_scratch.get() {
+            Some(b) => b,
+            None => {
+                let b = self.runtime.alloc_uninit(256 << 20)?;
+                self.l2_scratch.get_or_init(|| b)
+            }
+        };
+        self.runtime.memset_d8(buffer, 0)?;
+        Ok(())
     }
 
     fn cache(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<GpuKernel>>> {
