@@ -30,6 +30,8 @@ OPS = [
     ("layer_norm", "TB/s", "Layer norm forward [M, N]"),
     ("rms_norm", "TB/s", "RMS norm [M, N]"),
     ("vector_add", "TB/s", "Vector add [N]"),
+    ("attention_fwd_f32_single_head", "TFLOP/s",
+     "The seed walkthrough's FlashAttention: fp32, one head, Q [M, D], K and V [N, D], IEEE dots [M, N, D]"),
 ]
 RATE_KEY = {"TB/s": "tbps", "TFLOP/s": "tflops"}
 

@@ -37,7 +37,7 @@ if [ "${PEERS:-1}" = 1 ]; then
             echo "== peers.py $what"; timeout 300 python3 $P $what >> "$WORK/peers.txt" || echo "== peers.py $what: exit $?"
         done
     else
-        for what in copy "gemv --dtype fp16" matmul "attention --quick" "attention-bwd --quick"; do
+        for what in copy "gemv --dtype fp16" matmul "attention --quick" "attention-bwd --quick" seed-fa; do
             echo "== peers.py $what"; timeout 300 python3 $P $what >> "$WORK/peers.txt" || echo "== peers.py $what: exit $?"
         done
     fi
@@ -66,6 +66,7 @@ else
     bench layer_norm
     bench rms_norm
     bench vector_add --dtype fp32
+    bench attention_seed --dtype fp32
 fi
 
 # Host cost of launches: first launch of a specialization with a cold JIT (no tegula disk cache,

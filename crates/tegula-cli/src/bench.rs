@@ -19,11 +19,12 @@ use tegula_kernels::{gemv, matmul, norm, softmax, vector_add};
 #[derive(clap::Args, Debug)]
 pub struct BenchArgs {
     /// copy, vector_add, softmax, layer_norm, rms_norm, gemv, matmul, attention,
-    /// attention_backward, or `all`.
+    /// attention_backward, attention_seed (f32), or `all`.
     pub kernel: String,
     /// Problem size, repeatable: `--shape 4096,4096 --shape 8192,8192`. Dimensions: copy and
     /// vector_add N; softmax, layer_norm, rms_norm and gemv M,N; matmul M,N,K; attention and
-    /// attention_backward B,H,N,D. The default is a sweep over peers.py's shapes.
+    /// attention_backward B,H,N,D; attention_seed M,N,D. The default is a sweep over peers.py's
+    /// shapes.
     #[arg(long)]
     pub shape: Vec<String>,
     /// bf16, fp16 (f16) or fp32 (f32); the default is the peers' (fp16 for gemv, else bf16).
@@ -128,6 +129,17 @@ const KERNELS: &[(&str, &str, &[&[usize]])] = &[
         &[&[4, 32, 4096, 64], &[4, 32, 4096, 128]],
     ),
     ("attention_backward", "B,H,N,D", &[&[4, 32, 4096, 128]]),
+    (
+        "attention_seed",
+        "M,N,D",
+        &[
+            &[7, 13, 8],
+            &[35, 67, 32],
+            &[64, 129, 128],
+            &[1024, 4096, 64],
+            &[1024, 4096, 128],
+        ],
+    ),
 ];
 
 /// The peers.py name of a kernel's operation.
@@ -135,6 +147,7 @@ fn op_of(kernel: &'static str) -> &'static str {
     match kernel {
         "attention" => "attention_fwd",
         "attention_backward" => "attention_bwd",
+        "attention_seed" => "attention_fwd_f32_single_head",
         k => k,
     }
 }
@@ -248,14 +261,12 @@ pub fn run(args: BenchArgs) -> Result<bool> {
         let dtype = match &args.dtype {
             Some(d) => parse_dtype(d).ok_or_else(|| invalid(format!("--dtype {d}")))?,
             None if kernel == "gemv" || kernel == "copy" => DType::F16,
+            None if kernel == "attention_seed" => DType::F32,
             None => DType::BF16,
         };
         for shape in &shapes {
-            let masks: &[bool] = if kernel.starts_with("attention") {
-                causal
-            } else {
-                &[false]
-            };
+            let batched_attention = matches!(kernel, "attention" | "attention_backward");
+            let masks: &[bool] = if batched_attention { causal } else { &[false] };
             let configs: Vec<Option<Config>> = if args.config.is_empty() {
                 vec![None]
             } else {
@@ -287,7 +298,7 @@ pub fn run(args: BenchArgs) -> Result<bool> {
                         let rec = json!({
                             "system": "tegula", "kernel": kernel, "op": op_of(kernel),
                             "dtype": dtype_name(dtype), "shape": shape,
-                            "causal": kernel.starts_with("attention").then_some(c),
+                            "causal": batched_attention.then_some(c),
                             "error": e.to_string(),
                         });
                         emit(rec, &mut records)?;
@@ -642,6 +653,24 @@ fn bench_typed<T: Element>(
                     attention::backward_into(&q, &k, &v, &o, &d_o, &l, &dq, &dk, &dv, &opts)
                 })?
             }
+        }
+        "attention_seed" => {
+            // The walkthrough's contract: f32, one head, Q [M, D], K and V [N, D].
+            if T::DTYPE != DType::F32 {
+                return Err(invalid(
+                    "attention_seed runs in f32 only (--dtype fp32)".into(),
+                ));
+            }
+            let (m, n, d) = (shape[0], shape[1], shape[2]);
+            case.flops = 4.0 * (m * n * d) as f64;
+            case.bytes = (2 * m * d + 2 * n * d) as f64 * s;
+            let q = dev.randn::<f32>([m, d])?;
+            let k = dev.randn::<f32>([n, d])?;
+            let v = dev.randn::<f32>([n, d])?;
+            let o = dev.empty::<f32>([m, d])?;
+            measure(dev, options, || {
+                attention::seed_attention_into(&q, &k, &v, &o)
+            })?
         }
         other => return Err(invalid(format!("no benchmark for `{other}`"))),
     };
