@@ -28,6 +28,7 @@ OPS = [
     ("attention_bwd", "TFLOP/s", "Attention backward, [B, H, N, D], 2.5x forward FLOPs"),
     ("softmax", "TB/s", "Row softmax [M, N]"),
     ("layer_norm", "TB/s", "Layer norm forward [M, N]"),
+    ("layer_norm_backward", "TB/s", "Layer norm backward [M, N] (the API call, allocations included)"),
     ("rms_norm", "TB/s", "RMS norm [M, N]"),
     ("vector_add", "TB/s", "Vector add [N]"),
     ("attention_fwd_f32_single_head", "TFLOP/s",

@@ -64,6 +64,7 @@ else
     bench attention_backward
     bench softmax
     bench layer_norm
+    bench layer_norm_backward
     bench rms_norm
     bench vector_add --dtype fp32
     bench attention_seed --dtype fp32

@@ -18,8 +18,8 @@ use tegula_kernels::{gemv, matmul, norm, softmax, vector_add};
 
 #[derive(clap::Args, Debug)]
 pub struct BenchArgs {
-    /// copy, vector_add, softmax, layer_norm, rms_norm, gemv, matmul, attention,
-    /// attention_backward, attention_seed (f32), or `all`.
+    /// copy, vector_add, softmax, layer_norm, layer_norm_backward, rms_norm, gemv, matmul,
+    /// attention, attention_backward, attention_seed (f32), or `all`.
     pub kernel: String,
     /// Problem size, repeatable: `--shape 4096,4096 --shape 8192,8192`. Dimensions: copy and
     /// vector_add N; softmax, layer_norm, rms_norm and gemv M,N; matmul M,N,K; attention and
@@ -99,6 +99,11 @@ const KERNELS: &[(&str, &str, &[&[usize]])] = &[
     ),
     (
         "layer_norm",
+        "M,N",
+        &[&[4096, 1024], &[4096, 4096], &[4096, 16384]],
+    ),
+    (
+        "layer_norm_backward",
         "M,N",
         &[&[4096, 1024], &[4096, 4096], &[4096, 16384]],
     ),
@@ -587,6 +592,30 @@ fn bench_typed<T: Element>(
                     (_, None) => norm::rms_norm_into(x, &w, 1e-5, &y),
                     (_, Some(c)) => norm::rms_norm_into_with(x, &w, 1e-5, &y, c),
                 }
+            })?
+        }
+        "layer_norm_backward" => {
+            // The library's API allocates dx, dw, db and the partial column sums on every call,
+            // so the time includes those allocations (and poisoning dx).
+            let (m, n) = (shape[0], shape[1]);
+            let mn = (m * n) as f64;
+            case.flops = 10.0 * mn;
+            // dy and x read, dx written; w, mean, rstd read; dw, db written.
+            case.bytes = 3.0 * mn * s + 3.0 * n as f64 * s + 8.0 * m as f64;
+            case.copies = copies_for(2.0 * mn * s);
+            let xs = random_copies::<T>(dev, &[m, n], case.copies)?;
+            let dy = random::<T>(dev, &[m, n])?;
+            let w = random::<T>(dev, &[n])?;
+            let b = random::<T>(dev, &[n])?;
+            let (y, mean, rstd) = (
+                dev.empty::<T>([m, n])?,
+                dev.empty::<f32>([m])?,
+                dev.empty::<f32>([m])?,
+            );
+            norm::layer_norm_into(&xs[0], &w, &b, 1e-5, &y, &mean, &rstd)?;
+            let mut r = Rotor::new(xs.len());
+            measure(dev, options, || {
+                norm::layer_norm_backward(&dy, &xs[r.step()], &w, &mean, &rstd).map(|_| ())
             })?
         }
         "gemv" => {
