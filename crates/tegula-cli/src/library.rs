@@ -209,17 +209,31 @@ pub fn check_all(filter: Option<&str>) -> Result<bool> {
     Ok(failures.is_empty() && reports.iter().all(CheckReport::passed))
 }
 
-/// The default shape, and the same with every dimension made odd (one less, at least 1): the
-/// ragged edges the masks must handle.
+/// The default shape, the same with every dimension made odd (one less, at least 1): the
+/// ragged edges the masks must handle; and for kernels with a CAUSAL flag, the default shape
+/// with the flag flipped, so both masks run.
 fn check_shapes(k: &LibraryKernel) -> Vec<Vec<usize>> {
+    let flag = k.dims.iter().position(|&d| d == "CAUSAL");
     let odd: Vec<usize> = k
         .default_shape
         .iter()
-        .map(|&d| if d % 2 == 0 { (d - 1).max(1) } else { d })
+        .enumerate()
+        .map(|(i, &d)| {
+            if Some(i) == flag || d % 2 == 1 {
+                d
+            } else {
+                (d - 1).max(1)
+            }
+        })
         .collect();
     let mut shapes = vec![k.default_shape.to_vec()];
     if odd != k.default_shape {
         shapes.push(odd);
+    }
+    if let Some(i) = flag {
+        let mut flipped = k.default_shape.to_vec();
+        flipped[i] = 1 - flipped[i].min(1);
+        shapes.push(flipped);
     }
     shapes
 }
