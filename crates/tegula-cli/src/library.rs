@@ -1,7 +1,6 @@
 //! `tegula run`, `tegula ir`, `tegula ptx` and `tegula check`: the kernel library from the
 //! command line.
 
-use std::process::Command;
 use tegula::ir::DType;
 use tegula::{Device, Error, Result};
 use tegula_kernels::{CheckReport, LibraryKernel};
@@ -130,20 +129,16 @@ pub fn ptx(name: &str, shape: Option<&str>, dtype: Option<&str>, num_warps: u32)
         "// entry {}: {} threads, {} bytes of static shared memory",
         compiled.entry, compiled.num_threads, compiled.shared_bytes
     );
-    match find_ptxas() {
+    match tegula_ptx::ptxas::find() {
         Some(ptxas) => {
             let dir = std::env::temp_dir().join(format!("tegula-ptx-{}", std::process::id()));
             std::fs::create_dir_all(&dir).map_err(io_error)?;
-            let file = dir.join("kernel.ptx");
-            std::fs::write(&file, &compiled.ptx).map_err(io_error)?;
-            let out = Command::new(&ptxas)
-                .args(["--gpu-name", "sm_90a", "-v", "-o"])
-                .arg(dir.join("kernel.cubin"))
-                .arg(&file)
-                .output()
-                .map_err(io_error)?;
-            eprint!("{}", String::from_utf8_lossy(&out.stderr));
+            let assembled = tegula_ptx::ptxas::assemble(&ptxas, &compiled.ptx, 90, &dir, "kernel");
             let _ = std::fs::remove_dir_all(&dir);
+            match assembled {
+                Ok(a) => eprint!("{}", a.log),
+                Err(e) => eprintln!("// {e}"),
+            }
         }
         None => eprintln!(
             "// no ptxas found for a resource report (set TEGULA_PTXAS or run scripts/ptxas.sh)"
@@ -157,21 +152,6 @@ fn io_error(e: std::io::Error) -> Error {
         op: "tegula ptx".into(),
         message: e.to_string(),
     }
-}
-
-fn find_ptxas() -> Option<std::path::PathBuf> {
-    if let Ok(p) = std::env::var("TEGULA_PTXAS") {
-        return Some(p.into());
-    }
-    let local = std::path::Path::new(".tools/nvcc/nvidia/cuda_nvcc/bin/ptxas");
-    if local.exists() {
-        return Some(local.into());
-    }
-    std::env::var_os("PATH").and_then(|paths| {
-        std::env::split_paths(&paths)
-            .map(|d| d.join("ptxas"))
-            .find(|p| p.exists())
-    })
 }
 
 /// `tegula check`: every library kernel, every dtype, a few shapes, on the default device

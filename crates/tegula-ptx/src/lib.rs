@@ -33,6 +33,7 @@ pub mod layout;
 mod lower;
 pub mod mma_layout;
 pub mod ptx;
+pub mod ptxas;
 
 use ptx::ParamDecl;
 use tegula_ir::{DType, Elem, Kernel, Loc};

@@ -5,29 +5,14 @@ mod mma_kernels;
 
 use mma_kernels::*;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use tegula_ir::prelude::*;
 use tegula_ir::Kernel;
 use tegula_ptx::{compile, CompileOptions, Target};
 
-/// ptxas from $TEGULA_PTXAS, `.tools/nvcc` (scripts/ptxas.sh) or PATH; missing is a failure.
+/// ptxas (see `tegula_ptx::ptxas::find`); missing is a failure, never a silent pass.
 fn find_ptxas() -> PathBuf {
-    if let Ok(p) = std::env::var("TEGULA_PTXAS") {
-        return PathBuf::from(p);
-    }
-    let local =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.tools/nvcc/nvidia/cuda_nvcc/bin/ptxas");
-    if local.exists() {
-        return local;
-    }
-    std::env::var("PATH")
-        .ok()
-        .and_then(|path| {
-            std::env::split_paths(&path)
-                .map(|d| d.join("ptxas"))
-                .find(|c| c.exists())
-        })
-        .expect("ptxas not found: run scripts/ptxas.sh (or set TEGULA_PTXAS)")
+    tegula_ptx::ptxas::find()
+        .expect("ptxas not found: run scripts/ptxas.sh (or set TEGULA_PTXAS) before this test")
 }
 
 struct Report {
@@ -51,41 +36,12 @@ fn assemble(
         num_stages: stages,
     };
     let c = compile(k, &Target { sm }, &opts).map_err(|e| format!("{name}: {e}"))?;
-    let file = dir.join(format!("{name}_sm{sm}_w{warps}_s{stages}.ptx"));
-    std::fs::write(&file, &c.ptx).unwrap();
-    let gpu = if sm == 90 {
-        "sm_90a".into()
-    } else {
-        format!("sm_{sm}")
-    };
-    let out = Command::new(ptxas)
-        .args(["--gpu-name", &gpu, "-v", "-o"])
-        .arg(file.with_extension("cubin"))
-        .arg(&file)
-        .output()
-        .expect("run ptxas");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    if !out.status.success() {
-        let head: String = text.lines().take(8).collect::<Vec<_>>().join("\n");
-        return Err(format!("ptxas failed on {}:\n{head}", file.display()));
-    }
-    let num_before = |key: &str| -> u32 {
-        text.find(key)
-            .and_then(|i| text[..i].split_whitespace().last()?.parse().ok())
-            .unwrap_or(0)
-    };
-    let registers = text
-        .find("Used ")
-        .and_then(|i| text[i + 5..].split_whitespace().next()?.parse().ok())
-        .unwrap_or(0);
+    let stem = format!("{name}_sm{sm}_w{warps}_s{stages}");
+    let a = tegula_ptx::ptxas::assemble(ptxas, &c.ptx, sm, dir, &stem)?;
     Ok(Report {
         name: format!("{name} sm_{sm} w{warps} s{stages}"),
-        registers,
-        spill_stores: num_before("bytes spill stores"),
+        registers: a.registers,
+        spill_stores: a.spill_stores,
         shared: c.shared_bytes,
     })
 }

@@ -6,29 +6,14 @@ mod common;
 
 use common::*;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use tegula_ir::prelude::*;
 use tegula_ir::Kernel;
 use tegula_ptx::{compile, CompileOptions, Target};
 
+/// ptxas (see `tegula_ptx::ptxas::find`); missing is a failure, never a silent pass.
 fn find_ptxas() -> PathBuf {
-    if let Ok(p) = std::env::var("TEGULA_PTXAS") {
-        return PathBuf::from(p);
-    }
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let local = root.join(".tools/nvcc/nvidia/cuda_nvcc/bin/ptxas");
-    if local.exists() {
-        return local;
-    }
-    if let Ok(path) = std::env::var("PATH") {
-        for dir in std::env::split_paths(&path) {
-            let c = dir.join("ptxas");
-            if c.exists() {
-                return c;
-            }
-        }
-    }
-    panic!("ptxas not found: run scripts/ptxas.sh (or set TEGULA_PTXAS) before this test");
+    tegula_ptx::ptxas::find()
+        .expect("ptxas not found: run scripts/ptxas.sh (or set TEGULA_PTXAS) before this test")
 }
 
 struct Report {
@@ -51,41 +36,12 @@ fn assemble(
         num_stages: 1,
     };
     let c = compile(k, &Target { sm }, &opts).map_err(|e| format!("{name}: {e}"))?;
-    let file = dir.join(format!("{name}_sm{sm}_w{warps}.ptx"));
-    std::fs::write(&file, &c.ptx).unwrap();
-    let gpu = if sm == 90 {
-        "sm_90a".to_string()
-    } else {
-        format!("sm_{sm}")
-    };
-    let out = Command::new(ptxas)
-        .args(["--gpu-name", &gpu, "-v", "-o"])
-        .arg(file.with_extension("cubin"))
-        .arg(&file)
-        .output()
-        .expect("run ptxas");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    if !out.status.success() {
-        let head: String = text.lines().take(8).collect::<Vec<_>>().join("\n");
-        return Err(format!("ptxas failed on {}:\n{head}", file.display()));
-    }
-    let num_before = |s: &str, key: &str| -> u32 {
-        s.find(key)
-            .and_then(|i| s[..i].split_whitespace().last()?.parse().ok())
-            .unwrap_or(0)
-    };
-    let registers = text
-        .find("Used ")
-        .and_then(|i| text[i + 5..].split_whitespace().next()?.parse().ok())
-        .unwrap_or(0);
+    let a =
+        tegula_ptx::ptxas::assemble(ptxas, &c.ptx, sm, dir, &format!("{name}_sm{sm}_w{warps}"))?;
     Ok(Report {
         name: format!("{name} sm_{sm} w{warps}"),
-        registers,
-        spill_stores: num_before(&text, "bytes spill stores"),
+        registers: a.registers,
+        spill_stores: a.spill_stores,
         shared: c.shared_bytes,
     })
 }
