@@ -262,7 +262,7 @@ fn pipelined(p: &MatmulProblem) -> bool {
 /// - at most 128 f32 accumulators per thread (BLOCK_M * BLOCK_N / (32 warps)); 8 warps only
 ///   for tiles of at least 64 x 128;
 /// - no more stages than K steps (at least 2), and no stages past 2 whose buffers
-///   (`stages * (BLOCK_M + BLOCK_N) * BLOCK_K * 2` bytes) exceed 48 KB (the lowering would
+///   (`stages * (BLOCK_M + BLOCK_N) * BLOCK_K * 2` bytes) exceed 227 KB (the lowering would
 ///   cut them to fewer stages: a duplicate).
 ///
 /// The default is 64 x 64 x 32 with 4 warps and 3 stages, each block clamped to the

@@ -24,9 +24,10 @@ pub const AUTO_LAUNCH: LaunchConfig = LaunchConfig {
     num_stages: 0,
 };
 
-/// Shared memory a kernel may declare statically (the lowering's limit): pipeline stages past
-/// it are dropped by the lowering, so such candidates duplicate one with fewer stages.
-pub(crate) const SHARED_BYTES: usize = 48 * 1024;
+/// Shared memory a block may use on Hopper (227 KB, opted in at launch): pipeline stages past
+/// the device's limit are dropped by the lowering, so such candidates duplicate one with fewer
+/// stages.
+pub(crate) const SHARED_BYTES: usize = 227 * 1024;
 
 /// The largest f32 accumulator a thread should hold (in elements) before registers spill.
 pub(crate) const ACC_PER_THREAD: usize = 128;

@@ -24,8 +24,8 @@
 //! Not lowered yet (each gives [`PtxError::Unsupported`] with the source line):
 //! `device_print`, tiles with a dimension that is not a power of two, atomics on 8-bit, 16-bit
 //! integers and i1, f64 transcendental functions (only sqrt, rsqrt, abs, neg, floor, ceil), a
-//! `dot` operand or an FMA `dot` needing more than 48 KB of shared memory, and reshapes or
-//! permutes of tiles over 48 KB (other conversions go in slabs). `device_assert` lowers to
+//! `dot` operand, an FMA `dot`, a reshape or a permute needing more shared memory than the
+//! target allows a block (`Target::max_shared_bytes`; other conversions go in slabs of 48 KB). `device_assert` lowers to
 //! `trap` (the message is not printed on the GPU).
 
 pub mod axis_info;
@@ -52,6 +52,16 @@ impl Target {
             "sm_90a".into()
         } else {
             format!("sm_{}", self.sm)
+        }
+    }
+
+    /// Shared memory one block may use, opted in to beyond the default 48 KB: 227 KB on
+    /// Hopper, 163 KB on A100 (sm_80, sm_87), 99 KB on the other Ampere and Ada parts.
+    pub fn max_shared_bytes(&self) -> u32 {
+        match self.sm {
+            90.. => 227 * 1024,
+            80 | 87 => 163 * 1024,
+            _ => 99 * 1024,
         }
     }
 
@@ -107,7 +117,8 @@ pub struct Compiled {
     pub ptx: String,
     /// The `.entry` name to look up in the module.
     pub entry: String,
-    /// Static shared memory the kernel declares (the launch needs no dynamic shared memory).
+    /// Shared memory the kernel uses. It is declared `.extern` (dynamic), so the launch must
+    /// ask for exactly this many bytes; over 48 KB the runtime opts the function in first.
     pub shared_bytes: u32,
     /// Threads per block: `32 * num_warps`.
     pub num_threads: u32,
@@ -168,17 +179,25 @@ pub fn compile(
     lw.lower_kernel()?;
     let entry = format!("tg_{}", sanitize(&kernel.name));
     let shared_bytes = lw.smem_bytes.div_ceil(16) * 16;
-    if shared_bytes > lower::MAX_STATIC_SHARED && options.num_stages > 1 {
-        // Pipeline buffers sit below the scratch buffer's other uses in their loop: with
-        // fewer stages they fit.
-        return compile(
-            kernel,
-            target,
-            &CompileOptions {
-                num_stages: options.num_stages - 1,
-                ..*options
-            },
-        );
+    if shared_bytes > target.max_shared_bytes() {
+        if options.num_stages > 1 {
+            // Pipeline buffers sit below the scratch buffer's other uses in their loop: with
+            // fewer stages they fit.
+            return compile(
+                kernel,
+                target,
+                &CompileOptions {
+                    num_stages: options.num_stages - 1,
+                    ..*options
+                },
+            );
+        }
+        return Err(PtxError::Options(format!(
+            "kernel `{}` needs {shared_bytes} bytes of shared memory; sm_{} allows {} a block",
+            kernel.name,
+            target.sm,
+            target.max_shared_bytes()
+        )));
     }
     let params: Vec<ParamDecl> = (0..kernel.params.len())
         .map(|i| ParamDecl {

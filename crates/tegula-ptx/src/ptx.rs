@@ -356,6 +356,11 @@ impl Builder {
         let _ = writeln!(s, ".version {version}");
         let _ = writeln!(s, ".target {target}");
         let _ = writeln!(s, ".address_size 64\n");
+        if shared_bytes > 0 {
+            // Dynamic (sized by the launch), so a block may use more than the 48 KB that a
+            // static array may declare.
+            let _ = writeln!(s, ".extern .shared .align 128 .b8 {SMEM}[];\n");
+        }
         let _ = writeln!(s, ".visible .entry {entry}(");
         for (i, p) in params.iter().enumerate() {
             let sep = if i + 1 < params.len() { "," } else { "" };
@@ -372,9 +377,6 @@ impl Builder {
                     self.counts[i] + 1
                 );
             }
-        }
-        if shared_bytes > 0 {
-            let _ = writeln!(s, "\t.shared .align 128 .b8 {SMEM}[{shared_bytes}];");
         }
         s.push('\n');
         for st in self.prologue.iter().chain(self.body.iter()) {

@@ -62,7 +62,8 @@ fn split_args(s: &str) -> Vec<String> {
     out
 }
 
-fn parse(ptx: &str) -> Prog {
+/// `shared_bytes`: the dynamic shared memory the launch gives the kernel.
+fn parse(ptx: &str, shared_bytes: usize) -> Prog {
     let mut names: HashMap<String, usize> = HashMap::new();
     let reg = |n: &str, names: &mut HashMap<String, usize>| {
         let k = names.len();
@@ -72,6 +73,15 @@ fn parse(ptx: &str) -> Prog {
     let mut labels = HashMap::new();
     let mut shared = 0;
     let mut shared_syms: HashMap<String, (usize, usize)> = HashMap::new();
+    for l in ptx.lines() {
+        // `.extern .shared .align 128 .b8 NAME[];` at module scope: the launch's dynamic array.
+        if let Some(rest) = l.trim().strip_prefix(".extern .shared") {
+            let decl = rest.split_whitespace().last().unwrap();
+            let name = decl.trim_end_matches("[];");
+            shared_syms.insert(name.to_string(), (0, shared_bytes));
+            shared = shared_bytes;
+        }
+    }
     let body = &ptx[ptx.find(".maxntid").unwrap()..];
     for line in body.lines().skip(2) {
         let l = line.trim();
@@ -818,7 +828,7 @@ fn run_staged(k: &Kernel, warps: u32, stages: u32, grid: [u64; 3], args: &[Arg])
     if let Ok(path) = std::env::var("TEGULA_SIM_DUMP") {
         std::fs::write(path, &c.ptx).unwrap();
     }
-    let prog = parse(&c.ptx);
+    let prog = parse(&c.ptx, c.shared_bytes as usize);
     let mut gmem = Gmem { bufs: Vec::new() };
     let mut params = HashMap::new();
     for (i, a) in args.iter().enumerate() {

@@ -147,8 +147,13 @@ impl Gpu {
     /// Enqueues a launch on the device's stream.
     pub fn launch(&self, k: &GpuKernel, grid: [u32; 3], args: &[KernelArg]) -> Result<()> {
         let params = k.pack(args)?;
-        self.runtime
-            .launch(&k.loaded, grid, [k.compiled.num_threads, 1, 1], 0, &params)?;
+        self.runtime.launch(
+            &k.loaded,
+            grid,
+            [k.compiled.num_threads, 1, 1],
+            k.compiled.shared_bytes,
+            &params,
+        )?;
         Ok(())
     }
 }

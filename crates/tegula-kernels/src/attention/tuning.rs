@@ -108,7 +108,7 @@ fn grid(
 ///   (`(BLOCK_M * D + BLOCK_M * BLOCK_N) / (32 warps)`, D padded to a power of two), which
 ///   bounds the head dim's effect; 8 warps only for tiles of at least 64 x 128;
 /// - no more stages than key steps (at least 2), and no stages past 2 whose K and V buffers
-///   (`stages * 2 * BLOCK_N * D * 2` bytes) exceed 48 KB (the lowering cuts those to fewer).
+///   (`stages * 2 * BLOCK_N * D * 2` bytes) exceed 227 KB (the lowering cuts those to fewer).
 ///
 /// The default is BLOCK_M 64, BLOCK_N 64, 4 warps, 2 stages, clamped to the lengths.
 pub fn forward_candidates(

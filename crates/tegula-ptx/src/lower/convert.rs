@@ -192,7 +192,7 @@ impl Lower<'_> {
         let class = src.first().map(|r| r.class).unwrap_or(RegClass::B32);
         let shape = ty.shape;
         let bytes = shape.numel() as u32 * class.bytes();
-        if bytes > super::MAX_STATIC_SHARED {
+        if bytes > self.max_shared {
             return Err(self.unsupported(format!(
                 "a layout conversion of {ty} ({bytes} bytes of shared memory)"
             )));

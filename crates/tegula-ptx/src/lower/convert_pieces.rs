@@ -42,10 +42,10 @@ impl Lower<'_> {
                 let rows = shape.dim(a) as u32;
                 let slab_bytes = |r: u32| (shape.numel() as u32 / rows) * r * class.bytes();
                 let mut r = rows;
-                while r > 1 && slab_bytes(r) > super::MAX_STATIC_SHARED {
+                while r > 1 && slab_bytes(r) > super::CONVERT_SCRATCH {
                     r /= 2;
                 }
-                if slab_bytes(r) > super::MAX_STATIC_SHARED {
+                if slab_bytes(r) > super::CONVERT_SCRATCH {
                     return None;
                 }
                 let predicated = [from, to]

@@ -43,10 +43,10 @@ impl Lower<'_> {
         let es = class_of(Elem::Scalar(dt)).bytes() as usize;
         let a_bytes = (m * kk * es).div_ceil(16) * 16;
         let total = a_bytes + kk * n * es;
-        if total > super::MAX_STATIC_SHARED as usize {
+        if total > self.max_shared as usize {
             return Err(self.unsupported(format!(
                 "dot of {aty} and {bty} through FMA ({total} bytes of shared memory; at most {})",
-                super::MAX_STATIC_SHARED
+                self.max_shared
             )));
         }
         let ld = self.dot_layout(inst);

@@ -280,7 +280,7 @@ impl Lower<'_> {
         }
         if !staged.is_empty() {
             // Stage together when they fit, else one at a time from offset 0.
-            let together = offset <= super::MAX_STATIC_SHARED;
+            let together = offset <= self.max_shared;
             let groups: Vec<Vec<usize>> = if together {
                 vec![(0..staged.len()).collect()]
             } else {
@@ -294,10 +294,10 @@ impl Lower<'_> {
                     }
                     end = end.max(staged[s].5.offset + staged[s].5.bytes());
                 }
-                if end > super::MAX_STATIC_SHARED {
+                if end > self.max_shared {
                     return Err(self.unsupported(format!(
                         "a tensor-core dot operand of {end} bytes of shared memory (at most {})",
-                        super::MAX_STATIC_SHARED
+                        self.max_shared
                     )));
                 }
                 self.smem(end);

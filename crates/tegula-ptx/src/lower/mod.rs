@@ -36,8 +36,9 @@ pub(crate) type R<T> = Result<T, PtxError>;
 /// Registers of one value in one layout, in the layout's register order.
 pub(crate) type Vals = Vec<Reg>;
 
-/// Largest static shared memory a kernel may use without opting in to more.
-pub const MAX_STATIC_SHARED: u32 = 48 * 1024;
+/// Scratch a layout conversion may take at once; larger tiles convert in slabs, so that a
+/// conversion never costs a kernel more occupancy than 48 KB of shared memory would.
+pub const CONVERT_SCRATCH: u32 = 48 * 1024;
 
 pub(crate) struct Lower<'k> {
     pub k: &'k Kernel,
@@ -45,6 +46,9 @@ pub(crate) struct Lower<'k> {
     pub axis: AxisAnalysis,
     pub num_warps: u32,
     pub sm: u32,
+    /// Shared memory one block may use on this target (the opt-in limit; the launch asks for
+    /// it as dynamic shared memory).
+    pub max_shared: u32,
     anchors: HashMap<Value, Layout>,
     /// Layouts assumed for block arguments while choosing loop-carried layouts.
     assumed: HashMap<Value, (Layout, bool)>,
@@ -109,6 +113,7 @@ impl<'k> Lower<'k> {
             axis: AxisAnalysis::run(k),
             num_warps,
             sm,
+            max_shared: crate::Target { sm }.max_shared_bytes(),
             anchors: HashMap::new(),
             assumed: HashMap::new(),
             natural_memo: Default::default(),
@@ -837,7 +842,7 @@ impl<'k> Lower<'k> {
             }
         }
         let bytes = ty.shape.numel() as u32 * src.first().map_or(4, |r| r.class.bytes());
-        if remap.is_none() && bytes > MAX_STATIC_SHARED {
+        if remap.is_none() && bytes > CONVERT_SCRATCH {
             if let Some(r) = self.convert_in_pieces(src, ty, from, to) {
                 return r;
             }

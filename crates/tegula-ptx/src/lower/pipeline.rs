@@ -18,7 +18,7 @@
 //! The barrier also tells every thread that the slot being refilled was read last iteration.
 //! Iterations past the end copy nothing (0 source bytes). The slots occupy the start of the
 //! scratch buffer while the loop runs (other scratch uses in the loop go after them); when the
-//! total exceeds 48 KB, compilation retries with one stage fewer.
+//! total exceeds the target's limit (`Target::max_shared_bytes`), compilation retries with one stage fewer.
 
 use super::{is_anchored, Lower, Vals, R};
 use crate::layout::Layout;
@@ -201,14 +201,14 @@ impl Lower<'_> {
         // compilation, which retries with fewer stages).
         // Fewer stages, then fewer loads, until the slots fit.
         let mut stages = self.num_stages;
-        while stages > 2 && stages * offset > super::MAX_STATIC_SHARED {
+        while stages > 2 && stages * offset > self.max_shared {
             stages -= 1;
         }
-        while stages * offset > super::MAX_STATIC_SHARED && loads.len() > 1 {
+        while stages * offset > self.max_shared && loads.len() > 1 {
             let last = loads.pop().expect("a load");
             offset = last.stage.offset;
         }
-        if stages * offset > super::MAX_STATIC_SHARED {
+        if stages * offset > self.max_shared {
             return None;
         }
         Some((loads, stages, offset))

@@ -234,7 +234,7 @@ impl Lower<'_> {
                 0
             };
             let total = ((vbytes + 15) / 16 * 16 + ibytes) as u32;
-            if total > super::MAX_STATIC_SHARED {
+            if total > self.max_shared {
                 return Err(self.unsupported(format!(
                     "a reduction needing {total} bytes of shared memory"
                 )));
