@@ -3,6 +3,7 @@
 //! (the specialization `tegula::gpu` applies), which `tegula ptx` leaves out. For reading the
 //! memory-bound kernels' loads without a GPU:
 //! `cargo run --release -p tegula-kernels --example ptx_specialized -- KERNEL M N [WARPS [BLOCK_M]]`
+//! or `.. KERNEL M N NAME=VALUE,..` (e.g. `gemv 8192 8192 BLOCK_M=1,BLOCK_N=4096,UNROLL=1`)
 //! (KERNEL: gemv, softmax, softmax_online, layer_norm, rms_norm, vector_add).
 
 use tegula::ir::{passes, Constant, Kernel};
@@ -43,23 +44,39 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // The host wrapper's config for the shape; the last two arguments override the warps and
     // the rows per program.
     let mut c = match name {
-        "gemv" => gemv::config(nu, 1, nu),
+        "gemv" => gemv::config(nu, 1, nu, 2),
         "softmax" | "softmax_online" => softmax::config(nu, softmax::MAX_BLOCK),
         "layer_norm" => norm::layer_norm_config(nu),
         "rms_norm" => norm::rms_norm_config(nu),
         _ => tegula::Config::new(4, 1),
     };
-    if let Some(w) = argv.get(3) {
-        c.num_warps = w.parse()?;
-    }
-    if let Some(r) = argv.get(4) {
-        c = c.with("BLOCK_M", r.parse()?);
+    // Either `NAME=VALUE,..` pairs overriding the config (`warps` sets the warps), or WARPS
+    // [BLOCK_M].
+    match argv.get(3) {
+        Some(pairs) if pairs.contains('=') => {
+            for pair in pairs.split(',') {
+                let (k, v) = pair.split_once('=').ok_or("expected NAME=VALUE")?;
+                match k {
+                    "warps" => c.num_warps = v.parse()?,
+                    _ => c = c.with(k, v.parse()?),
+                }
+            }
+        }
+        w => {
+            if let Some(w) = w {
+                c.num_warps = w.parse()?;
+            }
+            if let Some(r) = argv.get(4) {
+                c = c.with("BLOCK_M", r.parse()?);
+            }
+        }
     }
     let get = |k: &str| c.get(k).unwrap_or(0) as usize;
     eprintln!("// config {c}");
     let (kernel, args) = match name {
         "gemv" => {
-            let k = gemv::gemv_kernel::trace::<f16>(get("BLOCK_M"), get("BLOCK_N"))?;
+            let unroll = c.get("UNROLL").unwrap_or(1) as usize;
+            let k = gemv::gemv_kernel::trace::<f16>(get("BLOCK_M"), get("BLOCK_N"), unroll)?;
             (k, vec![P, P, P, I(m), I(n), I(n), I(1), I(1), I(1)])
         }
         "softmax" if get("BLOCK_M") > 0 => {

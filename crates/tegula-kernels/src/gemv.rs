@@ -29,76 +29,96 @@ pub fn gemv_kernel<T: Element>(
     stride_y: i32,
     #[constexpr] block_m: usize,
     #[constexpr] block_n: usize,
+    #[constexpr] unroll: usize,
 ) {
-    let rows = program_id(0) * block_m + arange(0, block_m as i64);
-    let row_mask = rows.lt(m);
+    let row_offsets = arange(0, block_m as i64);
     let offsets = arange(0, block_n as i64);
-    let mut acc = zeros::<f32>([block_m, block_n]);
-    for start in range(0, n, block_n) {
-        let cols = start + offsets;
-        let col_mask = cols.lt(n);
-        let mask = row_mask.col() & col_mask.row();
-        // A streams through once: evict it first, so that x (re-read by every program) stays.
-        let av = load_with(
-            a + rows.col() * stride_am + cols.row() * stride_an,
-            LoadOptions {
-                mask: Some(mask),
-                evict: EvictionPolicy::First,
-                ..Default::default()
-            },
-        );
-        let xv = load_with(
-            x + cols * stride_x,
-            LoadOptions {
-                mask: Some(col_mask),
-                evict: EvictionPolicy::Last,
-                ..Default::default()
-            },
-        );
-        acc += av.to::<f32>() * xv.to::<f32>().row();
+    // Program p owns row blocks p, p + P, p + 2P, .. (P programs). The host launches either one
+    // program per row block (one trip) or a persistent grid of a few programs per SM.
+    for row_start in range(program_id(0) * block_m, m, num_programs(0) * block_m) {
+        let rows = row_start + row_offsets;
+        let row_mask = rows.lt(m);
+        let mut acc = zeros::<f32>([block_m, block_n]);
+        // Each step covers `unroll` chunks of `block_n` columns. Every load of a step is issued
+        // before the first multiply, so a thread has `unroll` loads of A per row in flight.
+        for start in range(0, n, block_n * unroll) {
+            let mut chunks = Vec::new();
+            for u in static_range(0, unroll, 1) {
+                let cols = start + (u * block_n) as i64 + offsets;
+                let col_mask = cols.lt(n);
+                let mask = row_mask.col() & col_mask.row();
+                // A streams through once: evict it first, so that x (re-read by every program)
+                // stays.
+                let av = load_with(
+                    a + rows.col() * stride_am + cols.row() * stride_an,
+                    LoadOptions {
+                        mask: Some(mask),
+                        evict: EvictionPolicy::First,
+                        ..Default::default()
+                    },
+                );
+                let xv = load_with(
+                    x + cols * stride_x,
+                    LoadOptions {
+                        mask: Some(col_mask),
+                        evict: EvictionPolicy::Last,
+                        ..Default::default()
+                    },
+                );
+                chunks.push((av, xv));
+            }
+            for (av, xv) in chunks {
+                acc += av.to::<f32>() * xv.to::<f32>().row();
+            }
+        }
+        store(y + rows * stride_y, sum(acc, 1), row_mask);
     }
-    store(y + rows * stride_y, sum(acc, 1), row_mask);
 }
 
 const OP: &str = "gemv";
 const DTYPES: &[DType] = &[DType::F16, DType::BF16, DType::F32];
 
-/// Block sizes `(block_m, block_n)` for `A` with strides `(stride_m, stride_n)` and `n` columns
-/// (see [`config`]).
-pub fn block_sizes(stride_m: usize, stride_n: usize, n: usize) -> (usize, usize) {
-    let c = config(stride_m, stride_n, n);
-    let get = |k: &str| c.get(k).unwrap_or(1) as usize;
-    (get("BLOCK_M"), get("BLOCK_N"))
-}
+/// Bytes of one vector load of A: the widest load the lowering emits.
+const LOAD_BYTES: usize = 16;
 
-/// Elements of `A` each thread loads per loop step on the row-major path: 32 f16 values are
-/// four 16-byte loads in flight per thread, enough with a few programs per SM to cover DRAM
-/// latency, and an f32 accumulator of 32 registers.
-const ELEMS_PER_THREAD: usize = 32;
+/// Loads of A in flight per thread per loop step on the row-major path: four 16-byte loads,
+/// enough with a few programs per SM to cover DRAM latency.
+const LOADS_PER_STEP: usize = 4;
 
-/// The launch config (`BLOCK_M`, `BLOCK_N`, warps) for `A` with strides `(stride_m, stride_n)`
-/// and `n` columns.
+/// Warps per program on the row-major path.
+const WARPS: u32 = 4;
+
+/// The SM count the interpreter pretends to have for `PROGRAMS_PER_SM` (small, so that the
+/// persistent loop takes several trips in tests).
+const CPU_SMS: usize = 4;
+
+/// The launch config for `A` with strides `(stride_m, stride_n)`, `n` columns and elements of
+/// `elem_bytes` bytes. Knobs: `BLOCK_M` rows per program, `BLOCK_N` columns per load, `UNROLL`
+/// loads of `BLOCK_N` columns per row per loop step (default 1), `PROGRAMS_PER_SM` (0, the
+/// default: one program per `BLOCK_M` rows; else a persistent grid of about that many programs
+/// per SM, each looping over row blocks), and the warps.
 ///
 /// Column-major `A` (unit row stride): 64 rows by 32 columns per step, so adjacent lanes along
-/// the rows read adjacent elements. Otherwise: up to 4096 columns per step (the largest power
-/// of two up to that dividing `n`, so no step is half masked), and as many rows per program as
-/// make [`ELEMS_PER_THREAD`] elements per thread.
-pub fn config(stride_m: usize, stride_n: usize, n: usize) -> Config {
-    let warps = 4;
-    let (bm, bn) = if stride_m == 1 && stride_n != 1 {
-        (64, check::next_pow2(n, 16).min(32))
-    } else {
-        let full = check::next_pow2(n, 16).min(4096);
-        let bn = [4096, 2048, 1024]
-            .into_iter()
-            .find(|&b| b <= full && n.is_multiple_of(b))
-            .unwrap_or(full);
-        let bm = (ELEMS_PER_THREAD * 32 * warps as usize / bn).max(1);
-        (bm, bn)
-    };
-    Config::new(warps, 1)
-        .with("BLOCK_M", bm as i64)
+/// the rows read adjacent elements.
+///
+/// Row-major `A`: one warp per row. `BLOCK_N` is what one warp covers with one 16-byte load
+/// per lane (256 columns of f16/bf16, 128 of f32), so the blocked layout puts the warps along
+/// the rows and each row is reduced with shuffles inside its warp: no shared memory, no
+/// barrier. `BLOCK_M` is the number of warps, and `UNROLL` gives each thread
+/// [`LOADS_PER_STEP`] loads in flight (fewer when the row is shorter).
+pub fn config(stride_m: usize, stride_n: usize, n: usize, elem_bytes: usize) -> Config {
+    if stride_m == 1 && stride_n != 1 {
+        return Config::new(4, 1)
+            .with("BLOCK_M", 64)
+            .with("BLOCK_N", check::next_pow2(n, 16).min(32) as i64);
+    }
+    let warp_cols = 32 * LOAD_BYTES / elem_bytes.max(1);
+    let bn = check::next_pow2(n, 16).min(warp_cols);
+    let unroll = n.div_ceil(bn).clamp(1, LOADS_PER_STEP);
+    Config::new(WARPS, 1)
+        .with("BLOCK_M", WARPS as i64)
         .with("BLOCK_N", bn as i64)
+        .with("UNROLL", unroll as i64)
 }
 
 /// `y = A x` into `y`.
@@ -109,12 +129,17 @@ pub fn config(stride_m: usize, stride_n: usize, n: usize) -> Config {
 /// reduced across the block.
 pub fn gemv_into<T: Element>(a: &Tensor<T>, x: &Tensor<T>, y: &Tensor<f32>) -> Result<()> {
     check::expect_rank(OP, "a", a, 2)?;
-    let c = config(a.strides()[0], a.strides()[1], a.shape()[1]);
+    let c = config(
+        a.strides()[0],
+        a.strides()[1],
+        a.shape()[1],
+        T::DTYPE.size_bytes(),
+    );
     gemv_into_with(a, x, y, &c)
 }
 
-/// [`gemv_into`] with an explicit config: constexprs `BLOCK_M` and `BLOCK_N` (powers of two;
-/// `BLOCK_N` at least 16) and the warps.
+/// [`gemv_into`] with an explicit config (see [`config`]): `BLOCK_M` and `BLOCK_N` powers of
+/// two, `BLOCK_N` at least 16; optional `UNROLL` (at least 1) and `PROGRAMS_PER_SM`.
 pub fn gemv_into_with<T: Element>(
     a: &Tensor<T>,
     x: &Tensor<T>,
@@ -134,10 +159,20 @@ pub fn gemv_into_with<T: Element>(
     check::expect_i32_extent(OP, "x", x)?;
     check::expect_i32_extent(OP, "y", y)?;
     let (block_m, block_n) = (config.usize("BLOCK_M")?, config.usize("BLOCK_N")?);
-    if !block_m.is_power_of_two() || !block_n.is_power_of_two() || block_n < 16 {
+    let unroll = config.get("UNROLL").unwrap_or(1);
+    let programs_per_sm = config.get("PROGRAMS_PER_SM").unwrap_or(0);
+    if !block_m.is_power_of_two()
+        || !block_n.is_power_of_two()
+        || block_n < 16
+        || unroll < 1
+        || programs_per_sm < 0
+    {
         return Err(tegula::Error::Invalid {
             op: OP.into(),
-            message: format!("config {config}: block sizes must be powers of two, BLOCK_N >= 16"),
+            message: format!(
+                "config {config}: block sizes must be powers of two, BLOCK_N >= 16, \
+                 UNROLL >= 1, PROGRAMS_PER_SM >= 0"
+            ),
         });
     }
     if m == 0 {
@@ -145,9 +180,20 @@ pub fn gemv_into_with<T: Element>(
     }
     let (mi, ni) = (check::as_i32(OP, "M", m)?, check::as_i32(OP, "N", n)?);
     let (sam, san) = (a.strides()[0], a.strides()[1]);
+    let row_blocks = m.div_ceil(block_m);
+    let programs = match programs_per_sm as usize {
+        0 => row_blocks,
+        per_sm => {
+            let sms = a
+                .device()
+                .cuda_runtime()
+                .map_or(CPU_SMS, |r| r.device_info().sm_count as usize);
+            balanced_grid(row_blocks, sms * per_sm)
+        }
+    };
     gemv_kernel::launch_with::<T>(
         a.device(),
-        m.div_ceil(block_m),
+        programs,
         config.launch_config(),
         a,
         x,
@@ -160,7 +206,16 @@ pub fn gemv_into_with<T: Element>(
         y.strides()[0] as i32,
         block_m,
         block_n,
+        unroll as usize,
     )
+}
+
+/// Programs for `blocks` row blocks with at most `max_programs` programs: the fewest trips per
+/// program that fit, then the fewest programs that still give every program that many trips
+/// (bar the last few), so no program runs a trip more than the others while most sit idle.
+pub fn balanced_grid(blocks: usize, max_programs: usize) -> usize {
+    let trips = blocks.div_ceil(max_programs.max(1));
+    blocks.div_ceil(trips.max(1))
 }
 
 /// `A x` in a new f32 vector; see [`gemv_into`].
@@ -221,11 +276,14 @@ fn check_entry(dev: &Device, shape: &[usize], dtype: DType) -> Result<CheckRepor
 
 fn trace_entry(shape: &[usize], dtype: DType) -> std::result::Result<Kernel, TraceError> {
     let n = dims(shape).1;
-    let (bm, bn) = block_sizes(n, 1, n); // the row-major layout `check` uses
+    // The row-major layout `check` uses.
+    let c = config(n, 1, n, dtype.size_bytes());
+    let get = |k: &str| c.get(k).unwrap_or(1) as usize;
+    let (bm, bn, unroll) = (get("BLOCK_M"), get("BLOCK_N"), get("UNROLL"));
     match dtype {
-        DType::BF16 => gemv_kernel::trace::<bf16>(bm, bn),
-        DType::F32 => gemv_kernel::trace::<f32>(bm, bn),
-        _ => gemv_kernel::trace::<f16>(bm, bn),
+        DType::BF16 => gemv_kernel::trace::<bf16>(bm, bn, unroll),
+        DType::F32 => gemv_kernel::trace::<f32>(bm, bn, unroll),
+        _ => gemv_kernel::trace::<f16>(bm, bn, unroll),
     }
 }
 

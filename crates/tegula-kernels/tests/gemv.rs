@@ -4,9 +4,12 @@
 use half::{bf16, f16};
 use rand::Rng;
 use tegula::ir::Element;
+use tegula::Config;
 use tegula::{Device, Error, Tensor};
 use tegula_kernels::check;
-use tegula_kernels::gemv::{gemv, gemv_into, reference, tolerance};
+use tegula_kernels::gemv::{
+    balanced_grid, config, gemv, gemv_into, gemv_into_with, reference, tolerance,
+};
 
 fn check_case<T: Element>(a: &Tensor<T>, x: &Tensor<T>) {
     let (m, n) = (a.shape()[0], a.shape()[1]);
@@ -176,5 +179,128 @@ fn library_entry_checks_and_traces() {
             .unwrap()
             .to_string()
             .contains("for"));
+    }
+}
+
+/// `gemv_into_with` against float64 for one config; y starts as NaN so every row must be written.
+fn check_config<T: Element>(a: &Tensor<T>, x: &Tensor<T>, c: &Config) {
+    let (m, n) = (a.shape()[0], a.shape()[1]);
+    let y = a.device().full::<f32>([m], f32::NAN).unwrap();
+    gemv_into_with(a, x, &y, c).unwrap();
+    let want = reference(&a.to_f64_vec().unwrap(), &x.to_f64_vec().unwrap(), m, n);
+    let r = check::compare(
+        "gemv",
+        format!("{m}x{n} config {c}"),
+        T::DTYPE,
+        &y.to_f64_vec().unwrap(),
+        &want,
+        tolerance(T::DTYPE),
+    );
+    assert!(r.passed(), "{r:?}");
+}
+
+fn knobs(warps: u32, bm: i64, bn: i64, unroll: i64, per_sm: i64) -> Config {
+    Config::new(warps, 1)
+        .with("BLOCK_M", bm)
+        .with("BLOCK_N", bn)
+        .with("UNROLL", unroll)
+        .with("PROGRAMS_PER_SM", per_sm)
+}
+
+#[test]
+fn warp_per_row_unrolled_and_persistent_configs() {
+    let dev = Device::cpu();
+    let mut rng = rand::thread_rng();
+    // Odd sizes: ragged last row block and last column step (UNROLL chunks that do not divide
+    // N, some chunks of a step wholly masked).
+    let (m, n) = (rng.gen_range(40..90) | 1, rng.gen_range(700..1300) | 1);
+    let a16 = dev.randn::<f16>([m, n]).unwrap();
+    let x16 = dev.randn::<f16>([n]).unwrap();
+    let abf = dev.randn::<bf16>([m, n]).unwrap();
+    let xbf = dev.randn::<bf16>([n]).unwrap();
+    let configs = [
+        // One warp per row, 1-8 chunks a step, one program per row block.
+        knobs(4, 4, 256, 1, 0),
+        knobs(4, 4, 256, 3, 0),
+        knobs(4, 8, 256, 2, 0),
+        knobs(8, 8, 256, 8, 0),
+        // Persistent grids: the interpreter has 4 "SMs", so programs loop over row blocks.
+        knobs(4, 4, 256, 4, 1),
+        knobs(4, 8, 256, 2, 2),
+        knobs(4, 16, 256, 1, 3),
+        // The earlier wide tiles (warps along the columns), persistent.
+        knobs(4, 1, 1024, 1, 2),
+        knobs(4, 2, 512, 2, 0),
+    ];
+    for c in &configs {
+        check_config(&a16, &x16, c);
+        check_config(&abf, &xbf, c);
+    }
+    // The default rule for these shapes and for a row shorter than one warp's columns.
+    check_config(&a16, &x16, &config(n, 1, n, 2));
+    let short = dev.randn::<f16>([m, 37]).unwrap();
+    check_config(
+        &short,
+        &dev.randn::<f16>([37]).unwrap(),
+        &config(37, 1, 37, 2),
+    );
+    let a32 = dev.randn::<f32>([m, n]).unwrap();
+    check_config(&a32, &dev.randn::<f32>([n]).unwrap(), &config(n, 1, n, 4));
+}
+
+#[test]
+fn default_config_puts_one_warp_on_each_row() {
+    // 16-byte loads: 32 lanes cover 256 f16/bf16 or 128 f32 columns; BLOCK_M is the warps, so
+    // the layout gives each warp whole rows; four loads per row a step where the row is long.
+    let c = config(8192, 1, 8192, 2);
+    assert_eq!(c.get("BLOCK_N"), Some(256));
+    assert_eq!(c.get("BLOCK_M"), Some(c.num_warps as i64));
+    assert_eq!(c.get("UNROLL"), Some(4));
+    let c = config(4096, 1, 4096, 4);
+    assert_eq!(c.get("BLOCK_N"), Some(128));
+    let c = config(300, 1, 300, 2);
+    assert_eq!(c.get("UNROLL"), Some(2));
+    let c = config(37, 1, 37, 2);
+    assert_eq!((c.get("BLOCK_N"), c.get("UNROLL")), (Some(64), Some(1)));
+}
+
+#[test]
+fn balanced_grid_gives_every_program_the_same_trips() {
+    for &(blocks, max) in &[
+        (2048usize, 1056usize),
+        (3584, 1056),
+        (1024, 1056),
+        (7, 4),
+        (1, 528),
+    ] {
+        let g = balanced_grid(blocks, max);
+        assert!(
+            g >= 1 && g <= max.max(1) && g <= blocks,
+            "{blocks} {max} -> {g}"
+        );
+        let trips = blocks.div_ceil(g);
+        // No fewer trips than the cap allows, and no program idle for a whole trip.
+        assert_eq!(trips, blocks.div_ceil(max));
+        assert!(blocks > (trips - 1) * g, "{blocks} {max} -> {g}");
+    }
+    assert_eq!(balanced_grid(2048, 1056), 1024);
+}
+
+#[test]
+fn invalid_knobs_are_typed_errors() {
+    let dev = Device::cpu();
+    let a = dev.randn::<f16>([5, 40]).unwrap();
+    let x = dev.randn::<f16>([40]).unwrap();
+    let y = dev.zeros::<f32>([5]).unwrap();
+    for c in [
+        knobs(4, 4, 256, 0, 0),
+        knobs(4, 4, 256, 1, -1),
+        knobs(4, 3, 256, 1, 0),
+        knobs(4, 4, 8, 1, 0),
+    ] {
+        assert!(
+            matches!(gemv_into_with(&a, &x, &y, &c), Err(Error::Invalid { .. })),
+            "{c}"
+        );
     }
 }
