@@ -391,7 +391,9 @@ pub enum Op {
     /// `(x) -> x`: the compiler may assume runs of `n` consecutive elements along the last
     /// axis are contiguous (each the previous plus one).
     MaxContiguous { n: u32 },
-    /// `(values..) -> ()`: prints values with a prefix, per program.
+    /// `(values..) -> ()`: prints values with a prefix, per program. The interpreter prints a
+    /// line per program; the GPU a line per element, `pid (x, y, z) idx (i..) prefix value..`,
+    /// through `vprintf` (docs/semantics.md, "Printing").
     Print { prefix: String },
     /// `(cond: i1) -> ()`: reports `message` when any element of `cond` is false.
     Assert { message: String },

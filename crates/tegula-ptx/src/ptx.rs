@@ -231,6 +231,10 @@ pub struct Builder {
     /// While true, instructions go to the prologue.
     in_prologue: bool,
     labels: u32,
+    /// Module-scope declarations (a called function's prototype, constant strings), each once.
+    module_decls: Vec<String>,
+    /// Function-scope declarations (`.local` buffers, call `.param`s), each once.
+    function_decls: Vec<String>,
 }
 
 impl Builder {
@@ -320,6 +324,20 @@ impl Builder {
         self.emit(format!("mov{ty}"), vec![Arg::Reg(dst), src.into()]);
     }
 
+    /// Declares `text` (a whole PTX directive, without the `;`) at module scope, once.
+    pub fn declare_in_module(&mut self, text: String) {
+        if !self.module_decls.contains(&text) {
+            self.module_decls.push(text);
+        }
+    }
+
+    /// Declares `text` (a whole PTX directive, without the `;`) in the function, once.
+    pub fn declare_in_function(&mut self, text: String) {
+        if !self.function_decls.contains(&text) {
+            self.function_decls.push(text);
+        }
+    }
+
     /// Runs `f` with instructions going to the prologue.
     pub fn in_prologue<R>(&mut self, f: impl FnOnce(&mut Builder) -> R) -> R {
         let was = std::mem::replace(&mut self.in_prologue, true);
@@ -361,6 +379,12 @@ impl Builder {
             // static array may declare.
             let _ = writeln!(s, ".extern .shared .align 128 .b8 {SMEM}[];\n");
         }
+        for d in &self.module_decls {
+            let _ = writeln!(s, "{d};");
+        }
+        if !self.module_decls.is_empty() {
+            s.push('\n');
+        }
         let _ = writeln!(s, ".visible .entry {entry}(");
         for (i, p) in params.iter().enumerate() {
             let sep = if i + 1 < params.len() { "," } else { "" };
@@ -377,6 +401,9 @@ impl Builder {
                     self.counts[i] + 1
                 );
             }
+        }
+        for d in &self.function_decls {
+            let _ = writeln!(s, "\t{d};");
         }
         s.push('\n');
         for st in self.prologue.iter().chain(self.body.iter()) {

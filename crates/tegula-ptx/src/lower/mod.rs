@@ -20,6 +20,7 @@ mod math;
 mod memory;
 mod mma;
 mod pipeline;
+mod print;
 mod reduce;
 pub mod types;
 
@@ -581,9 +582,7 @@ impl<'k> Lower<'k> {
             Op::If => self.lower_if(inst),
             Op::While => self.lower_while(inst),
             Op::Assert { .. } => self.lower_assert(inst),
-            Op::Print { .. } => Err(self.unsupported(
-                "device_print (printing from GPU kernels is not implemented; use the interpreter)",
-            )),
+            Op::Print { .. } => self.lower_print(inst),
             Op::Yield | Op::Condition => Ok(()),
             other => Err(self.invalid(format!("`{}` is not anchored", other.name()))),
         }
