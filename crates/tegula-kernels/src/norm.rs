@@ -290,6 +290,134 @@ pub fn rms_norm_fwd_rows<T: Element>(
     );
 }
 
+/// A load of `x` that streams through once: evicted first, so that `w` and `b` (read by every
+/// row) stay in L2.
+fn load_streamed(ptr: Tile, mask: Tile) -> Tile {
+    load_with(
+        ptr,
+        LoadOptions {
+            mask: Some(mask),
+            evict: EvictionPolicy::First,
+            ..Default::default()
+        },
+    )
+}
+
+/// A load of a vector every row reads (`w`, `b`): kept in L2.
+fn load_kept(ptr: Tile, mask: Tile) -> Tile {
+    load_with(
+        ptr,
+        LoadOptions {
+            mask: Some(mask),
+            evict: EvictionPolicy::Last,
+            ..Default::default()
+        },
+    )
+}
+
+/// [`layer_norm_fwd_rows`] over `tiles_per_program` consecutive tiles of `block_m` rows: each
+/// trip issues the next tile's load of `x` (kept in the input dtype) before the current
+/// tile's two reductions, so a program has a tile in flight while it reduces and stores; `w`
+/// and `b` load only for the output, after the statistics.
+#[tegula::kernel]
+pub fn layer_norm_fwd_pipelined<T: Element>(
+    x: Ptr<T>,
+    y: Ptr<T>,
+    w: Ptr<T>,
+    b: Ptr<T>,
+    mean: Ptr<f32>,
+    rstd: Ptr<f32>,
+    x_row_stride: i32,
+    y_row_stride: i32,
+    m: i32,
+    n: i32,
+    eps: f32,
+    tiles_per_program: i32,
+    #[constexpr] block_m: usize,
+    #[constexpr] block: usize,
+) {
+    let first_tile = program_id(0) * tiles_per_program;
+    let row_end = minimum((first_tile + tiles_per_program) * block_m, m);
+    let row_offsets = arange(0, block_m as i64);
+    let cols = arange(0, block as i64);
+    let col_mask = cols.lt(n);
+    let first_row = first_tile * block_m;
+    let first_rows = first_row + row_offsets;
+    let mut next = load_streamed(
+        x + first_rows.col() * x_row_stride + cols.row(),
+        first_rows.lt(row_end).col() & col_mask.row(),
+    );
+    for start in range(first_row, row_end, block_m) {
+        let rows = start + row_offsets;
+        let row_mask = rows.lt(row_end);
+        let mask = row_mask.col() & col_mask.row();
+        let v = next.to::<f32>();
+        let next_rows = rows + block_m as i64;
+        next = load_streamed(
+            x + next_rows.col() * x_row_stride + cols.row(),
+            next_rows.lt(row_end).col() & col_mask.row(),
+        );
+        let mu = sum(v, 1) / n;
+        let d = select(mask, v - mu.col(), 0.0);
+        let r: Tile = 1.0 / sqrt(sum(d * d, 1) / n + eps);
+        let wv = load_kept(w + cols, col_mask).to::<f32>();
+        let bv = load_kept(b + cols, col_mask).to::<f32>();
+        store(mean + rows, mu, row_mask);
+        store(rstd + rows, r, row_mask);
+        store(
+            y + rows.col() * y_row_stride + cols.row(),
+            d * r.col() * wv.row() + bv.row(),
+            mask,
+        );
+    }
+}
+
+/// [`rms_norm_fwd_rows`] over `tiles_per_program` consecutive tiles of `block_m` rows, the
+/// next tile's `x` in flight while the current one reduces (see [`layer_norm_fwd_pipelined`]).
+#[tegula::kernel]
+pub fn rms_norm_fwd_pipelined<T: Element>(
+    x: Ptr<T>,
+    y: Ptr<T>,
+    w: Ptr<T>,
+    x_row_stride: i32,
+    y_row_stride: i32,
+    m: i32,
+    n: i32,
+    eps: f32,
+    tiles_per_program: i32,
+    #[constexpr] block_m: usize,
+    #[constexpr] block: usize,
+) {
+    let first_tile = program_id(0) * tiles_per_program;
+    let row_end = minimum((first_tile + tiles_per_program) * block_m, m);
+    let row_offsets = arange(0, block_m as i64);
+    let cols = arange(0, block as i64);
+    let col_mask = cols.lt(n);
+    let first_row = first_tile * block_m;
+    let first_rows = first_row + row_offsets;
+    let mut next = load_streamed(
+        x + first_rows.col() * x_row_stride + cols.row(),
+        first_rows.lt(row_end).col() & col_mask.row(),
+    );
+    for start in range(first_row, row_end, block_m) {
+        let rows = start + row_offsets;
+        let mask = rows.lt(row_end).col() & col_mask.row();
+        let v = next.to::<f32>();
+        let next_rows = rows + block_m as i64;
+        next = load_streamed(
+            x + next_rows.col() * x_row_stride + cols.row(),
+            next_rows.lt(row_end).col() & col_mask.row(),
+        );
+        let r: Tile = 1.0 / sqrt(sum(v * v, 1) / n + eps);
+        let wv = load_kept(w + cols, col_mask).to::<f32>();
+        store(
+            y + rows.col() * y_row_stride + cols.row(),
+            v * r.col() * wv.row(),
+            mask,
+        );
+    }
+}
+
 // --- host wrappers -----------------------------------------------------------------------
 
 /// The block of columns a row kernel takes for rows of `n`: the whole row up to [`MAX_BLOCK`].
@@ -303,6 +431,28 @@ pub const MAX_ROW: usize = 16384;
 
 /// Tile elements per thread on the one-tile path (two 16-byte loads of bf16 per thread).
 const ELEMS_PER_THREAD: usize = 16;
+
+/// SMs assumed on the interpreter, which has none: small, so that the CPU runs of the
+/// pipelined kernels walk several tiles per program.
+const INTERPRETER_SMS: usize = 2;
+
+/// The grid of a pipelined (persistent) row kernel: about `programs_per_sm` programs per SM,
+/// each walking `tiles_per_program` consecutive tiles of rows. Returns
+/// `(programs, tiles_per_program)`.
+pub fn persistent_grid(dev: &Device, tiles: usize, programs_per_sm: usize) -> (usize, usize) {
+    let sms = dev
+        .cuda_runtime()
+        .map_or(INTERPRETER_SMS, |rt| rt.device_info().sm_count as usize);
+    let tiles_per_program = tiles.div_ceil((sms * programs_per_sm).max(1)).max(1);
+    (tiles.div_ceil(tiles_per_program), tiles_per_program)
+}
+
+/// Programs per SM for a pipelined row kernel whose tile holds `tile_elems` elements: enough
+/// that the prefetched tiles in flight are about 32 KB of bf16 per SM (Little's law: about
+/// 4.8 TB/s x 1 us / 132 SMs), at most `resident` (what the registers let run at once).
+pub fn programs_per_sm(tile_elems: usize, resident: usize) -> usize {
+    (16384 / tile_elems).clamp(1, resident.max(1))
+}
 
 /// A forward launch config for rows of `n`: the one-tile kernels (`BLOCK` >= `n`, `BLOCK_M`
 /// rows per program, several for short rows) up to `one_tile` columns, else the looping
@@ -322,19 +472,40 @@ fn row_config(n: usize, one_tile: usize, loop_warps: u32) -> Config {
         .with("BLOCK_M", block_m as i64)
 }
 
-/// Layer norm's forward config for rows of `n`. Measured on the H200 (docs/perf-notes.md,
-/// 2026-11-30): the one-tile kernel holds x, w and b (about 120 registers a thread at 16384
-/// columns), so one program fits an SM and rows do not overlap; the looping kernel at 4 warps
-/// (later reads of x from L2) was faster from 4096 columns on. One tile only up to 1024.
-pub fn layer_norm_config(n: usize) -> Config {
-    row_config(n, 1024, 4)
+/// `PROGRAMS_PER_SM` of a config: above 0 the one-tile path takes the pipelined kernels
+/// (a persistent grid, the next tile's load in flight during the current tile's reductions).
+pub const PROGRAMS_PER_SM: &str = "PROGRAMS_PER_SM";
+
+/// The one-tile config of [`row_config`] made pipelined, up to `pipelined` columns, with at
+/// most `resident` programs per SM (from `ptxas -v`: registers a thread x threads).
+fn pipelined_row_config(n: usize, pipelined: usize, fallback: Config, resident: usize) -> Config {
+    let block = check::next_pow2(n, 16);
+    if block > pipelined {
+        return fallback;
+    }
+    let c = row_config(n, pipelined, 4);
+    let tile = block * c.get("BLOCK_M").unwrap_or(1) as usize;
+    c.with(PROGRAMS_PER_SM, programs_per_sm(tile, resident) as i64)
 }
 
-/// RMS norm's forward config for rows of `n`: one tile up to 4096 columns (measured faster
-/// there: 1.37 against 1.03 TB/s at 4096x1024, 2.54 against 2.30 at 4096x4096), the looping
-/// kernel at 8 warps beyond (3.13 TB/s at 16384 columns against 2.66 for one tile).
+/// Layer norm's forward config for rows of `n`: the pipelined one-tile kernel up to 16384
+/// columns (bf16, ptxas -v: 107 registers at 4096 columns and 8 warps, so two programs per
+/// SM; 128 and a 16-byte spill at 16384 and 16 warps, one per SM), the looping kernel at 4
+/// warps beyond (the pipelined one spills 900 bytes at 32768; the looping kernel measured 2.40
+/// TB/s there against 0.67 for one tile, docs/perf-notes.md).
+pub fn layer_norm_config(n: usize) -> Config {
+    let looping = row_config(n, 1024, 4);
+    let resident = if n > 4096 { 1 } else { 2 };
+    pipelined_row_config(n, 16384, looping, resident)
+}
+
+/// RMS norm's forward config for rows of `n`: the pipelined one-tile kernel up to 16384
+/// columns (ptxas -v: 64 registers at 4096 columns and 8 warps, four programs per SM; 125 at
+/// 16384 and 16 warps, one), the looping kernel at 8 warps beyond (3.03 TB/s at 32768,
+/// where the pipelined kernel spills).
 pub fn rms_norm_config(n: usize) -> Config {
-    row_config(n, 4096, 8)
+    let looping = row_config(n, 4096, 8);
+    pipelined_row_config(n, 16384, looping, 4)
 }
 
 /// `BLOCK` and `BLOCK_M` of a forward config, checked against rows of `n`.
@@ -451,6 +622,14 @@ pub fn layer_norm_into_with<T: Element>(
     let (mi, ni) = (check::as_i32(OP, "M", m)?, check::as_i32(OP, "N", n)?);
     let (xs, ys) = (row_stride(OP, x)?, row_stride(OP, y)?);
     let (dev, lc) = (x.device(), config.launch_config());
+    let per_sm = config.get(PROGRAMS_PER_SM).unwrap_or(0);
+    if block_m > 0 && per_sm > 0 {
+        let (grid, tiles) = persistent_grid(dev, m.div_ceil(block_m), per_sm as usize);
+        let tiles = check::as_i32(OP, "tiles per program", tiles)?;
+        return layer_norm_fwd_pipelined::launch_with::<T>(
+            dev, grid, lc, x, y, w, b, mean, rstd, xs, ys, mi, ni, eps, tiles, block_m, block,
+        );
+    }
     if block_m > 0 {
         let grid = m.div_ceil(block_m);
         return layer_norm_fwd_rows::launch_with::<T>(
@@ -623,6 +802,14 @@ pub fn rms_norm_into_with<T: Element>(
     let (mi, ni) = (check::as_i32(OP, "M", m)?, check::as_i32(OP, "N", n)?);
     let (xs, ys) = (row_stride(OP, x)?, row_stride(OP, y)?);
     let (dev, lc) = (x.device(), config.launch_config());
+    let per_sm = config.get(PROGRAMS_PER_SM).unwrap_or(0);
+    if block_m > 0 && per_sm > 0 {
+        let (grid, tiles) = persistent_grid(dev, m.div_ceil(block_m), per_sm as usize);
+        let tiles = check::as_i32(OP, "tiles per program", tiles)?;
+        return rms_norm_fwd_pipelined::launch_with::<T>(
+            dev, grid, lc, x, y, w, xs, ys, mi, ni, eps, tiles, block_m, block,
+        );
+    }
     if block_m > 0 {
         let grid = m.div_ceil(block_m);
         return rms_norm_fwd_rows::launch_with::<T>(
@@ -836,21 +1023,23 @@ fn rms_check(dev: &Device, shape: &[usize], dtype: DType) -> Result<CheckReport>
     by_dtype!(rms_norm_check, dtype, dev, shape)
 }
 
-/// `BLOCK_M` and `BLOCK` of a forward config.
-fn forward_blocks(c: Config) -> (usize, usize) {
+/// `BLOCK_M`, `BLOCK` and whether the pipelined kernel runs, of a forward config.
+fn forward_blocks(c: Config) -> (usize, usize, bool) {
     let get = |k: &str| c.get(k).unwrap_or(0) as usize;
-    (get("BLOCK_M"), get("BLOCK"))
+    (get("BLOCK_M"), get("BLOCK"), get(PROGRAMS_PER_SM) > 0)
 }
 fn ln_trace(shape: &[usize], dtype: DType) -> std::result::Result<Kernel, TraceError> {
-    let (block_m, block) = forward_blocks(layer_norm_config(dims(shape).1));
-    by_dtype!(ln_trace_typed, dtype, block_m, block)
+    let (block_m, block, pipelined) = forward_blocks(layer_norm_config(dims(shape).1));
+    by_dtype!(ln_trace_typed, dtype, block_m, block, pipelined)
 }
 fn ln_trace_typed<T: Element>(
     block_m: usize,
     block: usize,
+    pipelined: bool,
 ) -> std::result::Result<Kernel, TraceError> {
-    match block_m {
-        0 => layer_norm_fwd::trace::<T>(block),
+    match (block_m, pipelined) {
+        (0, _) => layer_norm_fwd::trace::<T>(block),
+        (_, true) => layer_norm_fwd_pipelined::trace::<T>(block_m, block),
         _ => layer_norm_fwd_rows::trace::<T>(block_m, block),
     }
 }
@@ -863,15 +1052,17 @@ fn ln_bwd_trace_typed<T: Element>(block: usize) -> std::result::Result<Kernel, T
     layer_norm_bwd_dx::trace::<T>(block)
 }
 fn rms_trace(shape: &[usize], dtype: DType) -> std::result::Result<Kernel, TraceError> {
-    let (block_m, block) = forward_blocks(rms_norm_config(dims(shape).1));
-    by_dtype!(rms_trace_typed, dtype, block_m, block)
+    let (block_m, block, pipelined) = forward_blocks(rms_norm_config(dims(shape).1));
+    by_dtype!(rms_trace_typed, dtype, block_m, block, pipelined)
 }
 fn rms_trace_typed<T: Element>(
     block_m: usize,
     block: usize,
+    pipelined: bool,
 ) -> std::result::Result<Kernel, TraceError> {
-    match block_m {
-        0 => rms_norm_fwd::trace::<T>(block),
+    match (block_m, pipelined) {
+        (0, _) => rms_norm_fwd::trace::<T>(block),
+        (_, true) => rms_norm_fwd_pipelined::trace::<T>(block_m, block),
         _ => rms_norm_fwd_rows::trace::<T>(block_m, block),
     }
 }

@@ -9,6 +9,7 @@
 //! PyTorch), on both paths.
 
 use crate::check;
+use crate::norm::{self, PROGRAMS_PER_SM};
 use crate::{CheckReport, LibraryKernel};
 use tegula::autotune::Config;
 use tegula::ir::{DType, Kernel, TraceError};
@@ -54,6 +55,63 @@ pub fn softmax_kernel<T: Element>(
         numerator * inv_denominator.col(),
         mask,
     );
+}
+
+/// [`softmax_kernel`] over `tiles_per_program` consecutive tiles of `block_m` rows: each trip
+/// issues the next tile's load before the current tile's reductions, so one program keeps a
+/// tile's bytes in flight while it reduces and stores (a register double buffer; the
+/// prefetched tile stays in the input dtype). x streams through once (evict first).
+#[tegula::kernel]
+pub fn softmax_pipelined_kernel<T: Element>(
+    x: Ptr<T>,
+    y: Ptr<T>,
+    x_row_stride: i32,
+    y_row_stride: i32,
+    n_rows: i32,
+    n_cols: i32,
+    tiles_per_program: i32,
+    #[constexpr] block_m: usize,
+    #[constexpr] block: usize,
+) {
+    let first_tile = program_id(0) * tiles_per_program;
+    // The rows this program owns end here; the prefetch past them is masked off.
+    let row_end = minimum((first_tile + tiles_per_program) * block_m, n_rows);
+    let row_offsets = arange(0, block_m as i64);
+    let cols = arange(0, block as i64);
+    let col_mask = cols.lt(n_cols);
+    let first_row = first_tile * block_m;
+    let first_rows = first_row + row_offsets;
+    // -inf in the padding lanes: they add exp(-inf) = 0 to the sum.
+    let mut next = load_with(
+        x + first_rows.col() * x_row_stride + cols.row(),
+        LoadOptions {
+            mask: Some(first_rows.lt(row_end).col() & col_mask.row()),
+            other: Some(Operand::Float(f64::NEG_INFINITY)),
+            evict: EvictionPolicy::First,
+            ..Default::default()
+        },
+    );
+    for start in range(first_row, row_end, block_m) {
+        let rows = start + row_offsets;
+        let v = next.to::<f32>();
+        let next_rows = rows + block_m as i64;
+        next = load_with(
+            x + next_rows.col() * x_row_stride + cols.row(),
+            LoadOptions {
+                mask: Some(next_rows.lt(row_end).col() & col_mask.row()),
+                other: Some(Operand::Float(f64::NEG_INFINITY)),
+                evict: EvictionPolicy::First,
+                ..Default::default()
+            },
+        );
+        let numerator = exp(v - max(v, 1).col());
+        let inv_denominator: Tile = 1.0 / sum(numerator, 1);
+        store(
+            y + rows.col() * y_row_stride + cols.row(),
+            numerator * inv_denominator.col(),
+            rows.lt(row_end).col() & col_mask.row(),
+        );
+    }
 }
 
 /// A row longer than one block: online max and sum over blocks, then a normalizing pass.
@@ -143,9 +201,16 @@ pub fn config(cols: usize, max_block: usize) -> Config {
     let block_m = (2048 / block).clamp(1, 16);
     // At most 16 warps: 1024 threads would cap a thread at 64 registers.
     let warps = (block * block_m / (32 * ELEMS_PER_THREAD)).clamp(4, 16) as u32;
+    // The pipelined kernel (ptxas -v, bf16: 72 registers at 4096 columns and 4 warps, so
+    // seven programs fit an SM; 80 at 16384 and 128 at 32768 with 16 warps, one).
+    let resident = if block > 4096 { 1 } else { 7 };
     Config::new(warps, 1)
         .with("BLOCK", block as i64)
         .with("BLOCK_M", block_m as i64)
+        .with(
+            PROGRAMS_PER_SM,
+            norm::programs_per_sm(block * block_m, resident) as i64,
+        )
 }
 
 /// [`softmax_into`] with an explicit config (see [`config`]): `BLOCK_M` 0 takes the online
@@ -181,7 +246,14 @@ pub fn softmax_into_with<T: Element>(x: &Tensor<T>, y: &Tensor<T>, config: &Conf
     let (xs, ys) = (row_stride(x)?, row_stride(y)?);
     let dev = x.device();
     let lc = config.launch_config();
-    if block_m > 0 {
+    let per_sm = config.get(PROGRAMS_PER_SM).unwrap_or(0);
+    if block_m > 0 && per_sm > 0 {
+        let (grid, tiles) = norm::persistent_grid(dev, rows.div_ceil(block_m), per_sm as usize);
+        let tiles = check::as_i32(OP, "tiles per program", tiles)?;
+        softmax_pipelined_kernel::launch_with::<T>(
+            dev, grid, lc, x, y, xs, ys, m, n, tiles, block_m, block,
+        )
+    } else if block_m > 0 {
         let grid = rows.div_ceil(block_m);
         softmax_kernel::launch_with::<T>(dev, grid, lc, x, y, xs, ys, m, n, block_m, block)
     } else {
@@ -255,9 +327,10 @@ fn check_entry(dev: &Device, shape: &[usize], dtype: DType) -> Result<CheckRepor
 fn trace_typed<T: Element>(shape: &[usize]) -> std::result::Result<Kernel, TraceError> {
     let c = config(dims(shape).1, MAX_BLOCK);
     let get = |k: &str| c.get(k).unwrap_or(0) as usize;
-    match get("BLOCK_M") {
-        0 => softmax_online_kernel::trace::<T>(get("BLOCK")),
-        block_m => softmax_kernel::trace::<T>(block_m, get("BLOCK")),
+    match (get("BLOCK_M"), get(PROGRAMS_PER_SM)) {
+        (0, _) => softmax_online_kernel::trace::<T>(get("BLOCK")),
+        (block_m, 0) => softmax_kernel::trace::<T>(block_m, get("BLOCK")),
+        (block_m, _) => softmax_pipelined_kernel::trace::<T>(block_m, get("BLOCK")),
     }
 }
 

@@ -326,15 +326,96 @@ fn library_entries_check_and_trace() {
         for &dt in k.dtypes {
             let r = (k.check)(&dev, k.default_shape, dt).unwrap();
             assert!(r.passed(), "{}: {r:?}", k.name);
-            // Rows of the default 1031 columns: RMS norm holds them in one tile; layer norm
-            // (one tile only up to 1024) and the backward loop.
+            // Rows of the default 1031 columns: the forward kernels are the pipelined ones
+            // (their kernel names say so), the backward loops over blocks.
             let ir = (k.trace)(k.default_shape, dt).unwrap().to_string();
-            let want = if k.name == "rms_norm" {
-                "_fwd_rows"
-            } else {
+            let want = if k.name == "layer_norm_backward" {
                 "for"
+            } else {
+                "_fwd_pipelined"
             };
             assert!(ir.contains(want), "{}: {ir}", k.name);
         }
+    }
+}
+
+/// The one-tile kernels and the pipelined (persistent, prefetching) kernels on explicit
+/// configs: several rows per tile, several tiles per program, ragged last program and tile.
+#[test]
+fn pipelined_and_one_tile_configs_match_float64() {
+    use tegula::autotune::Config;
+    use tegula_kernels::norm::{layer_norm_into_with, rms_norm_into_with};
+    let dev = Device::cpu();
+    let mut rng = rand::thread_rng();
+    for (m, n) in [
+        (37, 1031),
+        (13, 300),
+        (rng.gen_range(5..60), rng.gen_range(17..900)),
+    ] {
+        let x = dev.randn::<bf16>([m, n]).unwrap();
+        let w = dev.randn::<bf16>([n]).unwrap();
+        let b = dev.randn::<bf16>([n]).unwrap();
+        let (y_ln, mu, rs) =
+            layer_norm_reference(&f64s(&x), &f64s(&w), &f64s(&b), EPS as f64, m, n);
+        let y_rms = rms_norm_reference(&f64s(&x), &f64s(&w), EPS as f64, m, n);
+        let block = n.next_power_of_two();
+        for (block_m, per_sm) in [(1, 0), (2, 0), (1, 1), (1, 3), (2, 2), (4, 1)] {
+            let c = Config::new(4, 1)
+                .with("BLOCK", block as i64)
+                .with("BLOCK_M", block_m)
+                .with("PROGRAMS_PER_SM", per_sm);
+            let what = format!("{m}x{n} {c}");
+            let y = dev.full::<bf16>([m, n], bf16::from_f32(-3.0)).unwrap();
+            let mean = dev.full::<f32>([m], -3.0).unwrap();
+            let rstd = dev.full::<f32>([m], -3.0).unwrap();
+            layer_norm_into_with(&x, &w, &b, EPS, &y, &mean, &rstd, &c).unwrap();
+            let f32_tol = tolerance(DType::F32);
+            assert_close(
+                &format!("ln y {what}"),
+                DType::BF16,
+                &f64s(&y),
+                &y_ln,
+                tolerance(DType::BF16),
+            );
+            assert_close(
+                &format!("ln mean {what}"),
+                DType::F32,
+                &f64s(&mean),
+                &mu,
+                f32_tol,
+            );
+            assert_close(
+                &format!("ln rstd {what}"),
+                DType::F32,
+                &f64s(&rstd),
+                &rs,
+                f32_tol,
+            );
+            let y = dev.full::<bf16>([m, n], bf16::from_f32(-3.0)).unwrap();
+            rms_norm_into_with(&x, &w, EPS, &y, &c).unwrap();
+            assert_close(
+                &format!("rms {what}"),
+                DType::BF16,
+                &f64s(&y),
+                &y_rms,
+                tolerance(DType::BF16),
+            );
+        }
+    }
+}
+
+/// The default configs take the pipelined kernels up to 16384 columns and the looping ones
+/// beyond (a 32768-column row spills in the pipelined kernels).
+#[test]
+fn default_configs_pick_the_pipelined_kernels_up_to_16384_columns() {
+    use tegula_kernels::norm::{layer_norm_config, rms_norm_config};
+    for config in [layer_norm_config, rms_norm_config] {
+        for n in [1000, 4096, 16384] {
+            let c = config(n);
+            assert!(c.get("PROGRAMS_PER_SM").unwrap_or(0) > 0, "{n}: {c}");
+            assert!(c.get("BLOCK").unwrap() as usize >= n, "{n}: {c}");
+        }
+        let c = config(32768);
+        assert_eq!(c.get("BLOCK_M"), Some(0), "{c}");
     }
 }

@@ -217,3 +217,42 @@ fn library_entry_checks_and_traces() {
             .contains("for"));
     }
 }
+
+/// The one-tile kernel and the pipelined (persistent, prefetching) kernel on explicit configs:
+/// several rows per tile, several tiles per program, a ragged last program and a ragged last
+/// tile (odd row counts), every dtype of the bench.
+#[test]
+fn pipelined_and_one_tile_configs_match_float64() {
+    use tegula::autotune::Config;
+    use tegula_kernels::softmax::softmax_into_with;
+    let dev = Device::cpu();
+    let mut rng = rand::thread_rng();
+    for (rows, cols) in [
+        (37, 1031),
+        (13, 300),
+        (rng.gen_range(5..60), rng.gen_range(17..900)),
+    ] {
+        let x = dev.randn::<bf16>([rows, cols]).unwrap();
+        let want = reference(&x.to_f64_vec().unwrap(), rows, cols);
+        let block = cols.next_power_of_two();
+        for (block_m, per_sm) in [(1, 0), (2, 0), (1, 1), (1, 3), (2, 2), (4, 1)] {
+            let c = Config::new(4, 1)
+                .with("BLOCK", block as i64)
+                .with("BLOCK_M", block_m)
+                .with("PROGRAMS_PER_SM", per_sm);
+            let y = dev
+                .full::<bf16>([rows, cols], bf16::from_f32(-3.0))
+                .unwrap();
+            softmax_into_with(&x, &y, &c).unwrap();
+            let r = check::compare(
+                "softmax",
+                format!("{rows}x{cols} {c}"),
+                DType::BF16,
+                &y.to_f64_vec().unwrap(),
+                &want,
+                tolerance(DType::BF16),
+            );
+            assert!(r.passed(), "{r:?}");
+        }
+    }
+}
