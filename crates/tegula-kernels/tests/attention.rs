@@ -393,6 +393,26 @@ fn forward_block_sizes_and_explicit_scale() {
     }
 }
 
+/// The kernel folds the scale into one FMA with a positive factor: a negative scale negates
+/// Q, a zero one is made tiny; both must still match the reference (masked rows included).
+#[test]
+fn forward_negative_and_zero_scales() {
+    let dev = Device::cpu();
+    for scale in [-3.0f32, -0.7, -0.05, 0.0] {
+        for causal in [false, true] {
+            let options = AttentionOptions {
+                causal,
+                sm_scale: Some(scale),
+                block_m: 32,
+                block_n: 16,
+                ..Default::default()
+            };
+            check_forward::<f32>(&dev, dims(1, 2, 1, 37, 29, 24), options, Layout::Bhnd);
+            check_forward::<bf16>(&dev, dims(1, 1, 1, 23, 51, 64), options, Layout::Bhnd);
+        }
+    }
+}
+
 #[test]
 fn forward_rows_without_keys_give_zero_and_minus_infinity() {
     let dev = Device::cpu();

@@ -20,21 +20,27 @@ const OP: &str = "attention";
 /// Scores are scaled by `sm_scale * log2(e)` so the softmax runs on exp2.
 pub(super) const LOG2E: f32 = std::f32::consts::LOG2_E;
 
-/// One step of the online softmax in base 2: folds a block of scores `qk` (scaled by
-/// `sm_scale * log2 e`, -inf where masked) and its values `v` into the state `(m_i, l_i, acc)`.
+/// One step of the online softmax in base 2: folds a block of raw scores `qk` (Q K^T, -inf
+/// where masked) and its values `v` into the state `(m_i, l_i, acc)`, where `m_i` is the
+/// running row maximum of the scaled scores `qk * qk_scale`.
+///
+/// `qk_scale` (`|sm_scale| * log2 e`) must be positive: the maximum of the scaled scores is
+/// then the scaled maximum (one multiply per row), and each exponent is one FMA,
+/// `qk * qk_scale - m`, instead of a multiply and a subtraction per score.
 /// P is cast to the input dtype before the PV dot, as FlashAttention does.
 pub(super) fn online_softmax_step<T: Element>(
     qk: Tile,
+    qk_scale: Tile,
     v: Tile,
     m_i: Tile,
     l_i: Tile,
     acc: Tile,
 ) -> (Tile, Tile, Tile) {
-    let m_ij = maximum(m_i, max(qk, 1));
+    let m_ij = maximum(m_i, max(qk, 1) * qk_scale);
     // A row that has seen no visible key keeps m = -inf; subtracting 0 instead of -inf keeps
     // exp2(-inf - -inf) from making NaN (its p and alpha are then exactly 0).
     let m_sub = select(m_ij.eq(f32::NEG_INFINITY), 0.0, m_ij);
-    let p = exp2(qk - m_sub.col());
+    let p = exp2(fma(qk, qk_scale, -m_sub.col()));
     let alpha = exp2(m_i - m_sub);
     let l_ij = sum(p, 1);
     let acc = acc * alpha.col();
@@ -44,6 +50,9 @@ pub(super) fn online_softmax_step<T: Element>(
 
 /// One program per (block of `block_m` query rows, batch * head). Query head `h` reads KV head
 /// `h / group_size`. Writes the output and the natural-log logsumexp of each row.
+///
+/// `qk_scale` is `|sm_scale| * log2 e` and positive (see [`kernel_scale`]); `negate_scores` carries
+/// the sign of a negative `sm_scale` (Q is negated once, which is exact).
 #[tegula::kernel]
 pub fn attn_fwd<T: Element>(
     q_ptr: Ptr<T>,
@@ -67,7 +76,8 @@ pub fn attn_fwd<T: Element>(
     group_size: i32,
     n_q: i32,
     n_k: i32,
-    sm_scale: f32,
+    qk_scale: f32,
+    #[constexpr] negate_scores: bool,
     #[constexpr] causal: bool,
     #[constexpr] head_dim: usize,
     #[constexpr] block_m: usize,
@@ -89,12 +99,14 @@ pub fn attn_fwd<T: Element>(
     let offs_d = arange(0, block_d as i64);
     let d_mask = feature_mask(offs_d, head_dim, block_d);
     let q_mask = and_mask(offs_m.col().lt(n_q), d_mask);
-    let q = load(
+    let mut q = load(
         q_base + offs_m.col() * stride_qm + offs_d.row(),
         q_mask,
         0.0,
     );
-    let qk_scale = sm_scale * LOG2E;
+    if negate_scores {
+        q = -q;
+    }
 
     let mut m_i = full::<f32>([block_m], f32::NEG_INFINITY);
     let mut l_i = zeros::<f32>([block_m]);
@@ -107,8 +119,8 @@ pub fn attn_fwd<T: Element>(
         let offs_kv = start_n + offs_n;
         let k = load_or_zero(k_base + offs_kv.col() * stride_kn + offs_d.row(), d_mask);
         let v = load_or_zero(v_base + offs_kv.col() * stride_vn + offs_d.row(), d_mask);
-        let qk = dot_with(q, k.trans(), None, dot_precision::<T>()) * qk_scale;
-        (m_i, l_i, acc) = online_softmax_step::<T>(qk, v, m_i, l_i, acc);
+        let qk = dot_with(q, k.trans(), None, dot_precision::<T>());
+        (m_i, l_i, acc) = online_softmax_step::<T>(qk, qk_scale, v, m_i, l_i, acc);
     }
     // The causal diagonal band and the ragged last block of keys, masked.
     for start_n in range(unmasked_end, hi, block_n) {
@@ -128,9 +140,9 @@ pub fn attn_fwd<T: Element>(
         if causal {
             visible &= offs_kv.row().le(offs_m.col() + (n_k - n_q));
         }
-        let qk = dot_with(q, k.trans(), None, dot_precision::<T>()) * qk_scale;
+        let qk = dot_with(q, k.trans(), None, dot_precision::<T>());
         let qk = select(visible, qk, f32::NEG_INFINITY);
-        (m_i, l_i, acc) = online_softmax_step::<T>(qk, v, m_i, l_i, acc);
+        (m_i, l_i, acc) = online_softmax_step::<T>(qk, qk_scale, v, m_i, l_i, acc);
     }
 
     // A row that saw no key has l_i = 0: its output is 0 and its logsumexp -inf.
@@ -144,6 +156,15 @@ pub fn attn_fwd<T: Element>(
     // Base 2 inside, natural log outside: ln(sum e^s) = (m_i + log2(l_i)) * ln 2.
     let lse = (m_i + log2(l_i)) * std::f32::consts::LN_2;
     store(lse_ptr + off_hz * n_q + offs_m, lse, offs_m.lt(n_q));
+}
+
+/// The kernel's positive score scale `|sm_scale| * log2 e` and whether scores are negated (a
+/// negative `sm_scale`). A zero scale becomes the smallest normal f32: every product with a
+/// finite score is then 0 (as with a zero scale), while masked scores stay -inf rather than
+/// making NaN (`-inf * 0`).
+pub(super) fn kernel_scale(sm_scale: f32) -> (f32, bool) {
+    let magnitude = (sm_scale.abs() * LOG2E).max(f32::MIN_POSITIVE);
+    (magnitude, sm_scale < 0.0)
 }
 
 /// Attention into `out` `[B, H, Nq, D]` and `lse` `[B, H, Nq]` (natural log, f32).
@@ -242,7 +263,8 @@ fn resolve<T: Element>(
         || {
             // The source hash: the Tile IR of the default candidate.
             let r = candidates[0];
-            let ir = attn_fwd::trace::<T>(options.causal, dims.head_dim, r.block_m, r.block_n)?;
+            let ir =
+                attn_fwd::trace::<T>(false, options.causal, dims.head_dim, r.block_m, r.block_n)?;
             Ok(Tuning::new(
                 "tegula_kernels::attention::forward",
                 &ir.to_string(),
@@ -268,7 +290,7 @@ fn launch<T: Element>(
     options: &AttentionOptions,
     dims: &Dims,
 ) -> Result<()> {
-    let sm_scale = softmax_scale(OP, options, dims.head_dim)?;
+    let (qk_scale, negate_scores) = kernel_scale(softmax_scale(OP, options, dims.head_dim)?);
     let [sqz, sqh, sqm] = strides_i32::<3, T>(OP, "q", q)?;
     let [skz, skh, skn] = strides_i32::<3, T>(OP, "k", k)?;
     let [svz, svh, svn] = strides_i32::<3, T>(OP, "v", v)?;
@@ -307,7 +329,8 @@ fn launch<T: Element>(
         size_i32(OP, "H / Hkv", dims.group_size())?,
         size_i32(OP, "Nq", dims.n_q)?,
         size_i32(OP, "Nk", dims.n_k)?,
-        sm_scale,
+        qk_scale,
+        negate_scores,
         options.causal,
         dims.head_dim,
         options.block_m,
@@ -463,8 +486,8 @@ pub(super) fn trace_entry(
     let b = super::forward_candidates(&dims, dtype, &AttentionOptions::default())[0];
     let d = dims.head_dim;
     match dtype {
-        DType::F16 => attn_fwd::trace::<f16>(causal, d, b.block_m, b.block_n),
-        DType::BF16 => attn_fwd::trace::<bf16>(causal, d, b.block_m, b.block_n),
-        _ => attn_fwd::trace::<f32>(causal, d, b.block_m, b.block_n),
+        DType::F16 => attn_fwd::trace::<f16>(false, causal, d, b.block_m, b.block_n),
+        DType::BF16 => attn_fwd::trace::<bf16>(false, causal, d, b.block_m, b.block_n),
+        _ => attn_fwd::trace::<f32>(false, causal, d, b.block_m, b.block_n),
     }
 }
