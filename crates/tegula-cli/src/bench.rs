@@ -50,7 +50,9 @@ pub struct BenchArgs {
     pub quick: bool,
     /// Launch config instead of the host wrapper's choice, repeatable (each one is a case):
     /// `--config warps=8,BLOCK_M=2,BLOCK_N=2048` for gemv; `BLOCK`, `BLOCK_M` for softmax,
-    /// layer_norm and rms_norm (`BLOCK_M=0`: the looping kernels).
+    /// layer_norm and rms_norm (`BLOCK_M=0`: the looping kernels); `BLOCK_M`, `BLOCK_N`,
+    /// `SPLITS`, `TF32X3=0|1` for attention_seed's fast path, `WALKTHROUGH=1` for the
+    /// walkthrough's kernel as written.
     #[arg(long)]
     pub config: Vec<String>,
 }
@@ -697,13 +699,54 @@ fn bench_typed<T: Element>(
             let k = dev.randn::<f32>([n, d])?;
             let v = dev.randn::<f32>([n, d])?;
             let o = dev.empty::<f32>([m, d])?;
-            measure(dev, options, || {
-                attention::seed_attention_into(&q, &k, &v, &o)
-            })?
+            match config {
+                // The walkthrough's kernel as written.
+                Some(c) if c.get("WALKTHROUGH").unwrap_or(0) != 0 => measure(dev, options, || {
+                    attention::seed_attention_into(&q, &k, &v, &o)
+                })?,
+                Some(c) => {
+                    let seed = seed_config(dev, c, (m, n, d))?;
+                    eprintln!("attention_seed: {seed:?}");
+                    measure(dev, options, || {
+                        attention::seed_attention_fast_with(&q, &k, &v, &o, &seed)
+                    })?
+                }
+                None => measure(dev, options, || {
+                    attention::seed_attention_fast_into(&q, &k, &v, &o)
+                })?,
+            }
         }
         other => return Err(invalid(format!("no benchmark for `{other}`"))),
     };
     Ok((case, timing))
+}
+
+/// The seed fast path's options from `--config`: `BLOCK_M`, `BLOCK_N`, `SPLITS`, `TF32X3`
+/// (0 or 1), `warps` and `stages` override the shape's defaults.
+fn seed_config(
+    dev: &Device,
+    c: &Config,
+    (m, n, d): (usize, usize, usize),
+) -> Result<attention::SeedOptions> {
+    let mut o = attention::seed_options(dev, m, n, d);
+    let size = |name: &str, default: usize| -> Result<usize> {
+        match c.get(name) {
+            Some(v) => usize::try_from(v).map_err(|_| invalid(format!("--config {name}={v}"))),
+            None => Ok(default),
+        }
+    };
+    o.block_m = size("BLOCK_M", o.block_m)?;
+    o.block_n = size("BLOCK_N", o.block_n)?;
+    o.splits = size("SPLITS", o.splits)?;
+    if let Some(t) = c.get("TF32X3") {
+        o.precision = if t != 0 {
+            tegula::ir::InputPrecision::Tf32x3
+        } else {
+            tegula::ir::InputPrecision::Ieee
+        };
+    }
+    o.config = c.launch_config();
+    Ok(o)
 }
 
 /// `y = x` by a tegula kernel (what a tegula copy attains, against the driver's memcpy).

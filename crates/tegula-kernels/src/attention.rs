@@ -31,12 +31,17 @@ mod contract;
 mod forward;
 pub mod reference;
 mod seed;
+mod seed_fast;
 mod tuning;
 
 pub use backward::{backward, backward_config, backward_into, Gradients};
 pub use contract::{padded_head_dim, Dims, MAX_HEAD_DIM};
 pub use forward::{forward, forward_config, forward_into};
 pub use seed::{seed_attention, seed_attention_into, SEED_BLOCK};
+pub use seed_fast::{
+    seed_attention_fast, seed_attention_fast_into, seed_attention_fast_with, seed_options,
+    SeedOptions,
+};
 pub use tuning::{backward_candidates, forward_candidates, key};
 
 /// The kernels themselves, for tracing and for launching without the host checks.
@@ -44,6 +49,7 @@ pub mod kernels {
     pub use super::backward::{attn_bwd_dkdv, attn_bwd_dq, attn_bwd_preprocess};
     pub use super::forward::attn_fwd;
     pub use super::seed::flash_attention_fwd_kernel;
+    pub use super::seed_fast::{seed_combine_kernel, seed_split_kernel};
 }
 
 use crate::tuned::{AUTO, AUTO_LAUNCH};
@@ -100,8 +106,9 @@ pub fn seed_entry() -> LibraryKernel {
     LibraryKernel {
         name: "attention_seed",
         about:
-            "FlashAttention forward of the seed walkthrough: Q [M,D], K,V [N,D], f32, ieee dots, \
-                16x16 blocks",
+            "FlashAttention forward of the seed walkthrough's contract: Q [M,D], K,V [N,D], f32; \
+                the fast path (large blocks, keys split over programs) and the walkthrough's \
+                16x16 kernel as written",
         dims: &["M", "N", "D"],
         default_shape: &[35, 67, 32],
         dtypes: &[DType::F32],

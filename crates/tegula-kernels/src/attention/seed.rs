@@ -93,6 +93,33 @@ pub fn seed_attention_into(
     v: &Tensor<f32>,
     out: &Tensor<f32>,
 ) -> Result<()> {
+    let (m, n, d) = check_contract(q, k, v, out)?;
+    let scale = (1.0 / (d as f64).sqrt()) as f32;
+    let grid = m.div_ceil(SEED_BLOCK);
+    flash_attention_fwd_kernel::launch(
+        q.device(),
+        grid,
+        q,
+        k,
+        v,
+        out,
+        check::as_i32(OP, "M", m)?,
+        check::as_i32(OP, "N", n)?,
+        check::as_i32(OP, "D", d)?,
+        scale,
+        SEED_BLOCK,
+        SEED_BLOCK,
+        check::next_pow2(d, 16),
+    )
+}
+
+/// Checks the contract (shared with the fast path); returns `(M, N, D)`.
+pub(super) fn check_contract(
+    q: &Tensor<f32>,
+    k: &Tensor<f32>,
+    v: &Tensor<f32>,
+    out: &Tensor<f32>,
+) -> Result<(usize, usize, usize)> {
     for (name, t) in [("q", q), ("k", k), ("v", v), ("out", out)] {
         if t.rank() != 2 || t.shape().contains(&0) {
             return Err(tegula::Error::Shape {
@@ -114,43 +141,34 @@ pub fn seed_attention_into(
     for (name, t) in [("q", q), ("k", k), ("v", v)] {
         check::expect_no_alias(OP, ("out", out), (name, t))?;
     }
-    let scale = (1.0 / (d as f64).sqrt()) as f32;
-    let grid = m.div_ceil(SEED_BLOCK);
-    flash_attention_fwd_kernel::launch(
-        q.device(),
-        grid,
-        q,
-        k,
-        v,
-        out,
-        check::as_i32(OP, "M", m)?,
-        check::as_i32(OP, "N", n)?,
-        check::as_i32(OP, "D", d)?,
-        scale,
-        SEED_BLOCK,
-        SEED_BLOCK,
-        check::next_pow2(d, 16),
-    )
+    Ok((m, n, d))
+}
+
+/// The output shape `[M, D]` for `q` (zeros for a malformed `q`, which the check then rejects).
+pub(super) fn out_shape(q: &Tensor<f32>) -> [usize; 2] {
+    [
+        q.shape().first().copied().unwrap_or(0),
+        q.shape().get(1).copied().unwrap_or(0),
+    ]
 }
 
 /// `softmax(Q K^T / sqrt(D)) V` in a new `[M, D]` tensor (see [`seed_attention_into`]).
 pub fn seed_attention(q: &Tensor<f32>, k: &Tensor<f32>, v: &Tensor<f32>) -> Result<Tensor<f32>> {
-    let shape = [
-        q.shape().first().copied().unwrap_or(0),
-        q.shape().get(1).copied().unwrap_or(0),
-    ];
-    let out = q.device().empty::<f32>(shape)?;
+    let out = q.device().empty::<f32>(out_shape(q))?;
     seed_attention_into(q, k, v, &out)?;
     Ok(out)
 }
 
+/// Checks both paths on fresh random inputs: the fast path as launched for the shape, and the
+/// walkthrough's kernel as written; the worse of the two is reported.
 pub(super) fn check_entry(dev: &Device, shape: &[usize], _dtype: DType) -> Result<CheckReport> {
     let dim = |i: usize, default: usize| shape.get(i).copied().unwrap_or(default);
     let (m, n, d) = (dim(0, 35), dim(1, 67), dim(2, 32));
     let q = dev.randn::<f32>([m, d])?;
     let k = dev.randn::<f32>([n, d])?;
     let v = dev.randn::<f32>([n, d])?;
-    let out = seed_attention(&q, &k, &v)?;
+    let fast = super::seed_fast::seed_attention_fast(&q, &k, &v)?;
+    let walkthrough = seed_attention(&q, &k, &v)?;
     let dims = super::contract::Dims {
         batch: 1,
         heads: 1,
@@ -169,20 +187,33 @@ pub(super) fn check_entry(dev: &Device, shape: &[usize], _dtype: DType) -> Resul
         scale,
     );
     // The walkthrough's elementwise check: rtol relative to |want|.
-    Ok(check::compare(
-        OP,
-        format!("M={m} N={n} D={d}"),
-        DType::F32,
-        &out.to_f64_vec()?,
-        &want.out,
-        SEED_TOLERANCE,
-    ))
+    let options = super::seed_fast::seed_options(dev, m, n, d);
+    let report = |label: String, got: &Tensor<f32>| -> Result<CheckReport> {
+        Ok(check::compare(
+            OP,
+            label,
+            DType::F32,
+            &got.to_f64_vec()?,
+            &want.out,
+            SEED_TOLERANCE,
+        ))
+    };
+    let fast = report(
+        format!(
+            "M={m} N={n} D={d} fast {}x{} splits {}",
+            options.block_m, options.block_n, options.splits
+        ),
+        &fast,
+    )?;
+    let walkthrough = report(format!("M={m} N={n} D={d} walkthrough"), &walkthrough)?;
+    Ok(super::forward::worse(fast, walkthrough))
 }
 
+/// The fast path's split kernel as it launches for the shape (what `tegula bench` times).
 pub(super) fn trace_entry(
     shape: &[usize],
     _dtype: DType,
 ) -> std::result::Result<Kernel, TraceError> {
-    let d = shape.get(2).copied().unwrap_or(32);
-    flash_attention_fwd_kernel::trace(SEED_BLOCK, SEED_BLOCK, check::next_pow2(d, 16))
+    let dim = |i: usize, default: usize| shape.get(i).copied().unwrap_or(default);
+    super::seed_fast::trace_split(dim(0, 35), dim(1, 67), dim(2, 32))
 }

@@ -1,0 +1,155 @@
+//! The fast path of the seed walkthrough's contract (`seed_attention_fast*`) on the
+//! interpreter against float64 on fresh random inputs with odd sizes: one split (the output
+//! written directly) and several (partials combined), IEEE and 3xTF32 dots.
+
+use tegula::ir::InputPrecision;
+use tegula::{Device, Error, LaunchConfig, Tensor};
+use tegula_kernels::attention::{self, reference, Dims, SeedOptions};
+
+/// The walkthrough's tolerance.
+const TOLERANCE: (f64, f64) = (2e-3, 2e-3);
+
+fn inputs(dev: &Device, m: usize, n: usize, d: usize) -> [Tensor<f32>; 3] {
+    [
+        dev.randn::<f32>([m, d]).unwrap(),
+        dev.randn::<f32>([n, d]).unwrap(),
+        dev.randn::<f32>([n, d]).unwrap(),
+    ]
+}
+
+/// The float64 attention of the inputs.
+fn want(qkv: &[Tensor<f32>; 3]) -> Vec<f64> {
+    let (m, d) = (qkv[0].shape()[0], qkv[0].shape()[1]);
+    let n = qkv[1].shape()[0];
+    let dims = Dims {
+        batch: 1,
+        heads: 1,
+        kv_heads: 1,
+        n_q: m,
+        n_k: n,
+        head_dim: d,
+    };
+    reference::attention(
+        &qkv[0].to_f64_vec().unwrap(),
+        &qkv[1].to_f64_vec().unwrap(),
+        &qkv[2].to_f64_vec().unwrap(),
+        dims,
+        false,
+        1.0 / (d as f64).sqrt(),
+    )
+    .out
+}
+
+/// The largest `|got - want|`, after asserting the walkthrough's elementwise tolerance.
+fn max_error(label: &str, got: &[f64], want: &[f64]) -> f64 {
+    assert_eq!(got.len(), want.len(), "{label}");
+    let (atol, rtol) = TOLERANCE;
+    let mut worst = 0.0f64;
+    for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
+        let err = (g - w).abs();
+        assert!(
+            err <= atol + rtol * w.abs(),
+            "{label}: element {i}: got {g}, want {w}"
+        );
+        worst = worst.max(err);
+    }
+    worst
+}
+
+fn options(
+    block_m: usize,
+    block_n: usize,
+    splits: usize,
+    precision: InputPrecision,
+) -> SeedOptions {
+    SeedOptions {
+        block_m,
+        block_n,
+        splits,
+        precision,
+        config: LaunchConfig {
+            num_warps: 4,
+            num_stages: 1,
+        },
+    }
+}
+
+fn run(qkv: &[Tensor<f32>; 3], o: &SeedOptions) -> Vec<f64> {
+    let dev = qkv[0].device();
+    let out = dev.empty::<f32>(qkv[0].shape().to_vec()).unwrap();
+    attention::seed_attention_fast_with(&qkv[0], &qkv[1], &qkv[2], &out, o).unwrap();
+    out.to_f64_vec().unwrap()
+}
+
+#[test]
+fn one_split_and_many_match_float64() {
+    let dev = Device::cpu();
+    // (M, N, D, block_m, block_n, splits): ragged query and key blocks, D padded (24, 40) or
+    // exact (64), splits that divide the key blocks and ones that leave the last split short.
+    let cases = [
+        (37, 91, 24, 16, 16, 1),
+        (37, 91, 24, 16, 16, 3),
+        (19, 133, 40, 32, 32, 4),
+        (50, 77, 64, 64, 16, 5),
+        (21, 45, 8, 16, 16, 99),
+    ];
+    for (m, n, d, bm, bn, splits) in cases {
+        let qkv = inputs(&dev, m, n, d);
+        let got = run(&qkv, &options(bm, bn, splits, InputPrecision::Ieee));
+        let label = format!("M={m} N={n} D={d} blocks {bm}x{bn} splits {splits}");
+        let err = max_error(&label, &got, &want(&qkv));
+        println!("{label}: max abs error {err:.3e}");
+        // Exact products and f32 sums: far inside the tolerance.
+        assert!(err < 1e-5, "{label}: {err:e}");
+    }
+}
+
+#[test]
+fn default_options_split_keys_when_query_blocks_leave_sms_idle() {
+    // 1024 queries in blocks of 64 are 16 programs: the keys split about 264 / 16 ways.
+    let o = SeedOptions::for_shape(1024, 4096, 64, 132);
+    assert_eq!((o.block_m, o.block_n), (64, 64));
+    assert!(o.splits >= 16 && 16 * o.splits >= 132, "{o:?}");
+    // Enough query blocks: no split.
+    let o = SeedOptions::for_shape(64 * 200, 4096, 128, 132);
+    assert_eq!(o.splits, 1, "{o:?}");
+    // Never more splits than key blocks.
+    let o = SeedOptions::for_shape(16, 40, 32, 132);
+    assert_eq!(o.splits, 1, "{o:?}");
+}
+
+#[test]
+fn default_path_matches_float64_and_the_walkthrough() {
+    let dev = Device::cpu();
+    for (m, n, d) in [(7, 13, 8), (35, 67, 32), (65, 129, 128)] {
+        let qkv = inputs(&dev, m, n, d);
+        let fast = attention::seed_attention_fast(&qkv[0], &qkv[1], &qkv[2]).unwrap();
+        let walk = attention::seed_attention(&qkv[0], &qkv[1], &qkv[2]).unwrap();
+        let w = want(&qkv);
+        let label = format!("default M={m} N={n} D={d}");
+        let err = max_error(&label, &fast.to_f64_vec().unwrap(), &w);
+        max_error("walkthrough", &walk.to_f64_vec().unwrap(), &w);
+        assert!(err < 1e-5, "{label}: {err:e}");
+    }
+}
+
+#[test]
+fn bad_options_are_typed_errors() {
+    let dev = Device::cpu();
+    let qkv = inputs(&dev, 9, 11, 8);
+    let out = dev.empty::<f32>([9, 8]).unwrap();
+    for o in [
+        options(24, 16, 1, InputPrecision::Ieee),
+        options(16, 256, 1, InputPrecision::Ieee),
+        options(16, 16, 1, InputPrecision::Tf32),
+    ] {
+        let r = attention::seed_attention_fast_with(&qkv[0], &qkv[1], &qkv[2], &out, &o);
+        assert!(matches!(r, Err(Error::Invalid { .. })), "{o:?}: {r:?}");
+    }
+    // The contract's checks are the walkthrough's.
+    let alias = qkv[0].clone();
+    assert!(matches!(
+        attention::seed_attention_fast_into(&qkv[0], &qkv[1], &qkv[2], &alias),
+        Err(Error::Aliasing { .. })
+    ));
+}
