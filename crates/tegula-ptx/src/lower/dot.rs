@@ -1,7 +1,8 @@
-//! `dot`: f16/bf16 operands, and f32 operands with `InputPrecision::Tf32`, with an f32
-//! accumulator run on tensor cores (`mma.rs`). Everything else goes through FMA here: f32 with
-//! `Ieee` (exact products) and `Tf32x3` (the f32 products, more accurate than three tf32
-//! products), f64, integers, and accumulators other than f32.
+//! `dot`: f16/bf16 operands, and f32 operands with `InputPrecision::Tf32` or `Tf32x3` (three
+//! tf32 mmas), with an f32 accumulator run on tensor cores (`mma.rs`). Everything else goes
+//! through FMA here: f32 with `Ieee` (exact products), `Tf32x3` dots too small for an mma
+//! (exact f32 products, more accurate than three tf32 ones), f64, integers, and accumulators
+//! other than f32.
 //!
 //! FMA: both operands go to shared memory row-major, and each thread accumulates its block of
 //! the output with one multiply-add per element and `k`, reading the `k`-th column of its rows

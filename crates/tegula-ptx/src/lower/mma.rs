@@ -60,6 +60,9 @@ pub(crate) struct MmaState {
     /// `ldmatrix` lane addresses per (shared array base, stage, wm, wn, operand M or N, chunk
     /// constant mod 8).
     read_addr: HashMap<(Reg, Stage, u32, u32, u32, u32), Reg>,
+    /// Set while staging the operands of a `Tf32x3` dot: f32 elements go to shared memory
+    /// unrounded (the split into tf32 parts happens at the mma, [`Lower::mma_tf32x3`]).
+    exact_f32_stage: bool,
 }
 
 impl MmaState {
@@ -113,8 +116,8 @@ fn log2(i: u32) -> i64 {
 }
 
 impl Lower<'_> {
-    /// The tensor-core plan of a dot, or `None` when it goes through FMA (f32 `ieee` and
-    /// `tf32x3`, f64, integers, non-f32 accumulators).
+    /// The tensor-core plan of a dot, or `None` when it goes through FMA (f32 `ieee`, f64,
+    /// integers, non-f32 accumulators). f32 `tf32x3` runs as three tf32 mmas per step.
     pub(crate) fn mma_plan(&self, inst: Inst) -> Option<MmaPlan> {
         let d = &self.k.insts[inst];
         let Op::Dot { precision } = d.op else {
@@ -128,7 +131,7 @@ impl Lower<'_> {
         let kind = match (aty.dtype(), precision) {
             (DType::F16, _) => MmaKind::F16,
             (DType::BF16, _) => MmaKind::BF16,
-            (DType::F32, InputPrecision::Tf32) => MmaKind::Tf32,
+            (DType::F32, InputPrecision::Tf32 | InputPrecision::Tf32x3) => MmaKind::Tf32,
             _ => return None,
         };
         if cty.dtype() != DType::F32 || bty.dtype() != aty.dtype() {
@@ -158,7 +161,16 @@ impl Lower<'_> {
         let (a, b, c) = (d.args[0], d.args[1], d.args[2]);
         let acc_l = ml::accumulator(plan.wm, plan.wn);
         let init = self.get(c, &acc_l)?;
-        let ops = self.mma_operands(&[(a, Role::A), (b, Role::B)], &plan)?;
+        let tf32x3 = matches!(
+            d.op,
+            Op::Dot {
+                precision: InputPrecision::Tf32x3
+            }
+        );
+        self.mma.exact_f32_stage = tf32x3;
+        let ops = self.mma_operands(&[(a, Role::A), (b, Role::B)], &plan);
+        self.mma.exact_f32_stage = false;
+        let ops = ops?;
         let acc = self.copy_regs(&init);
         let (av, bv) = (&ops[0], &ops[1]);
         let cshape = self.k.ty(c).shape;
@@ -201,6 +213,10 @@ impl Lower<'_> {
                     let cregs: Vec<Reg> = (0..4)
                         .map(|j| acc[gc.index(&ml::c_counters(rm, rn, j))])
                         .collect();
+                    if tf32x3 {
+                        self.mma_tf32x3(&cregs, af, &bfrag);
+                        continue;
+                    }
                     self.b.emit(
                         plan.kind.opcode(),
                         vec![
@@ -215,6 +231,44 @@ impl Lower<'_> {
         }
         self.define(d.results[0], &acc_l, acc);
         Ok(())
+    }
+
+    /// 3xTF32: `c += a b` for f32 fragments `a` (4 registers) and `b` (2), each element split
+    /// as `x = big + small` with `big = rna(x)` and `small = rna(x - big)` (the subtraction is
+    /// exact). Three m16n8k8 mmas, the small products first so that they are added while the
+    /// accumulator is still small: `c += a_small b_big; c += a_big b_small; c += a_big b_big`
+    /// (`a_small b_small`, below 2^-22 of the product, is dropped). ptxas removes the repeated
+    /// splits of a fragment used by several mmas.
+    fn mma_tf32x3(&mut self, c: &[Reg], a: &[Reg], b: &[Reg]) {
+        let (a_big, a_small) = self.split_tf32(a);
+        let (b_big, b_small) = self.split_tf32(b);
+        for (x, y) in [(&a_small, &b_big), (&a_big, &b_small), (&a_big, &b_big)] {
+            self.b.emit(
+                MmaKind::Tf32.opcode(),
+                vec![
+                    Arg::Vec(c.to_vec()),
+                    Arg::Vec(x.clone()),
+                    Arg::Vec(y.clone()),
+                    Arg::Vec(c.to_vec()),
+                ],
+            );
+        }
+    }
+
+    /// The tf32 `(big, small)` parts of f32 registers.
+    fn split_tf32(&mut self, x: &[Reg]) -> (Vec<Reg>, Vec<Reg>) {
+        x.iter()
+            .map(|&r| {
+                let big = self.b.op("cvt.rna.tf32.f32", RegClass::B32, vec![r.into()]);
+                let rest = self
+                    .b
+                    .op("sub.f32", RegClass::F32, vec![r.into(), big.into()]);
+                let small = self
+                    .b
+                    .op("cvt.rna.tf32.f32", RegClass::B32, vec![rest.into()]);
+                (big, small)
+            })
+            .unzip()
     }
 
     /// One 32-bit mma operand register from its elements (two halves, or one tf32 word).
@@ -369,7 +423,7 @@ impl Lower<'_> {
             let elems: Vec<Reg> = (0..run)
                 .map(|e| regs[i + e])
                 .map(|r| {
-                    if st.kind == MmaKind::Tf32 {
+                    if st.kind == MmaKind::Tf32 && !self.mma.exact_f32_stage {
                         self.b.op("cvt.rna.tf32.f32", RegClass::B32, vec![r.into()])
                     } else {
                         r
@@ -667,7 +721,15 @@ impl Lower<'_> {
             if !reqs.is_empty() {
                 let saved = self.loc;
                 self.loc = self.k.insts[inst].loc;
-                self.mma_operands(&reqs, &plan)?;
+                self.mma.exact_f32_stage = matches!(
+                    self.k.insts[inst].op,
+                    Op::Dot {
+                        precision: InputPrecision::Tf32x3
+                    }
+                );
+                let staged = self.mma_operands(&reqs, &plan);
+                self.mma.exact_f32_stage = false;
+                staged?;
                 self.loc = saved;
             }
         }
