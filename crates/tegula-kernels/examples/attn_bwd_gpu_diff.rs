@@ -171,6 +171,7 @@ fn full_kernels<T: Element>(gpu: &Device, dims: Dims, causal: bool, warps: u32) 
             &up::<f32>(dev, &delta, &[b * h * n_q])?,
             &dk,
             &dv,
+            &dev.zeros::<f32>([1])?, // dQ sums: unused without atomic dQ
             sqz,
             sqh,
             sqm,
@@ -195,6 +196,7 @@ fn full_kernels<T: Element>(gpu: &Device, dims: Dims, causal: bool, warps: u32) 
             n_k as i32,
             sm_scale,
             causal,
+            false,
             d,
             bm,
             bn,

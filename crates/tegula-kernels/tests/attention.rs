@@ -525,7 +525,8 @@ fn backward_gqa_with_bnhd_strides_and_block_sizes() {
 
 #[test]
 fn backward_is_deterministic_under_gqa() {
-    // dK/dV of a KV head sum over its query heads inside one program, in a fixed order.
+    // dK/dV of a KV head sum over its query heads inside one program, in a fixed order; dQ
+    // (atomic sums) is deterministic on the interpreter, which runs programs one by one.
     let dev = Device::cpu();
     let dm = dims(1, 4, 1, 37, 29, 24);
     let q = dev.randn::<f16>(dm.q_shape()).unwrap();

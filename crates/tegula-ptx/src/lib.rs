@@ -66,9 +66,14 @@ impl Target {
         }
     }
 
-    /// `.version` of the module: 8.0 has every instruction used and loads on the H200's driver.
+    /// `.version` of the module: 8.0 has every instruction used and loads on the H200's driver;
+    /// sm_90 modules say 8.1 for the vector `red.global.add.v{2,4}.f32`.
     pub fn ptx_version(&self) -> &'static str {
-        "8.0"
+        if self.sm >= 90 {
+            "8.1"
+        } else {
+            "8.0"
+        }
     }
 }
 

@@ -455,6 +455,24 @@ fn stored_value(ptr: Tile, value: Operand, what: &str, loc: Loc) -> Tile {
 /// returns the old values.
 #[track_caller]
 pub fn atomic(op: AtomicOp, ptr: Tile, value: impl IntoOperand, mask: Option<Tile>) -> Tile {
+    atomic_sem(op, ptr, value, mask, MemSem::AcqRel)
+}
+
+/// `atomic_add` with relaxed ordering: only the sum is atomic, no other memory access is
+/// ordered by it (accumulating partial sums; on the GPU, a `red` when the result is unused).
+#[track_caller]
+pub fn atomic_add_relaxed(ptr: Tile, value: impl IntoOperand, mask: Option<Tile>) -> Tile {
+    atomic_sem(AtomicOp::Add, ptr, value, mask, MemSem::Relaxed)
+}
+
+#[track_caller]
+fn atomic_sem(
+    op: AtomicOp,
+    ptr: Tile,
+    value: impl IntoOperand,
+    mask: Option<Tile>,
+    sem: MemSem,
+) -> Tile {
     let loc = Loc::caller();
     check_ptr(ptr, "atomic", loc);
     let v = stored_value(ptr, value.into_operand(), "atomic", loc);
@@ -469,7 +487,7 @@ pub fn atomic(op: AtomicOp, ptr: Tile, value: impl IntoOperand, mask: Option<Til
         Op::Atomic {
             op,
             has_mask: mask.is_some(),
-            sem: MemSem::AcqRel,
+            sem,
         },
         args,
         v.ty(),

@@ -1,8 +1,15 @@
 //! The FlashAttention backward (Triton tutorial 06's structure): a preprocess computing
 //! `delta = rowsum(O * dO)`, a dK/dV kernel (K and V block resident, sweeping the Q blocks of
-//! every query head of its KV group: deterministic, no atomics), and a dQ kernel (Q and dO block
-//! resident, sweeping K/V blocks). f32 accumulation; P and dS are cast to the input dtype before
-//! their dots, as FlashAttention does.
+//! every query head of its KV group), and dQ by one of two strategies ([`DqStrategy`]):
+//! - `Atomic` (the default, FlashAttention-2's): the dK/dV kernel also computes each step's
+//!   `dS K` and adds it into an f32 buffer with `red.global.add` (zeroed on allocation), and a
+//!   small kernel scales and converts it into dQ: 5 dots per (query block, key block) pair.
+//!   The f32 sums land in an unspecified order, so dQ may differ by rounding between runs.
+//! - `Kernel`: a separate dQ kernel (Q and dO block resident, sweeping K/V blocks) recomputes P
+//!   and dP: 7 dots per pair, deterministic.
+//!
+//! f32 accumulation; P and dS are cast to the input dtype before their dots, as FlashAttention
+//! does.
 //!
 //! With `S = scale * Q K^T`, `P = exp(S - lse)`: `dV = P^T dO`, `dP = dO V^T`,
 //! `dS = P * (dP - delta)`, `dQ = scale * dS K`, `dK = scale * dS^T Q`. The kernels recompute P
@@ -80,6 +87,8 @@ struct QueryHead {
     /// `lse` and `delta` rows of this head.
     lse: Tile,
     delta: Tile,
+    /// With atomic dQ: the head's rows of the f32 dQ buffer (row stride `head_dim`).
+    dq_acc: Option<Tile>,
 }
 
 /// One step of the dK/dV sweep: folds the query rows `[start_m, start_m + block_m)` of one head
@@ -98,6 +107,7 @@ fn dkdv_step<T: Element>(
     diag: Option<Tile>,
     qk_scale: Tile,
     block_m: usize,
+    head_dim: usize,
     dk: Tile,
     dv: Tile,
 ) -> (Tile, Tile) {
@@ -125,14 +135,26 @@ fn dkdv_step<T: Element>(
     }
     let dv = dot_with(p_t.to::<T>(), d_o, Some(dv), dot_precision::<T>());
     let dp_t = dot_with(v, d_o.trans(), None, dot_precision::<T>());
-    let ds_t = p_t * (dp_t - delta.row());
-    let dk = dot_with(ds_t.to::<T>(), q, Some(dk), dot_precision::<T>());
+    let ds_t = (p_t * (dp_t - delta.row())).to::<T>();
+    let dk = dot_with(ds_t, q, Some(dk), dot_precision::<T>());
+    if let Some(dq_acc) = head.dq_acc {
+        // This block's share of dQ (unscaled: the conversion applies sm_scale), added from the
+        // accumulator's registers; padded rows and features are masked off.
+        let dq = dot_with(ds_t.trans(), k, None, dot_precision::<T>());
+        atomic_add_relaxed(
+            dq_acc + offs_m.col() * head_dim + offs_d.row(),
+            dq,
+            Some(row_mask),
+        );
+    }
     (dk, dv)
 }
 
 /// One program per (block of `block_n` keys, batch * KV head): K and V stay resident while the
 /// program sweeps the Q blocks of each query head of its group (`group_size` heads) and
-/// accumulates dK and dV in f32. Grid `(cdiv(Nk, block_n), B * Hkv)`.
+/// accumulates dK and dV in f32. With `atomic_dq`, it also adds each step's dQ rows into
+/// `dq_acc_ptr` (f32 `[B, H, Nq, head_dim]`, contiguous, zeroed beforehand; unused otherwise).
+/// Grid `(cdiv(Nk, block_n), B * Hkv)`.
 #[tegula::kernel]
 pub fn attn_bwd_dkdv<T: Element>(
     q_ptr: Ptr<T>,
@@ -143,6 +165,7 @@ pub fn attn_bwd_dkdv<T: Element>(
     delta_ptr: Ptr<f32>,
     dk_ptr: Ptr<T>,
     dv_ptr: Ptr<T>,
+    dq_acc_ptr: Ptr<f32>,
     stride_qz: i32,
     stride_qh: i32,
     stride_qm: i32,
@@ -167,6 +190,7 @@ pub fn attn_bwd_dkdv<T: Element>(
     n_k: i32,
     sm_scale: f32,
     #[constexpr] causal: bool,
+    #[constexpr] atomic_dq: bool,
     #[constexpr] head_dim: usize,
     #[constexpr] block_m: usize,
     #[constexpr] block_n: usize,
@@ -218,6 +242,11 @@ pub fn attn_bwd_dkdv<T: Element>(
             stride_dom,
             lse: lse_ptr + row0,
             delta: delta_ptr + row0,
+            dq_acc: if atomic_dq {
+                Some(dq_acc_ptr + row0 * head_dim)
+            } else {
+                None
+            },
         };
         if causal {
             for start_m in range(lo, minimum(mid, n_q), block_m) {
@@ -233,6 +262,7 @@ pub fn attn_bwd_dkdv<T: Element>(
                     Some(diag),
                     qk_scale,
                     block_m,
+                    head_dim,
                     dk,
                     dv,
                 );
@@ -240,7 +270,8 @@ pub fn attn_bwd_dkdv<T: Element>(
         }
         for start_m in range(mid, n_q, block_m) {
             (dk, dv) = dkdv_step::<T>(
-                head, start_m, k, v, offs_n, offs_d, d_mask, n_q, None, qk_scale, block_m, dk, dv,
+                head, start_m, k, v, offs_n, offs_d, d_mask, n_q, None, qk_scale, block_m,
+                head_dim, dk, dv,
             );
         }
     }
@@ -394,6 +425,76 @@ pub fn attn_bwd_dq<T: Element>(
     );
 }
 
+/// `dq = sm_scale * dq_acc` in the output dtype, from the f32 buffer the dK/dV kernel added
+/// into (`[B, H, Nq, head_dim]`, contiguous). Grid `(cdiv(Nq, block_m), B * H)`.
+#[tegula::kernel]
+pub fn attn_bwd_dq_convert<T: Element>(
+    dq_acc_ptr: Ptr<f32>,
+    dq_ptr: Ptr<T>,
+    stride_dqz: i32,
+    stride_dqh: i32,
+    stride_dqm: i32,
+    num_heads: i32,
+    n_q: i32,
+    sm_scale: f32,
+    #[constexpr] head_dim: usize,
+    #[constexpr] block_m: usize,
+) {
+    let block_d = padded_head_dim(head_dim);
+    let offs_m = program_id(0) * block_m + arange(0, block_m as i64);
+    let off_hz = program_id(1);
+    let off_z = off_hz / num_heads;
+    let off_h = off_hz % num_heads;
+    let offs_d = arange(0, block_d as i64);
+    let mask = and_mask(
+        offs_m.col().lt(n_q),
+        feature_mask(offs_d, head_dim, block_d),
+    );
+    let acc = load(
+        dq_acc_ptr + (off_hz * n_q + offs_m.col()) * head_dim + offs_d.row(),
+        mask,
+        0.0,
+    );
+    store(
+        dq_ptr + off_z * stride_dqz + off_h * stride_dqh + offs_m.col() * stride_dqm + offs_d.row(),
+        (acc * sm_scale).to::<T>(),
+        mask,
+    );
+}
+
+/// How the backward computes dQ (see the module docs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum DqStrategy {
+    /// Added into an f32 buffer by the dK/dV kernel, then converted: 5 dots a block pair.
+    Atomic,
+    /// A separate kernel sweeping the key blocks: 7 dots a block pair, deterministic.
+    Kernel,
+}
+
+impl DqStrategy {
+    /// `TEGULA_ATTN_BWD_DQ=kernel` or `=atomic` when set (for measuring one against the
+    /// other); otherwise `Atomic` wherever the f32 buffer's element offsets fit in i32.
+    fn choose(dims: &Dims) -> DqStrategy {
+        let fits = (dims.batch * dims.heads)
+            .checked_mul(dims.n_q)
+            .and_then(|n| n.checked_mul(dims.head_dim))
+            .is_some_and(|n| n <= i32::MAX as usize);
+        match std::env::var("TEGULA_ATTN_BWD_DQ").as_deref() {
+            Ok("kernel") => DqStrategy::Kernel,
+            Ok("atomic") if fits => DqStrategy::Atomic,
+            _ if fits => DqStrategy::Atomic,
+            _ => DqStrategy::Kernel,
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            DqStrategy::Atomic => "atomic",
+            DqStrategy::Kernel => "kernel",
+        }
+    }
+}
+
 /// The gradients of attention with respect to its inputs.
 pub struct Gradients<T: Element> {
     pub dq: Tensor<T>,
@@ -524,8 +625,13 @@ fn resolve<T: Element>(
         return Ok(*options);
     }
     let held = [("block_m", options.block_m), ("block_n", options.block_n)];
-    let key =
-        super::key(dims, T::DTYPE, options.causal) + &tuned::held_suffix(&held, options.config);
+    let strategy = DqStrategy::choose(dims);
+    let key = format!(
+        "{},dq={}{}",
+        super::key(dims, T::DTYPE, options.causal),
+        strategy.name(),
+        tuned::held_suffix(&held, options.config)
+    );
     let candidates = super::backward_candidates(dims, T::DTYPE, options);
     let dev = q.device();
     let chosen = tuned::choose(
@@ -536,11 +642,16 @@ fn resolve<T: Element>(
             // The source hash: the Tile IR of the default candidate's three kernels.
             let r = candidates[0];
             let (c, d) = (options.causal, dims.head_dim);
+            let atomic = strategy == DqStrategy::Atomic;
             let ir = format!(
                 "{}\n{}\n{}",
                 attn_bwd_preprocess::trace::<T>(d, r.block_m)?,
-                attn_bwd_dkdv::trace::<T>(c, d, r.block_m, r.block_n)?,
-                attn_bwd_dq::trace::<T>(c, d, r.block_m, r.block_n)?
+                attn_bwd_dkdv::trace::<T>(c, atomic, d, r.block_m, r.block_n)?,
+                if atomic {
+                    attn_bwd_dq_convert::trace::<T>(d, r.block_m)?
+                } else {
+                    attn_bwd_dq::trace::<T>(c, d, r.block_m, r.block_n)?
+                }
             );
             Ok(Tuning::new(
                 "tegula_kernels::attention::backward",
@@ -597,6 +708,13 @@ fn launch<T: Element>(
     let bhkv = size_i32(OP, "B * Hkv", dims.batch * dims.kv_heads)? as u32;
 
     let delta = dev.empty::<f32>(dims.lse_shape())?;
+    let atomic_dq = DqStrategy::choose(dims) == DqStrategy::Atomic;
+    // The f32 dQ sums start at zero; without atomics the kernel never reads it (a stand-in).
+    let dq_acc = if atomic_dq {
+        dev.zeros::<f32>(dims.q_shape())?
+    } else {
+        dev.empty::<f32>([1])?
+    };
     if q_blocks > 0 && bh > 0 {
         attn_bwd_preprocess::launch_with::<T>(
             dev,
@@ -631,6 +749,7 @@ fn launch<T: Element>(
             &delta,
             dk,
             dv,
+            &dq_acc,
             sqz,
             sqh,
             sqm,
@@ -655,12 +774,29 @@ fn launch<T: Element>(
             n_k,
             sm_scale,
             options.causal,
+            atomic_dq,
             d,
             bm,
             bn,
         )?;
     }
-    if q_blocks > 0 && bh > 0 {
+    if atomic_dq && q_blocks > 0 && bh > 0 {
+        attn_bwd_dq_convert::launch_with::<T>(
+            dev,
+            (q_blocks, bh),
+            options.config,
+            &dq_acc,
+            dq,
+            sdqz,
+            sdqh,
+            sdqm,
+            heads,
+            n_q,
+            sm_scale,
+            d,
+            bm,
+        )?;
+    } else if q_blocks > 0 && bh > 0 {
         attn_bwd_dq::launch_with::<T>(
             dev,
             (q_blocks, bh),
@@ -792,9 +928,10 @@ pub(super) fn trace_entry(
     let (dims, causal): (Dims, bool) = parse_shape(shape);
     let b = super::backward_candidates(&dims, dtype, &AttentionOptions::default())[0];
     let d = dims.head_dim;
+    let atomic = DqStrategy::choose(&dims) == DqStrategy::Atomic;
     match dtype {
-        DType::F16 => attn_bwd_dkdv::trace::<f16>(causal, d, b.block_m, b.block_n),
-        DType::BF16 => attn_bwd_dkdv::trace::<bf16>(causal, d, b.block_m, b.block_n),
-        _ => attn_bwd_dkdv::trace::<f32>(causal, d, b.block_m, b.block_n),
+        DType::F16 => attn_bwd_dkdv::trace::<f16>(causal, atomic, d, b.block_m, b.block_n),
+        DType::BF16 => attn_bwd_dkdv::trace::<bf16>(causal, atomic, d, b.block_m, b.block_n),
+        _ => attn_bwd_dkdv::trace::<f32>(causal, atomic, d, b.block_m, b.block_n),
     }
 }

@@ -87,6 +87,9 @@ impl Lower<'_> {
     /// The layout a load, store or atomic runs in.
     pub(crate) fn access_layout(&self, inst: Inst) -> Layout {
         let shape = self.k.ty(self.k.insts[inst].args[0]).shape;
+        if matches!(self.k.insts[inst].op, Op::Atomic { .. }) {
+            return self.atomic_layout(inst);
+        }
         Layout::blocked(&shape, self.access_vec(inst), self.num_warps)
     }
 
@@ -465,6 +468,23 @@ impl Lower<'_> {
             MemSem::AcqRel => ".acq_rel",
         };
         let owner = self.owner(&l, &pty.shape);
+        if let Some(op) = op.filter(|_| self.result_unused(inst)) {
+            if let Some(suffix) = self.red_rule(op, dt, sem) {
+                let vec = self.red_vec(inst, &l) as usize;
+                self.lower_red(
+                    &l,
+                    &pty.shape,
+                    &ptrs,
+                    &vals,
+                    mask.as_deref(),
+                    owner,
+                    sem,
+                    &suffix,
+                    vec,
+                );
+                return Ok(());
+            }
+        }
         let class = class_of(Elem::Scalar(dt));
         let mut out = Vec::with_capacity(ptrs.len());
         for i in 0..ptrs.len() {
@@ -517,6 +537,135 @@ impl Lower<'_> {
         };
         self.define(d.results[0], &l, out);
         Ok(())
+    }
+
+    /// An atomic runs in its value's layout when that comes from an anchored op, so a dot's
+    /// accumulator adds into memory from the registers that hold it (no conversion through
+    /// shared memory); otherwise in a blocked layout, with vector runs where `red` allows them.
+    fn atomic_layout(&self, inst: Inst) -> Layout {
+        let d = &self.k.insts[inst];
+        let shape = self.k.ty(d.args[0]).shape;
+        if !shape.is_scalar() && self.k.ty(d.args[1]).shape == shape {
+            let (l, strong) = self.natural(d.args[1]);
+            if strong && l.sliced.is_empty() {
+                return l;
+            }
+        }
+        let blocked = Layout::blocked(&shape, 4, self.num_warps);
+        let vec = self.red_vec(inst, &blocked);
+        Layout::blocked(&shape, vec, self.num_warps)
+    }
+
+    /// True when no instruction reads the atomic's result (the old values), so it can be a
+    /// `red`, which returns nothing and needs no exchange between replicas.
+    fn result_unused(&self, inst: Inst) -> bool {
+        let r = self.k.insts[inst].results[0];
+        !self.k.insts.iter().any(|(_, d)| d.args.contains(&r))
+    }
+
+    /// The `red` opcode suffix for an atomic whose result is unused: the `atom` operation where
+    /// `red` has it too (not exchange) and the ordering is one `red` takes (relaxed, release).
+    fn red_rule(&self, op: AtomicOp, d: DType, sem: &str) -> Option<String> {
+        if op == AtomicOp::Xchg || !matches!(sem, ".relaxed" | ".release") {
+            return None;
+        }
+        self.atom_rule(op, d)
+    }
+
+    /// Elements one `red.global.add.v{2,4}.f32` covers in layout `l` (1: a scalar `red`): the
+    /// thread's contiguous run along the last axis, as far as the pointers are contiguous and
+    /// 8/16-byte aligned and the mask is constant over it. Vector `red` is sm_90 (PTX 8.1) only.
+    fn red_vec(&self, inst: Inst, l: &Layout) -> u32 {
+        let d = &self.k.insts[inst];
+        let (shape, dt) = (self.k.ty(d.args[0]).shape, self.k.ty(d.args[0]).dtype());
+        let add_f32 = matches!(
+            d.op,
+            Op::Atomic {
+                op: AtomicOp::Add,
+                ..
+            }
+        ) && dt == DType::F32;
+        if !add_f32 || self.sm < 90 || shape.is_scalar() || !l.sliced.is_empty() {
+            return 1;
+        }
+        let last = shape.rank() - 1;
+        if l.interleaved[last] || !self.result_unused(inst) {
+            return 1;
+        }
+        let info = self.axis.get(self.k, d.args[0]);
+        let mut vec = (l.spt[last] as u64)
+            .min(shape.dims()[last] as u64)
+            .min(info.last_contiguity())
+            .min(info.last_divisibility() / 4)
+            .min(4);
+        if let Op::Atomic { has_mask: true, .. } = d.op {
+            vec = vec.min(self.axis.get(self.k, d.args[2]).last_constancy());
+        }
+        match vec {
+            4.. => 4,
+            2 | 3 => 2,
+            _ => 1,
+        }
+    }
+
+    /// `red` for an atomic whose result is unused: one instruction per `vec` contiguous
+    /// elements of a thread, on the owner copy of replicated elements only.
+    #[allow(clippy::too_many_arguments)]
+    fn lower_red(
+        &mut self,
+        l: &Layout,
+        shape: &tegula_ir::Shape,
+        ptrs: &[Reg],
+        vals: &[Reg],
+        mask: Option<&[Reg]>,
+        owner: Option<Reg>,
+        sem: &str,
+        suffix: &str,
+        vec: usize,
+    ) {
+        let geo = (vec > 1).then(|| l.geometry(shape));
+        for i in 0..ptrs.len() {
+            // The registers of the run that starts at register i (counters along the last axis).
+            let group: Vec<usize> = match &geo {
+                None => vec![i],
+                Some(g) => {
+                    let c = g.coords(i);
+                    let last = c.len() - 1;
+                    if c[last] % vec != 0 {
+                        continue;
+                    }
+                    (0..vec)
+                        .map(|k| {
+                            let mut ck = c.clone();
+                            ck[last] += k;
+                            g.index(&ck)
+                        })
+                        .collect()
+                }
+            };
+            let guard = match (mask.map(|m| m[i]), owner) {
+                (Some(m), Some(o)) => Some(self.b.op(
+                    "and.pred",
+                    RegClass::Pred,
+                    vec![m.into(), o.into()],
+                )),
+                (m, o) => m.or(o),
+            };
+            let (opc, src) = if vec > 1 {
+                let regs = group.iter().map(|&j| vals[j]).collect();
+                (
+                    format!("red{sem}.gpu.global.add.v{vec}.f32"),
+                    Arg::Vec(regs),
+                )
+            } else {
+                (format!("red{sem}.gpu.global.{suffix}"), vals[i].into())
+            };
+            let args = vec![Arg::Addr(Box::new(ptrs[i].into()), 0), src];
+            match guard {
+                Some(g) => self.b.emit_guarded(g, false, opc, args),
+                None => self.b.emit(opc, args),
+            }
+        }
     }
 
     /// The `atom` suffix (`add.f32`, ...) where PTX has the operation for the type.
