@@ -488,24 +488,27 @@ fn pipelined_row_config(n: usize, pipelined: usize, fallback: Config, resident: 
     c.with(PROGRAMS_PER_SM, programs_per_sm(tile, resident) as i64)
 }
 
-/// Layer norm's forward config for rows of `n`: the pipelined one-tile kernel up to 16384
-/// columns (bf16, ptxas -v: 107 registers at 4096 columns and 8 warps, so two programs per
-/// SM; 128 and a 16-byte spill at 16384 and 16 warps, one per SM), the looping kernel at 4
-/// warps beyond (the pipelined one spills 900 bytes at 32768; the looping kernel measured 2.40
-/// TB/s there against 0.67 for one tile, docs/perf-notes.md).
+/// Layer norm's forward config for rows of `n`, from the H200 sweep of 2026-11-30 (bf16,
+/// 4096 rows, docs/perf-notes.md): the pipelined one-tile kernel up to 4096 columns (8 warps,
+/// two programs per SM: 2.43 TB/s against 1.86 looping and 1.74 for one tile without the
+/// prefetch), the looping kernel at 4 warps beyond (16384 columns: 2.53 TB/s against 1.72
+/// pipelined, whose 128 registers a thread leave one program per SM; 32768: 2.45).
 pub fn layer_norm_config(n: usize) -> Config {
     let looping = row_config(n, 1024, 4);
-    let resident = if n > 4096 { 1 } else { 2 };
-    pipelined_row_config(n, 16384, looping, resident)
+    pipelined_row_config(n, 4096, looping, 2)
 }
 
-/// RMS norm's forward config for rows of `n`: the pipelined one-tile kernel up to 16384
-/// columns (ptxas -v: 64 registers at 4096 columns and 8 warps, four programs per SM; 125 at
-/// 16384 and 16 warps, one), the looping kernel at 8 warps beyond (3.03 TB/s at 32768,
-/// where the pipelined kernel spills).
+/// RMS norm's forward config for rows of `n`, from the same sweep: one tile without the
+/// prefetch up to 4096 columns (2.92 TB/s against 2.76 and 2.66 pipelined at two and four
+/// programs per SM), the pipelined kernel up to 16384 (16 warps, one program per SM: 3.49
+/// against 3.25 looping), the looping kernel at 8 warps beyond (3.09 at 32768, where the
+/// pipelined kernel spills).
 pub fn rms_norm_config(n: usize) -> Config {
+    if check::next_pow2(n, 16) <= 4096 {
+        return row_config(n, 4096, 8);
+    }
     let looping = row_config(n, 4096, 8);
-    pipelined_row_config(n, 16384, looping, 4)
+    pipelined_row_config(n, 16384, looping, 1)
 }
 
 /// `BLOCK` and `BLOCK_M` of a forward config, checked against rows of `n`.

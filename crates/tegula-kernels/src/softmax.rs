@@ -201,16 +201,19 @@ pub fn config(cols: usize, max_block: usize) -> Config {
     let block_m = (2048 / block).clamp(1, 16);
     // At most 16 warps: 1024 threads would cap a thread at 64 registers.
     let warps = (block * block_m / (32 * ELEMS_PER_THREAD)).clamp(4, 16) as u32;
-    // The pipelined kernel (ptxas -v, bf16: 72 registers at 4096 columns and 4 warps, so
-    // seven programs fit an SM; 80 at 16384 and 128 at 32768 with 16 warps, one).
-    let resident = if block > 4096 { 1 } else { 7 };
+    // The pipelined kernel only for the longest rows: on the H200 (bf16, 4096 rows) one tile
+    // without the prefetch measured 3.23 TB/s at 4096 columns (pipelined 2.67-2.90) and 3.77
+    // at 16384 (3.30-3.39); at 32768 the pipelined kernel (128 registers, one program per SM)
+    // 3.40 against 3.33.
+    let per_sm = if block > 16384 {
+        norm::programs_per_sm(block * block_m, 1)
+    } else {
+        0
+    };
     Config::new(warps, 1)
         .with("BLOCK", block as i64)
         .with("BLOCK_M", block_m as i64)
-        .with(
-            PROGRAMS_PER_SM,
-            norm::programs_per_sm(block * block_m, resident) as i64,
-        )
+        .with(PROGRAMS_PER_SM, per_sm as i64)
 }
 
 /// [`softmax_into`] with an explicit config (see [`config`]): `BLOCK_M` 0 takes the online

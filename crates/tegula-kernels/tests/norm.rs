@@ -326,13 +326,13 @@ fn library_entries_check_and_trace() {
         for &dt in k.dtypes {
             let r = (k.check)(&dev, k.default_shape, dt).unwrap();
             assert!(r.passed(), "{}: {r:?}", k.name);
-            // Rows of the default 1031 columns: the forward kernels are the pipelined ones
-            // (their kernel names say so), the backward loops over blocks.
+            // Rows of the default 1031 columns: layer norm takes the pipelined kernel (its
+            // name says so), RMS norm one tile, the backward loops over blocks.
             let ir = (k.trace)(k.default_shape, dt).unwrap().to_string();
-            let want = if k.name == "layer_norm_backward" {
-                "for"
-            } else {
-                "_fwd_pipelined"
+            let want = match k.name {
+                "layer_norm_backward" => "for",
+                "layer_norm" => "_fwd_pipelined",
+                _ => "rms_norm_fwd_rows",
             };
             assert!(ir.contains(want), "{}: {ir}", k.name);
         }
@@ -404,17 +404,29 @@ fn pipelined_and_one_tile_configs_match_float64() {
     }
 }
 
-/// The default configs take the pipelined kernels up to 16384 columns and the looping ones
-/// beyond (a 32768-column row spills in the pipelined kernels).
+/// The default configs follow the H200 sweep: layer norm pipelined up to 4096 columns, RMS
+/// norm one tile up to 4096 and pipelined up to 16384, both looping beyond (a 32768-column
+/// row spills in the pipelined kernels).
 #[test]
-fn default_configs_pick_the_pipelined_kernels_up_to_16384_columns() {
+fn default_configs_follow_the_measured_sweep() {
     use tegula_kernels::norm::{layer_norm_config, rms_norm_config};
+    let per_sm = |c: &tegula::autotune::Config| c.get("PROGRAMS_PER_SM").unwrap_or(0);
+    for n in [1000, 4096] {
+        let c = layer_norm_config(n);
+        assert!(
+            per_sm(&c) > 0 && c.get("BLOCK").unwrap() as usize >= n,
+            "{n}: {c}"
+        );
+        let c = rms_norm_config(n);
+        assert!(
+            per_sm(&c) == 0 && c.get("BLOCK").unwrap() as usize >= n,
+            "{n}: {c}"
+        );
+    }
+    assert_eq!(layer_norm_config(16384).get("BLOCK_M"), Some(0));
+    let c = rms_norm_config(16384);
+    assert!(per_sm(&c) > 0 && c.get("BLOCK").unwrap() == 16384, "{c}");
     for config in [layer_norm_config, rms_norm_config] {
-        for n in [1000, 4096, 16384] {
-            let c = config(n);
-            assert!(c.get("PROGRAMS_PER_SM").unwrap_or(0) > 0, "{n}: {c}");
-            assert!(c.get("BLOCK").unwrap() as usize >= n, "{n}: {c}");
-        }
         let c = config(32768);
         assert_eq!(c.get("BLOCK_M"), Some(0), "{c}");
     }
