@@ -153,3 +153,27 @@ fn bad_options_are_typed_errors() {
         Err(Error::Aliasing { .. })
     ));
 }
+
+#[test]
+fn tf32x3_is_about_as_accurate_as_ieee() {
+    let dev = Device::cpu();
+    // The contract's D (64, 128) with fewer rows; several splits.
+    for (m, n, d) in [(67, 257, 64), (37, 129, 128)] {
+        let qkv = inputs(&dev, m, n, d);
+        let w = want(&qkv);
+        let label = format!("M={m} N={n} D={d}");
+        let ieee = max_error(
+            &label,
+            &run(&qkv, &options(32, 32, 3, InputPrecision::Ieee)),
+            &w,
+        );
+        let x3 = max_error(
+            &label,
+            &run(&qkv, &options(32, 32, 3, InputPrecision::Tf32x3)),
+            &w,
+        );
+        println!("{label}: max abs error ieee {ieee:.3e}, tf32x3 {x3:.3e}");
+        // 3xTF32 drops only the small*small product (about 2^-22 relative): near f32.
+        assert!(x3 < 1e-5, "{label}: tf32x3 {x3:e}");
+    }
+}
