@@ -393,6 +393,22 @@ fn forward_block_sizes_and_explicit_scale() {
     }
 }
 
+/// Causal grids run (B * H, query blocks) with the query blocks numbered from the last: many
+/// query blocks over several heads and GQA groups, Nq above and below Nk (rows without keys),
+/// must still land on the right rows and heads.
+#[test]
+fn forward_causal_grid_order_over_heads_and_blocks() {
+    let dev = Device::cpu();
+    let options = AttentionOptions {
+        causal: true,
+        block_m: 16,
+        block_n: 16,
+        ..Default::default()
+    };
+    check_forward::<f32>(&dev, dims(2, 3, 1, 67, 50, 16), options, Layout::Bhnd);
+    check_forward::<bf16>(&dev, dims(1, 4, 2, 35, 93, 32), options, Layout::Bnhd);
+}
+
 /// The kernel folds the scale into one FMA with a positive factor: a negative scale negates
 /// Q, a zero one is made tiny; both must still match the reference (masked rows included).
 #[test]
