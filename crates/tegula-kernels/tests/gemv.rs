@@ -252,10 +252,13 @@ fn warp_per_row_unrolled_and_persistent_configs() {
 fn default_config_puts_one_warp_on_each_row() {
     // 16-byte loads: 32 lanes cover 256 f16/bf16 or 128 f32 columns; BLOCK_M is the warps, so
     // the layout gives each warp whole rows; four loads per row a step where the row is long.
-    let c = config(8192, 1, 8192, 2);
+    let c = config(14336, 1, 14336, 2);
     assert_eq!(c.get("BLOCK_N"), Some(256));
     assert_eq!(c.get("BLOCK_M"), Some(c.num_warps as i64));
     assert_eq!(c.get("UNROLL"), Some(4));
+    // 16-bit rows that 4096 divides: one row a program, 4096 columns a step.
+    let c = config(8192, 1, 8192, 2);
+    assert_eq!((c.get("BLOCK_M"), c.get("BLOCK_N")), (Some(1), Some(4096)));
     let c = config(4096, 1, 4096, 4);
     assert_eq!(c.get("BLOCK_N"), Some(128));
     let c = config(300, 1, 300, 2);
