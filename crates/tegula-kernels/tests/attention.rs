@@ -393,11 +393,10 @@ fn forward_block_sizes_and_explicit_scale() {
     }
 }
 
-/// Causal grids run (B * H, query blocks) with the query blocks numbered from the last: many
-/// query blocks over several heads and GQA groups, Nq above and below Nk (rows without keys),
-/// must still land on the right rows and heads.
+/// Causal attention over many query blocks, several heads and GQA groups, Nq above and below
+/// Nk (rows without keys): every program must land on its rows and heads.
 #[test]
-fn forward_causal_grid_order_over_heads_and_blocks() {
+fn forward_causal_over_many_query_blocks_heads_and_gqa() {
     let dev = Device::cpu();
     let options = AttentionOptions {
         causal: true,

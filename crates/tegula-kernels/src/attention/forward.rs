@@ -1,6 +1,5 @@
 //! The batched FlashAttention forward (Triton tutorial 06's `_attn_fwd`): grid
-//! `(cdiv(Nq, BLOCK_M), B * H)` (causal: `(B * H, cdiv(Nq, BLOCK_M))`, last query blocks
-//! first), Q block resident, K/V streamed, exp2 with the scale folded in,
+//! `(cdiv(Nq, BLOCK_M), B * H)`, Q block resident, K/V streamed, exp2 with the scale folded in,
 //! an unmasked loop over the key blocks every row sees and a masked loop over the rest.
 
 use super::contract::{
@@ -49,8 +48,7 @@ pub(super) fn online_softmax_step<T: Element>(
     (m_ij, l_i * alpha + l_ij, acc)
 }
 
-/// One program per (block of `block_m` query rows, batch * head); causal grids put batch * head
-/// on axis 0 and number query blocks from the last. Query head `h` reads KV head
+/// One program per (block of `block_m` query rows, batch * head). Query head `h` reads KV head
 /// `h / group_size`. Writes the output and the natural-log logsumexp of each row.
 ///
 /// `qk_scale` is `|sm_scale| * log2 e` and positive (see [`kernel_scale`]); `negate_scores` carries
@@ -86,17 +84,8 @@ pub fn attn_fwd<T: Element>(
     #[constexpr] block_n: usize,
 ) {
     let block_d = padded_head_dim(head_dim);
-    let (query_block, off_hz) = if causal {
-        // Grid (B * H, query blocks), heaviest first: the hardware starts programs in
-        // increasing linear order (axis 0 fastest), and under the causal mask the last query
-        // block sees the most keys, so every head's last block starts first and the grid ends
-        // on the short first blocks instead of a ragged tail of long ones.
-        (num_programs(1) - 1 - program_id(1), program_id(0))
-    } else {
-        // Grid (query blocks, B * H): a head's blocks run side by side and share K/V in L2.
-        (program_id(0), program_id(1))
-    };
-    let start_m = query_block * block_m;
+    let start_m = program_id(0) * block_m;
+    let off_hz = program_id(1);
     let off_z = off_hz / num_heads;
     let off_h = off_hz % num_heads;
     let off_hkv = off_h / group_size;
@@ -311,14 +300,10 @@ fn launch<T: Element>(
     if programs_m == 0 || programs_bh == 0 {
         return Ok(());
     }
-    let programs_m = size_i32(OP, "query blocks", programs_m)? as u32;
-    let programs_bh = size_i32(OP, "B * H", programs_bh)? as u32;
-    // The kernel's grid order (see `attn_fwd`): causal runs the heaviest query blocks first.
-    let grid = if options.causal {
-        (programs_bh, programs_m)
-    } else {
-        (programs_m, programs_bh)
-    };
+    let grid = (
+        size_i32(OP, "query blocks", programs_m)? as u32,
+        size_i32(OP, "B * H", programs_bh)? as u32,
+    );
     attn_fwd::launch_with::<T>(
         q.device(),
         grid,
