@@ -117,7 +117,7 @@ pub fn config(stride_m: usize, stride_n: usize, n: usize, elem_bytes: usize) -> 
             .with("BLOCK_M", 64)
             .with("BLOCK_N", check::next_pow2(n, 16).min(32) as i64);
     }
-    if elem_bytes == 2 && n % WIDE_COLS == 0 {
+    if elem_bytes == 2 && n.is_multiple_of(WIDE_COLS) {
         // One row a program, 4096 columns a step: on the H200 (fp16, 2026-11-30) 2.46 TB/s at
         // 4096^2 and 3.95 at 16384^2 against 2.38 and 3.91 for one warp a row; equal at
         // 8192^2 and 14336x4096 (3.48, 3.37). Rows that 4096 does not divide (4096x14336:
