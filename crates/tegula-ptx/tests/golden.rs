@@ -110,3 +110,32 @@ fn unsupported_ops_name_the_source_line() {
     assert!(e.to_string().contains("powers of two"), "{e}");
     assert!(e.to_string().contains("golden.rs"), "{e}");
 }
+
+#[test]
+fn unused_relaxed_atomic_adds_lower_to_red_and_vectorize_on_sm_90() {
+    let k = aligned(
+        trace("red", |p| {
+            let fx = p.ptr("fx", DType::F32);
+            let n = p.scalar("n", DType::I32);
+            let offs = arange(0, 512);
+            let _ = atomic_add_relaxed(fx + offs, offs.to::<f32>(), Some(offs.lt(n)));
+        })
+        .unwrap(),
+    );
+    let p80 = ptx(&k, 4);
+    assert!(p80.contains("red.relaxed.gpu.global.add.f32"), "{p80}");
+    assert!(!p80.contains("atom."), "{p80}");
+    let opts = CompileOptions {
+        num_warps: 4,
+        num_stages: 1,
+    };
+    let p90 = compile(&k, &Target { sm: 90 }, &opts).unwrap().ptx;
+    // 512 elements over 128 threads, 16-byte aligned: one 4-wide `red` a thread.
+    assert_eq!(
+        p90.matches("red.relaxed.gpu.global.add.v4.f32").count(),
+        1,
+        "{p90}"
+    );
+    assert!(!p90.contains("atom."), "{p90}");
+    assert!(p90.contains(".version 8.1"), "{p90}");
+}
