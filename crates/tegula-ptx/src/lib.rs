@@ -22,12 +22,12 @@
 //! rounded to odd. The precision of math functions is in `lower/math.rs`.
 //!
 //! Not lowered yet (each gives [`PtxError::Unsupported`] with the source line):
-//! tiles with a dimension that is not a power of two, atomics on 8-bit, 16-bit
-//! integers and i1, f64 transcendental functions (only sqrt, rsqrt, abs, neg, floor, ceil), a
-//! `dot` operand, an FMA `dot`, a reshape or a permute needing more shared memory than the
-//! target allows a block (`Target::max_shared_bytes`; other conversions go in slabs of 48 KB). `device_assert` lowers to
-//! `trap` (the message is not printed on the GPU); `device_print` to `vprintf` calls, one per
-//! element a thread owns (`lower/print.rs`).
+//! tiles with a dimension that is not a power of two, atomics on 8-bit, 16-bit integers and i1,
+//! f64 transcendental functions (only sqrt, rsqrt, abs, neg, floor, ceil), and a `dot` operand,
+//! an FMA `dot`, a reshape or a permute needing more shared memory than the target allows a
+//! block (`Target::max_shared_bytes`; other conversions go in slabs of 48 KB). `device_assert`
+//! lowers to `trap` (the message is not printed on the GPU); `device_print` to `vprintf` calls,
+//! one per element a thread owns (`lower/print.rs`).
 
 pub mod axis_info;
 pub mod layout;

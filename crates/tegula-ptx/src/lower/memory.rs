@@ -556,11 +556,10 @@ impl Lower<'_> {
         Layout::blocked(&shape, vec, self.num_warps)
     }
 
-    /// True when no instruction reads the atomic's result (the old values), so it can be a
-    /// `red`, which returns nothing and needs no exchange between replicas.
+    /// True when no live instruction reads the atomic's result (the old values), so it can be
+    /// a `red`, which returns nothing and needs no exchange between replicas.
     fn result_unused(&self, inst: Inst) -> bool {
-        let r = self.k.insts[inst].results[0];
-        !self.k.insts.iter().any(|(_, d)| d.args.contains(&r))
+        !self.read_values.contains(&self.k.insts[inst].results[0])
     }
 
     /// The `red` opcode suffix for an atomic whose result is unused: the `atom` operation where

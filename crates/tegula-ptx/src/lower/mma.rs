@@ -27,6 +27,9 @@ pub(crate) struct MmaPlan {
     pub k: u32,
     pub wm: u32,
     pub wn: u32,
+    /// `Tf32x3`: f32 operands are staged unrounded and each mma step splits them into tf32
+    /// parts and issues three mmas ([`Lower::mma_tf32x3`]).
+    pub split_tf32: bool,
 }
 
 impl MmaPlan {
@@ -60,9 +63,6 @@ pub(crate) struct MmaState {
     /// `ldmatrix` lane addresses per (shared array base, stage, wm, wn, operand M or N, chunk
     /// constant mod 8).
     read_addr: HashMap<(Reg, Stage, u32, u32, u32, u32), Reg>,
-    /// Set while staging the operands of a `Tf32x3` dot: f32 elements go to shared memory
-    /// unrounded (the split into tf32 parts happens at the mma, [`Lower::mma_tf32x3`]).
-    exact_f32_stage: bool,
 }
 
 impl MmaState {
@@ -153,6 +153,7 @@ impl Lower<'_> {
             k,
             wm,
             wn,
+            split_tf32: precision == InputPrecision::Tf32x3,
         })
     }
 
@@ -161,16 +162,7 @@ impl Lower<'_> {
         let (a, b, c) = (d.args[0], d.args[1], d.args[2]);
         let acc_l = ml::accumulator(plan.wm, plan.wn);
         let init = self.get(c, &acc_l)?;
-        let tf32x3 = matches!(
-            d.op,
-            Op::Dot {
-                precision: InputPrecision::Tf32x3
-            }
-        );
-        self.mma.exact_f32_stage = tf32x3;
-        let ops = self.mma_operands(&[(a, Role::A), (b, Role::B)], &plan);
-        self.mma.exact_f32_stage = false;
-        let ops = ops?;
+        let ops = self.mma_operands(&[(a, Role::A), (b, Role::B)], &plan)?;
         let acc = self.copy_regs(&init);
         let (av, bv) = (&ops[0], &ops[1]);
         let cshape = self.k.ty(c).shape;
@@ -213,7 +205,7 @@ impl Lower<'_> {
                     let cregs: Vec<Reg> = (0..4)
                         .map(|j| acc[gc.index(&ml::c_counters(rm, rn, j))])
                         .collect();
-                    if tf32x3 {
+                    if plan.split_tf32 {
                         self.mma_tf32x3(&cregs, af, &bfrag);
                         continue;
                     }
@@ -360,7 +352,7 @@ impl Lower<'_> {
                 for &s in &group {
                     let (_, src, sl, regs, transpose, st) = staged[s].clone();
                     let shape = self.k.ty(src).shape;
-                    self.stage_write(&regs, &sl, &shape, transpose, &st);
+                    self.stage_write(&regs, &sl, &shape, transpose, &st, !plan.split_tf32);
                 }
                 self.barrier();
                 for &s in &group {
@@ -377,7 +369,8 @@ impl Lower<'_> {
     }
 
     /// Writes a 2-D value (registers `regs` in layout `l`) into the swizzled stage, element
-    /// `(i0, i1)` at stored `(i0, i1)`, or `(i1, i0)` when `transpose`.
+    /// `(i0, i1)` at stored `(i0, i1)`, or `(i1, i0)` when `transpose`. f32 elements of a tf32
+    /// stage are rounded to tf32 when `round_tf32`.
     fn stage_write(
         &mut self,
         regs: &[Reg],
@@ -385,6 +378,7 @@ impl Lower<'_> {
         shape: &Shape,
         transpose: bool,
         st: &Stage,
+        round_tf32: bool,
     ) {
         let es = st.kind.elem_bytes();
         let kept = l.kept();
@@ -423,7 +417,7 @@ impl Lower<'_> {
             let elems: Vec<Reg> = (0..run)
                 .map(|e| regs[i + e])
                 .map(|r| {
-                    if st.kind == MmaKind::Tf32 && !self.mma.exact_f32_stage {
+                    if st.kind == MmaKind::Tf32 && round_tf32 {
                         self.b.op("cvt.rna.tf32.f32", RegClass::B32, vec![r.into()])
                     } else {
                         r
@@ -721,15 +715,7 @@ impl Lower<'_> {
             if !reqs.is_empty() {
                 let saved = self.loc;
                 self.loc = self.k.insts[inst].loc;
-                self.mma.exact_f32_stage = matches!(
-                    self.k.insts[inst].op,
-                    Op::Dot {
-                        precision: InputPrecision::Tf32x3
-                    }
-                );
-                let staged = self.mma_operands(&reqs, &plan);
-                self.mma.exact_f32_stage = false;
-                staged?;
+                self.mma_operands(&reqs, &plan)?;
                 self.loc = saved;
             }
         }

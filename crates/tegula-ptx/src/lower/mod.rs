@@ -28,7 +28,7 @@ use crate::axis_info::AxisAnalysis;
 use crate::layout::Layout;
 use crate::ptx::{Arg, Builder, Reg, RegClass, SMEM};
 use crate::PtxError;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use tegula_ir::{Block, Inst, Kernel, Loc, Op, Shape, TileType, Value, ValueDef};
 use types::class_of;
 
@@ -50,6 +50,9 @@ pub(crate) struct Lower<'k> {
     /// Shared memory one block may use on this target (the opt-in limit; the launch asks for
     /// it as dynamic shared memory).
     pub max_shared: u32,
+    /// Every value a live instruction reads (an atomic whose result is not among them can be a
+    /// `red`).
+    read_values: HashSet<Value>,
     anchors: HashMap<Value, Layout>,
     /// Layouts assumed for block arguments while choosing loop-carried layouts.
     assumed: HashMap<Value, (Layout, bool)>,
@@ -115,6 +118,11 @@ impl<'k> Lower<'k> {
             num_warps,
             sm,
             max_shared: crate::Target { sm }.max_shared_bytes(),
+            read_values: k
+                .walk()
+                .into_iter()
+                .flat_map(|i| k.insts[i].args.iter().copied())
+                .collect(),
             anchors: HashMap::new(),
             assumed: HashMap::new(),
             natural_memo: Default::default(),

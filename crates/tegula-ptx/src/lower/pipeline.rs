@@ -18,7 +18,8 @@
 //! The barrier also tells every thread that the slot being refilled was read last iteration.
 //! Iterations past the end copy nothing (0 source bytes). The slots occupy the start of the
 //! scratch buffer while the loop runs (other scratch uses in the loop go after them); when the
-//! total exceeds the target's limit (`Target::max_shared_bytes`), compilation retries with one stage fewer.
+//! total exceeds the target's limit (`Target::max_shared_bytes`), compilation retries with one
+//! stage fewer.
 
 use super::{is_anchored, Lower, Vals, R};
 use crate::layout::Layout;
