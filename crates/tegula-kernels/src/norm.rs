@@ -290,13 +290,32 @@ pub fn rms_norm_fwd_rows<T: Element>(
     );
 }
 
-/// A load of `x` that streams through once: evicted first, so that `w` and `b` (read by every
-/// row) stay in L2.
-fn load_streamed(ptr: Tile, mask: Tile) -> Tile {
+/// The rows `[first_row, row_end)` of a pipelined row program: `tiles_per_program`
+/// consecutive tiles of `block_m` rows from its first tile, cut at `m`.
+pub(crate) fn program_rows(tiles_per_program: Tile, block_m: usize, m: Tile) -> (Tile, Tile) {
+    let first_tile = program_id(0) * tiles_per_program;
+    let row_end = minimum((first_tile + tiles_per_program) * block_m, m);
+    (first_tile * block_m, row_end)
+}
+
+/// The streamed (evict-first) load of the tile of rows `rows` of `x`, masked past `row_end` and
+/// by `col_mask`, with `other` in the masked lanes (zero when `None`). The prefetch of a
+/// pipelined row kernel: past the program's last tile it loads nothing. `x` streams through
+/// once, so it is evicted first and the vectors every row reads (`w`, `b`) stay in L2.
+pub(crate) fn load_row_tile(
+    x: Tile,
+    row_stride: Tile,
+    rows: Tile,
+    row_end: Tile,
+    cols: Tile,
+    col_mask: Tile,
+    other: Option<Operand>,
+) -> Tile {
     load_with(
-        ptr,
+        x + rows.col() * row_stride + cols.row(),
         LoadOptions {
-            mask: Some(mask),
+            mask: Some(rows.lt(row_end).col() & col_mask.row()),
+            other,
             evict: EvictionPolicy::First,
             ..Default::default()
         },
@@ -336,27 +355,19 @@ pub fn layer_norm_fwd_pipelined<T: Element>(
     #[constexpr] block_m: usize,
     #[constexpr] block: usize,
 ) {
-    let first_tile = program_id(0) * tiles_per_program;
-    let row_end = minimum((first_tile + tiles_per_program) * block_m, m);
+    let (first_row, row_end) = program_rows(tiles_per_program, block_m, m);
     let row_offsets = arange(0, block_m as i64);
     let cols = arange(0, block as i64);
     let col_mask = cols.lt(n);
-    let first_row = first_tile * block_m;
-    let first_rows = first_row + row_offsets;
-    let mut next = load_streamed(
-        x + first_rows.col() * x_row_stride + cols.row(),
-        first_rows.lt(row_end).col() & col_mask.row(),
-    );
+    let load_rows =
+        |rows: Tile| load_row_tile(x, x_row_stride, rows, row_end, cols, col_mask, None);
+    let mut next = load_rows(first_row + row_offsets);
     for start in range(first_row, row_end, block_m) {
         let rows = start + row_offsets;
         let row_mask = rows.lt(row_end);
         let mask = row_mask.col() & col_mask.row();
         let v = next.to::<f32>();
-        let next_rows = rows + block_m as i64;
-        next = load_streamed(
-            x + next_rows.col() * x_row_stride + cols.row(),
-            next_rows.lt(row_end).col() & col_mask.row(),
-        );
+        next = load_rows(rows + block_m as i64);
         let mu = sum(v, 1) / n;
         let d = select(mask, v - mu.col(), 0.0);
         let r: Tile = 1.0 / sqrt(sum(d * d, 1) / n + eps);
@@ -388,26 +399,18 @@ pub fn rms_norm_fwd_pipelined<T: Element>(
     #[constexpr] block_m: usize,
     #[constexpr] block: usize,
 ) {
-    let first_tile = program_id(0) * tiles_per_program;
-    let row_end = minimum((first_tile + tiles_per_program) * block_m, m);
+    let (first_row, row_end) = program_rows(tiles_per_program, block_m, m);
     let row_offsets = arange(0, block_m as i64);
     let cols = arange(0, block as i64);
     let col_mask = cols.lt(n);
-    let first_row = first_tile * block_m;
-    let first_rows = first_row + row_offsets;
-    let mut next = load_streamed(
-        x + first_rows.col() * x_row_stride + cols.row(),
-        first_rows.lt(row_end).col() & col_mask.row(),
-    );
+    let load_rows =
+        |rows: Tile| load_row_tile(x, x_row_stride, rows, row_end, cols, col_mask, None);
+    let mut next = load_rows(first_row + row_offsets);
     for start in range(first_row, row_end, block_m) {
         let rows = start + row_offsets;
         let mask = rows.lt(row_end).col() & col_mask.row();
         let v = next.to::<f32>();
-        let next_rows = rows + block_m as i64;
-        next = load_streamed(
-            x + next_rows.col() * x_row_stride + cols.row(),
-            next_rows.lt(row_end).col() & col_mask.row(),
-        );
+        next = load_rows(rows + block_m as i64);
         let r: Tile = 1.0 / sqrt(sum(v * v, 1) / n + eps);
         let wv = load_kept(w + cols, col_mask).to::<f32>();
         store(

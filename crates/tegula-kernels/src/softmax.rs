@@ -73,37 +73,20 @@ pub fn softmax_pipelined_kernel<T: Element>(
     #[constexpr] block_m: usize,
     #[constexpr] block: usize,
 ) {
-    let first_tile = program_id(0) * tiles_per_program;
-    // The rows this program owns end here; the prefetch past them is masked off.
-    let row_end = minimum((first_tile + tiles_per_program) * block_m, n_rows);
+    let (first_row, row_end) = norm::program_rows(tiles_per_program, block_m, n_rows);
     let row_offsets = arange(0, block_m as i64);
     let cols = arange(0, block as i64);
     let col_mask = cols.lt(n_cols);
-    let first_row = first_tile * block_m;
-    let first_rows = first_row + row_offsets;
     // -inf in the padding lanes: they add exp(-inf) = 0 to the sum.
-    let mut next = load_with(
-        x + first_rows.col() * x_row_stride + cols.row(),
-        LoadOptions {
-            mask: Some(first_rows.lt(row_end).col() & col_mask.row()),
-            other: Some(Operand::Float(f64::NEG_INFINITY)),
-            evict: EvictionPolicy::First,
-            ..Default::default()
-        },
-    );
+    let load_rows = |rows: Tile| {
+        let other = Some(Operand::Float(f64::NEG_INFINITY));
+        norm::load_row_tile(x, x_row_stride, rows, row_end, cols, col_mask, other)
+    };
+    let mut next = load_rows(first_row + row_offsets);
     for start in range(first_row, row_end, block_m) {
         let rows = start + row_offsets;
         let v = next.to::<f32>();
-        let next_rows = rows + block_m as i64;
-        next = load_with(
-            x + next_rows.col() * x_row_stride + cols.row(),
-            LoadOptions {
-                mask: Some(next_rows.lt(row_end).col() & col_mask.row()),
-                other: Some(Operand::Float(f64::NEG_INFINITY)),
-                evict: EvictionPolicy::First,
-                ..Default::default()
-            },
-        );
+        next = load_rows(rows + block_m as i64);
         let numerator = exp(v - max(v, 1).col());
         let inv_denominator: Tile = 1.0 / sum(numerator, 1);
         store(
