@@ -28,6 +28,7 @@ use super::{reference, AttentionOptions};
 use crate::check;
 use crate::tuned;
 use crate::CheckReport;
+use std::sync::OnceLock;
 use tegula::autotune::{median_ms, Tuning};
 use tegula::ir::{DType, Kernel, TraceError};
 use tegula::prelude::*;
@@ -472,18 +473,21 @@ enum DqStrategy {
 }
 
 impl DqStrategy {
-    /// `TEGULA_ATTN_BWD_DQ=kernel` or `=atomic` when set (for measuring one against the
-    /// other); otherwise `Atomic` wherever the f32 buffer's element offsets fit in i32.
+    /// `Atomic` wherever the f32 buffer's element offsets fit in i32, unless
+    /// `TEGULA_ATTN_BWD_DQ=kernel` (read once per process; for measuring one against the
+    /// other).
     fn choose(dims: &Dims) -> DqStrategy {
+        static FORCE_KERNEL: OnceLock<bool> = OnceLock::new();
+        let forced = *FORCE_KERNEL
+            .get_or_init(|| std::env::var("TEGULA_ATTN_BWD_DQ").as_deref() == Ok("kernel"));
         let fits = (dims.batch * dims.heads)
             .checked_mul(dims.n_q)
             .and_then(|n| n.checked_mul(dims.head_dim))
             .is_some_and(|n| n <= i32::MAX as usize);
-        match std::env::var("TEGULA_ATTN_BWD_DQ").as_deref() {
-            Ok("kernel") => DqStrategy::Kernel,
-            Ok("atomic") if fits => DqStrategy::Atomic,
-            _ if fits => DqStrategy::Atomic,
-            _ => DqStrategy::Kernel,
+        if fits && !forced {
+            DqStrategy::Atomic
+        } else {
+            DqStrategy::Kernel
         }
     }
 
