@@ -1,9 +1,26 @@
-//! Shared pieces of the host wrappers: contract checks with typed errors, and comparison with
-//! float64 references.
+//! Shared pieces of the host wrappers: contract checks with typed errors, comparison with
+//! float64 references, and the grids of persistent kernels.
 
 use crate::CheckReport;
 use tegula::ir::{DType, Element};
-use tegula::{Error, Result, Tensor};
+use tegula::{Device, Error, Result, Tensor};
+
+/// The SMs of `dev`'s GPU, or `interpreter` on the interpreter, which has none (small counts
+/// make the CPU runs of persistent kernels take several trips; a GPU's count makes shape rules
+/// decide as they would there).
+pub fn sm_count(dev: &Device, interpreter: usize) -> usize {
+    dev.cuda_runtime()
+        .map_or(interpreter, |rt| rt.device_info().sm_count as usize)
+}
+
+/// A persistent grid over `blocks` blocks of work with at most `max_programs` programs:
+/// `(programs, trips)`. The fewest trips per program that fit, then the fewest programs that
+/// still give every program that many trips (bar the last), so no program runs a trip more
+/// than the others while most sit idle.
+pub fn persistent_grid(blocks: usize, max_programs: usize) -> (usize, usize) {
+    let trips = blocks.div_ceil(max_programs.max(1)).max(1);
+    (blocks.div_ceil(trips), trips)
+}
 
 /// Tolerances `(atol, rtol)` for outputs computed from inputs of `dtype` with f32 accumulation.
 /// f16/bf16 inputs are exact in the reference (it reads the same rounded values), so the error

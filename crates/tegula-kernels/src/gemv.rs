@@ -198,11 +198,8 @@ pub fn gemv_into_with<T: Element>(
     let programs = match programs_per_sm as usize {
         0 => row_blocks,
         per_sm => {
-            let sms = a
-                .device()
-                .cuda_runtime()
-                .map_or(CPU_SMS, |r| r.device_info().sm_count as usize);
-            balanced_grid(row_blocks, sms * per_sm)
+            let sms = check::sm_count(a.device(), CPU_SMS);
+            check::persistent_grid(row_blocks, sms * per_sm).0
         }
     };
     gemv_kernel::launch_with::<T>(
@@ -222,14 +219,6 @@ pub fn gemv_into_with<T: Element>(
         block_n,
         unroll as usize,
     )
-}
-
-/// Programs for `blocks` row blocks with at most `max_programs` programs: the fewest trips per
-/// program that fit, then the fewest programs that still give every program that many trips
-/// (bar the last few), so no program runs a trip more than the others while most sit idle.
-pub fn balanced_grid(blocks: usize, max_programs: usize) -> usize {
-    let trips = blocks.div_ceil(max_programs.max(1));
-    blocks.div_ceil(trips.max(1))
 }
 
 /// `A x` in a new f32 vector; see [`gemv_into`].

@@ -443,11 +443,8 @@ const INTERPRETER_SMS: usize = 2;
 /// each walking `tiles_per_program` consecutive tiles of rows. Returns
 /// `(programs, tiles_per_program)`.
 pub fn persistent_grid(dev: &Device, tiles: usize, programs_per_sm: usize) -> (usize, usize) {
-    let sms = dev
-        .cuda_runtime()
-        .map_or(INTERPRETER_SMS, |rt| rt.device_info().sm_count as usize);
-    let tiles_per_program = tiles.div_ceil((sms * programs_per_sm).max(1)).max(1);
-    (tiles.div_ceil(tiles_per_program), tiles_per_program)
+    let sms = check::sm_count(dev, INTERPRETER_SMS);
+    check::persistent_grid(tiles, sms * programs_per_sm)
 }
 
 /// Programs per SM for a pipelined row kernel whose tile holds `tile_elems` elements: enough

@@ -7,9 +7,7 @@ use tegula::ir::Element;
 use tegula::Config;
 use tegula::{Device, Error, Tensor};
 use tegula_kernels::check;
-use tegula_kernels::gemv::{
-    balanced_grid, config, gemv, gemv_into, gemv_into_with, reference, tolerance,
-};
+use tegula_kernels::gemv::{config, gemv, gemv_into, gemv_into_with, reference, tolerance};
 
 fn check_case<T: Element>(a: &Tensor<T>, x: &Tensor<T>) {
     let (m, n) = (a.shape()[0], a.shape()[1]);
@@ -268,7 +266,7 @@ fn default_config_puts_one_warp_on_each_row() {
 }
 
 #[test]
-fn balanced_grid_gives_every_program_the_same_trips() {
+fn persistent_grid_gives_every_program_the_same_trips() {
     for &(blocks, max) in &[
         (2048usize, 1056usize),
         (3584, 1056),
@@ -276,17 +274,17 @@ fn balanced_grid_gives_every_program_the_same_trips() {
         (7, 4),
         (1, 528),
     ] {
-        let g = balanced_grid(blocks, max);
+        let (g, trips) = check::persistent_grid(blocks, max);
         assert!(
             g >= 1 && g <= max.max(1) && g <= blocks,
             "{blocks} {max} -> {g}"
         );
-        let trips = blocks.div_ceil(g);
+        assert_eq!(trips, blocks.div_ceil(g));
         // No fewer trips than the cap allows, and no program idle for a whole trip.
         assert_eq!(trips, blocks.div_ceil(max));
         assert!(blocks > (trips - 1) * g, "{blocks} {max} -> {g}");
     }
-    assert_eq!(balanced_grid(2048, 1056), 1024);
+    assert_eq!(check::persistent_grid(2048, 1056), (1024, 2));
 }
 
 #[test]

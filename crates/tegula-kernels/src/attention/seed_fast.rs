@@ -213,7 +213,7 @@ pub fn seed_attention_fast_into(
     out: &Tensor<f32>,
 ) -> Result<()> {
     let (m, n, d) = super::seed::check_contract(q, k, v, out)?;
-    let options = SeedOptions::for_shape(m, n, d, sm_count(q.device()));
+    let options = SeedOptions::for_shape(m, n, d, check::sm_count(q.device(), DEFAULT_SMS));
     launch(q, k, v, out, &options, (m, n, d))
 }
 
@@ -242,12 +242,7 @@ pub fn seed_attention_fast(
 
 /// The options [`seed_attention_fast_into`] uses for these inputs on `dev`.
 pub fn seed_options(dev: &Device, m: usize, n: usize, d: usize) -> SeedOptions {
-    SeedOptions::for_shape(m, n, d, sm_count(dev))
-}
-
-fn sm_count(dev: &Device) -> usize {
-    dev.cuda_runtime()
-        .map_or(DEFAULT_SMS, |rt| rt.device_info().sm_count as usize)
+    SeedOptions::for_shape(m, n, d, check::sm_count(dev, DEFAULT_SMS))
 }
 
 fn invalid(message: String) -> tegula::Error {
