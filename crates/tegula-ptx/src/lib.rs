@@ -211,13 +211,17 @@ pub fn compile(
             ty: lower::types::param_ty(kernel.params[i].ty.elem),
         })
         .collect();
+    if shared_bytes > 0 {
+        // Dynamic (sized by the launch), so a block may use more than the 48 KB that a static
+        // array may declare.
+        lw.b.declare_in_module(format!(".extern .shared .align 128 .b8 {}[]", ptx::SMEM));
+    }
     let ptx = lw.b.finish(
         target.ptx_version(),
         &target.target_name(),
         &entry,
         &params,
         32 * w,
-        shared_bytes,
     );
     let abi = kernel
         .params
