@@ -383,14 +383,7 @@ impl Lower<'_> {
         };
         for g in 0..ptrs.len() / vec {
             let start = g * vec;
-            let guard = match (mask.as_ref().map(|m| m[start]), owner) {
-                (Some(m), Some(o)) => Some(self.b.op(
-                    "and.pred",
-                    RegClass::Pred,
-                    vec![m.into(), o.into()],
-                )),
-                (m, o) => m.or(o),
-            };
+            let guard = self.access_guard(mask.as_ref().map(|m| m[start]), owner);
             let words: Vec<Reg> = (0..nw as usize)
                 .map(|w| {
                     let first = start + w * per_word;
@@ -488,14 +481,7 @@ impl Lower<'_> {
         let class = class_of(Elem::Scalar(dt));
         let mut out = Vec::with_capacity(ptrs.len());
         for i in 0..ptrs.len() {
-            let guard = match (mask.as_ref().map(|m| m[i]), owner) {
-                (Some(m), Some(o)) => Some(self.b.op(
-                    "and.pred",
-                    RegClass::Pred,
-                    vec![m.into(), o.into()],
-                )),
-                (m, o) => m.or(o),
-            };
+            let guard = self.access_guard(mask.as_ref().map(|m| m[i]), owner);
             let res = self.imm(class, zero_of(class));
             let addr = Arg::Addr(Box::new(ptrs[i].into()), 0);
             let direct = match op {
@@ -642,14 +628,7 @@ impl Lower<'_> {
                         .collect()
                 }
             };
-            let guard = match (mask.map(|m| m[i]), owner) {
-                (Some(m), Some(o)) => Some(self.b.op(
-                    "and.pred",
-                    RegClass::Pred,
-                    vec![m.into(), o.into()],
-                )),
-                (m, o) => m.or(o),
-            };
+            let guard = self.access_guard(mask.map(|m| m[i]), owner);
             let (opc, src) = if vec > 1 {
                 let regs = group.iter().map(|&j| vals[j]).collect();
                 (
@@ -664,6 +643,19 @@ impl Lower<'_> {
                 Some(g) => self.b.emit_guarded(g, false, opc, args),
                 None => self.b.emit(opc, args),
             }
+        }
+    }
+
+    /// The predicate of one memory access: its mask element and the owner predicate of
+    /// replicated elements, either, both (`and`) or none.
+    fn access_guard(&mut self, mask: Option<Reg>, owner: Option<Reg>) -> Option<Reg> {
+        match (mask, owner) {
+            (Some(m), Some(o)) => Some(self.b.op(
+                "and.pred",
+                RegClass::Pred,
+                vec![m.into(), o.into()],
+            )),
+            (m, o) => m.or(o),
         }
     }
 
