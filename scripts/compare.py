@@ -142,7 +142,8 @@ def join(tegula, peers, meta):
             rec["tegula"] = {
                 key: t.get(key)
                 for key in ("ms", "ms_min", "ms_max", "ms_q1", "ms_q3", "reps", "tflops", "tbps",
-                            "pct_copy_bw", "pct_peak", "pct_roofline", "bound", "kernel")
+                            "pct_copy_bw", "pct_peak", "pct_roofline", "bound", "kernel",
+                            "copy_same_bytes_tbps", "pct_copy_same_bytes")
                 if t.get(key) is not None
             }
         if c.get("tegula_error"):
@@ -184,7 +185,10 @@ def markdown(records, meta, ceilings):
         "Times are medians of CUDA-event timings after warm-up; memory-bound cases rotate input "
         "copies to defeat the 60 MB L2 (tegula and peers.py alike). **ratio = peer ms / tegula "
         "ms**: above 1 tegula is faster. `%roof` is tegula's time at the roofline floor over its "
-        "measured time (the floor is the larger of bytes / copy bandwidth and FLOPs / matmul peak).",
+        "measured time (the floor is the larger of bytes / copy bandwidth and FLOPs / matmul peak). "
+        "`%copy@size` (memory-bound cases) is tegula's bandwidth over that of a device-to-device copy "
+        "moving the same number of bytes, measured in the same call and timed the same way: the "
+        "roof a case of that size can reach under this timing method.",
         "",
     ]
     if ceilings:
@@ -201,8 +205,10 @@ def markdown(records, meta, ceilings):
         peer_names = sorted({n for r in rows for n in r["peers"]})
         has_causal = any(r["causal"] is not None for r in rows)
         lines += [f"## {title}", ""]
+        same_size = unit == "TB/s" and any((r.get("tegula") or {}).get("pct_copy_same_bytes") is not None
+                                           for r in rows)
         head = ["dtype", "shape"] + (["causal"] if has_causal else []) + \
-            ["tegula ms", f"tegula {unit}", "%roof"]
+            ["tegula ms", f"tegula {unit}", "%roof"] + (["%copy@size"] if same_size else [])
         for n in peer_names:
             head += [f"{n} {unit}", f"ratio vs {n}"]
         lines.append("| " + " | ".join(head) + " |")
@@ -214,10 +220,12 @@ def markdown(records, meta, ceilings):
                 cells.append("yes" if r["causal"] else "no")
             if t:
                 cells += [fmt(t["ms"], 4), fmt(rate(t, unit)), fmt(t.get("pct_roofline"))]
+                if same_size:
+                    cells.append(fmt(t.get("pct_copy_same_bytes")))
             elif r.get("tegula_error"):
-                cells += ["failed", "-", "-"]
+                cells += ["failed", "-", "-"] + (["-"] if same_size else [])
             else:
-                cells += ["not run", "-", "-"]
+                cells += ["not run", "-", "-"] + (["-"] if same_size else [])
             for n in peer_names:
                 p = r["peers"].get(n)
                 if p is None:

@@ -9,6 +9,7 @@
 
 use crate::ceilings::{self, Ceilings};
 use serde_json::{json, Value};
+use std::collections::HashMap;
 use std::io::Write;
 use tegula::autotune::{measure, Autotuner, Config, MeasureOptions, Source, Timing, Tuning};
 use tegula::ir::{DType, Element};
@@ -249,6 +250,8 @@ pub fn run(args: BenchArgs) -> Result<bool> {
     };
     let mut records = Vec::new();
     let mut ok = true;
+    // Copy bandwidth at each memory-bound case's size, measured once per size.
+    let mut copy_at_size: HashMap<u64, f64> = HashMap::new();
     for name in names {
         let Some(&(kernel, dims, sweep)) = KERNELS.iter().find(|k| k.0 == name) else {
             let known: Vec<&str> = KERNELS.iter().map(|k| k.0).collect();
@@ -289,6 +292,20 @@ pub fn run(args: BenchArgs) -> Result<bool> {
                 match bench_case(&dev, kernel, shape, dtype, c, config.as_ref(), &options) {
                     Ok((case, timing)) => {
                         let mut rec = record(&dev, &case, &timing, ceil.as_ref());
+                        if rec["bound"] == "memory" && dev.cuda_runtime().is_some() {
+                            let key = case.bytes as u64;
+                            let copy = match copy_at_size.get(&key) {
+                                Some(&c) => c,
+                                None => {
+                                    let c = ceilings::copy_bandwidth_moving(&dev, key as usize)?;
+                                    copy_at_size.insert(key, c);
+                                    c
+                                }
+                            };
+                            rec["copy_same_bytes_tbps"] = json!(copy);
+                            rec["pct_copy_same_bytes"] =
+                                json!(100.0 * rec["tbps"].as_f64().unwrap_or(0.0) / copy);
+                        }
                         print_row(&rec);
                         if let Some(k) = config {
                             println!("{:<19} config {k}", "");
@@ -345,8 +362,9 @@ fn print_header(dev: &Device, ceil: Option<&Ceilings>) {
         }
         None => println!("ceilings: none on the interpreter (its timings are not GPU figures)"),
     }
+    // %copy: of the 1 GiB copy; %cp@n: of a copy moving as many bytes, timed the same way.
     println!(
-        "{:<19} {:<5} {:<20} {:>10} {:>21} {:>8} {:>7} {:>6} {:>6} {:>6}",
+        "{:<19} {:<5} {:<20} {:>10} {:>21} {:>8} {:>7} {:>6} {:>6} {:>6} {:>6}",
         "kernel",
         "dtype",
         "shape",
@@ -355,6 +373,7 @@ fn print_header(dev: &Device, ceil: Option<&Ceilings>) {
         "TFLOP/s",
         "TB/s",
         "%copy",
+        "%cp@n",
         "%peak",
         "%roof"
     );
@@ -368,7 +387,7 @@ fn print_row(r: &Value) {
         shape.push_str(" causal");
     }
     println!(
-        "{:<19} {:<5} {:<20} {:>10.4} {:>21} {:>8.1} {:>7.3} {:>6} {:>6} {:>6}",
+        "{:<19} {:<5} {:<20} {:>10.4} {:>21} {:>8.1} {:>7.3} {:>6} {:>6} {:>6} {:>6}",
         r["kernel"].as_str().unwrap_or(""),
         r["dtype"].as_str().unwrap_or(""),
         shape,
@@ -381,6 +400,7 @@ fn print_row(r: &Value) {
         f("tflops").unwrap_or(f64::NAN),
         f("tbps").unwrap_or(f64::NAN),
         pct("pct_copy_bw"),
+        pct("pct_copy_same_bytes"),
         pct("pct_peak"),
         pct("pct_roofline"),
     );
