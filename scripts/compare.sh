@@ -10,7 +10,9 @@
 # Device call: command `bash scripts/compare.sh`, carry [".peers"].
 # Then copy $OUT's BENCHMARKS.md to the repository root and latest.json to benchmarks/.
 #
-# Options (environment): QUICK=1 for the short sweep (about 3 minutes); PEERS=0 to skip peers.py.
+# Options (environment): QUICK=1 for the short sweep (about 3 minutes); PEERS=0 to skip peers.py;
+# TEGULA_CACHE_DIR=<dir> to start from an autotune cache (e.g. one written by an earlier call
+# that tuned the attention sweep, which alone takes minutes; the full run may not fit one call).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/compare-out}
@@ -37,7 +39,7 @@ if [ "${PEERS:-1}" = 1 ]; then
             echo "== peers.py $what"; timeout 300 python3 $P $what >> "$WORK/peers.txt" || echo "== peers.py $what: exit $?"
         done
     else
-        for what in copy "gemv --dtype fp16" matmul "attention --quick" "attention-bwd --quick" seed-fa; do
+        for what in copy "gemv --dtype fp16" matmul attention attention-bwd seed-fa; do
             echo "== peers.py $what"; timeout 300 python3 $P $what >> "$WORK/peers.txt" || echo "== peers.py $what: exit $?"
         done
     fi
