@@ -14,7 +14,8 @@ use super::convert::Remap;
 use super::{Lower, Vals, R};
 use crate::layout::Layout;
 use crate::ptx::{Arg, Reg, RegClass, Ty};
-use tegula_ir::{BinaryOp, DType, Inst, Op, ReduceOp, Rounding};
+use std::collections::HashSet;
+use tegula_ir::{BinaryOp, DType, Inst, Op, ReduceOp, Rounding, Value, ValueDef};
 
 /// The dtype reductions and scans of `d` accumulate in.
 fn acc_dtype(d: DType) -> DType {
@@ -42,6 +43,15 @@ fn combiner(op: ReduceOp) -> BinaryOp {
 struct Partial {
     v: Reg,
     i: Option<Reg>,
+}
+
+/// A reduction reduced within each warp, waiting for the round across warps.
+struct PendingReduce {
+    result: Value,
+    op: ReduceOp,
+    ad: DType,
+    /// One partial per output element the thread holds.
+    parts: Vec<Partial>,
 }
 
 impl Lower<'_> {
@@ -154,7 +164,112 @@ impl Lower<'_> {
         )
     }
 
+    /// Reductions lower in groups: `inst` and the later reductions of its block that
+    /// [`Lower::fusable_reductions`] finds share one round through shared memory (one pair of
+    /// barriers instead of a pair each), e.g. a row's sum and sum of squares. A reduction
+    /// lowered with an earlier one is skipped when its turn comes.
     pub(crate) fn lower_reduce(&mut self, inst: Inst) -> R<()> {
+        let x = self.k.insts[inst].args[0];
+        let (l, _) = self.natural(x);
+        let Op::Reduce { axis, .. } = self.k.insts[inst].op else {
+            unreachable!()
+        };
+        let out_l = l.slice(axis as usize);
+        if self.lookup(self.k.insts[inst].results[0], &out_l).is_some() {
+            return Ok(());
+        }
+        let group = self.fusable_reductions(inst, &l);
+        let mut pending = Vec::with_capacity(group.len());
+        for &r in &group {
+            pending.push(self.reduce_in_warps(r, &l)?);
+        }
+        self.reduce_across_warps(&l, axis as usize, &mut pending)?;
+        for p in pending {
+            let out_ty = self.k.ty(p.result);
+            let out: Vals = p
+                .parts
+                .iter()
+                .map(|part| match part.i {
+                    Some(i) => i,
+                    None => self.narrow_acc(out_ty.dtype(), part.v),
+                })
+                .collect();
+            self.define(p.result, &out_l, out);
+        }
+        Ok(())
+    }
+
+    /// `inst` and the reductions after it in its block that can join its round: not arg
+    /// reductions, over the same axis of an operand of the same shape in the same layout
+    /// `l`, and computable now (their operand needs no anchored result from `inst` onwards,
+    /// so evaluating it early changes nothing).
+    fn fusable_reductions(&mut self, inst: Inst, l: &Layout) -> Vec<Inst> {
+        let d = &self.k.insts[inst];
+        let (Op::Reduce { op, axis }, x) = (&d.op, d.args[0]) else {
+            unreachable!()
+        };
+        let mut group = vec![inst];
+        if op.is_arg() {
+            return group;
+        }
+        let shape = self.k.ty(x).shape;
+        let Some(block) = self.k.blocks.iter().find(|(_, b)| b.insts.contains(&inst)) else {
+            return group;
+        };
+        let insts = &block.1.insts;
+        let pos = insts
+            .iter()
+            .position(|&i| i == inst)
+            .expect("inst is in its block");
+        // Anchored instructions from `inst` on: not lowered yet.
+        let pending: HashSet<Inst> = insts[pos..]
+            .iter()
+            .copied()
+            .filter(|&i| super::is_anchored(&self.k.insts[i].op))
+            .collect();
+        for &other in &insts[pos + 1..] {
+            let od = &self.k.insts[other];
+            let Op::Reduce {
+                op: oop,
+                axis: oaxis,
+            } = od.op
+            else {
+                continue;
+            };
+            let ox = od.args[0];
+            if oop.is_arg()
+                || oaxis != *axis
+                || self.k.ty(ox).shape != shape
+                || !self.ready(ox, &pending, &mut HashSet::new())
+                || self.natural(ox).0 != *l
+            {
+                continue;
+            }
+            group.push(other);
+        }
+        group
+    }
+
+    /// Whether `v` can be computed before the anchored instructions in `pending` are lowered.
+    fn ready(&self, v: Value, pending: &HashSet<Inst>, seen: &mut HashSet<Value>) -> bool {
+        if !seen.insert(v) {
+            return true;
+        }
+        match self.k.values[v].def {
+            ValueDef::Param(_) | ValueDef::BlockArg(..) => true,
+            ValueDef::Result(inst, _) => {
+                let d = &self.k.insts[inst];
+                if super::is_anchored(&d.op) {
+                    return !pending.contains(&inst);
+                }
+                d.args.iter().all(|&a| self.ready(a, pending, seen))
+            }
+        }
+    }
+
+    /// Steps 1 and 2 of reduction `inst` over its operand in layout `l`: within each thread,
+    /// then across the lanes of a warp.
+    fn reduce_in_warps(&mut self, inst: Inst, l: &Layout) -> R<PendingReduce> {
         let d = self.k.insts[inst].clone();
         let Op::Reduce { op, axis } = d.op else {
             unreachable!()
@@ -162,17 +277,15 @@ impl Lower<'_> {
         let x = d.args[0];
         let xty = self.k.ty(x);
         let (dt, shape) = (xty.dtype(), xty.shape);
-        let out_ty = self.k.ty(d.results[0]);
+        let out_shape = self.k.ty(d.results[0]).shape;
         let ad = acc_dtype(dt);
-        let (l, _) = self.natural(x);
-        let vals = self.get(x, &l)?;
+        let vals = self.get(x, l)?;
         let p = l.kept()[axis as usize];
         let out_l = l.slice(axis as usize);
-        let out_shape = out_ty.shape;
         let gin = l.geometry(&shape);
         let gout = out_l.geometry(&out_shape);
         let idx_base = if op.is_arg() {
-            self.bases(&l, &shape)[p]
+            self.bases(l, &shape)[p]
         } else {
             None
         };
@@ -222,64 +335,106 @@ impl Lower<'_> {
             }
             k *= 2;
         }
-        // 3. Across warps.
+        Ok(PendingReduce {
+            result: d.results[0],
+            op,
+            ad,
+            parts,
+        })
+    }
+
+    /// Step 3 of the reductions `pending` (one operand shape, layout `l`, axis `axis`):
+    /// across warps, through one shared-memory round for all of them. Each reduction has its
+    /// own slots (values, then arg indices), one after another.
+    fn reduce_across_warps(
+        &mut self,
+        l: &Layout,
+        axis: usize,
+        pending: &mut [PendingReduce],
+    ) -> R<()> {
+        let first = pending[0].result;
+        let inst_shape = {
+            let ValueDef::Result(inst, _) = self.k.values[first].def else {
+                unreachable!()
+            };
+            self.k.ty(self.k.insts[inst].args[0]).shape
+        };
+        let p = l.kept()[axis];
+        let pp = l.geometry(&inst_shape).parent[p];
         let distinct_warps = l.wpc[p].min((pp / (l.tpw[p] * l.spt[p])).max(1));
-        if distinct_warps > 1 {
-            let n_out = out_shape.numel() as i64;
-            let es = parts[0].v.class.bytes() as i64;
-            let vbytes = distinct_warps as i64 * n_out * es;
-            let ibytes = if op.is_arg() {
-                distinct_warps as i64 * n_out * 4
-            } else {
-                0
-            };
-            let total = ((vbytes + 15) / 16 * 16 + ibytes) as u32;
-            if total > self.max_shared {
-                return Err(self.unsupported(format!(
-                    "a reduction needing {total} bytes of shared memory"
-                )));
+        if distinct_warps <= 1 {
+            return Ok(());
+        }
+        let out_l = l.slice(axis);
+        let out_shape = self.k.ty(first).shape;
+        let gout = out_l.geometry(&out_shape);
+        let n_out = out_shape.numel() as i64;
+        // Byte offsets of each reduction's value and index slots, 16-byte aligned.
+        let align = |b: i64| (b + 15) / 16 * 16;
+        let mut offsets = Vec::with_capacity(pending.len());
+        let mut total = 0i64;
+        for r in pending.iter() {
+            let es = r.parts[0].v.class.bytes() as i64;
+            let voff = total;
+            total += align(distinct_warps as i64 * n_out * es);
+            let ioff = total;
+            if r.op.is_arg() {
+                total += align(distinct_warps as i64 * n_out * 4);
             }
-            let base = self.smem(total);
-            let wc = self.warp_coord(&l, p);
-            let wcm = self.b.op(
-                "and.b32",
-                RegClass::B32,
-                vec![wc.into(), Arg::Imm(distinct_warps as i64 - 1)],
-            );
-            let ostr = Lower::parent_strides(&out_l, &out_shape, 1);
-            let toff = self.thread_offset(&out_l, &out_shape, &ostr);
-            // slot(w, o) = w * n_out + out_index(o)
-            let slot = |s: &mut Self, w: Reg| -> Reg {
-                let ws =
-                    s.b.op("mul.lo.s32", RegClass::B32, vec![w.into(), Arg::Imm(n_out)]);
-                match toff {
-                    Some(t) => s.b.op("add.s32", RegClass::B32, vec![ws.into(), t.into()]),
-                    None => ws,
-                }
-            };
-            let my = slot(self, wcm);
+            offsets.push((voff, ioff, es));
+        }
+        if total > self.max_shared as i64 {
+            return Err(self.unsupported(format!(
+                "a reduction needing {total} bytes of shared memory"
+            )));
+        }
+        let base = self.smem(total as u32);
+        let wc = self.warp_coord(l, p);
+        let wcm = self.b.op(
+            "and.b32",
+            RegClass::B32,
+            vec![wc.into(), Arg::Imm(distinct_warps as i64 - 1)],
+        );
+        let ostr = Lower::parent_strides(&out_l, &out_shape, 1);
+        let toff = self.thread_offset(&out_l, &out_shape, &ostr);
+        // slot(w, o) = w * n_out + out_index(o)
+        let slot = |s: &mut Self, w: Reg| -> Reg {
+            let ws =
+                s.b.op("mul.lo.s32", RegClass::B32, vec![w.into(), Arg::Imm(n_out)]);
+            match toff {
+                Some(t) => s.b.op("add.s32", RegClass::B32, vec![ws.into(), t.into()]),
+                None => ws,
+            }
+        };
+        let out_offset = |o: usize| {
+            if out_l.is_scalar() {
+                0
+            } else {
+                Lower::reg_offset(&gout, o, &ostr)
+            }
+        };
+        let my = slot(self, wcm);
+        self.barrier();
+        for (r, &(voff, ioff, es)) in pending.iter().zip(&offsets) {
             let vaddr = self.b.op(
                 "mad.lo.s32",
                 RegClass::B32,
                 vec![my.into(), Arg::Imm(es), base.into()],
             );
-            let ioff = (vbytes + 15) / 16 * 16;
             let iaddr = self.b.op(
                 "mad.lo.s32",
                 RegClass::B32,
                 vec![my.into(), Arg::Imm(4), base.into()],
             );
-            self.barrier();
-            let st = super::convert::st_ty(parts[0].v.class);
-            for (o, part) in parts.iter().enumerate() {
-                let c = if out_l.is_scalar() {
-                    0
-                } else {
-                    Lower::reg_offset(&gout, o, &ostr)
-                };
+            let st = super::convert::st_ty(r.parts[0].v.class);
+            for (o, part) in r.parts.iter().enumerate() {
+                let c = out_offset(o);
                 self.b.emit(
                     format!("st.shared{st}"),
-                    vec![Arg::Addr(Box::new(vaddr.into()), c * es), part.v.into()],
+                    vec![
+                        Arg::Addr(Box::new(vaddr.into()), voff + c * es),
+                        part.v.into(),
+                    ],
                 );
                 if let Some(i) = part.i {
                     self.b.emit(
@@ -288,33 +443,32 @@ impl Lower<'_> {
                     );
                 }
             }
-            self.barrier();
-            let class = parts[0].v.class;
-            for (o, part) in parts.iter_mut().enumerate() {
-                let c = if out_l.is_scalar() {
-                    0
-                } else {
-                    Lower::reg_offset(&gout, o, &ostr)
-                };
-                let zero = self.imm(RegClass::B32, Arg::Imm(0));
-                let s0 = slot(self, zero);
-                let a0 = self.b.op(
-                    "mad.lo.s32",
-                    RegClass::B32,
-                    vec![s0.into(), Arg::Imm(es), base.into()],
-                );
-                let i0 = self.b.op(
-                    "mad.lo.s32",
-                    RegClass::B32,
-                    vec![s0.into(), Arg::Imm(4), base.into()],
-                );
+        }
+        self.barrier();
+        let zero = self.imm(RegClass::B32, Arg::Imm(0));
+        let s0 = slot(self, zero);
+        for (r, &(voff, ioff, es)) in pending.iter_mut().zip(&offsets) {
+            let class = r.parts[0].v.class;
+            let st = super::convert::st_ty(class);
+            let a0 = self.b.op(
+                "mad.lo.s32",
+                RegClass::B32,
+                vec![s0.into(), Arg::Imm(es), base.into()],
+            );
+            let i0 = self.b.op(
+                "mad.lo.s32",
+                RegClass::B32,
+                vec![s0.into(), Arg::Imm(4), base.into()],
+            );
+            let (op, ad) = (r.op, r.ad);
+            for (o, part) in r.parts.iter_mut().enumerate() {
+                let c = out_offset(o);
                 let mut acc: Option<Partial> = None;
                 for w in 0..distinct_warps as i64 {
-                    let off = (w * n_out + c) * es;
                     let v = self.b.op(
                         format!("ld.shared{st}"),
                         class,
-                        vec![Arg::Addr(Box::new(a0.into()), off)],
+                        vec![Arg::Addr(Box::new(a0.into()), voff + (w * n_out + c) * es)],
                     );
                     let i = if op.is_arg() {
                         Some(self.b.op(
@@ -334,14 +488,6 @@ impl Lower<'_> {
                 *part = acc.expect("at least one warp");
             }
         }
-        let out: Vals = parts
-            .iter()
-            .map(|p| match p.i {
-                Some(i) => i,
-                None => self.narrow_acc(out_ty.dtype(), p.v),
-            })
-            .collect();
-        self.define(d.results[0], &out_l, out);
         Ok(())
     }
 
