@@ -92,6 +92,26 @@ struct QueryHead {
     dq_acc: Option<Tile>,
 }
 
+/// The resident key block of the dK/dV sweep.
+#[derive(Clone, Copy)]
+struct KeyBlock {
+    k: Tile,
+    v: Tile,
+    offs_n: Tile,
+    /// K's pointers and mask, for loading it again inside the loop.
+    k_ptrs: Tile,
+    kv_mask: Tile,
+}
+
+impl KeyBlock {
+    /// K loaded again. The 5th dot reads K as its B operand: a load in the loop streams it
+    /// through the cp.async pipeline from L2 instead of holding a third operand copy of the
+    /// key block in registers for the whole sweep.
+    fn reload_k(&self) -> Tile {
+        load(self.k_ptrs, self.kv_mask, 0.0)
+    }
+}
+
 /// One step of the dK/dV sweep: folds the query rows `[start_m, start_m + block_m)` of one head
 /// into `(dk, dv)` of the resident key block. With `causal_mask`, the scores of keys a row
 /// cannot see are dropped (`diag = Nk - Nq`: row `i` sees key `j` when `j <= i + diag`).
@@ -99,9 +119,7 @@ struct QueryHead {
 fn dkdv_step<T: Element>(
     head: QueryHead,
     start_m: Tile,
-    k: Tile,
-    v: Tile,
-    offs_n: Tile,
+    keys: KeyBlock,
     offs_d: Tile,
     d_mask: Option<Tile>,
     n_q: Tile,
@@ -115,33 +133,44 @@ fn dkdv_step<T: Element>(
     let offs_m = start_m + arange(0, block_m as i64);
     let m_mask = offs_m.lt(n_q);
     let row_mask = and_mask(m_mask.col(), d_mask);
-    let q = load(
-        head.q + offs_m.col() * head.stride_qm + offs_d.row(),
-        row_mask,
-        0.0,
-    );
-    let d_o = load(
-        head.d_o + offs_m.col() * head.stride_dom + offs_d.row(),
-        row_mask,
-        0.0,
-    );
+    // Q and dO each feed two dots; one load per dot lets the pipeliner stream every operand
+    // with cp.async (it takes loads that feed a single dot). The second copy comes from L2.
+    let load_q = || {
+        load(
+            head.q + offs_m.col() * head.stride_qm + offs_d.row(),
+            row_mask,
+            0.0,
+        )
+    };
+    let load_d_o = || {
+        load(
+            head.d_o + offs_m.col() * head.stride_dom + offs_d.row(),
+            row_mask,
+            0.0,
+        )
+    };
     // Padded rows get lse = +inf, hence P = 0.
     let lse2 = load(head.lse + offs_m, m_mask, f32::INFINITY) * LOG2E;
     let delta = load(head.delta + offs_m, m_mask, 0.0);
     // Scores transposed: [block_n, block_m].
-    let qk_t = dot_with(k, q.trans(), None, dot_precision::<T>()) * qk_scale;
+    let KeyBlock { k, v, offs_n, .. } = keys;
+    let qk_t = dot_with(k, load_q().trans(), None, dot_precision::<T>()) * qk_scale;
     let mut p_t = exp2(qk_t - lse2.row());
     if let Some(diag) = diag {
         p_t = select(offs_n.col().le(offs_m.row() + diag), p_t, 0.0);
     }
-    let dv = dot_with(p_t.to::<T>(), d_o, Some(dv), dot_precision::<T>());
-    let dp_t = dot_with(v, d_o.trans(), None, dot_precision::<T>());
-    let ds_t = (p_t * (dp_t - delta.row())).to::<T>();
-    let dk = dot_with(ds_t, q, Some(dk), dot_precision::<T>());
+    let dv = dot_with(p_t.to::<T>(), load_d_o(), Some(dv), dot_precision::<T>());
+    let dp_t = dot_with(v, load_d_o().trans(), None, dot_precision::<T>());
+    // dP^T first: a dot whose product feeds another dot's A operand gets that chain's warp
+    // layout, and the lowering follows the product's first operand back to its dot. Listed
+    // first, dP^T shares P^T's layout (warps along rows) instead of being converted to it
+    // through shared memory every step.
+    let ds_t = ((dp_t - delta.row()) * p_t).to::<T>();
+    let dk = dot_with(ds_t, load_q(), Some(dk), dot_precision::<T>());
     if let Some(dq_acc) = head.dq_acc {
         // This block's share of dQ (unscaled: the conversion applies sm_scale), added from the
         // accumulator's registers; padded rows and features are masked off.
-        let dq = dot_with(ds_t.trans(), k, None, dot_precision::<T>());
+        let dq = dot_with(ds_t.trans(), keys.reload_k(), None, dot_precision::<T>());
         atomic_add_relaxed(
             dq_acc + offs_m.col() * head_dim + offs_d.row(),
             dq,
@@ -207,16 +236,21 @@ pub fn attn_bwd_dkdv<T: Element>(
     let offs_d = arange(0, block_d as i64);
     let d_mask = feature_mask(offs_d, head_dim, block_d);
     let kv_mask = and_mask(offs_n.col().lt(n_k), d_mask);
-    let k = load(
-        k_ptr + off_z * stride_kz + off_hkv * stride_kh + offs_n.col() * stride_kn + offs_d.row(),
-        kv_mask,
-        0.0,
-    );
+    let k_ptrs =
+        k_ptr + off_z * stride_kz + off_hkv * stride_kh + offs_n.col() * stride_kn + offs_d.row();
+    let k = load(k_ptrs, kv_mask, 0.0);
     let v = load(
         v_ptr + off_z * stride_vz + off_hkv * stride_vh + offs_n.col() * stride_vn + offs_d.row(),
         kv_mask,
         0.0,
     );
+    let keys = KeyBlock {
+        k,
+        v,
+        offs_n,
+        k_ptrs,
+        kv_mask,
+    };
     let qk_scale = sm_scale * LOG2E;
     let mut dk = zeros::<f32>([block_n, block_d]);
     let mut dv = zeros::<f32>([block_n, block_d]);
@@ -254,9 +288,7 @@ pub fn attn_bwd_dkdv<T: Element>(
                 (dk, dv) = dkdv_step::<T>(
                     head,
                     start_m,
-                    k,
-                    v,
-                    offs_n,
+                    keys,
                     offs_d,
                     d_mask,
                     n_q,
@@ -271,8 +303,7 @@ pub fn attn_bwd_dkdv<T: Element>(
         }
         for start_m in range(mid, n_q, block_m) {
             (dk, dv) = dkdv_step::<T>(
-                head, start_m, k, v, offs_n, offs_d, d_mask, n_q, None, qk_scale, block_m,
-                head_dim, dk, dv,
+                head, start_m, keys, offs_d, d_mask, n_q, None, qk_scale, block_m, head_dim, dk, dv,
             );
         }
     }
