@@ -53,7 +53,8 @@ pub struct BenchArgs {
     /// `--config warps=8,BLOCK_M=2,BLOCK_N=2048` for gemv; `BLOCK`, `BLOCK_M` for softmax,
     /// layer_norm and rms_norm (`BLOCK_M=0`: the looping kernels); `BLOCK_M`, `BLOCK_N`,
     /// `SPLITS`, `TF32X3=0|1` for attention_seed's fast path, `WALKTHROUGH=1` for the
-    /// walkthrough's kernel as written.
+    /// walkthrough's kernel as written; `BLOCK_M`, `BLOCK_N`, `warps`, `stages` for
+    /// attention_backward.
     #[arg(long)]
     pub config: Vec<String>,
 }
@@ -716,6 +717,10 @@ fn bench_typed<T: Element>(
                 let dq = dev.empty::<T>([bt, h, n, d])?;
                 let dk = dev.empty::<T>([bt, h, n, d])?;
                 let dv = dev.empty::<T>([bt, h, n, d])?;
+                let opts = match config {
+                    Some(c) => backward_options(c, opts)?,
+                    None => opts,
+                };
                 measure(dev, options, || {
                     attention::backward_into(&q, &k, &v, &o, &d_o, &l, &dq, &dk, &dv, &opts)
                 })?
@@ -755,6 +760,23 @@ fn bench_typed<T: Element>(
         other => return Err(invalid(format!("no benchmark for `{other}`"))),
     };
     Ok((case, timing))
+}
+
+/// The backward's options pinned by `--config`: `BLOCK_M` and `BLOCK_N` (each left to the
+/// autotuner when absent), `warps` and `stages` (4 and 1 when absent, as for every kernel).
+fn backward_options(c: &Config, base: AttentionOptions) -> Result<AttentionOptions> {
+    let size = |name: &str| -> Result<usize> {
+        match c.get(name) {
+            Some(v) => usize::try_from(v).map_err(|_| invalid(format!("--config {name}={v}"))),
+            None => Ok(tegula_kernels::tuned::AUTO),
+        }
+    };
+    Ok(AttentionOptions {
+        block_m: size("BLOCK_M")?,
+        block_n: size("BLOCK_N")?,
+        config: c.launch_config(),
+        ..base
+    })
 }
 
 /// The seed fast path's options from `--config`: `BLOCK_M`, `BLOCK_N`, `SPLITS`, `TF32X3`
