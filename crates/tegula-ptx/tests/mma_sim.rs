@@ -1048,10 +1048,61 @@ fn flash_attention_matches_the_online_softmax_reference() {
     }
 }
 
+#[test]
+fn attention_with_q_resident_in_shared_memory_matches() {
+    // 128 x 128 bf16 Q over 4 warps is 64 registers a thread: above the hoisting limit, it is
+    // written to shared memory before the loop and read with ldmatrix at each step.
+    for stages in [1, 2, 3] {
+        check_attention(DType::BF16, 128, 64, 128, 4, stages);
+    }
+    // In the loop, each warp reads its 32 rows of Q (2 x 8 ldmatrix.x4 over D = 128) beside
+    // K (64 keys: 4 x 8); with 8 warps (16 rows, 32 registers) Q stays in registers.
+    let loop_loads = |warps: u32| {
+        let kern = flash_attention(DType::BF16, 128, 64, 128);
+        let options = CompileOptions {
+            num_warps: warps,
+            num_stages: 2,
+        };
+        let ptx = compile(&kern, &Target { sm: 90 }, &options).unwrap().ptx;
+        // Lines from the first loop's label to its end label.
+        let body = ptx
+            .lines()
+            .skip_while(|l| !l.starts_with("$L_for_"))
+            .take_while(|l| !l.starts_with("$L_endfor_"));
+        body.filter(|l| l.contains("ldmatrix.sync.aligned.m8n8.x4.shared"))
+            .count()
+    };
+    assert_eq!(loop_loads(8), 32);
+    assert_eq!(loop_loads(4), 32 + 16);
+    // Two loops over the keys read the same resident Q (written once, before the first).
+    for (dt, bm, bn, d, warps, stages) in [
+        (DType::BF16, 128, 64, 128, 4, 3),
+        (DType::F16, 64, 32, 128, 2, 2),
+        // Q in registers (16 a thread): the same kernel through the hoisting path.
+        (DType::BF16, 64, 32, 32, 4, 2),
+    ] {
+        check_attention_kernel(
+            &flash_attention_two_loops(dt, bm, bn, d),
+            Some(bn as i32),
+            (dt, bm, bn, d, warps, stages),
+        );
+    }
+}
+
 /// Runs the FlashAttention kernel over 3 key blocks and compares with the same online
 /// softmax in f64 (P rounded to the input dtype before the PV product).
 fn check_attention(dt: DType, bm: usize, bn: usize, d: usize, warps: u32, stages: u32) {
     let kern = flash_attention(dt, bm, bn, d);
+    check_attention_kernel(&kern, None, (dt, bm, bn, d, warps, stages));
+}
+
+/// [`check_attention`] for `kern`, which takes the key split point after the scale when
+/// `split` is given.
+fn check_attention_kernel(
+    kern: &Kernel,
+    split: Option<i32>,
+    (dt, bm, bn, d, warps, stages): (DType, usize, usize, usize, u32, u32),
+) {
     let nk = 3 * bn;
     let (qv, kv, vv) = (values(bm * d, 11), values(nk * d, 13), values(nk * d, 17));
     let (qr, kr, vr) = (rounded(dt, &qv), rounded(dt, &kv), rounded(dt, &vv));
@@ -1086,20 +1137,17 @@ fn check_attention(dt: DType, bm: usize, bn: usize, d: usize, warps: u32, stages
         }
     }
     let out = vec![0u8; bm * d * 2];
-    let bufs = run_staged(
-        &kern,
-        warps,
-        stages,
-        [1, 1, 1],
-        &[
-            Arg::Buf(&encode(dt, &qv)),
-            Arg::Buf(&encode(dt, &kv)),
-            Arg::Buf(&encode(dt, &vv)),
-            Arg::Buf(&out),
-            Arg::I32(nk as i32),
-            Arg::F32(scale),
-        ],
-    );
+    let (qb, kb, vb) = (encode(dt, &qv), encode(dt, &kv), encode(dt, &vv));
+    let mut args = vec![
+        Arg::Buf(&qb),
+        Arg::Buf(&kb),
+        Arg::Buf(&vb),
+        Arg::Buf(&out),
+        Arg::I32(nk as i32),
+        Arg::F32(scale),
+    ];
+    args.extend(split.map(Arg::I32));
+    let bufs = run_staged(kern, warps, stages, [1, 1, 1], &args);
     let got = decode(dt, &bufs[3]);
     // The output is rounded to the input dtype; P to 8 (bf16) or 11 (f16) bits.
     let ones = vec![1f64; bm * d];

@@ -63,7 +63,19 @@ pub(crate) struct MmaState {
     /// `ldmatrix` lane addresses per (shared array base, stage, wm, wn, operand M or N, chunk
     /// constant mod 8).
     read_addr: HashMap<(Reg, Stage, u32, u32, u32, u32), Reg>,
+    /// Loop-invariant operands kept in shared memory (base, stage) and read with `ldmatrix`
+    /// at each use (see [`HOISTED_OPERAND_REGS`]).
+    resident: HashMap<(Value, Role), (Reg, Stage)>,
 }
+
+/// A loop-invariant dot operand (FlashAttention's Q) whose fragments take at most this many
+/// registers a thread is loaded once before the loop and held in registers. A larger one is
+/// written to shared memory once before the loop and read again with `ldmatrix` at each use,
+/// as FlashAttention-2 does with Q: holding 64 registers (a 128 x 128 bf16 Q over 4 warps)
+/// beside a 128-register accumulator spills, while re-reading it costs one `ldmatrix.x4` per
+/// 16 rows x 16 columns a step. Only loops at the kernel's top level (the shared memory stays
+/// reserved for the rest of the kernel).
+pub(crate) const HOISTED_OPERAND_REGS: u32 = 32;
 
 impl MmaState {
     pub fn new(k: &Kernel) -> MmaState {
@@ -110,9 +122,52 @@ fn dot_source(k: &Kernel, v: Value, depth: u32) -> Option<Inst> {
     }
 }
 
+/// Registers a thread needs to hold an operand's fragments.
+fn fragment_registers(plan: &MmaPlan, role: Role) -> u32 {
+    let per_thread = plan
+        .operand_layout(role)
+        .geometry(&plan.operand_shape(role))
+        .count as u32;
+    per_thread * plan.kind.elem_bytes() / 4
+}
+
 /// `i` as a shift amount.
 fn log2(i: u32) -> i64 {
     i.trailing_zeros() as i64
+}
+
+/// The value staged for operand `v` and whether its row-major order is K-major: `x` of
+/// `x.trans()` is staged directly (its row-major order is the operand transposed). Stored
+/// K-major means A as [m][k], B as [n][k]; a source's own row-major order is K-major for an
+/// untransposed A and a transposed B.
+fn staging_source(k: &Kernel, v: Value, role: Role) -> (Value, bool) {
+    let (src, permuted) = match k.def_inst(v).map(|i| &k.insts[i]) {
+        Some(di) if matches!(&di.op, Op::Permute { perm } if perm[..] == [1, 0]) => {
+            (di.args[0], true)
+        }
+        _ => (v, false),
+    };
+    (src, (role == Role::A) != permuted)
+}
+
+/// The shared-memory stage of an operand whose source is K-major or not, at byte `offset`,
+/// and whether writing it transposes the source (tf32 is always stored K-major).
+fn operand_stage(plan: &MmaPlan, role: Role, src_k_major: bool, offset: u32) -> (Stage, bool) {
+    let k_major = src_k_major || plan.kind == MmaKind::Tf32;
+    let (outer, k) = match role {
+        Role::A => (plan.m, plan.k),
+        Role::B => (plan.n, plan.k),
+    };
+    let (rows, cols) = if k_major { (outer, k) } else { (k, outer) };
+    let st = Stage {
+        role,
+        kind: plan.kind,
+        rows,
+        cols,
+        k_major,
+        offset,
+    };
+    (st, k_major != src_k_major)
 }
 
 impl Lower<'_> {
@@ -289,36 +344,21 @@ impl Lower<'_> {
                 out[i] = Some(self.get(v, &ol)?);
                 continue;
             }
-            // Stage `x` of `x.trans()` directly: its row-major order is the operand transposed.
-            let (src, permuted) = match self.k.def_inst(v).map(|i| &self.k.insts[i]) {
-                Some(di) if matches!(&di.op, Op::Permute { perm } if perm[..] == [1, 0]) => {
-                    (di.args[0], true)
+            if let Some(&(base, st)) = self.mma.resident.get(&(v, role)) {
+                if st.kind == plan.kind {
+                    let regs = self.ldmatrix_operand(&st, plan, base, None);
+                    self.remember(v, &ol, regs.clone());
+                    out[i] = Some(regs);
+                    continue;
                 }
-                _ => (v, false),
-            };
-            // Stored K-major: A as [m][k], B as [n][k]; the source's own row-major order is
-            // K-major for an untransposed A and a transposed B.
-            let src_k_major = (role == Role::A) != permuted;
+            }
+            let (src, src_k_major) = staging_source(self.k, v, role);
             if let Some(regs) = self.pipelined_operand(src, role, src_k_major, plan) {
                 self.remember(v, &ol, regs.clone());
                 out[i] = Some(regs);
                 continue;
             }
-            let k_major = src_k_major || plan.kind == MmaKind::Tf32;
-            let transpose = k_major != src_k_major;
-            let (outer, k) = match role {
-                Role::A => (plan.m, plan.k),
-                Role::B => (plan.n, plan.k),
-            };
-            let (rows, cols) = if k_major { (outer, k) } else { (k, outer) };
-            let st = Stage {
-                role,
-                kind: plan.kind,
-                rows,
-                cols,
-                k_major,
-                offset,
-            };
+            let (st, transpose) = operand_stage(plan, role, src_k_major, offset);
             offset += st.bytes().div_ceil(128) * 128;
             let (sl, _) = self.natural(src);
             let regs = self.get(src, &sl)?;
@@ -707,19 +747,62 @@ impl Lower<'_> {
             let Some(plan) = self.mma_plan(inst) else {
                 continue;
             };
+            let saved = self.loc;
+            self.loc = self.k.insts[inst].loc;
             let args = self.k.insts[inst].args.clone();
-            let reqs: Vec<(Value, Role)> = [(args[0], Role::A), (args[1], Role::B)]
-                .into_iter()
-                .filter(|(v, _)| !inside.contains(v))
-                .collect();
-            if !reqs.is_empty() {
-                let saved = self.loc;
-                self.loc = self.k.insts[inst].loc;
-                self.mma_operands(&reqs, &plan)?;
-                self.loc = saved;
+            let mut reqs = Vec::new();
+            for (v, role) in [(args[0], Role::A), (args[1], Role::B)] {
+                if inside.contains(&v) || self.mma.resident.contains_key(&(v, role)) {
+                    continue;
+                }
+                let in_registers = self.natural(v).0 == plan.operand_layout(role);
+                let large = fragment_registers(&plan, role) > HOISTED_OPERAND_REGS;
+                if in_registers
+                    || !large
+                    || self.scopes.len() > 1
+                    || !self.stay_resident(v, role, &plan)?
+                {
+                    reqs.push((v, role));
+                }
             }
+            if !reqs.is_empty() {
+                self.mma_operands(&reqs, &plan)?;
+            }
+            self.loc = saved;
         }
         Ok(())
+    }
+
+    /// Writes the loop-invariant operand `v` to shared memory before the loop, where it stays
+    /// for the rest of the kernel (later scratch uses go after it); dots read it with
+    /// `ldmatrix` at each use. False (nothing emitted) when it does not fit.
+    fn stay_resident(&mut self, v: Value, role: Role, plan: &MmaPlan) -> R<bool> {
+        let (src, src_k_major) = staging_source(self.k, v, role);
+        let (st, transpose) = operand_stage(plan, role, src_k_major, 0);
+        let bytes = st.bytes().div_ceil(128) * 128;
+        let shift = self.reserved_shared();
+        if shift + bytes > self.max_shared {
+            return Ok(false);
+        }
+        let (sl, _) = self.natural(src);
+        let regs = self.get(src, &sl)?;
+        let shape = self.k.ty(src).shape;
+        let base = self.smem(bytes);
+        self.b
+            .comment("loop-invariant dot operand: resident in shared memory, read at each use");
+        self.barrier();
+        self.stage_write(&regs, &sl, &shape, transpose, &st, !plan.split_tf32);
+        self.barrier();
+        let rest = self.b.in_prologue(|b| {
+            b.op(
+                "add.s32",
+                RegClass::B32,
+                vec![base.into(), Arg::Imm(bytes as i64)],
+            )
+        });
+        self.smem_shift.push((rest, shift + bytes));
+        self.mma.resident.insert((v, role), (base, st));
+        Ok(true)
     }
 
     /// Every value defined in `block` or its nested regions (block arguments included).

@@ -17,9 +17,9 @@
 //!
 //! The barrier also tells every thread that the slot being refilled was read last iteration.
 //! Iterations past the end copy nothing (0 source bytes). The slots occupy the start of the
-//! scratch buffer while the loop runs (other scratch uses in the loop go after them); when the
-//! total exceeds the target's limit (`Target::max_shared_bytes`), compilation retries with one
-//! stage fewer.
+//! scratch buffer (after a resident dot operand, see `mma.rs`) while the loop runs (other
+//! scratch uses in the loop go after them); when the total exceeds the target's limit
+//! (`Target::max_shared_bytes`), compilation retries with one stage fewer.
 
 use super::{is_anchored, Lower, Vals, R};
 use crate::layout::Layout;
@@ -199,20 +199,28 @@ impl Lower<'_> {
             return None;
         }
         // The slots must leave room for other scratch uses (checked again at the end of
-        // compilation, which retries with fewer stages).
+        // compilation, which retries with fewer stages), after what is reserved already (a
+        // resident dot operand).
         // Fewer stages, then fewer loads, until the slots fit.
+        let room = self.max_shared.saturating_sub(self.reserved_shared());
         let mut stages = self.num_stages;
-        while stages > 2 && stages * offset > self.max_shared {
+        while stages > 2 && stages * offset > room {
             stages -= 1;
         }
-        while stages * offset > self.max_shared && loads.len() > 1 {
+        while stages * offset > room && loads.len() > 1 {
             let last = loads.pop().expect("a load");
             offset = last.stage.offset;
         }
-        if stages * offset > self.max_shared {
+        if stages * offset > room {
             return None;
         }
         Some((loads, stages, offset))
+    }
+
+    /// Bytes at the start of the scratch buffer held by enclosing pipelines and resident dot
+    /// operands (scratch uses now start after them).
+    pub(crate) fn reserved_shared(&self) -> u32 {
+        self.smem_shift.last().map_or(0, |&(_, bytes)| bytes)
     }
 
     /// Every value defined in `block` or its nested regions.
@@ -253,7 +261,8 @@ impl Lower<'_> {
                 vec![base.into(), Arg::Imm(total as i64)],
             )
         });
-        self.smem_shift.push((shifted, total));
+        self.smem_shift
+            .push((shifted, self.reserved_shared() + total));
         // Earlier users of the scratch buffer (a hoisted operand's staging) may still read it.
         self.barrier();
         let read_off = self.imm(RegClass::B32, Arg::Imm(0));

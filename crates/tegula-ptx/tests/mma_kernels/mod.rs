@@ -114,6 +114,51 @@ pub fn flash_attention(dt: DType, bm: usize, bn: usize, d: usize) -> Kernel {
     .unwrap()
 }
 
+/// [`flash_attention`] with the keys split over two loops, `[0, split)` and `[split, n)`, both
+/// reading the same Q (the library's unmasked and masked loops).
+pub fn flash_attention_two_loops(dt: DType, bm: usize, bn: usize, d: usize) -> Kernel {
+    trace("flash_attention_two_loops", |p| {
+        let (q, kp, vp, o) = (
+            p.ptr("q", dt),
+            p.ptr("k", dt),
+            p.ptr("v", dt),
+            p.ptr("o", dt),
+        );
+        let n = p.scalar("n", DType::I32);
+        let scale = p.scalar("scale", DType::F32);
+        let split = p.scalar("split", DType::I32);
+        let offs_m = program_id(0) * bm + arange(0, bm as i64);
+        let offs_d = arange(0, d as i64);
+        let offs_n = arange(0, bn as i64);
+        let qv = load_unmasked(q + offs_m.col() * d + offs_d.row());
+        let step = |start: Tile, (m_i, l_i, acc): (Tile, Tile, Tile)| {
+            let kv = start + offs_n;
+            let kt = load_unmasked(kp + kv.col() * d + offs_d.row());
+            let vt = load_unmasked(vp + kv.col() * d + offs_d.row());
+            let qk = dot(qv, kt.trans()) * scale;
+            let m_ij = maximum(m_i, max(qk, 1));
+            let pm = exp2(qk - m_ij.col());
+            let alpha = exp2(m_i - m_ij);
+            let l_ij = sum(pm, 1);
+            let acc = dot_acc(pm.cast(dt), vt, acc * alpha.col());
+            (m_ij, l_i * alpha + l_ij, acc)
+        };
+        let init = (
+            full::<f32>([bm], f64::NEG_INFINITY),
+            zeros::<f32>([bm]),
+            zeros::<f32>([bm, d]),
+        );
+        let state = for_range(0, split, bn, init, step);
+        let (_, l_i, acc) = for_range(split, n, bn, state, step);
+        store_unmasked(
+            o + offs_m.col() * d + offs_d.row(),
+            (acc / l_i.col()).cast(dt),
+        );
+    })
+    .map(aligned)
+    .unwrap()
+}
+
 /// Marks every pointer and integer parameter as divisible by 16, as the runtime's
 /// specialization does for aligned tensors (16-byte vector loads).
 pub fn aligned(mut k: Kernel) -> Kernel {
