@@ -24,6 +24,8 @@ const DTYPES: &[DType] = &[DType::F16, DType::BF16, DType::F32];
 // --- kernels -----------------------------------------------------------------------------
 
 /// `y = (x - mean) * rstd * w + b` per row; stores `mean` and `rstd = 1 / sqrt(var + eps)`.
+///
+/// The statistics take one pass over the row (see [`shifted_moments`]), the output a second.
 #[tegula::kernel]
 pub fn layer_norm_fwd<T: Element>(
     x: Ptr<T>,
@@ -42,35 +44,60 @@ pub fn layer_norm_fwd<T: Element>(
     let x_row = x + row * x_row_stride;
     let y_row = y + row * y_row_stride;
     let offsets = arange(0, block as i64);
-    // Mean.
-    let mut acc = zeros::<f32>([block]);
-    for start in range(0, n, block) {
-        let cols = start + offsets;
-        acc += load(x_row + cols, cols.lt(n), 0).to::<f32>();
-    }
-    let mu = sum(acc, 0) / n;
-    // Variance, from the centred values (two passes are more accurate than E[x^2] - mean^2).
+    let shift = row_shift(x_row, n, None);
+    let mut acc1 = zeros::<f32>([block]);
     let mut acc2 = zeros::<f32>([block]);
     for start in range(0, n, block) {
         let cols = start + offsets;
         let mask = cols.lt(n);
-        let v = load(x_row + cols, mask, 0).to::<f32>();
-        let d = select(mask, v - mu, 0.0);
-        acc2 += d * d;
+        let s = select(mask, load(x_row + cols, mask, 0).to::<f32>() - shift, 0.0);
+        acc1 += s;
+        acc2 += s * s;
     }
-    let var = sum(acc2, 0) / n;
-    let r = 1.0 / sqrt(var + eps);
-    store_unmasked(mean + row, mu);
+    let (centre, r) = shifted_moments(sum(acc1, 0), sum(acc2, 0), n, eps);
+    store_unmasked(mean + row, shift + centre);
     store_unmasked(rstd + row, r);
-    // Normalize and apply the affine transform.
     for start in range(0, n, block) {
         let cols = start + offsets;
         let mask = cols.lt(n);
         let v = load(x_row + cols, mask, 0).to::<f32>();
         let wv = load(w + cols, mask, 0).to::<f32>();
         let bv = load(b + cols, mask, 0).to::<f32>();
-        store(y_row + cols, (v - mu) * r * wv + bv, mask);
+        store(y_row + cols, (v - shift - centre) * r * wv + bv, mask);
     }
+}
+
+/// The shift of a row's statistics (see [`shifted_moments`]): the median of its first three
+/// elements (fewer in shorter rows), as f32, so that one outlying element is never the
+/// shift. `rows` is `Some((row offsets, mask))` for a tile of rows starting at `x_rows`.
+fn row_shift(x_rows: Tile, n: Tile, rows: Option<(Tile, Tile)>) -> Tile {
+    let element = |k: i64| {
+        let col = minimum(n - 1, k);
+        match rows {
+            None => load_unmasked(x_rows + col),
+            Some((offsets, mask)) => load(x_rows + offsets + col, mask, 0),
+        }
+        .to::<f32>()
+    };
+    let (a, b, c) = (element(0), element(1), element(2));
+    maximum(minimum(a, b), minimum(maximum(a, b), c))
+}
+
+/// Layer norm statistics from sums over a row shifted by `x0`, a value of the row:
+/// `s1 = sum(x - x0)` and `s2 = sum((x - x0)^2)` over `n` elements (two sums that need no
+/// mean first, so they reduce together in one round). Returns `(mean - x0, rstd)`.
+///
+/// `var = s2 / n - (s1 / n)^2` cancels only the shift's distance to the mean:
+/// the relative error of `var` is about `f32 eps * (1 + (mean - x0)^2 / var)` (times the
+/// summation's growth), so with `x0` taken from the row it stays near f32 rounding however
+/// large the mean (`E[x^2] - mean^2` would lose everything at `mean^2 / var > 1 / eps`). A
+/// shift many standard deviations from the mean costs digits: an outlier holding most of the
+/// variance makes `(mean - x0)^2 / var` about `n`, hence [`row_shift`]'s median of three
+/// (tests/norm.rs measures both cases against float64).
+fn shifted_moments(s1: Tile, s2: Tile, n: Tile, eps: Tile) -> (Tile, Tile) {
+    let centre = s1 / n;
+    let var = maximum_nan(s2 / n - centre * centre, 0.0);
+    (centre, 1.0 / sqrt(var + eps))
 }
 
 /// `dx` for one row: with `xhat = (x - mean) * rstd` and `g = w * dy`,
@@ -223,7 +250,7 @@ pub fn rms_norm_fwd<T: Element>(
 }
 
 /// [`layer_norm_fwd`] for rows that fit one tile: `block_m` rows per program, each read once
-/// and held in registers for the mean, the variance and the output.
+/// and held in registers; both statistics in one reduction round ([`shifted_moments`]).
 #[tegula::kernel]
 pub fn layer_norm_fwd_rows<T: Element>(
     x: Ptr<T>,
@@ -246,18 +273,18 @@ pub fn layer_norm_fwd_rows<T: Element>(
     let col_mask = cols.lt(n);
     let mask = row_mask.col() & col_mask.row();
     let v = load(x + rows.col() * x_row_stride + cols.row(), mask, 0).to::<f32>();
-    let mu = sum(v, 1) / n;
-    let d = select(mask, v - mu.col(), 0.0);
-    let r: Tile = 1.0 / sqrt(sum(d * d, 1) / n + eps);
+    let shift = row_shift(x, n, Some((rows * x_row_stride, row_mask)));
+    let s = select(mask, v - shift.col(), 0.0);
+    let (centre, r) = shifted_moments(sum(s, 1), sum(s * s, 1), n, eps);
     // The weights (L2-resident: every row reads them) load after the reductions, so that
     // their registers are not held across them.
     let wv = load(w + cols, col_mask, 0).to::<f32>();
     let bv = load(b + cols, col_mask, 0).to::<f32>();
-    store(mean + rows, mu, row_mask);
+    store(mean + rows, shift + centre, row_mask);
     store(rstd + rows, r, row_mask);
     store(
         y + rows.col() * y_row_stride + cols.row(),
-        d * r.col() * wv.row() + bv.row(),
+        (s - centre.col()) * r.col() * wv.row() + bv.row(),
         mask,
     );
 }
@@ -335,9 +362,9 @@ fn load_kept(ptr: Tile, mask: Tile) -> Tile {
 }
 
 /// [`layer_norm_fwd_rows`] over `tiles_per_program` consecutive tiles of `block_m` rows: each
-/// trip issues the next tile's load of `x` (kept in the input dtype) before the current
-/// tile's two reductions, so a program has a tile in flight while it reduces and stores; `w`
-/// and `b` load only for the output, after the statistics.
+/// trip issues the next tile's load of `x` (kept in the input dtype, with its rows' first
+/// elements, the shifts) before the current tile's reduction round, so a program has a tile in
+/// flight while it reduces and stores; `w` and `b` load only for the output.
 #[tegula::kernel]
 pub fn layer_norm_fwd_pipelined<T: Element>(
     x: Ptr<T>,
@@ -361,23 +388,26 @@ pub fn layer_norm_fwd_pipelined<T: Element>(
     let col_mask = cols.lt(n);
     let load_rows =
         |rows: Tile| load_row_tile(x, x_row_stride, rows, row_end, cols, col_mask, None);
+    let load_shifts = |rows: Tile| row_shift(x, n, Some((rows * x_row_stride, rows.lt(row_end))));
     let mut next = load_rows(first_row + row_offsets);
+    let mut next_shift = load_shifts(first_row + row_offsets);
+    let wv = load_kept(w + cols, col_mask).to::<f32>();
+    let bv = load_kept(b + cols, col_mask).to::<f32>();
     for start in range(first_row, row_end, block_m) {
         let rows = start + row_offsets;
         let row_mask = rows.lt(row_end);
         let mask = row_mask.col() & col_mask.row();
         let v = next.to::<f32>();
+        let shift = next_shift;
         next = load_rows(rows + block_m as i64);
-        let mu = sum(v, 1) / n;
-        let d = select(mask, v - mu.col(), 0.0);
-        let r: Tile = 1.0 / sqrt(sum(d * d, 1) / n + eps);
-        let wv = load_kept(w + cols, col_mask).to::<f32>();
-        let bv = load_kept(b + cols, col_mask).to::<f32>();
-        store(mean + rows, mu, row_mask);
+        next_shift = load_shifts(rows + block_m as i64);
+        let s = select(mask, v - shift.col(), 0.0);
+        let (centre, r) = shifted_moments(sum(s, 1), sum(s * s, 1), n, eps);
+        store(mean + rows, shift + centre, row_mask);
         store(rstd + rows, r, row_mask);
         store(
             y + rows.col() * y_row_stride + cols.row(),
-            d * r.col() * wv.row() + bv.row(),
+            (s - centre.col()) * r.col() * wv.row() + bv.row(),
             mask,
         );
     }
@@ -488,13 +518,14 @@ fn pipelined_row_config(n: usize, pipelined: usize, fallback: Config, resident: 
     c.with(PROGRAMS_PER_SM, programs_per_sm(tile, resident) as i64)
 }
 
-/// Layer norm's forward config for rows of `n`, from the H200 sweep of 2026-11-30 (bf16,
-/// 4096 rows, docs/perf-notes.md): the pipelined one-tile kernel up to 4096 columns (8 warps,
-/// two programs per SM: 2.43 TB/s against 1.86 looping and 1.74 for one tile without the
-/// prefetch), the looping kernel at 4 warps beyond (16384 columns: 2.53 TB/s against 1.72
-/// pipelined, whose 128 registers a thread leave one program per SM; 32768: 2.45).
+/// Layer norm's forward config for rows of `n`: the pipelined one-tile kernel up to 4096
+/// columns (8 warps, two programs per SM; H200 sweep of 2026-11-30: 2.43 TB/s against 1.86
+/// looping and 1.74 for one tile without the prefetch), the looping kernel beyond. The looping
+/// kernel reads a row twice since the statistics take one pass ([`shifted_moments`]); at 8
+/// warps it needs 56 registers (4 warps: 120, as many threads per SM at twice the registers),
+/// the one-tile kernels at 16384 columns 122-128 (one program per SM).
 pub fn layer_norm_config(n: usize) -> Config {
-    let looping = row_config(n, 1024, 4);
+    let looping = row_config(n, 1024, 8);
     pipelined_row_config(n, 4096, looping, 2)
 }
 
