@@ -222,6 +222,8 @@ pub fn compile(
         &entry,
         &params,
         32 * w,
+        // Two blocks need twice the shared memory (and the SM's 1 KB per block reserve).
+        2 * (shared_bytes + 1024) > target.max_shared_bytes() + 1024,
     );
     let abi = kernel
         .params

@@ -197,7 +197,15 @@ fn pipelined_loops_copy_tiles_ahead_with_cp_async() {
     assert_eq!(c4.shared_bytes, 4 * 16384);
     assert!(c4.ptx.contains(".extern .shared .align 128 .b8 tg_smem[];"));
     // Sixteen stages exceed the 227 KB of sm_90: compilation falls back to fourteen.
-    assert_eq!(compiled(&fa, 8, 16).shared_bytes, 14 * 16384);
+    let c16 = compiled(&fa, 8, 16);
+    assert_eq!(c16.shared_bytes, 14 * 16384);
+    // A block whose shared memory leaves no room for a second on the SM tells ptxas so (it may
+    // then use the whole register file); one that leaves room does not.
+    assert!(c16.ptx.contains(".maxntid 256, 1, 1\n.minnctapersm 1\n{"));
+    assert!(!c4.ptx.contains(".minnctapersm"));
+    // 2 x (128 + 1) KB > 228 KB a SM; 2 x (112 + 1) KB fit.
+    assert!(compiled(&fa, 8, 8).ptx.contains(".minnctapersm 1"));
+    assert!(!compiled(&fa, 8, 7).ptx.contains(".minnctapersm"));
 }
 
 #[test]

@@ -82,8 +82,10 @@ fn parse(ptx: &str, shared_bytes: usize) -> Prog {
             shared = shared_bytes;
         }
     }
-    let body = &ptx[ptx.find(".maxntid").unwrap()..];
-    for line in body.lines().skip(2) {
+    // The body starts after the entry's performance directives (`.maxntid`, `.minnctapersm`).
+    let directives = &ptx[ptx.find(".maxntid").unwrap()..];
+    let body = &directives[directives.find("\n{\n").unwrap() + 3..];
+    for line in body.lines() {
         let l = line.trim();
         if l.is_empty() || l.starts_with("//") || l == "}" {
             continue;
