@@ -113,21 +113,68 @@ pub fn ir(name: &str, shape: Option<&str>, dtype: Option<&str>) -> Result<()> {
 }
 
 /// `tegula ptx`: the PTX for sm_90a and its resource report from ptxas, when one is found.
-pub fn ptx(name: &str, shape: Option<&str>, dtype: Option<&str>, num_warps: u32) -> Result<()> {
+/// Kernels `tegula launch-cost` measures are compiled as their host wrapper's GPU launch
+/// compiles them (its arguments' facts and config; by default at the realistic shape); the
+/// others are traced at the shape with no argument facts. `num_warps` overrides the config's.
+pub fn ptx(
+    name: &str,
+    shape: Option<&str>,
+    dtype: Option<&str>,
+    num_warps: Option<u32>,
+) -> Result<()> {
     let k = find(name)?;
-    let (shape, dtype) = (shape_of(&k, shape)?, dtype_of(&k, dtype)?);
-    let mut kernel = (k.trace)(&shape, dtype)?;
-    tegula::ir::passes::canonicalize(&mut kernel);
     let target = tegula_ptx::Target { sm: 90 };
-    let options = tegula_ptx::CompileOptions {
-        num_warps,
-        ..Default::default()
-    };
-    let compiled = tegula_ptx::compile(&kernel, &target, &options)?;
+    let mut compiled = Vec::new();
+    if let Some((realistic_dtype, realistic_shape)) = crate::launch_cost::realistic(name) {
+        let dtype = match dtype {
+            Some(_) => dtype_of(&k, dtype)?,
+            None => realistic_dtype,
+        };
+        let shape = match shape {
+            Some(_) => shape_of(&k, shape)?,
+            None => realistic_shape.to_vec(),
+        };
+        eprintln!(
+            "// {} {} as the host wrapper launches it",
+            describe_shape(&k, &shape),
+            dtype
+        );
+        for mut launch in crate::launch_cost::record(name, &shape, dtype)? {
+            if let Some(w) = num_warps {
+                launch.config.num_warps = w;
+            }
+            compiled.push(launch.compile(&target)?);
+        }
+    } else {
+        let (shape, dtype) = (shape_of(&k, shape)?, dtype_of(&k, dtype)?);
+        eprintln!(
+            "// {} {} traced without argument facts",
+            describe_shape(&k, &shape),
+            dtype
+        );
+        let mut kernel = (k.trace)(&shape, dtype)?;
+        tegula::ir::passes::canonicalize(&mut kernel);
+        let options = tegula_ptx::CompileOptions {
+            num_warps: num_warps.unwrap_or(4),
+            ..Default::default()
+        };
+        compiled.push(tegula_ptx::compile(&kernel, &target, &options)?);
+    }
+    for c in &compiled {
+        print_ptx(c)?;
+    }
+    Ok(())
+}
+
+/// Prints one kernel's PTX, then its size, threads, shared memory and ptxas report on stderr.
+fn print_ptx(compiled: &tegula_ptx::Compiled) -> Result<()> {
     print!("{}", compiled.ptx);
     eprintln!(
-        "// entry {}: {} threads, {} bytes of static shared memory",
-        compiled.entry, compiled.num_threads, compiled.shared_bytes
+        "// entry {}: {} threads, {} bytes of static shared memory, {} PTX lines",
+        compiled.entry,
+        compiled.num_threads,
+        compiled.shared_bytes,
+        compiled.ptx.lines().count()
     );
     match tegula_ptx::ptxas::find() {
         Some(ptxas) => {

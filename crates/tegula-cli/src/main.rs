@@ -45,15 +45,18 @@ enum Command {
         #[arg(long)]
         dtype: Option<String>,
     },
-    /// Print a library kernel's PTX (sm_90a) and, with ptxas, its resource report.
+    /// Print a library kernel's PTX (sm_90a) and, with ptxas, its resource report. The kernels
+    /// `launch-cost` measures compile as their host wrapper's GPU launch would (aligned tensors,
+    /// the untuned default config), by default at `launch-cost`'s realistic shape.
     Ptx {
         kernel: String,
         #[arg(long)]
         shape: Option<String>,
         #[arg(long)]
         dtype: Option<String>,
-        #[arg(long, default_value_t = 4)]
-        num_warps: u32,
+        /// Overrides the config's warps (default: the wrapper's; 4 for traced-only kernels).
+        #[arg(long)]
+        num_warps: Option<u32>,
     },
     /// Check every library kernel (every dtype, default and odd shapes) on the default device
     /// against float64 references: the GPU check when a GPU is present.
@@ -64,7 +67,8 @@ enum Command {
     /// List the library's kernels with their dimensions and dtypes.
     List,
     /// What a launch costs on the host: first launch of a specialization (trace, lower, JIT)
-    /// per kernel, and a cached launch against a raw driver launch.
+    /// per kernel at a realistic shape, as the library's wrapper compiles it, and a cached
+    /// launch against a raw driver launch.
     LaunchCost,
     /// Time library kernels on the GPU beside the device's ceilings (see BENCHMARKS.md).
     Bench(bench::BenchArgs),

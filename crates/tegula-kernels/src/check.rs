@@ -5,12 +5,12 @@ use crate::CheckReport;
 use tegula::ir::{DType, Element};
 use tegula::{Device, Error, Result, Tensor};
 
-/// The SMs of `dev`'s GPU, or `interpreter` on the interpreter, which has none (small counts
+/// The SMs of `dev`'s GPU (or of the GPU a recording device stands for), or `interpreter` on
+/// the interpreter, which has none (small counts
 /// make the CPU runs of persistent kernels take several trips; a GPU's count makes shape rules
 /// decide as they would there).
 pub fn sm_count(dev: &Device, interpreter: usize) -> usize {
-    dev.cuda_runtime()
-        .map_or(interpreter, |rt| rt.device_info().sm_count as usize)
+    dev.sm_count().unwrap_or(interpreter)
 }
 
 /// A persistent grid over `blocks` blocks of work with at most `max_programs` programs:

@@ -97,8 +97,36 @@ struct Inner {
     /// Traced specializations by `name|key|argument types`.
     kernels: Mutex<HashMap<String, Arc<Kernel>>>,
     check_races: AtomicBool,
+    /// On a recording device ([`Device::recording`]): the launches made, none of them run.
+    recorded: Option<Mutex<Vec<RecordedLaunch>>>,
+    /// The SM count a recording device stands for.
+    recorded_sms: usize,
     /// Seeds `randn`/`rand` so every call draws fresh numbers.
     seed: AtomicU64,
+}
+
+/// A launch that a recording device ([`Device::recording`]) kept instead of running: what a
+/// GPU launch of the same call would specialize and compile.
+#[derive(Clone)]
+pub struct RecordedLaunch {
+    pub name: &'static str,
+    pub key: String,
+    /// Traced and canonicalized, before the argument facts (see [`gpu::specialize`]).
+    pub kernel: Arc<Kernel>,
+    pub args: Vec<KernelArg>,
+    pub grid: crate::Grid,
+    pub config: crate::LaunchConfig,
+    /// Milliseconds `Device::launch` spent specializing it: tracing and canonicalizing on the
+    /// device's first launch of it, a cache lookup after.
+    pub trace_ms: f64,
+}
+
+impl RecordedLaunch {
+    /// The PTX a GPU launch with these arguments and this config compiles for `target`
+    /// (tensors of a recording device count as fresh, 256-byte aligned GPU allocations).
+    pub fn compile(&self, target: &tegula_ptx::Target) -> Result<tegula_ptx::Compiled> {
+        gpu::compile_specialized(&self.kernel, &self.args, self.config, target)
+    }
 }
 
 /// A device: the interpreter now, the GPU when the CUDA backend is present. Cloning shares it.
@@ -110,16 +138,48 @@ pub struct Device {
 impl Device {
     /// The CPU interpreter.
     pub fn cpu() -> Device {
-        Device::with_backend(Backend::Interpreter, None)
+        Device::with_backend(Backend::Interpreter, None, None)
+    }
+
+    /// A device that records launches instead of running them (see
+    /// [`Device::take_recorded`]): host tensors that are never computed on, the interpreter's
+    /// (untuned) configs. For seeing what a library call would compile at a shape too large to
+    /// interpret, without a GPU. `sm_count` is the GPU's the calls should size their grids
+    /// for (132 on an H200; see [`Device::sm_count`]).
+    pub fn recording(sm_count: usize) -> Device {
+        Device::with_backend(Backend::Interpreter, None, Some(sm_count))
+    }
+
+    /// The streaming multiprocessors of the GPU, or the one a recording device stands for;
+    /// `None` on the interpreter.
+    pub fn sm_count(&self) -> Option<usize> {
+        match (&self.inner.gpu, &self.inner.recorded) {
+            (Some(gpu), _) => Some(gpu.runtime.device_info().sm_count as usize),
+            (None, Some(_)) => Some(self.inner.recorded_sms),
+            (None, None) => None,
+        }
+    }
+
+    /// The launches recorded since the last call, oldest first (none unless
+    /// [`Device::recording`]).
+    pub fn take_recorded(&self) -> Vec<RecordedLaunch> {
+        self.inner.recorded.as_ref().map_or_else(Vec::new, |r| {
+            std::mem::take(&mut *r.lock().unwrap_or_else(|p| p.into_inner()))
+        })
     }
 
     /// The GPU with this ordinal.
     pub fn cuda(ordinal: usize) -> Result<Device> {
         let gpu = Gpu::new(ordinal)?;
-        Ok(Device::with_backend(Backend::Cuda(ordinal), Some(gpu)))
+        Ok(Device::with_backend(
+            Backend::Cuda(ordinal),
+            Some(gpu),
+            None,
+        ))
     }
 
-    fn with_backend(backend: Backend, gpu: Option<Gpu>) -> Device {
+    /// `recording_sms`: record launches (for a GPU of that many SMs) instead of running them.
+    fn with_backend(backend: Backend, gpu: Option<Gpu>, recording_sms: Option<usize>) -> Device {
         let check = std::env::var("TEGULA_CHECK_RACES").is_ok_and(|v| v == "1");
         Device {
             inner: Arc::new(Inner {
@@ -128,6 +188,8 @@ impl Device {
                 gpu,
                 kernels: Mutex::new(HashMap::new()),
                 check_races: AtomicBool::new(check),
+                recorded: recording_sms.map(|_| Mutex::new(Vec::new())),
+                recorded_sms: recording_sms.unwrap_or(0),
                 seed: AtomicU64::new(rand::random()),
             }),
         }
@@ -330,7 +392,9 @@ impl Device {
 
     /// Runs a kernel over a grid (what `#[tegula::kernel]` launchers call).
     pub fn launch(&self, launch: Launch<'_>) -> Result<()> {
+        let start = std::time::Instant::now();
         let kernel = self.specialize(&launch)?;
+        let trace_ms = start.elapsed().as_secs_f64() * 1e3;
         for arg in &launch.args {
             if let KernelArg::Tensor { device, .. } = arg {
                 if *device != self.id() {
@@ -341,6 +405,19 @@ impl Device {
                     });
                 }
             }
+        }
+        if let Some(recorded) = &self.inner.recorded {
+            let r = RecordedLaunch {
+                name: launch.name,
+                key: launch.key,
+                kernel,
+                args: launch.args,
+                grid: launch.grid,
+                config: launch.config,
+                trace_ms,
+            };
+            recorded.lock().unwrap_or_else(|p| p.into_inner()).push(r);
+            return Ok(());
         }
         match &self.inner.gpu {
             Some(gpu) => {

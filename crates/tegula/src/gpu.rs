@@ -54,13 +54,63 @@ pub fn divisibility_facts(args: &[KernelArg]) -> Vec<bool> {
                 offset,
                 dtype,
                 ..
-            } => storage.device_address().is_some_and(|base| {
+            } => {
+                // Host storage (a recording device's tensors) stands for a fresh GPU
+                // allocation, which the driver aligns to 256 bytes: base 0.
+                let base = storage.device_address().unwrap_or(0);
                 (base + (offset * dtype.size_bytes()) as u64).is_multiple_of(16)
-            }),
+            }
             KernelArg::Int { value, .. } => value.rem_euclid(16) == 0,
             KernelArg::Float { .. } => false,
         })
         .collect()
+}
+
+/// The facts of [`specialize`] as a cache-key part: `1` per aligned/divisible argument, then
+/// `1` per unit argument (`1100|0001`).
+pub fn fact_bits(args: &[KernelArg]) -> String {
+    let bits = |v: Vec<bool>| -> String { v.iter().map(|&f| if f { '1' } else { '0' }).collect() };
+    format!(
+        "{}|{}",
+        bits(divisibility_facts(args)),
+        bits(unit_arguments(args))
+    )
+}
+
+/// The kernel a launch with `args` compiles: the traced kernel with the divisibility facts of
+/// its parameters set and its unit integer parameters bound to 1 (the one place this
+/// specialization is written; `tegula launch-cost` and `tegula ptx` use it too).
+pub fn specialize(traced: &Kernel, args: &[KernelArg]) -> Kernel {
+    let mut kernel = traced.clone();
+    for (param, fact) in kernel.params.iter_mut().zip(divisibility_facts(args)) {
+        param.facts.divisible_by_16 = fact;
+    }
+    let ones = unit_arguments(args);
+    if ones.contains(&true) {
+        for (i, _) in ones.iter().enumerate().filter(|(_, &one)| one) {
+            tegula_ir::passes::bind_scalar_param(&mut kernel, i, tegula_ir::Constant::Int(1));
+        }
+        tegula_ir::passes::canonicalize(&mut kernel);
+    }
+    kernel
+}
+
+/// The PTX a launch with `args` and `config` compiles for `target`.
+pub fn compile_specialized(
+    traced: &Kernel,
+    args: &[KernelArg],
+    config: LaunchConfig,
+    target: &Target,
+) -> Result<Compiled> {
+    let options = CompileOptions {
+        num_warps: config.num_warps,
+        num_stages: config.num_stages,
+    };
+    Ok(tegula_ptx::compile(
+        &specialize(traced, args),
+        target,
+        &options,
+    )?)
 }
 
 impl Gpu {
@@ -109,32 +159,16 @@ impl Gpu {
         args: &[KernelArg],
         config: LaunchConfig,
     ) -> Result<Arc<GpuKernel>> {
-        let (facts, ones) = (divisibility_facts(args), unit_arguments(args));
-        let bits =
-            |v: &[bool]| -> String { v.iter().map(|&f| if f { '1' } else { '0' }).collect() };
-        let fact_bits = format!("{}|{}", bits(&facts), bits(&ones));
         let key = format!(
-            "{key}|{fact_bits}|w{}s{}",
-            config.num_warps, config.num_stages
+            "{key}|{}|w{}s{}",
+            fact_bits(args),
+            config.num_warps,
+            config.num_stages
         );
         if let Some(k) = self.cache().get(&key) {
             return Ok(k.clone());
         }
-        let mut kernel = traced.clone();
-        for (param, &fact) in kernel.params.iter_mut().zip(&facts) {
-            param.facts.divisible_by_16 = fact;
-        }
-        if ones.contains(&true) {
-            for (i, _) in ones.iter().enumerate().filter(|(_, &one)| one) {
-                tegula_ir::passes::bind_scalar_param(&mut kernel, i, tegula_ir::Constant::Int(1));
-            }
-            tegula_ir::passes::canonicalize(&mut kernel);
-        }
-        let options = CompileOptions {
-            num_warps: config.num_warps,
-            num_stages: config.num_stages,
-        };
-        let compiled = tegula_ptx::compile(&kernel, &self.target, &options)?;
+        let compiled = compile_specialized(traced, args, config, &self.target)?;
         let source_map = |line: usize| source_line_of(&compiled.ptx, line);
         let loaded = self
             .runtime

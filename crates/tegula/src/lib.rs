@@ -33,9 +33,9 @@ mod launch;
 mod tensor;
 
 pub use autotune::{Autotuner, Config, Tuning};
-pub use device::{Backend, Device};
+pub use device::{Backend, Device, RecordedLaunch};
 pub use error::{Error, Result};
-pub use gpu::GpuKernel;
+pub use gpu::{compile_specialized, specialize, GpuKernel};
 pub use launch::{Grid, KernelArg, Launch, LaunchConfig, Ptr, ScalarArg, TensorArg};
 pub use tegula_ir as ir;
 pub use tegula_macros::kernel;
