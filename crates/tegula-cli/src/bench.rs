@@ -54,7 +54,7 @@ pub struct BenchArgs {
     /// layer_norm and rms_norm (`BLOCK_M=0`: the looping kernels); `BLOCK_M`, `BLOCK_N`,
     /// `SPLITS`, `TF32X3=0|1` for attention_seed's fast path, `WALKTHROUGH=1` for the
     /// walkthrough's kernel as written; `BLOCK_M`, `BLOCK_N`, `warps`, `stages` for
-    /// attention_backward.
+    /// attention and attention_backward.
     #[arg(long)]
     pub config: Vec<String>,
 }
@@ -704,6 +704,10 @@ fn bench_typed<T: Element>(
             if kernel == "attention" {
                 case.flops = fwd;
                 case.bytes = 4.0 * qkv + lse; // q, k, v read; o, lse written
+                let opts = match config {
+                    Some(c) => attention_options(c, opts)?,
+                    None => opts,
+                };
                 measure(dev, options, || {
                     attention::forward_into(&q, &k, &v, &o, &l, &opts)
                 })?
@@ -718,7 +722,7 @@ fn bench_typed<T: Element>(
                 let dk = dev.empty::<T>([bt, h, n, d])?;
                 let dv = dev.empty::<T>([bt, h, n, d])?;
                 let opts = match config {
-                    Some(c) => backward_options(c, opts)?,
+                    Some(c) => attention_options(c, opts)?,
                     None => opts,
                 };
                 measure(dev, options, || {
@@ -762,9 +766,10 @@ fn bench_typed<T: Element>(
     Ok((case, timing))
 }
 
-/// The backward's options pinned by `--config`: `BLOCK_M` and `BLOCK_N` (each left to the
-/// autotuner when absent), `warps` and `stages` (4 and 1 when absent, as for every kernel).
-fn backward_options(c: &Config, base: AttentionOptions) -> Result<AttentionOptions> {
+/// The forward's or backward's options pinned by `--config`: `BLOCK_M` and `BLOCK_N` (each
+/// left to the autotuner when absent), `warps` and `stages` (4 and 1 when absent, as for
+/// every kernel).
+fn attention_options(c: &Config, base: AttentionOptions) -> Result<AttentionOptions> {
     let size = |name: &str| -> Result<usize> {
         match c.get(name) {
             Some(v) => usize::try_from(v).map_err(|_| invalid(format!("--config {name}={v}"))),

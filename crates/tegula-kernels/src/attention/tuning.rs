@@ -14,6 +14,17 @@ use tegula::{LaunchConfig, Result};
 /// f32 values (accumulators and scores) a thread should hold at most before registers spill.
 const VALUES_PER_THREAD: usize = 160;
 
+/// The forward's bound when Q does not stay in registers: the compiler keeps a loop-invariant
+/// dot operand of more than 32 registers a thread in shared memory and reads it at each step
+/// (`tegula-ptx`'s `HOISTED_OPERAND_REGS`), which frees those registers for 32 more values.
+/// ptxas (sm_90a): 128 x 64 blocks at D = 128 over 4 warps (192 values) take 255 registers
+/// with 300-350 bytes of spills (loop-invariant row offsets of the K/V copies, about 15 local
+/// loads a step against 256 mmas), where holding Q spilled 660-680 bytes.
+const VALUES_PER_THREAD_Q_IN_SHARED: usize = 192;
+
+/// Registers a thread may hold for a loop-invariant dot operand (see above).
+const HOISTED_OPERAND_REGS: usize = 32;
+
 /// The autotuner's key: `B*H`, Nq and Nk rounded up to powers of two (occupancy and the
 /// number of key steps), the exact head dim, the dtype, the mask and the GQA group size
 /// (`H / Hkv`: the backward's dK/dV sweep grows with it), e.g.
@@ -106,9 +117,13 @@ fn grid(
 /// - no block above the sequence length rounded up to a power of two, none below half of it;
 /// - at most 160 f32 values per thread for the accumulator and the scores
 ///   (`(BLOCK_M * D + BLOCK_M * BLOCK_N) / (32 warps)`, D padded to a power of two), which
-///   bounds the head dim's effect; 8 warps only for tiles of at least 64 x 128;
+///   bounds the head dim's effect, or 192 when Q's fragments (`BLOCK_M * D * 2 / 4 / (32
+///   warps)` registers, f16/bf16) exceed 32 registers and Q is read from shared memory at
+///   each step (128 x 64 at D = 128 over 4 warps: 32 query rows a warp, as FlashAttention-2);
+///   8 warps only for tiles of at least 64 x 128;
 /// - no more stages than key steps (at least 2), and no stages past 2 whose K and V buffers
-///   (`stages * 2 * BLOCK_N * D * 2` bytes) exceed 227 KB (the lowering cuts those to fewer).
+///   (`stages * 2 * BLOCK_N * D * 2` bytes, plus `BLOCK_M * D * 2` for a Q kept in shared
+///   memory) exceed 227 KB (the lowering cuts those to fewer).
 ///
 /// The default is BLOCK_M 64, BLOCK_N 64, 4 warps, 2 stages, clamped to the lengths.
 pub fn forward_candidates(
@@ -119,12 +134,18 @@ pub fn forward_candidates(
     let d = padded_head_dim(dims.head_dim);
     let elem = dtype.size_bytes();
     let fits = |bm: usize, bn: usize, w: u32, s: u32| {
-        let w = w as usize;
+        let threads = 32 * w as usize;
         let steps = dims.n_k.div_ceil(bn).max(2);
-        (bm * d + bm * bn) / (32 * w) <= VALUES_PER_THREAD
+        let q_in_shared = pipelined(dtype) && bm * d * elem / 4 / threads > HOISTED_OPERAND_REGS;
+        let (values, q_bytes) = if q_in_shared {
+            (VALUES_PER_THREAD_Q_IN_SHARED, bm * d * elem)
+        } else {
+            (VALUES_PER_THREAD, 0)
+        };
+        (bm * d + bm * bn) / threads <= values
             && (w == 4 || bm * bn >= 64 * 128)
             && s as usize <= steps
-            && (s <= 2 || s as usize * 2 * bn * d * elem <= tuned::SHARED_BYTES)
+            && (s <= 2 || s as usize * 2 * bn * d * elem + q_bytes <= tuned::SHARED_BYTES)
     };
     let stages: &[u32] = if pipelined(dtype) { &[2, 3, 1] } else { &[1] };
     grid(dims, options, (64, 32), stages, fits, (64, 64, 2))

@@ -63,9 +63,18 @@ pub(crate) struct MmaState {
     /// `ldmatrix` lane addresses per (shared array base, stage, wm, wn, operand M or N, chunk
     /// constant mod 8).
     read_addr: HashMap<(Reg, Stage, u32, u32, u32, u32), Reg>,
-    /// Loop-invariant operands kept in shared memory (base, stage) and read with `ldmatrix`
-    /// at each use (see [`HOISTED_OPERAND_REGS`]).
-    resident: HashMap<(Value, Role), (Reg, Stage)>,
+    /// Loop-invariant operands kept in shared memory and read with `ldmatrix` at each use
+    /// (see [`HOISTED_OPERAND_REGS`]).
+    resident: HashMap<(Value, Role), SharedOperand>,
+}
+
+/// An mma operand that is in shared memory already: the shared array's base, its stage there,
+/// and a per-iteration byte shift (the pipeline slot read this iteration).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct SharedOperand {
+    pub base: Reg,
+    pub stage: Stage,
+    pub shift: Option<Reg>,
 }
 
 /// A loop-invariant dot operand (FlashAttention's Q) whose fragments take at most this many
@@ -217,9 +226,46 @@ impl Lower<'_> {
         let (a, b, c) = (d.args[0], d.args[1], d.args[2]);
         let acc_l = ml::accumulator(plan.wm, plan.wn);
         let init = self.get(c, &acc_l)?;
-        let ops = self.mma_operands(&[(a, Role::A), (b, Role::B)], &plan)?;
+        // Operands in shared memory already are read one k-step ahead of the mmas that use
+        // them (as FlashAttention-2 does), so only two k-steps of their fragments are live;
+        // the others come in registers, whole.
+        let roles = [(a, Role::A), (b, Role::B)];
+        let shared: Vec<Option<SharedOperand>> = roles
+            .iter()
+            .map(|&(v, role)| self.shared_operand(v, role, &plan))
+            .collect();
+        let in_regs: Vec<(Value, Role)> = roles
+            .iter()
+            .zip(&shared)
+            .filter(|(_, s)| s.is_none())
+            .map(|(&r, _)| r)
+            .collect();
+        let mut whole = self.mma_operands(&in_regs, &plan)?.into_iter();
+        let mut ops: Vec<Vec<Option<Reg>>> = roles
+            .iter()
+            .zip(&shared)
+            .map(|(&(_, role), s)| match s {
+                None => whole
+                    .next()
+                    .expect("an operand in registers")
+                    .into_iter()
+                    .map(Some)
+                    .collect(),
+                Some(_) => {
+                    let shape = plan.operand_shape(role);
+                    vec![None; plan.operand_layout(role).geometry(&shape).count]
+                }
+            })
+            .collect();
+        let ksteps = plan.k / plan.kind.k_step();
+        let load_step = |s: &mut Self, ops: &mut Vec<Vec<Option<Reg>>>, kk: u32| {
+            for (op, so) in ops.iter_mut().zip(&shared) {
+                if let Some(so) = so {
+                    s.ldmatrix_ksteps(so, &plan, kk..kk + 1, op);
+                }
+            }
+        };
         let acc = self.copy_regs(&init);
-        let (av, bv) = (&ops[0], &ops[1]);
         let cshape = self.k.ty(c).shape;
         let gc = acc_l.geometry(&cshape);
         let ga = plan
@@ -234,13 +280,19 @@ impl Lower<'_> {
             "dot {}x{}x{} on tensor cores ({:?}, warps {}x{})",
             plan.m, plan.n, plan.k, plan.kind, plan.wm, plan.wn
         ));
-        for kk in 0..(plan.k / plan.kind.k_step()) as usize {
+        load_step(self, &mut ops, 0);
+        for kk in 0..ksteps as usize {
+            if kk as u32 + 1 < ksteps {
+                load_step(self, &mut ops, kk as u32 + 1);
+            }
+            let (av, bv) = (&ops[0], &ops[1]);
+            let at = |regs: &[Option<Reg>], i: usize| regs[i].expect("operand loaded");
             let afrag: Vec<Vec<Reg>> = (0..tiles_m)
                 .map(|rm| {
                     (0..4)
                         .map(|j| {
                             let el: Vec<Reg> = (0..kw)
-                                .map(|e| av[ga.index(&ml::a_counters(plan.kind, rm, kk, j, e))])
+                                .map(|e| at(av, ga.index(&ml::a_counters(plan.kind, rm, kk, j, e))))
                                 .collect();
                             self.pack_operand(&el)
                         })
@@ -251,7 +303,7 @@ impl Lower<'_> {
                 let bfrag: Vec<Reg> = (0..2)
                     .map(|j| {
                         let el: Vec<Reg> = (0..kw)
-                            .map(|e| bv[gb.index(&ml::b_counters(plan.kind, rn, kk, j, e))])
+                            .map(|e| at(bv, gb.index(&ml::b_counters(plan.kind, rn, kk, j, e))))
                             .collect();
                         self.pack_operand(&el)
                     })
@@ -327,6 +379,22 @@ impl Lower<'_> {
             .op("mov.b32", RegClass::B32, vec![Arg::Vec(el.to_vec())])
     }
 
+    /// Where operand `v` is in shared memory already (resident, or this iteration's pipeline
+    /// slot), unless it is in registers.
+    fn shared_operand(&mut self, v: Value, role: Role, plan: &MmaPlan) -> Option<SharedOperand> {
+        let ol = plan.operand_layout(role);
+        if self.lookup(v, &ol).is_some() || self.natural(v).0 == ol {
+            return None;
+        }
+        if let Some(&so) = self.mma.resident.get(&(v, role)) {
+            if so.stage.kind == plan.kind {
+                return Some(so);
+            }
+        }
+        let (src, src_k_major) = staging_source(self.k, v, role);
+        self.pipelined_stage(src, role, src_k_major, plan)
+    }
+
     /// Operand registers (per element, in the operand layout) of each `(value, role)`, from
     /// the cache, from registers, or staged through shared memory together.
     pub(crate) fn mma_operands(&mut self, reqs: &[(Value, Role)], plan: &MmaPlan) -> R<Vec<Vals>> {
@@ -344,20 +412,13 @@ impl Lower<'_> {
                 out[i] = Some(self.get(v, &ol)?);
                 continue;
             }
-            if let Some(&(base, st)) = self.mma.resident.get(&(v, role)) {
-                if st.kind == plan.kind {
-                    let regs = self.ldmatrix_operand(&st, plan, base, None);
-                    self.remember(v, &ol, regs.clone());
-                    out[i] = Some(regs);
-                    continue;
-                }
-            }
-            let (src, src_k_major) = staging_source(self.k, v, role);
-            if let Some(regs) = self.pipelined_operand(src, role, src_k_major, plan) {
+            if let Some(so) = self.shared_operand(v, role, plan) {
+                let regs = self.ldmatrix_operand(&so, plan);
                 self.remember(v, &ol, regs.clone());
                 out[i] = Some(regs);
                 continue;
             }
+            let (src, src_k_major) = staging_source(self.k, v, role);
             let (st, transpose) = operand_stage(plan, role, src_k_major, offset);
             offset += st.bytes().div_ceil(128) * 128;
             let (sl, _) = self.natural(src);
@@ -398,8 +459,12 @@ impl Lower<'_> {
                 for &s in &group {
                     let (i, _, _, _, _, st) = staged[s].clone();
                     let (v, role) = reqs[i];
-                    let smem = self.smem(0);
-                    let regs = self.ldmatrix_operand(&st, plan, smem, None);
+                    let so = SharedOperand {
+                        base: self.smem(0),
+                        stage: st,
+                        shift: None,
+                    };
+                    let regs = self.ldmatrix_operand(&so, plan);
                     self.remember(v, &plan.operand_layout(role), regs.clone());
                     out[i] = Some(regs);
                 }
@@ -650,24 +715,33 @@ impl Lower<'_> {
         r
     }
 
-    /// Reads a staged operand with `ldmatrix` into per-element registers of its operand layout.
-    /// `smem` is the shared array's base; `shift` a per-iteration byte offset into it (the
-    /// pipeline slot).
-    pub(crate) fn ldmatrix_operand(
+    /// Reads an operand in shared memory with `ldmatrix` into per-element registers of its
+    /// operand layout.
+    pub(crate) fn ldmatrix_operand(&mut self, so: &SharedOperand, plan: &MmaPlan) -> Vals {
+        let shape = plan.operand_shape(so.stage.role);
+        let mut out = vec![None; plan.operand_layout(so.stage.role).geometry(&shape).count];
+        self.ldmatrix_ksteps(so, plan, 0..plan.k / plan.kind.k_step(), &mut out);
+        out.into_iter()
+            .map(|r| r.expect("ldmatrix covers the operand"))
+            .collect()
+    }
+
+    /// Reads k-steps `ksteps` of an operand in shared memory with `ldmatrix` into `out` (its
+    /// per-element registers in the operand layout).
+    fn ldmatrix_ksteps(
         &mut self,
-        st: &Stage,
+        so: &SharedOperand,
         plan: &MmaPlan,
-        smem: Reg,
-        shift: Option<Reg>,
-    ) -> Vals {
+        ksteps: std::ops::Range<u32>,
+        out: &mut [Option<Reg>],
+    ) {
+        let (st, smem, shift) = (&so.stage, so.base, so.shift);
         let ol = plan.operand_layout(st.role);
         let g = ol.geometry(&plan.operand_shape(st.role));
         let elem_class = match st.kind {
             MmaKind::Tf32 => RegClass::B32,
             _ => RegClass::B16,
         };
-        let mut out: Vec<Option<Reg>> = vec![None; g.count];
-        let ksteps = plan.k / plan.kind.k_step();
         let trans = if st.k_major { "" } else { ".trans" };
         // (tile index, fragment register) of each matrix of one load, and the tile origin.
         let loads: Vec<(Vec<(usize, usize)>, u32)> = match st.role {
@@ -688,7 +762,7 @@ impl Lower<'_> {
                     .collect()
             }
         };
-        for kk in 0..ksteps {
+        for kk in ksteps {
             for (mats, outer) in &loads {
                 let (irow, ichunk) = st.instr_term(*outer, kk);
                 let lo = ichunk % 8;
@@ -728,9 +802,6 @@ impl Lower<'_> {
                 }
             }
         }
-        out.into_iter()
-            .map(|r| r.expect("ldmatrix covers the operand"))
-            .collect()
     }
 
     /// Loads the operands of dots directly in loop body `body` that are defined outside the
@@ -801,7 +872,12 @@ impl Lower<'_> {
             )
         });
         self.smem_shift.push((rest, shift + bytes));
-        self.mma.resident.insert((v, role), (base, st));
+        let so = SharedOperand {
+            base,
+            stage: st,
+            shift: None,
+        };
+        self.mma.resident.insert((v, role), so);
         Ok(true)
     }
 

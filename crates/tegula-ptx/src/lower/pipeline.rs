@@ -21,14 +21,14 @@
 //! scratch uses in the loop go after them); when the total exceeds the target's limit
 //! (`Target::max_shared_bytes`), compilation retries with one stage fewer.
 
-use super::{is_anchored, Lower, Vals, R};
+use super::{is_anchored, Lower, R};
 use crate::layout::Layout;
 use crate::mma_layout::{MmaKind, Role, Stage};
 use crate::ptx::{Arg, Reg, RegClass};
 use std::collections::{HashMap, HashSet};
 use tegula_ir::{Block, Constant, DType, Inst, Op, Value, ValueDef};
 
-use super::mma::MmaPlan;
+use super::mma::{MmaPlan, SharedOperand};
 
 /// One pipelined load.
 #[derive(Clone, Debug)]
@@ -418,26 +418,29 @@ impl Lower<'_> {
         Ok(())
     }
 
-    /// The operand registers of a pipelined load's value, read from this iteration's slot;
-    /// `None` when `src` is not pipelined (or is stored in another orientation).
-    pub(crate) fn pipelined_operand(
-        &mut self,
+    /// Where a pipelined load's value is this iteration (its slot); `None` when `src` is not
+    /// pipelined (or is stored in another orientation).
+    pub(crate) fn pipelined_stage(
+        &self,
         src: Value,
         role: Role,
         k_major: bool,
         plan: &MmaPlan,
-    ) -> Option<Vals> {
+    ) -> Option<SharedOperand> {
         let pipe = self
             .pipe
             .active
             .iter()
             .rev()
-            .find(|p| p.loads.iter().any(|l| l.value == src))?
-            .clone();
+            .find(|p| p.loads.iter().any(|l| l.value == src))?;
         let pl = pipe.loads.iter().find(|l| l.value == src)?;
         if pl.stage.role != role || pl.stage.k_major != k_major || pl.stage.kind != plan.kind {
             return None;
         }
-        Some(self.ldmatrix_operand(&pl.stage, plan, pipe.base, Some(pipe.read_off)))
+        Some(SharedOperand {
+            base: pipe.base,
+            stage: pl.stage,
+            shift: Some(pipe.read_off),
+        })
     }
 }
