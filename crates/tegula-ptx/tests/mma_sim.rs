@@ -1213,3 +1213,73 @@ fn pipelined_matmul_and_attention_match() {
     // Head dim 128: K and V slots do not both fit; K is pipelined, V staged in the loop.
     check_attention(DType::BF16, 128, 64, 128, 8, 2);
 }
+
+#[test]
+fn row_vectors_in_the_scores_layout_match() {
+    // `lse` and `delta` load straight into the scores' accumulator slice (tests/load_layouts.rs);
+    // with `store_lse` the lse load stays blocked and is converted. nq < bm masks rows; nq is
+    // marked a multiple of 16 when it is (pair loads under one mask), else not (one a lane).
+    for (dt, (bn, bm, d), warps, nq, store_lse) in [
+        (DType::BF16, (64, 32, 32), 4, 29, false),
+        (DType::F16, (32, 64, 16), 2, 51, true),
+        (DType::F16, (32, 64, 16), 2, 48, true),
+        (DType::BF16, (128, 64, 64), 8, 37, false),
+        (DType::BF16, (128, 64, 64), 8, 48, false),
+    ] {
+        let mut kern = scores_with_row_vectors(dt, (bn, bm, d), store_lse);
+        let nq_param = kern.params.last_mut().unwrap();
+        nq_param.facts.divisible_by_16 = nq % 16 == 0;
+        let (kv, qv, vv) = (values(bn * d, 11), values(bm * d, 13), values(bm * d, 17));
+        // lse near the scores' range so that p spans (0, 2]; delta of either sign.
+        let lse: Vec<f32> = values(bm, 19).iter().map(|x| x * 2.0).collect();
+        let delta: Vec<f32> = values(bm, 23).iter().map(|x| x * 0.5).collect();
+        let (kr, qr, vr) = (rounded(dt, &kv), rounded(dt, &qv), rounded(dt, &vv));
+        // ds rounded to the input dtype before its product with v, as the kernel does.
+        let mut ds = vec![0f32; bn * bm];
+        for j in 0..bn {
+            for i in 0..nq {
+                let s: f64 = (0..d).map(|x| kr[j * d + x] * qr[i * d + x]).sum();
+                let p = (s - lse[i] as f64).exp2();
+                ds[j * bm + i] = ((p - delta[i] as f64) * p) as f32;
+            }
+        }
+        let dsr = rounded(dt, &ds);
+        let (mut want, mut scale) = (vec![0f64; bn * d], vec![0f64; bn * d]);
+        for j in 0..bn {
+            for x in 0..d {
+                for i in 0..nq {
+                    want[j * d + x] += dsr[j * bm + i] * vr[i * d + x];
+                    scale[j * d + x] += (dsr[j * bm + i] * vr[i * d + x]).abs();
+                }
+            }
+        }
+        let (out, lse_out) = (vec![0u8; bn * d * 4], vec![0u8; bm * 4]);
+        let bufs = run(
+            &kern,
+            warps,
+            [1, 1, 1],
+            &[
+                Arg::Buf(&encode(dt, &kv)),
+                Arg::Buf(&encode(dt, &qv)),
+                Arg::Buf(&encode(dt, &vv)),
+                Arg::Buf(&encode(DType::F32, &lse)),
+                Arg::Buf(&encode(DType::F32, &delta)),
+                Arg::Buf(&out),
+                Arg::Buf(&lse_out),
+                Arg::I32(nq as i32),
+            ],
+        );
+        let what = format!("row vectors {dt} {bn}x{bm}x{d} {warps} warps");
+        // ds is rounded to the dtype from f32 arithmetic (ex2.approx): allow its half ulp.
+        assert_close(&decode(DType::F32, &bufs[5]), &want, &scale, 8e-3, &what);
+        if store_lse {
+            let stored = decode(DType::F32, &bufs[6]);
+            assert_eq!(stored[..nq], lse[..nq], "{what}");
+            assert!(
+                stored[nq..].iter().all(|&x| x == 0.0),
+                "{what}: {:?}",
+                &stored[nq..]
+            );
+        }
+    }
+}

@@ -169,3 +169,40 @@ pub fn aligned(mut k: Kernel) -> Kernel {
     }
     k
 }
+
+/// The attention backward's use of row vectors: `s = k q^T` ([bn, bm]), `p = exp2(s - lse)`
+/// and `ds = (p - delta) * p` with `lse`, `delta` per query (column of `s`; rows `>= nq`
+/// masked, `lse` = +inf there), then `out = ds v` ([bn, d], f32). With `store_lse`, `lse` is
+/// also stored back as loaded (`lse_out`), a use that wants its own layout.
+pub fn scores_with_row_vectors(
+    dt: DType,
+    (bn, bm, d): (usize, usize, usize),
+    store_lse: bool,
+) -> Kernel {
+    trace("scores_with_row_vectors", |p| {
+        let (kp, qp, vp) = (p.ptr("k", dt), p.ptr("q", dt), p.ptr("v", dt));
+        let (lse, delta) = (p.ptr("lse", DType::F32), p.ptr("delta", DType::F32));
+        let (out, lse_out) = (p.ptr("out", DType::F32), p.ptr("lse_out", DType::F32));
+        let nq = p.scalar("nq", DType::I32);
+        let offs_n = arange(0, bn as i64);
+        let offs_m = arange(0, bm as i64);
+        let offs_d = arange(0, d as i64);
+        let m_mask = offs_m.lt(nq);
+        let kt = load_unmasked(kp + offs_n.col() * d + offs_d.row());
+        let rows = offs_m.col() * d + offs_d.row();
+        let qt = load(qp + rows, m_mask.col().broadcast_to([bm, d]), 0.0);
+        let vt = load(vp + rows, m_mask.col().broadcast_to([bm, d]), 0.0);
+        let s = dot(kt, qt.trans());
+        let lse_v = load(lse + offs_m, m_mask, f64::INFINITY);
+        let delta_v = load(delta + offs_m, m_mask, 0.0);
+        let pr = exp2(s - lse_v.row());
+        let ds = (pr - delta_v.row()) * pr;
+        let o = dot(ds.cast(dt), vt);
+        store_unmasked(out + offs_n.col() * d + offs_d.row(), o);
+        if store_lse {
+            store(lse_out + offs_m, lse_v, m_mask);
+        }
+    })
+    .map(aligned)
+    .unwrap()
+}
