@@ -4,6 +4,7 @@
 //! Opcodes are assembled from typed pieces (`Ty` prints `.f32`, `.s32`, ...) by the lowering's
 //! rule tables; nothing else in the crate writes PTX text.
 
+use std::collections::{HashMap, HashSet};
 use std::fmt::{self, Write};
 
 /// The register classes of the emitted function; every virtual register belongs to one.
@@ -407,11 +408,152 @@ impl Builder {
             let _ = writeln!(s, "\t{d};");
         }
         s.push('\n');
-        for st in self.prologue.iter().chain(self.body.iter()) {
+        let live = self.live_statements();
+        for (st, _) in self.stmts().zip(live).filter(|(_, live)| *live) {
             let _ = writeln!(s, "{st}");
         }
         let _ = writeln!(s, "\tret;\n}}");
         s
+    }
+}
+
+impl Builder {
+    /// Which statements of [`Builder::stmts`] the printed function keeps: all but the
+    /// instructions without side effects whose results nothing kept reads (to a fixpoint, so a
+    /// dead address also frees the multiplication feeding it). The lowering computes values
+    /// per element and leaves unused ones (e.g. the 64-bit address of every element of a
+    /// vector access, of which only the first is used); ptxas would remove them too, but its
+    /// time grows with the text it is given.
+    ///
+    /// Liveness ignores control flow: a register read anywhere counts, including above its
+    /// definition through a loop's back edge, which is always correct and enough here.
+    fn live_statements(&self) -> Vec<bool> {
+        let stmts: Vec<&Stmt> = self.stmts().collect();
+        let mut live = vec![true; stmts.len()];
+        // The removable instructions defining each register.
+        let mut defs: HashMap<Reg, Vec<usize>> = HashMap::new();
+        // Registers known to be read by a kept instruction, and those still to propagate.
+        let mut read: HashSet<Reg> = HashSet::new();
+        let mut pending: Vec<Reg> = Vec::new();
+        for (i, st) in stmts.iter().enumerate() {
+            let Stmt::Instr(ins) = st else { continue };
+            if ins.is_removable() {
+                live[i] = false;
+                for &r in ins.destinations() {
+                    defs.entry(r).or_default().push(i);
+                }
+            } else {
+                ins.for_each_read(|r| {
+                    if read.insert(r) {
+                        pending.push(r);
+                    }
+                });
+            }
+        }
+        while let Some(r) = pending.pop() {
+            for &i in defs.get(&r).map_or(&[][..], |v| v.as_slice()) {
+                if live[i] {
+                    continue;
+                }
+                live[i] = true;
+                if let Stmt::Instr(ins) = stmts[i] {
+                    ins.for_each_read(|r| {
+                        if read.insert(r) {
+                            pending.push(r);
+                        }
+                    });
+                }
+            }
+        }
+        live
+    }
+}
+
+impl Instr {
+    /// True when the instruction's only effect is writing its destination operand (the
+    /// first): arithmetic, comparisons, conversions, moves, and loads that are not ordered
+    /// memory operations. Listed positively, so an opcode not named here is always kept.
+    fn is_removable(&self) -> bool {
+        const PURE: &[&str] = &[
+            "mov",
+            "add",
+            "sub",
+            "mul",
+            "mad",
+            "fma",
+            "div",
+            "rem",
+            "neg",
+            "abs",
+            "min",
+            "max",
+            "and",
+            "or",
+            "xor",
+            "not",
+            "shl",
+            "shr",
+            "bfe",
+            "bfi",
+            "setp",
+            "selp",
+            "testp",
+            "copysign",
+            "cvt",
+            "cvta",
+            "ex2",
+            "lg2",
+            "sqrt",
+            "rsqrt",
+            "rcp",
+            "sin",
+            "cos",
+            "tanh",
+            "createpolicy",
+        ];
+        if self.destinations().is_empty() {
+            return false;
+        }
+        let mut parts = self.opcode.split('.');
+        match parts.next() {
+            // Volatile, relaxed or acquire loads order memory; plain ones only read it.
+            Some("ld") => !parts.any(|q| matches!(q, "volatile" | "relaxed" | "acquire" | "mmio")),
+            Some(head) => PURE.contains(&head),
+            None => false,
+        }
+    }
+
+    /// The registers a removable instruction writes: its first operand, one or a vector.
+    fn destinations(&self) -> &[Reg] {
+        match self.args.first() {
+            Some(Arg::Reg(r)) => std::slice::from_ref(r),
+            Some(Arg::Vec(regs)) => regs,
+            _ => &[],
+        }
+    }
+
+    /// Calls `f` on every register the instruction reads: its guard, and its operands past
+    /// the destination for a removable instruction, all operands otherwise (a store's first
+    /// operand is its address; an atomic's result is kept as if read).
+    fn for_each_read(&self, mut f: impl FnMut(Reg)) {
+        if let Some((p, _)) = self.guard {
+            f(p);
+        }
+        let skip = usize::from(self.is_removable());
+        for a in &self.args[skip.min(self.args.len())..] {
+            a.for_each_reg(&mut f);
+        }
+    }
+}
+
+impl Arg {
+    fn for_each_reg(&self, f: &mut impl FnMut(Reg)) {
+        match self {
+            Arg::Reg(r) => f(*r),
+            Arg::Addr(base, _) => base.for_each_reg(f),
+            Arg::Vec(regs) => regs.iter().copied().for_each(f),
+            Arg::Imm(_) | Arg::F32(_) | Arg::F64(_) | Arg::Sym(_) | Arg::Label(_) => {}
+        }
     }
 }
 
@@ -442,5 +584,112 @@ mod tests {
         assert!(text.contains("add.rn.f32 %f2, %f1, 0f3F800000;"), "{text}");
         assert!(text.contains("@!%p1 st.global.f32 [x+8], %f2;"), "{text}");
         assert!(text.contains(".reg .f32 %f<3>;"), "{text}");
+    }
+
+    fn printed(b: &Builder) -> String {
+        b.finish("8.0", "sm_80", "k", &[], 128, false)
+    }
+
+    /// A load's address: `base + 4 * i` (mul.wide, add.s64).
+    fn address(b: &mut Builder, base: Reg, i: Reg) -> Reg {
+        let off = b.op("mul.wide.s32", RegClass::B64, vec![i.into(), Arg::Imm(4)]);
+        b.op("add.s64", RegClass::B64, vec![base.into(), off.into()])
+    }
+
+    #[test]
+    fn unread_results_are_removed_to_a_fixpoint() {
+        let mut b = Builder::new();
+        let base = b.op("ld.param.u64", RegClass::B64, vec![Arg::Sym("p0".into())]);
+        let tid = b.op("mov.u32", RegClass::B32, vec![Arg::Sym("%tid.x".into())]);
+        let used = address(&mut b, base, tid);
+        // Only the first address of a vector access is used; the second one's chain (add.s32,
+        // mul.wide.s32, add.s64) is dead, and so is a load whose value nobody reads.
+        let next = b.op("add.s32", RegClass::B32, vec![tid.into(), Arg::Imm(1)]);
+        let unused = address(&mut b, base, next);
+        let x = b.op(
+            "ld.global.v2.f32",
+            RegClass::F32,
+            vec![Arg::Addr(Box::new(used.into()), 0)],
+        );
+        let dead_load = b.reg(RegClass::F32);
+        b.emit(
+            "ld.global.f32",
+            vec![dead_load.into(), Arg::Addr(Box::new(unused.into()), 0)],
+        );
+        let y = b.op("add.rn.f32", RegClass::F32, vec![x.into(), Arg::F32(1.0)]);
+        b.emit(
+            "st.global.f32",
+            vec![Arg::Addr(Box::new(used.into()), 0), y.into()],
+        );
+        let text = printed(&b);
+        for kept in [
+            format!("ld.param.u64 {base}, p0;"),
+            format!("mov.u32 {tid}, %tid.x;"),
+            format!("add.s64 {used},"),
+            format!("ld.global.v2.f32 {x},"),
+            format!("add.rn.f32 {y}, {x},"),
+            format!("st.global.f32 [{used}], {y};"),
+        ] {
+            assert!(text.contains(&kept), "{kept} missing:\n{text}");
+        }
+        for dead in [
+            format!("add.s32 {next},"),
+            format!("add.s64 {unused},"),
+            format!("ld.global.f32 {dead_load},"),
+        ] {
+            assert!(!text.contains(&dead), "{dead} kept:\n{text}");
+        }
+        assert_eq!(text.matches("mul.wide.s32").count(), 1, "{text}");
+    }
+
+    #[test]
+    fn loop_carried_values_guards_and_ordered_loads_stay() {
+        let mut b = Builder::new();
+        let acc = b.reg(RegClass::F32);
+        let i = b.reg(RegClass::B32);
+        let counter = b.reg(RegClass::B32);
+        let ptr = b.op("ld.param.u64", RegClass::B64, vec![Arg::Sym("p0".into())]);
+        b.mov(acc, Arg::F32(0.0));
+        b.mov(i, Arg::Imm(0));
+        b.mov(counter, Arg::Imm(0));
+        let top = b.new_label("loop");
+        b.place_label(&top);
+        // `acc` is read here before its redefinition below, through the back edge.
+        let sum = b.op("add.rn.f32", RegClass::F32, vec![acc.into(), Arg::F32(2.0)]);
+        b.mov(acc, sum);
+        // A counter only incrementing itself is read by nothing else: dead with its start.
+        b.emit("add.s32", vec![counter.into(), counter.into(), Arg::Imm(1)]);
+        let flag = b.reg(RegClass::B32);
+        b.emit(
+            "ld.volatile.global.u32",
+            vec![flag.into(), Arg::Addr(Box::new(ptr.into()), 0)],
+        );
+        b.emit("add.s32", vec![i.into(), i.into(), Arg::Imm(1)]);
+        let more = b.op("setp.lt.s32", RegClass::Pred, vec![i.into(), Arg::Imm(8)]);
+        b.bra_if(more, false, &top);
+        let owner = b.op(
+            "setp.eq.u32",
+            RegClass::Pred,
+            vec![Arg::Sym("%tid.x".into()), Arg::Imm(0)],
+        );
+        b.emit_guarded(
+            owner,
+            false,
+            "st.global.f32",
+            vec![Arg::Addr(Box::new(ptr.into()), 0), acc.into()],
+        );
+        let text = printed(&b);
+        for kept in [
+            format!("mov.f32 {acc}, 0f00000000;"),
+            format!("add.rn.f32 {sum}, {acc},"),
+            format!("mov.f32 {acc}, {sum};"),
+            format!("ld.volatile.global.u32 {flag},"),
+            format!("mov.b32 {i}, 0;"),
+            format!("add.s32 {i}, {i}, 1;"),
+            format!("setp.eq.u32 {owner},"),
+        ] {
+            assert!(text.contains(&kept), "{kept} missing:\n{text}");
+        }
+        assert!(!text.contains(&format!("{counter},")), "{text}");
     }
 }
