@@ -285,6 +285,11 @@ impl Lower<'_> {
             if kk as u32 + 1 < ksteps {
                 load_step(self, &mut ops, kk as u32 + 1);
             }
+            // A pipelined loop's refill goes after the first k-step's mmas and the next
+            // fragments (pipeline.rs): the tensor cores start right after the barrier.
+            if kk == 1 {
+                self.pipeline_refill_in_dot()?;
+            }
             let (av, bv) = (&ops[0], &ops[1]);
             let at = |regs: &[Option<Reg>], i: usize| regs[i].expect("operand loaded");
             let afrag: Vec<Vec<Reg>> = (0..tiles_m)
@@ -328,6 +333,8 @@ impl Lower<'_> {
                 }
             }
         }
+        // A single k-step: the refill follows its mmas.
+        self.pipeline_refill_in_dot()?;
         self.define(d.results[0], &acc_l, acc);
         Ok(())
     }

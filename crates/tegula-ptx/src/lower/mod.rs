@@ -710,7 +710,7 @@ impl<'k> Lower<'k> {
         self.assign(&carried, &next);
         self.scopes.pop();
         if piped {
-            self.pipeline_iteration_end();
+            self.pipeline_iteration_end()?;
         }
         let ty = if iv_dtype.bits() == 64 { "s64" } else { "s32" };
         self.b

@@ -10,12 +10,17 @@
 //! ```text
 //! before the loop:   for s in 0..S-1: copy iteration s into slot s; commit_group
 //! iteration i:       wait_group S-2; bar.sync             (iteration i's slot has landed)
+//!                    ... first dot: ldmatrix of its k-steps 0..2, mmas of k-step 0 ...
 //!                    copy iteration i+S-1 into slot (i-1) mod S; commit_group
 //!                    ... dots read slot i mod S with ldmatrix ...
 //! after the loop:    wait_all
 //! ```
 //!
 //! The barrier also tells every thread that the slot being refilled was read last iteration.
+//! The refill waits inside the first dot of the body that reads a pipelined operand (when that
+//! dot is not nested in a branch): its first fragments then leave shared memory right after
+//! the barrier, ahead of the copies and their address arithmetic (ptxas keeps shared-memory
+//! reads and `cp.async` writes in program order), so the tensor cores start sooner.
 //! Iterations past the end copy nothing (0 source bytes). The slots occupy the start of the
 //! scratch buffer (after a resident dot operand, see `mma.rs`) while the loop runs (other
 //! scratch uses in the loop go after them); when the total exceeds the target's limit
@@ -44,6 +49,8 @@ struct PipeLoad {
 /// The pipeline of one loop being lowered.
 #[derive(Clone, Debug)]
 struct Pipe {
+    /// The loop body and its induction variable.
+    body: Block,
     iv: Value,
     loads: Vec<PipeLoad>,
     stages: u32,
@@ -53,6 +60,18 @@ struct Pipe {
     /// Byte offsets of the slot read and the slot written this iteration (loop-carried).
     read_off: Reg,
     write_off: Reg,
+    /// This iteration's refill, when it waits for the first dot (see the module doc).
+    deferred: Option<DeferredRefill>,
+}
+
+/// A refill not yet issued: the loop's induction variable, bound and step, and how many value
+/// scopes were open at the top of the iteration (the body's scope is the last of them).
+#[derive(Clone, Copy, Debug)]
+struct DeferredRefill {
+    iv: Reg,
+    hi: Reg,
+    step: Reg,
+    scope_depth: usize,
 }
 
 #[derive(Default)]
@@ -268,6 +287,7 @@ impl Lower<'_> {
         let read_off = self.imm(RegClass::B32, Arg::Imm(0));
         let write_off = self.imm(RegClass::B32, Arg::Imm(((stages - 1) * slot_bytes) as i64));
         let pipe = Pipe {
+            body,
             iv: self.k.blocks[body].args[0],
             loads,
             stages,
@@ -275,6 +295,7 @@ impl Lower<'_> {
             base,
             read_off,
             write_off,
+            deferred: None,
         };
         self.b.comment(format!(
             "pipeline: {} loads, {stages} stages of {slot_bytes} bytes",
@@ -297,7 +318,8 @@ impl Lower<'_> {
     }
 
     /// At the top of an iteration: wait for this iteration's slot, then refill the slot read
-    /// last iteration with iteration `i + S - 1`.
+    /// last iteration with iteration `i + S - 1`, now or (when a dot of the body reads a
+    /// pipelined operand) from within that dot, see [`Self::pipeline_refill_in_dot`].
     pub(crate) fn pipeline_iteration_start(&mut self, iv: Reg, hi: Reg, step: Reg) -> R<()> {
         let pipe = self.pipe.active.last().expect("a pipeline").clone();
         self.b.emit(
@@ -305,6 +327,62 @@ impl Lower<'_> {
             vec![Arg::Imm(pipe.stages as i64 - 2)],
         );
         self.barrier();
+        if self.body_dot_reads_pipe(&pipe) {
+            let scope_depth = self.scopes.len();
+            self.pipe.active.last_mut().expect("a pipeline").deferred = Some(DeferredRefill {
+                iv,
+                hi,
+                step,
+                scope_depth,
+            });
+            return Ok(());
+        }
+        self.pipeline_refill(&pipe, iv, hi, step)
+    }
+
+    /// Whether a dot directly in the loop body (not in a nested region) reads one of `pipe`'s
+    /// loads, as is or transposed.
+    fn body_dot_reads_pipe(&self, pipe: &Pipe) -> bool {
+        let piped = |mut v: Value| loop {
+            if pipe.loads.iter().any(|l| l.value == v) {
+                return true;
+            }
+            match self.k.def_inst(v).map(|i| &self.k.insts[i]) {
+                Some(d) if matches!(d.op, Op::Permute { .. }) => v = d.args[0],
+                _ => return false,
+            }
+        };
+        self.k.blocks[pipe.body].insts.iter().any(|&i| {
+            let d = &self.k.insts[i];
+            matches!(d.op, Op::Dot { .. }) && d.args[..2].iter().any(|&v| piped(v))
+        })
+    }
+
+    /// Issues this iteration's deferred refill, when a dot directly in the pipelined loop's
+    /// body (the scope depth of the iteration's top) calls it; nothing otherwise.
+    pub(crate) fn pipeline_refill_in_dot(&mut self) -> R<()> {
+        let Some(pipe) = self.pipe.active.last() else {
+            return Ok(());
+        };
+        let Some(d) = pipe.deferred else {
+            return Ok(());
+        };
+        if self.scopes.len() != d.scope_depth {
+            return Ok(());
+        }
+        let pipe = pipe.clone();
+        self.pipe.active.last_mut().expect("a pipeline").deferred = None;
+        // The addresses depend on the induction variable and values from outside the loop
+        // only; the body's scope may hold this iteration's values of the same expressions, so
+        // it is set aside while they are evaluated for iteration `i + S - 1`.
+        let body_scope = self.scopes.split_off(d.scope_depth - 1);
+        let r = self.pipeline_refill(&pipe, d.iv, d.hi, d.step);
+        self.scopes.extend(body_scope);
+        r
+    }
+
+    /// Refills the slot read last iteration with iteration `iv + (S - 1) step`.
+    fn pipeline_refill(&mut self, pipe: &Pipe, iv: Reg, hi: Reg, step: Reg) -> R<()> {
         let it = self.b.op(
             "mad.lo.s32",
             RegClass::B32,
@@ -313,12 +391,18 @@ impl Lower<'_> {
         let valid = self
             .b
             .op("setp.lt.s32", RegClass::Pred, vec![it.into(), hi.into()]);
-        self.pipeline_issue(&pipe, it, valid, pipe.write_off)
+        self.pipeline_issue(pipe, it, valid, pipe.write_off)
     }
 
     /// At the bottom of an iteration: both slots advance by one (mod S).
-    pub(crate) fn pipeline_iteration_end(&mut self) {
+    pub(crate) fn pipeline_iteration_end(&mut self) -> R<()> {
         let pipe = self.pipe.active.last().expect("a pipeline").clone();
+        if let Some(d) = pipe.deferred {
+            // No dot took the refill (it cannot happen when `body_dot_reads_pipe` held, as
+            // every such dot calls `pipeline_refill_in_dot`); issue it before the slots move.
+            self.pipe.active.last_mut().expect("a pipeline").deferred = None;
+            self.pipeline_refill(&pipe, d.iv, d.hi, d.step)?;
+        }
         let total = (pipe.stages * pipe.slot_bytes) as i64;
         for r in [pipe.read_off, pipe.write_off] {
             let n = self.b.op(
@@ -336,6 +420,7 @@ impl Lower<'_> {
                 vec![r.into(), Arg::Imm(0), n.into(), wrap.into()],
             );
         }
+        Ok(())
     }
 
     pub(crate) fn pipeline_epilogue(&mut self) {
