@@ -54,7 +54,8 @@ pub struct BenchArgs {
     /// layer_norm and rms_norm (`BLOCK_M=0`: the looping kernels); `BLOCK_M`, `BLOCK_N`,
     /// `SPLITS`, `TF32X3=0|1` for attention_seed's fast path, `WALKTHROUGH=1` for the
     /// walkthrough's kernel as written; `BLOCK_M`, `BLOCK_N`, `warps`, `stages` for
-    /// attention and attention_backward.
+    /// attention and attention_backward; `BLOCK_M`, `BLOCK_N`, `BLOCK_K`, `GROUP_M`,
+    /// `warps`, `stages` for matmul.
     #[arg(long)]
     pub config: Vec<String>,
 }
@@ -679,7 +680,11 @@ fn bench_typed<T: Element>(
             let a = random::<T>(dev, &[m, k])?;
             let b = random::<T>(dev, &[k, n])?;
             let c = dev.empty::<T>([m, n])?;
-            measure(dev, options, || matmul::matmul_into::<T, T>(&a, &b, &c))?
+            let pinned = config.map(matmul_config).transpose()?;
+            measure(dev, options, || match pinned {
+                None => matmul::matmul_into::<T, T>(&a, &b, &c),
+                Some(p) => matmul::matmul_into_with::<T, T>(&a, &b, &c, p),
+            })?
         }
         "attention" | "attention_backward" => {
             let (bt, h, n, d) = (shape[0], shape[1], shape[2], shape[3]);
@@ -781,6 +786,27 @@ fn attention_options(c: &Config, base: AttentionOptions) -> Result<AttentionOpti
         block_n: size("BLOCK_N")?,
         config: c.launch_config(),
         ..base
+    })
+}
+
+/// The matmul config pinned by `--config`: `BLOCK_M`, `BLOCK_N`, `BLOCK_K` (each left to the
+/// autotuner when absent), `GROUP_M` (8 when absent), `warps` and `stages` (4 and 1 when
+/// absent, as for every kernel).
+fn matmul_config(c: &Config) -> Result<matmul::MatmulConfig> {
+    let size = |name: &str, absent: usize| -> Result<usize> {
+        match c.get(name) {
+            Some(v) => usize::try_from(v).map_err(|_| invalid(format!("--config {name}={v}"))),
+            None => Ok(absent),
+        }
+    };
+    let auto = tegula_kernels::tuned::AUTO;
+    Ok(matmul::MatmulConfig {
+        block_m: size("BLOCK_M", auto)?,
+        block_n: size("BLOCK_N", auto)?,
+        block_k: size("BLOCK_K", auto)?,
+        group_m: size("GROUP_M", 8)?,
+        launch: c.launch_config(),
+        ..Default::default()
     })
 }
 
