@@ -139,3 +139,63 @@ fn unused_relaxed_atomic_adds_lower_to_red_and_vectorize_on_sm_90() {
     assert!(!p90.contains("atom."), "{p90}");
     assert!(p90.contains(".version 8.1"), "{p90}");
 }
+
+/// The `mov` instructions ending the body of the loop labelled `$L_for_...` (the copies of the
+/// yielded values into the carried registers), as (destination, source).
+fn loop_tail_moves(p: &str) -> Vec<(String, String)> {
+    let lines: Vec<&str> = p.lines().map(str::trim).collect();
+    let back_edge = lines
+        .iter()
+        .rposition(|l| l.starts_with("bra.uni $L_for"))
+        .expect("a loop");
+    // Before the back edge: the induction variable's step, then the copies.
+    let mut i = back_edge - 1;
+    assert!(lines[i].starts_with("add.s32"), "{p}");
+    let mut moves = Vec::new();
+    while i > 0 && lines[i - 1].starts_with("mov.") {
+        i -= 1;
+        let operands = lines[i].split_once(' ').unwrap().1.trim_end_matches(';');
+        let (d, s) = operands.split_once(", ").unwrap();
+        moves.push((d.to_string(), s.to_string()));
+    }
+    moves.reverse();
+    moves
+}
+
+#[test]
+fn loop_carried_values_move_directly_unless_they_swap() {
+    let swap = trace("swap", |p| {
+        let (x, out) = (p.ptr("x", DType::F32), p.ptr("out", DType::F32));
+        let n = p.scalar("n", DType::I32);
+        let init = (load_unmasked(x + 0), load_unmasked(x + 1));
+        let (a, b) = for_range(0, n, 1, init, |_, (a, b)| (b, a));
+        store_unmasked(out, a);
+        store_unmasked(out + 1, b);
+    })
+    .unwrap();
+    let p = ptx(&swap, 1);
+    let moves = loop_tail_moves(&p);
+    // Run the copies on register names: a swap needs its sources saved before either write.
+    let mut now: std::collections::HashMap<&str, &str> = Default::default();
+    for (d, s) in &moves {
+        let v = *now.get(s.as_str()).unwrap_or(&s.as_str());
+        now.insert(d, v);
+    }
+    let swapped: Vec<_> = now
+        .iter()
+        .filter(|(d, s)| now.get(*s) == Some(*d) && now.contains_key(*s))
+        .collect();
+    assert_eq!(swapped.len(), 2, "{moves:?}\n{p}");
+
+    // Carried values computed in the body are moved into place directly: no source of a copy
+    // is written by the copies.
+    let p = ptx(&aligned(for_carried(512)), 4);
+    let moves = loop_tail_moves(&p);
+    assert!(!moves.is_empty(), "{p}");
+    for (_, s) in &moves {
+        assert!(
+            moves.iter().all(|(d, _)| d != s),
+            "{s} is overwritten: {moves:?}"
+        );
+    }
+}

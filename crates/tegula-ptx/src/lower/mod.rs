@@ -652,13 +652,30 @@ impl<'k> Lower<'k> {
             .collect()
     }
 
-    /// Moves `src` into `dst` as a parallel copy (through temporaries).
+    /// Moves `src` into `dst` as a parallel copy: every source reads its value from before
+    /// the copy. Only a source that is also a destination (a loop swapping two carried values)
+    /// could be overwritten before it is read; those go through a temporary first, the rest
+    /// move directly, and a register moved onto itself not at all.
     fn assign(&mut self, dst: &[Vals], src: &[Vals]) {
-        let temps: Vec<Vals> = src.iter().map(|s| self.copy_regs(s)).collect();
-        for (d, t) in dst.iter().zip(&temps) {
-            for (&dr, &tr) in d.iter().zip(t) {
-                self.b.mov(dr, tr);
-            }
+        let written: HashSet<Reg> = dst.iter().flatten().copied().collect();
+        let pairs: Vec<(Reg, Reg)> = dst
+            .iter()
+            .zip(src)
+            .flat_map(|(d, s)| d.iter().copied().zip(s.iter().copied()))
+            .filter(|(d, s)| d != s)
+            .collect();
+        let sources: Vec<Reg> = pairs
+            .iter()
+            .map(|&(_, s)| {
+                if written.contains(&s) {
+                    self.copy_regs(&[s])[0]
+                } else {
+                    s
+                }
+            })
+            .collect();
+        for (&(d, _), s) in pairs.iter().zip(sources) {
+            self.b.mov(d, s);
         }
     }
 
