@@ -31,7 +31,7 @@ use crate::layout::Layout;
 use crate::mma_layout::{MmaKind, Role, Stage};
 use crate::ptx::{Arg, Reg, RegClass};
 use std::collections::{HashMap, HashSet};
-use tegula_ir::{Block, Constant, DType, Inst, Op, Value, ValueDef};
+use tegula_ir::{BinaryOp, Block, Constant, DType, Inst, Op, Value, ValueDef};
 
 use super::mma::{MmaPlan, SharedOperand};
 
@@ -62,6 +62,119 @@ struct Pipe {
     write_off: Reg,
     /// This iteration's refill, when it waits for the first dot (see the module doc).
     deferred: Option<DeferredRefill>,
+    /// Per load (same order as `loads`): its copies' source addresses carried across
+    /// iterations, or `None` when they are evaluated again at each refill.
+    carried: Vec<Option<CarriedAddrs>>,
+}
+
+/// The source addresses of one pipelined load's copies, kept in registers that advance by
+/// `delta` bytes after each refill (the pointer is affine in the induction variable, see
+/// [`AffineForm`]). The copies of a thread fall into groups whose addresses differ by
+/// compile-time constants within a group.
+#[derive(Clone, Debug)]
+struct CarriedAddrs {
+    /// Per copy (one per vector, in register order): its group and byte offset from the
+    /// group's address.
+    copies: Vec<(usize, i64)>,
+    groups: GroupAddrs,
+    /// Bytes the addresses advance by from one iteration to the next.
+    delta: Reg,
+}
+
+#[derive(Clone, Debug)]
+enum GroupAddrs {
+    /// One loop-carried address per group.
+    Each(Vec<Reg>),
+    /// Groups a constant runtime distance apart (rows a fixed count apart, times a runtime
+    /// row stride): group `j` is at `first + j * step`, one loop-carried address in all.
+    Chained { first: Reg, step: Reg, count: usize },
+}
+
+/// How an integer or pointer tile depends on the induction variable and on its element's
+/// coordinates: `value = v0 + iv * c_iv + sum(coord[d] * c_d)`, every coefficient the same
+/// for all elements and iterations (pointer coefficients in bytes).
+#[derive(Clone, Debug, PartialEq)]
+struct AffineForm {
+    iv: Coef,
+    axes: Vec<Coef>,
+    /// The value itself, when it is the same known constant for every element and iteration.
+    known: Option<i64>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Coef {
+    Zero,
+    Const(i64),
+    Runtime,
+}
+
+impl Coef {
+    fn add(self, o: Coef, sign: i64) -> Coef {
+        match (self, o) {
+            (a, Coef::Zero) => a,
+            (Coef::Zero, Coef::Const(b)) => Coef::Const(sign * b),
+            (Coef::Const(a), Coef::Const(b)) => {
+                a.checked_add(sign * b).map_or(Coef::Runtime, |c| {
+                    if c == 0 {
+                        Coef::Zero
+                    } else {
+                        Coef::Const(c)
+                    }
+                })
+            }
+            _ => Coef::Runtime,
+        }
+    }
+
+    fn scale(self, k: Option<i64>) -> Coef {
+        match (self, k) {
+            (Coef::Zero, _) | (_, Some(0)) => Coef::Zero,
+            (Coef::Const(a), Some(b)) => a.checked_mul(b).map_or(Coef::Runtime, Coef::Const),
+            _ => Coef::Runtime,
+        }
+    }
+}
+
+impl AffineForm {
+    /// A value the same for every element and iteration.
+    fn uniform(rank: usize, known: Option<i64>) -> AffineForm {
+        AffineForm {
+            iv: Coef::Zero,
+            axes: vec![Coef::Zero; rank],
+            known,
+        }
+    }
+
+    fn is_uniform(&self) -> bool {
+        self.iv == Coef::Zero && self.axes.iter().all(|&c| c == Coef::Zero)
+    }
+
+    fn combine(&self, o: &AffineForm, sign: i64) -> Option<AffineForm> {
+        if self.axes.len() != o.axes.len() {
+            return None;
+        }
+        Some(AffineForm {
+            iv: self.iv.add(o.iv, sign),
+            axes: self
+                .axes
+                .iter()
+                .zip(&o.axes)
+                .map(|(a, b)| a.add(*b, sign))
+                .collect(),
+            known: self
+                .known
+                .zip(o.known)
+                .and_then(|(a, b)| a.checked_add(sign * b)),
+        })
+    }
+
+    fn scale(&self, k: Option<i64>) -> AffineForm {
+        AffineForm {
+            iv: self.iv.scale(k),
+            axes: self.axes.iter().map(|c| c.scale(k)).collect(),
+            known: self.known.zip(k).and_then(|(a, b)| a.checked_mul(b)),
+        }
+    }
 }
 
 /// A refill not yet issued: the loop's induction variable, bound and step, and how many value
@@ -115,6 +228,86 @@ impl Lower<'_> {
                         .all(|&a| self.depends_on_iv_only(a, iv, inside))
             }
             _ => false,
+        }
+    }
+
+    /// `v` as an affine form of the induction variable `iv` and of its element's coordinates
+    /// (see [`AffineForm`]); `None` when it is not one (or not provably).
+    fn affine_form(&self, v: Value, iv: Value, inside: &HashSet<Value>) -> Option<AffineForm> {
+        let ty = self.k.ty(v);
+        let rank = ty.shape.rank();
+        if v == iv {
+            return Some(AffineForm {
+                iv: Coef::Const(1),
+                axes: vec![],
+                known: None,
+            });
+        }
+        // A scalar from outside the loop (a parameter, a program id, ...) is the same for
+        // every element and iteration.
+        let outer_scalar = !inside.contains(&v) && rank == 0;
+        let Some(i) = self.k.def_inst(v) else {
+            return outer_scalar.then(|| AffineForm::uniform(0, None));
+        };
+        let d = &self.k.insts[i];
+        let arg = |j: usize| self.affine_form(d.args[j], iv, inside);
+        match &d.op {
+            Op::Const(Constant::Int(c)) => Some(AffineForm::uniform(rank, Some(*c))),
+            Op::Arange { .. } => Some(AffineForm {
+                iv: Coef::Zero,
+                axes: vec![Coef::Const(1)],
+                known: None,
+            }),
+            Op::Splat => {
+                let a = arg(0)?;
+                Some(AffineForm {
+                    axes: vec![Coef::Zero; rank],
+                    ..a
+                })
+            }
+            Op::Broadcast => {
+                let a = arg(0)?;
+                let src = self.k.ty(d.args[0]).shape;
+                // A stretched size-1 axis repeats one element.
+                let axes = (a.axes.iter().zip(src.dims()))
+                    .map(|(&c, &n)| if n == 1 { Coef::Zero } else { c })
+                    .collect();
+                Some(AffineForm { axes, ..a })
+            }
+            Op::ExpandDims { axis } => {
+                let mut a = arg(0)?;
+                let axis = *axis as usize;
+                (axis <= a.axes.len()).then(|| {
+                    a.axes.insert(axis, Coef::Zero);
+                    a
+                })
+            }
+            Op::MultipleOf { .. } | Op::MaxContiguous { .. } => arg(0),
+            // Integer widening or narrowing: taken as exact, as the address arithmetic of
+            // every load assumes offsets that do not wrap.
+            Op::Cast { .. } if ty.dtype().is_int() && self.k.ty(d.args[0]).dtype().is_int() => {
+                arg(0)
+            }
+            Op::Binary(BinaryOp::Add) => arg(0)?.combine(&arg(1)?, 1),
+            Op::Binary(BinaryOp::Sub) => arg(0)?.combine(&arg(1)?, -1),
+            Op::Binary(BinaryOp::Mul) => {
+                let (a, b) = (arg(0)?, arg(1)?);
+                if a.is_uniform() {
+                    Some(b.scale(a.known))
+                } else if b.is_uniform() {
+                    Some(a.scale(b.known))
+                } else {
+                    None
+                }
+            }
+            Op::AddPtr => {
+                let bytes = self.k.ty(d.args[0]).dtype().size_bytes() as i64;
+                let offset = arg(1)?.scale(Some(bytes));
+                let mut p = arg(0)?.combine(&offset, 1)?;
+                p.known = None;
+                Some(p)
+            }
+            _ => outer_scalar.then(|| AffineForm::uniform(0, None)),
         }
     }
 
@@ -296,7 +489,14 @@ impl Lower<'_> {
             read_off,
             write_off,
             deferred: None,
+            carried: vec![],
         };
+        let mut pipe = pipe;
+        let inside = self.region_values_of(body);
+        for pl in &pipe.loads {
+            let carried = self.carry_addrs(pl, pipe.iv, iv, step, &inside)?;
+            pipe.carried.push(carried);
+        }
         self.b.comment(format!(
             "pipeline: {} loads, {stages} stages of {slot_bytes} bytes",
             pipe.loads.len()
@@ -441,14 +641,159 @@ impl Lower<'_> {
         Ok(())
     }
 
+    /// `v` in layout `l` with the induction variable bound to `it`.
+    fn eval_at_iteration(&mut self, v: Value, l: &Layout, iv: Value, it: Reg) -> R<Vec<Reg>> {
+        self.scopes.push(HashMap::new());
+        self.define(iv, &Layout::scalar(), vec![it]);
+        let r = self.get(v, l);
+        self.scopes.pop();
+        Ok(r?.to_vec())
+    }
+
+    /// Before the loop: the loop-carried source addresses of `pl`'s copies, when its pointer
+    /// is affine in the induction variable and the element's coordinates (at the loop's
+    /// first iteration `iv`; they advance by one iteration's difference after each refill).
+    fn carry_addrs(
+        &mut self,
+        pl: &PipeLoad,
+        iv_value: Value,
+        iv: Reg,
+        step: Reg,
+        inside: &HashSet<Value>,
+    ) -> R<Option<CarriedAddrs>> {
+        let ptr = self.k.insts[pl.inst].args[0];
+        let Some(form) = self.affine_form(ptr, iv_value, inside) else {
+            return Ok(None);
+        };
+        let [rows, cols] = form.axes[..] else {
+            return Ok(None);
+        };
+        let shape = self.k.ty(pl.value).shape;
+        let l = &pl.layout;
+        let g = l.geometry(&shape);
+        let kept = l.kept();
+        let bytes_per = |c: Coef| match c {
+            Coef::Const(k) => k,
+            _ => 0,
+        };
+        // Copies whose coordinates differ only along axes of constant coefficient share a
+        // group: (runtime row, runtime column, first copy, its row, its column).
+        let mut groups: Vec<(i64, i64, usize, i64, i64)> = Vec::new();
+        let mut copies = Vec::new();
+        for start in (0..g.count).step_by(pl.vec as usize) {
+            let c = g.coords(start);
+            let rc = g.const_index(kept[0], c[kept[0]]) as i64;
+            let cc = g.const_index(kept[1], c[kept[1]]) as i64;
+            let key = (
+                if rows == Coef::Runtime { rc } else { 0 },
+                if cols == Coef::Runtime { cc } else { 0 },
+            );
+            let gi = match groups.iter().position(|x| (x.0, x.1) == key) {
+                Some(gi) => gi,
+                None => {
+                    groups.push((key.0, key.1, start, rc, cc));
+                    groups.len() - 1
+                }
+            };
+            let (_, _, _, r0, c0) = groups[gi];
+            copies.push((
+                gi,
+                (rc - r0) * bytes_per(rows) + (cc - c0) * bytes_per(cols),
+            ));
+        }
+        let first = self.eval_at_iteration(ptr, l, iv_value, iv)?;
+        let it1 = self
+            .b
+            .op("add.s32", RegClass::B32, vec![iv.into(), step.into()]);
+        let second = self.eval_at_iteration(ptr, l, iv_value, it1)?;
+        let lead = groups[0].2;
+        let delta = self.b.op(
+            "sub.s64",
+            RegClass::B64,
+            vec![second[lead].into(), first[lead].into()],
+        );
+        let carry = |s: &mut Self, r: Reg| s.b.op("mov.b64", RegClass::B64, vec![r.into()]);
+        // Groups on rows a fixed count apart (same column part) are one runtime step apart.
+        let chained = groups.len() >= 2 && {
+            let dr = groups[1].0 - groups[0].0;
+            groups
+                .iter()
+                .enumerate()
+                .all(|(j, x)| x.1 == groups[0].1 && x.0 - groups[0].0 == j as i64 * dr)
+        };
+        let groups = if chained {
+            let step = self.b.op(
+                "sub.s64",
+                RegClass::B64,
+                vec![first[groups[1].2].into(), first[lead].into()],
+            );
+            GroupAddrs::Chained {
+                first: carry(self, first[lead]),
+                step,
+                count: groups.len(),
+            }
+        } else {
+            GroupAddrs::Each(groups.iter().map(|x| carry(self, first[x.2])).collect())
+        };
+        Ok(Some(CarriedAddrs {
+            copies,
+            groups,
+            delta,
+        }))
+    }
+
+    /// The source address (register and byte offset) of each copy of a carried load.
+    fn carried_sources(&mut self, ca: &CarriedAddrs) -> Vec<(Reg, i64)> {
+        let group_regs = match &ca.groups {
+            GroupAddrs::Each(regs) => regs.clone(),
+            GroupAddrs::Chained { first, step, count } => {
+                let mut regs = vec![*first];
+                for _ in 1..*count {
+                    let last = *regs.last().expect("a group");
+                    let next =
+                        self.b
+                            .op("add.s64", RegClass::B64, vec![last.into(), (*step).into()]);
+                    regs.push(next);
+                }
+                regs
+            }
+        };
+        ca.copies
+            .iter()
+            .map(|&(g, off)| (group_regs[g], off))
+            .collect()
+    }
+
+    /// After a carried load's copies: its registers advance to the next iteration.
+    fn advance_carried(&mut self, ca: &CarriedAddrs) {
+        let carried = match &ca.groups {
+            GroupAddrs::Each(regs) => regs.clone(),
+            GroupAddrs::Chained { first, .. } => vec![*first],
+        };
+        for r in carried {
+            self.b
+                .emit("add.s64", vec![r.into(), r.into(), ca.delta.into()]);
+        }
+    }
+
     fn pipeline_issue_loads(&mut self, pipe: &Pipe, valid: Reg, slot: Reg) -> R<()> {
-        for pl in &pipe.loads {
+        for (li, pl) in pipe.loads.iter().enumerate() {
             let d = self.k.insts[pl.inst].clone();
             let Op::Load { has_mask, .. } = d.op else {
                 unreachable!()
             };
             let l = &pl.layout;
-            let ptrs = self.get(d.args[0], l)?;
+            let carried = pipe.carried.get(li).cloned().flatten();
+            let sources: Vec<(Reg, i64)> = match &carried {
+                Some(ca) => self.carried_sources(ca),
+                None => {
+                    let ptrs = self.get(d.args[0], l)?;
+                    (0..ptrs.len())
+                        .step_by(pl.vec as usize)
+                        .map(|s| (ptrs[s], 0))
+                        .collect()
+                }
+            };
             let mask = if has_mask {
                 Some(self.get(d.args[1], l)?)
             } else {
@@ -461,7 +806,8 @@ impl Lower<'_> {
             let es = 2u32;
             let bytes = pl.vec * es;
             let mut slot_addr: HashMap<Reg, Reg> = HashMap::new();
-            for start in (0..ptrs.len()).step_by(pl.vec as usize) {
+            for (copy, &(src, src_off)) in sources.iter().enumerate() {
+                let start = copy * pl.vec as usize;
                 let c = g.coords(start);
                 let (rc, cc) = (
                     g.const_index(p0, c[p0]) as u32,
@@ -493,11 +839,14 @@ impl Lower<'_> {
                     format!("cp.async.{cache}.shared.global"),
                     vec![
                         Arg::Addr(Box::new(dst.into()), imm),
-                        Arg::Addr(Box::new(ptrs[start].into()), 0),
+                        Arg::Addr(Box::new(src.into()), src_off),
                         Arg::Imm(bytes as i64),
                         src_size.into(),
                     ],
                 );
+            }
+            if let Some(ca) = &carried {
+                self.advance_carried(ca);
             }
         }
         Ok(())
