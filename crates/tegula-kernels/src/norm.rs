@@ -54,7 +54,7 @@ pub fn layer_norm_fwd<T: Element>(
         acc1 += s;
         acc2 += s * s;
     }
-    let (centre, r) = shifted_moments(sum(acc1, 0), sum(acc2, 0), 1.0 / n.to::<f32>(), eps);
+    let (centre, r) = shifted_moments(sum(acc1, 0), sum(acc2, 0), n, eps);
     store_unmasked(mean + row, shift + centre);
     store_unmasked(rstd + row, r);
     for start in range(0, n, block) {
@@ -94,11 +94,10 @@ fn row_shift(x_rows: Tile, n: Tile, rows: Option<(Tile, Tile)>) -> Tile {
 /// shift many standard deviations from the mean costs digits: an outlier holding most of the
 /// variance makes `(mean - x0)^2 / var` about `n`, hence [`row_shift`]'s median of three
 /// (tests/norm.rs measures both cases against float64).
-fn shifted_moments(s1: Tile, s2: Tile, inv_n: Tile, eps: Tile) -> (Tile, Tile) {
-    let centre = s1 * inv_n;
-    // One rounding fewer than `s2 * inv_n - centre * centre`: the product stays exact.
-    let var = maximum_nan(fma(-centre, centre, s2 * inv_n), 0.0);
-    (centre, rsqrt(var + eps))
+fn shifted_moments(s1: Tile, s2: Tile, n: Tile, eps: Tile) -> (Tile, Tile) {
+    let centre = s1 / n;
+    let var = maximum_nan(s2 / n - centre * centre, 0.0);
+    (centre, 1.0 / sqrt(var + eps))
 }
 
 /// `dx` for one row: with `xhat = (x - mean) * rstd` and `g = w * dy`,
@@ -269,74 +268,25 @@ pub fn layer_norm_fwd_rows<T: Element>(
     #[constexpr] block: usize,
 ) {
     let rows = program_id(0) * block_m + arange(0, block_m as i64);
+    let cols = arange(0, block as i64);
     let row_mask = rows.lt(m);
-    let inv_n = 1.0 / n.to::<f32>();
-    let x_rows = x + rows.col() * x_row_stride;
-    let y_rows = y + rows.col() * y_row_stride;
-    let parts = column_halves(row_mask, n, block);
-    let xv: Vec<Tile> = parts
-        .iter()
-        .map(|p| load(x_rows + p.cols.row(), p.mask, 0))
-        .collect();
+    let col_mask = cols.lt(n);
+    let mask = row_mask.col() & col_mask.row();
+    let v = load(x + rows.col() * x_row_stride + cols.row(), mask, 0).to::<f32>();
     let shift = row_shift(x, n, Some((rows * x_row_stride, row_mask)));
-    let s: Vec<Tile> = parts
-        .iter()
-        .zip(&xv)
-        .map(|(p, v)| select(p.mask, v.to::<f32>() - shift.col(), 0.0))
-        .collect();
-    let s1 = add_all(s.iter().copied());
-    let s2 = add_all(s.iter().map(|&t| t * t));
-    let (centre, r) = shifted_moments(sum(s1, 1), sum(s2, 1), inv_n, eps);
+    let s = select(mask, v - shift.col(), 0.0);
+    let (centre, r) = shifted_moments(sum(s, 1), sum(s * s, 1), n, eps);
+    // The weights (L2-resident: every row reads them) load after the reductions, so that
+    // their registers are not held across them.
+    let wv = load(w + cols, col_mask, 0).to::<f32>();
+    let bv = load(b + cols, col_mask, 0).to::<f32>();
     store(mean + rows, shift + centre, row_mask);
     store(rstd + rows, r, row_mask);
-    // The weights (L2-resident: every row reads them) load after the reductions and a half
-    // at a time (see [`column_halves`]).
-    for (p, s) in parts.iter().zip(&s) {
-        let wv = load(w + p.cols, p.col_mask, 0).to::<f32>();
-        let bv = load(b + p.cols, p.col_mask, 0).to::<f32>();
-        store(
-            y_rows + p.cols.row(),
-            (*s - centre.col()) * r.col() * wv.row() + bv.row(),
-            p.mask,
-        );
-    }
-}
-
-/// Columns of a tile of rows, one part of [`column_halves`]: the columns, their mask and the
-/// tile's (rows and columns) mask.
-struct ColumnPart {
-    cols: Tile,
-    col_mask: Tile,
-    mask: Tile,
-}
-
-/// The columns `[0, block)` of a tile of rows in two halves (one part below 32 columns). The
-/// one-tile kernels load and apply the weights one half at a time: only half of them is live
-/// next to the row (a thread's 32 elements of x as f32 plus all of `w` and `b` took 90-122
-/// registers at 4096 columns over 4 warps, the halves 62). A plain load may not pass the
-/// store of the previous half to `y`, which ptxas cannot prove disjoint from `w`, so the
-/// halves stay apart: one more L2 round trip a tile.
-fn column_halves(row_mask: Tile, n: Tile, block: usize) -> Vec<ColumnPart> {
-    let part = if block >= 32 { block / 2 } else { block };
-    (0..block / part)
-        .map(|j| {
-            let cols = arange((j * part) as i64, ((j + 1) * part) as i64);
-            let col_mask = cols.lt(n);
-            ColumnPart {
-                cols,
-                col_mask,
-                mask: row_mask.col() & col_mask.row(),
-            }
-        })
-        .collect()
-}
-
-/// The sum of tiles of one shape.
-fn add_all(tiles: impl IntoIterator<Item = Tile>) -> Tile {
-    tiles
-        .into_iter()
-        .reduce(|a, b| a + b)
-        .expect("at least one tile")
+    store(
+        y + rows.col() * y_row_stride + cols.row(),
+        (s - centre.col()) * r.col() * wv.row() + bv.row(),
+        mask,
+    );
 }
 
 /// [`rms_norm_fwd`] for rows that fit one tile: `block_m` rows per program, each read once.
@@ -354,21 +304,17 @@ pub fn rms_norm_fwd_rows<T: Element>(
     #[constexpr] block: usize,
 ) {
     let rows = program_id(0) * block_m + arange(0, block_m as i64);
-    let row_mask = rows.lt(m);
-    let inv_n = 1.0 / n.to::<f32>();
-    let x_rows = x + rows.col() * x_row_stride;
-    let y_rows = y + rows.col() * y_row_stride;
-    let parts = column_halves(row_mask, n, block);
-    let v: Vec<Tile> = parts
-        .iter()
-        .map(|p| load(x_rows + p.cols.row(), p.mask, 0).to::<f32>())
-        .collect();
-    let r = rsqrt(sum(add_all(v.iter().map(|&t| t * t)), 1) * inv_n + eps);
-    // `w` loads after the reduction, a half at a time (see [`column_halves`]).
-    for (p, v) in parts.iter().zip(&v) {
-        let wv = load(w + p.cols, p.col_mask, 0).to::<f32>();
-        store(y_rows + p.cols.row(), *v * r.col() * wv.row(), p.mask);
-    }
+    let cols = arange(0, block as i64);
+    let col_mask = cols.lt(n);
+    let mask = rows.lt(m).col() & col_mask.row();
+    let v = load(x + rows.col() * x_row_stride + cols.row(), mask, 0).to::<f32>();
+    let wv = load(w + cols, col_mask, 0).to::<f32>();
+    let r: Tile = 1.0 / sqrt(sum(v * v, 1) / n + eps);
+    store(
+        y + rows.col() * y_row_stride + cols.row(),
+        v * r.col() * wv.row(),
+        mask,
+    );
 }
 
 /// The rows `[first_row, row_end)` of a pipelined row program: `tiles_per_program`
@@ -443,7 +389,6 @@ pub fn layer_norm_fwd_pipelined<T: Element>(
     let load_rows =
         |rows: Tile| load_row_tile(x, x_row_stride, rows, row_end, cols, col_mask, None);
     let load_shifts = |rows: Tile| row_shift(x, n, Some((rows * x_row_stride, rows.lt(row_end))));
-    let inv_n = 1.0 / n.to::<f32>();
     let mut next = load_rows(first_row + row_offsets);
     let mut next_shift = load_shifts(first_row + row_offsets);
     let wv = load_kept(w + cols, col_mask).to::<f32>();
@@ -457,7 +402,7 @@ pub fn layer_norm_fwd_pipelined<T: Element>(
         next = load_rows(rows + block_m as i64);
         next_shift = load_shifts(rows + block_m as i64);
         let s = select(mask, v - shift.col(), 0.0);
-        let (centre, r) = shifted_moments(sum(s, 1), sum(s * s, 1), inv_n, eps);
+        let (centre, r) = shifted_moments(sum(s, 1), sum(s * s, 1), n, eps);
         store(mean + rows, shift + centre, row_mask);
         store(rstd + rows, r, row_mask);
         store(
@@ -517,12 +462,8 @@ pub fn row_block(n: usize) -> usize {
 /// registers); the defaults stop earlier (see [`layer_norm_config`], [`rms_norm_config`]).
 pub const MAX_ROW: usize = 16384;
 
-/// Tile elements per thread on the one-tile path (four 16-byte loads of bf16 per thread, as
-/// softmax). With the weights applied a half at a time ([`column_halves`]) the one-tile
-/// kernels fit 64 registers there (ptxas sm_90a, bf16: layer norm 62 and RMS norm 61 at 4096
-/// columns over 4 warps, both 64 at 16384 over 16 warps), so an SM holds 8 programs of 4 warps
-/// or 2 of 16: 64 KB of rows in flight.
-const ELEMS_PER_THREAD: usize = 32;
+/// Tile elements per thread on the one-tile path (two 16-byte loads of bf16 per thread).
+const ELEMS_PER_THREAD: usize = 16;
 
 /// SMs assumed on the interpreter, which has none: small, so that the CPU runs of the
 /// pipelined kernels walk several tiles per program.
@@ -577,19 +518,20 @@ fn pipelined_row_config(n: usize, pipelined: usize, fallback: Config, resident: 
     c.with(PROGRAMS_PER_SM, programs_per_sm(tile, resident) as i64)
 }
 
-/// Layer norm's forward config for rows of `n`: the one-tile kernel up to [`MAX_ROW`] columns
-/// (32 elements a thread: 4 warps at 4096 columns, 16 at 16384), the looping kernel at 8 warps
-/// beyond. Chosen by rows in flight, not yet measured: the one-tile kernel now takes 62-64
-/// registers (8 programs of 4 warps a SM at 4096, 2 of 16 at 16384, 64 KB of `x` in flight)
-/// where the pipelined kernel at 4096 takes 107-128 (2 programs of 8 warps; 2.61 TB/s on the
-/// H200) and the looping kernel reads each row twice (2.99 TB/s at 16384).
+/// Layer norm's forward config for rows of `n`: the pipelined one-tile kernel up to 4096
+/// columns (8 warps, two programs per SM; H200 sweep of 2026-11-30: 2.43 TB/s against 1.86
+/// looping and 1.74 for one tile without the prefetch), the looping kernel beyond. The looping
+/// kernel reads a row twice since the statistics take one pass ([`shifted_moments`]); at 8
+/// warps it needs 56 registers (4 warps: 120, as many threads per SM at twice the registers),
+/// the one-tile kernels at 16384 columns 122-128 (one program per SM).
 pub fn layer_norm_config(n: usize) -> Config {
-    row_config(n, MAX_ROW, 8)
+    let looping = row_config(n, 1024, 8);
+    pipelined_row_config(n, 4096, looping, 2)
 }
 
 /// RMS norm's forward config for rows of `n`, from the same sweep: one tile without the
-/// prefetch up to 4096 columns (2.92 TB/s at 8 warps against 2.76 and 2.66 pipelined at two
-/// and four programs per SM; now 4 warps at 4096, 61 registers, see [`ELEMS_PER_THREAD`]), the pipelined kernel up to 16384 (16 warps, one program per SM: 3.49
+/// prefetch up to 4096 columns (2.92 TB/s against 2.76 and 2.66 pipelined at two and four
+/// programs per SM), the pipelined kernel up to 16384 (16 warps, one program per SM: 3.49
 /// against 3.25 looping), the looping kernel at 8 warps beyond (3.09 at 32768, where the
 /// pipelined kernel spills).
 pub fn rms_norm_config(n: usize) -> Config {

@@ -213,16 +213,12 @@ fn layer_norm_with_outlying_leading_elements_keeps_its_precision() {
         .unwrap()
         .to_vec()
         .unwrap();
-    // y carries rstd's relative error times |xhat * w|, up to about 60 at the outliers
-    // (xhat ~ 22, |w| ~ 3): with two outliers 1e-2 was too tight (1.0e-2 to 1.4e-2 in about one
-    // run of four, before and after the statistics took rsqrt and a reciprocal of n).
     for (outliers, rstd_tol) in [
         (&[0][..], 1e-5),
         (&[1], 1e-5),
         (&[2], 1e-5),
         (&[0, 2], n as f64 * 1e-6),
     ] {
-        let y_tol = (rstd_tol * 60.0).max(1e-2);
         let mut x = base.clone();
         for r in 0..m {
             for &c in outliers {
@@ -233,7 +229,7 @@ fn layer_norm_with_outlying_leading_elements_keeps_its_precision() {
             let (y_err, rstd_err) = layer_norm_errors(&x, m, n, &c);
             let what = format!("outliers at {outliers:?}, {c}");
             assert!(rstd_err < rstd_tol, "{what}: rstd error {rstd_err:e}");
-            assert!(y_err < y_tol, "{what}: y error {y_err:e}");
+            assert!(y_err < 1e-2, "{what}: y error {y_err:e}");
         }
     }
 }
@@ -418,12 +414,12 @@ fn library_entries_check_and_trace() {
         for &dt in k.dtypes {
             let r = (k.check)(&dev, k.default_shape, dt).unwrap();
             assert!(r.passed(), "{}: {r:?}", k.name);
-            // Rows of the default 1031 columns: both forwards take the one-tile kernel, the
-            // backward loops over blocks.
+            // Rows of the default 1031 columns: layer norm takes the pipelined kernel (its
+            // name says so), RMS norm one tile, the backward loops over blocks.
             let ir = (k.trace)(k.default_shape, dt).unwrap().to_string();
             let want = match k.name {
                 "layer_norm_backward" => "for",
-                "layer_norm" => "layer_norm_fwd_rows",
+                "layer_norm" => "_fwd_pipelined",
                 _ => "rms_norm_fwd_rows",
             };
             assert!(ir.contains(want), "{}: {ir}", k.name);
@@ -496,30 +492,27 @@ fn pipelined_and_one_tile_configs_match_float64() {
     }
 }
 
-/// The default configs: layer norm one tile (not pipelined) up to 16384 columns at 32 elements
-/// a thread (4 warps at 4096, 16 at 16384); RMS norm one tile up to 4096 (4 warps there) and
-/// pipelined up to 16384; both looping beyond (a 32768-column row spills in one tile).
+/// The default configs follow the H200 sweep: layer norm pipelined up to 4096 columns, RMS
+/// norm one tile up to 4096 and pipelined up to 16384, both looping beyond (a 32768-column
+/// row spills in the pipelined kernels).
 #[test]
-fn default_configs_follow_rows_in_flight() {
+fn default_configs_follow_the_measured_sweep() {
     use tegula_kernels::norm::{layer_norm_config, rms_norm_config};
     let per_sm = |c: &tegula::autotune::Config| c.get("PROGRAMS_PER_SM").unwrap_or(0);
-    for n in [1000, 4096, 16384] {
+    for n in [1000, 4096] {
         let c = layer_norm_config(n);
         assert!(
-            per_sm(&c) == 0 && c.get("BLOCK_M") > Some(0) && c.get("BLOCK").unwrap() as usize >= n,
+            per_sm(&c) > 0 && c.get("BLOCK").unwrap() as usize >= n,
             "{n}: {c}"
         );
-    }
-    for n in [1000, 4096] {
         let c = rms_norm_config(n);
         assert!(
             per_sm(&c) == 0 && c.get("BLOCK").unwrap() as usize >= n,
             "{n}: {c}"
         );
     }
-    assert_eq!(layer_norm_config(4096).num_warps, 4);
-    assert_eq!(layer_norm_config(16384).num_warps, 16);
-    assert_eq!(rms_norm_config(4096).num_warps, 4);
+    let c = layer_norm_config(16384);
+    assert_eq!((c.get("BLOCK_M"), c.num_warps), (Some(0), 8), "{c}");
     let c = rms_norm_config(16384);
     assert!(per_sm(&c) > 0 && c.get("BLOCK").unwrap() == 16384, "{c}");
     for config in [layer_norm_config, rms_norm_config] {
