@@ -260,24 +260,6 @@ impl Layout {
         }
     }
 
-    /// How many consecutive registers of a thread hold consecutive elements of the value's
-    /// last axis (the widest vector access the layout allows): the thread's run along that
-    /// axis, when no other axis counts faster; 1 otherwise.
-    pub fn contiguous_run(&self, shape: &Shape) -> u32 {
-        let Some(&last) = self.kept().last() else {
-            return 1;
-        };
-        if self.interleaved[last] {
-            return 1;
-        }
-        let g = self.geometry(shape);
-        let faster = self.order.iter().take_while(|&&d| d != last);
-        if faster.into_iter().any(|&d| g.n[d] > 1) {
-            return 1;
-        }
-        g.spt_eff[last]
-    }
-
     /// Lane strides per parent axis (lane = sum of lane_d * stride_d).
     pub fn lane_strides(&self) -> Vec<u32> {
         strides(&self.tpw, &self.order)
@@ -453,29 +435,5 @@ mod tests {
             l.geometry(&Shape::new(&[32, 1]).unwrap()).count
         );
         assert!(rows.slice(0).is_scalar());
-    }
-
-    #[test]
-    fn contiguous_runs_follow_the_fastest_axis() {
-        let row = Shape::new(&[1024]).unwrap();
-        assert_eq!(Layout::blocked(&row, 4, 4).contiguous_run(&row), 4);
-        // The column slice of an mma accumulator: pairs of columns; its row slice: rows g and
-        // g + 8 (interleaved), one at a time.
-        let acc = crate::mma_layout::accumulator(8, 1);
-        let cols = Shape::new(&[64]).unwrap();
-        assert_eq!(acc.slice(0).contiguous_run(&cols), 2);
-        assert_eq!(acc.slice(1).contiguous_run(&cols), 1);
-        // Rows counted faster than columns: no run along the last axis.
-        let tile = Shape::new(&[128, 2]).unwrap();
-        let col_major = Layout::blocked(&Shape::new(&[2, 128]).unwrap(), 1, 4);
-        let transposed = Layout {
-            spt: vec![2, 2],
-            tpw: col_major.tpw.iter().rev().copied().collect(),
-            wpc: col_major.wpc.iter().rev().copied().collect(),
-            order: vec![0, 1],
-            sliced: vec![],
-            interleaved: vec![false, false],
-        };
-        assert_eq!(transposed.contiguous_run(&tile), 1);
     }
 }

@@ -149,20 +149,18 @@ fn dkdv_step<T: Element>(
             0.0,
         )
     };
+    // Padded rows get lse = +inf, hence P = 0.
+    let lse2 = load(head.lse + offs_m, m_mask, f32::INFINITY) * LOG2E;
+    let delta = load(head.delta + offs_m, m_mask, 0.0);
     // Scores transposed: [block_n, block_m].
     let KeyBlock { k, v, offs_n, .. } = keys;
     let qk_t = dot_with(k, load_q().trans(), None, dot_precision::<T>()) * qk_scale;
-    // The row vectors load in the scores' layout (16 values a thread at 8 warps), each after
-    // the dot before its use, so that they do not stay live across it. Padded rows get
-    // lse = +inf, hence P = 0.
-    let lse2 = load(head.lse + offs_m, m_mask, f32::INFINITY) * LOG2E;
     let mut p_t = exp2(qk_t - lse2.row());
     if let Some(diag) = diag {
         p_t = select(offs_n.col().le(offs_m.row() + diag), p_t, 0.0);
     }
     let dv = dot_with(p_t.to::<T>(), load_d_o(), Some(dv), dot_precision::<T>());
     let dp_t = dot_with(v, load_d_o().trans(), None, dot_precision::<T>());
-    let delta = load(head.delta + offs_m, m_mask, 0.0);
     // dP^T first: a dot whose product feeds another dot's A operand gets that chain's warp
     // layout, and the lowering follows the product's first operand back to its dot. Listed
     // first, dP^T shares P^T's layout (warps along rows) instead of being converted to it

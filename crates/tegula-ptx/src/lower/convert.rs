@@ -5,17 +5,11 @@
 //! destination reads, which turns the same code into `reshape` (row-major order is kept: the
 //! identity), `permute` and axis reversal. A barrier before the writes protects the previous
 //! user of the scratch buffer.
-//!
-//! The cheapest conversion is none: a global load whose every use asks for its value in one
-//! other layout runs in that layout instead ([`Lower::load_layout_for_uses`]; Triton's
-//! rematerialization of cheap loads). Each thread then loads the elements it holds there,
-//! replicated ones included, which costs the same registers the conversion would have read.
 
 use super::{Lower, Vals, R};
 use crate::layout::Layout;
 use crate::ptx::{Arg, Reg, RegClass, Ty};
-use std::collections::HashMap;
-use tegula_ir::{Inst, Op, Shape, TileType, Value};
+use tegula_ir::{Shape, TileType};
 
 /// Where destination element `idx` is read from: `offset + sum_i idx[i] * strides[i]`
 /// (in elements of the source's row-major order), and the destination shape.
@@ -51,9 +45,6 @@ impl Remap {
     }
 }
 
-/// Chains of free ops longer than this are not followed when looking for a load's uses.
-const MAX_USE_DEPTH: u32 = 16;
-
 pub(crate) fn st_ty(c: RegClass) -> Ty {
     match c {
         RegClass::Pred => Ty::U8,
@@ -64,108 +55,6 @@ pub(crate) fn st_ty(c: RegClass) -> Ty {
 }
 
 impl Lower<'_> {
-    /// The layout a global load runs in when all of its uses would convert its value to one
-    /// other layout, e.g. `lse` subtracted from an mma accumulator: a row vector loaded in the
-    /// accumulator's slice instead of a blocked layout and a round through shared memory.
-    /// `None` keeps the access's blocked layout: some use asks for the load in a layout of its
-    /// own choosing (a loop argument, a branch result), the uses disagree, or they want the
-    /// blocked layout anyway. Decided once per load.
-    pub(crate) fn load_layout_for_uses(&self, inst: Inst) -> Option<Layout> {
-        let d = &self.k.insts[inst];
-        if !matches!(
-            d.op,
-            Op::Load {
-                volatile: false,
-                ..
-            }
-        ) {
-            return None;
-        }
-        if let Some(l) = self.load_layouts.borrow().get(&inst) {
-            return l.clone();
-        }
-        let v = d.results[0];
-        let shape = self.k.ty(v).shape;
-        if shape.is_scalar() {
-            return None;
-        }
-        // Undecided (blocked) while its uses are examined: a use whose layout follows this
-        // load's (`sum(x)`, `x * exp(x)` asked for in `natural` order) sees the blocked one.
-        self.load_layouts.borrow_mut().insert(inst, None);
-        let mut users: HashMap<Value, Vec<Inst>> = HashMap::new();
-        for i in self.k.walk() {
-            for &a in &self.k.insts[i].args {
-                users.entry(a).or_default().push(i);
-            }
-        }
-        let blocked = Layout::blocked(&shape, self.access_vec(inst), self.num_warps);
-        let wanted = self
-            .layout_uses_want(v, &users, 0)
-            .filter(|l| *l != blocked && l.rank() == shape.rank());
-        self.load_layouts.borrow_mut().insert(inst, wanted.clone());
-        // Natural layouts computed meanwhile may have seen the undecided load.
-        self.natural_memo.borrow_mut().clear();
-        wanted
-    }
-
-    /// The one layout in which every use of `v` asks for it, when they agree. Free ops are
-    /// lowered in the layout their own users ask for (mapped back through `expand_dims`);
-    /// stores and atomics ask in their access layout, dots (operands), reductions, scans,
-    /// reshapes and permutes in the operand's natural layout.
-    fn layout_uses_want(
-        &self,
-        v: Value,
-        users: &HashMap<Value, Vec<Inst>>,
-        depth: u32,
-    ) -> Option<Layout> {
-        if depth > MAX_USE_DEPTH {
-            return None;
-        }
-        let rank = self.k.ty(v).shape.rank();
-        let mut wanted: Option<Layout> = None;
-        for &u in users.get(&v)? {
-            let d = &self.k.insts[u];
-            let result = d.results.first().copied();
-            let own_users = |r: Option<Value>| self.layout_uses_want(r?, users, depth + 1);
-            let l = match &d.op {
-                Op::ExpandDims { axis } => own_users(result)?.slice(*axis as usize),
-                Op::Broadcast | Op::MultipleOf { .. } | Op::MaxContiguous { .. } => {
-                    own_users(result)?
-                }
-                Op::Binary(_)
-                | Op::Unary(_)
-                | Op::Compare(_)
-                | Op::Select
-                | Op::Fma
-                | Op::Cast { .. }
-                | Op::Bitcast
-                | Op::AddPtr
-                    if result.is_some_and(|r| self.k.ty(r).shape.rank() == rank) =>
-                {
-                    own_users(result)?
-                }
-                Op::Store { .. } | Op::Atomic { .. } | Op::AtomicCas { .. } => {
-                    self.access_layout(u)
-                }
-                // The accumulator operand is asked for in the dot's layout, A and B in their
-                // natural one (the mma lowering stages them from it or takes them as they are).
-                Op::Dot { .. } if d.args[2] == v => self.dot_layout(u),
-                Op::Dot { .. }
-                | Op::Reduce { .. }
-                | Op::Scan { .. }
-                | Op::Reshape
-                | Op::Permute { .. } => self.natural(v).0,
-                _ => return None,
-            };
-            match &wanted {
-                None => wanted = Some(l),
-                Some(w) if *w == l => {}
-                Some(_) => return None,
-            }
-        }
-        wanted
-    }
-
     /// Writes `src` (a value of `ty` in `from`) to shared memory at byte offset `at`, with
     /// element `idx` at `at + es * sum(idx * strides)`.
     pub(crate) fn smem_write(

@@ -77,9 +77,6 @@ impl Lower<'_> {
         if let Some(m) = mask {
             vec = vec.min(self.axis.get(self.k, m).last_constancy()).max(1);
         }
-        if let Some(l) = self.load_layout_for_uses(inst) {
-            vec = vec.min(l.contiguous_run(&ty.shape) as u64).max(1);
-        }
         let mut vec = 1u64 << (63 - vec.leading_zeros());
         if es == 1 && vec < 4 {
             vec = 1;
@@ -92,9 +89,6 @@ impl Lower<'_> {
         let shape = self.k.ty(self.k.insts[inst].args[0]).shape;
         if matches!(self.k.insts[inst].op, Op::Atomic { .. }) {
             return self.atomic_layout(inst);
-        }
-        if let Some(l) = self.load_layout_for_uses(inst) {
-            return l;
         }
         Layout::blocked(&shape, self.access_vec(inst), self.num_warps)
     }

@@ -58,9 +58,6 @@ pub(crate) struct Lower<'k> {
     assumed: HashMap<Value, (Layout, bool)>,
     /// Memo of [`Lower::natural`]; cleared whenever an anchor or an assumption changes.
     natural_memo: std::cell::RefCell<HashMap<Value, (Layout, bool)>>,
-    /// Loads that run in the layout their uses want (`None`: blocked), per
-    /// [`Lower::load_layout_for_uses`].
-    load_layouts: std::cell::RefCell<HashMap<Inst, Option<Layout>>>,
     invariant: HashMap<Value, bool>,
     global: HashMap<(Value, Layout), Vals>,
     scopes: Vec<HashMap<(Value, Layout), Vals>>,
@@ -129,7 +126,6 @@ impl<'k> Lower<'k> {
             anchors: HashMap::new(),
             assumed: HashMap::new(),
             natural_memo: Default::default(),
-            load_layouts: Default::default(),
             invariant: HashMap::new(),
             global: HashMap::new(),
             scopes: vec![HashMap::new()],
