@@ -11,6 +11,9 @@
 # Then copy $OUT's BENCHMARKS.md to the repository root and latest.json to benchmarks/.
 #
 # Options (environment): QUICK=1 for the short sweep (about 3 minutes); PEERS=0 to skip peers.py;
+# PART=tc (matmul and attention, with their peers) or PART=mem (the rest, with theirs) splits the
+# full run in two calls, each kernel beside its peers from the same call; join the two calls'
+# tegula.jsonl and peers.txt with scripts/compare.py;
 # TEGULA_CACHE_DIR=<dir> to start from an autotune cache (e.g. one written by an earlier call
 # that tuned the attention sweep, which alone takes minutes; the full run may not fit one call).
 set -uo pipefail
@@ -39,7 +42,12 @@ if [ "${PEERS:-1}" = 1 ]; then
             echo "== peers.py $what"; timeout 300 python3 $P $what >> "$WORK/peers.txt" || echo "== peers.py $what: exit $?"
         done
     else
-        for what in copy "gemv --dtype fp16" matmul attention attention-bwd seed-fa; do
+        case "${PART:-all}" in
+            tc) whats=(matmul attention "attention-bwd --quick") ;;
+            mem) whats=(copy "gemv --dtype fp16" seed-fa) ;;
+            *) whats=(copy "gemv --dtype fp16" matmul attention "attention-bwd --quick" seed-fa) ;;
+        esac
+        for what in "${whats[@]}"; do
             echo "== peers.py $what"; timeout 300 python3 $P $what >> "$WORK/peers.txt" || echo "== peers.py $what: exit $?"
         done
     fi
@@ -59,28 +67,34 @@ if [ "${QUICK:-0}" = 1 ]; then
     bench matmul --shape 8192,8192,8192
     bench attention --shape 4,32,4096,64 --shape 4,32,4096,128
 else
-    bench copy
-    bench gemv --plot "$OUT/gemv.svg"
-    bench matmul --plot "$OUT/matmul.svg"
-    bench attention --plot "$OUT/attention.svg"
-    bench attention_backward
-    bench softmax
-    bench layer_norm
-    bench layer_norm_backward
-    bench rms_norm
-    bench vector_add --dtype fp32
-    bench attention_seed --dtype fp32
+    if [ "${PART:-all}" != mem ]; then
+        bench matmul --plot "$OUT/matmul.svg"
+        bench attention --plot "$OUT/attention.svg"
+        bench attention_backward --shape 4,32,4096,128
+    fi
+    if [ "${PART:-all}" != tc ]; then
+        bench copy
+        bench gemv --plot "$OUT/gemv.svg"
+        bench softmax
+        bench layer_norm
+        bench layer_norm_backward
+        bench rms_norm
+        bench vector_add --dtype fp32
+        bench attention_seed --dtype fp32
+    fi
 fi
 
 # Host cost of launches: first launch of a specialization with a cold JIT (no tegula disk cache,
 # no driver cache), and a cached launch against a raw driver launch.
-echo "== tegula launch-cost"
-CUDA_CACHE_DISABLE=1 TEGULA_CACHE_DIR=off timeout 120 "$BIN" launch-cost 2>&1 | grep -v "^tegula:"
+if [ "${PART:-all}" != tc ]; then
+    echo "== tegula launch-cost"
+    CUDA_CACHE_DISABLE=1 TEGULA_CACHE_DIR=off timeout 120 "$BIN" launch-cost 2>&1 | grep -v "^tegula:"
 
-# The autotuner's cache across processes: a second process must find the copy kernel's
-# config cached and time no candidate (its stderr says "from the autotune cache").
-echo "== second process: tegula bench copy"
-"$BIN" bench copy --json "$WORK/copy-second.json" 2>&1 | grep -E "^copy|config"
+    # The autotuner's cache across processes: a second process must find the copy kernel's
+    # config cached and time no candidate (its stderr says "from the autotune cache").
+    echo "== second process: tegula bench copy"
+    "$BIN" bench copy --json "$WORK/copy-second.json" 2>&1 | grep -E "^copy|config"
+fi
 echo "== autotune cache: $(ls "$TEGULA_CACHE_DIR" 2>/dev/null | tr '\n' ' ')"
 [ -f "$TEGULA_CACHE_DIR/autotune.json" ] && python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print('autotune entries:', len(d['entries'])); [print(' ', k, '->', v['config'], round(v['ms'], 4), 'ms') for k, v in d['entries'].items()]" "$TEGULA_CACHE_DIR/autotune.json"
 
