@@ -169,7 +169,7 @@ def markdown(records, meta, ceilings):
     lines = [
         "# Benchmarks",
         "",
-        "Written by `scripts/compare.sh` (one GPU call: `tegula bench` and `peers.py`, joined by "
+        "Written by `scripts/compare.sh` (GPU calls of `tegula bench` and `peers.py`, joined by "
         "`scripts/compare.py`). Do not edit by hand; the reasoning behind the numbers is in "
         "`docs/perf-notes.md`.",
         "",
@@ -180,6 +180,8 @@ def markdown(records, meta, ceilings):
     ]
     if meta.get("peers_versions"):
         lines.append(f"- peers: {meta['peers_versions']}")
+    for note in meta.get("notes") or []:
+        lines.append(f"- {note}")
     lines += [
         "",
         "Times are medians of CUDA-event timings after warm-up; memory-bound cases rotate input "
@@ -247,7 +249,10 @@ def markdown(records, meta, ceilings):
 
 def ceiling_lines(tegula, peers):
     out = []
-    c = next((r.get("ceilings") for r in tegula if r.get("ceilings")), None)
+    # A 16-bit record, so that the peak quoted is the tensor-core one the matmul rows use.
+    with_ceilings = [r for r in tegula if r.get("ceilings")]
+    c = next((r["ceilings"] for r in with_ceilings if r.get("dtype") in ("bf16", "fp16")),
+             with_ceilings[0]["ceilings"] if with_ceilings else None)
     if c:
         out.append(f"tegula copy bandwidth (cuMemcpyDtoD, measured in this call): {c['copy_tbps']:.2f} TB/s")
         if c.get("peak_source"):
@@ -270,6 +275,7 @@ def main(argv=None):
     ap.add_argument("--commit", default="unknown")
     ap.add_argument("--date", default=None, help="default: now (UTC)")
     ap.add_argument("--out", required=True)
+    ap.add_argument("--note", action="append", default=[], help="a line for the header (repeatable)")
     args = ap.parse_args(argv)
 
     tegula = read_json_lines(args.tegula)
@@ -288,6 +294,7 @@ def main(argv=None):
         "commit": args.commit,
         "date": args.date or datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "peers_versions": versions[0] if versions else None,
+        "notes": args.note,
     }
     records = join(tegula, peer_files, meta)
     os.makedirs(args.out, exist_ok=True)
