@@ -61,7 +61,7 @@ pub struct BenchArgs {
 }
 
 /// Parses `--config` text: `name=value` pairs; `warps` and `stages` set the launch.
-fn parse_config(text: &str) -> Result<Config> {
+pub(crate) fn parse_config(text: &str) -> Result<Config> {
     let mut c = Config::new(4, 1);
     for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
         let (k, v) = part
@@ -774,7 +774,7 @@ fn bench_typed<T: Element>(
 /// The forward's or backward's options pinned by `--config`: `BLOCK_M` and `BLOCK_N` (each
 /// left to the autotuner when absent), `warps` and `stages` (4 and 1 when absent, as for
 /// every kernel).
-fn attention_options(c: &Config, base: AttentionOptions) -> Result<AttentionOptions> {
+pub(crate) fn attention_options(c: &Config, base: AttentionOptions) -> Result<AttentionOptions> {
     let size = |name: &str| -> Result<usize> {
         match c.get(name) {
             Some(v) => usize::try_from(v).map_err(|_| invalid(format!("--config {name}={v}"))),
@@ -792,7 +792,7 @@ fn attention_options(c: &Config, base: AttentionOptions) -> Result<AttentionOpti
 /// The matmul config pinned by `--config`: `BLOCK_M`, `BLOCK_N`, `BLOCK_K` (each left to the
 /// autotuner when absent), `GROUP_M` (8 when absent), `warps` and `stages` (4 and 1 when
 /// absent, as for every kernel).
-fn matmul_config(c: &Config) -> Result<matmul::MatmulConfig> {
+pub(crate) fn matmul_config(c: &Config) -> Result<matmul::MatmulConfig> {
     let size = |name: &str, absent: usize| -> Result<usize> {
         match c.get(name) {
             Some(v) => usize::try_from(v).map_err(|_| invalid(format!("--config {name}={v}"))),

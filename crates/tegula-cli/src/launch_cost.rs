@@ -9,7 +9,9 @@
 //! - Cached launch: host time of `Device::launch` for a specialization already compiled, against
 //!   a raw driver launch of the same loaded function with the same packed arguments.
 
+use crate::bench::{attention_options, matmul_config};
 use std::time::Instant;
+use tegula::autotune::Config;
 use tegula::ir::{DType, Element};
 use tegula::{
     Device, Error, Grid, KernelArg, Launch, LaunchConfig, RecordedLaunch, Result, Tensor, TensorArg,
@@ -35,6 +37,11 @@ pub const REALISTIC: &[(&str, DType, &[usize])] = &[
     ("matmul", DType::BF16, &[4096, 4096, 4096]),
     // B, H, HKV, NQ, NK, D, CAUSAL
     ("attention", DType::BF16, &[4, 32, 32, 4096, 4096, 64, 0]),
+    (
+        "attention_backward",
+        DType::BF16,
+        &[4, 32, 32, 4096, 4096, 128, 0],
+    ),
 ];
 
 /// The realistic dtype and shape of a kernel of [`REALISTIC`].
@@ -46,19 +53,31 @@ pub fn realistic(name: &str) -> Option<(DType, &'static [usize])> {
 }
 
 /// The launches the library's host wrapper for `name` makes at `shape` (`--shape` order) and
-/// `dtype`, recorded, not run: the traced kernels with their arguments and configs.
-pub fn record(name: &str, shape: &[usize], dtype: DType) -> Result<Vec<RecordedLaunch>> {
+/// `dtype`, recorded, not run: the traced kernels with their arguments and configs. `config`
+/// pins the wrapper's config as `tegula bench --config` does (the `_with` entry points).
+pub fn record(
+    name: &str,
+    shape: &[usize],
+    dtype: DType,
+    config: Option<&Config>,
+) -> Result<Vec<RecordedLaunch>> {
     let dev = Device::recording(H200_SMS);
-    call_typed(&dev, name, shape, dtype)?;
+    call_typed(&dev, name, shape, dtype, config)?;
     Ok(dev.take_recorded())
 }
 
 /// Calls the host wrapper of `name` for `dtype` on `dev`.
-fn call_typed(dev: &Device, name: &str, shape: &[usize], dtype: DType) -> Result<()> {
+fn call_typed(
+    dev: &Device,
+    name: &str,
+    shape: &[usize],
+    dtype: DType,
+    config: Option<&Config>,
+) -> Result<()> {
     match dtype {
-        DType::F32 => call::<f32>(dev, name, shape),
-        DType::F16 => call::<half::f16>(dev, name, shape),
-        DType::BF16 => call::<half::bf16>(dev, name, shape),
+        DType::F32 => call::<f32>(dev, name, shape, config),
+        DType::F16 => call::<half::f16>(dev, name, shape, config),
+        DType::BF16 => call::<half::bf16>(dev, name, shape, config),
         other => Err(Error::Invalid {
             op: format!("tegula {name}"),
             message: format!("no recorded call for dtype {other}"),
@@ -66,32 +85,69 @@ fn call_typed(dev: &Device, name: &str, shape: &[usize], dtype: DType) -> Result
     }
 }
 
-/// Calls the host wrapper of `name` on `dev` with tensors of `shape`.
-fn call<T: Element>(dev: &Device, name: &str, shape: &[usize]) -> Result<()> {
+/// Calls the host wrapper of `name` on `dev` with tensors of `shape`, pinned to `config` when
+/// one is given.
+fn call<T: Element>(
+    dev: &Device,
+    name: &str,
+    shape: &[usize],
+    config: Option<&Config>,
+) -> Result<()> {
     let dim = |i: usize| shape.get(i).copied().unwrap_or(1);
     let t = |s: &[usize]| -> Result<Tensor<T>> { dev.empty::<T>(s.to_vec()) };
+    let f32s = |s: &[usize]| -> Result<Tensor<f32>> { dev.empty::<f32>(s.to_vec()) };
     let (m, n) = (dim(0), dim(1));
-    match name {
-        "vector_add" => vector_add::vector_add(&t(&[m])?, &t(&[m])?).map(drop),
-        "softmax" => softmax::softmax(&t(&[m, n])?).map(drop),
-        "layer_norm" => norm::layer_norm(&t(&[m, n])?, &t(&[n])?, &t(&[n])?, 1e-5).map(drop),
-        "rms_norm" => norm::rms_norm(&t(&[m, n])?, &t(&[n])?, 1e-5).map(drop),
-        "gemv" => gemv::gemv(&t(&[m, n])?, &t(&[n])?).map(drop),
-        "matmul" => matmul::matmul(&t(&[m, dim(2)])?, &t(&[dim(2), n])?).map(drop),
-        "attention" => {
+    match (name, config) {
+        ("vector_add", _) => vector_add::vector_add(&t(&[m])?, &t(&[m])?).map(drop),
+        ("softmax", None) => softmax::softmax(&t(&[m, n])?).map(drop),
+        ("softmax", Some(c)) => softmax::softmax_into_with(&t(&[m, n])?, &t(&[m, n])?, c),
+        ("layer_norm", None) => {
+            norm::layer_norm(&t(&[m, n])?, &t(&[n])?, &t(&[n])?, 1e-5).map(drop)
+        }
+        ("layer_norm", Some(c)) => {
+            let (x, w, b, y) = (t(&[m, n])?, t(&[n])?, t(&[n])?, t(&[m, n])?);
+            norm::layer_norm_into_with(&x, &w, &b, 1e-5, &y, &f32s(&[m])?, &f32s(&[m])?, c)
+        }
+        ("rms_norm", None) => norm::rms_norm(&t(&[m, n])?, &t(&[n])?, 1e-5).map(drop),
+        ("rms_norm", Some(c)) => {
+            norm::rms_norm_into_with(&t(&[m, n])?, &t(&[n])?, 1e-5, &t(&[m, n])?, c)
+        }
+        ("gemv", None) => gemv::gemv(&t(&[m, n])?, &t(&[n])?).map(drop),
+        ("gemv", Some(c)) => gemv::gemv_into_with(&t(&[m, n])?, &t(&[n])?, &f32s(&[m])?, c),
+        ("matmul", _) => {
+            let (a, b, out) = (t(&[m, dim(2)])?, t(&[dim(2), n])?, t(&[m, n])?);
+            match config {
+                None => matmul::matmul_into::<T, T>(&a, &b, &out),
+                Some(c) => matmul::matmul_into_with::<T, T>(&a, &b, &out, matmul_config(c)?),
+            }
+        }
+        ("attention" | "attention_backward", _) => {
             let (b, h, hkv, nq, nk, d) = (dim(0), dim(1), dim(2), dim(3), dim(4), dim(5));
-            let options = attention::AttentionOptions {
+            let mut options = attention::AttentionOptions {
                 causal: dim(6) != 0,
                 ..Default::default()
             };
+            if let Some(c) = config {
+                options = attention_options(c, options)?;
+            }
             let (q, k, v) = (
                 t(&[b, h, nq, d])?,
                 t(&[b, hkv, nk, d])?,
                 t(&[b, hkv, nk, d])?,
             );
-            attention::forward(&q, &k, &v, &options).map(drop)
+            let (o, lse) = (t(&[b, h, nq, d])?, f32s(&[b, h, nq])?);
+            if name == "attention" {
+                return attention::forward_into(&q, &k, &v, &o, &lse, &options);
+            }
+            let (d_o, dq, dk, dv) = (
+                t(&[b, h, nq, d])?,
+                t(&[b, h, nq, d])?,
+                t(&[b, hkv, nk, d])?,
+                t(&[b, hkv, nk, d])?,
+            );
+            attention::backward_into(&q, &k, &v, &o, &d_o, &lse, &dq, &dk, &dv, &options)
         }
-        other => Err(Error::Invalid {
+        (other, _) => Err(Error::Invalid {
             op: "tegula".into(),
             message: format!("no recorded host call for `{other}`"),
         }),
@@ -101,7 +157,7 @@ fn call<T: Element>(dev: &Device, name: &str, shape: &[usize]) -> Result<()> {
 /// Phases of a first launch for one library kernel at its realistic shape; one line per
 /// launch its host wrapper makes.
 fn first_launch(dev: &Device, name: &str, dtype: DType, shape: &[usize]) -> Result<()> {
-    let launches = record(name, shape, dtype)?;
+    let launches = record(name, shape, dtype, None)?;
     let target = tegula_ptx::Target { sm: 90 };
     for launch in &launches {
         let trace_ms = launch.trace_ms;
@@ -227,4 +283,40 @@ pub fn run() -> Result<bool> {
         cached_launch(&dev)?;
     }
     Ok(true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bench::parse_config;
+
+    #[test]
+    fn recorded_calls_follow_a_pinned_config() {
+        let shape = [2, 4, 4, 256, 256, 64, 1];
+        let pinned = parse_config("BLOCK_M=128,BLOCK_N=32,warps=8,stages=2").unwrap();
+        let fwd = record("attention", &shape, DType::BF16, Some(&pinned)).unwrap();
+        assert_eq!(fwd.len(), 1);
+        assert_eq!((fwd[0].config.num_warps, fwd[0].config.num_stages), (8, 2));
+        assert!(
+            fwd[0].key.contains("128") && fwd[0].key.contains("32"),
+            "{}",
+            fwd[0].key
+        );
+        // Unpinned, the wrapper's untuned default (4 warps).
+        let default = record("attention", &shape, DType::BF16, None).unwrap();
+        assert_eq!(default[0].config.num_warps, 4);
+        // The backward's wrapper launches its preprocess, dK/dV and dQ conversion kernels.
+        let bwd = record("attention_backward", &shape, DType::BF16, Some(&pinned)).unwrap();
+        assert!(
+            bwd.len() >= 3,
+            "{:?}",
+            bwd.iter().map(|l| l.name).collect::<Vec<_>>()
+        );
+        assert!(bwd.iter().any(|l| l.config.num_warps == 8));
+        let mm = parse_config("BLOCK_M=64,BLOCK_N=128,BLOCK_K=32,warps=8,stages=3").unwrap();
+        let m = record("matmul", &[256, 512, 128], DType::F16, Some(&mm)).unwrap();
+        assert_eq!((m[0].config.num_warps, m[0].config.num_stages), (8, 3));
+        // A kernel with no recorded host call says so.
+        assert!(record("attention_seed", &[35, 67, 32], DType::F32, None).is_err());
+    }
 }

@@ -113,16 +113,18 @@ pub fn ir(name: &str, shape: Option<&str>, dtype: Option<&str>) -> Result<()> {
 }
 
 /// `tegula ptx`: the PTX for sm_90a and its resource report from ptxas, when one is found.
-/// Kernels `tegula launch-cost` measures are compiled as their host wrapper's GPU launch
-/// compiles them (its arguments' facts and config; by default at the realistic shape); the
-/// others are traced at the shape with no argument facts. `num_warps` overrides the config's.
+/// Kernels `tegula launch-cost` knows are compiled as their host wrapper's GPU launch compiles
+/// them (its arguments' facts and config; by default at the realistic shape), with `config`
+/// (`tegula bench --config` syntax) pinning the wrapper's config; the others are traced at the
+/// shape with no argument facts, `config` giving their warps and stages.
 pub fn ptx(
     name: &str,
     shape: Option<&str>,
     dtype: Option<&str>,
-    num_warps: Option<u32>,
+    config: Option<&str>,
 ) -> Result<()> {
     let k = find(name)?;
+    let config = config.map(crate::bench::parse_config).transpose()?;
     let target = tegula_ptx::Target { sm: 90 };
     let mut compiled = Vec::new();
     if let Some((realistic_dtype, realistic_shape)) = crate::launch_cost::realistic(name) {
@@ -139,10 +141,7 @@ pub fn ptx(
             describe_shape(&k, &shape),
             dtype
         );
-        for mut launch in crate::launch_cost::record(name, &shape, dtype)? {
-            if let Some(w) = num_warps {
-                launch.config.num_warps = w;
-            }
+        for launch in crate::launch_cost::record(name, &shape, dtype, config.as_ref())? {
             compiled.push(launch.compile(&target)?);
         }
     } else {
@@ -154,9 +153,15 @@ pub fn ptx(
         );
         let mut kernel = (k.trace)(&shape, dtype)?;
         tegula::ir::passes::canonicalize(&mut kernel);
-        let options = tegula_ptx::CompileOptions {
-            num_warps: num_warps.unwrap_or(4),
-            ..Default::default()
+        let options = match config {
+            Some(c) => tegula_ptx::CompileOptions {
+                num_warps: c.num_warps,
+                num_stages: c.num_stages,
+            },
+            None => tegula_ptx::CompileOptions {
+                num_warps: 4,
+                ..Default::default()
+            },
         };
         compiled.push(tegula_ptx::compile(&kernel, &target, &options)?);
     }
@@ -170,7 +175,7 @@ pub fn ptx(
 fn print_ptx(compiled: &tegula_ptx::Compiled) -> Result<()> {
     print!("{}", compiled.ptx);
     eprintln!(
-        "// entry {}: {} threads, {} bytes of static shared memory, {} PTX lines",
+        "// entry {}: {} threads, {} bytes of shared memory, {} PTX lines",
         compiled.entry,
         compiled.num_threads,
         compiled.shared_bytes,

@@ -54,9 +54,11 @@ enum Command {
         shape: Option<String>,
         #[arg(long)]
         dtype: Option<String>,
-        /// Overrides the config's warps (default: the wrapper's; 4 for traced-only kernels).
+        /// Pins the config, as `tegula bench --config` does: `BLOCK_M=128,BLOCK_N=64,warps=4,
+        /// stages=2` (default: the wrapper's untuned config; 4 warps, 1 stage for kernels
+        /// traced without a host call).
         #[arg(long)]
-        num_warps: Option<u32>,
+        config: Option<String>,
     },
     /// Check every library kernel (every dtype, default and odd shapes) on the default device
     /// against float64 references: the GPU check when a GPU is present.
@@ -125,8 +127,14 @@ fn main() -> ExitCode {
             kernel,
             shape,
             dtype,
-            num_warps,
-        } => library::ptx(&kernel, shape.as_deref(), dtype.as_deref(), num_warps).map(|()| true),
+            config,
+        } => library::ptx(
+            &kernel,
+            shape.as_deref(),
+            dtype.as_deref(),
+            config.as_deref(),
+        )
+        .map(|()| true),
         Command::Check { filter } => library::check_all(filter.as_deref()),
         Command::LaunchCost => launch_cost::run(),
         Command::Bench(args) => bench::run(args),
