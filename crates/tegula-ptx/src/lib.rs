@@ -161,6 +161,15 @@ fn sanitize(s: &str) -> String {
         .collect()
 }
 
+/// A loop-invariant dot operand (FlashAttention's Q) whose fragments take at most this many
+/// registers a thread is loaded once before the loop and held in registers. A larger one is
+/// written to shared memory once before the loop and read again with `ldmatrix` at each use,
+/// as FlashAttention-2 does with Q: holding 64 registers (a 128 x 128 bf16 Q over 4 warps)
+/// beside a 128-register accumulator spills, while re-reading it costs one `ldmatrix.x4` per
+/// 16 rows x 16 columns a step. Only loops at the kernel's top level (the shared memory stays
+/// reserved for the rest of the kernel).
+pub const HOISTED_OPERAND_REGS: u32 = 32;
+
 /// Lowers `kernel` to a PTX module for `target`.
 pub fn compile(
     kernel: &Kernel,

@@ -10,20 +10,18 @@ use crate::tuned::{self, cx, AUTO, AUTO_LAUNCH};
 use tegula::autotune::Config;
 use tegula::ir::DType;
 use tegula::{LaunchConfig, Result};
+use tegula_ptx::HOISTED_OPERAND_REGS;
 
 /// f32 values (accumulators and scores) a thread should hold at most before registers spill.
 const VALUES_PER_THREAD: usize = 160;
 
 /// The forward's bound when Q does not stay in registers: the compiler keeps a loop-invariant
-/// dot operand of more than 32 registers a thread in shared memory and reads it at each step
-/// (`tegula-ptx`'s `HOISTED_OPERAND_REGS`), which frees those registers for 32 more values.
+/// dot operand of more than [`HOISTED_OPERAND_REGS`] registers a thread in shared memory and
+/// reads it at each step, which frees those registers for 32 more values.
 /// ptxas (sm_90a): 128 x 64 blocks at D = 128 over 4 warps (192 values) take 255 registers
 /// with 300-350 bytes of spills (loop-invariant row offsets of the K/V copies, about 15 local
 /// loads a step against 256 mmas), where holding Q spilled 660-680 bytes.
 const VALUES_PER_THREAD_Q_IN_SHARED: usize = 192;
-
-/// Registers a thread may hold for a loop-invariant dot operand (see above).
-const HOISTED_OPERAND_REGS: usize = 32;
 
 /// The autotuner's key: `B*H`, Nq and Nk rounded up to powers of two (occupancy and the
 /// number of key steps), the exact head dim, the dtype, the mask and the GQA group size
@@ -136,7 +134,8 @@ pub fn forward_candidates(
     let fits = |bm: usize, bn: usize, w: u32, s: u32| {
         let threads = 32 * w as usize;
         let steps = dims.n_k.div_ceil(bn).max(2);
-        let q_in_shared = pipelined(dtype) && bm * d * elem / 4 / threads > HOISTED_OPERAND_REGS;
+        let q_in_shared =
+            pipelined(dtype) && bm * d * elem / 4 / threads > HOISTED_OPERAND_REGS as usize;
         let (values, q_bytes) = if q_in_shared {
             (VALUES_PER_THREAD_Q_IN_SHARED, bm * d * elem)
         } else {

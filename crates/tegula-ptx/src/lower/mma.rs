@@ -15,6 +15,7 @@ use super::{Lower, Vals, R};
 use crate::layout::Layout;
 use crate::mma_layout::{self as ml, MmaKind, Role, Stage};
 use crate::ptx::{Arg, Reg, RegClass};
+use crate::HOISTED_OPERAND_REGS;
 use std::collections::{HashMap, HashSet};
 use tegula_ir::{Block, DType, InputPrecision, Inst, Kernel, Op, Shape, Value, ValueDef};
 
@@ -76,15 +77,6 @@ pub(crate) struct SharedOperand {
     pub stage: Stage,
     pub shift: Option<Reg>,
 }
-
-/// A loop-invariant dot operand (FlashAttention's Q) whose fragments take at most this many
-/// registers a thread is loaded once before the loop and held in registers. A larger one is
-/// written to shared memory once before the loop and read again with `ldmatrix` at each use,
-/// as FlashAttention-2 does with Q: holding 64 registers (a 128 x 128 bf16 Q over 4 warps)
-/// beside a 128-register accumulator spills, while re-reading it costs one `ldmatrix.x4` per
-/// 16 rows x 16 columns a step. Only loops at the kernel's top level (the shared memory stays
-/// reserved for the rest of the kernel).
-pub(crate) const HOISTED_OPERAND_REGS: u32 = 32;
 
 impl MmaState {
     pub fn new(k: &Kernel) -> MmaState {
