@@ -42,10 +42,12 @@ if [ "${PEERS:-1}" = 1 ]; then
             echo "== peers.py $what"; timeout 300 python3 $P $what >> "$WORK/peers.txt" || echo "== peers.py $what: exit $?"
         done
     else
+        tc=(matmul attention "attention-bwd --quick")
+        mem=(copy "gemv --dtype fp16" seed-fa)
         case "${PART:-all}" in
-            tc) whats=(matmul attention "attention-bwd --quick") ;;
-            mem) whats=(copy "gemv --dtype fp16" seed-fa) ;;
-            *) whats=(copy "gemv --dtype fp16" matmul attention "attention-bwd --quick" seed-fa) ;;
+            tc) whats=("${tc[@]}") ;;
+            mem) whats=("${mem[@]}") ;;
+            *) whats=("${mem[@]}" "${tc[@]}") ;;
         esac
         for what in "${whats[@]}"; do
             echo "== peers.py $what"; timeout 300 python3 $P $what >> "$WORK/peers.txt" || echo "== peers.py $what: exit $?"
