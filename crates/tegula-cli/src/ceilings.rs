@@ -112,7 +112,7 @@ pub fn ceilings(dev: &Device, remeasure: bool) -> tegula::Result<Option<Ceilings
 
 /// TB/s of a device-to-device copy of 1 GiB (counting bytes read and written), on random data.
 pub fn copy_bandwidth(dev: &Device) -> tegula::Result<f64> {
-    copy_bandwidth_moving(dev, 1 << 30)
+    copy_bandwidth_moving(dev, 2 << 30)
 }
 
 /// TB/s of a device-to-device copy that moves `bytes_moved` bytes (half read, half written),
