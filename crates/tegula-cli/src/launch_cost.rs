@@ -98,7 +98,7 @@ fn call<T: Element>(
     let f32s = |s: &[usize]| -> Result<Tensor<f32>> { dev.empty::<f32>(s.to_vec()) };
     let (m, n) = (dim(0), dim(1));
     match (name, config) {
-        ("vector_add", _) => vector_add::vector_add(&t(&[m])?, &t(&[m])?).map(drop),
+        ("vector_add", None) => vector_add::vector_add(&t(&[m])?, &t(&[m])?).map(drop),
         ("softmax", None) => softmax::softmax(&t(&[m, n])?).map(drop),
         ("softmax", Some(c)) => softmax::softmax_into_with(&t(&[m, n])?, &t(&[m, n])?, c),
         ("layer_norm", None) => {
@@ -147,9 +147,13 @@ fn call<T: Element>(
             );
             attention::backward_into(&q, &k, &v, &o, &d_o, &lse, &dq, &dk, &dv, &options)
         }
-        (other, _) => Err(Error::Invalid {
+        (other, None) => Err(Error::Invalid {
             op: "tegula".into(),
             message: format!("no recorded host call for `{other}`"),
+        }),
+        (other, Some(_)) => Err(Error::Invalid {
+            op: "tegula".into(),
+            message: format!("`{other}`'s host wrapper takes no config"),
         }),
     }
 }
@@ -316,7 +320,8 @@ mod tests {
         let mm = parse_config("BLOCK_M=64,BLOCK_N=128,BLOCK_K=32,warps=8,stages=3").unwrap();
         let m = record("matmul", &[256, 512, 128], DType::F16, Some(&mm)).unwrap();
         assert_eq!((m[0].config.num_warps, m[0].config.num_stages), (8, 3));
-        // A kernel with no recorded host call says so.
+        // A kernel with no recorded host call says so, as does a config nothing would read.
         assert!(record("attention_seed", &[35, 67, 32], DType::F32, None).is_err());
+        assert!(record("vector_add", &[1000], DType::F32, Some(&mm)).is_err());
     }
 }
