@@ -21,14 +21,7 @@ fn inputs(dev: &Device, m: usize, n: usize, d: usize) -> [Tensor<f32>; 3] {
 fn want(qkv: &[Tensor<f32>; 3]) -> Vec<f64> {
     let (m, d) = (qkv[0].shape()[0], qkv[0].shape()[1]);
     let n = qkv[1].shape()[0];
-    let dims = Dims {
-        batch: 1,
-        heads: 1,
-        kv_heads: 1,
-        n_q: m,
-        n_k: n,
-        head_dim: d,
-    };
+    let dims = Dims::single_head(m, n, d);
     reference::attention(
         &qkv[0].to_f64_vec().unwrap(),
         &qkv[1].to_f64_vec().unwrap(),

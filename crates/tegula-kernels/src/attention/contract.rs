@@ -22,6 +22,18 @@ pub struct Dims {
 }
 
 impl Dims {
+    /// One head of `m` queries over `n` keys of `head_dim` (the seed walkthrough's contract).
+    pub fn single_head(m: usize, n: usize, head_dim: usize) -> Dims {
+        Dims {
+            batch: 1,
+            heads: 1,
+            kv_heads: 1,
+            n_q: m,
+            n_k: n,
+            head_dim,
+        }
+    }
+
     pub fn group_size(&self) -> usize {
         self.heads / self.kv_heads
     }

@@ -169,14 +169,7 @@ pub(super) fn check_entry(dev: &Device, shape: &[usize], _dtype: DType) -> Resul
     let v = dev.randn::<f32>([n, d])?;
     let fast = super::seed_fast::seed_attention_fast(&q, &k, &v)?;
     let walkthrough = seed_attention(&q, &k, &v)?;
-    let dims = super::contract::Dims {
-        batch: 1,
-        heads: 1,
-        kv_heads: 1,
-        n_q: m,
-        n_k: n,
-        head_dim: d,
-    };
+    let dims = super::contract::Dims::single_head(m, n, d);
     let scale = 1.0 / (d as f64).sqrt();
     let want = reference::attention(
         &q.to_f64_vec()?,
