@@ -1,7 +1,8 @@
 //! How the backward's dK/dV kernel lowers at FlashAttention-2's D = 128 tile (64 query rows x
 //! 128 keys, 8 warps, 2 stages, bf16), specialized as a launch on contiguous `[4, 32, 4096,
 //! 128]` tensors would be: every operand the sweep reads from Q, dO and K streams through the
-//! cp.async pipeline, and dP^T shares P^T's warp layout. ptxas (when installed) must assemble it.
+//! cp.async pipeline (Q and dO copied once a step for their two dots each), and dP^T shares
+//! P^T's warp layout. ptxas (when installed) must assemble it.
 
 use tegula::ir::{passes, Constant, Kernel};
 use tegula::prelude::*;
@@ -57,11 +58,19 @@ fn dkdv_streams_q_do_and_k_and_keeps_dp_in_p_layout() {
     for causal in [false, true] {
         let text = ptx(causal);
         // One pipelined loop (two when causal: the masked rows, then the rest), each streaming
-        // Q twice, dO twice and K.
+        // Q, dO and K once a step: Q and dO feed two dots each from one slot (64 x 128 bf16:
+        // 16 KB each, K's 128 rows 32 KB).
         let loops = if causal { 2 } else { 1 };
         assert_eq!(
-            count(&text, "// pipeline: 5 loads, 2 stages"),
+            count(&text, "// pipeline: 3 loads, 2 stages of 65536 bytes"),
             loops,
+            "causal={causal}"
+        );
+        // One cp.async a 16-byte chunk: 64 KB over 256 threads is 16 copies a thread a
+        // refill, one refill in each loop plus its prologue's.
+        assert_eq!(
+            count(&text, "cp.async.cg.shared.global"),
+            16 * 2 * loops,
             "causal={causal}"
         );
         // dP^T = V dO^T is laid out like P^T (warps along the 128 keys), so no f32 [128, 64]

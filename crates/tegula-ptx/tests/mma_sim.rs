@@ -1213,3 +1213,90 @@ fn pipelined_matmul_and_attention_match() {
     // Head dim 128: K and V slots do not both fit; K is pipelined, V staged in the loop.
     check_attention(DType::BF16, 128, 64, 128, 8, 2);
 }
+
+/// One pipelined load read by four dot operands (every role and orientation, see
+/// [`shared_operand_loop`]): the slot written once per iteration must serve all of them, with
+/// the last block's rows past `n` zero-filled. Stage 1 (no pipeline: the tile goes through
+/// registers and is staged per dot) is checked the same way.
+#[test]
+fn one_pipelined_load_feeds_four_dot_operands() {
+    for (dt, (bm, bn, d, e), n, warps) in [
+        (DType::BF16, (32, 32, 32, 16), 72, 4),
+        (DType::F16, (16, 64, 64, 32), 40, 8),
+    ] {
+        let kern = shared_operand_loop(dt, bm, bn, d, e);
+        let (xv, kv, wv) = (
+            values(n * d, 31 + n as u64),
+            values(bn * d, 37),
+            values(d * e, 41),
+        );
+        let (xr, kr, wr) = (rounded(dt, &xv), rounded(dt, &kv), rounded(dt, &wv));
+        // Rows past n read as zero (only whole blocks of bm rows are covered).
+        let blocks = n.div_ceil(bm);
+        let x_at = |r: usize, c: usize| if r < n { xr[r * d + c] } else { 0.0 };
+        let round = |x: f64| rounded(dt, &[x as f32])[0];
+        let (mut a, mut a_scale) = (vec![0f64; bn * d], vec![0f64; bn * d]);
+        let (mut g, mut g_scale) = (vec![0f64; d * d], vec![0f64; d * d]);
+        let (mut c, mut c_scale) = (vec![0f64; bm * e], vec![0f64; bm * e]);
+        for t in 0..blocks {
+            let rows: Vec<usize> = (t * bm..(t + 1) * bm).collect();
+            for j in 0..bn {
+                // s[j][i] = K[j] . X[row i], rounded to dt as the kernel's cast does.
+                let s: Vec<f64> = rows
+                    .iter()
+                    .map(|&r| round((0..d).map(|cc| kr[j * d + cc] * x_at(r, cc)).sum()))
+                    .collect();
+                for col in 0..d {
+                    for (i, &r) in rows.iter().enumerate() {
+                        a[j * d + col] += s[i] * x_at(r, col);
+                        a_scale[j * d + col] += (s[i] * x_at(r, col)).abs();
+                    }
+                }
+            }
+            for p in 0..d {
+                for q in 0..d {
+                    for &r in &rows {
+                        g[p * d + q] += x_at(r, p) * x_at(r, q);
+                        g_scale[p * d + q] += (x_at(r, p) * x_at(r, q)).abs();
+                    }
+                }
+            }
+            for (i, &r) in rows.iter().enumerate() {
+                for col in 0..e {
+                    for p in 0..d {
+                        c[i * e + col] += x_at(r, p) * wr[p * e + col];
+                        c_scale[i * e + col] += (x_at(r, p) * wr[p * e + col]).abs();
+                    }
+                }
+            }
+        }
+        let (xb, kb, wb) = (encode(dt, &xv), encode(dt, &kv), encode(dt, &wv));
+        let (ao, go, co) = (
+            vec![0u8; bn * d * 4],
+            vec![0u8; d * d * 4],
+            vec![0u8; bm * e * 4],
+        );
+        for stages in [1, 2, 3] {
+            let bufs = run_staged(
+                &kern,
+                warps,
+                stages,
+                [1, 1, 1],
+                &[
+                    Arg::Buf(&xb),
+                    Arg::Buf(&kb),
+                    Arg::Buf(&wb),
+                    Arg::Buf(&ao),
+                    Arg::Buf(&go),
+                    Arg::Buf(&co),
+                    Arg::I32(n as i32),
+                ],
+            );
+            let what = |name: &str| format!("{name}: {dt} {bm}x{bn}x{d}x{e}, {stages} stages");
+            let tol = 1e-5;
+            assert_close(&decode(DType::F32, &bufs[3]), &a, &a_scale, tol, &what("a"));
+            assert_close(&decode(DType::F32, &bufs[4]), &g, &g_scale, tol, &what("g"));
+            assert_close(&decode(DType::F32, &bufs[5]), &c, &c_scale, tol, &what("c"));
+        }
+    }
+}

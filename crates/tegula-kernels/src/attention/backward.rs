@@ -133,40 +133,36 @@ fn dkdv_step<T: Element>(
     let offs_m = start_m + arange(0, block_m as i64);
     let m_mask = offs_m.lt(n_q);
     let row_mask = and_mask(m_mask.col(), d_mask);
-    // Q and dO each feed two dots; one load per dot lets the pipeliner stream every operand
-    // with cp.async (it takes loads that feed a single dot). The second copy comes from L2.
-    let load_q = || {
-        load(
-            head.q + offs_m.col() * head.stride_qm + offs_d.row(),
-            row_mask,
-            0.0,
-        )
-    };
-    let load_d_o = || {
-        load(
-            head.d_o + offs_m.col() * head.stride_dom + offs_d.row(),
-            row_mask,
-            0.0,
-        )
-    };
+    // Q and dO each feed two dots (as is and transposed): the pipeliner copies each once a
+    // step with cp.async into one slot that both dots read with their own ldmatrix.
+    let q = load(
+        head.q + offs_m.col() * head.stride_qm + offs_d.row(),
+        row_mask,
+        0.0,
+    );
+    let d_o = load(
+        head.d_o + offs_m.col() * head.stride_dom + offs_d.row(),
+        row_mask,
+        0.0,
+    );
     // Padded rows get lse = +inf, hence P = 0.
     let lse2 = load(head.lse + offs_m, m_mask, f32::INFINITY) * LOG2E;
     let delta = load(head.delta + offs_m, m_mask, 0.0);
     // Scores transposed: [block_n, block_m].
     let KeyBlock { k, v, offs_n, .. } = keys;
-    let qk_t = dot_with(k, load_q().trans(), None, dot_precision::<T>()) * qk_scale;
+    let qk_t = dot_with(k, q.trans(), None, dot_precision::<T>()) * qk_scale;
     let mut p_t = exp2(qk_t - lse2.row());
     if let Some(diag) = diag {
         p_t = select(offs_n.col().le(offs_m.row() + diag), p_t, 0.0);
     }
-    let dv = dot_with(p_t.to::<T>(), load_d_o(), Some(dv), dot_precision::<T>());
-    let dp_t = dot_with(v, load_d_o().trans(), None, dot_precision::<T>());
+    let dv = dot_with(p_t.to::<T>(), d_o, Some(dv), dot_precision::<T>());
+    let dp_t = dot_with(v, d_o.trans(), None, dot_precision::<T>());
     // dP^T first: a dot whose product feeds another dot's A operand gets that chain's warp
     // layout, and the lowering follows the product's first operand back to its dot. Listed
     // first, dP^T shares P^T's layout (warps along rows) instead of being converted to it
     // through shared memory every step.
     let ds_t = ((dp_t - delta.row()) * p_t).to::<T>();
-    let dk = dot_with(ds_t, load_q(), Some(dk), dot_precision::<T>());
+    let dk = dot_with(ds_t, q, Some(dk), dot_precision::<T>());
     if let Some(dq_acc) = head.dq_acc {
         // This block's share of dQ (unscaled: the conversion applies sm_scale), added from the
         // accumulator's registers; padded rows and features are masked off.

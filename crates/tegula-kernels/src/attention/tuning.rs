@@ -153,11 +153,13 @@ pub fn forward_candidates(
 /// The backward's candidates (one block pair, warps and stages for its three kernels),
 /// default first, with `options`' set fields held.
 ///
-/// The grid: BLOCK_M and BLOCK_N in {32, 64, 128}, 4 or 8 warps, 1 or 2 stages (1 for
+/// The grid: BLOCK_M and BLOCK_N in {32, 64, 128}, 4 or 8 warps, 1 to 3 stages (1 for
 /// f32); blocks of 16 join only for short sequences. Pruned by shape as the forward, with the
 /// dK/dV kernel's resident `2 * BLOCK_N * D` accumulators and the dQ kernel's `BLOCK_M * D`
 /// (plus the `BLOCK_M * BLOCK_N` scores) under 160 f32 values per thread; 8 warps only for
-/// tiles of at least 64 x 64.
+/// tiles of at least 64 x 64; 3 stages only when the dK/dV sweep's streamed tiles (Q and dO
+/// `BLOCK_M x D` each, K again `BLOCK_N x D`) fit three times in shared memory, and when
+/// there are at least 3 query blocks (the lowering would cut them to 2 otherwise).
 ///
 /// The default is BLOCK_M 32, BLOCK_N 64, 4 warps, 2 stages, clamped to the lengths.
 pub fn backward_candidates(
@@ -166,13 +168,19 @@ pub fn backward_candidates(
     options: &AttentionOptions,
 ) -> Vec<AttentionOptions> {
     let d = padded_head_dim(dims.head_dim);
-    let fits = |bm: usize, bn: usize, w: u32, _s: u32| {
+    let elem = dtype.size_bytes();
+    let fits = |bm: usize, bn: usize, w: u32, s: u32| {
         let threads = 32 * w as usize;
         let dkdv = (2 * bn * d + bm * bn) / threads;
         let dq = (bm * d + bm * bn) / threads;
-        dkdv.max(dq) <= VALUES_PER_THREAD && (w == 4 || bm * bn >= 64 * 64)
+        let stage_bytes = (2 * bm + bn) * d * elem;
+        dkdv.max(dq) <= VALUES_PER_THREAD
+            && (w == 4 || bm * bn >= 64 * 64)
+            && (s <= 2
+                || (s as usize * stage_bytes <= tuned::SHARED_BYTES
+                    && s as usize <= dims.n_q.div_ceil(bm)))
     };
-    let stages: &[u32] = if pipelined(dtype) { &[2, 1] } else { &[1] };
+    let stages: &[u32] = if pipelined(dtype) { &[2, 3, 1] } else { &[1] };
     grid(dims, options, (32, 32), stages, fits, (32, 64, 2))
 }
 

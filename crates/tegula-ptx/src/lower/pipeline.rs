@@ -1,11 +1,13 @@
 //! Software pipelining of `for` loops whose loads feed tensor-core dots (`num_stages` >= 2).
 //!
-//! A load qualifies when its only use is an f16/bf16 mma operand (directly or through
+//! A load qualifies when every use of it is an f16/bf16 mma operand (directly or through
 //! `.trans()`) of a dot in the same loop body, its pointers and mask depend on the induction
 //! variable and values from outside the loop only, and its `other` is zero. Such loads do not
 //! go through registers: each thread copies its 4/8/16-byte vectors straight into the swizzled
 //! operand layout with `cp.async` (masked vectors copy 0 source bytes: zero fill), into one of
-//! `num_stages` slots:
+//! `num_stages` slots. A load several dots read is copied once: the slot holds the tile as
+//! loaded (row-major, swizzled by its row length), which each dot reads with its own
+//! `ldmatrix`, `.trans` where K is the stored row.
 //!
 //! ```text
 //! before the loop:   for s in 0..S-1: copy iteration s into slot s; commit_group
@@ -40,8 +42,13 @@ use super::mma::{MmaPlan, SharedOperand};
 struct PipeLoad {
     inst: Inst,
     value: Value,
-    /// Its place within a slot (rows x cols of the loaded tile, swizzled).
+    /// Its place within a slot (rows x cols of the loaded tile, swizzled), as its first dot
+    /// reads it.
     stage: Stage,
+    /// How each dot operand that reads it does: (role, K-major). The slot holds the loaded
+    /// tile row-major, swizzled by its row length only, so every reader's `ldmatrix` (plain
+    /// when K is the stored column, `.trans` when K is the stored row) finds it there.
+    reads: Vec<(Role, bool)>,
     layout: Layout,
     vec: u32,
 }
@@ -322,11 +329,11 @@ impl Lower<'_> {
             return None;
         }
         let inside = self.region_values_of(body);
-        // Uses of every value, to check that a load feeds one dot only.
-        let mut uses: HashMap<Value, usize> = HashMap::new();
+        // The users of every value, to check that a load feeds dots only.
+        let mut users: HashMap<Value, Vec<(Inst, usize)>> = HashMap::new();
         for i in self.k.walk() {
-            for &a in &self.k.insts[i].args {
-                *uses.entry(a).or_default() += 1;
+            for (pos, &a) in self.k.insts[i].args.iter().enumerate() {
+                users.entry(a).or_default().push((i, pos));
             }
         }
         let mut loads = Vec::new();
@@ -344,24 +351,22 @@ impl Lower<'_> {
             }
             for (pos, role) in [(0, Role::A), (1, Role::B)] {
                 let operand = self.k.insts[dot].args[pos];
-                if uses.get(&operand) != Some(&1) {
-                    continue;
-                }
                 let (src, permuted) = match self.k.def_inst(operand).map(|i| &self.k.insts[i]) {
                     Some(d) if matches!(&d.op, Op::Permute { perm } if perm[..] == [1, 0]) => {
                         (d.args[0], true)
                     }
                     _ => (operand, false),
                 };
-                if permuted && uses.get(&src) != Some(&1) {
-                    continue;
-                }
                 let Some(li) = self.k.def_inst(src) else {
                     continue;
                 };
-                if !body_insts.contains(&li) {
+                // A load read by several dots has one slot; its first dot placed it.
+                if !body_insts.contains(&li) || loads.iter().any(|l: &PipeLoad| l.inst == li) {
                     continue;
                 }
+                let Some(reads) = self.dot_reads(src, &users, &body_insts, plan.kind) else {
+                    continue;
+                };
                 let d = &self.k.insts[li];
                 let Op::Load {
                     has_mask,
@@ -402,6 +407,7 @@ impl Lower<'_> {
                     inst: li,
                     value: src,
                     stage,
+                    reads,
                     layout: self.access_layout(li),
                     vec,
                 });
@@ -447,6 +453,44 @@ impl Lower<'_> {
             }
         }
         out
+    }
+
+    /// How the dots read `src` (a load's value in the loop body), as (role, K-major) per
+    /// operand, when every use of it is an operand of an f16/bf16 tensor-core dot of `kind`
+    /// directly in the body, as is or through `.trans()` (whose uses are such operands too);
+    /// `None` when some use is not (the value is then needed in registers).
+    fn dot_reads(
+        &self,
+        src: Value,
+        users: &HashMap<Value, Vec<(Inst, usize)>>,
+        body_insts: &HashSet<Inst>,
+        kind: MmaKind,
+    ) -> Option<Vec<(Role, bool)>> {
+        // The role of operand `pos` of `user` when it is a dot operand read from the slot.
+        let dot_role = |user: Inst, pos: usize| {
+            let is_dot = matches!(self.k.insts[user].op, Op::Dot { .. });
+            if !is_dot || pos > 1 || !body_insts.contains(&user) {
+                return None;
+            }
+            let plan = self.mma_plan(user)?;
+            (plan.kind == kind).then_some(if pos == 0 { Role::A } else { Role::B })
+        };
+        let mut reads = Vec::new();
+        for &(user, pos) in users.get(&src)? {
+            if let Some(role) = dot_role(user, pos) {
+                reads.push((role, role == Role::A));
+                continue;
+            }
+            let d = &self.k.insts[user];
+            if !matches!(&d.op, Op::Permute { perm } if perm[..] == [1, 0]) {
+                return None;
+            }
+            for &(dot, pos) in users.get(&d.results[0])? {
+                let role = dot_role(dot, pos)?;
+                reads.push((role, role != Role::A));
+            }
+        }
+        Some(reads)
     }
 
     /// Before the loop: plans the pipeline and fills the first `S - 1` slots. Returns whether
@@ -868,12 +912,16 @@ impl Lower<'_> {
             .rev()
             .find(|p| p.loads.iter().any(|l| l.value == src))?;
         let pl = pipe.loads.iter().find(|l| l.value == src)?;
-        if pl.stage.role != role || pl.stage.k_major != k_major || pl.stage.kind != plan.kind {
+        if !pl.reads.contains(&(role, k_major)) || pl.stage.kind != plan.kind {
             return None;
         }
         Some(SharedOperand {
             base: pipe.base,
-            stage: pl.stage,
+            stage: Stage {
+                role,
+                k_major,
+                ..pl.stage
+            },
             shift: Some(pipe.read_off),
         })
     }

@@ -159,6 +159,51 @@ pub fn flash_attention_two_loops(dt: DType, bm: usize, bn: usize, d: usize) -> K
     .unwrap()
 }
 
+/// One streamed tile read by four dot operands, in every (role, orientation) an `ldmatrix`
+/// can read it: a loop over the `[bm, d]` blocks of X (rows past `n` masked) with K `[bn, d]`
+/// and W `[d, e]` resident accumulates
+/// - `a += (K X^T).cast(dt) X` (`[bn, d]`: X as B read K-major, then as B read with `.trans`),
+/// - `g += X^T X` (`[d, d]`: X as A with `.trans` and as B with `.trans` in one dot),
+/// - `c += X W` (`[bm, e]`: X as A, K-major),
+///
+/// stored as f32 at `a`, `g` and `c` (row-major).
+pub fn shared_operand_loop(dt: DType, bm: usize, bn: usize, d: usize, e: usize) -> Kernel {
+    trace("shared_operand_loop", |p| {
+        let (x, kp, wp) = (p.ptr("x", dt), p.ptr("k", dt), p.ptr("w", dt));
+        let (ap, gp, cp) = (
+            p.ptr("a", DType::F32),
+            p.ptr("g", DType::F32),
+            p.ptr("c", DType::F32),
+        );
+        let n = p.scalar("n", DType::I32);
+        let offs_n = arange(0, bn as i64);
+        let offs_d = arange(0, d as i64);
+        let offs_e = arange(0, e as i64);
+        let offs_m = arange(0, bm as i64);
+        let kv = load_unmasked(kp + offs_n.col() * d + offs_d.row());
+        let wv = load_unmasked(wp + offs_d.col() * e + offs_e.row());
+        let init = (
+            zeros::<f32>([bn, d]),
+            zeros::<f32>([d, d]),
+            zeros::<f32>([bm, e]),
+        );
+        let (a, g, c) = for_range(0, n, bm, init, |start, (a, g, c)| {
+            let rows = start + offs_m;
+            let xt = load(x + rows.col() * d + offs_d.row(), rows.col().lt(n), 0.0);
+            let s = dot(kv, xt.trans());
+            let a = dot_acc(s.cast(dt), xt, a);
+            let g = dot_acc(xt.trans(), xt, g);
+            let c = dot_acc(xt, wv, c);
+            (a, g, c)
+        });
+        store_unmasked(ap + offs_n.col() * d + offs_d.row(), a);
+        store_unmasked(gp + offs_d.col() * d + offs_d.row(), g);
+        store_unmasked(cp + offs_m.col() * e + offs_e.row(), c);
+    })
+    .map(aligned)
+    .unwrap()
+}
+
 /// Marks every pointer and integer parameter as divisible by 16, as the runtime's
 /// specialization does for aligned tensors (16-byte vector loads).
 pub fn aligned(mut k: Kernel) -> Kernel {
