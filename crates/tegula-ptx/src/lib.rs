@@ -155,6 +155,34 @@ pub(crate) fn param_name(k: &Kernel, i: usize) -> String {
     format!("p{i}_{}", sanitize(&k.params[i].name))
 }
 
+/// The `.minnctapersm` a kernel declares, which is what ptxas sizes its register budget by.
+///
+/// Without it ptxas picks a budget of its own and may cap registers to fit more blocks than
+/// shared memory allows (128 registers at 8 warps, as few as 32 at 4 warps, with spills). A
+/// kernel whose shared memory allows one block a SM declares 1. A tensor-core kernel declares
+/// the blocks that both its shared memory and a full 255-register budget allow (at least 1),
+/// so it may take every register and still runs as many blocks as its memory lets. Other
+/// kernels with room for more blocks declare nothing: their occupancy is ptxas's choice.
+fn min_blocks_per_sm(
+    kernel: &Kernel,
+    shared_bytes: u32,
+    target: &Target,
+    threads: u32,
+) -> Option<u32> {
+    // The SM keeps 1 KB of shared memory per block.
+    let by_shared = (target.max_shared_bytes() + 1024) / (shared_bytes + 1024);
+    if by_shared <= 1 {
+        return Some(1);
+    }
+    let has_dot = kernel
+        .insts
+        .iter()
+        .any(|(_, d)| matches!(d.op, tegula_ir::Op::Dot { .. }));
+    // 255 registers a thread are allocated as 256, from a 64K-register file.
+    let by_registers = 65536 / (256 * threads);
+    has_dot.then(|| by_shared.min(by_registers).max(1))
+}
+
 fn sanitize(s: &str) -> String {
     s.chars()
         .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
@@ -231,8 +259,7 @@ pub fn compile(
         &entry,
         &params,
         32 * w,
-        // Two blocks need twice the shared memory (and the SM's 1 KB per block reserve).
-        2 * (shared_bytes + 1024) > target.max_shared_bytes() + 1024,
+        min_blocks_per_sm(kernel, shared_bytes, target, 32 * w),
     );
     let abi = kernel
         .params

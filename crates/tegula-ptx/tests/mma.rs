@@ -199,13 +199,19 @@ fn pipelined_loops_copy_tiles_ahead_with_cp_async() {
     // Sixteen stages exceed the 227 KB of sm_90: compilation falls back to fourteen.
     let c16 = compiled(&fa, 8, 16);
     assert_eq!(c16.shared_bytes, 14 * 16384);
-    // A block whose shared memory leaves no room for a second on the SM tells ptxas so (it may
-    // then use the whole register file); one that leaves room does not.
+    // A tensor-core kernel tells ptxas how many blocks a SM it must fit: those its shared
+    // memory allows and a full 255-register budget allows (65536 / (256 x threads)), so ptxas
+    // may use every register without costing a block its memory would allow.
     assert!(c16.ptx.contains(".maxntid 256, 1, 1\n.minnctapersm 1\n{"));
-    assert!(!c4.ptx.contains(".minnctapersm"));
-    // 2 x (128 + 1) KB > 228 KB a SM; 2 x (112 + 1) KB fit.
-    assert!(compiled(&fa, 8, 8).ptx.contains(".minnctapersm 1"));
-    assert!(!compiled(&fa, 8, 7).ptx.contains(".minnctapersm"));
+    assert!(
+        c4.ptx.contains(".minnctapersm 1\n"),
+        "8 warps: one block by registers"
+    );
+    let fa4 = compiled(&fa, 4, 2);
+    assert!(fa4.ptx.contains(".maxntid 128, 1, 1\n.minnctapersm 2\n{"));
+    // 2 x (128 + 1) KB > 228 KB a SM: one block at 4 warps too.
+    assert!(compiled(&fa, 4, 8).ptx.contains(".minnctapersm 1\n"));
+    assert!(compiled(&fa, 4, 7).ptx.contains(".minnctapersm 2\n"));
 }
 
 #[test]
