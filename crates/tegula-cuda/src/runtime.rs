@@ -277,6 +277,21 @@ impl CudaRuntime {
         Ok(slot.clone())
     }
 
+    /// Compiles `ptx` through the driver's JIT as a first [`CudaRuntime::load`] does (the
+    /// linker path, the same options), bypassing the in-memory and disk caches, and keeps
+    /// nothing: for timing the JIT more than once (`tegula launch-cost`). The driver's own cache
+    /// still applies unless `CUDA_CACHE_DISABLE=1` was set before the driver started.
+    pub fn jit_uncached(&self, ptx: &str, entry: &str) -> Result<(), CudaError> {
+        let rejected = |summary: String, log: String| {
+            jit_log::jit_error(ptx, entry, &summary, &log, &|_| None)
+        };
+        match jit::compile_ptx(&self.inner.ctx, ptx) {
+            Ok(_) => Ok(()),
+            Err(JitFailure::Rejected { summary, log }) => Err(rejected(summary, log)),
+            Err(JitFailure::Driver(e)) => Err(*e),
+        }
+    }
+
     fn lock_kernels(&self) -> std::sync::MutexGuard<'_, KernelMap> {
         self.inner.kernels.lock().unwrap_or_else(|p| p.into_inner())
     }

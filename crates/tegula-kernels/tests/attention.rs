@@ -408,6 +408,33 @@ fn forward_causal_over_many_query_blocks_heads_and_gqa() {
     check_forward::<bf16>(&dev, dims(1, 4, 2, 35, 93, 32), options, Layout::Bnhd);
 }
 
+/// Without causal masking and with Nk a multiple of BLOCK_N the forward is traced without its
+/// masked loop (`ragged_keys` off); a partial last key block brings it back. Both must match the
+/// reference, over several key blocks and on either side of a whole number of them.
+#[test]
+fn forward_whole_key_blocks_drop_the_masked_loop() {
+    let loops = |ragged: bool, causal: bool| {
+        attention::kernels::attn_fwd::trace::<f32>(false, causal, ragged, 24, 32, 16)
+            .unwrap()
+            .to_string()
+            .matches(" = for ")
+            .count()
+    };
+    assert_eq!(loops(false, false), 1);
+    assert_eq!(loops(true, false), 2);
+    assert_eq!(loops(false, true), 2);
+    let dev = Device::cpu();
+    let options = AttentionOptions {
+        block_m: 32,
+        block_n: 16,
+        ..Default::default()
+    };
+    for n_k in [47, 48, 49, 16] {
+        check_forward::<f32>(&dev, dims(1, 2, 1, 37, n_k, 24), options, Layout::Bhnd);
+        check_forward::<bf16>(&dev, dims(2, 2, 2, 33, n_k, 64), options, Layout::Bnhd);
+    }
+}
+
 /// The kernel folds the scale into one FMA with a positive factor: a negative scale negates
 /// Q, a zero one is made tiny; both must still match the reference (masked rows included).
 #[test]

@@ -1,6 +1,7 @@
 //! The batched FlashAttention forward (Triton tutorial 06's `_attn_fwd`): grid
 //! `(cdiv(Nq, BLOCK_M), B * H)`, Q block resident, K/V streamed, exp2 with the scale folded in,
-//! an unmasked loop over the key blocks every row sees and a masked loop over the rest.
+//! an unmasked loop over the key blocks every row sees and a masked loop over the rest (left
+//! out of the kernel when no key block needs a mask: not causal, and Nk a multiple of BLOCK_N).
 
 use super::contract::{
     and_mask, check_output, check_qkv, dot_precision, expect_block_sizes, feature_mask,
@@ -52,7 +53,10 @@ pub(super) fn online_softmax_step<T: Element>(
 /// `h / group_size`. Writes the output and the natural-log logsumexp of each row.
 ///
 /// `qk_scale` is `|sm_scale| * log2 e` and positive (see [`kernel_scale`]); `negate_scores` carries
-/// the sign of a negative `sm_scale` (Q is negated once, which is exact).
+/// the sign of a negative `sm_scale` (Q is negated once, which is exact). `ragged_keys` says
+/// that `n_k` is not a multiple of `block_n` (see [`has_ragged_keys`]); without it and without
+/// `causal` every key block is whole and visible, and the masked loop is not traced at all
+/// (half the kernel's code, which the driver's JIT would compile for a loop of no steps).
 #[tegula::kernel]
 pub fn attn_fwd<T: Element>(
     q_ptr: Ptr<T>,
@@ -79,6 +83,7 @@ pub fn attn_fwd<T: Element>(
     qk_scale: f32,
     #[constexpr] negate_scores: bool,
     #[constexpr] causal: bool,
+    #[constexpr] ragged_keys: bool,
     #[constexpr] head_dim: usize,
     #[constexpr] block_m: usize,
     #[constexpr] block_n: usize,
@@ -122,32 +127,38 @@ pub fn attn_fwd<T: Element>(
         let qk = dot_with(q, k.trans(), None, dot_precision::<T>());
         (m_i, l_i, acc) = online_softmax_step::<T>(qk, qk_scale, v, m_i, l_i, acc);
     }
-    // The causal diagonal band and the ragged last block of keys, masked.
-    for start_n in range(unmasked_end, hi, block_n) {
-        let offs_kv = start_n + offs_n;
-        let kv_mask = and_mask(offs_kv.col().lt(n_k), d_mask);
-        let k = load(
-            k_base + offs_kv.col() * stride_kn + offs_d.row(),
-            kv_mask,
-            0.0,
-        );
-        let v = load(
-            v_base + offs_kv.col() * stride_vn + offs_d.row(),
-            kv_mask,
-            0.0,
-        );
-        let mut visible = offs_kv.row().lt(n_k);
-        if causal {
-            visible &= offs_kv.row().le(offs_m.col() + (n_k - n_q));
+    // The causal diagonal band and the ragged last block of keys, masked (no such block
+    // when neither is there).
+    if causal || ragged_keys {
+        for start_n in range(unmasked_end, hi, block_n) {
+            let offs_kv = start_n + offs_n;
+            let kv_mask = and_mask(offs_kv.col().lt(n_k), d_mask);
+            let k = load(
+                k_base + offs_kv.col() * stride_kn + offs_d.row(),
+                kv_mask,
+                0.0,
+            );
+            let v = load(
+                v_base + offs_kv.col() * stride_vn + offs_d.row(),
+                kv_mask,
+                0.0,
+            );
+            let mut visible = offs_kv.row().lt(n_k);
+            if causal {
+                visible &= offs_kv.row().le(offs_m.col() + (n_k - n_q));
+            }
+            let qk = dot_with(q, k.trans(), None, dot_precision::<T>());
+            let qk = select(visible, qk, f32::NEG_INFINITY);
+            (m_i, l_i, acc) = online_softmax_step::<T>(qk, qk_scale, v, m_i, l_i, acc);
         }
-        let qk = dot_with(q, k.trans(), None, dot_precision::<T>());
-        let qk = select(visible, qk, f32::NEG_INFINITY);
-        (m_i, l_i, acc) = online_softmax_step::<T>(qk, qk_scale, v, m_i, l_i, acc);
     }
 
     // A row that saw no key has l_i = 0: its output is 0 and its logsumexp -inf.
-    let l_safe = select(l_i.eq(0.0), 1.0, l_i);
-    let out = acc / l_safe.col();
+    // One division per row and a multiply per element: a correctly rounded f32 division is a
+    // fast path plus a slow-path call in SASS, and one per accumulator element made up a
+    // quarter of the kernel's code, which the driver's JIT compiles on the first launch.
+    let l_rcp: Tile = 1.0 / select(l_i.eq(0.0), 1.0, l_i);
+    let out = acc * l_rcp.col();
     store(
         o_base + offs_m.col() * stride_om + offs_d.row(),
         out.to::<T>(),
@@ -156,6 +167,12 @@ pub fn attn_fwd<T: Element>(
     // Base 2 inside, natural log outside: ln(sum e^s) = (m_i + log2(l_i)) * ln 2.
     let lse = (m_i + log2(l_i)) * std::f32::consts::LN_2;
     store(lse_ptr + off_hz * n_q + offs_m, lse, offs_m.lt(n_q));
+}
+
+/// Whether the last of the key blocks of `block_n` keys is partial: the forward's
+/// `ragged_keys`, a trace-time fact of each launch (a new specialization when it changes).
+pub(super) fn has_ragged_keys(n_k: usize, block_n: usize) -> bool {
+    !n_k.is_multiple_of(block_n)
 }
 
 /// The kernel's positive score scale `|sm_scale| * log2 e` and whether scores are negated (a
@@ -263,8 +280,14 @@ fn resolve<T: Element>(
         || {
             // The source hash: the Tile IR of the default candidate.
             let r = candidates[0];
-            let ir =
-                attn_fwd::trace::<T>(false, options.causal, dims.head_dim, r.block_m, r.block_n)?;
+            let ir = attn_fwd::trace::<T>(
+                false,
+                options.causal,
+                has_ragged_keys(dims.n_k, r.block_n),
+                dims.head_dim,
+                r.block_m,
+                r.block_n,
+            )?;
             Ok(Tuning::new(
                 "tegula_kernels::attention::forward",
                 &ir.to_string(),
@@ -332,6 +355,7 @@ fn launch<T: Element>(
         qk_scale,
         negate_scores,
         options.causal,
+        has_ragged_keys(dims.n_k, options.block_n),
         dims.head_dim,
         options.block_m,
         options.block_n,
@@ -485,9 +509,10 @@ pub(super) fn trace_entry(
     let (dims, causal) = parse_shape(shape);
     let b = super::forward_candidates(&dims, dtype, &AttentionOptions::default())[0];
     let d = dims.head_dim;
+    let ragged = has_ragged_keys(dims.n_k, b.block_n);
     match dtype {
-        DType::F16 => attn_fwd::trace::<f16>(false, causal, d, b.block_m, b.block_n),
-        DType::BF16 => attn_fwd::trace::<bf16>(false, causal, d, b.block_m, b.block_n),
-        _ => attn_fwd::trace::<f32>(false, causal, d, b.block_m, b.block_n),
+        DType::F16 => attn_fwd::trace::<f16>(false, causal, ragged, d, b.block_m, b.block_n),
+        DType::BF16 => attn_fwd::trace::<bf16>(false, causal, ragged, d, b.block_m, b.block_n),
+        _ => attn_fwd::trace::<f32>(false, causal, ragged, d, b.block_m, b.block_n),
     }
 }
