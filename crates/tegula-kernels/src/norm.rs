@@ -368,13 +368,14 @@ pub fn layer_norm_fwd_rows<T: Element>(
     let row_mask = rows.lt(m);
     let col_mask = cols.lt(n);
     let mask = row_mask.col() & col_mask.row();
-    let v = load_row_tile(x, x_row_stride, rows, m, cols, col_mask, None).to::<f32>();
-    let shift = row_shift(x, n, Some((rows * x_row_stride, row_mask)));
-    // The weights (L2-resident: every row reads them) load with x, before the reductions, so
-    // that their L2 round trip overlaps x's instead of following the barrier round; they stay
-    // in the input dtype (half the registers of f32) until the output needs them.
+    // The weights (L2-resident: every row reads them) load before the reductions, so that
+    // their L2 round trip overlaps the reduction round instead of following it (ptxas issues
+    // them once x has arrived, in x's registers, whatever the order here); they stay in the
+    // input dtype (half the registers of f32) until the output needs them.
     let w_packed = load_kept(w + cols, col_mask);
     let b_packed = load_kept(b + cols, col_mask);
+    let v = load_row_tile(x, x_row_stride, rows, m, cols, col_mask, None).to::<f32>();
+    let shift = row_shift(x, n, Some((rows * x_row_stride, row_mask)));
     let s = select(mask, v - shift.col(), 0.0);
     let (centre, r) = shifted_moments(sum(s, 1), sum(s * s, 1), n, eps);
     let wv = w_packed.to::<f32>();
@@ -631,10 +632,11 @@ fn pipelined_row_config(n: usize, pipelined: usize, fallback: Config, resident: 
 
 /// Layer norm's forward config for rows of `n`: the pipelined one-tile kernel up to 1024
 /// columns (two programs per SM), one tile without the prefetch at 2048 and 4096 (8 warps at
-/// 4096: 63 registers, 4 programs a SM, `w` and `b` loaded with `x`; the pipelined kernel
-/// holds them as f32 across its loop: 108 registers, 2 programs), the looping kernel beyond
-/// (the one-tile kernel at 16384 columns takes 119 registers: one program a SM). The looping
-/// kernel reads a row twice since the statistics take one pass ([`shifted_moments`]).
+/// 4096: 62 registers, 4 programs a SM, `w` and `b` loaded before the reductions; the
+/// pipelined kernel holds them as f32 across its loop: 108 registers, 2 programs), the looping
+/// kernel beyond (the one-tile kernel at 16384 columns takes 119 registers: one program a
+/// SM). The looping kernel reads a row twice since the statistics take one pass
+/// ([`shifted_moments`]).
 pub fn layer_norm_config(n: usize) -> Config {
     if (2048..=4096).contains(&check::next_pow2(n, 16)) {
         return row_config(n, 4096);
