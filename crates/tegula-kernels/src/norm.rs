@@ -679,7 +679,7 @@ fn blocks(op: &str, config: &Config, n: usize) -> Result<(usize, usize)> {
 pub const MAX_UNROLL: usize = 8;
 
 /// `UNROLL` of a looping config: blocks a trip loads before it uses the first (1 if unset).
-fn loop_unroll(op: &str, config: &Config) -> Result<usize> {
+pub(crate) fn loop_unroll(op: &str, config: &Config) -> Result<usize> {
     match config.get(UNROLL).unwrap_or(1) {
         u @ 1.. if u as usize <= MAX_UNROLL => Ok(u as usize),
         u => Err(Error::Invalid {
