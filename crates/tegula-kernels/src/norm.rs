@@ -591,6 +591,18 @@ pub fn programs_per_sm(tile_elems: usize, resident: usize) -> usize {
 const LOOP_BLOCK: usize = 2048;
 const LOOP_UNROLL: usize = 4;
 
+/// The default `UNROLL` of a looping kernel for rows of `n`: [`LOOP_UNROLL`], or 1 when `n`
+/// is not a multiple of 8 elements. Such rows (of a contiguous tensor) are not 16-byte aligned,
+/// so the launch's specialization loads each element on its own: four blocks a trip then take
+/// 148-160 registers at 8 warps (one program a SM) for no more bytes in flight.
+pub(crate) fn loop_unroll_for(n: usize) -> usize {
+    if n.is_multiple_of(8) {
+        LOOP_UNROLL
+    } else {
+        1
+    }
+}
+
 /// A forward launch config for rows of `n`: the one-tile kernels (`BLOCK` >= `n`, `BLOCK_M`
 /// rows per program, several for short rows) up to `one_tile` columns, else the looping
 /// kernels (`BLOCK_M` 0, [`LOOP_UNROLL`] blocks of [`LOOP_BLOCK`] a trip) at 8 warps.
@@ -600,7 +612,7 @@ fn row_config(n: usize, one_tile: usize) -> Config {
         return Config::new(8, 1)
             .with("BLOCK", row_block(n).min(LOOP_BLOCK) as i64)
             .with("BLOCK_M", 0)
-            .with(UNROLL, LOOP_UNROLL as i64);
+            .with(UNROLL, loop_unroll_for(n) as i64);
     }
     let block_m = (2048 / block).clamp(1, 16);
     // At most 16 warps: 1024 threads would cap a thread at 64 registers.

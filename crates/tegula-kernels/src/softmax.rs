@@ -23,11 +23,9 @@ use tegula::Result;
 pub const MAX_BLOCK: usize = 32768;
 
 /// The online path's block of columns (at most the single-tile limit): 8 values a thread at
-/// 8 warps (64 registers with [`ONLINE_UNROLL`], 4 programs a SM), as the norms' looping
-/// kernels.
+/// 8 warps, with the norms' looping kernels' blocks a trip (`norm::loop_unroll_for`: four
+/// 16-byte loads of bf16 in flight a thread, 64 registers, 4 programs a SM at 32768 columns).
 pub const ONLINE_BLOCK: usize = 2048;
-/// The online path's blocks a trip: four 16-byte loads of bf16 in flight a thread.
-pub const ONLINE_UNROLL: usize = 4;
 
 /// `block_m` whole rows in one masked tile: read once, write once.
 #[tegula::kernel]
@@ -227,7 +225,7 @@ pub fn config(cols: usize, max_block: usize) -> Config {
         return Config::new(warps, 1)
             .with("BLOCK", online as i64)
             .with("BLOCK_M", 0)
-            .with(UNROLL, ONLINE_UNROLL as i64);
+            .with(UNROLL, norm::loop_unroll_for(cols) as i64);
     }
     let block_m = (2048 / block).clamp(1, 16);
     // At most 16 warps: 1024 threads would cap a thread at 64 registers.

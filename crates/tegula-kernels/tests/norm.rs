@@ -543,6 +543,9 @@ fn default_configs_follow_the_measured_sweep() {
         assert_eq!(c.get("BLOCK_M"), Some(0), "{c}");
         let unroll = c.get(UNROLL).unwrap();
         assert!((2..=MAX_UNROLL as i64).contains(&unroll), "{c}");
+        // Rows that are not 16-byte aligned load element by element: no unrolling.
+        let c = config(32771);
+        assert_eq!((c.get("BLOCK_M"), c.get(UNROLL)), (Some(0), Some(1)), "{c}");
     }
 }
 
