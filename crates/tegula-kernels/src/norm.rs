@@ -26,6 +26,7 @@ const DTYPES: &[DType] = &[DType::F16, DType::BF16, DType::F32];
 /// `y = (x - mean) * rstd * w + b` per row; stores `mean` and `rstd = 1 / sqrt(var + eps)`.
 ///
 /// The statistics take one pass over the row (see [`shifted_moments`]), the output a second.
+/// Each trip of either pass covers `unroll` blocks of `block` columns (see [`row_blocks`]).
 #[tegula::kernel]
 pub fn layer_norm_fwd<T: Element>(
     x: Ptr<T>,
@@ -39,6 +40,7 @@ pub fn layer_norm_fwd<T: Element>(
     n: i32,
     eps: f32,
     #[constexpr] block: usize,
+    #[constexpr] unroll: usize,
 ) {
     let row = program_id(0);
     let x_row = x + row * x_row_stride;
@@ -47,24 +49,102 @@ pub fn layer_norm_fwd<T: Element>(
     let shift = row_shift(x_row, n, None);
     let mut acc1 = zeros::<f32>([block]);
     let mut acc2 = zeros::<f32>([block]);
-    for start in range(0, n, block) {
-        let cols = start + offsets;
-        let mask = cols.lt(n);
-        let s = select(mask, load(x_row + cols, mask, 0).to::<f32>() - shift, 0.0);
-        acc1 += s;
-        acc2 += s * s;
+    // The trips that cover whole blocks need no masks: without the per-element selects ptxas
+    // keeps a trip's loads together instead of sinking each to its first use. The last, partial
+    // trip (if any) runs in the second loop.
+    let step = (block * unroll) as i64;
+    let whole = n / step * step;
+    for start in range(0, whole, step) {
+        let blocks = row_blocks(start, offsets, block, n, unroll);
+        let xs: Vec<Tile> = blocks
+            .iter()
+            .map(|&(cols, _)| load_block(x_row + cols, None, EvictionPolicy::Last))
+            .collect();
+        for v in xs {
+            let s = v.to::<f32>() - shift;
+            acc1 += s;
+            acc2 += s * s;
+        }
+    }
+    for start in range(whole, n, step) {
+        let blocks = row_blocks(start, offsets, block, n, unroll);
+        let xs: Vec<Tile> = blocks
+            .iter()
+            .map(|&(cols, mask)| load_block(x_row + cols, Some(mask), EvictionPolicy::Last))
+            .collect();
+        for (v, &(_, mask)) in xs.into_iter().zip(&blocks) {
+            let s = select(mask, v.to::<f32>() - shift, 0.0);
+            acc1 += s;
+            acc2 += s * s;
+        }
     }
     let (centre, r) = shifted_moments(sum(acc1, 0), sum(acc2, 0), n, eps);
     store_unmasked(mean + row, shift + centre);
     store_unmasked(rstd + row, r);
-    for start in range(0, n, block) {
-        let cols = start + offsets;
-        let mask = cols.lt(n);
-        let v = load(x_row + cols, mask, 0).to::<f32>();
-        let wv = load(w + cols, mask, 0).to::<f32>();
-        let bv = load(b + cols, mask, 0).to::<f32>();
-        store(y_row + cols, (v - shift - centre) * r * wv + bv, mask);
+    for start in range(0, n, block * unroll) {
+        let blocks = row_blocks(start, offsets, block, n, unroll);
+        let loads: Vec<(Tile, Tile, Tile)> = blocks
+            .iter()
+            .map(|&(cols, mask)| {
+                (
+                    load_block(x_row + cols, Some(mask), EvictionPolicy::First),
+                    load_kept(w + cols, mask),
+                    load_kept(b + cols, mask),
+                )
+            })
+            .collect();
+        for ((v, wv, bv), &(cols, mask)) in loads.into_iter().zip(&blocks) {
+            let (v, wv, bv) = (v.to::<f32>(), wv.to::<f32>(), bv.to::<f32>());
+            store_streamed(y_row + cols, (v - shift - centre) * r * wv + bv, mask);
+        }
     }
+}
+
+/// The `unroll` blocks of columns `start + k * block + offsets` of one trip of a looping
+/// kernel, with their masks at `n`. A trip issues all its blocks' loads before it uses the
+/// first, so a thread has `unroll` blocks in flight against one accumulator of one block (a
+/// larger block would grow the accumulators instead: registers that hold no bytes in flight).
+fn row_blocks(
+    start: Tile,
+    offsets: Tile,
+    block: usize,
+    n: Tile,
+    unroll: usize,
+) -> Vec<(Tile, Tile)> {
+    (0..unroll)
+        .map(|k| {
+            let cols = start + (k * block) as i64 + offsets;
+            (cols, cols.lt(n))
+        })
+        .collect()
+}
+
+/// A load of a block of a row for the looping kernels, which read a row twice: the
+/// statistics pass keeps it in L2 ([`EvictionPolicy::Last`]) for the output pass, which reads
+/// it for the last time ([`EvictionPolicy::First`]).
+fn load_block(ptr: Tile, mask: Option<Tile>, evict: EvictionPolicy) -> Tile {
+    load_with(
+        ptr,
+        LoadOptions {
+            mask,
+            evict,
+            ..Default::default()
+        },
+    )
+}
+
+/// A store of an output written once and not read again (evicted first), so that it does not
+/// push out of L2 the rows the looping kernels read twice.
+fn store_streamed(ptr: Tile, value: Tile, mask: Tile) {
+    store_with(
+        ptr,
+        value,
+        StoreOptions {
+            mask: Some(mask),
+            evict: EvictionPolicy::First,
+            ..Default::default()
+        },
+    );
 }
 
 /// The shift of a row's statistics (see [`shifted_moments`]): the median of its first three
@@ -217,7 +297,8 @@ pub fn layer_norm_bwd_reduce<T: Element>(
     store(db + cols, sum(acc_b, 0), col_mask);
 }
 
-/// `y = x / sqrt(mean(x^2) + eps) * w` per row.
+/// `y = x / sqrt(mean(x^2) + eps) * w` per row, in two passes whose trips cover `unroll`
+/// blocks of `block` columns (see [`row_blocks`]).
 #[tegula::kernel]
 pub fn rms_norm_fwd<T: Element>(
     x: Ptr<T>,
@@ -228,24 +309,39 @@ pub fn rms_norm_fwd<T: Element>(
     n: i32,
     eps: f32,
     #[constexpr] block: usize,
+    #[constexpr] unroll: usize,
 ) {
     let row = program_id(0);
     let x_row = x + row * x_row_stride;
     let y_row = y + row * y_row_stride;
     let offsets = arange(0, block as i64);
     let mut acc = zeros::<f32>([block]);
-    for start in range(0, n, block) {
-        let cols = start + offsets;
-        let v = load(x_row + cols, cols.lt(n), 0).to::<f32>();
-        acc += v * v;
+    for start in range(0, n, block * unroll) {
+        let blocks = row_blocks(start, offsets, block, n, unroll);
+        let xs: Vec<Tile> = blocks
+            .iter()
+            .map(|&(cols, mask)| load_block(x_row + cols, Some(mask), EvictionPolicy::Last))
+            .collect();
+        for v in xs {
+            let v = v.to::<f32>();
+            acc += v * v;
+        }
     }
     let r = 1.0 / sqrt(sum(acc, 0) / n + eps);
-    for start in range(0, n, block) {
-        let cols = start + offsets;
-        let mask = cols.lt(n);
-        let v = load(x_row + cols, mask, 0).to::<f32>();
-        let wv = load(w + cols, mask, 0).to::<f32>();
-        store(y_row + cols, v * r * wv, mask);
+    for start in range(0, n, block * unroll) {
+        let blocks = row_blocks(start, offsets, block, n, unroll);
+        let loads: Vec<(Tile, Tile)> = blocks
+            .iter()
+            .map(|&(cols, mask)| {
+                (
+                    load_block(x_row + cols, Some(mask), EvictionPolicy::First),
+                    load_kept(w + cols, mask),
+                )
+            })
+            .collect();
+        for ((v, wv), &(cols, mask)) in loads.into_iter().zip(&blocks) {
+            store_streamed(y_row + cols, v.to::<f32>() * r * wv.to::<f32>(), mask);
+        }
     }
 }
 
@@ -272,14 +368,18 @@ pub fn layer_norm_fwd_rows<T: Element>(
     let row_mask = rows.lt(m);
     let col_mask = cols.lt(n);
     let mask = row_mask.col() & col_mask.row();
-    let v = load(x + rows.col() * x_row_stride + cols.row(), mask, 0).to::<f32>();
+    // The weights (L2-resident: every row reads them) load before the reductions, so that
+    // their L2 round trip overlaps the reduction round instead of following it (ptxas issues
+    // them once x has arrived, in x's registers, whatever the order here); they stay in the
+    // input dtype (half the registers of f32) until the output needs them.
+    let w_packed = load_kept(w + cols, col_mask);
+    let b_packed = load_kept(b + cols, col_mask);
+    let v = load_row_tile(x, x_row_stride, rows, m, cols, col_mask, None).to::<f32>();
     let shift = row_shift(x, n, Some((rows * x_row_stride, row_mask)));
     let s = select(mask, v - shift.col(), 0.0);
     let (centre, r) = shifted_moments(sum(s, 1), sum(s * s, 1), n, eps);
-    // The weights (L2-resident: every row reads them) load after the reductions, so that
-    // their registers are not held across them.
-    let wv = load(w + cols, col_mask, 0).to::<f32>();
-    let bv = load(b + cols, col_mask, 0).to::<f32>();
+    let wv = w_packed.to::<f32>();
+    let bv = b_packed.to::<f32>();
     store(mean + rows, shift + centre, row_mask);
     store(rstd + rows, r, row_mask);
     store(
@@ -484,15 +584,35 @@ pub fn programs_per_sm(tile_elems: usize, resident: usize) -> usize {
     (16384 / tile_elems).clamp(1, resident.max(1))
 }
 
+/// The looping kernels' block of columns and blocks a trip by default: 8 elements a thread
+/// at 8 warps, 4 blocks (four 16-byte loads of bf16) in flight a thread: 70 registers (layer
+/// norm) and 80 (RMS norm), 3 programs a SM, 48 KB of bf16 in flight a SM (the old
+/// 4096-column blocks without unrolling: 64 registers, 4 programs, 32 KB).
+const LOOP_BLOCK: usize = 2048;
+const LOOP_UNROLL: usize = 4;
+
+/// The default `UNROLL` of a looping kernel for rows of `n`: [`LOOP_UNROLL`], or 1 when `n`
+/// is not a multiple of 8 elements. Such rows (of a contiguous tensor) are not 16-byte aligned,
+/// so the launch's specialization loads each element on its own: four blocks a trip then take
+/// 148-160 registers at 8 warps (one program a SM) for no more bytes in flight.
+pub(crate) fn loop_unroll_for(n: usize) -> usize {
+    if n.is_multiple_of(8) {
+        LOOP_UNROLL
+    } else {
+        1
+    }
+}
+
 /// A forward launch config for rows of `n`: the one-tile kernels (`BLOCK` >= `n`, `BLOCK_M`
 /// rows per program, several for short rows) up to `one_tile` columns, else the looping
-/// kernels (`BLOCK_M` 0, blocks of up to [`MAX_BLOCK`]) with `loop_warps`.
-fn row_config(n: usize, one_tile: usize, loop_warps: u32) -> Config {
+/// kernels (`BLOCK_M` 0, [`LOOP_UNROLL`] blocks of [`LOOP_BLOCK`] a trip) at 8 warps.
+fn row_config(n: usize, one_tile: usize) -> Config {
     let block = check::next_pow2(n, 16);
     if block > one_tile {
-        return Config::new(loop_warps, 1)
-            .with("BLOCK", row_block(n) as i64)
-            .with("BLOCK_M", 0);
+        return Config::new(8, 1)
+            .with("BLOCK", row_block(n).min(LOOP_BLOCK) as i64)
+            .with("BLOCK_M", 0)
+            .with(UNROLL, loop_unroll_for(n) as i64);
     }
     let block_m = (2048 / block).clamp(1, 16);
     // At most 16 warps: 1024 threads would cap a thread at 64 registers.
@@ -506,6 +626,10 @@ fn row_config(n: usize, one_tile: usize, loop_warps: u32) -> Config {
 /// (a persistent grid, the next tile's load in flight during the current tile's reductions).
 pub const PROGRAMS_PER_SM: &str = "PROGRAMS_PER_SM";
 
+/// `UNROLL` of a looping config (`BLOCK_M` 0): the blocks of `BLOCK` columns each trip of
+/// the looping kernels loads at once (1 to [`MAX_UNROLL`]; 1 when unset).
+pub const UNROLL: &str = "UNROLL";
+
 /// The one-tile config of [`row_config`] made pipelined, up to `pipelined` columns, with at
 /// most `resident` programs per SM (from `ptxas -v`: registers a thread x threads).
 fn pipelined_row_config(n: usize, pipelined: usize, fallback: Config, resident: usize) -> Config {
@@ -513,32 +637,36 @@ fn pipelined_row_config(n: usize, pipelined: usize, fallback: Config, resident: 
     if block > pipelined {
         return fallback;
     }
-    let c = row_config(n, pipelined, 4);
+    let c = row_config(n, pipelined);
     let tile = block * c.get("BLOCK_M").unwrap_or(1) as usize;
     c.with(PROGRAMS_PER_SM, programs_per_sm(tile, resident) as i64)
 }
 
-/// Layer norm's forward config for rows of `n`: the pipelined one-tile kernel up to 4096
-/// columns (8 warps, two programs per SM; H200 sweep of 2026-11-30: 2.43 TB/s against 1.86
-/// looping and 1.74 for one tile without the prefetch), the looping kernel beyond. The looping
-/// kernel reads a row twice since the statistics take one pass ([`shifted_moments`]); at 8
-/// warps it needs 56 registers (4 warps: 120, as many threads per SM at twice the registers),
-/// the one-tile kernels at 16384 columns 122-128 (one program per SM).
+/// Layer norm's forward config for rows of `n`: the pipelined one-tile kernel up to 1024
+/// columns (two programs per SM), one tile without the prefetch at 2048 and 4096 (8 warps at
+/// 4096: 62 registers, 4 programs a SM, `w` and `b` loaded before the reductions; the
+/// pipelined kernel holds them as f32 across its loop: 108 registers, 2 programs), the looping
+/// kernel beyond (the one-tile kernel at 16384 columns takes 119 registers: one program a
+/// SM). The looping kernel reads a row twice since the statistics take one pass
+/// ([`shifted_moments`]).
 pub fn layer_norm_config(n: usize) -> Config {
-    let looping = row_config(n, 1024, 8);
-    pipelined_row_config(n, 4096, looping, 2)
+    if (2048..=4096).contains(&check::next_pow2(n, 16)) {
+        return row_config(n, 4096);
+    }
+    let looping = row_config(n, 1024);
+    pipelined_row_config(n, 1024, looping, 2)
 }
 
 /// RMS norm's forward config for rows of `n`, from the same sweep: one tile without the
 /// prefetch up to 4096 columns (2.92 TB/s against 2.76 and 2.66 pipelined at two and four
 /// programs per SM), the pipelined kernel up to 16384 (16 warps, one program per SM: 3.49
 /// against 3.25 looping), the looping kernel at 8 warps beyond (3.09 at 32768, where the
-/// pipelined kernel spills).
+/// pipelined kernel spills; the looping kernel now loads [`LOOP_UNROLL`] blocks a trip).
 pub fn rms_norm_config(n: usize) -> Config {
     if check::next_pow2(n, 16) <= 4096 {
-        return row_config(n, 4096, 8);
+        return row_config(n, 4096);
     }
-    let looping = row_config(n, 4096, 8);
+    let looping = row_config(n, 4096);
     pipelined_row_config(n, 16384, looping, 1)
 }
 
@@ -557,6 +685,20 @@ fn blocks(op: &str, config: &Config, n: usize) -> Result<(usize, usize)> {
         });
     }
     Ok((block, block_m))
+}
+
+/// The most blocks a trip of the looping kernels loads at once (`UNROLL`).
+pub const MAX_UNROLL: usize = 8;
+
+/// `UNROLL` of a looping config: blocks a trip loads before it uses the first (1 if unset).
+pub(crate) fn loop_unroll(op: &str, config: &Config) -> Result<usize> {
+    match config.get(UNROLL).unwrap_or(1) {
+        u @ 1.. if u as usize <= MAX_UNROLL => Ok(u as usize),
+        u => Err(Error::Invalid {
+            op: op.into(),
+            message: format!("UNROLL must be 1 to {MAX_UNROLL}, got {u}"),
+        }),
+    }
 }
 
 /// Checks a `[rows, n]` input or output with unit column stride and i32 offsets.
@@ -650,6 +792,7 @@ pub fn layer_norm_into_with<T: Element>(
     }
     check::expect_no_alias(OP, ("rstd", rstd), ("mean", mean))?;
     let (block, block_m) = blocks(OP, config, n)?;
+    let unroll = loop_unroll(OP, config)?;
     if m == 0 || n == 0 {
         return Ok(());
     }
@@ -670,7 +813,9 @@ pub fn layer_norm_into_with<T: Element>(
             dev, grid, lc, x, y, w, b, mean, rstd, xs, ys, mi, ni, eps, block_m, block,
         );
     }
-    layer_norm_fwd::launch_with::<T>(dev, m, lc, x, y, w, b, mean, rstd, xs, ys, ni, eps, block)
+    layer_norm_fwd::launch_with::<T>(
+        dev, m, lc, x, y, w, b, mean, rstd, xs, ys, ni, eps, block, unroll,
+    )
 }
 
 /// Layer norm forward of `x` [M, N] with weight `w` and bias `b` [N]; see [`layer_norm_into`].
@@ -830,6 +975,7 @@ pub fn rms_norm_into_with<T: Element>(
     check::expect_no_alias(OP, ("y", y), ("x", x))?;
     check::expect_no_alias(OP, ("y", y), ("w", w))?;
     let (block, block_m) = blocks(OP, config, n)?;
+    let unroll = loop_unroll(OP, config)?;
     if m == 0 || n == 0 {
         return Ok(());
     }
@@ -850,7 +996,7 @@ pub fn rms_norm_into_with<T: Element>(
             dev, grid, lc, x, y, w, xs, ys, mi, ni, eps, block_m, block,
         );
     }
-    rms_norm_fwd::launch_with::<T>(dev, m, lc, x, y, w, xs, ys, ni, eps, block)
+    rms_norm_fwd::launch_with::<T>(dev, m, lc, x, y, w, xs, ys, ni, eps, block, unroll)
 }
 
 /// RMS norm of `x` [M, N] with weight `w` [N] in a new tensor; see [`rms_norm_into`].
@@ -1057,22 +1203,29 @@ fn rms_check(dev: &Device, shape: &[usize], dtype: DType) -> Result<CheckReport>
     by_dtype!(rms_norm_check, dtype, dev, shape)
 }
 
-/// `BLOCK_M`, `BLOCK` and whether the pipelined kernel runs, of a forward config.
-fn forward_blocks(c: Config) -> (usize, usize, bool) {
+/// `BLOCK_M`, `BLOCK`, `UNROLL` and whether the pipelined kernel runs, of a forward config.
+fn forward_blocks(c: Config) -> (usize, usize, usize, bool) {
     let get = |k: &str| c.get(k).unwrap_or(0) as usize;
-    (get("BLOCK_M"), get("BLOCK"), get(PROGRAMS_PER_SM) > 0)
+    let unroll = get(UNROLL).max(1);
+    (
+        get("BLOCK_M"),
+        get("BLOCK"),
+        unroll,
+        get(PROGRAMS_PER_SM) > 0,
+    )
 }
 fn ln_trace(shape: &[usize], dtype: DType) -> std::result::Result<Kernel, TraceError> {
-    let (block_m, block, pipelined) = forward_blocks(layer_norm_config(dims(shape).1));
-    by_dtype!(ln_trace_typed, dtype, block_m, block, pipelined)
+    let (block_m, block, unroll, pipelined) = forward_blocks(layer_norm_config(dims(shape).1));
+    by_dtype!(ln_trace_typed, dtype, block_m, block, unroll, pipelined)
 }
 fn ln_trace_typed<T: Element>(
     block_m: usize,
     block: usize,
+    unroll: usize,
     pipelined: bool,
 ) -> std::result::Result<Kernel, TraceError> {
     match (block_m, pipelined) {
-        (0, _) => layer_norm_fwd::trace::<T>(block),
+        (0, _) => layer_norm_fwd::trace::<T>(block, unroll),
         (_, true) => layer_norm_fwd_pipelined::trace::<T>(block_m, block),
         _ => layer_norm_fwd_rows::trace::<T>(block_m, block),
     }
@@ -1086,16 +1239,17 @@ fn ln_bwd_trace_typed<T: Element>(block: usize) -> std::result::Result<Kernel, T
     layer_norm_bwd_dx::trace::<T>(block)
 }
 fn rms_trace(shape: &[usize], dtype: DType) -> std::result::Result<Kernel, TraceError> {
-    let (block_m, block, pipelined) = forward_blocks(rms_norm_config(dims(shape).1));
-    by_dtype!(rms_trace_typed, dtype, block_m, block, pipelined)
+    let (block_m, block, unroll, pipelined) = forward_blocks(rms_norm_config(dims(shape).1));
+    by_dtype!(rms_trace_typed, dtype, block_m, block, unroll, pipelined)
 }
 fn rms_trace_typed<T: Element>(
     block_m: usize,
     block: usize,
+    unroll: usize,
     pipelined: bool,
 ) -> std::result::Result<Kernel, TraceError> {
     match (block_m, pipelined) {
-        (0, _) => rms_norm_fwd::trace::<T>(block),
+        (0, _) => rms_norm_fwd::trace::<T>(block, unroll),
         (_, true) => rms_norm_fwd_pipelined::trace::<T>(block_m, block),
         _ => rms_norm_fwd_rows::trace::<T>(block_m, block),
     }

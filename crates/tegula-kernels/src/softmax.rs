@@ -2,14 +2,14 @@
 //!
 //! A row that fits one block (`next_pow2(n) <= max_block`) is loaded once, in a masked tile of
 //! one or more rows (short rows share a program); a longer row takes two passes over blocks:
-//! an online pass keeping a running maximum and a rescaled running sum, then a pass that
+//! an online pass keeping a running maximum and a rescaled running sum per lane, then a pass that
 //! writes `exp(x - max) / sum`.
 //! Inputs are f16, bf16 or f32; the math is f32 and the output has the input dtype.
 //! Elements equal to -inf get probability 0; a row that is entirely -inf gives NaN (as in
 //! PyTorch), on both paths.
 
 use crate::check;
-use crate::norm::{self, PROGRAMS_PER_SM};
+use crate::norm::{self, PROGRAMS_PER_SM, UNROLL};
 use crate::{CheckReport, LibraryKernel};
 use tegula::autotune::Config;
 use tegula::ir::{DType, Kernel, TraceError};
@@ -18,11 +18,14 @@ use tegula::Result;
 
 /// The largest row held in one tile: 32768 f32 values are 64 registers per thread at 16
 /// warps (124 in all, no spills; measured 3.27 TB/s at 4096x32768 against 2.82 for the online
-/// path). Longer rows loop over blocks of [`ONLINE_BLOCK`] columns.
+/// path as it was before its per-lane statistics). Longer rows loop over blocks of
+/// [`ONLINE_BLOCK`] columns.
 pub const MAX_BLOCK: usize = 32768;
 
-/// The online path's block of columns (at most the single-tile limit).
-pub const ONLINE_BLOCK: usize = 8192;
+/// The online path's block of columns (at most the single-tile limit): 8 values a thread at
+/// 8 warps, with the norms' looping kernels' blocks a trip (`norm::loop_unroll_for`: four
+/// 16-byte loads of bf16 in flight a thread, 64 registers, 4 programs a SM at 32768 columns).
+pub const ONLINE_BLOCK: usize = 2048;
 
 /// `block_m` whole rows in one masked tile: read once, write once.
 #[tegula::kernel]
@@ -97,7 +100,11 @@ pub fn softmax_pipelined_kernel<T: Element>(
     }
 }
 
-/// A row longer than one block: online max and sum over blocks, then a normalizing pass.
+/// A row longer than one block: an online pass keeping a running maximum and a rescaled
+/// running sum per lane (a lane of the block tile: no reduction across the program until the
+/// row ends), then a normalizing pass. Each trip loads `unroll` blocks of `block` columns
+/// before it uses the first (bytes in flight without larger accumulators) and rescales the
+/// running sum once for all of them.
 #[tegula::kernel]
 pub fn softmax_online_kernel<T: Element>(
     x: Ptr<T>,
@@ -106,30 +113,68 @@ pub fn softmax_online_kernel<T: Element>(
     y_row_stride: i32,
     n_cols: i32,
     #[constexpr] block: usize,
+    #[constexpr] unroll: usize,
 ) {
     let row = program_id(0);
     let offsets = arange(0, block as i64);
     let x_row = x + row * x_row_stride;
     let y_row = y + row * y_row_stride;
-    let mut m = full::<f32>([], f32::NEG_INFINITY);
-    let mut l = zeros::<f32>([]);
-    for start in range(0, n_cols, block) {
-        let cols = start + offsets;
-        let v = load(x_row + cols, cols.lt(n_cols), f32::NEG_INFINITY).to::<f32>();
-        let m_new = maximum(m, max(v, 0));
-        // While every element so far is -inf (a masked prefix), shift by 0 instead of -inf so
-        // that exp(-inf - -inf) never makes a NaN: l stays 0 until a finite element arrives.
+    let mut m = full::<f32>([block], f32::NEG_INFINITY);
+    let mut l = zeros::<f32>([block]);
+    for start in range(0, n_cols, block * unroll) {
+        let vs: Vec<Tile> = (0..unroll)
+            .map(|k| {
+                let cols = start + (k * block) as i64 + offsets;
+                // Kept in L2 for the normalizing pass, which reads the row again.
+                load_x(x_row + cols, cols.lt(n_cols), EvictionPolicy::Last).to::<f32>()
+            })
+            .collect();
+        let m_new = vs.iter().fold(m, |acc, &v| maximum(acc, v));
+        // While every element of a lane so far is -inf (masked or -inf input), shift by 0
+        // instead of -inf so that exp(-inf - -inf) never makes a NaN: l stays 0 there.
         let shift = select(m_new.eq(f32::NEG_INFINITY), 0.0, m_new);
-        l = l * exp(m - shift) + sum(exp(v - shift), 0);
+        l = vs
+            .into_iter()
+            .fold(l * exp(m - shift), |acc, v| acc + exp(v - shift));
         m = m_new;
     }
-    let inv_l = 1.0 / l;
-    for start in range(0, n_cols, block) {
-        let cols = start + offsets;
-        let mask = cols.lt(n_cols);
-        let v = load(x_row + cols, mask, f32::NEG_INFINITY).to::<f32>();
-        store(y_row + cols, exp(v - m) * inv_l, mask);
+    // One reduction round for the row: its maximum, then every lane's sum rescaled to it.
+    let row_max = max(m, 0);
+    let inv_l = 1.0 / sum(l * exp(m - row_max), 0);
+    for start in range(0, n_cols, block * unroll) {
+        let cols: Vec<Tile> = (0..unroll)
+            .map(|k| start + (k * block) as i64 + offsets)
+            .collect();
+        let vs: Vec<Tile> = cols
+            .iter()
+            .map(|&c| load_x(x_row + c, c.lt(n_cols), EvictionPolicy::First))
+            .collect();
+        for (v, c) in vs.into_iter().zip(cols) {
+            let out = exp(v.to::<f32>() - row_max) * inv_l;
+            store_with(
+                y_row + c,
+                out,
+                StoreOptions {
+                    mask: Some(c.lt(n_cols)),
+                    evict: EvictionPolicy::First,
+                    ..Default::default()
+                },
+            );
+        }
     }
+}
+
+/// A masked load of x with -inf in the masked lanes (they add exp(-inf) = 0 to the sums).
+fn load_x(ptr: Tile, mask: Tile, evict: EvictionPolicy) -> Tile {
+    load_with(
+        ptr,
+        LoadOptions {
+            mask: Some(mask),
+            other: Some(Operand::Float(f64::NEG_INFINITY)),
+            evict,
+            ..Default::default()
+        },
+    )
 }
 
 const OP: &str = "softmax";
@@ -173,13 +218,14 @@ const ELEMS_PER_THREAD: usize = 32;
 pub fn config(cols: usize, max_block: usize) -> Config {
     let block = check::next_pow2(cols, 16);
     if block > max_block {
-        // 16 values a thread (16 warps at 8192): measured 2.82 TB/s at 4096x32768 against
-        // 2.58 for blocks of 4096 at 8 warps.
+        // The online kernel before its per-lane statistics and unrolled trips (a reduction
+        // round a block) measured 2.82 TB/s at 4096x32768 with 16 warps and blocks of 8192.
         let online = max_block.min(ONLINE_BLOCK);
-        let warps = (online / (32 * 16)).clamp(4, 16) as u32;
+        let warps = (online / (32 * 8)).clamp(4, 8) as u32;
         return Config::new(warps, 1)
             .with("BLOCK", online as i64)
-            .with("BLOCK_M", 0);
+            .with("BLOCK_M", 0)
+            .with(UNROLL, norm::loop_unroll_for(cols) as i64);
     }
     let block_m = (2048 / block).clamp(1, 16);
     // At most 16 warps: 1024 threads would cap a thread at 64 registers.
@@ -212,6 +258,7 @@ pub fn softmax_into_with<T: Element>(x: &Tensor<T>, y: &Tensor<T>, config: &Conf
     check::expect_i32_extent(OP, "x", x)?;
     check::expect_i32_extent(OP, "y", y)?;
     let (block, block_m) = (config.usize("BLOCK")?, config.usize("BLOCK_M")?);
+    let unroll = norm::loop_unroll(OP, config)?;
     let (rows, cols) = (x.shape()[0], x.shape()[1]);
     let bad = !block.is_power_of_two()
         || block < 16
@@ -243,7 +290,7 @@ pub fn softmax_into_with<T: Element>(x: &Tensor<T>, y: &Tensor<T>, config: &Conf
         let grid = rows.div_ceil(block_m);
         softmax_kernel::launch_with::<T>(dev, grid, lc, x, y, xs, ys, m, n, block_m, block)
     } else {
-        softmax_online_kernel::launch_with::<T>(dev, rows, lc, x, y, xs, ys, n, block)
+        softmax_online_kernel::launch_with::<T>(dev, rows, lc, x, y, xs, ys, n, block, unroll)
     }
 }
 
@@ -314,7 +361,7 @@ fn trace_typed<T: Element>(shape: &[usize]) -> std::result::Result<Kernel, Trace
     let c = config(dims(shape).1, MAX_BLOCK);
     let get = |k: &str| c.get(k).unwrap_or(0) as usize;
     match (get("BLOCK_M"), get(PROGRAMS_PER_SM)) {
-        (0, _) => softmax_online_kernel::trace::<T>(get("BLOCK")),
+        (0, _) => softmax_online_kernel::trace::<T>(get("BLOCK"), get(UNROLL).max(1)),
         (block_m, 0) => softmax_kernel::trace::<T>(block_m, get("BLOCK")),
         (block_m, _) => softmax_pipelined_kernel::trace::<T>(block_m, get("BLOCK")),
     }

@@ -9,8 +9,8 @@ use tegula::{Device, Error, Tensor};
 use tegula_kernels::check;
 use tegula_kernels::norm::{
     layer_norm, layer_norm_backward, layer_norm_backward_reference, layer_norm_into,
-    layer_norm_reference, param_grad_tolerance, rms_norm, rms_norm_into, rms_norm_reference,
-    tolerance, MAX_BLOCK, MAX_ROW,
+    layer_norm_into_with, layer_norm_reference, param_grad_tolerance, rms_norm, rms_norm_into,
+    rms_norm_into_with, rms_norm_reference, tolerance, MAX_BLOCK, MAX_ROW, MAX_UNROLL,
 };
 
 const EPS: f32 = 1e-5;
@@ -165,6 +165,10 @@ fn forward_paths(n: usize) -> Vec<tegula::autotune::Config> {
     let block = n.next_power_of_two() as i64;
     vec![
         Config::new(4, 1).with("BLOCK", 64).with("BLOCK_M", 0),
+        Config::new(4, 1)
+            .with("BLOCK", 32)
+            .with("BLOCK_M", 0)
+            .with("UNROLL", 3),
         Config::new(4, 1).with("BLOCK", block).with("BLOCK_M", 2),
         Config::new(4, 1)
             .with("BLOCK", block)
@@ -392,6 +396,21 @@ fn contract_errors_are_typed() {
         layer_norm_backward(&y, &x, &w_other, &mean, &rstd),
         Err(Error::Device { .. })
     ));
+    // Configs: UNROLL outside 1..=MAX_UNROLL.
+    for unroll in [0, MAX_UNROLL as i64 + 1] {
+        let c = tegula::autotune::Config::new(4, 1)
+            .with("BLOCK", 16)
+            .with("BLOCK_M", 0)
+            .with("UNROLL", unroll);
+        assert!(matches!(
+            layer_norm_into_with(&x, &w, &b, EPS, &y, &mean, &rstd, &c),
+            Err(Error::Invalid { .. })
+        ));
+        assert!(matches!(
+            rms_norm_into_with(&x, &w, EPS, &y, &c),
+            Err(Error::Invalid { .. })
+        ));
+    }
     // Dtype and eps.
     let xi = dev.from_slice(&[1i32; 4], [2, 2]).unwrap();
     let wi = dev.from_slice(&[1i32; 2], [2]).unwrap();
@@ -417,12 +436,12 @@ fn library_entries_check_and_trace() {
         for &dt in k.dtypes {
             let r = (k.check)(&dev, k.default_shape, dt).unwrap();
             assert!(r.passed(), "{}: {r:?}", k.name);
-            // Rows of the default 1031 columns: layer norm takes the pipelined kernel (its
-            // name says so), RMS norm one tile, the backward loops over blocks.
+            // Rows of the default 1031 columns (a tile of 2048): both forwards take one tile
+            // (the kernel's name says so), the backward loops over blocks.
             let ir = (k.trace)(k.default_shape, dt).unwrap().to_string();
             let want = match k.name {
                 "layer_norm_backward" => "for",
-                "layer_norm" => "_fwd_pipelined",
+                "layer_norm" => "layer_norm_fwd_rows",
                 _ => "rms_norm_fwd_rows",
             };
             assert!(ir.contains(want), "{}: {ir}", k.name);
@@ -435,7 +454,6 @@ fn library_entries_check_and_trace() {
 #[test]
 fn pipelined_and_one_tile_configs_match_float64() {
     use tegula::autotune::Config;
-    use tegula_kernels::norm::{layer_norm_into_with, rms_norm_into_with};
     let dev = Device::cpu();
     let mut rng = rand::thread_rng();
     for (m, n) in [
@@ -495,24 +513,26 @@ fn pipelined_and_one_tile_configs_match_float64() {
     }
 }
 
-/// The default configs follow the H200 sweep: layer norm pipelined up to 4096 columns, RMS
-/// norm one tile up to 4096 and pipelined up to 16384, both looping beyond (a 32768-column
-/// row spills in the pipelined kernels).
+/// The default configs: layer norm pipelined up to 1024 columns and one tile (no prefetch) at
+/// 2048 and 4096, RMS norm one tile up to 4096 and pipelined up to 16384, both looping beyond
+/// (a 32768-column row spills in the pipelined kernels) with several blocks a trip.
 #[test]
 fn default_configs_follow_the_measured_sweep() {
-    use tegula_kernels::norm::{layer_norm_config, rms_norm_config};
+    use tegula_kernels::norm::{layer_norm_config, rms_norm_config, UNROLL};
     let per_sm = |c: &tegula::autotune::Config| c.get("PROGRAMS_PER_SM").unwrap_or(0);
-    for n in [1000, 4096] {
-        let c = layer_norm_config(n);
-        assert!(
-            per_sm(&c) > 0 && c.get("BLOCK").unwrap() as usize >= n,
-            "{n}: {c}"
-        );
+    let c = layer_norm_config(1000);
+    assert!(per_sm(&c) > 0 && c.get("BLOCK").unwrap() >= 1000, "{c}");
+    for n in [1000, 3000, 4096] {
         let c = rms_norm_config(n);
         assert!(
             per_sm(&c) == 0 && c.get("BLOCK").unwrap() as usize >= n,
             "{n}: {c}"
         );
+    }
+    for n in [3000, 4096] {
+        let c = layer_norm_config(n);
+        let one_tile = c.get("BLOCK_M").unwrap() > 0 && c.get("BLOCK").unwrap() as usize >= n;
+        assert!(one_tile && per_sm(&c) == 0, "{n}: {c}");
     }
     let c = layer_norm_config(16384);
     assert_eq!((c.get("BLOCK_M"), c.num_warps), (Some(0), 8), "{c}");
@@ -521,5 +541,62 @@ fn default_configs_follow_the_measured_sweep() {
     for config in [layer_norm_config, rms_norm_config] {
         let c = config(32768);
         assert_eq!(c.get("BLOCK_M"), Some(0), "{c}");
+        let unroll = c.get(UNROLL).unwrap();
+        assert!((2..=MAX_UNROLL as i64).contains(&unroll), "{c}");
+        // Rows that are not 16-byte aligned load element by element: no unrolling.
+        let c = config(32771);
+        assert_eq!((c.get("BLOCK_M"), c.get(UNROLL)), (Some(0), Some(1)), "{c}");
+    }
+}
+
+/// The looping kernels with several blocks a trip: rows of whole trips only (no tail), rows
+/// with a partial last trip, and rows shorter than one trip, against float64.
+#[test]
+fn looping_configs_with_unrolled_trips_match_float64() {
+    use tegula::autotune::Config;
+    let dev = Device::cpu();
+    let mut rng = rand::thread_rng();
+    for (m, n) in [
+        (3, 192),
+        (5, 203),
+        (2, 37),
+        (rng.gen_range(2..9), rng.gen_range(17..500)),
+    ] {
+        let x = dev.randn::<bf16>([m, n]).unwrap();
+        let w = dev.randn::<bf16>([n]).unwrap();
+        let b = dev.randn::<bf16>([n]).unwrap();
+        let (y_ln, mu, rs) =
+            layer_norm_reference(&f64s(&x), &f64s(&w), &f64s(&b), EPS as f64, m, n);
+        let y_rms = rms_norm_reference(&f64s(&x), &f64s(&w), EPS as f64, m, n);
+        for (block, unroll) in [(16, 1), (32, 2), (16, 3), (64, 3), (16, 4)] {
+            let c = Config::new(4, 1)
+                .with("BLOCK", block)
+                .with("BLOCK_M", 0)
+                .with("UNROLL", unroll);
+            let what = format!("{m}x{n} {c}");
+            let y = dev.full::<bf16>([m, n], bf16::from_f32(-3.0)).unwrap();
+            let mean = dev.full::<f32>([m], -3.0).unwrap();
+            let rstd = dev.full::<f32>([m], -3.0).unwrap();
+            layer_norm_into_with(&x, &w, &b, EPS, &y, &mean, &rstd, &c).unwrap();
+            let (bf, f32_tol) = (tolerance(DType::BF16), tolerance(DType::F32));
+            assert_close(&format!("ln y {what}"), DType::BF16, &f64s(&y), &y_ln, bf);
+            assert_close(
+                &format!("ln mean {what}"),
+                DType::F32,
+                &f64s(&mean),
+                &mu,
+                f32_tol,
+            );
+            assert_close(
+                &format!("ln rstd {what}"),
+                DType::F32,
+                &f64s(&rstd),
+                &rs,
+                f32_tol,
+            );
+            let y = dev.full::<bf16>([m, n], bf16::from_f32(-3.0)).unwrap();
+            rms_norm_into_with(&x, &w, EPS, &y, &c).unwrap();
+            assert_close(&format!("rms {what}"), DType::BF16, &f64s(&y), &y_rms, bf);
+        }
     }
 }

@@ -256,3 +256,67 @@ fn pipelined_and_one_tile_configs_match_float64() {
         }
     }
 }
+
+/// The online path on explicit configs: one to five blocks a trip, rows of whole trips and
+/// ragged ones, a masked -inf prefix longer than a trip; `UNROLL` 0 is a typed error.
+#[test]
+fn online_path_with_unrolled_trips_matches_float64() {
+    use tegula::autotune::Config;
+    use tegula_kernels::softmax::softmax_into_with;
+    let dev = Device::cpu();
+    let mut rng = rand::thread_rng();
+    let online = |block: i64, unroll: i64| {
+        Config::new(4, 1)
+            .with("BLOCK", block)
+            .with("BLOCK_M", 0)
+            .with("UNROLL", unroll)
+    };
+    for (rows, cols) in [
+        (3, 192),
+        (4, 203),
+        (2, 7),
+        (rng.gen_range(1..6), rng.gen_range(17..900)),
+    ] {
+        let mut x = dev
+            .randn::<f32>([rows, cols])
+            .unwrap()
+            .to_f64_vec()
+            .unwrap();
+        // Row 0 starts with a -inf prefix of 70 columns (or the whole row if shorter).
+        for v in x.iter_mut().take(cols.min(70)) {
+            *v = f64::NEG_INFINITY;
+        }
+        let data: Vec<f32> = x.iter().map(|&v| v as f32).collect();
+        let x = dev.from_slice(&data, [rows, cols]).unwrap();
+        let want = reference(&x.to_f64_vec().unwrap(), rows, cols);
+        for (block, unroll) in [(16, 1), (16, 2), (32, 3), (16, 5)] {
+            let y = dev.full::<f32>([rows, cols], -3.0).unwrap();
+            softmax_into_with(&x, &y, &online(block, unroll)).unwrap();
+            let got = y.to_f64_vec().unwrap();
+            // A row that is entirely -inf is NaN (as the reference's exp(-inf - -inf)).
+            let finite = if cols <= 70 {
+                cols..rows * cols
+            } else {
+                0..rows * cols
+            };
+            let r = check::compare(
+                "softmax",
+                format!("{rows}x{cols} block {block} unroll {unroll}"),
+                DType::F32,
+                &got[finite.clone()],
+                &want[finite],
+                tolerance(DType::F32),
+            );
+            assert!(r.passed(), "{r:?}");
+            if cols <= 70 {
+                assert!(got[..cols].iter().all(|p| p.is_nan()), "{got:?}");
+            }
+        }
+    }
+    let x = dev.randn::<f32>([2, 40]).unwrap();
+    let y = dev.zeros::<f32>([2, 40]).unwrap();
+    assert!(matches!(
+        softmax_into_with(&x, &y, &online(16, 0)),
+        Err(Error::Invalid { .. })
+    ));
+}
