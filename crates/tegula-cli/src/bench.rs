@@ -50,8 +50,10 @@ pub struct BenchArgs {
     #[arg(long)]
     pub quick: bool,
     /// Launch config instead of the host wrapper's choice, repeatable (each one is a case):
-    /// `--config warps=8,BLOCK_M=2,BLOCK_N=2048` for gemv; `BLOCK`, `BLOCK_M` for softmax,
-    /// layer_norm and rms_norm (`BLOCK_M=0`: the looping kernels); `BLOCK_M`, `BLOCK_N`,
+    /// `--config warps=8,BLOCK_M=2,BLOCK_N=2048` for gemv; `BLOCK`, `BLOCK_M`, `warps`,
+    /// `PROGRAMS_PER_SM` (above 0: the pipelined one-tile kernels) and `UNROLL` (blocks a trip
+    /// of the looping kernels) for softmax, layer_norm and rms_norm (`BLOCK_M=0`: the looping
+    /// kernels); `BLOCK_M`, `BLOCK_N`,
     /// `SPLITS`, `TF32X3=0|1` for attention_seed's fast path, `WALKTHROUGH=1` for the
     /// walkthrough's kernel as written; `BLOCK_M`, `BLOCK_N`, `warps`, `stages` for
     /// attention and attention_backward; `BLOCK_M`, `BLOCK_N`, `BLOCK_K`, `GROUP_M`,
