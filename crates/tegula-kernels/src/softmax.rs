@@ -16,11 +16,11 @@ use tegula::ir::{DType, Kernel, TraceError};
 use tegula::prelude::*;
 use tegula::Result;
 
-/// The largest row held in one tile: 32768 f32 values are 64 registers per thread at 16
-/// warps (124 in all, no spills; measured 3.27 TB/s at 4096x32768 against 2.82 for the online
-/// path as it was before its per-lane statistics). Longer rows loop over blocks of
-/// [`ONLINE_BLOCK`] columns.
-pub const MAX_BLOCK: usize = 32768;
+/// The largest row held in one tile by default. Longer rows loop over blocks of
+/// [`ONLINE_BLOCK`] columns: on the H200 (bf16, 4096 x 32768) the online path with per-lane
+/// statistics and four blocks a trip measured 3.55 TB/s against 3.39 for one tile of 32768
+/// (16 warps, 124 registers; the online path before its per-lane statistics: 2.82).
+pub const MAX_BLOCK: usize = 16384;
 
 /// The online path's block of columns (at most the single-tile limit): 8 values a thread at
 /// 8 warps, with the norms' looping kernels' blocks a trip (`norm::loop_unroll_for`: four
@@ -230,19 +230,13 @@ pub fn config(cols: usize, max_block: usize) -> Config {
     let block_m = (2048 / block).clamp(1, 16);
     // At most 16 warps: 1024 threads would cap a thread at 64 registers.
     let warps = (block * block_m / (32 * ELEMS_PER_THREAD)).clamp(4, 16) as u32;
-    // The pipelined kernel only for the longest rows: on the H200 (bf16, 4096 rows) one tile
-    // without the prefetch measured 3.23 TB/s at 4096 columns (pipelined 2.67-2.90) and 3.77
-    // at 16384 (3.30-3.39); at 32768 the pipelined kernel (128 registers, one program per SM)
-    // 3.40 against 3.33.
-    let per_sm = if block > 16384 {
-        norm::programs_per_sm(block * block_m, 1)
-    } else {
-        0
-    };
+    // One tile without the prefetch: on the H200 (bf16, 4096 rows) it measured 3.23 TB/s at
+    // 4096 columns (pipelined 2.67-2.90) and 3.77 at 16384 (3.30-3.39); the pipelined kernel
+    // stays available through `PROGRAMS_PER_SM`.
     Config::new(warps, 1)
         .with("BLOCK", block as i64)
         .with("BLOCK_M", block_m as i64)
-        .with(PROGRAMS_PER_SM, per_sm as i64)
+        .with(PROGRAMS_PER_SM, 0)
 }
 
 /// [`softmax_into`] with an explicit config (see [`config`]): `BLOCK_M` 0 takes the online
@@ -379,7 +373,7 @@ fn trace_entry(shape: &[usize], dtype: DType) -> std::result::Result<Kernel, Tra
 pub fn entry() -> LibraryKernel {
     LibraryKernel {
         name: "softmax",
-        about: "row softmax, whole rows in registers; rows over 32768 loop with an online max/sum",
+        about: "row softmax, whole rows in registers; rows over 16384 loop with an online max/sum",
         dims: &["M", "N"],
         default_shape: &[37, 1031],
         dtypes: DTYPES,
