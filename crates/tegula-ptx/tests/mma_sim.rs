@@ -1162,49 +1162,59 @@ fn check_attention_kernel(
     );
 }
 
+/// Runs the pipelined matmul loop of `blocks` on `m x k` times `k x n` inputs and compares
+/// with a float64 reference.
+fn check_pipelined_matmul(
+    dt: DType,
+    warps: u32,
+    stages: u32,
+    (bm, bn, bk): (usize, usize, usize),
+    (m, n, k): (usize, usize, usize),
+) {
+    let kern = matmul_loop(dt, bm, bn, bk);
+    let av = values(m * k, 23);
+    let bv = values(k * n, 29);
+    let (ar, br) = (rounded(dt, &av), rounded(dt, &bv));
+    let mut want = vec![0f64; m * n];
+    let mut scale = vec![0f64; m * n];
+    for i in 0..m {
+        for j in 0..n {
+            for kk in 0..k {
+                want[i * n + j] += ar[i * k + kk] * br[kk * n + j];
+                scale[i * n + j] += (ar[i * k + kk] * br[kk * n + j]).abs();
+            }
+        }
+    }
+    let out = vec![0u8; m * n * 4];
+    let bufs = run_staged(
+        &kern,
+        warps,
+        stages,
+        [m.div_ceil(bm) as u64, n.div_ceil(bn) as u64, 1],
+        &[
+            Arg::Buf(&encode(dt, &av)),
+            Arg::Buf(&encode(dt, &bv)),
+            Arg::Buf(&out),
+            Arg::I32(m as i32),
+            Arg::I32(n as i32),
+            Arg::I32(k as i32),
+        ],
+    );
+    let got = decode(DType::F32, &bufs[2]);
+    assert_close(
+        &got,
+        &want,
+        &scale,
+        1e-6,
+        &format!("matmul {dt} {bm}x{bn}x{bk} {warps} warps {stages} stages"),
+    );
+}
+
 #[test]
 fn pipelined_matmul_and_attention_match() {
     for stages in [2, 3, 4] {
         for (dt, warps) in [(DType::F16, 4), (DType::BF16, 2)] {
-            let (bm, bn, bk) = (32, 32, 16);
-            let (m, n, k) = (40, 48, 72);
-            let kern = matmul_loop(dt, bm, bn, bk);
-            let av = values(m * k, 23);
-            let bv = values(k * n, 29);
-            let (ar, br) = (rounded(dt, &av), rounded(dt, &bv));
-            let mut want = vec![0f64; m * n];
-            let mut scale = vec![0f64; m * n];
-            for i in 0..m {
-                for j in 0..n {
-                    for kk in 0..k {
-                        want[i * n + j] += ar[i * k + kk] * br[kk * n + j];
-                        scale[i * n + j] += (ar[i * k + kk] * br[kk * n + j]).abs();
-                    }
-                }
-            }
-            let out = vec![0u8; m * n * 4];
-            let bufs = run_staged(
-                &kern,
-                warps,
-                stages,
-                [m.div_ceil(bm) as u64, n.div_ceil(bn) as u64, 1],
-                &[
-                    Arg::Buf(&encode(dt, &av)),
-                    Arg::Buf(&encode(dt, &bv)),
-                    Arg::Buf(&out),
-                    Arg::I32(m as i32),
-                    Arg::I32(n as i32),
-                    Arg::I32(k as i32),
-                ],
-            );
-            let got = decode(DType::F32, &bufs[2]);
-            assert_close(
-                &got,
-                &want,
-                &scale,
-                1e-6,
-                &format!("matmul {dt} {stages} stages"),
-            );
+            check_pipelined_matmul(dt, warps, stages, (32, 32, 16), (40, 48, 72));
         }
         check_attention(DType::BF16, 64, 32, 32, 4, stages);
         check_attention(DType::F16, 32, 64, 16, 2, stages);
@@ -1212,4 +1222,60 @@ fn pipelined_matmul_and_attention_match() {
     }
     // Head dim 128: K and V slots do not both fit; K is pipelined, V staged in the loop.
     check_attention(DType::BF16, 128, 64, 128, 8, 2);
+}
+
+/// With two or more k-steps a tile, the matmul loop loads the next tile's first fragments
+/// before the last k-step's mmas (`BoundaryFragments` in pipeline.rs): the wait and barrier
+/// leave the top of the loop. The simulator checks that no `cp.async` overwrites bytes another
+/// thread reads since the last barrier, and that no read precedes its copy's wait; K is ragged
+/// (the last tile is part zeros) and the tile counts cover 1 to 4 iterations.
+#[test]
+fn matmul_with_fragments_across_the_tile_boundary_matches() {
+    for (bk, k) in [(32, 72), (64, 200), (32, 24)] {
+        for stages in [2, 3, 4] {
+            check_pipelined_matmul(DType::BF16, 4, stages, (32, 32, bk), (40, 48, k));
+        }
+    }
+    check_pipelined_matmul(DType::F16, 8, 3, (64, 32, 64), (72, 40, 136));
+    let ptx = compile(
+        &matmul_loop(DType::BF16, 32, 32, 64),
+        &Target { sm: 80 },
+        &CompileOptions {
+            num_warps: 4,
+            num_stages: 3,
+        },
+    )
+    .unwrap()
+    .ptx;
+    let top = ptx.find("$L_for").expect("a loop");
+    let (before, body) = ptx.split_at(top);
+    // (the loop label, not the exit branch right after it)
+    let body = &body[..body.find("\n$L_endfor").expect("the loop's end")];
+    // One wait and barrier before the loop (after the first slots' copies), one in the body,
+    // with the next tile's ldmatrix after it and mmas after those.
+    assert_eq!(before.matches("cp.async.wait_group 1;").count(), 1);
+    assert_eq!(body.matches("cp.async.wait_group 1;").count(), 1);
+    let wait = body.find("cp.async.wait_group").unwrap();
+    assert!(body[..wait].contains("mma.sync"), "mmas before the wait");
+    let after = &body[wait..];
+    let ld = after.find("ldmatrix").expect("fragments after the barrier");
+    assert!(after[..ld].contains("bar.sync"));
+    assert!(
+        after[ld..].contains("mma.sync"),
+        "the last k-step's mmas follow"
+    );
+    // Attention (two dots in the loop) keeps the wait at the top of the loop.
+    let fa = compile(
+        &flash_attention(DType::BF16, 64, 32, 32),
+        &Target { sm: 80 },
+        &CompileOptions {
+            num_warps: 4,
+            num_stages: 3,
+        },
+    )
+    .unwrap()
+    .ptx;
+    let body = &fa[fa.find("$L_for").unwrap()..];
+    let first_wait = body.find("cp.async.wait_group").unwrap();
+    assert!(!body[..first_wait].contains("mma.sync"));
 }
