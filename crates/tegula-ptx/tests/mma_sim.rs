@@ -1279,3 +1279,83 @@ fn matmul_with_fragments_across_the_tile_boundary_matches() {
     let first_wait = body.find("cp.async.wait_group").unwrap();
     assert!(!body[..first_wait].contains("mma.sync"));
 }
+
+/// Loop invariants are computed in the kernel prologue only when first asked for inside a loop
+/// or branch; asked for in straight-line code, they are computed where they are asked for.
+/// This kernel mixes the two: `offs` and `mask` are first used before the loop (straight-line
+/// code), then by invariants inside the loop and the branch (which the prologue must compute
+/// again: the prologue precedes the body), and `offs + n` is first used in the loop and then
+/// again after the branch. Blocks past the first and a nonzero `n` make any register read
+/// before it is written show in the results.
+#[test]
+fn invariants_first_used_before_loops_and_branches_match() {
+    let block = 64usize;
+    let kern = trace("invariants_around_loops", |p| {
+        let (x, out) = (p.ptr("x", DType::F32), p.ptr("out", DType::F32));
+        let n = p.scalar("n", DType::I32);
+        let iters = p.scalar("iters", DType::I32);
+        let offs = program_id(0) * block + arange(0, block as i64);
+        let mask = offs.lt(n);
+        let first = load(x + offs, mask, 0.0);
+        let acc = for_range(0, iters, 1, first, |_, acc| {
+            acc + load(x + (offs + n), mask, 0.0)
+        });
+        if_then(iters.gt(2), || store(out + (offs + n), acc, mask));
+        store(out + offs, acc, mask);
+        store(out + ((offs + n) + n), acc + acc, mask);
+    })
+    .unwrap();
+    let ptx = compile(
+        &kern,
+        &Target { sm: 80 },
+        &CompileOptions {
+            num_warps: 2,
+            num_stages: 1,
+        },
+    )
+    .unwrap()
+    .ptx;
+    // The two straight-line stores after the loop compute their addresses there (the old
+    // lowering put every invariant in the prologue); the ones the loop and branch use stay
+    // before the loop.
+    let (top, end) = (
+        ptx.find("$L_for").expect("a loop"),
+        ptx.find("$L_endfor").expect("a loop"),
+    );
+    let offsets = |s: &str| s.matches("mul.wide.s32").count();
+    assert_eq!(offsets(&ptx[end..]), 2, "{ptx}");
+    assert_eq!(offsets(&ptx[..top]), 3, "{ptx}");
+    let n = 150usize;
+    let xs = values(2 * n, 31);
+    let init = values(3 * n, 37);
+    for iters in [3, 1] {
+        let bufs = run(
+            &kern,
+            2,
+            [n.div_ceil(block) as u64, 1, 1],
+            &[
+                Arg::Buf(&encode(DType::F32, &xs)),
+                Arg::Buf(&encode(DType::F32, &init)),
+                Arg::I32(n as i32),
+                Arg::I32(iters),
+            ],
+        );
+        let got = decode(DType::F32, &bufs[1]);
+        let mut want: Vec<f64> = init.iter().map(|&v| v as f64).collect();
+        for i in 0..n {
+            let acc = (0..iters).fold(xs[i], |a, _| a + xs[n + i]) as f64;
+            want[i] = acc;
+            if iters > 2 {
+                want[n + i] = acc;
+            }
+            want[2 * n + i] = 2.0 * acc;
+        }
+        assert_close(
+            &got,
+            &want,
+            &vec![1.0; 3 * n],
+            0.0,
+            &format!("{iters} iterations"),
+        );
+    }
+}
