@@ -1359,3 +1359,34 @@ fn invariants_first_used_before_loops_and_branches_match() {
         );
     }
 }
+
+/// Whether the loop of a compiled matmul waits for its next slot after some of its mmas
+/// (fragments across the tile boundary) rather than at its top.
+fn waits_after_mmas(bm: usize, bn: usize, bk: usize, warps: u32, stages: u32) -> bool {
+    let ptx = compile(
+        &matmul_loop(DType::BF16, bm, bn, bk),
+        &Target { sm: 90 },
+        &CompileOptions {
+            num_warps: warps,
+            num_stages: stages,
+        },
+    )
+    .unwrap()
+    .ptx;
+    let body = &ptx[ptx.find("$L_for").expect("a loop")..];
+    let wait = body
+        .find("cp.async.wait_group")
+        .expect("a wait in the loop");
+    body[..wait].contains("mma.sync")
+}
+
+/// The fragments cross the tile boundary when the loop's estimated registers fit (see
+/// `BOUNDARY_MAX_REGISTERS` in pipeline.rs): 128 accumulators a thread at 256x128x64 and 8
+/// warps (estimated 236), not at 256x64x64 and 4 warps (244; ptxas spills there).
+#[test]
+fn fragments_cross_the_boundary_when_the_registers_fit() {
+    assert!(waits_after_mmas(128, 128, 64, 8, 3));
+    assert!(waits_after_mmas(256, 128, 64, 8, 4));
+    assert!(waits_after_mmas(128, 128, 32, 4, 4));
+    assert!(!waits_after_mmas(256, 64, 64, 4, 3));
+}

@@ -124,7 +124,7 @@ fn dot_source(k: &Kernel, v: Value, depth: u32) -> Option<Inst> {
 }
 
 /// Registers a thread needs to hold an operand's fragments.
-fn fragment_registers(plan: &MmaPlan, role: Role) -> u32 {
+pub(super) fn fragment_registers(plan: &MmaPlan, role: Role) -> u32 {
     let per_thread = plan
         .operand_layout(role)
         .geometry(&plan.operand_shape(role))

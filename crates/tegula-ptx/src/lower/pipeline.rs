@@ -36,14 +36,15 @@ use crate::ptx::{Arg, Reg, RegClass};
 use std::collections::{HashMap, HashSet};
 use tegula_ir::{BinaryOp, Block, Constant, DType, Inst, Op, Value, ValueDef};
 
-use super::mma::{MmaPlan, SharedOperand};
+use super::mma::{fragment_registers, MmaPlan, SharedOperand};
 
-/// Above this many f32 accumulators a thread, the fragments stay in the plain order
-/// ([`BoundaryFragments`]): at 128, ptxas 12.9 spilled with them across the boundary
-/// (bf16 matmul 256x128x64 at 8 warps: 250 registers -> 255 and 144 bytes of spills;
-/// 128x128x32 at 4 warps: 0 -> 184 bytes), while at 64 (128x128 at 8 warps) it needs 198
-/// registers (164 before) and no spill.
-const BOUNDARY_MAX_ACCUMULATORS: u32 = 64;
+/// The most registers [`Lower::boundary_registers`] may count for the fragments to cross the
+/// tile boundary ([`BoundaryFragments`]): 255 a thread, less 15 that the estimate leaves out
+/// (loop counter, slot offsets, address strides, ldmatrix addresses, masks). Calibrated with
+/// ptxas 12.9 (sm_90a) on the bf16 tuner grid at 4096^3: every config estimated at <= 240
+/// compiles without spills (the largest, 128x128x64 at 4 warps, to 255 registers; 256x128x64
+/// at 8 warps, 236, to 254), while 256x64x64 at 4 warps (244) spills 4 bytes.
+const BOUNDARY_MAX_REGISTERS: u32 = 240;
 
 /// One pipelined load.
 #[derive(Clone, Debug)]
@@ -97,8 +98,8 @@ struct Pipe {
 /// k-step's fragments are read one step ahead), and the wait follows this iteration's
 /// refill (at k-step 1), so both keep their meaning. Only when the body's one dot reads both
 /// operands from this pipeline in at least two k-steps, nothing else in the body touches
-/// shared memory (matmul; attention's two dots keep the plain order), and the accumulator
-/// leaves registers for a third k-step of fragments ([`BOUNDARY_MAX_ACCUMULATORS`]).
+/// shared memory (matmul; attention's two dots keep the plain order), and the registers the
+/// loop then needs fit in a thread's ([`BOUNDARY_MAX_REGISTERS`]).
 #[derive(Clone, Debug)]
 pub(crate) struct BoundaryFragments {
     dot: Inst,
@@ -596,10 +597,9 @@ impl Lower<'_> {
         }
         let dot = dot?;
         let plan = self.mma_plan(dot)?;
-        let accumulators = plan.m * plan.n / (32 * self.num_warps);
         if plan.k / plan.kind.k_step() < 2
             || plan.split_tf32
-            || accumulators > BOUNDARY_MAX_ACCUMULATORS
+            || self.boundary_registers(pipe, &plan) > BOUNDARY_MAX_REGISTERS
         {
             return None;
         }
@@ -608,6 +608,28 @@ impl Lower<'_> {
             .into_iter()
             .all(|(v, role)| self.slot_operand(v, role, &plan).is_some());
         both_piped.then_some(dot)
+    }
+
+    /// An estimate of the registers a thread holds in the loop when the fragments cross the
+    /// tile boundary: the f32 accumulators, three k-steps of operand fragments (the next
+    /// tile's first, carried, and the current and next k-step's, double-buffered within the
+    /// tile) and one per `cp.async` copy (its source or destination address).
+    fn boundary_registers(&self, pipe: &Pipe, plan: &MmaPlan) -> u32 {
+        let accumulators = plan.m * plan.n / (32 * self.num_warps);
+        let k_steps = plan.k / plan.kind.k_step();
+        let kstep_words: u32 = [Role::A, Role::B]
+            .into_iter()
+            .map(|role| fragment_registers(plan, role) / k_steps)
+            .sum();
+        let copies: u32 = pipe
+            .loads
+            .iter()
+            .map(|pl| {
+                let shape = self.k.ty(pl.value).shape;
+                pl.layout.geometry(&shape).count as u32 / pl.vec
+            })
+            .sum();
+        accumulators + 3 * kstep_words + copies
     }
 
     /// The k-step 0 fragments `dot` finds in registers at the top of an iteration, when they
