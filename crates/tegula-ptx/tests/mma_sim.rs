@@ -1162,49 +1162,59 @@ fn check_attention_kernel(
     );
 }
 
+/// Runs the pipelined matmul loop of `blocks` on `m x k` times `k x n` inputs and compares
+/// with a float64 reference.
+fn check_pipelined_matmul(
+    dt: DType,
+    warps: u32,
+    stages: u32,
+    (bm, bn, bk): (usize, usize, usize),
+    (m, n, k): (usize, usize, usize),
+) {
+    let kern = matmul_loop(dt, bm, bn, bk);
+    let av = values(m * k, 23);
+    let bv = values(k * n, 29);
+    let (ar, br) = (rounded(dt, &av), rounded(dt, &bv));
+    let mut want = vec![0f64; m * n];
+    let mut scale = vec![0f64; m * n];
+    for i in 0..m {
+        for j in 0..n {
+            for kk in 0..k {
+                want[i * n + j] += ar[i * k + kk] * br[kk * n + j];
+                scale[i * n + j] += (ar[i * k + kk] * br[kk * n + j]).abs();
+            }
+        }
+    }
+    let out = vec![0u8; m * n * 4];
+    let bufs = run_staged(
+        &kern,
+        warps,
+        stages,
+        [m.div_ceil(bm) as u64, n.div_ceil(bn) as u64, 1],
+        &[
+            Arg::Buf(&encode(dt, &av)),
+            Arg::Buf(&encode(dt, &bv)),
+            Arg::Buf(&out),
+            Arg::I32(m as i32),
+            Arg::I32(n as i32),
+            Arg::I32(k as i32),
+        ],
+    );
+    let got = decode(DType::F32, &bufs[2]);
+    assert_close(
+        &got,
+        &want,
+        &scale,
+        1e-6,
+        &format!("matmul {dt} {bm}x{bn}x{bk} {warps} warps {stages} stages"),
+    );
+}
+
 #[test]
 fn pipelined_matmul_and_attention_match() {
     for stages in [2, 3, 4] {
         for (dt, warps) in [(DType::F16, 4), (DType::BF16, 2)] {
-            let (bm, bn, bk) = (32, 32, 16);
-            let (m, n, k) = (40, 48, 72);
-            let kern = matmul_loop(dt, bm, bn, bk);
-            let av = values(m * k, 23);
-            let bv = values(k * n, 29);
-            let (ar, br) = (rounded(dt, &av), rounded(dt, &bv));
-            let mut want = vec![0f64; m * n];
-            let mut scale = vec![0f64; m * n];
-            for i in 0..m {
-                for j in 0..n {
-                    for kk in 0..k {
-                        want[i * n + j] += ar[i * k + kk] * br[kk * n + j];
-                        scale[i * n + j] += (ar[i * k + kk] * br[kk * n + j]).abs();
-                    }
-                }
-            }
-            let out = vec![0u8; m * n * 4];
-            let bufs = run_staged(
-                &kern,
-                warps,
-                stages,
-                [m.div_ceil(bm) as u64, n.div_ceil(bn) as u64, 1],
-                &[
-                    Arg::Buf(&encode(dt, &av)),
-                    Arg::Buf(&encode(dt, &bv)),
-                    Arg::Buf(&out),
-                    Arg::I32(m as i32),
-                    Arg::I32(n as i32),
-                    Arg::I32(k as i32),
-                ],
-            );
-            let got = decode(DType::F32, &bufs[2]);
-            assert_close(
-                &got,
-                &want,
-                &scale,
-                1e-6,
-                &format!("matmul {dt} {stages} stages"),
-            );
+            check_pipelined_matmul(dt, warps, stages, (32, 32, 16), (40, 48, 72));
         }
         check_attention(DType::BF16, 64, 32, 32, 4, stages);
         check_attention(DType::F16, 32, 64, 16, 2, stages);
@@ -1299,4 +1309,170 @@ fn one_pipelined_load_feeds_four_dot_operands() {
             assert_close(&decode(DType::F32, &bufs[5]), &c, &c_scale, tol, &what("c"));
         }
     }
+
+/// With two or more k-steps a tile, the matmul loop loads the next tile's first fragments
+/// before the last k-step's mmas (`BoundaryFragments` in pipeline.rs): the wait and barrier
+/// leave the top of the loop. The simulator checks that no `cp.async` overwrites bytes another
+/// thread reads since the last barrier, and that no read precedes its copy's wait; K is ragged
+/// (the last tile is part zeros) and the tile counts cover 1 to 4 iterations.
+#[test]
+fn matmul_with_fragments_across_the_tile_boundary_matches() {
+    for (bk, k) in [(32, 72), (64, 200), (32, 24)] {
+        for stages in [2, 3, 4] {
+            check_pipelined_matmul(DType::BF16, 4, stages, (32, 32, bk), (40, 48, k));
+        }
+    }
+    check_pipelined_matmul(DType::F16, 8, 3, (64, 32, 64), (72, 40, 136));
+    let ptx = compile(
+        &matmul_loop(DType::BF16, 32, 32, 64),
+        &Target { sm: 80 },
+        &CompileOptions {
+            num_warps: 4,
+            num_stages: 3,
+        },
+    )
+    .unwrap()
+    .ptx;
+    let top = ptx.find("$L_for").expect("a loop");
+    let (before, body) = ptx.split_at(top);
+    // (the loop label, not the exit branch right after it)
+    let body = &body[..body.find("\n$L_endfor").expect("the loop's end")];
+    // One wait and barrier before the loop (after the first slots' copies), one in the body,
+    // with the next tile's ldmatrix after it and mmas after those.
+    assert_eq!(before.matches("cp.async.wait_group 1;").count(), 1);
+    assert_eq!(body.matches("cp.async.wait_group 1;").count(), 1);
+    let wait = body.find("cp.async.wait_group").unwrap();
+    assert!(body[..wait].contains("mma.sync"), "mmas before the wait");
+    let after = &body[wait..];
+    let ld = after.find("ldmatrix").expect("fragments after the barrier");
+    assert!(after[..ld].contains("bar.sync"));
+    assert!(
+        after[ld..].contains("mma.sync"),
+        "the last k-step's mmas follow"
+    );
+    // Attention (two dots in the loop) keeps the wait at the top of the loop.
+    let fa = compile(
+        &flash_attention(DType::BF16, 64, 32, 32),
+        &Target { sm: 80 },
+        &CompileOptions {
+            num_warps: 4,
+            num_stages: 3,
+        },
+    )
+    .unwrap()
+    .ptx;
+    let body = &fa[fa.find("$L_for").unwrap()..];
+    let first_wait = body.find("cp.async.wait_group").unwrap();
+    assert!(!body[..first_wait].contains("mma.sync"));
+}
+
+/// Loop invariants are computed in the kernel prologue only when first asked for inside a loop
+/// or branch; asked for in straight-line code, they are computed where they are asked for.
+/// This kernel mixes the two: `offs` and `mask` are first used before the loop (straight-line
+/// code), then by invariants inside the loop and the branch (which the prologue must compute
+/// again: the prologue precedes the body), and `offs + n` is first used in the loop and then
+/// again after the branch. Blocks past the first and a nonzero `n` make any register read
+/// before it is written show in the results.
+#[test]
+fn invariants_first_used_before_loops_and_branches_match() {
+    let block = 64usize;
+    let kern = trace("invariants_around_loops", |p| {
+        let (x, out) = (p.ptr("x", DType::F32), p.ptr("out", DType::F32));
+        let n = p.scalar("n", DType::I32);
+        let iters = p.scalar("iters", DType::I32);
+        let offs = program_id(0) * block + arange(0, block as i64);
+        let mask = offs.lt(n);
+        let first = load(x + offs, mask, 0.0);
+        let acc = for_range(0, iters, 1, first, |_, acc| {
+            acc + load(x + (offs + n), mask, 0.0)
+        });
+        if_then(iters.gt(2), || store(out + (offs + n), acc, mask));
+        store(out + offs, acc, mask);
+        store(out + ((offs + n) + n), acc + acc, mask);
+    })
+    .unwrap();
+    let ptx = compile(
+        &kern,
+        &Target { sm: 80 },
+        &CompileOptions {
+            num_warps: 2,
+            num_stages: 1,
+        },
+    )
+    .unwrap()
+    .ptx;
+    // The two straight-line stores after the loop compute their addresses there (the old
+    // lowering put every invariant in the prologue); the ones the loop and branch use stay
+    // before the loop.
+    let (top, end) = (
+        ptx.find("$L_for").expect("a loop"),
+        ptx.find("$L_endfor").expect("a loop"),
+    );
+    let offsets = |s: &str| s.matches("mul.wide.s32").count();
+    assert_eq!(offsets(&ptx[end..]), 2, "{ptx}");
+    assert_eq!(offsets(&ptx[..top]), 3, "{ptx}");
+    let n = 150usize;
+    let xs = values(2 * n, 31);
+    let init = values(3 * n, 37);
+    for iters in [3, 1] {
+        let bufs = run(
+            &kern,
+            2,
+            [n.div_ceil(block) as u64, 1, 1],
+            &[
+                Arg::Buf(&encode(DType::F32, &xs)),
+                Arg::Buf(&encode(DType::F32, &init)),
+                Arg::I32(n as i32),
+                Arg::I32(iters),
+            ],
+        );
+        let got = decode(DType::F32, &bufs[1]);
+        let mut want: Vec<f64> = init.iter().map(|&v| v as f64).collect();
+        for i in 0..n {
+            let acc = (0..iters).fold(xs[i], |a, _| a + xs[n + i]) as f64;
+            want[i] = acc;
+            if iters > 2 {
+                want[n + i] = acc;
+            }
+            want[2 * n + i] = 2.0 * acc;
+        }
+        assert_close(
+            &got,
+            &want,
+            &vec![1.0; 3 * n],
+            0.0,
+            &format!("{iters} iterations"),
+        );
+    }
+}
+
+/// Whether the loop of a compiled matmul waits for its next slot after some of its mmas
+/// (fragments across the tile boundary) rather than at its top.
+fn waits_after_mmas(bm: usize, bn: usize, bk: usize, warps: u32, stages: u32) -> bool {
+    let ptx = compile(
+        &matmul_loop(DType::BF16, bm, bn, bk),
+        &Target { sm: 90 },
+        &CompileOptions {
+            num_warps: warps,
+            num_stages: stages,
+        },
+    )
+    .unwrap()
+    .ptx;
+    let body = &ptx[ptx.find("$L_for").expect("a loop")..];
+    let wait = body
+        .find("cp.async.wait_group")
+        .expect("a wait in the loop");
+    body[..wait].contains("mma.sync")
+}
+
+/// The fragments cross the tile boundary when the loop's estimated registers fit (see
+/// `BOUNDARY_MAX_REGISTERS` in pipeline.rs): 128 accumulators a thread at 256x128x64 and 8
+/// warps (estimated 236), not at 256x64x64 and 4 warps (244; ptxas spills there).
+#[test]
+fn fragments_cross_the_boundary_when_the_registers_fit() {
+    assert!(waits_after_mmas(128, 128, 64, 8, 3));
+    assert!(waits_after_mmas(256, 128, 64, 8, 4));
+    assert!(waits_after_mmas(128, 128, 32, 4, 4));
+    assert!(!waits_after_mmas(256, 64, 64, 4, 3));
 }

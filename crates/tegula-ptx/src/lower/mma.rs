@@ -124,7 +124,7 @@ fn dot_source(k: &Kernel, v: Value, depth: u32) -> Option<Inst> {
 }
 
 /// Registers a thread needs to hold an operand's fragments.
-fn fragment_registers(plan: &MmaPlan, role: Role) -> u32 {
+pub(super) fn fragment_registers(plan: &MmaPlan, role: Role) -> u32 {
     let per_thread = plan
         .operand_layout(role)
         .geometry(&plan.operand_shape(role))
@@ -272,7 +272,12 @@ impl Lower<'_> {
             "dot {}x{}x{} on tensor cores ({:?}, warps {}x{})",
             plan.m, plan.n, plan.k, plan.kind, plan.wm, plan.wn
         ));
-        load_step(self, &mut ops, 0);
+        // k-step 0's fragments may be in registers already, loaded across the tile boundary
+        // (pipeline.rs, `BoundaryFragments`): A's `tiles_m x 4` words, then B's `tiles_n x 2`.
+        let boundary = self.boundary_fragments(inst);
+        if boundary.is_none() {
+            load_step(self, &mut ops, 0);
+        }
         for kk in 0..ksteps as usize {
             if kk as u32 + 1 < ksteps {
                 load_step(self, &mut ops, kk as u32 + 1);
@@ -282,29 +287,37 @@ impl Lower<'_> {
             if kk == 1 {
                 self.pipeline_refill_in_dot()?;
             }
+            if boundary.is_some() && kk as u32 + 1 == ksteps {
+                self.boundary_next_fragments(inst)?;
+            }
             let (av, bv) = (&ops[0], &ops[1]);
             let at = |regs: &[Option<Reg>], i: usize| regs[i].expect("operand loaded");
+            let carried = boundary.as_ref().filter(|_| kk == 0);
             let afrag: Vec<Vec<Reg>> = (0..tiles_m)
-                .map(|rm| {
-                    (0..4)
+                .map(|rm| match carried {
+                    Some(w) => w[rm * 4..rm * 4 + 4].to_vec(),
+                    None => (0..4)
                         .map(|j| {
                             let el: Vec<Reg> = (0..kw)
                                 .map(|e| at(av, ga.index(&ml::a_counters(plan.kind, rm, kk, j, e))))
                                 .collect();
                             self.pack_operand(&el)
                         })
-                        .collect()
+                        .collect(),
                 })
                 .collect();
             for rn in 0..tiles_n {
-                let bfrag: Vec<Reg> = (0..2)
-                    .map(|j| {
-                        let el: Vec<Reg> = (0..kw)
-                            .map(|e| at(bv, gb.index(&ml::b_counters(plan.kind, rn, kk, j, e))))
-                            .collect();
-                        self.pack_operand(&el)
-                    })
-                    .collect();
+                let bfrag: Vec<Reg> = match carried {
+                    Some(w) => w[tiles_m * 4 + rn * 2..tiles_m * 4 + rn * 2 + 2].to_vec(),
+                    None => (0..2)
+                        .map(|j| {
+                            let el: Vec<Reg> = (0..kw)
+                                .map(|e| at(bv, gb.index(&ml::b_counters(plan.kind, rn, kk, j, e))))
+                                .collect();
+                            self.pack_operand(&el)
+                        })
+                        .collect(),
+                };
                 for (rm, af) in afrag.iter().enumerate() {
                     let cregs: Vec<Reg> = (0..4)
                         .map(|j| acc[gc.index(&ml::c_counters(rm, rn, j))])
@@ -376,6 +389,78 @@ impl Lower<'_> {
         }
         self.b
             .op("mov.b32", RegClass::B32, vec![Arg::Vec(el.to_vec())])
+    }
+
+    /// Where operand `v` is in this iteration's pipeline slot, when the dot reads it from
+    /// there (as [`Self::shared_operand`] finds it).
+    pub(crate) fn slot_operand(
+        &mut self,
+        v: Value,
+        role: Role,
+        plan: &MmaPlan,
+    ) -> Option<SharedOperand> {
+        let so = self.shared_operand(v, role, plan)?;
+        so.shift.is_some().then_some(so)
+    }
+
+    /// `dot`'s k-step 0 fragments of both operands, read from the pipeline slot at byte
+    /// offset `shift` and packed as the mmas take them: A's `tiles_m x 4` words, then B's
+    /// `tiles_n x 2` (the order of [`Self::lower_mma`]). Packed into `into` when given (the
+    /// registers carried across iterations), else into new registers. `None` when an operand
+    /// is not in a slot (see [`Self::slot_operand`]).
+    pub(crate) fn first_kstep_fragments(
+        &mut self,
+        dot: Inst,
+        shift: Reg,
+        into: Option<&[Reg]>,
+    ) -> Option<Vec<Reg>> {
+        let plan = self.mma_plan(dot)?;
+        let args = self.k.insts[dot].args.clone();
+        let mut ops = Vec::new();
+        for (v, role) in [(args[0], Role::A), (args[1], Role::B)] {
+            let so = SharedOperand {
+                shift: Some(shift),
+                ..self.slot_operand(v, role, &plan)?
+            };
+            let count = plan
+                .operand_layout(role)
+                .geometry(&plan.operand_shape(role))
+                .count;
+            let mut op = vec![None; count];
+            self.ldmatrix_ksteps(&so, &plan, 0..1, &mut op);
+            ops.push(op);
+        }
+        let gc = ml::accumulator(plan.wm, plan.wn).geometry(&self.k.ty(args[2]).shape);
+        let (tiles_m, tiles_n) = (gc.n[0] / 2, gc.n[1] / 2);
+        let ga = plan
+            .operand_layout(Role::A)
+            .geometry(&plan.operand_shape(Role::A));
+        let gb = plan
+            .operand_layout(Role::B)
+            .geometry(&plan.operand_shape(Role::B));
+        let kw = plan.kind.k_width() as usize;
+        let mut elems: Vec<Vec<Reg>> = Vec::new();
+        for rm in 0..tiles_m {
+            for j in 0..4 {
+                let at = |e| ga.index(&ml::a_counters(plan.kind, rm, 0, j, e));
+                elems.push((0..kw).map(|e| ops[0][at(e)].expect("loaded")).collect());
+            }
+        }
+        for rn in 0..tiles_n {
+            for j in 0..2 {
+                let at = |e| gb.index(&ml::b_counters(plan.kind, rn, 0, j, e));
+                elems.push((0..kw).map(|e| ops[1][at(e)].expect("loaded")).collect());
+            }
+        }
+        Some(match into {
+            Some(regs) => {
+                for (&r, el) in regs.iter().zip(&elems) {
+                    self.b.emit("mov.b32", vec![r.into(), Arg::Vec(el.clone())]);
+                }
+                regs.to_vec()
+            }
+            None => elems.iter().map(|el| self.pack_operand(el)).collect(),
+        })
     }
 
     /// Where operand `v` is in shared memory already (resident, or this iteration's pipeline

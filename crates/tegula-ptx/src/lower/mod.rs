@@ -6,7 +6,9 @@
 //! - *free* ops (constants, aranges, splats, broadcasts, elementwise arithmetic, pointer
 //!   arithmetic) are materialized in whatever layout a consumer requests, so an `arange` feeding a
 //!   2-D address computation is built directly in the load's layout. Free values that depend on
-//!   no anchored value are placed in the kernel prologue once.
+//!   no anchored value (loop invariants) are lowered once: in the kernel prologue when first
+//!   asked for inside a loop or branch, else where they are first asked for (so the epilogue's
+//!   store addresses are not live across the loops before it).
 //!
 //! An anchored value asked for in another layout goes through shared memory (`convert.rs`).
 //! Results are cached per (value, layout) in scopes that follow the region nesting, so a
@@ -59,7 +61,14 @@ pub(crate) struct Lower<'k> {
     /// Memo of [`Lower::natural`]; cleared whenever an anchor or an assumption changes.
     natural_memo: std::cell::RefCell<HashMap<Value, (Layout, bool)>>,
     invariant: HashMap<Value, bool>,
+    /// Loop invariants lowered in the kernel prologue: usable everywhere.
     global: HashMap<(Value, Layout), Vals>,
+    /// Loop invariants lowered in straight-line code outside every loop and branch: usable by
+    /// everything emitted after them in the body, but not by the prologue.
+    straight_line: HashMap<(Value, Layout), Vals>,
+    /// How many loop or branch bodies enclose the code being emitted (0: straight-line code
+    /// of the kernel's top level, which dominates everything emitted after it).
+    regions_open: u32,
     scopes: Vec<HashMap<(Value, Layout), Vals>>,
     pub tid: Reg,
     pub lane: Reg,
@@ -128,6 +137,8 @@ impl<'k> Lower<'k> {
             natural_memo: Default::default(),
             invariant: HashMap::new(),
             global: HashMap::new(),
+            straight_line: HashMap::new(),
+            regions_open: 0,
             scopes: vec![HashMap::new()],
             tid,
             lane,
@@ -169,6 +180,13 @@ impl<'k> Lower<'k> {
     fn lookup(&self, v: Value, l: &Layout) -> Option<Vals> {
         let key = (v, l.clone());
         if let Some(r) = self.global.get(&key) {
+            return Some(r.clone());
+        }
+        // Prologue code precedes the body, so it cannot use a value the body computes.
+        if self.b.is_in_prologue() {
+            return None;
+        }
+        if let Some(r) = self.straight_line.get(&key) {
             return Some(r.clone());
         }
         self.scopes.iter().rev().find_map(|s| s.get(&key).cloned())
@@ -230,19 +248,25 @@ impl<'k> Lower<'k> {
             self.remember(v, &l, out.clone());
             return Ok(out);
         }
+        // A loop invariant asked for inside a loop or branch goes to the prologue, computed
+        // once; asked for in straight-line code (the epilogue's store addresses, say) it is
+        // computed there, so its registers are not held across the loops before it.
         let inv = self.is_invariant(v);
-        let was = if inv {
+        let was = if inv && self.regions_open > 0 {
             self.b.set_prologue(true)
         } else {
             self.b.is_in_prologue()
         };
+        let in_prologue = self.b.is_in_prologue();
         let saved_loc = self.loc;
         let r = self.lower_free(v, &l);
         self.loc = saved_loc;
         self.b.set_prologue(was);
         let r = r?;
-        if inv {
+        if inv && in_prologue {
             self.global.insert((v, l), r.clone());
+        } else if inv && self.regions_open == 0 {
+            self.straight_line.insert((v, l), r.clone());
         } else {
             self.remember(v, &l, r.clone());
         }
@@ -698,6 +722,7 @@ impl<'k> Lower<'k> {
         let piped = self.pipeline_prologue(inst, iv, hi, step)?;
         let (top, end) = (self.b.new_label("for"), self.b.new_label("endfor"));
         self.b.place_label(&top);
+        self.regions_open += 1;
         let cmp = if iv_dtype.is_signed_int() { "s" } else { "u" };
         let bits = iv_dtype.bits().max(32);
         let p = self.b.op(
@@ -729,6 +754,7 @@ impl<'k> Lower<'k> {
         self.b
             .emit(format!("add.{ty}"), vec![iv.into(), iv.into(), step.into()]);
         self.b.bra(&top);
+        self.regions_open -= 1;
         self.b.place_label(&end);
         if piped {
             self.pipeline_epilogue();
@@ -752,6 +778,7 @@ impl<'k> Lower<'k> {
         }
         let (top, end) = (self.b.new_label("while"), self.b.new_label("endwhile"));
         self.b.place_label(&top);
+        self.regions_open += 1;
         self.scopes.push(HashMap::new());
         let bb = self.k.blocks[before].args.clone();
         for (i, l) in layouts.iter().enumerate() {
@@ -776,6 +803,7 @@ impl<'k> Lower<'k> {
         self.assign(&carried, &next);
         self.scopes.pop();
         self.b.bra(&top);
+        self.regions_open -= 1;
         self.b.place_label(&end);
         for (i, l) in layouts.iter().enumerate() {
             self.define(d.results[i], l, carried[i].clone());
@@ -813,6 +841,7 @@ impl<'k> Lower<'k> {
         let c = self.scalar(d.args[0])?;
         let (else_l, end) = (self.b.new_label("else"), self.b.new_label("endif"));
         self.b.bra_if(c, true, &else_l);
+        self.regions_open += 1;
         for (block, ys) in [(then_b, &then_y), (else_b, &else_y)] {
             self.scopes.push(HashMap::new());
             self.lower_block(block)?;
@@ -828,6 +857,7 @@ impl<'k> Lower<'k> {
                 self.b.place_label(&else_l);
             }
         }
+        self.regions_open -= 1;
         self.b.place_label(&end);
         for (i, l) in layouts.iter().enumerate() {
             self.define(d.results[i], l, results[i].clone());

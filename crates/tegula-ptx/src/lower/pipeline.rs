@@ -18,6 +18,9 @@
 //! after the loop:    wait_all
 //! ```
 //!
+//! A loop whose one dot reads both operands from the slots loads the next tile's first
+//! fragments across the tile boundary instead (see [`BoundaryFragments`]).
+//!
 //! The barrier also tells every thread that the slot being refilled was read last iteration.
 //! The refill waits inside the first dot of the body that reads a pipelined operand (when that
 //! dot is not nested in a branch): its first fragments then leave shared memory right after
@@ -35,7 +38,15 @@ use crate::ptx::{Arg, Reg, RegClass};
 use std::collections::{HashMap, HashSet};
 use tegula_ir::{BinaryOp, Block, Constant, DType, Inst, Op, Value, ValueDef};
 
-use super::mma::{MmaPlan, SharedOperand};
+use super::mma::{fragment_registers, MmaPlan, SharedOperand};
+
+/// The most registers [`Lower::boundary_registers`] may count for the fragments to cross the
+/// tile boundary ([`BoundaryFragments`]): 255 a thread, less 15 that the estimate leaves out
+/// (loop counter, slot offsets, address strides, ldmatrix addresses, masks). Calibrated with
+/// ptxas 12.9 (sm_90a) on the bf16 tuner grid at 4096^3: every config estimated at <= 240
+/// compiles without spills (the largest, 128x128x64 at 4 warps, to 255 registers; 256x128x64
+/// at 8 warps, 236, to 254), while 256x64x64 at 4 warps (244) spills 4 bytes.
+const BOUNDARY_MAX_REGISTERS: u32 = 240;
 
 /// One pipelined load.
 #[derive(Clone, Debug)]
@@ -72,6 +83,36 @@ struct Pipe {
     /// Per load (same order as `loads`): its copies' source addresses carried across
     /// iterations, or `None` when they are evaluated again at each refill.
     carried: Vec<Option<CarriedAddrs>>,
+    /// The next iteration's first fragments, when they are loaded across the tile boundary
+    /// (see [`BoundaryFragments`]).
+    boundary: Option<BoundaryFragments>,
+}
+
+/// The k-step 0 fragments of the loop's one dot, loaded ahead of time (CUTLASS's sm80
+/// mainloop order): before the loop, and in each iteration right after the wait and barrier
+/// for the next slot, which move from the top of the next iteration to just before the last
+/// k-step's mmas. Those mmas then cover the `ldmatrix` latency, and the next iteration's
+/// first mmas need no shared-memory read:
+///
+/// ```text
+/// before the loop:   fill S-1 slots; wait_group S-2; bar.sync; ldmatrix k-step 0 of slot 0
+/// iteration i:       mmas of k-step 0 (fragments in registers), the refill after them, ...
+///                    wait_group S-2; bar.sync; ldmatrix k-step 0 of slot (i+1) mod S
+///                    mmas of the last k-step
+/// ```
+///
+/// The barrier still follows every read of the slot the next iteration refills (the last
+/// k-step's fragments are read one step ahead), and the wait follows this iteration's
+/// refill (at k-step 1), so both keep their meaning. Only when the body's one dot reads both
+/// operands from this pipeline in at least two k-steps, nothing else in the body touches
+/// shared memory (matmul; attention's two dots keep the plain order), and the registers the
+/// loop then needs fit in a thread's ([`BOUNDARY_MAX_REGISTERS`]).
+#[derive(Clone, Debug)]
+pub(crate) struct BoundaryFragments {
+    dot: Inst,
+    /// Packed 32-bit operand registers of k-step 0 (see `Lower::first_kstep_fragments`),
+    /// carried across iterations.
+    words: Vec<Reg>,
 }
 
 /// The source addresses of one pipelined load's copies, kept in registers that advance by
@@ -534,6 +575,7 @@ impl Lower<'_> {
             write_off,
             deferred: None,
             carried: vec![],
+            boundary: None,
         };
         let mut pipe = pipe;
         let inside = self.region_values_of(body);
@@ -558,7 +600,120 @@ impl Lower<'_> {
             self.pipeline_issue(&pipe, it, valid, slot)?;
         }
         self.pipe.active.push(pipe);
+        self.boundary_prologue()?;
         Ok(true)
+    }
+
+    /// Before the loop, when the fragments cross the tile boundary (see
+    /// [`BoundaryFragments`]): the first slot's wait and barrier, and its k-step 0 fragments.
+    fn boundary_prologue(&mut self) -> R<()> {
+        let pipe = self.pipe.active.last().expect("a pipeline").clone();
+        let Some(dot) = self.boundary_dot(&pipe) else {
+            return Ok(());
+        };
+        self.b.emit(
+            "cp.async.wait_group",
+            vec![Arg::Imm(pipe.stages as i64 - 2)],
+        );
+        self.barrier();
+        let Some(words) = self.first_kstep_fragments(dot, pipe.read_off, None) else {
+            unreachable!("boundary_dot checked the operands")
+        };
+        self.pipe.active.last_mut().expect("a pipeline").boundary =
+            Some(BoundaryFragments { dot, words });
+        Ok(())
+    }
+
+    /// The dot whose first fragments may be loaded across the tile boundary: the body's only
+    /// dot, with both operands in this pipeline's slots and at least two k-steps, and no other
+    /// instruction of the body that may use shared memory (the pipelined loads aside).
+    fn boundary_dot(&mut self, pipe: &Pipe) -> Option<Inst> {
+        let mut dot = None;
+        for &i in &self.k.blocks[pipe.body].insts {
+            let op = &self.k.insts[i].op;
+            match op {
+                Op::Dot { .. } if dot.is_none() => dot = Some(i),
+                Op::Load { .. } if pipe.loads.iter().any(|l| l.inst == i) => {}
+                Op::Yield => {}
+                _ if is_anchored(op) || !self.k.insts[i].regions.is_empty() => return None,
+                _ => {}
+            }
+        }
+        let dot = dot?;
+        let plan = self.mma_plan(dot)?;
+        if plan.k / plan.kind.k_step() < 2
+            || plan.split_tf32
+            || self.boundary_registers(pipe, &plan) > BOUNDARY_MAX_REGISTERS
+        {
+            return None;
+        }
+        let args = self.k.insts[dot].args.clone();
+        let both_piped = [(args[0], Role::A), (args[1], Role::B)]
+            .into_iter()
+            .all(|(v, role)| self.slot_operand(v, role, &plan).is_some());
+        both_piped.then_some(dot)
+    }
+
+    /// An estimate of the registers a thread holds in the loop when the fragments cross the
+    /// tile boundary: the f32 accumulators, three k-steps of operand fragments (the next
+    /// tile's first, carried, and the current and next k-step's, double-buffered within the
+    /// tile) and one per `cp.async` copy (its source or destination address).
+    fn boundary_registers(&self, pipe: &Pipe, plan: &MmaPlan) -> u32 {
+        let accumulators = plan.m * plan.n / (32 * self.num_warps);
+        let k_steps = plan.k / plan.kind.k_step();
+        let kstep_words: u32 = [Role::A, Role::B]
+            .into_iter()
+            .map(|role| fragment_registers(plan, role) / k_steps)
+            .sum();
+        let copies: u32 = pipe
+            .loads
+            .iter()
+            .map(|pl| {
+                let shape = self.k.ty(pl.value).shape;
+                pl.layout.geometry(&shape).count as u32 / pl.vec
+            })
+            .sum();
+        accumulators + 3 * kstep_words + copies
+    }
+
+    /// The k-step 0 fragments `dot` finds in registers at the top of an iteration, when they
+    /// cross the tile boundary.
+    pub(crate) fn boundary_fragments(&self, dot: Inst) -> Option<Vec<Reg>> {
+        let b = self.pipe.active.last()?.boundary.as_ref()?;
+        (b.dot == dot).then(|| b.words.clone())
+    }
+
+    /// Inside the boundary dot, before its last k-step's mmas: wait for the next iteration's
+    /// slot, the barrier, and that slot's k-step 0 fragments into the carried registers.
+    pub(crate) fn boundary_next_fragments(&mut self, dot: Inst) -> R<()> {
+        let pipe = self.pipe.active.last().expect("a pipeline").clone();
+        let words = pipe.boundary.expect("a boundary dot").words;
+        self.b.emit(
+            "cp.async.wait_group",
+            vec![Arg::Imm(pipe.stages as i64 - 2)],
+        );
+        self.barrier();
+        let next = self.b.op(
+            "add.s32",
+            RegClass::B32,
+            vec![pipe.read_off.into(), Arg::Imm(pipe.slot_bytes as i64)],
+        );
+        let wrap = self.b.op(
+            "setp.ge.u32",
+            RegClass::Pred,
+            vec![
+                next.into(),
+                Arg::Imm((pipe.stages * pipe.slot_bytes) as i64),
+            ],
+        );
+        let next = self.b.op(
+            "selp.b32",
+            RegClass::B32,
+            vec![Arg::Imm(0), next.into(), wrap.into()],
+        );
+        self.first_kstep_fragments(dot, next, Some(&words))
+            .expect("boundary_dot checked the operands");
+        Ok(())
     }
 
     /// At the top of an iteration: wait for this iteration's slot, then refill the slot read
@@ -566,11 +721,14 @@ impl Lower<'_> {
     /// pipelined operand) from within that dot, see [`Self::pipeline_refill_in_dot`].
     pub(crate) fn pipeline_iteration_start(&mut self, iv: Reg, hi: Reg, step: Reg) -> R<()> {
         let pipe = self.pipe.active.last().expect("a pipeline").clone();
-        self.b.emit(
-            "cp.async.wait_group",
-            vec![Arg::Imm(pipe.stages as i64 - 2)],
-        );
-        self.barrier();
+        // With fragments across the boundary, the last iteration (or the prologue) waited.
+        if pipe.boundary.is_none() {
+            self.b.emit(
+                "cp.async.wait_group",
+                vec![Arg::Imm(pipe.stages as i64 - 2)],
+            );
+            self.barrier();
+        }
         if self.body_dot_reads_pipe(&pipe) {
             let scope_depth = self.scopes.len();
             self.pipe.active.last_mut().expect("a pipeline").deferred = Some(DeferredRefill {
