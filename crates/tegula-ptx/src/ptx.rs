@@ -578,14 +578,14 @@ mod tests {
             format!("st.global{}", Ty::F32),
             vec![Arg::Addr(Box::new(Arg::Sym("x".into())), 8), d.into()],
         );
-        let text = b.finish("8.0", "sm_80", "k", &[], 128, false);
+        let text = b.finish("8.0", "sm_80", "k", &[], 128, None);
         assert!(text.contains("add.rn.f32 %f2, %f1, 0f3F800000;"), "{text}");
         assert!(text.contains("@!%p1 st.global.f32 [x+8], %f2;"), "{text}");
         assert!(text.contains(".reg .f32 %f<3>;"), "{text}");
     }
 
     fn printed(b: &Builder) -> String {
-        b.finish("8.0", "sm_80", "k", &[], 128, false)
+        b.finish("8.0", "sm_80", "k", &[], 128, None)
     }
 
     /// A load's address: `base + 4 * i` (mul.wide, add.s64).
