@@ -1309,6 +1309,7 @@ fn one_pipelined_load_feeds_four_dot_operands() {
             assert_close(&decode(DType::F32, &bufs[5]), &c, &c_scale, tol, &what("c"));
         }
     }
+}
 
 /// With two or more k-steps a tile, the matmul loop loads the next tile's first fragments
 /// before the last k-step's mmas (`BoundaryFragments` in pipeline.rs): the wait and barrier
