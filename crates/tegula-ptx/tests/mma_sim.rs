@@ -1091,6 +1091,32 @@ fn attention_with_q_resident_in_shared_memory_matches() {
     }
 }
 
+#[test]
+fn resident_q_is_written_after_the_first_key_copies_are_issued() {
+    // Q's global load and the first K/V stage are in flight together: the copies come before
+    // Q's shared-memory write (which waits for its load), with one barrier between them and
+    // the loop's first read (the simulator checks above run the same order for races).
+    let kern = flash_attention(DType::BF16, 128, 64, 128);
+    let options = CompileOptions {
+        num_warps: 4,
+        num_stages: 2,
+    };
+    let ptx = compile(&kern, &Target { sm: 90 }, &options).unwrap().ptx;
+    let before_loop: Vec<&str> = ptx
+        .lines()
+        .take_while(|l| !l.starts_with("$L_for_"))
+        .collect();
+    let first = |what: &str| before_loop.iter().position(|l| l.contains(what));
+    let copy = first("cp.async.cg.shared.global").expect("the first stage's copies");
+    let write = first("st.shared").expect("Q's write to shared memory");
+    assert!(copy < write, "copy at line {copy}, Q's write at {write}");
+    let barriers_after_write = before_loop[write..]
+        .iter()
+        .filter(|l| l.contains("bar.sync"))
+        .count();
+    assert_eq!(barriers_after_write, 1);
+}
+
 /// Runs the FlashAttention kernel over 3 key blocks and compares with the same online
 /// softmax in f64 (P rounded to the input dtype before the PV product).
 fn check_attention(dt: DType, bm: usize, bn: usize, d: usize, warps: u32, stages: u32) {

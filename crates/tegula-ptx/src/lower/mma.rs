@@ -67,6 +67,22 @@ pub(crate) struct MmaState {
     /// Loop-invariant operands kept in shared memory and read with `ldmatrix` at each use
     /// (see [`HOISTED_OPERAND_REGS`]).
     resident: HashMap<(Value, Role), SharedOperand>,
+    /// Resident operands whose shared-memory write waits for the loop's pipeline prologue
+    /// (see [`Lower::write_resident_operands`]).
+    pending_resident: Vec<ResidentWrite>,
+}
+
+/// A resident operand's registers and where they go in shared memory, written after the
+/// loop's first pipeline copies are issued.
+#[derive(Clone, Debug)]
+struct ResidentWrite {
+    smem: Reg,
+    regs: Vec<Reg>,
+    layout: Layout,
+    shape: Shape,
+    transpose: bool,
+    stage: Stage,
+    round_tf32: bool,
 }
 
 /// An mma operand that is in shared memory already: the shared array's base, its stage there,
@@ -531,13 +547,14 @@ impl Lower<'_> {
                         self.max_shared
                     )));
                 }
-                self.smem(end);
+                let smem = self.smem(end);
                 self.b.comment("stage dot operands in shared memory");
                 self.barrier();
                 for &s in &group {
                     let (_, src, sl, regs, transpose, st) = staged[s].clone();
                     let shape = self.k.ty(src).shape;
-                    self.stage_write(&regs, &sl, &shape, transpose, &st, !plan.split_tf32);
+                    let round_tf32 = !plan.split_tf32;
+                    self.stage_write(smem, &regs, &sl, &shape, transpose, &st, round_tf32);
                 }
                 self.barrier();
                 for &s in &group {
@@ -560,8 +577,10 @@ impl Lower<'_> {
     /// Writes a 2-D value (registers `regs` in layout `l`) into the swizzled stage, element
     /// `(i0, i1)` at stored `(i0, i1)`, or `(i1, i0)` when `transpose`. f32 elements of a tf32
     /// stage are rounded to tf32 when `round_tf32`.
+    #[allow(clippy::too_many_arguments)]
     fn stage_write(
         &mut self,
+        smem: Reg,
         regs: &[Reg],
         l: &Layout,
         shape: &Shape,
@@ -600,7 +619,6 @@ impl Lower<'_> {
             }
             let cbyte = cc * es;
             let (rlo, blo) = (rc % 8, cbyte % 128);
-            let smem = self.smem(0);
             let addr = self.stage_write_addr(smem, l, shape, transpose, st, rlo, blo);
             let imm = ((rc - rlo) * st.cols * es + (cbyte - blo)) as i64;
             let elems: Vec<Reg> = (0..run)
@@ -928,9 +946,11 @@ impl Lower<'_> {
         Ok(())
     }
 
-    /// Writes the loop-invariant operand `v` to shared memory before the loop, where it stays
-    /// for the rest of the kernel (later scratch uses go after it); dots read it with
-    /// `ldmatrix` at each use. False (nothing emitted) when it does not fit.
+    /// Keeps the loop-invariant operand `v` in shared memory for the rest of the kernel
+    /// (later scratch uses go after it); dots read it with `ldmatrix` at each use. The write
+    /// itself waits for [`Lower::write_resident_operands`], after the loop's first pipeline
+    /// copies are issued, so that the operand's global load and those copies are in flight
+    /// together. False (nothing emitted) when it does not fit.
     fn stay_resident(&mut self, v: Value, role: Role, plan: &MmaPlan) -> R<bool> {
         let (src, src_k_major) = staging_source(self.k, v, role);
         let (st, transpose) = operand_stage(plan, role, src_k_major, 0);
@@ -943,11 +963,15 @@ impl Lower<'_> {
         let regs = self.get(src, &sl)?;
         let shape = self.k.ty(src).shape;
         let base = self.smem(bytes);
-        self.b
-            .comment("loop-invariant dot operand: resident in shared memory, read at each use");
-        self.barrier();
-        self.stage_write(&regs, &sl, &shape, transpose, &st, !plan.split_tf32);
-        self.barrier();
+        self.mma.pending_resident.push(ResidentWrite {
+            smem: base,
+            regs,
+            layout: sl,
+            shape,
+            transpose,
+            stage: st,
+            round_tf32: !plan.split_tf32,
+        });
         let rest = self.b.in_prologue(|b| {
             b.op(
                 "add.s32",
@@ -963,6 +987,33 @@ impl Lower<'_> {
         };
         self.mma.resident.insert((v, role), so);
         Ok(true)
+    }
+
+    /// Writes the resident operands [`Self::stay_resident`] kept back, then a barrier.
+    /// `after_barrier`: nothing has touched shared memory since the last barrier but copies
+    /// into other bytes (a pipeline prologue's), so no barrier is needed before the write.
+    pub(crate) fn write_resident_operands(&mut self, after_barrier: bool) {
+        let pending = std::mem::take(&mut self.mma.pending_resident);
+        if pending.is_empty() {
+            return;
+        }
+        self.b
+            .comment("loop-invariant dot operand: resident in shared memory, read at each use");
+        if !after_barrier {
+            self.barrier();
+        }
+        for w in &pending {
+            self.stage_write(
+                w.smem,
+                &w.regs,
+                &w.layout,
+                &w.shape,
+                w.transpose,
+                &w.stage,
+                w.round_tf32,
+            );
+        }
+        self.barrier();
     }
 
     /// Every value defined in `block` or its nested regions (block arguments included).

@@ -720,6 +720,8 @@ impl<'k> Lower<'k> {
         let iv = self.copy_regs(&[lo])[0];
         self.hoist_dot_operands(body)?;
         let piped = self.pipeline_prologue(inst, iv, hi, step)?;
+        // Without a pipeline the resident operands are written here.
+        self.write_resident_operands(false);
         let (top, end) = (self.b.new_label("for"), self.b.new_label("endfor"));
         self.b.place_label(&top);
         self.regions_open += 1;

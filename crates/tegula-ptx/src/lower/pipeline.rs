@@ -600,6 +600,9 @@ impl Lower<'_> {
             self.pipeline_issue(&pipe, it, valid, slot)?;
         }
         self.pipe.active.push(pipe);
+        // A resident dot operand's write (its global load was issued before the barrier
+        // above) goes after the first copies, so that both are in flight together.
+        self.write_resident_operands(true);
         self.boundary_prologue()?;
         Ok(true)
     }
