@@ -38,6 +38,7 @@ pub fn layer_norm_fwd<T: Element>(
     x_row_stride: i32,
     y_row_stride: i32,
     n: i32,
+    inv_n: f32,
     eps: f32,
     #[constexpr] block: usize,
     #[constexpr] unroll: usize,
@@ -78,7 +79,7 @@ pub fn layer_norm_fwd<T: Element>(
             acc2 += s * s;
         }
     }
-    let (centre, r) = shifted_moments(sum(acc1, 0), sum(acc2, 0), n, eps);
+    let (centre, r) = shifted_moments(sum(acc1, 0), sum(acc2, 0), inv_n, eps);
     store_unmasked(mean + row, shift + centre);
     store_unmasked(rstd + row, r);
     for start in range(0, n, block * unroll) {
@@ -165,7 +166,8 @@ fn row_shift(x_rows: Tile, n: Tile, rows: Option<(Tile, Tile)>) -> Tile {
 
 /// Layer norm statistics from sums over a row shifted by `x0`, a value of the row:
 /// `s1 = sum(x - x0)` and `s2 = sum((x - x0)^2)` over `n` elements (two sums that need no
-/// mean first, so they reduce together in one round). Returns `(mean - x0, rstd)`.
+/// mean first, so they reduce together in one round), with `inv_n = 1 / n` (an f32 argument
+/// the host computes: no division in the kernel). Returns `(mean - x0, rstd)`.
 ///
 /// `var = s2 / n - (s1 / n)^2` cancels only the shift's distance to the mean:
 /// the relative error of `var` is about `f32 eps * (1 + (mean - x0)^2 / var)` (times the
@@ -174,10 +176,15 @@ fn row_shift(x_rows: Tile, n: Tile, rows: Option<(Tile, Tile)>) -> Tile {
 /// shift many standard deviations from the mean costs digits: an outlier holding most of the
 /// variance makes `(mean - x0)^2 / var` about `n`, hence [`row_shift`]'s median of three
 /// (tests/norm.rs measures both cases against float64).
-fn shifted_moments(s1: Tile, s2: Tile, n: Tile, eps: Tile) -> (Tile, Tile) {
-    let centre = s1 / n;
-    let var = maximum_nan(s2 / n - centre * centre, 0.0);
-    (centre, 1.0 / sqrt(var + eps))
+///
+/// `rstd` is `rsqrt.approx` (relative error under 2^-22, one instruction): the correctly
+/// rounded `1 / sqrt` took a square root and a division, each with a slow-path call, and the
+/// one-tile kernels computed the chain twice (once for the `mean`/`rstd` stores, once in the
+/// output's layout).
+fn shifted_moments(s1: Tile, s2: Tile, inv_n: Tile, eps: Tile) -> (Tile, Tile) {
+    let centre = s1 * inv_n;
+    let var = maximum_nan(s2 * inv_n - centre * centre, 0.0);
+    (centre, rsqrt(var + eps))
 }
 
 /// `dx` for one row: with `xhat = (x - mean) * rstd` and `g = w * dy`,
@@ -347,6 +354,11 @@ pub fn rms_norm_fwd<T: Element>(
 
 /// [`layer_norm_fwd`] for rows that fit one tile: `block_m` rows per program, each read once
 /// and held in registers; both statistics in one reduction round ([`shifted_moments`]).
+///
+/// Kept lean so that many programs fit an SM (each has its tile of `x` in flight only until
+/// the reduction): `whole` (set by the host when `n == block` and `block_m` divides `m`) drops
+/// every mask and select; `w` and `b` load after the reduction round (L2 hits, as RMS norm's
+/// `w`), so their registers are not held while `x` is in flight.
 #[tegula::kernel]
 pub fn layer_norm_fwd_rows<T: Element>(
     x: Ptr<T>,
@@ -359,34 +371,56 @@ pub fn layer_norm_fwd_rows<T: Element>(
     y_row_stride: i32,
     m: i32,
     n: i32,
+    inv_n: f32,
     eps: f32,
     #[constexpr] block_m: usize,
     #[constexpr] block: usize,
+    #[constexpr] whole: bool,
 ) {
     let rows = program_id(0) * block_m + arange(0, block_m as i64);
     let cols = arange(0, block as i64);
     let row_mask = rows.lt(m);
     let col_mask = cols.lt(n);
     let mask = row_mask.col() & col_mask.row();
-    // The weights (L2-resident: every row reads them) load before the reductions, so that
-    // their L2 round trip overlaps the reduction round instead of following it (ptxas issues
-    // them once x has arrived, in x's registers, whatever the order here); they stay in the
-    // input dtype (half the registers of f32) until the output needs them.
-    let w_packed = load_kept(w + cols, col_mask);
-    let b_packed = load_kept(b + cols, col_mask);
-    let v = load_row_tile(x, x_row_stride, rows, m, cols, col_mask, None).to::<f32>();
+    let x_tile = x + rows.col() * x_row_stride + cols.row();
+    let y_tile = y + rows.col() * y_row_stride + cols.row();
+    let v = load_with(x_tile, streamed_load((!whole).then_some(mask))).to::<f32>();
     let shift = row_shift(x, n, Some((rows * x_row_stride, row_mask)));
-    let s = select(mask, v - shift.col(), 0.0);
-    let (centre, r) = shifted_moments(sum(s, 1), sum(s * s, 1), n, eps);
-    let wv = w_packed.to::<f32>();
-    let bv = b_packed.to::<f32>();
+    let s = if whole {
+        v - shift.col()
+    } else {
+        select(mask, v - shift.col(), 0.0)
+    };
+    let (centre, r) = shifted_moments(sum(s, 1), sum(s * s, 1), inv_n, eps);
     store(mean + rows, shift + centre, row_mask);
     store(rstd + rows, r, row_mask);
-    store(
-        y + rows.col() * y_row_stride + cols.row(),
-        (s - centre.col()) * r.col() * wv.row() + bv.row(),
+    let col_mask = (!whole).then_some(col_mask);
+    let wv = load_with(w + cols, kept_load(col_mask)).to::<f32>();
+    let bv = load_with(b + cols, kept_load(col_mask)).to::<f32>();
+    let out = (s - centre.col()) * r.col() * wv.row() + bv.row();
+    if whole {
+        store_unmasked(y_tile, out);
+    } else {
+        store(y_tile, out, mask);
+    }
+}
+
+/// Options of a load of `x` read once (evicted first), masked by `mask` if any.
+fn streamed_load(mask: Option<Tile>) -> LoadOptions {
+    LoadOptions {
         mask,
-    );
+        evict: EvictionPolicy::First,
+        ..Default::default()
+    }
+}
+
+/// Options of a load of a vector every row reads (`w`, `b`: kept in L2), masked if any.
+fn kept_load(mask: Option<Tile>) -> LoadOptions {
+    LoadOptions {
+        mask,
+        evict: EvictionPolicy::Last,
+        ..Default::default()
+    }
 }
 
 /// [`rms_norm_fwd`] for rows that fit one tile: `block_m` rows per program, each read once.
@@ -451,14 +485,7 @@ pub(crate) fn load_row_tile(
 
 /// A load of a vector every row reads (`w`, `b`): kept in L2.
 fn load_kept(ptr: Tile, mask: Tile) -> Tile {
-    load_with(
-        ptr,
-        LoadOptions {
-            mask: Some(mask),
-            evict: EvictionPolicy::Last,
-            ..Default::default()
-        },
-    )
+    load_with(ptr, kept_load(Some(mask)))
 }
 
 /// [`layer_norm_fwd_rows`] over `tiles_per_program` consecutive tiles of `block_m` rows: each
@@ -477,6 +504,7 @@ pub fn layer_norm_fwd_pipelined<T: Element>(
     y_row_stride: i32,
     m: i32,
     n: i32,
+    inv_n: f32,
     eps: f32,
     tiles_per_program: i32,
     #[constexpr] block_m: usize,
@@ -502,7 +530,7 @@ pub fn layer_norm_fwd_pipelined<T: Element>(
         next = load_rows(rows + block_m as i64);
         next_shift = load_shifts(rows + block_m as i64);
         let s = select(mask, v - shift.col(), 0.0);
-        let (centre, r) = shifted_moments(sum(s, 1), sum(s * s, 1), n, eps);
+        let (centre, r) = shifted_moments(sum(s, 1), sum(s * s, 1), inv_n, eps);
         store(mean + rows, shift + centre, row_mask);
         store(rstd + rows, r, row_mask);
         store(
@@ -642,15 +670,16 @@ fn pipelined_row_config(n: usize, pipelined: usize, fallback: Config, resident: 
     c.with(PROGRAMS_PER_SM, programs_per_sm(tile, resident) as i64)
 }
 
-/// Layer norm's forward config for rows of `n`: the pipelined one-tile kernel up to 4096
-/// columns (two programs per SM), the looping kernel beyond (the one-tile kernel at 16384
-/// columns takes 119 registers: one program a SM). The looping kernel reads a row twice since
-/// the statistics take one pass ([`shifted_moments`]). On the H200 (bf16, 4096 x 4096) one
-/// tile without the prefetch, `w` and `b` loaded before the reductions (62 registers, 4
-/// programs a SM), measured 1.84 TB/s at 8 warps and 2.23 at 4 against 2.59 pipelined.
+/// Layer norm's forward config for rows of `n`: the one-tile kernel without the prefetch up to
+/// 4096 columns (as RMS norm: 8 warps at 4096), the looping kernel beyond (the one-tile kernel
+/// at 16384 columns takes 119 registers: one program a SM). The looping kernel reads a row
+/// twice since the statistics take one pass ([`shifted_moments`]). On the H200 (bf16, 4096 x
+/// 4096) the one tile measured 1.84 TB/s at 74 registers (3 programs a SM; two slow-path
+/// `1 / sqrt` chains, masks on every element) against 2.61 pipelined; without masks
+/// (`whole` rows), divisions or `w`/`b` held during the load it takes 40 registers (6
+/// programs a SM, 48 KB of `x` in flight; RMS norm's 47 registers measured 2.92).
 pub fn layer_norm_config(n: usize) -> Config {
-    let looping = row_config(n, 1024);
-    pipelined_row_config(n, 4096, looping, 2)
+    row_config(n, 4096)
 }
 
 /// RMS norm's forward config for rows of `n`, from the same sweep: one tile without the
@@ -793,6 +822,8 @@ pub fn layer_norm_into_with<T: Element>(
         return Ok(());
     }
     let (mi, ni) = (check::as_i32(OP, "M", m)?, check::as_i32(OP, "N", n)?);
+    // 1 / n once, on the host: the kernels multiply by it.
+    let inv_n = 1.0 / n as f32;
     let (xs, ys) = (row_stride(OP, x)?, row_stride(OP, y)?);
     let (dev, lc) = (x.device(), config.launch_config());
     let per_sm = config.get(PROGRAMS_PER_SM).unwrap_or(0);
@@ -800,17 +831,20 @@ pub fn layer_norm_into_with<T: Element>(
         let (grid, tiles) = persistent_grid(dev, m.div_ceil(block_m), per_sm as usize);
         let tiles = check::as_i32(OP, "tiles per program", tiles)?;
         return layer_norm_fwd_pipelined::launch_with::<T>(
-            dev, grid, lc, x, y, w, b, mean, rstd, xs, ys, mi, ni, eps, tiles, block_m, block,
+            dev, grid, lc, x, y, w, b, mean, rstd, xs, ys, mi, ni, inv_n, eps, tiles, block_m,
+            block,
         );
     }
     if block_m > 0 {
         let grid = m.div_ceil(block_m);
+        let whole = n == block && m.is_multiple_of(block_m);
         return layer_norm_fwd_rows::launch_with::<T>(
-            dev, grid, lc, x, y, w, b, mean, rstd, xs, ys, mi, ni, eps, block_m, block,
+            dev, grid, lc, x, y, w, b, mean, rstd, xs, ys, mi, ni, inv_n, eps, block_m, block,
+            whole,
         );
     }
     layer_norm_fwd::launch_with::<T>(
-        dev, m, lc, x, y, w, b, mean, rstd, xs, ys, ni, eps, block, unroll,
+        dev, m, lc, x, y, w, b, mean, rstd, xs, ys, ni, inv_n, eps, block, unroll,
     )
 }
 
@@ -1211,19 +1245,30 @@ fn forward_blocks(c: Config) -> (usize, usize, usize, bool) {
     )
 }
 fn ln_trace(shape: &[usize], dtype: DType) -> std::result::Result<Kernel, TraceError> {
-    let (block_m, block, unroll, pipelined) = forward_blocks(layer_norm_config(dims(shape).1));
-    by_dtype!(ln_trace_typed, dtype, block_m, block, unroll, pipelined)
+    let (m, n) = dims(shape);
+    let (block_m, block, unroll, pipelined) = forward_blocks(layer_norm_config(n));
+    let whole = n == block && block_m > 0 && m.is_multiple_of(block_m);
+    by_dtype!(
+        ln_trace_typed,
+        dtype,
+        block_m,
+        block,
+        unroll,
+        pipelined,
+        whole
+    )
 }
 fn ln_trace_typed<T: Element>(
     block_m: usize,
     block: usize,
     unroll: usize,
     pipelined: bool,
+    whole: bool,
 ) -> std::result::Result<Kernel, TraceError> {
     match (block_m, pipelined) {
         (0, _) => layer_norm_fwd::trace::<T>(block, unroll),
         (_, true) => layer_norm_fwd_pipelined::trace::<T>(block_m, block),
-        _ => layer_norm_fwd_rows::trace::<T>(block_m, block),
+        _ => layer_norm_fwd_rows::trace::<T>(block_m, block, whole),
     }
 }
 fn ln_bwd_trace(shape: &[usize], dtype: DType) -> std::result::Result<Kernel, TraceError> {

@@ -182,7 +182,13 @@ fn layer_norm_of_an_offset_input_keeps_its_precision() {
     // The statistics are sums of x - x0 and (x - x0)^2 with x0 the row's first element: a
     // large common offset cancels in x - x0, where E[x^2] - mean^2 would lose the variance
     // (order 1 next to 1e6 at an offset of 1000) entirely.
-    let (m, n) = (4, 333);
+    // 256 columns over 4 rows: whole rows, the one-tile kernel without masks.
+    for (m, n) in [(4, 333), (4, 256)] {
+        offset_rows_keep_their_precision(m, n);
+    }
+}
+
+fn offset_rows_keep_their_precision(m: usize, n: usize) {
     let base = Device::cpu()
         .randn::<f32>([m, n])
         .unwrap()
@@ -436,17 +442,30 @@ fn library_entries_check_and_trace() {
         for &dt in k.dtypes {
             let r = (k.check)(&dev, k.default_shape, dt).unwrap();
             assert!(r.passed(), "{}: {r:?}", k.name);
-            // Rows of the default 1031 columns: layer norm takes the pipelined kernel (its
-            // name says so), RMS norm one tile, the backward loops over blocks.
+            // Rows of the default 1031 columns: both norms one tile, the backward loops over
+            // blocks.
             let ir = (k.trace)(k.default_shape, dt).unwrap().to_string();
             let want = match k.name {
                 "layer_norm_backward" => "for",
-                "layer_norm" => "_fwd_pipelined",
+                "layer_norm" => "layer_norm_fwd_rows",
                 _ => "rms_norm_fwd_rows",
             };
             assert!(ir.contains(want), "{}: {ir}", k.name);
         }
     }
+}
+
+/// Whole rows (a power-of-two row length, a multiple of BLOCK_M rows) trace the one-tile layer
+/// norm without masks or selects; a ragged shape keeps them.
+#[test]
+fn whole_rows_trace_without_masks() {
+    let k = tegula_kernels::norm::layer_norm_entry();
+    let ir = |shape: &[usize]| (k.trace)(shape, DType::BF16).unwrap().to_string();
+    let whole = ir(&[64, 4096]);
+    assert!(whole.contains("layer_norm_fwd_rows"), "{whole}");
+    assert!(!whole.contains("select"), "{whole}");
+    let ragged = ir(&[64, 4000]);
+    assert!(ragged.contains("select"), "{ragged}");
 }
 
 /// The one-tile kernels and the pipelined (persistent, prefetching) kernels on explicit
@@ -459,6 +478,9 @@ fn pipelined_and_one_tile_configs_match_float64() {
     for (m, n) in [
         (37, 1031),
         (13, 300),
+        // Whole rows (n a power of two, m a multiple of BLOCK_M): the one-tile layer norm
+        // without masks.
+        (12, 256),
         (rng.gen_range(5..60), rng.gen_range(17..900)),
     ] {
         let x = dev.randn::<bf16>([m, n]).unwrap();
@@ -513,23 +535,20 @@ fn pipelined_and_one_tile_configs_match_float64() {
     }
 }
 
-/// The default configs: layer norm pipelined up to 4096 columns, RMS norm one tile up to 4096 and pipelined up to 16384, both looping beyond
+/// The default configs: both norms one tile up to 4096 columns, RMS norm pipelined up to 16384,
+/// both looping beyond
 /// (a 32768-column row spills in the pipelined kernels) with several blocks a trip.
 #[test]
 fn default_configs_follow_the_measured_sweep() {
     use tegula_kernels::norm::{layer_norm_config, rms_norm_config, UNROLL};
     let per_sm = |c: &tegula::autotune::Config| c.get("PROGRAMS_PER_SM").unwrap_or(0);
     for n in [1000, 3000, 4096] {
-        let c = layer_norm_config(n);
-        assert!(
-            per_sm(&c) > 0 && c.get("BLOCK").unwrap() as usize >= n,
-            "{n}: {c}"
-        );
-        let c = rms_norm_config(n);
-        assert!(
-            per_sm(&c) == 0 && c.get("BLOCK").unwrap() as usize >= n,
-            "{n}: {c}"
-        );
+        for c in [layer_norm_config(n), rms_norm_config(n)] {
+            assert!(
+                per_sm(&c) == 0 && c.get("BLOCK").unwrap() as usize >= n,
+                "{n}: {c}"
+            );
+        }
     }
     let c = layer_norm_config(16384);
     assert_eq!((c.get("BLOCK_M"), c.num_warps), (Some(0), 8), "{c}");
