@@ -1250,6 +1250,95 @@ fn pipelined_matmul_and_attention_match() {
     check_attention(DType::BF16, 128, 64, 128, 8, 2);
 }
 
+/// A matmul whose store casts the accumulator to f16 / bf16: the cast runs in the mma layout
+/// and the narrow tile crosses to the store's layout through padded rows of shared memory, in
+/// one round or (128 x 256 f16: 67.5 KB of rows against 48 KB of scratch) two; ragged edges
+/// exercise the store's masks.
+#[test]
+fn narrow_outputs_cross_shared_memory_after_the_cast() {
+    let cases = [
+        // (input, output, warps, stages, tile, problem, rows of the exchange)
+        (
+            DType::BF16,
+            DType::BF16,
+            4,
+            3,
+            (64, 64, 16),
+            (72, 80, 40),
+            "rows of 144 bytes, 64 rows a round",
+        ),
+        (
+            DType::F16,
+            DType::F16,
+            8,
+            2,
+            (128, 256, 16),
+            (136, 264, 32),
+            "rows of 528 bytes, 64 rows a round",
+        ),
+        (
+            DType::BF16,
+            DType::F16,
+            2,
+            1,
+            (32, 64, 32),
+            (40, 56, 64),
+            "rows of 144 bytes, 32 rows a round",
+        ),
+    ];
+    for (dt, out_dt, warps, stages, (bm, bn, bk), (m, n, k), plan) in cases {
+        let kern = matmul_loop_into(dt, out_dt, bm, bn, bk);
+        let options = CompileOptions {
+            num_warps: warps,
+            num_stages: stages,
+        };
+        let ptx = compile(&kern, &Target { sm: 80 }, &options).unwrap().ptx;
+        assert!(
+            ptx.contains(plan),
+            "{dt}->{out_dt} {bm}x{bn}: no {plan:?} in the PTX"
+        );
+        let av = values(m * k, 41 + m as u64);
+        let bv = values(k * n, 43 + n as u64);
+        let (ar, br) = (rounded(dt, &av), rounded(dt, &bv));
+        let mut want = vec![0f64; m * n];
+        for i in 0..m {
+            for j in 0..n {
+                want[i * n + j] = (0..k).map(|kk| ar[i * k + kk] * br[kk * n + j]).sum();
+            }
+        }
+        let out = vec![0u8; m * n * 2];
+        let bufs = run_staged(
+            &kern,
+            warps,
+            stages,
+            [m.div_ceil(bm) as u64, n.div_ceil(bn) as u64, 1],
+            &[
+                Arg::Buf(&encode(dt, &av)),
+                Arg::Buf(&encode(dt, &bv)),
+                Arg::Buf(&out),
+                Arg::I32(m as i32),
+                Arg::I32(n as i32),
+                Arg::I32(k as i32),
+            ],
+        );
+        let got = decode(out_dt, &bufs[2]);
+        // One rounding to the output: half an ulp, relative (bf16 8 bits, f16 11).
+        let half_ulp = if out_dt == DType::BF16 {
+            0.5f64.powi(8)
+        } else {
+            0.5f64.powi(11)
+        };
+        let magnitude: Vec<f64> = want.iter().map(|w| w.abs()).collect();
+        assert_close(
+            &got,
+            &want,
+            &magnitude,
+            half_ulp,
+            &format!("{dt}->{out_dt} {bm}x{bn}x{bk}"),
+        );
+    }
+}
+
 /// One pipelined load read by four dot operands (every role and orientation, see
 /// [`shared_operand_loop`]): the slot written once per iteration must serve all of them, with
 /// the last block's rows past `n` zero-filled. Stage 1 (no pipeline: the tile goes through

@@ -363,7 +363,7 @@ impl Lower<'_> {
         let l = self.access_layout(inst);
         let vec = self.access_vec(inst) as usize;
         let ptrs = self.get(d.args[0], &l)?;
-        let vals = self.get(d.args[1], &l)?;
+        let vals = self.stored_value(d.args[1], &l)?;
         let mask = if has_mask {
             Some(self.get(d.args[2], &l)?)
         } else {

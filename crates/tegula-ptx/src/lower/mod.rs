@@ -24,6 +24,7 @@ mod mma;
 mod pipeline;
 mod print;
 mod reduce;
+mod store_rows;
 pub mod types;
 
 use crate::axis_info::AxisAnalysis;

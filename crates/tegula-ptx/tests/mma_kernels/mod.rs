@@ -37,8 +37,13 @@ pub fn dot_tile(
 
 /// Triton's matmul loop: masked loads of A and B blocks, `acc = dot(a, b, acc)`.
 pub fn matmul_loop(dt: DType, bm: usize, bn: usize, bk: usize) -> Kernel {
+    matmul_loop_into(dt, DType::F32, bm, bn, bk)
+}
+
+/// [`matmul_loop`] storing C as `out` (the f32 accumulator cast by the store).
+pub fn matmul_loop_into(dt: DType, out: DType, bm: usize, bn: usize, bk: usize) -> Kernel {
     trace("matmul", |p| {
-        let (a, b, c) = (p.ptr("a", dt), p.ptr("b", dt), p.ptr("c", DType::F32));
+        let (a, b, c) = (p.ptr("a", dt), p.ptr("b", dt), p.ptr("c", out));
         let (m, n, k) = (
             p.scalar("m", DType::I32),
             p.scalar("n", DType::I32),

@@ -1,0 +1,295 @@
+//! The store of a tile held in an mma layout (a dot's accumulator, or a cast of it).
+//!
+//! In the mma layout a thread holds pairs of adjacent columns on rows 8 apart; a store wants
+//! each thread's 16-byte run of one row. The general conversion (`convert.rs`) would carry the
+//! accumulator's f32 through shared memory in unpadded rows, and then cast: twice the bytes a
+//! bf16 output needs, and the 8 rows of one warp's write land on the same banks (8 wavefronts
+//! where 1 would do) when a row is a multiple of 128 bytes. Here the cast runs first, in the
+//! mma layout, and the narrower tile crosses in rows padded so that the rows of one write fall
+//! on different banks, with each thread's runs written and read as single vector accesses.
+
+use super::types::class_of;
+use super::{Lower, Vals, CONVERT_SCRATCH, R};
+use crate::layout::{Layout, RegGeometry};
+use crate::ptx::{Arg, Reg, RegClass, Ty};
+use tegula_ir::{DType, Elem, Op, Shape, TileType, Value, ValueDef};
+
+/// How a tile crosses from an mma layout to the store's layout.
+struct RowExchange {
+    shape: Shape,
+    dtype: DType,
+    /// Bytes from one row to the next in shared memory (a row plus its padding).
+    row_bytes: i64,
+    /// Rows per round (write, barrier, read); the tile's rows in `rows / slab_rows` rounds.
+    slab_rows: u32,
+    /// Elements each thread writes (reads) as one vector access.
+    write_run: usize,
+    read_run: usize,
+}
+
+impl Lower<'_> {
+    /// The value a store writes, in the store's layout `to`. A cast chain over a tile anchored
+    /// in an mma layout crosses through shared memory at its narrowest dtype, padded; any
+    /// other value comes from [`Lower::get`].
+    pub(crate) fn stored_value(&mut self, v: Value, to: &Layout) -> R<Vals> {
+        if let Some(r) = self.lookup(v, to) {
+            return Ok(r);
+        }
+        let Some((src, from)) = self.mma_source(v) else {
+            return self.get(v, to);
+        };
+        let (vty, sty) = (self.k.ty(v), self.k.ty(src));
+        // Cross at the narrower end of the cast chain (its ends are the only dtypes known
+        // without walking it again; inner casts are rare).
+        let at = if vty.dtype().size_bytes() <= sty.dtype().size_bytes() {
+            v
+        } else {
+            src
+        };
+        let aty = self.k.ty(at);
+        let Some(plan) = self.row_exchange(aty, &from, to) else {
+            return self.get(v, to);
+        };
+        let held = self.get(at, &from)?;
+        let out = self.exchange_rows(&plan, &held, &from, to);
+        self.remember(at, to, out);
+        self.get(v, to)
+    }
+
+    /// The value a cast chain ending at `v` starts from, and its layout, when that value is
+    /// anchored in an mma layout (the only layouts with interleaved axes).
+    fn mma_source(&self, v: Value) -> Option<(Value, Layout)> {
+        let mut cur = v;
+        loop {
+            if let Some(l) = self.anchors.get(&cur) {
+                return l.interleaved.iter().any(|&i| i).then(|| (cur, l.clone()));
+            }
+            let ValueDef::Result(inst, _) = self.k.values[cur].def else {
+                return None;
+            };
+            let d = &self.k.insts[inst];
+            if !matches!(d.op, Op::Cast { .. }) {
+                return None;
+            }
+            cur = d.args[0];
+        }
+    }
+
+    /// The plan for moving a 2-D tile of `ty` from `from` to `to`, or `None` where the general
+    /// conversion applies instead (another rank, a sliced or replicated layout, an element that
+    /// is not a 2-, 4- or 8-byte float, or no slab of rows that fits the scratch buffer).
+    fn row_exchange(&self, ty: TileType, from: &Layout, to: &Layout) -> Option<RowExchange> {
+        let shape = ty.shape;
+        let dtype = ty.dtype();
+        let plain_2d =
+            |l: &Layout| l.parent_rank() == 2 && l.sliced.is_empty() && !l.replicates(&shape);
+        if shape.rank() != 2 || from == to || !plain_2d(from) || !plain_2d(to) {
+            return None;
+        }
+        if !dtype.is_float() || !matches!(dtype.size_bytes(), 2 | 4 | 8) {
+            return None;
+        }
+        let es = dtype.size_bytes() as u32;
+        let (rows, cols) = (shape.dim(0) as u32, shape.dim(1) as u32);
+        // A thread's contiguous run along the columns, at most 16 bytes (one vector access).
+        let run = |l: &Layout| {
+            let r = if l.interleaved[1] {
+                1
+            } else {
+                l.spt[1].min(cols)
+            };
+            r.min(16 / es).max(1)
+        };
+        let (write_run, read_run) = (run(from), run(to));
+        // One write of a warp covers `tpw[1]` runs of each of `tpw[0]` rows. Padding a row by
+        // that width puts those rows on consecutive banks (a row of 128-byte multiples would
+        // put them all on the same ones); the padding keeps every run aligned.
+        let write_row = from.tpw[1] * write_run * es;
+        let pad = if write_row >= 128 {
+            0
+        } else {
+            write_row.max(read_run * es)
+        };
+        let row_bytes = cols * es + pad;
+        // Rows per round: the whole tile when it fits the scratch buffer (or the shared memory
+        // the kernel holds anyway, e.g. a finished pipeline's), else halves down to the rows
+        // both layouts' threads cover, so that a register's round is a constant.
+        let cover = |l: &Layout| (l.spt[0] * l.tpw[0] * l.wpc[0]).min(rows);
+        let least = cover(from).max(cover(to));
+        let budget = CONVERT_SCRATCH.max(self.smem_bytes);
+        let mut slab_rows = rows;
+        while slab_rows * row_bytes > budget && slab_rows / 2 >= least {
+            slab_rows /= 2;
+        }
+        if slab_rows * row_bytes > budget || !slab_rows.is_multiple_of(least) {
+            return None;
+        }
+        Some(RowExchange {
+            shape,
+            dtype,
+            row_bytes: row_bytes as i64,
+            slab_rows,
+            write_run: write_run as usize,
+            read_run: read_run as usize,
+        })
+    }
+
+    /// Moves `src` (in `from`) to `to` through shared memory as [`Lower::row_exchange`] planned:
+    /// per slab of rows, a barrier (earlier readers of the scratch buffer), the vector writes,
+    /// a barrier, the vector reads.
+    fn exchange_rows(
+        &mut self,
+        plan: &RowExchange,
+        src: &[Reg],
+        from: &Layout,
+        to: &Layout,
+    ) -> Vals {
+        let shape = plan.shape;
+        let es = plan.dtype.size_bytes() as i64;
+        let strides = [plan.row_bytes, es];
+        let slab_bytes = plan.slab_rows as i64 * plan.row_bytes;
+        let base = self.smem(slab_bytes as u32);
+        self.b.comment(format!(
+            "store's {} through shared memory: rows of {} bytes, {} rows a round",
+            TileType::new(Elem::Scalar(plan.dtype), shape),
+            plan.row_bytes,
+            plan.slab_rows
+        ));
+        let address = |s: &mut Self, l: &Layout| match s.thread_offset(l, &shape, &strides) {
+            Some(o) => {
+                s.b.op("add.s32", RegClass::B32, vec![base.into(), o.into()])
+            }
+            None => base,
+        };
+        let (waddr, raddr) = (address(self, from), address(self, to));
+        let (gf, gt) = (from.geometry(&shape), to.geometry(&shape));
+        let writes = runs(&gf, plan.write_run, &strides);
+        let reads = runs(&gt, plan.read_run, &strides);
+        let mut out: Vec<Option<Reg>> = vec![None; gt.count];
+        let rounds = shape.dim(0) as u32 / plan.slab_rows;
+        for s in 0..rounds {
+            let in_round = |g: &RegGeometry, first: usize| {
+                g.const_index(0, g.coords(first)[0]) as u32 / plan.slab_rows == s
+            };
+            let shift = s as i64 * slab_bytes;
+            self.barrier();
+            for (regs, off) in writes.iter().filter(|(r, _)| in_round(&gf, r[0])) {
+                let elems: Vec<Reg> = regs.iter().map(|&i| src[i]).collect();
+                let (ws, words) = self.words_of(plan.dtype, &elems);
+                let addr = Arg::Addr(Box::new(waddr.into()), off - shift);
+                let op = format!("st.shared{}{}", vec_suffix(words.len()), word_ty(ws));
+                self.b.emit(op, vec![addr, vector(words)]);
+            }
+            self.barrier();
+            for (regs, off) in reads.iter().filter(|(r, _)| in_round(&gt, r[0])) {
+                let (ws, n) = word_plan(es as u32, regs.len() as u32);
+                let class = if ws as i64 == es {
+                    class_of(Elem::Scalar(plan.dtype))
+                } else {
+                    RegClass::B32
+                };
+                let words: Vec<Reg> = (0..n).map(|_| self.b.reg(class)).collect();
+                let addr = Arg::Addr(Box::new(raddr.into()), off - shift);
+                let op = format!("ld.shared{}{}", vec_suffix(words.len()), word_ty(ws));
+                self.b.emit(op, vec![vector(words.clone()), addr]);
+                let per_word = (ws as usize) / es as usize;
+                let elems: Vec<Reg> = words
+                    .into_iter()
+                    .flat_map(|w| self.elements_of(plan.dtype, w, ws))
+                    .collect();
+                debug_assert_eq!(elems.len(), per_word * n as usize);
+                for (&i, e) in regs.iter().zip(elems) {
+                    out[i] = Some(e);
+                }
+            }
+        }
+        out.into_iter()
+            .map(|r| r.expect("every register is read in some round"))
+            .collect()
+    }
+
+    /// `elems` (floats of `d`, consecutive in memory) as words of 4 bytes (8 for f64).
+    fn words_of(&mut self, d: DType, elems: &[Reg]) -> (u32, Vec<Reg>) {
+        let es = d.size_bytes() as u32;
+        let (ws, _) = word_plan(es, elems.len() as u32);
+        let per_word = (ws / es) as usize;
+        let words = elems
+            .chunks(per_word)
+            .map(|c| match c {
+                [e] => *e,
+                halves => self
+                    .b
+                    .op("mov.b32", RegClass::B32, vec![Arg::Vec(halves.to_vec())]),
+            })
+            .collect();
+        (ws, words)
+    }
+
+    /// The elements of `d` in word `w` of `ws` bytes (the inverse of [`Lower::words_of`]; a
+    /// word of one element is that element).
+    fn elements_of(&mut self, d: DType, w: Reg, ws: u32) -> Vals {
+        let es = d.size_bytes() as u32;
+        if es == ws {
+            return vec![w];
+        }
+        let halves: Vec<Reg> = (0..ws / es).map(|_| self.b.reg(RegClass::B16)).collect();
+        self.b
+            .emit("mov.b32", vec![Arg::Vec(halves.clone()), w.into()]);
+        halves
+    }
+}
+
+/// A thread's vector accesses in geometry `g`: the registers of each run of up to `run`
+/// consecutive columns (in column order) and the run's byte offset under `strides` (rows,
+/// columns). A run whose elements are not consecutive in memory is split into single elements.
+fn runs(g: &RegGeometry, run: usize, strides: &[i64; 2]) -> Vec<(Vec<usize>, i64)> {
+    let off = |r: usize| Lower::reg_offset(g, r, strides);
+    let mut out = Vec::new();
+    for i in 0..g.count {
+        let c = g.coords(i);
+        if !c[1].is_multiple_of(run) {
+            continue;
+        }
+        let regs: Vec<usize> = (c[1]..(c[1] + run).min(g.n[1]))
+            .map(|col| g.index(&[c[0], col]))
+            .collect();
+        let consecutive = regs.len() == run
+            && (regs.iter().enumerate()).all(|(k, &r)| off(r) == off(i) + k as i64 * strides[1]);
+        if consecutive {
+            out.push((regs, off(i)));
+        } else {
+            out.extend(regs.into_iter().map(|r| (vec![r], off(r))));
+        }
+    }
+    out
+}
+
+/// Bytes per word and words per access for `n` consecutive elements of `es` bytes.
+fn word_plan(es: u32, n: u32) -> (u32, u32) {
+    let ws = if es == 8 { 8 } else { (es * n).min(4) };
+    (ws, (es * n).div_ceil(ws))
+}
+
+fn word_ty(ws: u32) -> Ty {
+    match ws {
+        8 => Ty::B64,
+        2 => Ty::B16,
+        _ => Ty::B32,
+    }
+}
+
+fn vec_suffix(n: usize) -> String {
+    if n > 1 {
+        format!(".v{n}")
+    } else {
+        String::new()
+    }
+}
+
+fn vector(words: Vec<Reg>) -> Arg {
+    if words.len() == 1 {
+        Arg::Reg(words[0])
+    } else {
+        Arg::Vec(words)
+    }
+}
