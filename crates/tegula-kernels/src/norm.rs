@@ -671,19 +671,17 @@ fn pipelined_row_config(n: usize, pipelined: usize, fallback: Config, resident: 
 }
 
 /// Layer norm's forward config for rows of `n`: the one-tile kernel without the prefetch up to
-/// 4096 columns at 4 warps (32 elements a thread), the looping kernel beyond (the one-tile
-/// kernel at 16384 columns takes 119 registers: one program a SM). The looping kernel reads a
-/// row twice since the statistics take one pass ([`shifted_moments`]). On the H200 (bf16, 4096
-/// x 4096) the one tile measured 1.84 TB/s at 74 registers (3 programs a SM; two slow-path
-/// `1 / sqrt` chains, masks on every element) against 2.61 pipelined; without masks (`whole`
-/// rows), divisions or `w`/`b` held during the load (40 registers at 8 warps, 64 at 4) it
-/// measured 2.96 at 8 warps and 3.08 at 4 (94% of a copy of the same bytes).
+/// 4096 columns (as RMS norm: 8 warps at 4096), the looping kernel beyond (the one-tile kernel
+/// at 16384 columns takes 119 registers: one program a SM). The looping kernel reads a row
+/// twice since the statistics take one pass ([`shifted_moments`]). On the H200 (bf16, 4096 x
+/// 4096) the one tile measured 1.84 TB/s at 74 registers (3 programs a SM; two slow-path
+/// `1 / sqrt` chains, masks on every element) against 2.61 pipelined; without masks
+/// (`whole` rows), divisions or `w`/`b` held during the load it takes 40 registers (6
+/// programs a SM, 48 KB of `x` in flight) and measured 2.96 TB/s (91% of a same-size copy).
+/// At 4 warps it measured 3.08 (94%), but its PTX is half as long again (727 lines against
+/// 491) and its cold first launch took 55-60 ms of driver JIT where 8 warps take 22-35.
 pub fn layer_norm_config(n: usize) -> Config {
-    let mut c = row_config(n, 4096);
-    if c.get("BLOCK_M").unwrap_or(0) > 0 {
-        c.num_warps = 4;
-    }
-    c
+    row_config(n, 4096)
 }
 
 /// RMS norm's forward config for rows of `n`, from the same sweep: one tile without the
