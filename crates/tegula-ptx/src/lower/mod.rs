@@ -13,6 +13,18 @@
 //! An anchored value asked for in another layout goes through shared memory (`convert.rs`).
 //! Results are cached per (value, layout) in scopes that follow the region nesting, so a
 //! register set created inside a loop body or branch is never used outside it.
+//!
+//! The modules:
+//! - `elementwise.rs`, `math.rs`: free ops, per register; `types.rs`: register classes;
+//! - `memory.rs`: global loads, stores and atomics (vector accesses of 32/64-bit words);
+//! - `reduce.rs`: reductions and scans; `print.rs`: `device_print`;
+//! - `convert.rs`, `convert_pieces.rs`: layout conversions through shared memory (in slabs
+//!   when the tile exceeds the scratch buffer);
+//! - `store_rows.rs`: a store of an mma-layout tile (or its cast) crosses to the store's
+//!   layout after the cast, in padded rows of shared memory with vector accesses;
+//! - `dot.rs`: `dot`, by FMA where tensor cores do not apply; `mma.rs`: on tensor cores
+//!   (`ldmatrix`, `mma.sync`; operands staged, hoisted or resident in shared memory);
+//! - `pipeline.rs`: `cp.async` multi-stage pipelining of the loads a loop's dots read.
 
 mod convert;
 mod convert_pieces;
