@@ -136,7 +136,7 @@ fn load_block(ptr: Tile, mask: Option<Tile>, evict: EvictionPolicy) -> Tile {
 
 /// A store of an output written once and not read again (evicted first), so that it does not
 /// push out of L2 the rows the looping kernels read twice.
-fn store_streamed(ptr: Tile, value: Tile, mask: Tile) {
+pub(crate) fn store_streamed(ptr: Tile, value: Tile, mask: Tile) {
     store_with(
         ptr,
         value,
