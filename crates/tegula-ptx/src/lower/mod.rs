@@ -265,7 +265,7 @@ impl<'k> Lower<'k> {
         // once; asked for in straight-line code (the epilogue's store addresses, say) it is
         // computed there, so its registers are not held across the loops before it.
         let inv = self.is_invariant(v);
-        let was = if inv && self.regions_open > 0 {
+        let was_in_prologue = if inv && self.regions_open > 0 {
             self.b.set_prologue(true)
         } else {
             self.b.is_in_prologue()
@@ -274,7 +274,7 @@ impl<'k> Lower<'k> {
         let saved_loc = self.loc;
         let r = self.lower_free(v, &l);
         self.loc = saved_loc;
-        self.b.set_prologue(was);
+        self.b.set_prologue(was_in_prologue);
         let r = r?;
         if inv && in_prologue {
             self.global.insert((v, l), r.clone());

@@ -15,6 +15,12 @@ use crate::layout::{Layout, RegGeometry};
 use crate::ptx::{Arg, Reg, RegClass};
 use tegula_ir::{DType, Elem, Op, Shape, TileType, Value, ValueDef};
 
+/// The widest shared-memory access a thread makes at once (`.v4.b32`).
+const MAX_ACCESS_BYTES: u32 = 16;
+
+/// The bytes one shared-memory wavefront covers: 32 banks of 4 bytes.
+const BANKS_BYTES: u32 = 128;
+
 /// How a tile crosses from an mma layout to the store's layout.
 struct RowExchange {
     shape: Shape,
@@ -99,14 +105,14 @@ impl Lower<'_> {
             } else {
                 l.spt[1].min(cols)
             };
-            r.min(16 / es).max(1)
+            r.min(MAX_ACCESS_BYTES / es).max(1)
         };
         let (write_run, read_run) = (run(from), run(to));
         // One write of a warp covers `tpw[1]` runs of each of `tpw[0]` rows. Padding a row by
         // that width puts those rows on consecutive banks (a row of 128-byte multiples would
         // put them all on the same ones); the padding keeps every run aligned.
         let write_row = from.tpw[1] * write_run * es;
-        let pad = if write_row >= 128 {
+        let pad = if write_row >= BANKS_BYTES {
             0
         } else {
             write_row.max(read_run * es)
