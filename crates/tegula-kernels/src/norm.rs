@@ -120,9 +120,10 @@ fn row_blocks(
         .collect()
 }
 
-/// A load of a block of a row for the looping kernels, which read a row twice: the
-/// statistics pass keeps it in L2 ([`EvictionPolicy::Last`]) for the output pass, which reads
-/// it for the last time ([`EvictionPolicy::First`]).
+/// A load, masked if `mask` is given, with an L2 eviction policy: `x` read for the last time
+/// is evicted first ([`EvictionPolicy::First`]); what is read again stays
+/// ([`EvictionPolicy::Last`]): the vectors every row reads (`w`, `b`), and a looping kernel's
+/// row blocks between its statistics pass and its output pass.
 fn load_block(ptr: Tile, mask: Option<Tile>, evict: EvictionPolicy) -> Tile {
     load_with(
         ptr,
@@ -136,7 +137,7 @@ fn load_block(ptr: Tile, mask: Option<Tile>, evict: EvictionPolicy) -> Tile {
 
 /// A store of an output written once and not read again (evicted first), so that it does not
 /// push out of L2 the rows the looping kernels read twice.
-fn store_streamed(ptr: Tile, value: Tile, mask: Tile) {
+pub(crate) fn store_streamed(ptr: Tile, value: Tile, mask: Tile) {
     store_with(
         ptr,
         value,
@@ -384,7 +385,7 @@ pub fn layer_norm_fwd_rows<T: Element>(
     let mask = row_mask.col() & col_mask.row();
     let x_tile = x + rows.col() * x_row_stride + cols.row();
     let y_tile = y + rows.col() * y_row_stride + cols.row();
-    let v = load_with(x_tile, streamed_load((!whole).then_some(mask))).to::<f32>();
+    let v = load_block(x_tile, (!whole).then_some(mask), EvictionPolicy::First).to::<f32>();
     let shift = row_shift(x, n, Some((rows * x_row_stride, row_mask)));
     let s = if whole {
         v - shift.col()
@@ -395,31 +396,13 @@ pub fn layer_norm_fwd_rows<T: Element>(
     store(mean + rows, shift + centre, row_mask);
     store(rstd + rows, r, row_mask);
     let col_mask = (!whole).then_some(col_mask);
-    let wv = load_with(w + cols, kept_load(col_mask)).to::<f32>();
-    let bv = load_with(b + cols, kept_load(col_mask)).to::<f32>();
+    let wv = load_block(w + cols, col_mask, EvictionPolicy::Last).to::<f32>();
+    let bv = load_block(b + cols, col_mask, EvictionPolicy::Last).to::<f32>();
     let out = (s - centre.col()) * r.col() * wv.row() + bv.row();
     if whole {
         store_unmasked(y_tile, out);
     } else {
         store(y_tile, out, mask);
-    }
-}
-
-/// Options of a load of `x` read once (evicted first), masked by `mask` if any.
-fn streamed_load(mask: Option<Tile>) -> LoadOptions {
-    LoadOptions {
-        mask,
-        evict: EvictionPolicy::First,
-        ..Default::default()
-    }
-}
-
-/// Options of a load of a vector every row reads (`w`, `b`: kept in L2), masked if any.
-fn kept_load(mask: Option<Tile>) -> LoadOptions {
-    LoadOptions {
-        mask,
-        evict: EvictionPolicy::Last,
-        ..Default::default()
     }
 }
 
@@ -485,7 +468,7 @@ pub(crate) fn load_row_tile(
 
 /// A load of a vector every row reads (`w`, `b`): kept in L2.
 fn load_kept(ptr: Tile, mask: Tile) -> Tile {
-    load_with(ptr, kept_load(Some(mask)))
+    load_block(ptr, Some(mask), EvictionPolicy::Last)
 }
 
 /// [`layer_norm_fwd_rows`] over `tiles_per_program` consecutive tiles of `block_m` rows: each

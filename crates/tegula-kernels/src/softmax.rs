@@ -151,15 +151,7 @@ pub fn softmax_online_kernel<T: Element>(
             .collect();
         for (v, c) in vs.into_iter().zip(cols) {
             let out = exp(v.to::<f32>() - row_max) * inv_l;
-            store_with(
-                y_row + c,
-                out,
-                StoreOptions {
-                    mask: Some(c.lt(n_cols)),
-                    evict: EvictionPolicy::First,
-                    ..Default::default()
-                },
-            );
+            norm::store_streamed(y_row + c, out, c.lt(n_cols));
         }
     }
 }

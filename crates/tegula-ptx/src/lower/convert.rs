@@ -55,6 +55,23 @@ pub(crate) fn st_ty(c: RegClass) -> Ty {
 }
 
 impl Lower<'_> {
+    /// The shared-memory address of this thread's first element in `l`: `base` plus
+    /// [`Lower::thread_offset`] under byte `strides` (per parent axis).
+    pub(crate) fn thread_address(
+        &mut self,
+        base: Reg,
+        l: &Layout,
+        shape: &Shape,
+        strides: &[i64],
+    ) -> Reg {
+        match self.thread_offset(l, shape, strides) {
+            Some(o) => self
+                .b
+                .op("add.s32", RegClass::B32, vec![base.into(), o.into()]),
+            None => base,
+        }
+    }
+
     /// Writes `src` (a value of `ty` in `from`) to shared memory at byte offset `at`, with
     /// element `idx` at `at + es * sum(idx * strides)`.
     pub(crate) fn smem_write(
@@ -70,13 +87,7 @@ impl Lower<'_> {
         let es = class.bytes() as i64;
         let ps: Vec<i64> = strides.iter().map(|s| s * es).collect();
         let base = self.smem(0);
-        let off = self.thread_offset(from, shape, &ps);
-        let addr = match off {
-            Some(o) => self
-                .b
-                .op("add.s32", RegClass::B32, vec![base.into(), o.into()]),
-            None => base,
-        };
+        let addr = self.thread_address(base, from, shape, &ps);
         let geom = from.geometry(shape);
         let mut seen = std::collections::HashSet::new();
         for (i, &r) in src.iter().enumerate() {
@@ -114,13 +125,7 @@ impl Lower<'_> {
         let es = class.bytes() as i64;
         let ps: Vec<i64> = strides.iter().map(|s| s * es).collect();
         let base = self.smem(0);
-        let off = self.thread_offset(to, shape, &ps);
-        let addr = match off {
-            Some(o) => self
-                .b
-                .op("add.s32", RegClass::B32, vec![base.into(), o.into()]),
-            None => base,
-        };
+        let addr = self.thread_address(base, to, shape, &ps);
         let geom = to.geometry(shape);
         let mut cache = std::collections::HashMap::new();
         (0..geom.count)

@@ -81,14 +81,8 @@ impl Lower<'_> {
             Side { p, base }
         };
         let (sf, stt) = (side(self, from), side(self, to));
-        let addr = |s: &mut Self, l: &Layout, st: &[i64]| match s.thread_offset(l, &shape, st) {
-            Some(o) => {
-                s.b.op("add.s32", RegClass::B32, vec![base.into(), o.into()])
-            }
-            None => base,
-        };
-        let waddr = addr(self, from, &ws);
-        let raddr = addr(self, to, &rs);
+        let waddr = self.thread_address(base, from, &shape, &ws);
+        let raddr = self.thread_address(base, to, &shape, &rs);
         let out: Vec<Reg> = (0..gt.count).map(|_| self.b.reg(class)).collect();
         let sty = st_ty(class);
         for s in 0..rows / slab_rows {
@@ -153,7 +147,7 @@ impl Lower<'_> {
     }
 
     /// The thread coverage of value axis `a` in `l`, at most the axis size.
-    fn slab_cover(l: &Layout, a: usize, rows: u32) -> u32 {
+    pub(super) fn slab_cover(l: &Layout, a: usize, rows: u32) -> u32 {
         let p = l.kept()[a];
         (l.spt[p] * l.tpw[p] * l.wpc[p]).min(rows)
     }

@@ -13,16 +13,12 @@ use crate::layout::Layout;
 use crate::ptx::{Arg, Reg, RegClass, Ty};
 use tegula_ir::{AtomicOp, BinaryOp, CacheModifier, DType, Elem, EvictionPolicy, Inst, MemSem, Op};
 
-/// Bytes per word and words per vector access for `vec` elements of `es` bytes.
-fn word_plan(es: u32, vec: u32) -> (u32, u32) {
+/// Bytes per word and words per vector access for `vec` consecutive elements of `es` bytes:
+/// 32-bit words (64-bit for 8-byte elements), or one narrower word when the run is shorter.
+pub(super) fn word_plan(es: u32, vec: u32) -> (u32, u32) {
     let total = es * vec;
-    if es == 8 {
-        (8, vec)
-    } else if total >= 4 {
-        (4, total / 4)
-    } else {
-        (total, 1)
-    }
+    let ws = if es == 8 { 8 } else { total.min(4) };
+    (ws, total.div_ceil(ws))
 }
 
 fn word_class(ws: u32) -> RegClass {
@@ -33,7 +29,7 @@ fn word_class(ws: u32) -> RegClass {
     }
 }
 
-fn word_ty(ws: u32) -> Ty {
+pub(super) fn word_ty(ws: u32) -> Ty {
     match ws {
         8 => Ty::B64,
         4 => Ty::B32,
@@ -42,7 +38,8 @@ fn word_ty(ws: u32) -> Ty {
     }
 }
 
-fn vec_suffix(n: u32) -> String {
+/// The `.vN` of a vector access of `n` words (nothing for one).
+pub(super) fn vec_suffix(n: u32) -> String {
     if n > 1 {
         format!(".v{n}")
     } else {
@@ -113,7 +110,7 @@ impl Lower<'_> {
     }
 
     /// Packs `elems` (registers of dtype `d`) into one word of `ws` bytes.
-    fn pack(&mut self, d: DType, elems: &[Reg], ws: u32) -> Reg {
+    pub(super) fn pack(&mut self, d: DType, elems: &[Reg], ws: u32) -> Reg {
         let es = d.size_bytes() as u32;
         let wc = word_class(ws);
         if es == ws {
@@ -162,7 +159,7 @@ impl Lower<'_> {
     }
 
     /// Splits a word of `ws` bytes into `count` elements of dtype `d`.
-    fn unpack(&mut self, d: DType, w: Reg, ws: u32, count: usize) -> Vals {
+    pub(super) fn unpack(&mut self, d: DType, w: Reg, ws: u32, count: usize) -> Vals {
         let es = d.size_bytes() as u32;
         let ec = class_of(Elem::Scalar(d));
         if es == ws {

@@ -12,7 +12,7 @@
 //!   with K contiguous (32-bit elements cannot use `.trans`).
 
 use super::{Lower, Vals, R};
-use crate::layout::Layout;
+use crate::layout::{Layout, RegGeometry};
 use crate::mma_layout::{self as ml, MmaKind, Role, Stage};
 use crate::ptx::{Arg, Reg, RegClass};
 use crate::HOISTED_OPERAND_REGS;
@@ -48,6 +48,39 @@ impl MmaPlan {
         };
         Shape::new(&[r as usize, c as usize]).expect("rank 2")
     }
+
+    /// Where a thread holds the operand's elements.
+    fn operand_geometry(&self, role: Role) -> RegGeometry {
+        self.operand_layout(role)
+            .geometry(&self.operand_shape(role))
+    }
+}
+
+/// The 32-bit words of one thread's operand fragment for one `mma.sync` (m16n8k16 or
+/// m16n8k8): A's 16 rows x K take 4, B's K x 8 columns take 2.
+const A_WORDS: usize = 4;
+const B_WORDS: usize = 2;
+
+/// The `k_width` elements that word `j` of a fragment packs at k-step `kk`, from the
+/// operand's registers `regs` (in `g`): of m-tile `tile` for A, of n-tile `tile` for B.
+fn fragment_word(
+    plan: &MmaPlan,
+    role: Role,
+    g: &RegGeometry,
+    regs: &[Option<Reg>],
+    tile: usize,
+    kk: usize,
+    j: usize,
+) -> Vec<Reg> {
+    (0..plan.kind.k_width() as usize)
+        .map(|e| {
+            let counters = match role {
+                Role::A => ml::a_counters(plan.kind, tile, kk, j, e),
+                Role::B => ml::b_counters(plan.kind, tile, kk, j, e),
+            };
+            regs[g.index(&counters)].expect("operand loaded")
+        })
+        .collect()
 }
 
 /// A shared-memory write address: (shared array base, source layout, source parent shape,
@@ -141,10 +174,7 @@ fn dot_source(k: &Kernel, v: Value, depth: u32) -> Option<Inst> {
 
 /// Registers a thread needs to hold an operand's fragments.
 pub(super) fn fragment_registers(plan: &MmaPlan, role: Role) -> u32 {
-    let per_thread = plan
-        .operand_layout(role)
-        .geometry(&plan.operand_shape(role))
-        .count as u32;
+    let per_thread = plan.operand_geometry(role).count as u32;
     per_thread * plan.kind.elem_bytes() / 4
 }
 
@@ -259,10 +289,7 @@ impl Lower<'_> {
                     .into_iter()
                     .map(Some)
                     .collect(),
-                Some(_) => {
-                    let shape = plan.operand_shape(role);
-                    vec![None; plan.operand_layout(role).geometry(&shape).count]
-                }
+                Some(_) => vec![None; plan.operand_geometry(role).count],
             })
             .collect();
         let ksteps = plan.k / plan.kind.k_step();
@@ -276,20 +303,18 @@ impl Lower<'_> {
         let acc = self.copy_regs(&init);
         let cshape = self.k.ty(c).shape;
         let gc = acc_l.geometry(&cshape);
-        let ga = plan
-            .operand_layout(Role::A)
-            .geometry(&plan.operand_shape(Role::A));
-        let gb = plan
-            .operand_layout(Role::B)
-            .geometry(&plan.operand_shape(Role::B));
+        let (ga, gb) = (
+            plan.operand_geometry(Role::A),
+            plan.operand_geometry(Role::B),
+        );
         let (tiles_m, tiles_n) = (gc.n[0] / 2, gc.n[1] / 2);
-        let kw = plan.kind.k_width() as usize;
         self.b.comment(format!(
             "dot {}x{}x{} on tensor cores ({:?}, warps {}x{})",
             plan.m, plan.n, plan.k, plan.kind, plan.wm, plan.wn
         ));
         // k-step 0's fragments may be in registers already, loaded across the tile boundary
-        // (pipeline.rs, `BoundaryFragments`): A's `tiles_m x 4` words, then B's `tiles_n x 2`.
+        // (pipeline.rs, `BoundaryFragments`): A's `tiles_m x A_WORDS`, then B's
+        // `tiles_n x B_WORDS`.
         let boundary = self.boundary_fragments(inst);
         if boundary.is_none() {
             load_step(self, &mut ops, 0);
@@ -307,16 +332,13 @@ impl Lower<'_> {
                 self.boundary_next_fragments(inst)?;
             }
             let (av, bv) = (&ops[0], &ops[1]);
-            let at = |regs: &[Option<Reg>], i: usize| regs[i].expect("operand loaded");
             let carried = boundary.as_ref().filter(|_| kk == 0);
             let afrag: Vec<Vec<Reg>> = (0..tiles_m)
                 .map(|rm| match carried {
-                    Some(w) => w[rm * 4..rm * 4 + 4].to_vec(),
-                    None => (0..4)
+                    Some(w) => w[rm * A_WORDS..(rm + 1) * A_WORDS].to_vec(),
+                    None => (0..A_WORDS)
                         .map(|j| {
-                            let el: Vec<Reg> = (0..kw)
-                                .map(|e| at(av, ga.index(&ml::a_counters(plan.kind, rm, kk, j, e))))
-                                .collect();
+                            let el = fragment_word(&plan, Role::A, &ga, av, rm, kk, j);
                             self.pack_operand(&el)
                         })
                         .collect(),
@@ -324,12 +346,13 @@ impl Lower<'_> {
                 .collect();
             for rn in 0..tiles_n {
                 let bfrag: Vec<Reg> = match carried {
-                    Some(w) => w[tiles_m * 4 + rn * 2..tiles_m * 4 + rn * 2 + 2].to_vec(),
-                    None => (0..2)
+                    Some(w) => {
+                        let first = tiles_m * A_WORDS + rn * B_WORDS;
+                        w[first..first + B_WORDS].to_vec()
+                    }
+                    None => (0..B_WORDS)
                         .map(|j| {
-                            let el: Vec<Reg> = (0..kw)
-                                .map(|e| at(bv, gb.index(&ml::b_counters(plan.kind, rn, kk, j, e))))
-                                .collect();
+                            let el = fragment_word(&plan, Role::B, &gb, bv, rn, kk, j);
                             self.pack_operand(&el)
                         })
                         .collect(),
@@ -420,8 +443,8 @@ impl Lower<'_> {
     }
 
     /// `dot`'s k-step 0 fragments of both operands, read from the pipeline slot at byte
-    /// offset `shift` and packed as the mmas take them: A's `tiles_m x 4` words, then B's
-    /// `tiles_n x 2` (the order of [`Self::lower_mma`]). Packed into `into` when given (the
+    /// offset `shift` and packed as the mmas take them: A's `tiles_m x A_WORDS` words, then
+    /// B's `tiles_n x B_WORDS` (the order of [`Self::lower_mma`]). Packed into `into` when given (the
     /// registers carried across iterations), else into new registers. `None` when an operand
     /// is not in a slot (see [`Self::slot_operand`]).
     pub(crate) fn first_kstep_fragments(
@@ -438,34 +461,25 @@ impl Lower<'_> {
                 shift: Some(shift),
                 ..self.slot_operand(v, role, &plan)?
             };
-            let count = plan
-                .operand_layout(role)
-                .geometry(&plan.operand_shape(role))
-                .count;
-            let mut op = vec![None; count];
+            let mut op = vec![None; plan.operand_geometry(role).count];
             self.ldmatrix_ksteps(&so, &plan, 0..1, &mut op);
             ops.push(op);
         }
         let gc = ml::accumulator(plan.wm, plan.wn).geometry(&self.k.ty(args[2]).shape);
         let (tiles_m, tiles_n) = (gc.n[0] / 2, gc.n[1] / 2);
-        let ga = plan
-            .operand_layout(Role::A)
-            .geometry(&plan.operand_shape(Role::A));
-        let gb = plan
-            .operand_layout(Role::B)
-            .geometry(&plan.operand_shape(Role::B));
-        let kw = plan.kind.k_width() as usize;
+        let (ga, gb) = (
+            plan.operand_geometry(Role::A),
+            plan.operand_geometry(Role::B),
+        );
         let mut elems: Vec<Vec<Reg>> = Vec::new();
         for rm in 0..tiles_m {
-            for j in 0..4 {
-                let at = |e| ga.index(&ml::a_counters(plan.kind, rm, 0, j, e));
-                elems.push((0..kw).map(|e| ops[0][at(e)].expect("loaded")).collect());
+            for j in 0..A_WORDS {
+                elems.push(fragment_word(&plan, Role::A, &ga, &ops[0], rm, 0, j));
             }
         }
         for rn in 0..tiles_n {
-            for j in 0..2 {
-                let at = |e| gb.index(&ml::b_counters(plan.kind, rn, 0, j, e));
-                elems.push((0..kw).map(|e| ops[1][at(e)].expect("loaded")).collect());
+            for j in 0..B_WORDS {
+                elems.push(fragment_word(&plan, Role::B, &gb, &ops[1], rn, 0, j));
             }
         }
         Some(match into {
@@ -838,8 +852,7 @@ impl Lower<'_> {
         out: &mut [Option<Reg>],
     ) {
         let (st, smem, shift) = (&so.stage, so.base, so.shift);
-        let ol = plan.operand_layout(st.role);
-        let g = ol.geometry(&plan.operand_shape(st.role));
+        let g = plan.operand_geometry(st.role);
         let elem_class = match st.kind {
             MmaKind::Tf32 => RegClass::B32,
             _ => RegClass::B16,
@@ -848,7 +861,12 @@ impl Lower<'_> {
         // (tile index, fragment register) of each matrix of one load, and the tile origin.
         let loads: Vec<(Vec<(usize, usize)>, u32)> = match st.role {
             Role::A => (0..g.n[0] / 2)
-                .map(|rm| ((0..4).map(|j| (rm, j)).collect(), rm as u32 * 16 * plan.wm))
+                .map(|rm| {
+                    (
+                        (0..A_WORDS).map(|j| (rm, j)).collect(),
+                        rm as u32 * 16 * plan.wm,
+                    )
+                })
                 .collect(),
             Role::B => {
                 let tiles = g.n[1];

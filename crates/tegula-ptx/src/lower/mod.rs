@@ -13,6 +13,18 @@
 //! An anchored value asked for in another layout goes through shared memory (`convert.rs`).
 //! Results are cached per (value, layout) in scopes that follow the region nesting, so a
 //! register set created inside a loop body or branch is never used outside it.
+//!
+//! The modules:
+//! - `elementwise.rs`, `math.rs`: free ops, per register; `types.rs`: register classes;
+//! - `memory.rs`: global loads, stores and atomics (vector accesses of 32/64-bit words);
+//! - `reduce.rs`: reductions and scans; `print.rs`: `device_print`;
+//! - `convert.rs`, `convert_pieces.rs`: layout conversions through shared memory (in slabs
+//!   when the tile exceeds the scratch buffer);
+//! - `store_rows.rs`: a store of an mma-layout tile (or its cast) crosses to the store's
+//!   layout after the cast, in padded rows of shared memory with vector accesses;
+//! - `dot.rs`: `dot`, by FMA where tensor cores do not apply; `mma.rs`: on tensor cores
+//!   (`ldmatrix`, `mma.sync`; operands staged, hoisted or resident in shared memory);
+//! - `pipeline.rs`: `cp.async` multi-stage pipelining of the loads a loop's dots read.
 
 mod convert;
 mod convert_pieces;
@@ -253,7 +265,7 @@ impl<'k> Lower<'k> {
         // once; asked for in straight-line code (the epilogue's store addresses, say) it is
         // computed there, so its registers are not held across the loops before it.
         let inv = self.is_invariant(v);
-        let was = if inv && self.regions_open > 0 {
+        let was_in_prologue = if inv && self.regions_open > 0 {
             self.b.set_prologue(true)
         } else {
             self.b.is_in_prologue()
@@ -262,7 +274,7 @@ impl<'k> Lower<'k> {
         let saved_loc = self.loc;
         let r = self.lower_free(v, &l);
         self.loc = saved_loc;
-        self.b.set_prologue(was);
+        self.b.set_prologue(was_in_prologue);
         let r = r?;
         if inv && in_prologue {
             self.global.insert((v, l), r.clone());

@@ -614,14 +614,10 @@ impl Lower<'_> {
         let Some(dot) = self.boundary_dot(&pipe) else {
             return Ok(());
         };
-        self.b.emit(
-            "cp.async.wait_group",
-            vec![Arg::Imm(pipe.stages as i64 - 2)],
-        );
-        self.barrier();
-        let Some(words) = self.first_kstep_fragments(dot, pipe.read_off, None) else {
-            unreachable!("boundary_dot checked the operands")
-        };
+        self.wait_for_slot(&pipe);
+        let words = self
+            .first_kstep_fragments(dot, pipe.read_off, None)
+            .expect("boundary_dot checked the operands");
         self.pipe.active.last_mut().expect("a pipeline").boundary =
             Some(BoundaryFragments { dot, words });
         Ok(())
@@ -690,30 +686,14 @@ impl Lower<'_> {
     /// slot, the barrier, and that slot's k-step 0 fragments into the carried registers.
     pub(crate) fn boundary_next_fragments(&mut self, dot: Inst) -> R<()> {
         let pipe = self.pipe.active.last().expect("a pipeline").clone();
-        let words = pipe.boundary.expect("a boundary dot").words;
-        self.b.emit(
-            "cp.async.wait_group",
-            vec![Arg::Imm(pipe.stages as i64 - 2)],
-        );
-        self.barrier();
-        let next = self.b.op(
-            "add.s32",
-            RegClass::B32,
-            vec![pipe.read_off.into(), Arg::Imm(pipe.slot_bytes as i64)],
-        );
-        let wrap = self.b.op(
-            "setp.ge.u32",
-            RegClass::Pred,
-            vec![
-                next.into(),
-                Arg::Imm((pipe.stages * pipe.slot_bytes) as i64),
-            ],
-        );
-        let next = self.b.op(
-            "selp.b32",
-            RegClass::B32,
-            vec![Arg::Imm(0), next.into(), wrap.into()],
-        );
+        let words = pipe
+            .boundary
+            .as_ref()
+            .expect("a boundary dot")
+            .words
+            .clone();
+        self.wait_for_slot(&pipe);
+        let next = self.next_slot(&pipe, pipe.read_off, None);
         self.first_kstep_fragments(dot, next, Some(&words))
             .expect("boundary_dot checked the operands");
         Ok(())
@@ -726,11 +706,7 @@ impl Lower<'_> {
         let pipe = self.pipe.active.last().expect("a pipeline").clone();
         // With fragments across the boundary, the last iteration (or the prologue) waited.
         if pipe.boundary.is_none() {
-            self.b.emit(
-                "cp.async.wait_group",
-                vec![Arg::Imm(pipe.stages as i64 - 2)],
-            );
-            self.barrier();
+            self.wait_for_slot(&pipe);
         }
         if self.body_dot_reads_pipe(&pipe) {
             let scope_depth = self.scopes.len();
@@ -808,24 +784,47 @@ impl Lower<'_> {
             self.pipe.active.last_mut().expect("a pipeline").deferred = None;
             self.pipeline_refill(&pipe, d.iv, d.hi, d.step)?;
         }
-        let total = (pipe.stages * pipe.slot_bytes) as i64;
         for r in [pipe.read_off, pipe.write_off] {
-            let n = self.b.op(
-                "add.s32",
-                RegClass::B32,
-                vec![r.into(), Arg::Imm(pipe.slot_bytes as i64)],
-            );
-            let wrap = self.b.op(
-                "setp.ge.u32",
-                RegClass::Pred,
-                vec![n.into(), Arg::Imm(total)],
-            );
-            self.b.emit(
-                "selp.b32",
-                vec![r.into(), Arg::Imm(0), n.into(), wrap.into()],
-            );
+            self.next_slot(&pipe, r, Some(r));
         }
         Ok(())
+    }
+
+    /// Waits until this iteration's slot has landed (at most `S - 2` copy groups still in
+    /// flight), then a barrier: every thread's copies are visible, and every read of the slot
+    /// the next refill overwrites is done.
+    fn wait_for_slot(&mut self, pipe: &Pipe) {
+        self.b.emit(
+            "cp.async.wait_group",
+            vec![Arg::Imm(pipe.stages as i64 - 2)],
+        );
+        self.barrier();
+    }
+
+    /// The byte offset of the slot after the one at `off` (mod S), into `dst` when given, else
+    /// into a new register.
+    fn next_slot(&mut self, pipe: &Pipe, off: Reg, dst: Option<Reg>) -> Reg {
+        let next = self.b.op(
+            "add.s32",
+            RegClass::B32,
+            vec![off.into(), Arg::Imm(pipe.slot_bytes as i64)],
+        );
+        let wrap = self.b.op(
+            "setp.ge.u32",
+            RegClass::Pred,
+            vec![
+                next.into(),
+                Arg::Imm((pipe.stages * pipe.slot_bytes) as i64),
+            ],
+        );
+        let args = vec![Arg::Imm(0), next.into(), wrap.into()];
+        match dst {
+            Some(d) => {
+                self.b.emit("selp.b32", [vec![d.into()], args].concat());
+                d
+            }
+            None => self.b.op("selp.b32", RegClass::B32, args),
+        }
     }
 
     pub(crate) fn pipeline_epilogue(&mut self) {

@@ -8,11 +8,18 @@
 //! mma layout, and the narrower tile crosses in rows padded so that the rows of one write fall
 //! on different banks, with each thread's runs written and read as single vector accesses.
 
+use super::memory::{vec_suffix, word_plan, word_ty};
 use super::types::class_of;
 use super::{Lower, Vals, CONVERT_SCRATCH, R};
 use crate::layout::{Layout, RegGeometry};
-use crate::ptx::{Arg, Reg, RegClass, Ty};
+use crate::ptx::{Arg, Reg, RegClass};
 use tegula_ir::{DType, Elem, Op, Shape, TileType, Value, ValueDef};
+
+/// The widest shared-memory access a thread makes at once (`.v4.b32`).
+const MAX_ACCESS_BYTES: u32 = 16;
+
+/// The bytes one shared-memory wavefront covers: 32 banks of 4 bytes.
+const BANKS_BYTES: u32 = 128;
 
 /// How a tile crosses from an mma layout to the store's layout.
 struct RowExchange {
@@ -98,14 +105,14 @@ impl Lower<'_> {
             } else {
                 l.spt[1].min(cols)
             };
-            r.min(16 / es).max(1)
+            r.min(MAX_ACCESS_BYTES / es).max(1)
         };
         let (write_run, read_run) = (run(from), run(to));
         // One write of a warp covers `tpw[1]` runs of each of `tpw[0]` rows. Padding a row by
         // that width puts those rows on consecutive banks (a row of 128-byte multiples would
         // put them all on the same ones); the padding keeps every run aligned.
         let write_row = from.tpw[1] * write_run * es;
-        let pad = if write_row >= 128 {
+        let pad = if write_row >= BANKS_BYTES {
             0
         } else {
             write_row.max(read_run * es)
@@ -114,8 +121,7 @@ impl Lower<'_> {
         // Rows per round: the whole tile when it fits the scratch buffer (or the shared memory
         // the kernel holds anyway, e.g. a finished pipeline's), else halves down to the rows
         // both layouts' threads cover, so that a register's round is a constant.
-        let cover = |l: &Layout| (l.spt[0] * l.tpw[0] * l.wpc[0]).min(rows);
-        let least = cover(from).max(cover(to));
+        let least = Self::slab_cover(from, 0, rows).max(Self::slab_cover(to, 0, rows));
         let budget = CONVERT_SCRATCH.max(self.smem_bytes);
         let mut slab_rows = rows;
         while slab_rows * row_bytes > budget && slab_rows / 2 >= least {
@@ -155,13 +161,8 @@ impl Lower<'_> {
             plan.row_bytes,
             plan.slab_rows
         ));
-        let address = |s: &mut Self, l: &Layout| match s.thread_offset(l, &shape, &strides) {
-            Some(o) => {
-                s.b.op("add.s32", RegClass::B32, vec![base.into(), o.into()])
-            }
-            None => base,
-        };
-        let (waddr, raddr) = (address(self, from), address(self, to));
+        let waddr = self.thread_address(base, from, &shape, &strides);
+        let raddr = self.thread_address(base, to, &shape, &strides);
         let (gf, gt) = (from.geometry(&shape), to.geometry(&shape));
         let writes = runs(&gf, plan.write_run, &strides);
         let reads = runs(&gt, plan.read_run, &strides);
@@ -177,7 +178,7 @@ impl Lower<'_> {
                 let elems: Vec<Reg> = regs.iter().map(|&i| src[i]).collect();
                 let (ws, words) = self.words_of(plan.dtype, &elems);
                 let addr = Arg::Addr(Box::new(waddr.into()), off - shift);
-                let op = format!("st.shared{}{}", vec_suffix(words.len()), word_ty(ws));
+                let op = format!("st.shared{}{}", vec_suffix(words.len() as u32), word_ty(ws));
                 self.b.emit(op, vec![addr, vector(words)]);
             }
             self.barrier();
@@ -190,14 +191,13 @@ impl Lower<'_> {
                 };
                 let words: Vec<Reg> = (0..n).map(|_| self.b.reg(class)).collect();
                 let addr = Arg::Addr(Box::new(raddr.into()), off - shift);
-                let op = format!("ld.shared{}{}", vec_suffix(words.len()), word_ty(ws));
+                let op = format!("ld.shared{}{}", vec_suffix(n), word_ty(ws));
                 self.b.emit(op, vec![vector(words.clone()), addr]);
-                let per_word = (ws as usize) / es as usize;
+                let per_word = (ws as i64 / es) as usize;
                 let elems: Vec<Reg> = words
                     .into_iter()
-                    .flat_map(|w| self.elements_of(plan.dtype, w, ws))
+                    .flat_map(|w| self.unpack(plan.dtype, w, ws, per_word))
                     .collect();
-                debug_assert_eq!(elems.len(), per_word * n as usize);
                 for (&i, e) in regs.iter().zip(elems) {
                     out[i] = Some(e);
                 }
@@ -208,7 +208,8 @@ impl Lower<'_> {
             .collect()
     }
 
-    /// `elems` (floats of `d`, consecutive in memory) as words of 4 bytes (8 for f64).
+    /// `elems` (floats of `d`, consecutive in memory) as words of 4 bytes (8 for f64). A word
+    /// of one element is that element's register (`st.shared.b32` takes an f32 one as is).
     fn words_of(&mut self, d: DType, elems: &[Reg]) -> (u32, Vec<Reg>) {
         let es = d.size_bytes() as u32;
         let (ws, _) = word_plan(es, elems.len() as u32);
@@ -217,25 +218,10 @@ impl Lower<'_> {
             .chunks(per_word)
             .map(|c| match c {
                 [e] => *e,
-                halves => self
-                    .b
-                    .op("mov.b32", RegClass::B32, vec![Arg::Vec(halves.to_vec())]),
+                halves => self.pack(d, halves, ws),
             })
             .collect();
         (ws, words)
-    }
-
-    /// The elements of `d` in word `w` of `ws` bytes (the inverse of [`Lower::words_of`]; a
-    /// word of one element is that element).
-    fn elements_of(&mut self, d: DType, w: Reg, ws: u32) -> Vals {
-        let es = d.size_bytes() as u32;
-        if es == ws {
-            return vec![w];
-        }
-        let halves: Vec<Reg> = (0..ws / es).map(|_| self.b.reg(RegClass::B16)).collect();
-        self.b
-            .emit("mov.b32", vec![Arg::Vec(halves.clone()), w.into()]);
-        halves
     }
 }
 
@@ -262,28 +248,6 @@ fn runs(g: &RegGeometry, run: usize, strides: &[i64; 2]) -> Vec<(Vec<usize>, i64
         }
     }
     out
-}
-
-/// Bytes per word and words per access for `n` consecutive elements of `es` bytes.
-fn word_plan(es: u32, n: u32) -> (u32, u32) {
-    let ws = if es == 8 { 8 } else { (es * n).min(4) };
-    (ws, (es * n).div_ceil(ws))
-}
-
-fn word_ty(ws: u32) -> Ty {
-    match ws {
-        8 => Ty::B64,
-        2 => Ty::B16,
-        _ => Ty::B32,
-    }
-}
-
-fn vec_suffix(n: usize) -> String {
-    if n > 1 {
-        format!(".v{n}")
-    } else {
-        String::new()
-    }
 }
 
 fn vector(words: Vec<Reg>) -> Arg {
