@@ -159,10 +159,11 @@ pub(crate) fn param_name(k: &Kernel, i: usize) -> String {
 ///
 /// Without it ptxas picks a budget of its own and may cap registers to fit more blocks than
 /// shared memory allows (128 registers at 8 warps, as few as 32 at 4 warps, with spills). A
-/// kernel whose shared memory allows one block a SM declares 1. A tensor-core kernel declares
-/// the blocks that both its shared memory and a full 255-register budget allow (at least 1),
-/// so it may take every register and still runs as many blocks as its memory lets. Other
-/// kernels with room for more blocks declare nothing: their occupancy is ptxas's choice.
+/// kernel whose shared memory allows one block a SM declares 1. A kernel with a `dot` (on
+/// tensor cores or, for `ieee`, on FMAs: register tiles either way) declares the blocks that
+/// both its shared memory and a full 255-register budget allow (at least 1), so it may take
+/// every register and still runs as many blocks as its memory lets. Other kernels with room
+/// for more blocks declare nothing: their occupancy is ptxas's choice.
 fn min_blocks_per_sm(
     kernel: &Kernel,
     shared_bytes: u32,
