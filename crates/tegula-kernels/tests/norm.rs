@@ -483,55 +483,14 @@ fn pipelined_and_one_tile_configs_match_float64() {
         (12, 256),
         (rng.gen_range(5..60), rng.gen_range(17..900)),
     ] {
-        let x = dev.randn::<bf16>([m, n]).unwrap();
-        let w = dev.randn::<bf16>([n]).unwrap();
-        let b = dev.randn::<bf16>([n]).unwrap();
-        let (y_ln, mu, rs) =
-            layer_norm_reference(&f64s(&x), &f64s(&w), &f64s(&b), EPS as f64, m, n);
-        let y_rms = rms_norm_reference(&f64s(&x), &f64s(&w), EPS as f64, m, n);
-        let block = n.next_power_of_two();
-        for (block_m, per_sm) in [(1, 0), (2, 0), (1, 1), (1, 3), (2, 2), (4, 1)] {
-            let c = Config::new(4, 1)
-                .with("BLOCK", block as i64)
+        let block = usize::next_power_of_two(n) as i64;
+        let configs = [(1, 0), (2, 0), (1, 1), (1, 3), (2, 2), (4, 1)].map(|(block_m, per_sm)| {
+            Config::new(4, 1)
+                .with("BLOCK", block)
                 .with("BLOCK_M", block_m)
-                .with("PROGRAMS_PER_SM", per_sm);
-            let what = format!("{m}x{n} {c}");
-            let y = dev.full::<bf16>([m, n], bf16::from_f32(-3.0)).unwrap();
-            let mean = dev.full::<f32>([m], -3.0).unwrap();
-            let rstd = dev.full::<f32>([m], -3.0).unwrap();
-            layer_norm_into_with(&x, &w, &b, EPS, &y, &mean, &rstd, &c).unwrap();
-            let f32_tol = tolerance(DType::F32);
-            assert_close(
-                &format!("ln y {what}"),
-                DType::BF16,
-                &f64s(&y),
-                &y_ln,
-                tolerance(DType::BF16),
-            );
-            assert_close(
-                &format!("ln mean {what}"),
-                DType::F32,
-                &f64s(&mean),
-                &mu,
-                f32_tol,
-            );
-            assert_close(
-                &format!("ln rstd {what}"),
-                DType::F32,
-                &f64s(&rstd),
-                &rs,
-                f32_tol,
-            );
-            let y = dev.full::<bf16>([m, n], bf16::from_f32(-3.0)).unwrap();
-            rms_norm_into_with(&x, &w, EPS, &y, &c).unwrap();
-            assert_close(
-                &format!("rms {what}"),
-                DType::BF16,
-                &f64s(&y),
-                &y_rms,
-                tolerance(DType::BF16),
-            );
-        }
+                .with("PROGRAMS_PER_SM", per_sm)
+        });
+        check_configs_against_float64(&dev, m, n, &configs);
     }
 }
 
@@ -578,41 +537,53 @@ fn looping_configs_with_unrolled_trips_match_float64() {
         (2, 37),
         (rng.gen_range(2..9), rng.gen_range(17..500)),
     ] {
-        let x = dev.randn::<bf16>([m, n]).unwrap();
-        let w = dev.randn::<bf16>([n]).unwrap();
-        let b = dev.randn::<bf16>([n]).unwrap();
-        let (y_ln, mu, rs) =
-            layer_norm_reference(&f64s(&x), &f64s(&w), &f64s(&b), EPS as f64, m, n);
-        let y_rms = rms_norm_reference(&f64s(&x), &f64s(&w), EPS as f64, m, n);
-        for (block, unroll) in [(16, 1), (32, 2), (16, 3), (64, 3), (16, 4)] {
-            let c = Config::new(4, 1)
+        let configs = [(16, 1), (32, 2), (16, 3), (64, 3), (16, 4)].map(|(block, unroll)| {
+            Config::new(4, 1)
                 .with("BLOCK", block)
                 .with("BLOCK_M", 0)
-                .with("UNROLL", unroll);
-            let what = format!("{m}x{n} {c}");
-            let y = dev.full::<bf16>([m, n], bf16::from_f32(-3.0)).unwrap();
-            let mean = dev.full::<f32>([m], -3.0).unwrap();
-            let rstd = dev.full::<f32>([m], -3.0).unwrap();
-            layer_norm_into_with(&x, &w, &b, EPS, &y, &mean, &rstd, &c).unwrap();
-            let (bf, f32_tol) = (tolerance(DType::BF16), tolerance(DType::F32));
-            assert_close(&format!("ln y {what}"), DType::BF16, &f64s(&y), &y_ln, bf);
-            assert_close(
-                &format!("ln mean {what}"),
-                DType::F32,
-                &f64s(&mean),
-                &mu,
-                f32_tol,
-            );
-            assert_close(
-                &format!("ln rstd {what}"),
-                DType::F32,
-                &f64s(&rstd),
-                &rs,
-                f32_tol,
-            );
-            let y = dev.full::<bf16>([m, n], bf16::from_f32(-3.0)).unwrap();
-            rms_norm_into_with(&x, &w, EPS, &y, &c).unwrap();
-            assert_close(&format!("rms {what}"), DType::BF16, &f64s(&y), &y_rms, bf);
-        }
+                .with("UNROLL", unroll)
+        });
+        check_configs_against_float64(&dev, m, n, &configs);
+    }
+}
+
+/// Layer norm (y, mean, rstd) and RMS norm of fresh bf16 rows `m x n` under each config,
+/// into outputs poisoned with -3, against the float64 references.
+fn check_configs_against_float64(
+    dev: &Device,
+    m: usize,
+    n: usize,
+    configs: &[tegula::autotune::Config],
+) {
+    let x = dev.randn::<bf16>([m, n]).unwrap();
+    let w = dev.randn::<bf16>([n]).unwrap();
+    let b = dev.randn::<bf16>([n]).unwrap();
+    let (y_ln, mu, rs) = layer_norm_reference(&f64s(&x), &f64s(&w), &f64s(&b), EPS as f64, m, n);
+    let y_rms = rms_norm_reference(&f64s(&x), &f64s(&w), EPS as f64, m, n);
+    let (bf, f32_tol) = (tolerance(DType::BF16), tolerance(DType::F32));
+    for c in configs {
+        let what = format!("{m}x{n} {c}");
+        let y = dev.full::<bf16>([m, n], bf16::from_f32(-3.0)).unwrap();
+        let mean = dev.full::<f32>([m], -3.0).unwrap();
+        let rstd = dev.full::<f32>([m], -3.0).unwrap();
+        layer_norm_into_with(&x, &w, &b, EPS, &y, &mean, &rstd, c).unwrap();
+        assert_close(&format!("ln y {what}"), DType::BF16, &f64s(&y), &y_ln, bf);
+        assert_close(
+            &format!("ln mean {what}"),
+            DType::F32,
+            &f64s(&mean),
+            &mu,
+            f32_tol,
+        );
+        assert_close(
+            &format!("ln rstd {what}"),
+            DType::F32,
+            &f64s(&rstd),
+            &rs,
+            f32_tol,
+        );
+        let y = dev.full::<bf16>([m, n], bf16::from_f32(-3.0)).unwrap();
+        rms_norm_into_with(&x, &w, EPS, &y, c).unwrap();
+        assert_close(&format!("rms {what}"), DType::BF16, &f64s(&y), &y_rms, bf);
     }
 }

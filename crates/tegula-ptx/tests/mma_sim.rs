@@ -996,38 +996,7 @@ fn single_dots_match_a_float64_reference() {
 #[test]
 fn matmul_loop_with_ragged_edges_matches() {
     for (dt, warps) in [(DType::F16, 4), (DType::BF16, 8), (DType::F32, 4)] {
-        let (bm, bn, bk) = (32, 32, 16);
-        let (m, n, k) = (48, 40, 56);
-        let kern = matmul_loop(dt, bm, bn, bk);
-        let av = values(m * k, 3);
-        let bv = values(k * n, 5);
-        let (ar, br) = (rounded(dt, &av), rounded(dt, &bv));
-        let mut want = vec![0f64; m * n];
-        let mut scale = vec![0f64; m * n];
-        for i in 0..m {
-            for j in 0..n {
-                for kk in 0..k {
-                    want[i * n + j] += ar[i * k + kk] * br[kk * n + j];
-                    scale[i * n + j] += (ar[i * k + kk] * br[kk * n + j]).abs();
-                }
-            }
-        }
-        let out = vec![0u8; m * n * 4];
-        let bufs = run(
-            &kern,
-            warps,
-            [m.div_ceil(bm) as u64, n.div_ceil(bn) as u64, 1],
-            &[
-                Arg::Buf(&encode(dt, &av)),
-                Arg::Buf(&encode(dt, &bv)),
-                Arg::Buf(&out),
-                Arg::I32(m as i32),
-                Arg::I32(n as i32),
-                Arg::I32(k as i32),
-            ],
-        );
-        let got = decode(DType::F32, &bufs[2]);
-        assert_close(&got, &want, &scale, 1e-6, &format!("matmul {dt}"));
+        check_pipelined_matmul(dt, warps, 1, (32, 32, 16), (48, 40, 56));
     }
 }
 
@@ -1188,8 +1157,8 @@ fn check_attention_kernel(
     );
 }
 
-/// Runs the pipelined matmul loop of `blocks` on `m x k` times `k x n` inputs and compares
-/// with a float64 reference.
+/// Runs the matmul loop of `blocks` at `stages` (1: no pipeline) on `m x k` times `k x n`
+/// inputs and compares with a float64 reference.
 fn check_pipelined_matmul(
     dt: DType,
     warps: u32,
