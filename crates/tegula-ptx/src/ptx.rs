@@ -588,6 +588,16 @@ mod tests {
         b.finish("8.0", "sm_80", "k", &[], 128, None)
     }
 
+    /// Every `kept` line is in the printed module and no `dead` one is.
+    fn assert_kept_and_dead(text: &str, kept: &[String], dead: &[String]) {
+        for k in kept {
+            assert!(text.contains(k), "{k} missing:\n{text}");
+        }
+        for d in dead {
+            assert!(!text.contains(d), "{d} kept:\n{text}");
+        }
+    }
+
     /// A load's address: `base + 4 * i` (mul.wide, add.s64).
     fn address(b: &mut Builder, base: Reg, i: Reg) -> Reg {
         let off = b.op("mul.wide.s32", RegClass::B64, vec![i.into(), Arg::Imm(4)]);
@@ -620,23 +630,20 @@ mod tests {
             vec![Arg::Addr(Box::new(used.into()), 0), y.into()],
         );
         let text = printed(&b);
-        for kept in [
+        let kept = [
             format!("ld.param.u64 {base}, p0;"),
             format!("mov.u32 {tid}, %tid.x;"),
             format!("add.s64 {used},"),
             format!("ld.global.v2.f32 {x},"),
             format!("add.rn.f32 {y}, {x},"),
             format!("st.global.f32 [{used}], {y};"),
-        ] {
-            assert!(text.contains(&kept), "{kept} missing:\n{text}");
-        }
-        for dead in [
+        ];
+        let dead = [
             format!("add.s32 {next},"),
             format!("add.s64 {unused},"),
             format!("ld.global.f32 {dead_load},"),
-        ] {
-            assert!(!text.contains(&dead), "{dead} kept:\n{text}");
-        }
+        ];
+        assert_kept_and_dead(&text, &kept, &dead);
         assert_eq!(text.matches("mul.wide.s32").count(), 1, "{text}");
     }
 
@@ -677,7 +684,7 @@ mod tests {
             vec![Arg::Addr(Box::new(ptr.into()), 0), acc.into()],
         );
         let text = printed(&b);
-        for kept in [
+        let kept = [
             format!("mov.f32 {acc}, 0f00000000;"),
             format!("add.rn.f32 {sum}, {acc},"),
             format!("mov.f32 {acc}, {sum};"),
@@ -685,9 +692,7 @@ mod tests {
             format!("mov.b32 {i}, 0;"),
             format!("add.s32 {i}, {i}, 1;"),
             format!("setp.eq.u32 {owner},"),
-        ] {
-            assert!(text.contains(&kept), "{kept} missing:\n{text}");
-        }
-        assert!(!text.contains(&format!("{counter},")), "{text}");
+        ];
+        assert_kept_and_dead(&text, &kept, &[format!("{counter},")]);
     }
 }
