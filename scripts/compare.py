@@ -143,7 +143,8 @@ def join(tegula, peers, meta):
                 key: t.get(key)
                 for key in ("ms", "ms_min", "ms_max", "ms_q1", "ms_q3", "reps", "tflops", "tbps",
                             "pct_copy_bw", "pct_peak", "pct_roofline", "bound", "kernel",
-                            "copy_same_bytes_tbps", "pct_copy_same_bytes")
+                            "copy_same_bytes_tbps", "pct_copy_same_bytes", "batch_ms", "batch_tbps",
+                            "copy_same_bytes_batch_tbps", "pct_copy_same_bytes_batch")
                 if t.get(key) is not None
             }
         if c.get("tegula_error"):
@@ -190,7 +191,12 @@ def markdown(records, meta, ceilings):
         "measured time (the floor is the larger of bytes / copy bandwidth and FLOPs / matmul peak). "
         "`%copy@size` (memory-bound cases) is tegula's bandwidth over that of a device-to-device copy "
         "moving the same number of bytes, measured in the same call and timed the same way: the "
-        "roof a case of that size can reach under this timing method.",
+        "roof a case of that size can reach under this timing method. Each sample is queued behind "
+        "an L2 clear (256 MB written, as `do_bench` does), which leaves the L2 full of dirty lines "
+        "that the timed kernel's reads must first write back. `b2b` (back to back, memory-bound "
+        "cases, tegula only) times the same rotating calls queued one after another after a "
+        "single clear: the rate a stream of such calls sustains, beside a copy of the same bytes "
+        "timed so. The peers and the ratios use the per-sample figure.",
         "",
     ]
     if ceilings:
@@ -209,8 +215,10 @@ def markdown(records, meta, ceilings):
         lines += [f"## {title}", ""]
         same_size = unit == "TB/s" and any((r.get("tegula") or {}).get("pct_copy_same_bytes") is not None
                                            for r in rows)
+        batch = same_size and any((r.get("tegula") or {}).get("batch_tbps") is not None for r in rows)
+        extra = (["%copy@size"] if same_size else []) + (["b2b TB/s", "b2b %copy@size"] if batch else [])
         head = ["dtype", "shape"] + (["causal"] if has_causal else []) + \
-            ["tegula ms", f"tegula {unit}", "%roof"] + (["%copy@size"] if same_size else [])
+            ["tegula ms", f"tegula {unit}", "%roof"] + extra
         for n in peer_names:
             head += [f"{n} {unit}", f"ratio vs {n}"]
         lines.append("| " + " | ".join(head) + " |")
@@ -224,10 +232,12 @@ def markdown(records, meta, ceilings):
                 cells += [fmt(t["ms"], 4), fmt(rate(t, unit)), fmt(t.get("pct_roofline"))]
                 if same_size:
                     cells.append(fmt(t.get("pct_copy_same_bytes")))
+                if batch:
+                    cells += [fmt(t.get("batch_tbps")), fmt(t.get("pct_copy_same_bytes_batch"))]
             elif r.get("tegula_error"):
-                cells += ["failed", "-", "-"] + (["-"] if same_size else [])
+                cells += ["failed", "-", "-"] + ["-"] * len(extra)
             else:
-                cells += ["not run", "-", "-"] + (["-"] if same_size else [])
+                cells += ["not run", "-", "-"] + ["-"] * len(extra)
             for n in peer_names:
                 p = r["peers"].get(n)
                 if p is None:

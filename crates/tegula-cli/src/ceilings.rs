@@ -112,7 +112,16 @@ pub fn ceilings(dev: &Device, remeasure: bool) -> tegula::Result<Option<Ceilings
 
 /// TB/s of a device-to-device copy of 1 GiB (counting bytes read and written), on random data.
 pub fn copy_bandwidth(dev: &Device) -> tegula::Result<f64> {
-    copy_bandwidth_moving(dev, 2 << 30)
+    Ok(copy_bandwidth_moving(dev, 2 << 30)?.tbps)
+}
+
+/// A copy's rate at one size, timed two ways (see [`tegula::autotune::Timing::batch`]).
+#[derive(Clone, Copy, Debug)]
+pub struct CopyRate {
+    /// TB/s of the median sample, each queued behind the L2 clear.
+    pub tbps: f64,
+    /// TB/s of the same copies back to back.
+    pub batch_tbps: f64,
 }
 
 /// TB/s of a device-to-device copy that moves `bytes_moved` bytes (half read, half written),
@@ -120,7 +129,7 @@ pub fn copy_bandwidth(dev: &Device) -> tegula::Result<f64> {
 /// through copies that add up to at least 1 GiB. It is the roof of a memory-bound case of the
 /// same size: the launch ramp, the grid's tail and the dirty lines the clear leaves weigh more
 /// the fewer bytes move (a copy of 67 MB reaches about 77% of the 1 GiB figure on an H200).
-pub fn copy_bandwidth_moving(dev: &Device, bytes_moved: usize) -> tegula::Result<f64> {
+pub fn copy_bandwidth_moving(dev: &Device, bytes_moved: usize) -> tegula::Result<CopyRate> {
     let Some(rt) = dev.cuda_runtime() else {
         return Err(tegula::Error::Invalid {
             op: "copy bandwidth".into(),
@@ -142,9 +151,17 @@ pub fn copy_bandwidth_moving(dev: &Device, bytes_moved: usize) -> tegula::Result
         .collect::<tegula::Result<Vec<_>>>()?;
     let dst = rt.alloc(bytes)?;
     let mut next = 0;
-    let t = measure(dev, &MeasureOptions::default(), || {
+    let options = MeasureOptions {
+        batch: true,
+        ..MeasureOptions::default()
+    };
+    let t = measure(dev, &options, || {
         next = (next + 1) % sources.len();
         Ok(rt.dtod(&dst, &sources[next])?)
     })?;
-    Ok(2.0 * bytes as f64 / (t.median * 1e-3) / 1e12)
+    let tbps = |ms: f64| 2.0 * bytes as f64 / (ms * 1e-3) / 1e12;
+    Ok(CopyRate {
+        tbps: tbps(t.median),
+        batch_tbps: tbps(t.batch.unwrap_or(f64::NAN)),
+    })
 }

@@ -552,6 +552,12 @@ pub struct Timing {
     /// First and third quartiles.
     pub q1: f64,
     pub q3: f64,
+    /// Milliseconds a call when the same calls run back to back after one L2 clear (nvbench's
+    /// "batch" time), when [`MeasureOptions::batch`] asked for it. With inputs that rotate, the
+    /// L2 then holds clean lines of inputs already used instead of the clear's dirty ones, and
+    /// no call waits for the previous one's launch: the rate a stream of such calls sustains.
+    /// Meaningful only for calls longer than the host's launch (a few microseconds).
+    pub batch: Option<f64>,
 }
 
 impl Timing {
@@ -574,6 +580,7 @@ impl Timing {
             min: samples[0],
             max: samples[samples.len() - 1],
             samples,
+            batch: None,
         })
     }
 }
@@ -590,6 +597,8 @@ pub struct MeasureOptions {
     /// A cap on the timed repetitions' total device time, above `min_reps` (slow kernels then
     /// get fewer samples, at least 3, instead of minutes of timing).
     pub max_total_ms: f64,
+    /// Also time the repetitions back to back ([`Timing::batch`]).
+    pub batch: bool,
 }
 
 impl Default for MeasureOptions {
@@ -601,6 +610,7 @@ impl Default for MeasureOptions {
             min_reps: 10,
             max_reps: 1000,
             max_total_ms: 5000.0,
+            batch: false,
         }
     }
 }
@@ -614,6 +624,7 @@ impl MeasureOptions {
             min_reps: 5,
             max_reps: 200,
             max_total_ms: 500.0,
+            batch: false,
         }
     }
 
@@ -653,11 +664,19 @@ pub fn measure(
         dev.clear_l2()?;
         samples.push(dev.time(&mut work)?);
     }
+    let batch = if options.batch {
+        dev.clear_l2()?;
+        Some(dev.time(|| (0..reps).try_for_each(|_| work()))? / reps as f64)
+    } else {
+        None
+    };
     dev.synchronize()?;
-    Timing::from_samples(samples).ok_or_else(|| Error::Invalid {
+    let mut timing = Timing::from_samples(samples).ok_or_else(|| Error::Invalid {
         op: "measure".into(),
         message: "timing produced no finite sample".into(),
-    })
+    })?;
+    timing.batch = batch;
+    Ok(timing)
 }
 
 /// A benchmark closure for the tuner: the median of [`measure`] with the quick budget.

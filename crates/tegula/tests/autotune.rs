@@ -393,6 +393,7 @@ fn measure_keeps_the_first_call_out() {
         min_reps: 7,
         max_reps: 7,
         max_total_ms: 1000.0,
+        batch: true,
     };
     let t = measure(&dev, &options, || {
         calls.set(calls.get() + 1);
@@ -416,6 +417,35 @@ fn measure_keeps_the_first_call_out() {
     assert_eq!(o.reps_for(100.0), 10);
     assert_eq!(o.reps_for(1000.0), 5);
     assert_eq!(o.reps_for(60_000.0), 3);
+}
+
+#[test]
+fn measure_times_a_batch_only_when_asked() {
+    // Each call takes at least 2 ms of wall clock (the interpreter's `Device::time`), so the
+    // back-to-back batch divided by its calls must be at least that, and absent unless asked.
+    let dev = Device::cpu();
+    let calls = Cell::new(0usize);
+    let mut options = MeasureOptions {
+        warmup_ms: 0.0,
+        rep_ms: 1.0,
+        min_reps: 4,
+        max_reps: 4,
+        max_total_ms: 1000.0,
+        batch: true,
+    };
+    let mut work = || {
+        calls.set(calls.get() + 1);
+        std::thread::sleep(std::time::Duration::from_millis(2));
+        Ok(())
+    };
+    let t = measure(&dev, &options, &mut work).unwrap();
+    let batch = t.batch.expect("a batch time was asked for");
+    assert!((2.0..50.0).contains(&batch), "batch {batch} ms a call");
+    let with_batch = calls.replace(0);
+    options.batch = false;
+    assert!(measure(&dev, &options, &mut work).unwrap().batch.is_none());
+    // The batch repeats the 4 timed calls once more.
+    assert_eq!(with_batch, calls.get() + 4);
 }
 
 #[test]
