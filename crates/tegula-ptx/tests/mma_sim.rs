@@ -1102,10 +1102,45 @@ fn check_attention_kernel(
 ) {
     let nk = 3 * bn;
     let (qv, kv, vv) = (values(bm * d, 11), values(nk * d, 13), values(nk * d, 17));
-    let (qr, kr, vr) = (rounded(dt, &qv), rounded(dt, &kv), rounded(dt, &vv));
     let scale = 0.7f32;
+    let (want, _) = attention_reference(dt, [&qv, &kv, &vv], (bm, bn, d), scale);
+    let out = vec![0u8; bm * d * 2];
+    let (qb, kb, vb) = (encode(dt, &qv), encode(dt, &kv), encode(dt, &vv));
+    let mut args = vec![
+        Arg::Buf(&qb),
+        Arg::Buf(&kb),
+        Arg::Buf(&vb),
+        Arg::Buf(&out),
+        Arg::I32(nk as i32),
+        Arg::F32(scale),
+    ];
+    args.extend(split.map(Arg::I32));
+    let bufs = run_staged(kern, warps, stages, [1, 1, 1], &args);
+    let got = decode(dt, &bufs[3]);
+    // The output is rounded to the input dtype; P to 8 (bf16) or 11 (f16) bits.
+    let ones = vec![1f64; bm * d];
+    assert_close(
+        &got,
+        &want,
+        &ones,
+        2e-2,
+        &format!("attention {dt} {bm}x{bn}x{d}, {stages} stages"),
+    );
+}
+
+/// The online softmax of [`check_attention`] in f64 over the 3 key blocks of `[q, k, v]`
+/// (`bm`, `3 * bn` and `3 * bn` rows of `d`): each output element, and each row's base-2
+/// log-sum-exp of its scaled scores (`m + log2(l)`).
+fn attention_reference(
+    dt: DType,
+    [qv, kv, vv]: [&[f32]; 3],
+    (bm, bn, d): (usize, usize, usize),
+    scale: f32,
+) -> (Vec<f64>, Vec<f64>) {
+    let (qr, kr, vr) = (rounded(dt, qv), rounded(dt, kv), rounded(dt, vv));
     let round = |x: f64| rounded(dt, &[x as f32])[0];
     let mut want = vec![0f64; bm * d];
+    let mut lse = vec![0f64; bm];
     for i in 0..bm {
         let (mut m_i, mut l_i) = (f64::NEG_INFINITY, 0f64);
         let mut acc = vec![0f64; d];
@@ -1132,29 +1167,94 @@ fn check_attention_kernel(
         for c in 0..d {
             want[i * d + c] = acc[c] / l_i;
         }
+        lse[i] = m_i + l_i.log2();
     }
-    let out = vec![0u8; bm * d * 2];
-    let (qb, kb, vb) = (encode(dt, &qv), encode(dt, &kv), encode(dt, &vv));
-    let mut args = vec![
-        Arg::Buf(&qb),
-        Arg::Buf(&kb),
-        Arg::Buf(&vb),
-        Arg::Buf(&out),
-        Arg::I32(nk as i32),
-        Arg::F32(scale),
-    ];
-    args.extend(split.map(Arg::I32));
-    let bufs = run_staged(kern, warps, stages, [1, 1, 1], &args);
-    let got = decode(dt, &bufs[3]);
-    // The output is rounded to the input dtype; P to 8 (bf16) or 11 (f16) bits.
-    let ones = vec![1f64; bm * d];
-    assert_close(
-        &got,
-        &want,
-        &ones,
-        2e-2,
-        &format!("attention {dt} {bm}x{bn}x{d}, {stages} stages"),
-    );
+    (want, lse)
+}
+
+/// The library forward's epilogue (`acc * (1 / l)`, cast; `m + log2(l)`): the scaling runs in
+/// the mma layout, with `1 / l` once for each row a thread holds there, and the output crosses
+/// to the store's layout in bf16 through padded rows, once; the row statistic is computed
+/// where the reduction left it and crosses once. The simulator checks both results and the
+/// shared-memory races.
+#[test]
+fn attention_output_is_scaled_and_cast_before_its_crossing() {
+    // (dtype, block_m, block_n, d, warps, stages, the output's crossing, rows a thread holds)
+    for (dt, bm, bn, d, warps, stages, plan, rows) in [
+        (
+            DType::BF16,
+            128,
+            64,
+            128,
+            4,
+            2,
+            "bf16[128, 128] through shared memory: rows of 272 bytes, 128 rows a round",
+            4,
+        ),
+        (
+            DType::F16,
+            64,
+            32,
+            64,
+            4,
+            1,
+            "f16[64, 64] through shared memory: rows of 144 bytes, 64 rows a round",
+            2,
+        ),
+    ] {
+        let kern = flash_attention_with_lse(dt, bm, bn, d);
+        let options = CompileOptions {
+            num_warps: warps,
+            num_stages: stages,
+        };
+        let ptx = compile(&kern, &Target { sm: 90 }, &options).unwrap().ptx;
+        let epilogue: Vec<&str> = ptx
+            .lines()
+            .skip_while(|l| !l.starts_with("$L_endfor_"))
+            .collect();
+        let what = format!("{dt} {bm}x{bn}x{d} {warps} warps");
+        assert!(
+            epilogue.iter().any(|l| l.contains(plan)),
+            "{what}: no {plan:?}"
+        );
+        let conversions = epilogue
+            .iter()
+            .filter(|l| l.contains("// convert "))
+            .count();
+        assert_eq!(
+            conversions, 1,
+            "{what}: only the row statistic's general conversion"
+        );
+        let divisions = epilogue.iter().filter(|l| l.contains("div.rn.f32")).count();
+        assert_eq!(divisions, rows, "{what}: one division a row a thread holds");
+
+        let nk = 3 * bn;
+        let (qv, kv, vv) = (values(bm * d, 5), values(nk * d, 7), values(nk * d, 9));
+        let scale = 0.45f32;
+        let (want, want_lse) = attention_reference(dt, [&qv, &kv, &vv], (bm, bn, d), scale);
+        let (out, lse) = (vec![0u8; bm * d * 2], vec![0u8; bm * 4]);
+        let (qb, kb, vb) = (encode(dt, &qv), encode(dt, &kv), encode(dt, &vv));
+        let args = [
+            Arg::Buf(&qb),
+            Arg::Buf(&kb),
+            Arg::Buf(&vb),
+            Arg::Buf(&out),
+            Arg::Buf(&lse),
+            Arg::I32(nk as i32),
+            Arg::F32(scale),
+        ];
+        let bufs = run_staged(&kern, warps, stages, [1, 1, 1], &args);
+        let ones = vec![1f64; bm * d];
+        assert_close(&decode(dt, &bufs[3]), &want, &ones, 2e-2, &what);
+        let got_lse = decode(DType::F32, &bufs[4]);
+        assert_close(
+            &got_lse,
+            &want_lse,
+            &vec![1f64; bm],
+            1e-4,
+            &format!("{what} lse"),
+        );
+    }
 }
 
 /// Runs the matmul loop of `blocks` at `stages` (1: no pipeline) on `m x k` times `k x n`

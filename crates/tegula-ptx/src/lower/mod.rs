@@ -20,8 +20,9 @@
 //! - `reduce.rs`: reductions and scans; `print.rs`: `device_print`;
 //! - `convert.rs`, `convert_pieces.rs`: layout conversions through shared memory (in slabs
 //!   when the tile exceeds the scratch buffer);
-//! - `store_rows.rs`: a store of an mma-layout tile (or its cast) crosses to the store's
-//!   layout after the cast, in padded rows of shared memory with vector accesses;
+//! - `store_rows.rs`: a store of a value computed in an mma layout (a cast of the tile, a
+//!   scaling by its row statistics) crosses to the store's layout after the cast, in padded
+//!   rows of shared memory with vector accesses;
 //! - `dot.rs`: `dot`, by FMA where tensor cores do not apply; `mma.rs`: on tensor cores
 //!   (`ldmatrix`, `mma.sync`; operands staged, hoisted or resident in shared memory);
 //! - `pipeline.rs`: `cp.async` multi-stage pipelining of the loads a loop's dots read.

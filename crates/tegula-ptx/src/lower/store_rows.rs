@@ -1,18 +1,22 @@
-//! The store of a tile held in an mma layout (a dot's accumulator, or a cast of it).
+//! The store of a tile held in an mma layout (a dot's accumulator, or a value computed from
+//! it: a cast, a scaling by a row statistic).
 //!
 //! In the mma layout a thread holds pairs of adjacent columns on rows 8 apart; a store wants
 //! each thread's 16-byte run of one row. The general conversion (`convert.rs`) would carry the
 //! accumulator's f32 through shared memory in unpadded rows, and then cast: twice the bytes a
 //! bf16 output needs, and the 8 rows of one warp's write land on the same banks (8 wavefronts
-//! where 1 would do) when a row is a multiple of 128 bytes. Here the cast runs first, in the
-//! mma layout, and the narrower tile crosses in rows padded so that the rows of one write fall
-//! on different banks, with each thread's runs written and read as single vector accesses.
+//! where 1 would do) when a row is a multiple of 128 bytes. Here the cast (and any elementwise
+//! op before it whose other inputs the mma layout holds, e.g. attention's `acc * (1 / l)`
+//! with `l` reduced from the accumulator's rows) runs first, in the mma layout, and the
+//! narrower tile crosses in rows padded so that the rows of one write fall on different banks,
+//! with each thread's runs written and read as single vector accesses.
 
 use super::memory::{vec_suffix, word_plan, word_ty};
 use super::types::class_of;
 use super::{Lower, Vals, CONVERT_SCRATCH, R};
 use crate::layout::{Layout, RegGeometry};
 use crate::ptx::{Arg, Reg, RegClass};
+use std::collections::HashSet;
 use tegula_ir::{DType, Elem, Op, Shape, TileType, Value, ValueDef};
 
 /// The widest shared-memory access a thread makes at once (`.v4.b32`).
@@ -35,51 +39,105 @@ struct RowExchange {
 }
 
 impl Lower<'_> {
-    /// The value a store writes, in the store's layout `to`. A cast chain over a tile anchored
-    /// in an mma layout crosses through shared memory at its narrowest dtype, padded; any
-    /// other value comes from [`Lower::get`].
+    /// The value a store writes, in the store's layout `to`. A value computed from an mma
+    /// layout's registers (see [`Lower::mma_source`]) is computed there and crosses once, at
+    /// the narrow end of its cast chain: through padded shared-memory rows for a 2-D tile,
+    /// else through the general conversion. Any other value comes from [`Lower::get`].
     pub(crate) fn stored_value(&mut self, v: Value, to: &Layout) -> R<Vals> {
         if let Some(r) = self.lookup(v, to) {
             return Ok(r);
         }
-        let Some((src, from)) = self.mma_source(v) else {
+        let Some((at, from)) = self.mma_source(v) else {
             return self.get(v, to);
-        };
-        let (vty, sty) = (self.k.ty(v), self.k.ty(src));
-        // Cross at the narrower end of the cast chain (its ends are the only dtypes known
-        // without walking it again; inner casts are rare).
-        let at = if vty.dtype().size_bytes() <= sty.dtype().size_bytes() {
-            v
-        } else {
-            src
         };
         let aty = self.k.ty(at);
-        let Some(plan) = self.row_exchange(aty, &from, to) else {
+        if let Some(plan) = self.row_exchange(aty, &from, to) {
+            let held = self.get(at, &from)?;
+            let out = self.exchange_rows(&plan, &held, &from, to);
+            self.remember(at, to, out);
             return self.get(v, to);
-        };
+        }
+        // A cast chain over one anchored tile converts that tile either way (as any anchored
+        // value asked for in another layout). A value computed from several held inputs (a
+        // row vector's `m + log2(l)`, say) would convert each of them: compute it once here
+        // and convert the result once.
+        if self.anchors.contains_key(&self.cast_chain_end(v)) {
+            return self.get(v, to);
+        }
         let held = self.get(at, &from)?;
-        let out = self.exchange_rows(&plan, &held, &from, to);
+        let out = self.convert(&held, aty, &from, to, None)?;
         self.remember(at, to, out);
         self.get(v, to)
     }
 
-    /// The value a cast chain ending at `v` starts from, and its layout, when that value is
-    /// anchored in an mma layout (the only layouts with interleaved axes).
+    /// Where a stored value `v` crosses from an mma layout, and that layout: `v` must be
+    /// computable in an mma layout (the only layouts with interleaved axes; or a slice of one)
+    /// from the registers held there, through casts and elementwise ops over the tiles anchored
+    /// in it, broadcasts of vectors anchored in its slices (a reduction's row statistics),
+    /// constants and scalars (see [`Lower::held_in`]). It crosses at the narrower end of its
+    /// leading cast chain (the ends' dtypes are known without walking it again; inner casts
+    /// are rare), so an accumulator scaled and cast to bf16 crosses at 2 bytes an element.
     fn mma_source(&self, v: Value) -> Option<(Value, Layout)> {
+        let (from, anchored) = self.natural(v);
+        if !anchored || !from.interleaved.iter().any(|&i| i) {
+            return None;
+        }
+        if !self.held_in(v, &from, &mut HashSet::new()) {
+            return None;
+        }
+        let end = self.cast_chain_end(v);
+        let size = |x: Value| self.k.ty(x).dtype().size_bytes();
+        let at = if size(v) <= size(end) { v } else { end };
+        Some((at, from))
+    }
+
+    /// The first value below `v` that is not a cast (`v` itself when it is none).
+    fn cast_chain_end(&self, v: Value) -> Value {
         let mut cur = v;
-        loop {
-            if let Some(l) = self.anchors.get(&cur) {
-                return l.interleaved.iter().any(|&i| i).then(|| (cur, l.clone()));
-            }
-            let ValueDef::Result(inst, _) = self.k.values[cur].def else {
-                return None;
-            };
+        while let ValueDef::Result(inst, _) = self.k.values[cur].def {
             let d = &self.k.insts[inst];
             if !matches!(d.op, Op::Cast { .. }) {
-                return None;
+                break;
             }
             cur = d.args[0];
         }
+        cur
+    }
+
+    /// Whether `v` can be computed in layout `l` without a layout conversion: from values
+    /// anchored in `l` (or, below an `expand_dims`, in the slice of `l` it expands), scalars,
+    /// constants and aranges, through elementwise ops and broadcasts. `known` holds the
+    /// (value, layout) pairs already found so, so a shared operand is walked once.
+    fn held_in(&self, v: Value, l: &Layout, known: &mut HashSet<(Value, Layout)>) -> bool {
+        if self.k.ty(v).shape.is_scalar() || known.contains(&(v, l.clone())) {
+            return true;
+        }
+        if let Some(a) = self.anchors.get(&v) {
+            return a == l;
+        }
+        let ValueDef::Result(inst, _) = self.k.values[v].def else {
+            return false;
+        };
+        let d = &self.k.insts[inst];
+        let held = match &d.op {
+            Op::Const(_) | Op::Arange { .. } | Op::Splat => true,
+            Op::ExpandDims { axis } => self.held_in(d.args[0], &l.slice(*axis as usize), known),
+            Op::Broadcast
+            | Op::Binary(_)
+            | Op::Unary(_)
+            | Op::Compare(_)
+            | Op::Select
+            | Op::Fma
+            | Op::Cast { .. }
+            | Op::Bitcast
+            | Op::MultipleOf { .. }
+            | Op::MaxContiguous { .. } => d.args.iter().all(|&a| self.held_in(a, l, known)),
+            _ => false,
+        };
+        if held {
+            known.insert((v, l.clone()));
+        }
+        held
     }
 
     /// The plan for moving a 2-D tile of `ty` from `from` to `to`, or `None` where the general
