@@ -122,3 +122,51 @@ fn fused_rounds_assemble() {
     }
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// The longest chain of dependent `op` instructions in `ptx` among those that combine a
+/// thread's own values: each one's depth is one more than the deepest of its operands, and
+/// anything computed from a shuffle's result (the reduction across lanes) is left out.
+fn in_thread_chain_depth(ptx: &str, op: &str) -> usize {
+    let mut depth: std::collections::HashMap<&str, usize> = Default::default();
+    let mut from_lanes: std::collections::HashSet<&str> = Default::default();
+    let mut deepest = 0;
+    for line in ptx.lines().map(|l| l.trim().trim_end_matches(';')) {
+        let Some((opcode, operands)) = line.split_once(' ') else {
+            continue;
+        };
+        let regs: Vec<&str> = operands.split(',').map(str::trim).collect();
+        if opcode.starts_with("shfl.") || regs[1..].iter().any(|r| from_lanes.contains(r)) {
+            from_lanes.insert(regs[0]);
+        } else if opcode == op {
+            let d = 1 + regs[1..]
+                .iter()
+                .map(|r| depth.get(r).copied().unwrap_or(0))
+                .max()
+                .unwrap_or(0);
+            depth.insert(regs[0], d);
+            deepest = deepest.max(d);
+        }
+    }
+    deepest
+}
+
+#[test]
+fn a_threads_own_elements_combine_as_a_tree() {
+    // One warp over 1024 f32 columns: 32 elements a thread. A chain would be 31 adds deep; a
+    // balanced tree of adjacent pairs is 5 (the same for the maximum).
+    let k = trace("row_sum_max", |p| {
+        let (x, out) = (p.ptr("x", DType::F32), p.ptr("out", DType::F32));
+        let cols = arange(0, 1024);
+        let v = load_unmasked(x + cols);
+        store_unmasked(out, sum(v, 0) + max(v, 0));
+    })
+    .unwrap();
+    let text = ptx(&k, 1);
+    let adds = text
+        .lines()
+        .filter(|l| l.trim().starts_with("add.rn.f32"))
+        .count();
+    assert!(adds >= 31, "expected the thread's 31 adds:\n{text}");
+    assert_eq!(in_thread_chain_depth(&text, "add.rn.f32"), 5, "{text}");
+    assert_eq!(in_thread_chain_depth(&text, "max.NaN.f32"), 5, "{text}");
+}

@@ -289,8 +289,10 @@ impl Lower<'_> {
         } else {
             None
         };
-        // 1. Within the thread.
-        let mut parts: Vec<Option<Partial>> = vec![None; gout.count];
+        // 1. Within the thread: each output's elements in order, then combined as a balanced
+        // tree of adjacent pairs (a chain of n dependent combines would wait out n latencies;
+        // the tree waits out log2 n, and adjacent pairs keep arg ties on the lower index).
+        let mut leaves: Vec<Vec<Partial>> = vec![Vec::new(); gout.count];
         for (i, &r) in vals.iter().enumerate() {
             let mut c = gin.coords(i);
             let cp = c[p];
@@ -308,16 +310,23 @@ impl Lower<'_> {
             } else {
                 None
             };
-            let part = Partial { v, i: idx };
-            parts[o] = Some(match parts[o] {
-                None => part,
-                Some(prev) => self.combine(op, ad, prev, part)?,
-            });
+            leaves[o].push(Partial { v, i: idx });
         }
-        let mut parts: Vec<Partial> = parts
-            .into_iter()
-            .map(|p| p.expect("every output has inputs"))
-            .collect();
+        let mut parts = Vec::with_capacity(leaves.len());
+        for mut level in leaves {
+            while level.len() > 1 {
+                let mut next = Vec::with_capacity(level.len().div_ceil(2));
+                for pair in level.chunks(2) {
+                    next.push(match *pair {
+                        [a, b] => self.combine(op, ad, a, b)?,
+                        [a] => a,
+                        _ => unreachable!("chunks of two"),
+                    });
+                }
+                level = next;
+            }
+            parts.push(level.pop().expect("every output has inputs"));
+        }
         // 2. Across lanes holding distinct elements of the axis.
         let pp = gin.parent[p];
         let lane_stride = l.lane_strides()[p];
