@@ -20,6 +20,20 @@ use tegula::ir::{DType, Kernel, TraceError};
 use tegula::prelude::*;
 use tegula::{Error, LaunchConfig, Result};
 
+/// The tile `(pid_m, pid_n)` of a `num_pid_m x num_pid_n` grid of C tiles that the `tile`-th
+/// program (or trip of a persistent program) computes, in grouped order (Triton's
+/// `tl.swizzle2d`): tiles go down a column of `group_m` tile-rows before moving right, so the
+/// programs running together read the same few rows of A and columns of B from L2.
+pub fn grouped_tile(tile: Tile, num_pid_m: Tile, num_pid_n: Tile, group_m: usize) -> (Tile, Tile) {
+    let num_pid_in_group = num_pid_n * group_m;
+    let group_id = tile / num_pid_in_group;
+    let first_pid_m = group_id * group_m;
+    let group_size_m = minimum(num_pid_m - first_pid_m, group_m);
+    let pid_m = first_pid_m + (tile % num_pid_in_group) % group_size_m;
+    let pid_n = (tile % num_pid_in_group) / group_size_m;
+    (pid_m, pid_n)
+}
+
 #[tegula::kernel]
 pub fn matmul_kernel<T: Element, O: Element>(
     a: Ptr<T>,
@@ -39,34 +53,39 @@ pub fn matmul_kernel<T: Element, O: Element>(
     #[constexpr] block_k: usize,
     #[constexpr] group_m: usize,
     #[constexpr] precision: InputPrecision,
+    #[constexpr] persistent: bool,
 ) {
-    // Grouped ordering: which tile of C this program computes.
-    let pid = program_id(0);
     let num_pid_m = cdiv(m, block_m);
     let num_pid_n = cdiv(n, block_n);
-    let num_pid_in_group = num_pid_n * group_m;
-    let group_id = pid / num_pid_in_group;
-    let first_pid_m = group_id * group_m;
-    let group_size_m = minimum(num_pid_m - first_pid_m, group_m);
-    let pid_m = first_pid_m + (pid % num_pid_in_group) % group_size_m;
-    let pid_n = (pid % num_pid_in_group) / group_size_m;
-
-    let offs_m = pid_m * block_m + arange(0, block_m as i64);
-    let offs_n = pid_n * block_n + arange(0, block_n as i64);
-    let offs_k = arange(0, block_k as i64);
-    let mask_m = offs_m.lt(m).col();
-    let mask_n = offs_n.lt(n).row();
-    let mut acc = zeros::<f32>([block_m, block_n]);
-    for start in range(0, k, block_k) {
-        let ks = start + offs_k;
-        let a_ptrs = a + offs_m.col() * stride_am + ks.row() * stride_ak;
-        let b_ptrs = b + ks.col() * stride_bk + offs_n.row() * stride_bn;
-        let a_tile = load(a_ptrs, mask_m & ks.row().lt(k), 0);
-        let b_tile = load(b_ptrs, ks.col().lt(k) & mask_n, 0);
-        acc = dot_with(a_tile, b_tile, Some(acc), precision);
+    // One tile of C: the k-loop and the store.
+    let tile_of_c = |tile| {
+        let (pid_m, pid_n) = grouped_tile(tile, num_pid_m, num_pid_n, group_m);
+        let offs_m = pid_m * block_m + arange(0, block_m as i64);
+        let offs_n = pid_n * block_n + arange(0, block_n as i64);
+        let offs_k = arange(0, block_k as i64);
+        let mask_m = offs_m.lt(m).col();
+        let mask_n = offs_n.lt(n).row();
+        let mut acc = zeros::<f32>([block_m, block_n]);
+        for start in range(0, k, block_k) {
+            let ks = start + offs_k;
+            let a_ptrs = a + offs_m.col() * stride_am + ks.row() * stride_ak;
+            let b_ptrs = b + ks.col() * stride_bk + offs_n.row() * stride_bn;
+            let a_tile = load(a_ptrs, mask_m & ks.row().lt(k), 0);
+            let b_tile = load(b_ptrs, ks.col().lt(k) & mask_n, 0);
+            acc = dot_with(a_tile, b_tile, Some(acc), precision);
+        }
+        let c_ptrs = c + offs_m.col() * stride_cm + offs_n.row() * stride_cn;
+        store(c_ptrs, acc, mask_m & mask_n);
+    };
+    if persistent {
+        // A grid of a few programs per SM: program p computes tiles p, p + P, p + 2P, ..
+        // (P programs), so the next tile's loads follow this tile's store without a new block.
+        for tile in range(program_id(0), num_pid_m * num_pid_n, num_programs(0)) {
+            tile_of_c(tile);
+        }
+    } else {
+        tile_of_c(program_id(0));
     }
-    let c_ptrs = c + offs_m.col() * stride_cm + offs_n.row() * stride_cn;
-    store(c_ptrs, acc, mask_m & mask_n);
 }
 
 const OP: &str = "matmul";
@@ -89,6 +108,9 @@ pub struct MatmulConfig {
     pub precision: InputPrecision,
     /// Warps and pipeline stages on the GPU ([`AUTO_LAUNCH`]: tuned).
     pub launch: LaunchConfig,
+    /// The grid: `Some(0)` one program a tile; `Some(p)` a persistent grid of at most `p`
+    /// programs a SM, each looping over tiles (see [`persistent_programs`]); `None`: tuned.
+    pub persistent: Option<usize>,
 }
 
 impl Default for MatmulConfig {
@@ -101,18 +123,21 @@ impl Default for MatmulConfig {
             group_m: 8,
             precision: InputPrecision::Ieee,
             launch: AUTO_LAUNCH,
+            persistent: None,
         }
     }
 }
 
 impl MatmulConfig {
-    /// A fully fixed config: these tiles, GROUP_M 8, exact f32 products, 4 warps, 3 stages.
+    /// A fully fixed config: these tiles, GROUP_M 8, exact f32 products, 4 warps, 3 stages,
+    /// one program a tile.
     pub fn fixed(block_m: usize, block_n: usize, block_k: usize) -> MatmulConfig {
         MatmulConfig {
             block_m,
             block_n,
             block_k,
             launch: LaunchConfig::default(),
+            persistent: Some(0),
             ..Default::default()
         }
     }
@@ -123,6 +148,7 @@ impl MatmulConfig {
             || self.block_n == AUTO
             || self.block_k == AUTO
             || self.launch == AUTO_LAUNCH
+            || self.persistent.is_none()
     }
 
     fn validate(&self) -> Result<()> {
@@ -174,6 +200,7 @@ impl MatmulConfig {
             } else {
                 fixed.launch
             },
+            persistent: fixed.persistent.or(self.persistent),
         }
     }
 
@@ -183,6 +210,7 @@ impl MatmulConfig {
             .with("BLOCK_N", cx(self.block_n))
             .with("BLOCK_K", cx(self.block_k))
             .with("GROUP_M", cx(self.group_m))
+            .with("PERSISTENT", cx(self.persistent.unwrap_or(0)))
     }
 
     fn from_tuner(c: &Config, like: &MatmulConfig) -> Result<MatmulConfig> {
@@ -193,6 +221,8 @@ impl MatmulConfig {
             group_m: c.usize("GROUP_M")?,
             precision: like.precision,
             launch: c.launch_config(),
+            // Absent from configs cached before the option existed: one program a tile.
+            persistent: Some(c.usize("PERSISTENT").unwrap_or(0)),
         })
     }
 }
@@ -302,9 +332,17 @@ pub fn candidates(p: &MatmulProblem, fixed: &MatmulConfig) -> Vec<MatmulConfig> 
                                 num_warps: w,
                                 num_stages: s,
                             },
+                            persistent: Some(0),
                         };
                         if keep(&c) {
                             out.push(c.held(fixed));
+                            if persistent_twin(p, &c) {
+                                let twin = MatmulConfig {
+                                    persistent: Some(1),
+                                    ..c
+                                };
+                                out.push(twin.held(fixed));
+                            }
                         }
                     }
                 }
@@ -323,10 +361,18 @@ pub fn candidates(p: &MatmulProblem, fixed: &MatmulConfig) -> Vec<MatmulConfig> 
             num_warps: 4,
             num_stages: default_stages.min(p.k.div_ceil(32).max(2) as u32),
         },
+        persistent: Some(0),
     };
     let mut out = tuned::dedup(out);
     tuned::put_first(&mut out, default.held(fixed));
     out
+}
+
+/// Whether the tuner also times `c` on a persistent grid of one program a SM: tensor-core
+/// configs of 8 warps and at least 128 x 128 tiles (one block a SM at 4096^3, where the
+/// tile loop keeps the SM's block and its registers from one tile to the next).
+fn persistent_twin(p: &MatmulProblem, c: &MatmulConfig) -> bool {
+    pipelined(p) && c.launch.num_warps == 8 && c.block_m * c.block_n >= 128 * 128
 }
 
 /// The config [`matmul_into_with`] launches for these operands: `config` itself when every
@@ -358,11 +404,14 @@ fn resolve<T: Element, O: Element>(
     } else {
         config.group_m
     };
+    // Held as programs a SM plus one (AUTO is 0: tuned).
+    let persistent = config.persistent.map_or(AUTO, |p| p + 1);
     let held = [
         ("block_m", config.block_m),
         ("block_n", config.block_n),
         ("block_k", config.block_k),
         ("group_m", group),
+        ("persistent", persistent),
     ];
     let key = key(&p, config.precision) + &tuned::held_suffix(&held, config.launch);
     let cands = candidates(&p, &config);
@@ -380,6 +429,7 @@ fn resolve<T: Element, O: Element>(
                 r.block_k,
                 r.group_m,
                 r.precision,
+                r.persistent.unwrap_or(0) > 0,
             )?;
             Ok(Tuning::new(
                 "tegula_kernels::matmul",
@@ -462,10 +512,16 @@ fn launch<T: Element, O: Element>(
 ) -> Result<()> {
     let (m, k, n) = (a.shape()[0], a.shape()[1], b.shape()[1]);
     let tiles = m.div_ceil(config.block_m) * n.div_ceil(config.block_n);
+    let per_sm = config.persistent.unwrap_or(0);
+    let programs = if per_sm > 0 {
+        persistent_programs(a.device(), tiles, per_sm)
+    } else {
+        tiles
+    };
     let s = |t: &[usize], i: usize| t[i] as i32; // fit i32: checked by expect_i32_extent
     matmul_kernel::launch_with::<T, O>(
         a.device(),
-        tiles,
+        programs,
         config.launch,
         a,
         b,
@@ -484,7 +540,20 @@ fn launch<T: Element, O: Element>(
         config.block_k,
         config.group_m,
         config.precision,
+        per_sm > 0,
     )
+}
+
+/// SMs the interpreter pretends to have: few, so that CPU runs of the persistent grid walk
+/// several tiles a program.
+const INTERPRETER_SMS: usize = 2;
+
+/// The programs of a persistent grid over `tiles` tiles with at most `per_sm` programs a SM:
+/// the fewest tiles a program that fit, then the fewest programs that still give each that
+/// many (512 tiles on 132 SMs: 128 programs of 4 tiles, the same 4 rounds as 132 programs).
+pub fn persistent_programs(dev: &Device, tiles: usize, per_sm: usize) -> usize {
+    let sms = check::sm_count(dev, INTERPRETER_SMS);
+    check::persistent_grid(tiles, sms * per_sm).0
 }
 
 /// `A B` in a new contiguous f32 tensor; see [`matmul_into`].
@@ -558,7 +627,14 @@ fn trace_typed<T: Element>(shape: &[usize]) -> std::result::Result<Kernel, Trace
         b_col_major: false,
     };
     let c = candidates(&p, &MatmulConfig::default())[0];
-    matmul_kernel::trace::<T, f32>(c.block_m, c.block_n, c.block_k, c.group_m, c.precision)
+    matmul_kernel::trace::<T, f32>(
+        c.block_m,
+        c.block_n,
+        c.block_k,
+        c.group_m,
+        c.precision,
+        c.persistent.unwrap_or(0) > 0,
+    )
 }
 
 fn trace_entry(shape: &[usize], dtype: DType) -> std::result::Result<Kernel, TraceError> {

@@ -188,6 +188,45 @@ fn grouped_order_covers_every_tile_once() {
     check_product(&a, &b, &c, config);
 }
 
+/// The persistent grid: fewer programs than tiles (the interpreter has 2 SMs), each walking
+/// tiles in grouped order; tiles do not divide M, N or K. A missed tile keeps the NaN fill,
+/// a tile written twice is a race (checked), and every element matches float64.
+#[test]
+fn persistent_grid_covers_every_tile_once() {
+    let dev = Device::cpu();
+    dev.set_check_races(true);
+    let (m, n, k): (usize, usize, usize) = (16 * 7 + 5, 16 * 3 + 9, 37);
+    let tiles = m.div_ceil(16) * n.div_ceil(32);
+    for per_sm in [1, 3] {
+        let programs = tegula_kernels::matmul::persistent_programs(&dev, tiles, per_sm);
+        assert!(
+            programs < tiles,
+            "{per_sm} a SM: {programs} programs for {tiles} tiles"
+        );
+        for (dt_bf16, group_m) in [(false, 3), (true, 8)] {
+            let config = MatmulConfig {
+                block_m: 16,
+                block_n: 32,
+                block_k: 16,
+                group_m,
+                persistent: Some(per_sm),
+                ..MatmulConfig::fixed(16, 32, 16)
+            };
+            if dt_bf16 {
+                let a = operand::<bf16>(&dev, m, k, false);
+                let b = operand::<bf16>(&dev, k, n, true);
+                let c = dev.full::<f32>([m, n], f32::NAN).unwrap();
+                check_product(&a, &b, &c, config);
+            } else {
+                let a = operand::<f16>(&dev, m, k, true);
+                let b = operand::<f16>(&dev, k, n, false);
+                let c = dev.full::<f16>([m, n], f16::NAN).unwrap();
+                check_product(&a, &b, &c, config);
+            }
+        }
+    }
+}
+
 #[test]
 fn sliced_and_strided_output() {
     let dev = Device::cpu();

@@ -76,6 +76,48 @@ pub fn matmul_loop_into(dt: DType, out: DType, bm: usize, bn: usize, bk: usize) 
     .unwrap()
 }
 
+/// [`matmul_loop_into`] on a persistent grid: each program walks the tiles (row-major order)
+/// `program_id, program_id + num_programs, ..`, so the next tile's pipeline prologue writes
+/// the slots the last tile's store just used for its shared-memory crossing.
+pub fn persistent_matmul_into(dt: DType, out: DType, bm: usize, bn: usize, bk: usize) -> Kernel {
+    trace("persistent_matmul", |p| {
+        let (a, b, c) = (p.ptr("a", dt), p.ptr("b", dt), p.ptr("c", out));
+        let (m, n, k) = (
+            p.scalar("m", DType::I32),
+            p.scalar("n", DType::I32),
+            p.scalar("k", DType::I32),
+        );
+        let tiles_n = cdiv(n, bn);
+        let tiles = cdiv(m, bm) * tiles_n;
+        for_range(program_id(0), tiles, num_programs(0), (), |tile, ()| {
+            let offs_m = (tile / tiles_n) * bm + arange(0, bm as i64);
+            let offs_n = (tile % tiles_n) * bn + arange(0, bn as i64);
+            let offs_k = arange(0, bk as i64);
+            let acc = for_range(0, k, bk, zeros::<f32>([bm, bn]), |start, acc| {
+                let ks = start + offs_k;
+                let at = load(
+                    a + offs_m.col() * k + ks.row(),
+                    offs_m.col().lt(m) & ks.row().lt(k),
+                    0.0,
+                );
+                let bt = load(
+                    b + ks.col() * n + offs_n.row(),
+                    ks.col().lt(k) & offs_n.row().lt(n),
+                    0.0,
+                );
+                dot_acc(at, bt, acc)
+            });
+            store(
+                c + offs_m.col() * n + offs_n.row(),
+                acc,
+                offs_m.col().lt(m) & offs_n.row().lt(n),
+            );
+        });
+    })
+    .map(aligned)
+    .unwrap()
+}
+
 /// FlashAttention forward for one (query block, head): Q resident, K and V streamed,
 /// online softmax in base 2, P cast to the input dtype and multiplied by V from registers.
 pub fn flash_attention(dt: DType, bm: usize, bn: usize, d: usize) -> Kernel {
