@@ -1,8 +1,9 @@
 //! How the backward's dK/dV kernel lowers at FlashAttention-2's D = 128 tile (64 query rows x
 //! 128 keys, 8 warps, 2 stages, bf16), specialized as a launch on contiguous `[4, 32, 4096,
-//! 128]` tensors would be: every operand the sweep reads from Q, dO and K streams through the
-//! cp.async pipeline (Q and dO copied once a step for their two dots each), and dP^T shares
-//! P^T's warp layout. ptxas (when installed) must assemble it.
+//! 128]` tensors would be: K and V stay in shared memory for the whole sweep (one copy each,
+//! written once before the loop over the heads; K read by two dots), Q and dO stream through
+//! the cp.async pipeline (copied once a step for their two dots each), and dP^T shares P^T's
+//! warp layout. ptxas (when installed) must assemble it.
 
 use tegula::ir::{passes, Constant, Kernel};
 use tegula::prelude::*;
@@ -54,23 +55,33 @@ fn count(ptx: &str, needle: &str) -> usize {
 }
 
 #[test]
-fn dkdv_streams_q_do_and_k_and_keeps_dp_in_p_layout() {
+fn dkdv_keeps_k_and_v_resident_streams_q_and_do_and_keeps_dp_in_p_layout() {
     for causal in [false, true] {
         let text = ptx(causal);
-        // One pipelined loop (two when causal: the masked rows, then the rest), each streaming
-        // Q, dO and K once a step: Q and dO feed two dots each from one slot (64 x 128 bf16:
-        // 16 KB each, K's 128 rows 32 KB).
+        // K and V (128 x 128 bf16, 32 KB each) are written to shared memory once, before the
+        // loop over the heads of the group (the first loop), in 16-byte stores: 8 a thread
+        // each. K is not written a second time for dQ's dot, which reads it with `.trans`.
+        let comment = "loop-invariant dot operand: resident in shared memory";
+        assert_eq!(count(&text, comment), 1, "causal={causal}");
+        let written = text.find(comment).unwrap();
+        let heads_loop = text.find("$L_for_").unwrap();
+        assert!(written < heads_loop, "causal={causal}");
+        let stores = count(&text[written..heads_loop], "st.shared.v4.b32");
+        assert_eq!(stores, 2 * 8, "causal={causal}");
+        // One pipelined loop over the query blocks (two when causal: the masked rows, then
+        // the rest), each streaming Q and dO once a step: each feeds two dots from one slot
+        // (64 x 128 bf16: 16 KB each). K is no longer among them.
         let loops = if causal { 2 } else { 1 };
         assert_eq!(
-            count(&text, "// pipeline: 3 loads, 2 stages of 65536 bytes"),
+            count(&text, "// pipeline: 2 loads, 2 stages of 32768 bytes"),
             loops,
             "causal={causal}"
         );
-        // One cp.async a 16-byte chunk: 64 KB over 256 threads is 16 copies a thread a
-        // refill, one refill in each loop plus its prologue's.
+        // One cp.async a 16-byte chunk: 32 KB over 256 threads is 8 copies a thread a refill,
+        // one refill in each loop plus its prologue's.
         assert_eq!(
             count(&text, "cp.async.cg.shared.global"),
-            16 * 2 * loops,
+            8 * 2 * loops,
             "causal={causal}"
         );
         // dP^T = V dO^T is laid out like P^T (warps along the 128 keys), so no f32 [128, 64]

@@ -190,12 +190,13 @@ fn sanitize(s: &str) -> String {
         .collect()
 }
 
-/// A loop-invariant dot operand (FlashAttention's Q) whose fragments take at most this many
-/// registers a thread is loaded once before the loop and held in registers. A larger one is
-/// written to shared memory once before the loop and read again with `ldmatrix` at each use,
-/// as FlashAttention-2 does with Q: holding 64 registers (a 128 x 128 bf16 Q over 4 warps)
-/// beside a 128-register accumulator spills, while re-reading it costs one `ldmatrix.x4` per
-/// 16 rows x 16 columns a step. Only loops at the kernel's top level (the shared memory stays
+/// Loop-invariant dot operands (FlashAttention's Q; K and V of its backward) whose fragments
+/// take at most this many registers a thread together are loaded once before the loop and
+/// held in registers. Larger ones are written to shared memory once before the loop and read
+/// again with `ldmatrix` at each use, as FlashAttention-2 does: holding 64 registers (a 128 x
+/// 128 bf16 Q over 4 warps) beside a 128-register accumulator spills, while re-reading it costs
+/// one `ldmatrix.x4` per 16 rows x 16 columns a step. Counted and kept for a loop at the
+/// kernel's top level with the dots of the loops nested in it (the shared memory stays
 /// reserved for the rest of the kernel).
 pub const HOISTED_OPERAND_REGS: u32 = 32;
 

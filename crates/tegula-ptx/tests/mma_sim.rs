@@ -1561,6 +1561,92 @@ fn one_pipelined_load_feeds_four_dot_operands() {
     }
 }
 
+/// The backward's nest ([`resident_operand_nest`]): K and V, read by dots of a loop nested in
+/// another, stay in shared memory when their fragments would take more than 32 registers a
+/// thread together (K as A 16, V as A 16 and K as B 16 at 64 x 64 over 4 warps): one copy of
+/// each, written once before the outer loop, K's read both with plain and with `.trans`
+/// `ldmatrix`. At 32 x 32 they stay in registers. Both must match float64 for 1 to 3 stages.
+#[test]
+fn operands_of_a_nested_loop_stay_resident() {
+    for (dt, (bm, bn, d), warps, resident) in [
+        (DType::BF16, (16, 64, 64), 4, true),
+        (DType::F16, (32, 64, 64), 8, true),
+        (DType::BF16, (16, 32, 32), 4, false),
+    ] {
+        let (n, groups) = (40, 2);
+        let kern = resident_operand_nest(dt, bm, bn, d);
+        let (xv, kv, vv) = (
+            values(groups * n * d, 43 + bm as u64),
+            values(bn * d, 47),
+            values(bn * d, 53),
+        );
+        let (xr, kr, vr) = (rounded(dt, &xv), rounded(dt, &kv), rounded(dt, &vv));
+        let round = |x: f64| rounded(dt, &[x as f32])[0];
+        let (mut a, mut a_scale) = (vec![0f64; bn * d], vec![0f64; bn * d]);
+        let (mut y, mut y_scale) = (vec![0f64; groups * n * d], vec![0f64; groups * n * d]);
+        for r in 0..groups * n {
+            let x_row = &xr[r * d..(r + 1) * d];
+            // p[j] = (K[j] . x + V[j] . x) rounded to dt; rows past n are zero and add nothing.
+            let p: Vec<f64> = (0..bn)
+                .map(|j| {
+                    let kx: f64 = (0..d).map(|c| kr[j * d + c] * x_row[c]).sum();
+                    let vx: f64 = (0..d).map(|c| vr[j * d + c] * x_row[c]).sum();
+                    round(kx + vx)
+                })
+                .collect();
+            for j in 0..bn {
+                for c in 0..d {
+                    a[j * d + c] += p[j] * x_row[c];
+                    a_scale[j * d + c] += (p[j] * x_row[c]).abs();
+                    y[r * d + c] += p[j] * kr[j * d + c];
+                    y_scale[r * d + c] += (p[j] * kr[j * d + c]).abs();
+                }
+            }
+        }
+        let (xb, kb, vb) = (encode(dt, &xv), encode(dt, &kv), encode(dt, &vv));
+        let (ao, yo) = (vec![0u8; bn * d * 4], vec![0u8; groups * n * d * 4]);
+        for stages in [1, 2, 3] {
+            let what = |name: &str| format!("{name}: {dt} {bm}x{bn}x{d} {warps}w {stages}s");
+            let options = CompileOptions {
+                num_warps: warps,
+                num_stages: stages,
+            };
+            let ptx = compile(&kern, &Target { sm: 80 }, &options).unwrap().ptx;
+            let comment = "loop-invariant dot operand: resident in shared memory";
+            let written = ptx.find(comment);
+            assert_eq!(written.is_some(), resident, "{}", what("resident"));
+            if let Some(at) = written {
+                // Written once, before the outer loop: K and V, one copy each (16-byte stores of
+                // `bn x d` 2-byte elements over the block's threads; K's B reads share A's copy).
+                assert_eq!(ptx.matches(comment).count(), 1, "{}", what("one write"));
+                let outer_loop = ptx.find("$L_for_").unwrap();
+                assert!(at < outer_loop, "{}", what("before"));
+                let stores = ptx[at..outer_loop].matches("st.shared.v4.b32").count();
+                let per_copy = bn * d * 2 / (16 * 32 * warps as usize);
+                assert_eq!(stores, 2 * per_copy, "{}", what("copies"));
+            }
+            let bufs = run_staged(
+                &kern,
+                warps,
+                stages,
+                [1, 1, 1],
+                &[
+                    Arg::Buf(&xb),
+                    Arg::Buf(&kb),
+                    Arg::Buf(&vb),
+                    Arg::Buf(&ao),
+                    Arg::Buf(&yo),
+                    Arg::I32(n as i32),
+                    Arg::I32(groups as i32),
+                ],
+            );
+            let tol = 1e-5;
+            assert_close(&decode(DType::F32, &bufs[3]), &a, &a_scale, tol, &what("a"));
+            assert_close(&decode(DType::F32, &bufs[4]), &y, &y_scale, tol, &what("y"));
+        }
+    }
+}
+
 /// With two or more k-steps a tile, the matmul loop loads the next tile's first fragments
 /// before the last k-step's mmas (`BoundaryFragments` in pipeline.rs): the wait and barrier
 /// leave the top of the loop. The simulator checks that no `cp.async` overwrites bytes another

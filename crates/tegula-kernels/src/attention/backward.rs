@@ -92,24 +92,16 @@ struct QueryHead {
     dq_acc: Option<Tile>,
 }
 
-/// The resident key block of the dK/dV sweep.
+/// The resident key block of the dK/dV sweep. On tensor cores K and V stay in shared memory
+/// for the whole kernel (written once, before the sweep over the heads) and every dot reads
+/// them there with `ldmatrix`: K as A of `K Q^T` and, from the same copy, as B of dQ's `dS K`;
+/// V as A of `V dO^T` (see `lower/mma.rs`, `keep_invariants_resident`). The registers hold
+/// dK, dV and one step's P^T and dP^T.
 #[derive(Clone, Copy)]
 struct KeyBlock {
     k: Tile,
     v: Tile,
     offs_n: Tile,
-    /// K's pointers and mask, for loading it again inside the loop.
-    k_ptrs: Tile,
-    kv_mask: Tile,
-}
-
-impl KeyBlock {
-    /// K loaded again. The 5th dot reads K as its B operand: a load in the loop streams it
-    /// through the cp.async pipeline from L2 instead of holding a third operand copy of the
-    /// key block in registers for the whole sweep.
-    fn reload_k(&self) -> Tile {
-        load(self.k_ptrs, self.kv_mask, 0.0)
-    }
 }
 
 /// One step of the dK/dV sweep: folds the query rows `[start_m, start_m + block_m)` of one head
@@ -149,7 +141,7 @@ fn dkdv_step<T: Element>(
     let lse2 = load(head.lse + offs_m, m_mask, f32::INFINITY) * LOG2E;
     let delta = load(head.delta + offs_m, m_mask, 0.0);
     // Scores transposed: [block_n, block_m].
-    let KeyBlock { k, v, offs_n, .. } = keys;
+    let KeyBlock { k, v, offs_n } = keys;
     let qk_t = dot_with(k, q.trans(), None, dot_precision::<T>()) * qk_scale;
     let mut p_t = exp2(qk_t - lse2.row());
     if let Some(diag) = diag {
@@ -166,7 +158,7 @@ fn dkdv_step<T: Element>(
     if let Some(dq_acc) = head.dq_acc {
         // This block's share of dQ (unscaled: the conversion applies sm_scale), added from the
         // accumulator's registers; padded rows and features are masked off.
-        let dq = dot_with(ds_t.trans(), keys.reload_k(), None, dot_precision::<T>());
+        let dq = dot_with(ds_t.trans(), k, None, dot_precision::<T>());
         atomic_add_relaxed(
             dq_acc + offs_m.col() * head_dim + offs_d.row(),
             dq,
@@ -232,21 +224,17 @@ pub fn attn_bwd_dkdv<T: Element>(
     let offs_d = arange(0, block_d as i64);
     let d_mask = feature_mask(offs_d, head_dim, block_d);
     let kv_mask = and_mask(offs_n.col().lt(n_k), d_mask);
-    let k_ptrs =
-        k_ptr + off_z * stride_kz + off_hkv * stride_kh + offs_n.col() * stride_kn + offs_d.row();
-    let k = load(k_ptrs, kv_mask, 0.0);
+    let k = load(
+        k_ptr + off_z * stride_kz + off_hkv * stride_kh + offs_n.col() * stride_kn + offs_d.row(),
+        kv_mask,
+        0.0,
+    );
     let v = load(
         v_ptr + off_z * stride_vz + off_hkv * stride_vh + offs_n.col() * stride_vn + offs_d.row(),
         kv_mask,
         0.0,
     );
-    let keys = KeyBlock {
-        k,
-        v,
-        offs_n,
-        k_ptrs,
-        kv_mask,
-    };
+    let keys = KeyBlock { k, v, offs_n };
     let qk_scale = sm_scale * LOG2E;
     let mut dk = zeros::<f32>([block_n, block_d]);
     let mut dv = zeros::<f32>([block_n, block_d]);

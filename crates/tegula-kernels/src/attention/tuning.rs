@@ -157,9 +157,10 @@ pub fn forward_candidates(
 /// f32); blocks of 16 join only for short sequences. Pruned by shape as the forward, with the
 /// dK/dV kernel's resident `2 * BLOCK_N * D` accumulators and the dQ kernel's `BLOCK_M * D`
 /// (plus the `BLOCK_M * BLOCK_N` scores) under 160 f32 values per thread; 8 warps only for
-/// tiles of at least 64 x 64; 3 stages only when the dK/dV sweep's streamed tiles (Q and dO
-/// `BLOCK_M x D` each, K again `BLOCK_N x D`) fit three times in shared memory, and when
-/// there are at least 3 query blocks (the lowering would cut them to 2 otherwise).
+/// tiles of at least 64 x 64; 3 stages only when the dK/dV sweep's shared memory fits (K and
+/// V resident, `BLOCK_N x D` each, dS^T staged for dQ's dot, `BLOCK_M x BLOCK_N`, and three
+/// stages of the streamed Q and dO, `BLOCK_M x D` each), and when there are at least 3 query
+/// blocks (the lowering would cut them to 2 otherwise).
 ///
 /// The default is BLOCK_M 32, BLOCK_N 64, 4 warps, 2 stages, clamped to the lengths.
 pub fn backward_candidates(
@@ -173,11 +174,12 @@ pub fn backward_candidates(
         let threads = 32 * w as usize;
         let dkdv = (2 * bn * d + bm * bn) / threads;
         let dq = (bm * d + bm * bn) / threads;
-        let stage_bytes = (2 * bm + bn) * d * elem;
+        let resident_bytes = (2 * bn * d + bm * bn) * elem;
+        let stage_bytes = 2 * bm * d * elem;
         dkdv.max(dq) <= VALUES_PER_THREAD
             && (w == 4 || bm * bn >= 64 * 64)
             && (s <= 2
-                || (s as usize * stage_bytes <= tuned::SHARED_BYTES
+                || (resident_bytes + s as usize * stage_bytes <= tuned::SHARED_BYTES
                     && s as usize <= dims.n_q.div_ceil(bm)))
     };
     let stages: &[u32] = if pipelined(dtype) { &[2, 3, 1] } else { &[1] };

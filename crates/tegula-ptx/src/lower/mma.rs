@@ -924,10 +924,16 @@ impl Lower<'_> {
         }
     }
 
-    /// Loads the operands of dots directly in loop body `body` that are defined outside the
-    /// loop, before the loop starts (they stay in registers for every iteration).
+    /// Before the loop over `body`: the operands of its dots that are defined outside the loop.
+    /// In a loop at the kernel's top level, those of every dot in the loop nest may stay
+    /// resident in shared memory ([`Self::keep_invariants_resident`]); the others of the dots
+    /// directly in `body` are loaded here and stay in registers for every iteration (a nested
+    /// loop hoists those of its own dots before it starts).
     pub(crate) fn hoist_dot_operands(&mut self, body: Block) -> R<()> {
         let inside = self.region_values(body);
+        if self.scopes.len() <= 1 {
+            self.keep_invariants_resident(body, &inside)?;
+        }
         let dots: Vec<Inst> = self.k.blocks[body]
             .insts
             .iter()
@@ -941,27 +947,78 @@ impl Lower<'_> {
             let saved = self.loc;
             self.loc = self.k.insts[inst].loc;
             let args = self.k.insts[inst].args.clone();
-            let mut reqs = Vec::new();
-            for (v, role) in [(args[0], Role::A), (args[1], Role::B)] {
-                if inside.contains(&v) || self.mma.resident.contains_key(&(v, role)) {
-                    continue;
-                }
-                let in_registers = self.natural(v).0 == plan.operand_layout(role);
-                let large = fragment_registers(&plan, role) > HOISTED_OPERAND_REGS;
-                if in_registers
-                    || !large
-                    || self.scopes.len() > 1
-                    || !self.stay_resident(v, role, &plan)?
-                {
-                    reqs.push((v, role));
-                }
-            }
+            let reqs: Vec<(Value, Role)> = [(args[0], Role::A), (args[1], Role::B)]
+                .into_iter()
+                .filter(|&(v, role)| {
+                    !inside.contains(&v) && !self.mma.resident.contains_key(&(v, role))
+                })
+                .collect();
             if !reqs.is_empty() {
                 self.mma_operands(&reqs, &plan)?;
             }
             self.loc = saved;
         }
         Ok(())
+    }
+
+    /// Before a loop at the kernel's top level: when the operands that the dots of the loop
+    /// nest (`body` and every loop or branch inside it) read from outside the loop would hold
+    /// more than [`HOISTED_OPERAND_REGS`] registers a thread together as fragments, each stays
+    /// resident in shared memory (as long as it fits), written once here. FlashAttention's
+    /// backward is the case of the nest: K and V of its key block are read by the dots of a
+    /// query-block sweep nested in a sweep over the heads, 32 registers each at 128 keys over
+    /// 8 warps, K a second time as a B operand, beside 128 registers of dK and dV accumulators.
+    /// Operands already in registers in their operand layout are left there.
+    fn keep_invariants_resident(&mut self, body: Block, inside: &HashSet<Value>) -> R<()> {
+        let mut candidates: Vec<(Value, Role, MmaPlan, Inst)> = Vec::new();
+        for inst in self.dots_within(body) {
+            let Some(plan) = self.mma_plan(inst) else {
+                continue;
+            };
+            let args = self.k.insts[inst].args.clone();
+            for (v, role) in [(args[0], Role::A), (args[1], Role::B)] {
+                let ol = plan.operand_layout(role);
+                let known = candidates.iter().any(|c| (c.0, c.1) == (v, role));
+                if known
+                    || inside.contains(&v)
+                    || self.mma.resident.contains_key(&(v, role))
+                    || self.natural(v).0 == ol
+                    || self.lookup(v, &ol).is_some()
+                {
+                    continue;
+                }
+                candidates.push((v, role, plan, inst));
+            }
+        }
+        let registers: u32 = candidates
+            .iter()
+            .map(|(_, role, plan, _)| fragment_registers(plan, *role))
+            .sum();
+        if registers <= HOISTED_OPERAND_REGS {
+            return Ok(());
+        }
+        for (v, role, plan, inst) in candidates {
+            let saved = self.loc;
+            self.loc = self.k.insts[inst].loc;
+            let kept = self.stay_resident(v, role, &plan);
+            self.loc = saved;
+            kept?;
+        }
+        Ok(())
+    }
+
+    /// The dots in `block` and in the regions nested in it, in program order.
+    fn dots_within(&self, block: Block) -> Vec<Inst> {
+        let mut out = Vec::new();
+        for &i in &self.k.blocks[block].insts {
+            if matches!(self.k.insts[i].op, Op::Dot { .. }) {
+                out.push(i);
+            }
+            for &r in &self.k.insts[i].regions {
+                out.extend(self.dots_within(r));
+            }
+        }
+        out
     }
 
     /// Keeps the loop-invariant operand `v` in shared memory for the rest of the kernel
@@ -972,6 +1029,10 @@ impl Lower<'_> {
     fn stay_resident(&mut self, v: Value, role: Role, plan: &MmaPlan) -> R<bool> {
         let (src, src_k_major) = staging_source(self.k, v, role);
         let (st, transpose) = operand_stage(plan, role, src_k_major, 0);
+        if let Some(so) = self.resident_as_loaded(v, role, &st, transpose) {
+            self.mma.resident.insert((v, role), so);
+            return Ok(true);
+        }
         let bytes = st.bytes().div_ceil(128) * 128;
         let shift = self.reserved_shared();
         if shift + bytes > self.max_shared {
@@ -1005,6 +1066,36 @@ impl Lower<'_> {
         };
         self.mma.resident.insert((v, role), so);
         Ok(true)
+    }
+
+    /// The copy of `v` already resident for its other role, when both roles read it as it was
+    /// loaded (row-major, swizzled by its row length only, not transposed by the write):
+    /// FlashAttention's backward reads K as A of `K Q^T` (plain `ldmatrix`) and as B of
+    /// `dS K` (`.trans`) from one copy. `st` and `transpose`: the stage this role would write.
+    fn resident_as_loaded(
+        &self,
+        v: Value,
+        role: Role,
+        st: &Stage,
+        transpose: bool,
+    ) -> Option<SharedOperand> {
+        let other = match role {
+            Role::A => Role::B,
+            Role::B => Role::A,
+        };
+        let so = *self.mma.resident.get(&(v, other))?;
+        let (_, other_src_k_major) = staging_source(self.k, v, other);
+        let other_as_loaded = so.stage.k_major == other_src_k_major;
+        let same_tile =
+            (so.stage.kind, so.stage.rows, so.stage.cols) == (st.kind, st.rows, st.cols);
+        (!transpose && other_as_loaded && same_tile).then_some(SharedOperand {
+            stage: Stage {
+                role,
+                k_major: st.k_major,
+                ..so.stage
+            },
+            ..so
+        })
     }
 
     /// Writes the resident operands [`Self::stay_resident`] kept back, then a barrier.

@@ -251,6 +251,40 @@ pub fn shared_operand_loop(dt: DType, bm: usize, bn: usize, d: usize, e: usize) 
     .unwrap()
 }
 
+/// FlashAttention's backward nest in miniature: K and V `[bn, d]` loaded once, a loop over
+/// `groups` heads with a loop over the `[bm, d]` row blocks of each head's X nested in it (rows
+/// past `n` masked). Each step computes `p = (K X^T + V X^T).cast(dt)` (`[bn, bm]`: K and V as
+/// A), accumulates `a += p X` (`[bn, d]`) and stores `y = p^T K` (`[bm, d]`: K as B, K the
+/// stored row) as f32 rows `g * n + row` of `y`; `a` is stored at the end.
+pub fn resident_operand_nest(dt: DType, bm: usize, bn: usize, d: usize) -> Kernel {
+    trace("resident_operand_nest", |p| {
+        let (x, kp, vp) = (p.ptr("x", dt), p.ptr("k", dt), p.ptr("v", dt));
+        let (ap, yp) = (p.ptr("a", DType::F32), p.ptr("y", DType::F32));
+        let n = p.scalar("n", DType::I32);
+        let groups = p.scalar("groups", DType::I32);
+        let offs_n = arange(0, bn as i64);
+        let offs_d = arange(0, d as i64);
+        let offs_m = arange(0, bm as i64);
+        let kv = load_unmasked(kp + offs_n.col() * d + offs_d.row());
+        let vv = load_unmasked(vp + offs_n.col() * d + offs_d.row());
+        let a = for_range(0, groups, 1, zeros::<f32>([bn, d]), |g, a| {
+            let row0 = g * n;
+            for_range(0, n, bm, a, |start, a| {
+                let rows = start + offs_m;
+                let in_rows = rows.col().lt(n);
+                let xt = load(x + (row0 + rows).col() * d + offs_d.row(), in_rows, 0.0);
+                let pt = (dot(kv, xt.trans()) + dot(vv, xt.trans())).cast(dt);
+                let y = dot(pt.trans(), kv);
+                store(yp + (row0 + rows).col() * d + offs_d.row(), y, in_rows);
+                dot_acc(pt, xt, a)
+            })
+        });
+        store_unmasked(ap + offs_n.col() * d + offs_d.row(), a);
+    })
+    .map(aligned)
+    .unwrap()
+}
+
 /// Marks every pointer and integer parameter as divisible by 16, as the runtime's
 /// specialization does for aligned tensors (16-byte vector loads).
 pub fn aligned(mut k: Kernel) -> Kernel {
