@@ -81,9 +81,10 @@ const DTYPES: &[DType] = &[DType::F16, DType::BF16, DType::F32];
 /// Bytes of one vector load of A: the widest load the lowering emits.
 const LOAD_BYTES: usize = 16;
 
-/// Loads of A in flight per thread per loop step on the row-major path: four 16-byte loads,
-/// enough with a few programs per SM to cover DRAM latency.
-const LOADS_PER_STEP: usize = 4;
+/// Loads of A in flight per thread per loop step on the one-warp-a-row path: eight 16-byte
+/// loads (4 KB a warp). On the H200 (fp16, back to back, 2026-11-30) 14336x4096 streamed 4.04
+/// TB/s at eight against 3.90 at four; 8192^2 and 4096x14336 4.00-4.07 at either.
+const LOADS_PER_STEP: usize = 8;
 
 /// Warps per program on the row-major path.
 const WARPS: u32 = 4;
@@ -91,37 +92,42 @@ const WARPS: u32 = 4;
 /// Columns a step of the wide row-major config (16-bit elements, rows a multiple of it).
 const WIDE_COLS: usize = 4096;
 
+/// The wide config serves at most this many rows, or rows of at least [`WIDE_MIN_COLS`].
+const WIDE_MAX_ROWS: usize = 4096;
+const WIDE_MIN_COLS: usize = 16384;
+
 /// The SM count the interpreter pretends to have for `PROGRAMS_PER_SM` (small, so that the
 /// persistent loop takes several trips in tests).
 const CPU_SMS: usize = 4;
 
-/// The launch config for `A` with strides `(stride_m, stride_n)`, `n` columns and elements of
-/// `elem_bytes` bytes. Knobs: `BLOCK_M` rows per program, `BLOCK_N` columns per load, `UNROLL`
-/// loads of `BLOCK_N` columns per row per loop step (default 1), `PROGRAMS_PER_SM` (0, the
-/// default: one program per `BLOCK_M` rows; else a persistent grid of about that many programs
-/// per SM, each looping over row blocks), and the warps.
+/// The launch config for `A` of `m` rows with strides `(stride_m, stride_n)`, `n` columns and
+/// elements of `elem_bytes` bytes. Knobs: `BLOCK_M` rows per program, `BLOCK_N` columns per
+/// load, `UNROLL` loads of `BLOCK_N` columns per row per loop step (default 1),
+/// `PROGRAMS_PER_SM` (0, the default: one program per `BLOCK_M` rows; else a persistent grid
+/// of about that many programs per SM, each looping over row blocks), and the warps.
 ///
 /// Column-major `A` (unit row stride): 64 rows by 32 columns per step, so adjacent lanes along
 /// the rows read adjacent elements.
 ///
-/// Row-major `A` of 16-bit elements whose rows are a multiple of 4096 columns: one row a
-/// program, 4096 columns a step (measured faster where it applies). Other row-major `A`: one
-/// warp per row. `BLOCK_N` is what one warp covers with one 16-byte load
-/// per lane (256 columns of f16/bf16, 128 of f32), so the blocked layout puts the warps along
-/// the rows and each row is reduced with shuffles inside its warp: no shared memory, no
-/// barrier. `BLOCK_M` is the number of warps, and `UNROLL` gives each thread
+/// Row-major `A` of 16-bit elements whose rows are a multiple of 4096 columns, with few rows
+/// ([`WIDE_MAX_ROWS`]) or long ones ([`WIDE_MIN_COLS`]): one row a program of 4 warps, 4096
+/// columns a step (a cross-warp reduction a row). On the H200 (fp16, 2026-11-30) 2.46 TB/s at
+/// 4096^2 and 3.95 at 16384^2 against 2.38 and 3.91 for one warp a row. With more rows of
+/// fewer columns, one warp a row streams faster back to back (14336x4096: 4.04 TB/s against
+/// 3.52; 8192^2: 4.00 against 3.79; per sample behind an L2 clear 3.47 against 3.40 and equal
+/// at 8192^2). Other row-major `A`: one warp per row. `BLOCK_N` is what one warp covers with
+/// one 16-byte load per lane (256 columns of f16/bf16, 128 of f32), so the blocked layout puts
+/// the warps along the rows and each row is reduced with shuffles inside its warp: no shared
+/// memory, no barrier. `BLOCK_M` is the number of warps, and `UNROLL` gives each thread
 /// [`LOADS_PER_STEP`] loads in flight (fewer when the row is shorter).
-pub fn config(stride_m: usize, stride_n: usize, n: usize, elem_bytes: usize) -> Config {
+pub fn config(m: usize, stride_m: usize, stride_n: usize, n: usize, elem_bytes: usize) -> Config {
     if stride_m == 1 && stride_n != 1 {
         return Config::new(4, 1)
             .with("BLOCK_M", 64)
             .with("BLOCK_N", check::next_pow2(n, 16).min(32) as i64);
     }
-    if elem_bytes == 2 && n.is_multiple_of(WIDE_COLS) {
-        // One row a program, 4096 columns a step: on the H200 (fp16, 2026-11-30) 2.46 TB/s at
-        // 4096^2 and 3.95 at 16384^2 against 2.38 and 3.91 for one warp a row; equal at
-        // 8192^2 and 14336x4096 (3.48, 3.37). Rows that 4096 does not divide (4096x14336:
-        // 3.40 against 3.29 with 2048-column steps) take one warp a row.
+    let wide = m <= WIDE_MAX_ROWS || n >= WIDE_MIN_COLS;
+    if elem_bytes == 2 && n.is_multiple_of(WIDE_COLS) && wide {
         return Config::new(WARPS, 1)
             .with("BLOCK_M", 1)
             .with("BLOCK_N", WIDE_COLS as i64);
@@ -144,6 +150,7 @@ pub fn config(stride_m: usize, stride_n: usize, n: usize, elem_bytes: usize) -> 
 pub fn gemv_into<T: Element>(a: &Tensor<T>, x: &Tensor<T>, y: &Tensor<f32>) -> Result<()> {
     check::expect_rank(OP, "a", a, 2)?;
     let c = config(
+        a.shape()[0],
         a.strides()[0],
         a.strides()[1],
         a.shape()[1],
@@ -278,9 +285,9 @@ fn check_entry(dev: &Device, shape: &[usize], dtype: DType) -> Result<CheckRepor
 }
 
 fn trace_entry(shape: &[usize], dtype: DType) -> std::result::Result<Kernel, TraceError> {
-    let n = dims(shape).1;
+    let (m, n) = dims(shape);
     // The row-major layout `check` uses.
-    let c = config(n, 1, n, dtype.size_bytes());
+    let c = config(m, n, 1, n, dtype.size_bytes());
     let get = |k: &str| c.get(k).unwrap_or(1) as usize;
     let (bm, bn, unroll) = (get("BLOCK_M"), get("BLOCK_N"), get("UNROLL"));
     match dtype {

@@ -235,33 +235,52 @@ fn warp_per_row_unrolled_and_persistent_configs() {
         check_config(&abf, &xbf, c);
     }
     // The default rule for these shapes and for a row shorter than one warp's columns.
-    check_config(&a16, &x16, &config(n, 1, n, 2));
+    check_config(&a16, &x16, &config(m, n, 1, n, 2));
     let short = dev.randn::<f16>([m, 37]).unwrap();
     check_config(
         &short,
         &dev.randn::<f16>([37]).unwrap(),
-        &config(37, 1, 37, 2),
+        &config(m, 37, 1, 37, 2),
     );
     let a32 = dev.randn::<f32>([m, n]).unwrap();
-    check_config(&a32, &dev.randn::<f32>([n]).unwrap(), &config(n, 1, n, 4));
+    check_config(
+        &a32,
+        &dev.randn::<f32>([n]).unwrap(),
+        &config(m, n, 1, n, 4),
+    );
 }
 
 #[test]
 fn default_config_puts_one_warp_on_each_row() {
     // 16-byte loads: 32 lanes cover 256 f16/bf16 or 128 f32 columns; BLOCK_M is the warps, so
     // the layout gives each warp whole rows; four loads per row a step where the row is long.
-    let c = config(14336, 1, 14336, 2);
+    let c = config(4096, 14336, 1, 14336, 2);
     assert_eq!(c.get("BLOCK_N"), Some(256));
     assert_eq!(c.get("BLOCK_M"), Some(c.num_warps as i64));
-    assert_eq!(c.get("UNROLL"), Some(4));
-    // 16-bit rows that 4096 divides: one row a program, 4096 columns a step.
-    let c = config(8192, 1, 8192, 2);
-    assert_eq!((c.get("BLOCK_M"), c.get("BLOCK_N")), (Some(1), Some(4096)));
-    let c = config(4096, 1, 4096, 4);
+    assert_eq!(c.get("UNROLL"), Some(8));
+    // 16-bit rows that 4096 divides, few rows or long ones: one row a program, 4096 columns a
+    // step; many rows of fewer columns: one warp a row.
+    for (m, n) in [(4096, 4096), (4096, 8192), (16384, 16384), (8192, 16384)] {
+        let c = config(m, n, 1, n, 2);
+        assert_eq!(
+            (c.get("BLOCK_M"), c.get("BLOCK_N")),
+            (Some(1), Some(4096)),
+            "{m}x{n}"
+        );
+    }
+    for (m, n) in [(8192, 8192), (14336, 4096)] {
+        let c = config(m, n, 1, n, 2);
+        assert_eq!(
+            (c.get("BLOCK_N"), c.get("UNROLL")),
+            (Some(256), Some(8)),
+            "{m}x{n}"
+        );
+    }
+    let c = config(4096, 4096, 1, 4096, 4);
     assert_eq!(c.get("BLOCK_N"), Some(128));
-    let c = config(300, 1, 300, 2);
+    let c = config(4096, 300, 1, 300, 2);
     assert_eq!(c.get("UNROLL"), Some(2));
-    let c = config(37, 1, 37, 2);
+    let c = config(4096, 37, 1, 37, 2);
     assert_eq!((c.get("BLOCK_N"), c.get("UNROLL")), (Some(64), Some(1)));
 }
 
