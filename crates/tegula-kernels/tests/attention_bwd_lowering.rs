@@ -3,7 +3,8 @@
 //! 128]` tensors would be: K and V stay in shared memory for the whole sweep (one copy each,
 //! written once before the loop over the heads; K read by two dots), Q and dO stream through
 //! the cp.async pipeline (copied once a step for their two dots each), and dP^T shares P^T's
-//! warp layout. ptxas (when installed) must assemble it.
+//! warp layout; dK and dV stay in the sweep's accumulator layout across the loop over the
+//! heads. ptxas (when installed) must assemble it.
 
 use tegula::ir::{passes, Constant, Kernel};
 use tegula::prelude::*;
@@ -89,6 +90,9 @@ fn dkdv_keeps_k_and_v_resident_streams_q_and_do_and_keeps_dp_in_p_layout() {
         assert_eq!(count(&text, "warps 8x1)"), 4 * loops, "causal={causal}");
         assert_eq!(count(&text, "warps 2x4)"), loops, "causal={causal}");
         assert_eq!(count(&text, "convert f32[128, 64]"), 0, "causal={causal}");
+        // dK and dV, carried by the loop over the heads, keep the sweep's accumulator layout:
+        // no f32 [128, 128] conversion at either end of the sweep (there were 2 a sweep each).
+        assert_eq!(count(&text, "convert f32[128, 128]"), 0, "causal={causal}");
     }
 }
 

@@ -1566,6 +1566,8 @@ fn one_pipelined_load_feeds_four_dot_operands() {
 /// thread together (K as A 16, V as A 16 and K as B 16 at 64 x 64 over 4 warps): one copy of
 /// each, written once before the outer loop, K's read both with plain and with `.trans`
 /// `ldmatrix`. At 32 x 32 they stay in registers. Both must match float64 for 1 to 3 stages.
+/// The accumulator `a`, carried by both loops, keeps the inner dot's mma layout across the
+/// outer loop too: it crosses no layout through shared memory at either end of the inner loop.
 #[test]
 fn operands_of_a_nested_loop_stay_resident() {
     for (dt, (bm, bn, d), warps, resident) in [
@@ -1612,6 +1614,8 @@ fn operands_of_a_nested_loop_stay_resident() {
                 num_stages: stages,
             };
             let ptx = compile(&kern, &Target { sm: 80 }, &options).unwrap().ptx;
+            let carried = format!("convert f32[{bn}, {d}]");
+            assert!(!ptx.contains(&carried), "{}", what("accumulator layout"));
             let comment = "loop-invariant dot operand: resident in shared memory";
             let written = ptx.find(comment);
             assert_eq!(written.is_some(), resident, "{}", what("resident"));

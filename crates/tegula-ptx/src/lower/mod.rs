@@ -337,8 +337,8 @@ impl<'k> Lower<'k> {
                 true,
             ),
             Op::Dot { .. } => (self.dot_layout(inst), true),
-            Op::For => self.natural(d.args[3 + idx]),
-            Op::While => self.natural(d.args[idx]),
+            Op::For => self.carried_natural(d.regions[0], d.args[3 + idx], idx),
+            Op::While => self.carried_natural(d.regions[1], d.args[idx], idx),
             Op::If => {
                 let then = self.k.blocks[d.regions[0]].insts.last().copied();
                 match then {
@@ -381,6 +381,23 @@ impl<'k> Lower<'k> {
             }
             _ => weak,
         }
+    }
+
+    /// The layout a loop's carried value `idx` will take (the rule of `carried_layouts`): what
+    /// the body yields when an anchored op produces it, else the initial value's layout. A loop
+    /// nested in another's body is asked this before it is lowered: its result, yielded by the
+    /// outer loop, then takes the inner loop's accumulator layout (an mma layout, say), so the
+    /// value crosses no layout at either end of the inner loop.
+    fn carried_natural(&self, body: Block, init: Value, idx: usize) -> (Layout, bool) {
+        if let Some(&y) = self.k.blocks[body].insts.last() {
+            if let Some(&yielded) = self.k.insts[y].args.get(idx) {
+                let (l, strong) = self.natural(yielded);
+                if strong {
+                    return (l, true);
+                }
+            }
+        }
+        self.natural(init)
     }
 
     // --- thread geometry -----------------------------------------------------------------
