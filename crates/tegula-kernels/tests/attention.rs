@@ -414,7 +414,7 @@ fn forward_causal_over_many_query_blocks_heads_and_gqa() {
 #[test]
 fn forward_whole_key_blocks_drop_the_masked_loop() {
     let loops = |ragged: bool, causal: bool| {
-        attention::kernels::attn_fwd::trace::<f32>(false, causal, ragged, 24, 32, 16)
+        attention::kernels::attn_fwd::trace::<f32>(false, causal, ragged, true, 24, 32, 16)
             .unwrap()
             .to_string()
             .matches(" = for ")
@@ -432,6 +432,46 @@ fn forward_whole_key_blocks_drop_the_masked_loop() {
     for n_k in [47, 48, 49, 16] {
         check_forward::<f32>(&dev, dims(1, 2, 1, 37, n_k, 24), options, Layout::Bhnd);
         check_forward::<bf16>(&dev, dims(2, 2, 2, 33, n_k, 64), options, Layout::Bnhd);
+    }
+}
+
+/// With Nq a multiple of BLOCK_M the forward is traced without row masks (`ragged_queries`
+/// off): Q's load and the stores of the output and the logsumexp take no mask at all when the
+/// head dim fills its block too; a partial last query block brings the three masks back.
+/// Both must match the reference, causal or not, on either side of a whole number of blocks.
+#[test]
+fn forward_whole_query_blocks_drop_the_row_masks() {
+    let masked_accesses = |ragged_queries: bool| {
+        let ir = attention::kernels::attn_fwd::trace::<f32>(
+            false,
+            false,
+            false,
+            ragged_queries,
+            32,
+            32,
+            16,
+        )
+        .unwrap()
+        .to_string();
+        ir.lines()
+            .filter(|l| l.contains("load %") || l.trim_start().starts_with("store %"))
+            .filter(|l| l.contains("mask="))
+            .count()
+    };
+    assert_eq!(masked_accesses(false), 0);
+    assert_eq!(masked_accesses(true), 3);
+    let dev = Device::cpu();
+    for causal in [false, true] {
+        let options = AttentionOptions {
+            causal,
+            block_m: 32,
+            block_n: 16,
+            ..Default::default()
+        };
+        for n_q in [64, 65, 63, 32] {
+            check_forward::<f32>(&dev, dims(1, 2, 1, n_q, 41, 24), options, Layout::Bhnd);
+            check_forward::<bf16>(&dev, dims(2, 2, 2, n_q, 48, 64), options, Layout::Bnhd);
+        }
     }
 }
 

@@ -57,6 +57,10 @@ pub(super) fn online_softmax_step<T: Element>(
 /// that `n_k` is not a multiple of `block_n` (see [`has_ragged_keys`]); without it and without
 /// `causal` every key block is whole and visible, and the masked loop is not traced at all
 /// (half the kernel's code, which the driver's JIT would compile for a loop of no steps).
+/// `ragged_queries` says that `n_q` is not a multiple of `block_m` (see
+/// [`has_ragged_queries`]); without it every row of every query block exists, and Q's load and
+/// the stores of the output and the logsumexp take no row mask (16 row predicates a thread
+/// at 128 rows over 4 warps, held from Q's load to the output's store across the key loop).
 #[tegula::kernel]
 pub fn attn_fwd<T: Element>(
     q_ptr: Ptr<T>,
@@ -84,6 +88,7 @@ pub fn attn_fwd<T: Element>(
     #[constexpr] negate_scores: bool,
     #[constexpr] causal: bool,
     #[constexpr] ragged_keys: bool,
+    #[constexpr] ragged_queries: bool,
     #[constexpr] head_dim: usize,
     #[constexpr] block_m: usize,
     #[constexpr] block_n: usize,
@@ -103,12 +108,12 @@ pub fn attn_fwd<T: Element>(
     let offs_n = arange(0, block_n as i64);
     let offs_d = arange(0, block_d as i64);
     let d_mask = feature_mask(offs_d, head_dim, block_d);
-    let q_mask = and_mask(offs_m.col().lt(n_q), d_mask);
-    let mut q = load(
-        q_base + offs_m.col() * stride_qm + offs_d.row(),
-        q_mask,
-        0.0,
-    );
+    let q_mask = if ragged_queries {
+        Some(and_mask(offs_m.col().lt(n_q), d_mask))
+    } else {
+        d_mask
+    };
+    let mut q = load_or_zero(q_base + offs_m.col() * stride_qm + offs_d.row(), q_mask);
     if negate_scores {
         q = -q;
     }
@@ -158,21 +163,32 @@ pub fn attn_fwd<T: Element>(
     // fast path plus a slow-path call in SASS, and one per accumulator element made up a
     // quarter of the kernel's code, which the driver's JIT compiles on the first launch.
     let l_rcp: Tile = 1.0 / select(l_i.eq(0.0), 1.0, l_i);
-    let out = acc * l_rcp.col();
-    store(
-        o_base + offs_m.col() * stride_om + offs_d.row(),
-        out.to::<T>(),
-        q_mask,
-    );
+    let out = (acc * l_rcp.col()).to::<T>();
+    let o_ptrs = o_base + offs_m.col() * stride_om + offs_d.row();
+    match q_mask {
+        Some(mask) => store(o_ptrs, out, mask),
+        None => store_unmasked(o_ptrs, out),
+    }
     // Base 2 inside, natural log outside: ln(sum e^s) = (m_i + log2(l_i)) * ln 2.
     let lse = (m_i + log2(l_i)) * std::f32::consts::LN_2;
-    store(lse_ptr + off_hz * n_q + offs_m, lse, offs_m.lt(n_q));
+    let lse_ptrs = lse_ptr + off_hz * n_q + offs_m;
+    if ragged_queries {
+        store(lse_ptrs, lse, offs_m.lt(n_q));
+    } else {
+        store_unmasked(lse_ptrs, lse);
+    }
 }
 
 /// Whether the last of the key blocks of `block_n` keys is partial: the forward's
 /// `ragged_keys`, a trace-time fact of each launch (a new specialization when it changes).
 pub(super) fn has_ragged_keys(n_k: usize, block_n: usize) -> bool {
     !n_k.is_multiple_of(block_n)
+}
+
+/// Whether the last of the query blocks of `block_m` rows is partial: the forward's
+/// `ragged_queries`, a trace-time fact of each launch like [`has_ragged_keys`].
+pub(super) fn has_ragged_queries(n_q: usize, block_m: usize) -> bool {
+    !n_q.is_multiple_of(block_m)
 }
 
 /// The kernel's positive score scale `|sm_scale| * log2 e` and whether scores are negated (a
@@ -284,6 +300,7 @@ fn resolve<T: Element>(
                 false,
                 options.causal,
                 has_ragged_keys(dims.n_k, r.block_n),
+                has_ragged_queries(dims.n_q, r.block_m),
                 dims.head_dim,
                 r.block_m,
                 r.block_n,
@@ -356,6 +373,7 @@ fn launch<T: Element>(
         negate_scores,
         options.causal,
         has_ragged_keys(dims.n_k, options.block_n),
+        has_ragged_queries(dims.n_q, options.block_m),
         dims.head_dim,
         options.block_m,
         options.block_n,
@@ -509,10 +527,12 @@ pub(super) fn trace_entry(
     let (dims, causal) = parse_shape(shape);
     let b = super::forward_candidates(&dims, dtype, &AttentionOptions::default())[0];
     let d = dims.head_dim;
-    let ragged = has_ragged_keys(dims.n_k, b.block_n);
+    let ragged_k = has_ragged_keys(dims.n_k, b.block_n);
+    let ragged_q = has_ragged_queries(dims.n_q, b.block_m);
+    let (bm, bn) = (b.block_m, b.block_n);
     match dtype {
-        DType::F16 => attn_fwd::trace::<f16>(false, causal, ragged, d, b.block_m, b.block_n),
-        DType::BF16 => attn_fwd::trace::<bf16>(false, causal, ragged, d, b.block_m, b.block_n),
-        _ => attn_fwd::trace::<f32>(false, causal, ragged, d, b.block_m, b.block_n),
+        DType::F16 => attn_fwd::trace::<f16>(false, causal, ragged_k, ragged_q, d, bm, bn),
+        DType::BF16 => attn_fwd::trace::<bf16>(false, causal, ragged_k, ragged_q, d, bm, bn),
+        _ => attn_fwd::trace::<f32>(false, causal, ragged_k, ragged_q, d, bm, bn),
     }
 }
