@@ -197,6 +197,7 @@ fn full_kernels<T: Element>(gpu: &Device, dims: Dims, causal: bool, warps: u32) 
             sm_scale,
             causal,
             false,
+            !n_q.is_multiple_of(bm), // ragged_queries
             d,
             bm,
             bn,

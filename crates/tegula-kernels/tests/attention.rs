@@ -605,6 +605,43 @@ fn backward_gqa_with_bnhd_strides_and_block_sizes() {
     check_backward::<f32>(&dev, dims(1, 2, 1, 35, 40, 24), options, Layout::Bhnd);
 }
 
+/// With Nq a multiple of BLOCK_M the dK/dV kernel is traced without row masks
+/// (`ragged_queries` off): Q, dO, lse and delta load unmasked and dQ's atomic additions take no
+/// mask when the head dim fills its block; a partial last query block brings the 5 masks back.
+/// Both must match the reference, causal or not, on either side of a whole number of blocks.
+#[test]
+fn backward_whole_query_blocks_drop_the_row_masks() {
+    let masked_accesses = |ragged_queries: bool| {
+        let ir = attention::kernels::attn_bwd_dkdv::trace::<f32>(
+            false,
+            true,
+            ragged_queries,
+            16,
+            32,
+            16,
+        )
+        .unwrap()
+        .to_string();
+        ir.lines().filter(|l| l.contains("mask=")).count()
+    };
+    // K and V's loads and dK and dV's stores keep their key mask either way.
+    assert_eq!(masked_accesses(false), 4);
+    assert_eq!(masked_accesses(true), 4 + 5);
+    let dev = Device::cpu();
+    for causal in [false, true] {
+        let options = AttentionOptions {
+            causal,
+            block_m: 32,
+            block_n: 16,
+            ..Default::default()
+        };
+        for n_q in [64, 65, 63, 32] {
+            check_backward::<f32>(&dev, dims(1, 2, 1, n_q, 41, 16), options, Layout::Bhnd);
+            check_backward::<bf16>(&dev, dims(1, 2, 2, n_q, 48, 64), options, Layout::Bnhd);
+        }
+    }
+}
+
 #[test]
 fn backward_is_deterministic_under_gqa() {
     // dK/dV of a KV head sum over its query heads inside one program, in a fixed order. dQ is

@@ -23,7 +23,7 @@ use super::contract::{
     and_mask, check_output, check_qkv, dot_precision, expect_block_sizes, feature_mask,
     load_or_zero, padded_head_dim, size_i32, softmax_scale, strides_i32, visible_keys, Dims,
 };
-use super::forward::{compare_bounded, forward, parse_shape, worse, LOG2E};
+use super::forward::{compare_bounded, forward, has_ragged_queries, parse_shape, worse, LOG2E};
 use super::{reference, AttentionOptions};
 use crate::check;
 use crate::tuned;
@@ -105,8 +105,11 @@ struct KeyBlock {
 }
 
 /// One step of the dK/dV sweep: folds the query rows `[start_m, start_m + block_m)` of one head
-/// into `(dk, dv)` of the resident key block. With `causal_mask`, the scores of keys a row
-/// cannot see are dropped (`diag = Nk - Nq`: row `i` sees key `j` when `j <= i + diag`).
+/// into `(dk, dv)` of the resident key block. With `diag`, the scores of keys a row cannot see
+/// are dropped (`diag = Nk - Nq`: row `i` sees key `j` when `j <= i + diag`). `ragged_n_q` is
+/// `Some(Nq)` when the last query block is partial; without it every row exists and Q, dO,
+/// lse, delta and the dQ additions take no row mask (a predicated `red` costs ptxas a branch
+/// around each of the 16 additions a thread makes a step).
 #[allow(clippy::too_many_arguments)]
 fn dkdv_step<T: Element>(
     head: QueryHead,
@@ -114,7 +117,7 @@ fn dkdv_step<T: Element>(
     keys: KeyBlock,
     offs_d: Tile,
     d_mask: Option<Tile>,
-    n_q: Tile,
+    ragged_n_q: Option<Tile>,
     diag: Option<Tile>,
     qk_scale: Tile,
     block_m: usize,
@@ -123,23 +126,33 @@ fn dkdv_step<T: Element>(
     dv: Tile,
 ) -> (Tile, Tile) {
     let offs_m = start_m + arange(0, block_m as i64);
-    let m_mask = offs_m.lt(n_q);
-    let row_mask = and_mask(m_mask.col(), d_mask);
+    let m_mask = ragged_n_q.map(|n_q| offs_m.lt(n_q));
+    let row_mask = match m_mask {
+        Some(m_mask) => Some(and_mask(m_mask.col(), d_mask)),
+        None => d_mask,
+    };
     // Q and dO each feed two dots (as is and transposed): the pipeliner copies each once a
     // step with cp.async into one slot that both dots read with their own ldmatrix.
-    let q = load(
+    let q = load_or_zero(
         head.q + offs_m.col() * head.stride_qm + offs_d.row(),
         row_mask,
-        0.0,
     );
-    let d_o = load(
+    let d_o = load_or_zero(
         head.d_o + offs_m.col() * head.stride_dom + offs_d.row(),
         row_mask,
-        0.0,
     );
     // Padded rows get lse = +inf, hence P = 0.
-    let lse2 = load(head.lse + offs_m, m_mask, f32::INFINITY) * LOG2E;
-    let delta = load(head.delta + offs_m, m_mask, 0.0);
+    let (lse, delta) = match m_mask {
+        Some(m_mask) => (
+            load(head.lse + offs_m, m_mask, f32::INFINITY),
+            load(head.delta + offs_m, m_mask, 0.0),
+        ),
+        None => (
+            load_unmasked(head.lse + offs_m),
+            load_unmasked(head.delta + offs_m),
+        ),
+    };
+    let lse2 = lse * LOG2E;
     // Scores transposed: [block_n, block_m].
     let KeyBlock { k, v, offs_n } = keys;
     let qk_t = dot_with(k, q.trans(), None, dot_precision::<T>()) * qk_scale;
@@ -162,7 +175,7 @@ fn dkdv_step<T: Element>(
         atomic_add_relaxed(
             dq_acc + offs_m.col() * head_dim + offs_d.row(),
             dq,
-            Some(row_mask),
+            row_mask,
         );
     }
     (dk, dv)
@@ -172,7 +185,8 @@ fn dkdv_step<T: Element>(
 /// program sweeps the Q blocks of each query head of its group (`group_size` heads) and
 /// accumulates dK and dV in f32. With `atomic_dq`, it also adds each step's dQ rows into
 /// `dq_acc_ptr` (f32 `[B, H, Nq, head_dim]`, contiguous, zeroed beforehand; unused otherwise).
-/// Grid `(cdiv(Nk, block_n), B * Hkv)`.
+/// `ragged_queries`: `Nq` is not a multiple of `block_m` (the forward's flag of the same name);
+/// without it the steps take no row masks. Grid `(cdiv(Nk, block_n), B * Hkv)`.
 #[tegula::kernel]
 pub fn attn_bwd_dkdv<T: Element>(
     q_ptr: Ptr<T>,
@@ -209,11 +223,13 @@ pub fn attn_bwd_dkdv<T: Element>(
     sm_scale: f32,
     #[constexpr] causal: bool,
     #[constexpr] atomic_dq: bool,
+    #[constexpr] ragged_queries: bool,
     #[constexpr] head_dim: usize,
     #[constexpr] block_m: usize,
     #[constexpr] block_n: usize,
 ) {
     let block_d = padded_head_dim(head_dim);
+    let ragged_n_q = if ragged_queries { Some(n_q) } else { None };
     let start_n = program_id(0) * block_n;
     let off_hkvz = program_id(1);
     let off_z = off_hkvz / num_kv_heads;
@@ -275,7 +291,7 @@ pub fn attn_bwd_dkdv<T: Element>(
                     keys,
                     offs_d,
                     d_mask,
-                    n_q,
+                    ragged_n_q,
                     Some(diag),
                     qk_scale,
                     block_m,
@@ -287,7 +303,8 @@ pub fn attn_bwd_dkdv<T: Element>(
         }
         for start_m in range(mid, n_q, block_m) {
             (dk, dv) = dkdv_step::<T>(
-                head, start_m, keys, offs_d, d_mask, n_q, None, qk_scale, block_m, head_dim, dk, dv,
+                head, start_m, keys, offs_d, d_mask, ragged_n_q, None, qk_scale, block_m, head_dim,
+                dk, dv,
             );
         }
     }
@@ -665,7 +682,14 @@ fn resolve<T: Element>(
             let ir = format!(
                 "{}\n{}\n{}",
                 attn_bwd_preprocess::trace::<T>(d, r.block_m)?,
-                attn_bwd_dkdv::trace::<T>(c, atomic, d, r.block_m, r.block_n)?,
+                attn_bwd_dkdv::trace::<T>(
+                    c,
+                    atomic,
+                    has_ragged_queries(dims.n_q, r.block_m),
+                    d,
+                    r.block_m,
+                    r.block_n
+                )?,
                 if atomic {
                     attn_bwd_dq_convert::trace::<T>(d, r.block_m)?
                 } else {
@@ -794,6 +818,7 @@ fn launch<T: Element>(
             sm_scale,
             options.causal,
             atomic_dq,
+            has_ragged_queries(dims.n_q, bm),
             d,
             bm,
             bn,
@@ -948,9 +973,11 @@ pub(super) fn trace_entry(
     let b = super::backward_candidates(&dims, dtype, &AttentionOptions::default())[0];
     let d = dims.head_dim;
     let atomic = DqStrategy::choose(&dims) == DqStrategy::Atomic;
+    let ragged_q = has_ragged_queries(dims.n_q, b.block_m);
+    let (bm, bn) = (b.block_m, b.block_n);
     match dtype {
-        DType::F16 => attn_bwd_dkdv::trace::<f16>(causal, atomic, d, b.block_m, b.block_n),
-        DType::BF16 => attn_bwd_dkdv::trace::<bf16>(causal, atomic, d, b.block_m, b.block_n),
-        _ => attn_bwd_dkdv::trace::<f32>(causal, atomic, d, b.block_m, b.block_n),
+        DType::F16 => attn_bwd_dkdv::trace::<f16>(causal, atomic, ragged_q, d, bm, bn),
+        DType::BF16 => attn_bwd_dkdv::trace::<bf16>(causal, atomic, ragged_q, d, bm, bn),
+        _ => attn_bwd_dkdv::trace::<f32>(causal, atomic, ragged_q, d, bm, bn),
     }
 }
