@@ -121,13 +121,32 @@ pub fn persistent_matmul_into(dt: DType, out: DType, bm: usize, bn: usize, bk: u
 /// FlashAttention forward for one (query block, head): Q resident, K and V streamed,
 /// online softmax in base 2, P cast to the input dtype and multiplied by V from registers.
 pub fn flash_attention(dt: DType, bm: usize, bn: usize, d: usize) -> Kernel {
-    trace("flash_attention", |p| {
+    flash_attention_traced("flash_attention", dt, bm, bn, d, false)
+}
+
+/// [`flash_attention`] with the library forward's epilogue: the accumulator times each row's
+/// `1 / l`, cast to the input dtype, and each row's `m + log2(l)` (base 2) stored to `lse`.
+pub fn flash_attention_with_lse(dt: DType, bm: usize, bn: usize, d: usize) -> Kernel {
+    flash_attention_traced("flash_attention_with_lse", dt, bm, bn, d, true)
+}
+
+/// The two kernels above: parameters `q, k, v, o, [lse], n, scale`.
+fn flash_attention_traced(
+    name: &str,
+    dt: DType,
+    bm: usize,
+    bn: usize,
+    d: usize,
+    with_lse: bool,
+) -> Kernel {
+    trace(name, |p| {
         let (q, kp, vp, o) = (
             p.ptr("q", dt),
             p.ptr("k", dt),
             p.ptr("v", dt),
             p.ptr("o", dt),
         );
+        let lse = with_lse.then(|| p.ptr("lse", DType::F32));
         let n = p.scalar("n", DType::I32);
         let scale = p.scalar("scale", DType::F32);
         let offs_m = program_id(0) * bm + arange(0, bm as i64);
@@ -151,11 +170,15 @@ pub fn flash_attention(dt: DType, bm: usize, bn: usize, d: usize) -> Kernel {
             let acc = dot_acc(pm.cast(dt), vt, acc * alpha.col());
             (m_ij, l_i * alpha + l_ij, acc)
         });
-        let _ = m_i;
-        store_unmasked(
-            o + offs_m.col() * d + offs_d.row(),
-            (acc / l_i.col()).cast(dt),
-        );
+        let o_ptrs = o + offs_m.col() * d + offs_d.row();
+        match lse {
+            None => store_unmasked(o_ptrs, (acc / l_i.col()).cast(dt)),
+            Some(lse) => {
+                let l_rcp: Tile = 1.0 / l_i;
+                store_unmasked(o_ptrs, (acc * l_rcp.col()).cast(dt));
+                store_unmasked(lse + offs_m, m_i + log2(l_i));
+            }
+        }
     })
     .map(aligned)
     .unwrap()
@@ -294,49 +317,4 @@ pub fn aligned(mut k: Kernel) -> Kernel {
         }
     }
     k
-}
-
-/// [`flash_attention`] with the library forward's epilogue: the accumulator times each row's
-/// `1 / l`, cast to the input dtype, and each row's `m + log2(l)` (base 2) stored to `lse`.
-pub fn flash_attention_with_lse(dt: DType, bm: usize, bn: usize, d: usize) -> Kernel {
-    trace("flash_attention_with_lse", |p| {
-        let (q, kp, vp, o) = (
-            p.ptr("q", dt),
-            p.ptr("k", dt),
-            p.ptr("v", dt),
-            p.ptr("o", dt),
-        );
-        let lse = p.ptr("lse", DType::F32);
-        let n = p.scalar("n", DType::I32);
-        let scale = p.scalar("scale", DType::F32);
-        let offs_m = program_id(0) * bm + arange(0, bm as i64);
-        let offs_d = arange(0, d as i64);
-        let offs_n = arange(0, bn as i64);
-        let qv = load_unmasked(q + offs_m.col() * d + offs_d.row());
-        let init = (
-            full::<f32>([bm], f64::NEG_INFINITY),
-            zeros::<f32>([bm]),
-            zeros::<f32>([bm, d]),
-        );
-        let (m_i, l_i, acc) = for_range(0, n, bn, init, |start, (m_i, l_i, acc)| {
-            let kv = start + offs_n;
-            let kt = load_unmasked(kp + kv.col() * d + offs_d.row());
-            let vt = load_unmasked(vp + kv.col() * d + offs_d.row());
-            let qk = dot(qv, kt.trans()) * scale;
-            let m_ij = maximum(m_i, max(qk, 1));
-            let pm = exp2(qk - m_ij.col());
-            let alpha = exp2(m_i - m_ij);
-            let l_ij = sum(pm, 1);
-            let acc = dot_acc(pm.cast(dt), vt, acc * alpha.col());
-            (m_ij, l_i * alpha + l_ij, acc)
-        });
-        let l_rcp: Tile = 1.0 / l_i;
-        store_unmasked(
-            o + offs_m.col() * d + offs_d.row(),
-            (acc * l_rcp.col()).cast(dt),
-        );
-        store_unmasked(lse + offs_m, m_i + log2(l_i));
-    })
-    .map(aligned)
-    .unwrap()
 }
