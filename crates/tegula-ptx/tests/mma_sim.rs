@@ -1262,6 +1262,59 @@ fn attention_output_is_scaled_and_cast_before_its_crossing() {
     }
 }
 
+/// `C = A B` in float64 from `a` [m, k] and `b` [k, n] rounded to `dt`, and each element's sum
+/// of |products| (the scale its rounding error grows with).
+fn matmul_reference(
+    dt: DType,
+    a: &[f32],
+    b: &[f32],
+    (m, n, k): (usize, usize, usize),
+) -> (Vec<f64>, Vec<f64>) {
+    let (ar, br) = (rounded(dt, a), rounded(dt, b));
+    let mut want = vec![0f64; m * n];
+    let mut scale = vec![0f64; m * n];
+    for i in 0..m {
+        for j in 0..n {
+            for kk in 0..k {
+                want[i * n + j] += ar[i * k + kk] * br[kk * n + j];
+                scale[i * n + j] += (ar[i * k + kk] * br[kk * n + j]).abs();
+            }
+        }
+    }
+    (want, scale)
+}
+
+/// Runs a matmul kernel of parameters `a, b, c, m, n, k` (A and B encoded as `dt`, C of
+/// `out` elements) and returns C's bytes.
+#[allow(clippy::too_many_arguments)]
+fn run_matmul(
+    kern: &Kernel,
+    (warps, stages): (u32, u32),
+    grid: [u64; 3],
+    dt: DType,
+    out: DType,
+    a: &[f32],
+    b: &[f32],
+    (m, n, k): (usize, usize, usize),
+) -> Vec<u8> {
+    let c = vec![0u8; m * n * out.size_bytes()];
+    let mut bufs = run_staged(
+        kern,
+        warps,
+        stages,
+        grid,
+        &[
+            Arg::Buf(&encode(dt, a)),
+            Arg::Buf(&encode(dt, b)),
+            Arg::Buf(&c),
+            Arg::I32(m as i32),
+            Arg::I32(n as i32),
+            Arg::I32(k as i32),
+        ],
+    );
+    bufs.swap_remove(2)
+}
+
 /// Runs the matmul loop of `blocks` at `stages` (1: no pipeline) on `m x k` times `k x n`
 /// inputs and compares with a float64 reference.
 fn check_pipelined_matmul(
@@ -1274,33 +1327,19 @@ fn check_pipelined_matmul(
     let kern = matmul_loop(dt, bm, bn, bk);
     let av = values(m * k, 23);
     let bv = values(k * n, 29);
-    let (ar, br) = (rounded(dt, &av), rounded(dt, &bv));
-    let mut want = vec![0f64; m * n];
-    let mut scale = vec![0f64; m * n];
-    for i in 0..m {
-        for j in 0..n {
-            for kk in 0..k {
-                want[i * n + j] += ar[i * k + kk] * br[kk * n + j];
-                scale[i * n + j] += (ar[i * k + kk] * br[kk * n + j]).abs();
-            }
-        }
-    }
-    let out = vec![0u8; m * n * 4];
-    let bufs = run_staged(
+    let (want, scale) = matmul_reference(dt, &av, &bv, (m, n, k));
+    let grid = [m.div_ceil(bm) as u64, n.div_ceil(bn) as u64, 1];
+    let c = run_matmul(
         &kern,
-        warps,
-        stages,
-        [m.div_ceil(bm) as u64, n.div_ceil(bn) as u64, 1],
-        &[
-            Arg::Buf(&encode(dt, &av)),
-            Arg::Buf(&encode(dt, &bv)),
-            Arg::Buf(&out),
-            Arg::I32(m as i32),
-            Arg::I32(n as i32),
-            Arg::I32(k as i32),
-        ],
+        (warps, stages),
+        grid,
+        dt,
+        DType::F32,
+        &av,
+        &bv,
+        (m, n, k),
     );
-    let got = decode(DType::F32, &bufs[2]);
+    let got = decode(DType::F32, &c);
     assert_close(
         &got,
         &want,
@@ -1373,29 +1412,19 @@ fn narrow_outputs_cross_shared_memory_after_the_cast() {
         );
         let av = values(m * k, 41 + m as u64);
         let bv = values(k * n, 43 + n as u64);
-        let (ar, br) = (rounded(dt, &av), rounded(dt, &bv));
-        let mut want = vec![0f64; m * n];
-        for i in 0..m {
-            for j in 0..n {
-                want[i * n + j] = (0..k).map(|kk| ar[i * k + kk] * br[kk * n + j]).sum();
-            }
-        }
-        let out = vec![0u8; m * n * 2];
-        let bufs = run_staged(
+        let (want, _) = matmul_reference(dt, &av, &bv, (m, n, k));
+        let grid = [m.div_ceil(bm) as u64, n.div_ceil(bn) as u64, 1];
+        let c = run_matmul(
             &kern,
-            warps,
-            stages,
-            [m.div_ceil(bm) as u64, n.div_ceil(bn) as u64, 1],
-            &[
-                Arg::Buf(&encode(dt, &av)),
-                Arg::Buf(&encode(dt, &bv)),
-                Arg::Buf(&out),
-                Arg::I32(m as i32),
-                Arg::I32(n as i32),
-                Arg::I32(k as i32),
-            ],
+            (warps, stages),
+            grid,
+            dt,
+            out_dt,
+            &av,
+            &bv,
+            (m, n, k),
         );
-        let got = decode(out_dt, &bufs[2]);
+        let got = decode(out_dt, &c);
         // One rounding to the output: half an ulp, relative (bf16 8 bits, f16 11).
         let half_ulp = if out_dt == DType::BF16 {
             0.5f64.powi(8)
@@ -1426,39 +1455,25 @@ fn persistent_matmul_reuses_the_slots_tile_after_tile() {
         let kern = persistent_matmul_into(dt, out_dt, bm, bn, bk);
         let av = values(m * k, 53 + m as u64);
         let bv = values(k * n, 59 + n as u64);
-        let (ar, br) = (rounded(dt, &av), rounded(dt, &bv));
-        let mut want = vec![0f64; m * n];
-        let mut scale = vec![0f64; m * n];
-        for i in 0..m {
-            for j in 0..n {
-                for kk in 0..k {
-                    want[i * n + j] += ar[i * k + kk] * br[kk * n + j];
-                    scale[i * n + j] += (ar[i * k + kk] * br[kk * n + j]).abs();
-                }
-            }
-        }
+        let (want, scale) = matmul_reference(dt, &av, &bv, (m, n, k));
         let tiles = m.div_ceil(bm) * n.div_ceil(bn);
         let programs = 2;
         assert!(
             tiles > 2 * programs,
             "{tiles} tiles: each program takes several"
         );
-        let out = vec![0u8; m * n * out_dt.size_bytes()];
-        let bufs = run_staged(
+        let grid = [programs as u64, 1, 1];
+        let c = run_matmul(
             &kern,
-            warps,
-            stages,
-            [programs as u64, 1, 1],
-            &[
-                Arg::Buf(&encode(dt, &av)),
-                Arg::Buf(&encode(dt, &bv)),
-                Arg::Buf(&out),
-                Arg::I32(m as i32),
-                Arg::I32(n as i32),
-                Arg::I32(k as i32),
-            ],
+            (warps, stages),
+            grid,
+            dt,
+            out_dt,
+            &av,
+            &bv,
+            (m, n, k),
         );
-        let got = decode(out_dt, &bufs[2]);
+        let got = decode(out_dt, &c);
         let tol = if out_dt == DType::BF16 {
             0.5f64.powi(8)
         } else {

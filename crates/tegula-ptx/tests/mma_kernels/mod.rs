@@ -51,29 +51,40 @@ pub fn matmul_loop_into(dt: DType, out: DType, bm: usize, bn: usize, bk: usize) 
         );
         let offs_m = program_id(0) * bm + arange(0, bm as i64);
         let offs_n = program_id(1) * bn + arange(0, bn as i64);
-        let offs_k = arange(0, bk as i64);
-        let acc = for_range(0, k, bk, zeros::<f32>([bm, bn]), |start, acc| {
-            let ks = start + offs_k;
-            let at = load(
-                a + offs_m.col() * k + ks.row(),
-                offs_m.col().lt(m) & ks.row().lt(k),
-                0.0,
-            );
-            let bt = load(
-                b + ks.col() * n + offs_n.row(),
-                ks.col().lt(k) & offs_n.row().lt(n),
-                0.0,
-            );
-            dot_acc(at, bt, acc)
-        });
-        store(
-            c + offs_m.col() * n + offs_n.row(),
-            acc,
-            offs_m.col().lt(m) & offs_n.row().lt(n),
-        );
+        matmul_tile((a, b, c), (m, n, k), (offs_m, offs_n), (bm, bn, bk));
     })
     .map(aligned)
     .unwrap()
+}
+
+/// The `bm x bn` tile of rows `offs_m` and columns `offs_n` of `C = A B` (row-major, masked at the
+/// edges): a k-loop of `bk`-wide steps accumulating in f32, then the store.
+fn matmul_tile(
+    (a, b, c): (Tile, Tile, Tile),
+    (m, n, k): (Tile, Tile, Tile),
+    (offs_m, offs_n): (Tile, Tile),
+    (bm, bn, bk): (usize, usize, usize),
+) {
+    let offs_k = arange(0, bk as i64);
+    let acc = for_range(0, k, bk, zeros::<f32>([bm, bn]), |start, acc| {
+        let ks = start + offs_k;
+        let at = load(
+            a + offs_m.col() * k + ks.row(),
+            offs_m.col().lt(m) & ks.row().lt(k),
+            0.0,
+        );
+        let bt = load(
+            b + ks.col() * n + offs_n.row(),
+            ks.col().lt(k) & offs_n.row().lt(n),
+            0.0,
+        );
+        dot_acc(at, bt, acc)
+    });
+    store(
+        c + offs_m.col() * n + offs_n.row(),
+        acc,
+        offs_m.col().lt(m) & offs_n.row().lt(n),
+    );
 }
 
 /// [`matmul_loop_into`] on a persistent grid: each program walks the tiles (row-major order)
@@ -92,26 +103,7 @@ pub fn persistent_matmul_into(dt: DType, out: DType, bm: usize, bn: usize, bk: u
         for_range(program_id(0), tiles, num_programs(0), (), |tile, ()| {
             let offs_m = (tile / tiles_n) * bm + arange(0, bm as i64);
             let offs_n = (tile % tiles_n) * bn + arange(0, bn as i64);
-            let offs_k = arange(0, bk as i64);
-            let acc = for_range(0, k, bk, zeros::<f32>([bm, bn]), |start, acc| {
-                let ks = start + offs_k;
-                let at = load(
-                    a + offs_m.col() * k + ks.row(),
-                    offs_m.col().lt(m) & ks.row().lt(k),
-                    0.0,
-                );
-                let bt = load(
-                    b + ks.col() * n + offs_n.row(),
-                    ks.col().lt(k) & offs_n.row().lt(n),
-                    0.0,
-                );
-                dot_acc(at, bt, acc)
-            });
-            store(
-                c + offs_m.col() * n + offs_n.row(),
-                acc,
-                offs_m.col().lt(m) & offs_n.row().lt(n),
-            );
+            matmul_tile((a, b, c), (m, n, k), (offs_m, offs_n), (bm, bn, bk));
         });
     })
     .map(aligned)
