@@ -21,7 +21,8 @@
 
 use super::contract::{
     and_mask, check_output, check_qkv, dot_precision, expect_block_sizes, feature_mask,
-    load_or_zero, padded_head_dim, size_i32, softmax_scale, strides_i32, visible_keys, Dims,
+    load_key_block, load_or_zero, padded_head_dim, size_i32, softmax_scale, strides_i32,
+    visible_keys, visible_scores, Dims,
 };
 use super::forward::{compare_bounded, forward, has_ragged_queries, parse_shape, worse, LOG2E};
 use super::{reference, AttentionOptions};
@@ -397,8 +398,9 @@ pub fn attn_bwd_dq<T: Element>(
     let off_z = off_hz / num_heads;
     let off_h = off_hz % num_heads;
     let off_hkv = off_h / group_size;
-    let k_base = k_ptr + off_z * stride_kz + off_hkv * stride_kh;
-    let v_base = v_ptr + off_z * stride_vz + off_hkv * stride_vh;
+    // This head's K and V, each as (base, row stride).
+    let keys = (k_ptr + off_z * stride_kz + off_hkv * stride_kh, stride_kn);
+    let values = (v_ptr + off_z * stride_vz + off_hkv * stride_vh, stride_vn);
 
     let offs_m = start_m + arange(0, block_m as i64);
     let offs_n = arange(0, block_n as i64);
@@ -426,27 +428,13 @@ pub fn attn_bwd_dq<T: Element>(
     let unmasked_end = full / block_n * block_n;
     for start_n in range(0, unmasked_end, block_n) {
         let offs_kv = start_n + offs_n;
-        let k = load_or_zero(k_base + offs_kv.col() * stride_kn + offs_d.row(), d_mask);
-        let v = load_or_zero(v_base + offs_kv.col() * stride_vn + offs_d.row(), d_mask);
+        let (k, v) = load_key_block(keys, values, offs_kv, offs_d, d_mask, None);
         dq = dq_step::<T>(q, d_o, lse2, delta, k, v, None, qk_scale, dq);
     }
     for start_n in range(unmasked_end, hi, block_n) {
         let offs_kv = start_n + offs_n;
-        let kv_mask = and_mask(offs_kv.col().lt(n_k), d_mask);
-        let k = load(
-            k_base + offs_kv.col() * stride_kn + offs_d.row(),
-            kv_mask,
-            0.0,
-        );
-        let v = load(
-            v_base + offs_kv.col() * stride_vn + offs_d.row(),
-            kv_mask,
-            0.0,
-        );
-        let mut visible = offs_kv.row().lt(n_k);
-        if causal {
-            visible &= offs_kv.row().le(offs_m.col() + (n_k - n_q));
-        }
+        let (k, v) = load_key_block(keys, values, offs_kv, offs_d, d_mask, Some(n_k));
+        let visible = visible_scores(offs_m, offs_kv, n_q, n_k, causal);
         dq = dq_step::<T>(q, d_o, lse2, delta, k, v, Some(visible), qk_scale, dq);
     }
 

@@ -289,6 +289,37 @@ pub fn load_or_zero(ptr: Tile, mask: Option<Tile>) -> Tile {
     }
 }
 
+/// K and V of the key rows `offs_kv` (features `offs_d`, masked by `d_mask`), each given as
+/// its base pointer and row stride. With `n_k`, rows from `n_k` on load zeros (a block that may
+/// pass the last key); without it every row exists.
+#[track_caller]
+pub fn load_key_block(
+    (k_base, stride_kn): (Tile, Tile),
+    (v_base, stride_vn): (Tile, Tile),
+    offs_kv: Tile,
+    offs_d: Tile,
+    d_mask: Option<Tile>,
+    n_k: Option<Tile>,
+) -> (Tile, Tile) {
+    let mask = n_k
+        .map(|n_k| and_mask(offs_kv.col().lt(n_k), d_mask))
+        .or(d_mask);
+    let k = load_or_zero(k_base + offs_kv.col() * stride_kn + offs_d.row(), mask);
+    let v = load_or_zero(v_base + offs_kv.col() * stride_vn + offs_d.row(), mask);
+    (k, v)
+}
+
+/// Which scores of query rows `offs_m` and keys `offs_kv` exist and are seen: keys before
+/// `n_k`, and with `causal` only those at or before each row's diagonal (`n_k - n_q` keys
+/// after the row's own index).
+pub fn visible_scores(offs_m: Tile, offs_kv: Tile, n_q: Tile, n_k: Tile, causal: bool) -> Tile {
+    let mut visible = offs_kv.row().lt(n_k);
+    if causal {
+        visible &= offs_kv.row().le(offs_m.col() + (n_k - n_q));
+    }
+    visible
+}
+
 /// f32 operands multiply exactly (`ieee`), so f32 attention meets f32 tolerances; f16/bf16
 /// products are exact on every path.
 pub fn dot_precision<T: Element>() -> InputPrecision {
