@@ -400,6 +400,25 @@ pub enum Op {
 }
 
 impl Op {
+    /// Whether each element of the result comes from the elements at the same position of the
+    /// operands (of the result's shape; lower-rank operands are scalars): such an op can run
+    /// in whatever layout its operands are held in. The compiler hints pass their operand on.
+    pub fn is_elementwise(&self) -> bool {
+        matches!(
+            self,
+            Op::Binary(_)
+                | Op::Unary(_)
+                | Op::Compare(_)
+                | Op::Select
+                | Op::Fma
+                | Op::Cast { .. }
+                | Op::Bitcast
+                | Op::AddPtr
+                | Op::MultipleOf { .. }
+                | Op::MaxContiguous { .. }
+        )
+    }
+
     /// The mnemonic the printer uses.
     pub fn name(&self) -> String {
         match self {

@@ -152,16 +152,7 @@ fn dot_source(k: &Kernel, v: Value, depth: u32) -> Option<Inst> {
     let d = &k.insts[inst];
     match d.op {
         Op::Dot { .. } => Some(inst),
-        Op::Cast { .. }
-        | Op::Unary(_)
-        | Op::Binary(_)
-        | Op::Select
-        | Op::Fma
-        | Op::Bitcast
-        | Op::MultipleOf { .. }
-        | Op::MaxContiguous { .. }
-            if depth > 0 =>
-        {
+        ref op if op.is_elementwise() && depth > 0 => {
             let shape = k.ty(v).shape;
             d.args
                 .iter()

@@ -361,14 +361,7 @@ impl<'k> Lower<'k> {
                     _ => weak,
                 }
             }
-            Op::Binary(_)
-            | Op::Unary(_)
-            | Op::Compare(_)
-            | Op::Select
-            | Op::Fma
-            | Op::Cast { .. }
-            | Op::Bitcast
-            | Op::AddPtr => {
+            op if op.is_elementwise() => {
                 for &a in &d.args {
                     if self.k.ty(a).shape.rank() == ty.shape.rank() {
                         let (l, s) = self.natural(a);

@@ -122,16 +122,9 @@ impl Lower<'_> {
         let held = match &d.op {
             Op::Const(_) | Op::Arange { .. } | Op::Splat => true,
             Op::ExpandDims { axis } => self.held_in(d.args[0], &l.slice(*axis as usize), known),
-            Op::Broadcast
-            | Op::Binary(_)
-            | Op::Unary(_)
-            | Op::Compare(_)
-            | Op::Select
-            | Op::Fma
-            | Op::Cast { .. }
-            | Op::Bitcast
-            | Op::MultipleOf { .. }
-            | Op::MaxContiguous { .. } => d.args.iter().all(|&a| self.held_in(a, l, known)),
+            op if *op == Op::Broadcast || op.is_elementwise() => {
+                d.args.iter().all(|&a| self.held_in(a, l, known))
+            }
             _ => false,
         };
         if held {
