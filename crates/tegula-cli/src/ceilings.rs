@@ -82,7 +82,9 @@ pub fn ceilings(dev: &Device, remeasure: bool) -> tegula::Result<Option<Ceilings
         mma16_tflops: sheet.map(|s| s.0),
         fp32_tflops: sheet.map(|s| s.1),
         compute_how: if sheet.is_some() {
-            "datasheet (dense); tegula has no tensor-core matmul to measure it with yet".into()
+            "datasheet (dense, the wgmma rate); tegula's tensor cores run mma.sync, whose ceiling on \
+             Hopper is about 2/3 of it (issue 6), so a %roof near 66% is that path's limit"
+                .into()
         } else {
             "unknown part: no datasheet figure".into()
         },
