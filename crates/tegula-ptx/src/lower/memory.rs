@@ -11,7 +11,10 @@ use super::types::{class_of, is_narrow_int, mem_ty};
 use super::{Lower, Vals, R};
 use crate::layout::Layout;
 use crate::ptx::{Arg, Reg, RegClass, Ty};
-use tegula_ir::{AtomicOp, BinaryOp, CacheModifier, DType, Elem, EvictionPolicy, Inst, MemSem, Op};
+use tegula_ir::{
+    AtomicOp, BinaryOp, CacheModifier, Constant, DType, Elem, EvictionPolicy, Inst, MemSem, Op,
+    Value, ValueDef,
+};
 
 /// Bytes per word and words per vector access for `vec` consecutive elements of `es` bytes:
 /// 32-bit words (64-bit for 8-byte elements), or one narrower word when the run is shorter.
@@ -461,6 +464,7 @@ impl Lower<'_> {
         if let Some(op) = op.filter(|_| self.result_unused(inst)) {
             if let Some(suffix) = self.red_rule(op, dt, sem) {
                 let vec = self.red_vec(inst, &l) as usize;
+                let deltas = self.address_deltas(d.args[0], &l);
                 self.lower_red(
                     &l,
                     &pty.shape,
@@ -471,16 +475,21 @@ impl Lower<'_> {
                     sem,
                     &suffix,
                     vec,
+                    deltas.as_deref(),
                 );
                 return Ok(());
             }
         }
         let class = class_of(Elem::Scalar(dt));
+        let deltas = self.address_deltas(d.args[0], &l);
         let mut out = Vec::with_capacity(ptrs.len());
         for i in 0..ptrs.len() {
             let guard = self.access_guard(mask.as_ref().map(|m| m[i]), owner);
             let res = self.imm(class, zero_of(class));
-            let addr = Arg::Addr(Box::new(ptrs[i].into()), 0);
+            let addr = match &deltas {
+                Some(dl) => Arg::Addr(Box::new(ptrs[0].into()), dl[i]),
+                None => Arg::Addr(Box::new(ptrs[i].into()), 0),
+            };
             let direct = match op {
                 Some(op) => self.atom_rule(op, dt),
                 None => Some(format!("cas{}", class.bits_ty())),
@@ -591,7 +600,8 @@ impl Lower<'_> {
     }
 
     /// `red` for an atomic whose result is unused: one instruction per `vec` contiguous
-    /// elements of a thread, on the owner copy of replicated elements only.
+    /// elements of a thread, on the owner copy of replicated elements only. With `deltas`
+    /// (see `address_deltas`), every `red` addresses `[ptrs[0] + delta]`.
     #[allow(clippy::too_many_arguments)]
     fn lower_red(
         &mut self,
@@ -604,6 +614,7 @@ impl Lower<'_> {
         sem: &str,
         suffix: &str,
         vec: usize,
+        deltas: Option<&[i64]>,
     ) {
         let geo = (vec > 1).then(|| l.geometry(shape));
         for i in 0..ptrs.len() {
@@ -626,6 +637,10 @@ impl Lower<'_> {
                 }
             };
             let guard = self.access_guard(mask.map(|m| m[i]), owner);
+            let addr = match deltas {
+                Some(dl) => Arg::Addr(Box::new(ptrs[0].into()), dl[i]),
+                None => Arg::Addr(Box::new(ptrs[i].into()), 0),
+            };
             let (opc, src) = if vec > 1 {
                 let regs = group.iter().map(|&j| vals[j]).collect();
                 (
@@ -635,11 +650,135 @@ impl Lower<'_> {
             } else {
                 (format!("red{sem}.gpu.global.{suffix}"), vals[i].into())
             };
-            let args = vec![Arg::Addr(Box::new(ptrs[i].into()), 0), src];
+            let args = vec![addr, src];
             match guard {
                 Some(g) => self.b.emit_guarded(g, false, opc, args),
                 None => self.b.emit(opc, args),
             }
+        }
+    }
+
+    /// Per register of pointer tile `ptr` in layout `l`, its address minus register 0's in
+    /// bytes, when that difference is a compile-time constant: the tile is a base plus offsets
+    /// built from aranges, splats, broadcasts, integer adds and subtractions, and products by
+    /// constants (`base + offs_m[:, None] * 128 + offs_d[None, :]`). A thread's registers of an
+    /// arange differ by constants in every layout (`lower_free` builds them as the thread's
+    /// position plus a per-register immediate), so then every access can address
+    /// `[ptrs[0] + delta]`: one base register, no 64-bit address arithmetic per element, and
+    /// no address registers for ptxas to recycle between in-flight atomics. `None` when any
+    /// difference depends on data or on a runtime value (a stride passed as a parameter).
+    ///
+    /// The deltas are exact integer arithmetic; they equal the registers' differences unless the
+    /// 32-bit offsets wrap around, where the addresses were not meaningful in the first place.
+    fn address_deltas(&self, ptr: Value, l: &Layout) -> Option<Vec<i64>> {
+        let deltas = self.constant_deltas(ptr, l)?;
+        deltas
+            .iter()
+            .all(|&x| i32::try_from(x).is_ok())
+            .then_some(deltas)
+    }
+
+    /// Per register of `v` in layout `l`, its value minus register 0's (pointers: in bytes),
+    /// when that is a compile-time constant. Mirrors how `lower_free` builds the registers.
+    fn constant_deltas(&self, v: Value, l: &Layout) -> Option<Vec<i64>> {
+        let ty = self.k.ty(v);
+        if ty.shape.is_scalar() {
+            // One register, whatever defines it.
+            return Some(vec![0]);
+        }
+        let geom = l.geometry(&ty.shape);
+        let n = geom.count;
+        let ValueDef::Result(inst, _) = self.k.values[v].def else {
+            return None;
+        };
+        let d = &self.k.insts[inst];
+        let int_arith = !ty.is_ptr()
+            && matches!(
+                ty.dtype(),
+                DType::I32 | DType::U32 | DType::I64 | DType::U64
+            );
+        match &d.op {
+            Op::Const(_) | Op::Splat => Some(vec![0; n]),
+            Op::Arange { .. } => {
+                let axis = l.kept()[0];
+                let at = |i: usize| geom.const_index(axis, geom.coords(i)[axis]) as i64;
+                let first = at(0);
+                Some((0..n).map(|i| at(i) - first).collect())
+            }
+            Op::Broadcast => {
+                let src_shape = self.k.ty(d.args[0]).shape;
+                let src = self.constant_deltas(d.args[0], l)?;
+                let gs = l.geometry(&src_shape);
+                // Register 0 of the source is register 0's source too: its delta stays zero.
+                Some(
+                    (0..n)
+                        .map(|i| {
+                            let c: Vec<usize> = geom
+                                .coords(i)
+                                .iter()
+                                .zip(&gs.n)
+                                .map(|(&c, &sn)| if sn == 1 { 0 } else { c })
+                                .collect();
+                            src[gs.index(&c)]
+                        })
+                        .collect(),
+                )
+            }
+            Op::ExpandDims { axis } => {
+                if self.k.ty(d.args[0]).shape.is_scalar() {
+                    return Some(vec![0; n]);
+                }
+                self.constant_deltas(d.args[0], &l.slice(*axis as usize))
+            }
+            Op::MultipleOf { .. } | Op::MaxContiguous { .. } => self.constant_deltas(d.args[0], l),
+            Op::AddPtr => {
+                let es = ty.dtype().size_bytes() as i64;
+                let p = self.constant_deltas(d.args[0], l)?;
+                let o = self.constant_deltas(d.args[1], l)?;
+                p.iter()
+                    .zip(&o)
+                    .map(|(&p, &o)| o.checked_mul(es)?.checked_add(p))
+                    .collect()
+            }
+            Op::Binary(op @ (BinaryOp::Add | BinaryOp::Sub)) if int_arith => {
+                let a = self.constant_deltas(d.args[0], l)?;
+                let b = self.constant_deltas(d.args[1], l)?;
+                a.iter()
+                    .zip(&b)
+                    .map(|(&x, &y)| match op {
+                        BinaryOp::Add => x.checked_add(y),
+                        _ => x.checked_sub(y),
+                    })
+                    .collect()
+            }
+            Op::Binary(op @ (BinaryOp::Mul | BinaryOp::Shl)) if int_arith => {
+                // One operand varies, the other is the same constant in every register.
+                let (var, factor) = match (
+                    self.uniform_constant(d.args[0]),
+                    self.uniform_constant(d.args[1]),
+                ) {
+                    (Some(c), _) if *op == BinaryOp::Mul => (d.args[1], c),
+                    (_, Some(c)) if *op == BinaryOp::Mul => (d.args[0], c),
+                    (_, Some(c)) if (0..32).contains(&c) => (d.args[0], 1i64 << c),
+                    _ => return None,
+                };
+                let a = self.constant_deltas(var, l)?;
+                a.iter().map(|&x| x.checked_mul(factor)).collect()
+            }
+            _ => None,
+        }
+    }
+
+    /// The value of `v` when it is one integer constant in every element.
+    fn uniform_constant(&self, v: Value) -> Option<i64> {
+        let ValueDef::Result(inst, _) = self.k.values[v].def else {
+            return None;
+        };
+        let d = &self.k.insts[inst];
+        match d.op {
+            Op::Const(Constant::Int(c)) => Some(c),
+            Op::Splat | Op::Broadcast | Op::ExpandDims { .. } => self.uniform_constant(d.args[0]),
+            _ => None,
         }
     }
 
