@@ -556,6 +556,21 @@ impl<'p> Machine<'p> {
                     }
                 }
             }
+            // `red.<sem>.gpu.global.add[.v2|.v4].f32 [addr], value(s)`: one f32 add per element.
+            "red" => {
+                assert!(parts.contains(&"add") && ty == "f32", "unsupported {op}");
+                let addr = self.addr(t, &a[0]);
+                let vals: Vec<u64> = match &a[1] {
+                    Opnd::Vec(regs) => regs.iter().map(|&r| self.regs[t][r]).collect(),
+                    s => vec![self.val(t, s)],
+                };
+                assert_eq!(addr % (4 * vals.len() as u64), 0, "misaligned {op}");
+                for (k, x) in vals.into_iter().enumerate() {
+                    let word = gmem.at(addr + 4 * k as u64, 4);
+                    let old = f32::from_le_bytes([word[0], word[1], word[2], word[3]]);
+                    word.copy_from_slice(&(old + f32v(x)).to_le_bytes());
+                }
+            }
             "cvta" => {
                 let x = v(self, 1);
                 self.set(t, &a[0], x);
@@ -823,9 +838,21 @@ fn run(k: &Kernel, warps: u32, grid: [u64; 3], args: &[Arg]) -> Vec<Vec<u8>> {
 }
 
 fn run_staged(k: &Kernel, warps: u32, stages: u32, grid: [u64; 3], args: &[Arg]) -> Vec<Vec<u8>> {
+    run_on(80, k, warps, stages, grid, args)
+}
+
+/// [`run_staged`] for target `sm`.
+fn run_on(
+    sm: u32,
+    k: &Kernel,
+    warps: u32,
+    stages: u32,
+    grid: [u64; 3],
+    args: &[Arg],
+) -> Vec<Vec<u8>> {
     let c = compile(
         k,
-        &Target { sm: 80 },
+        &Target { sm },
         &CompileOptions {
             num_warps: warps,
             num_stages: stages,
@@ -1831,4 +1858,106 @@ fn fragments_cross_the_boundary_when_the_registers_fit() {
     assert!(waits_after_mmas(256, 128, 64, 8, 4));
     assert!(waits_after_mmas(128, 128, 32, 4, 4));
     assert!(!waits_after_mmas(256, 64, 64, 4, 3));
+}
+
+/// Split-K `C += A B` with the accumulator added by atomics, `bm x bn` tiles over a ragged
+/// `m`: with `n` a constant (`const_n`) every `red` of a thread addresses one base register
+/// plus an immediate (`address_deltas` in `lower/memory.rs`); with `n` a runtime parameter
+/// each element keeps its own address. Both must add every element once, masked rows none.
+fn split_k_atomic_matmul(
+    bm: usize,
+    bn: usize,
+    bk: usize,
+    k: usize,
+    n: usize,
+    const_n: bool,
+) -> Kernel {
+    trace("split_k_atomic", |p| {
+        let (a, b, c) = (
+            p.ptr("a", DType::BF16),
+            p.ptr("b", DType::BF16),
+            p.ptr("c", DType::F32),
+        );
+        let m = p.scalar("m", DType::I32);
+        let n_arg = p.scalar("n", DType::I32);
+        let offs_m = program_id(0) * bm + arange(0, bm as i64);
+        let offs_n = program_id(1) * bn + arange(0, bn as i64);
+        let offs_k = program_id(2) * bk + arange(0, bk as i64);
+        let rows = offs_m.col().lt(m);
+        let at = load(a + offs_m.col() * k + offs_k.row(), rows, 0.0);
+        let bt = load_unmasked(b + offs_k.col() * n + offs_n.row());
+        let acc = dot_with(at, bt, None, InputPrecision::Tf32);
+        let c_rows = if const_n {
+            offs_m.col() * n
+        } else {
+            offs_m.col() * n_arg
+        };
+        let _ = atomic_add_relaxed(c + c_rows + offs_n.row(), acc, Some(rows));
+    })
+    .map(aligned)
+    .unwrap()
+}
+
+#[test]
+fn atomic_adds_of_an_accumulator_address_base_plus_immediates() {
+    // m ragged (rows 40..64 of the second row block masked off: C has 40 rows, so a misplaced
+    // add is out of bounds), two column blocks, k split over two programs along z that add
+    // into the same C.
+    let (m, n, bm, bn, bk) = (40usize, 64usize, 32usize, 32usize, 16usize);
+    let splits = 2;
+    let k = bk * splits;
+    for sm in [80, 90] {
+        for const_n in [true, false] {
+            let kern = split_k_atomic_matmul(bm, bn, bk, k, n, const_n);
+            let c = compile(
+                &kern,
+                &Target { sm },
+                &CompileOptions {
+                    num_warps: 4,
+                    num_stages: 1,
+                },
+            )
+            .unwrap();
+            let folded = c.ptx.lines().any(|l| l.contains("red.") && l.contains("+"));
+            assert_eq!(folded, const_n, "sm {sm} const_n {const_n}:\n{}", c.ptx);
+            // A is [2 bm][k] (rows past m exist but are masked), B [k][n], C [m][n].
+            let av = values(2 * bm * k, 3);
+            let bv = values(k * n, 5);
+            let c0 = values(m * n, 9);
+            let (ar, br) = (rounded(DType::BF16, &av), rounded(DType::BF16, &bv));
+            let mut want: Vec<f64> = c0.iter().map(|&x| x as f64).collect();
+            let mut scale = vec![1f64; m * n];
+            for i in 0..m {
+                for j in 0..n {
+                    for kk in 0..k {
+                        let x = ar[i * k + kk] * br[kk * n + j];
+                        want[i * n + j] += x;
+                        scale[i * n + j] += x.abs();
+                    }
+                }
+            }
+            let bufs = run_on(
+                sm,
+                &kern,
+                4,
+                1,
+                [2, (n / bn) as u64, splits as u64],
+                &[
+                    Arg::Buf(&encode(DType::BF16, &av)),
+                    Arg::Buf(&encode(DType::BF16, &bv)),
+                    Arg::Buf(&encode(DType::F32, &c0)),
+                    Arg::I32(m as i32),
+                    Arg::I32(n as i32),
+                ],
+            );
+            let got = decode(DType::F32, &bufs[2]);
+            assert_close(
+                &got,
+                &want,
+                &scale,
+                1e-5,
+                &format!("sm {sm} const_n {const_n}"),
+            );
+        }
+    }
 }
