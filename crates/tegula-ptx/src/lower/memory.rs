@@ -90,6 +90,9 @@ impl Lower<'_> {
         if matches!(self.k.insts[inst].op, Op::Atomic { .. }) {
             return self.atomic_layout(inst);
         }
+        if let Some(l) = self.broadcast_load_layout(inst) {
+            return l;
+        }
         Layout::blocked(&shape, self.access_vec(inst), self.num_warps)
     }
 
@@ -231,8 +234,11 @@ impl Lower<'_> {
         let ty = self.k.ty(d.results[0]);
         let dt = ty.dtype();
         let l = self.access_layout(inst);
-        let vec = self.access_vec(inst) as usize;
+        let vec = self
+            .access_vec(inst)
+            .min(Lower::contiguous_run(&l, &ty.shape)) as usize;
         let ptrs = self.get(d.args[0], &l)?;
+        let from_first = self.offsets_from_first(d.args[0], &l, &ty.shape, dt.size_bytes() as i64);
         let mask = if has_mask {
             Some(self.get(d.args[1], &l)?)
         } else {
@@ -322,7 +328,11 @@ impl Lower<'_> {
             } else {
                 Arg::Reg(words[0])
             };
-            let mut args = vec![dst, Arg::Addr(Box::new(ptrs[lanes.start].into()), 0)];
+            let addr = match &from_first {
+                Some(bytes) => Arg::Addr(Box::new(ptrs[0].into()), bytes[lanes.start]),
+                None => Arg::Addr(Box::new(ptrs[lanes.start].into()), 0),
+            };
+            let mut args = vec![dst, addr];
             if let Some(p) = policy {
                 args.push(p.into());
             }
@@ -346,6 +356,36 @@ impl Lower<'_> {
         }
         self.define(d.results[0], &l, out);
         Ok(())
+    }
+
+    /// For a rank-1 pointer tile contiguous over its whole length in a layout whose threads do
+    /// not wrap around it (a row slice of an mma accumulator, say): each register's byte
+    /// offset from the thread's first pointer, so that every access addresses from one register
+    /// with an immediate instead of a 64-bit address of its own.
+    fn offsets_from_first(
+        &self,
+        ptr: tegula_ir::Value,
+        l: &Layout,
+        shape: &tegula_ir::Shape,
+        es: i64,
+    ) -> Option<Vec<i64>> {
+        if shape.rank() != 1 || l.kept().len() != 1 {
+            return None;
+        }
+        let p = l.kept()[0];
+        let g = l.geometry(shape);
+        let covered = l.spt[p] * l.tpw[p] * l.wpc[p];
+        if self.axis.get(self.k, ptr).last_contiguity() < shape.dim(0) as u64
+            || covered > g.parent[p]
+        {
+            return None;
+        }
+        let first = g.const_index(p, 0) as i64;
+        Some(
+            (0..g.count)
+                .map(|i| (g.const_index(p, g.coords(i)[p]) as i64 - first) * es)
+                .collect(),
+        )
     }
 
     pub(crate) fn lower_store(&mut self, inst: Inst) -> R<()> {

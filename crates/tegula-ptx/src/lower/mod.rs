@@ -69,6 +69,12 @@ pub(crate) struct Lower<'k> {
     /// Every value a live instruction reads (an atomic whose result is not among them can be a
     /// `red`).
     read_values: HashSet<Value>,
+    /// The live instructions reading each value.
+    users: HashMap<Value, Vec<Inst>>,
+    /// Memo of [`Lower::broadcast_load_layout`], and the loads it is being asked about (a use
+    /// chain that leads back to its own load gets no answer instead of recursing).
+    broadcast_loads: std::cell::RefCell<HashMap<Inst, Option<Layout>>>,
+    broadcast_loads_open: std::cell::RefCell<HashSet<Inst>>,
     anchors: HashMap<Value, Layout>,
     /// Layouts assumed for block arguments while choosing loop-carried layouts.
     assumed: HashMap<Value, (Layout, bool)>,
@@ -146,6 +152,17 @@ impl<'k> Lower<'k> {
                 .into_iter()
                 .flat_map(|i| k.insts[i].args.iter().copied())
                 .collect(),
+            users: {
+                let mut users: HashMap<Value, Vec<Inst>> = HashMap::new();
+                for i in k.walk() {
+                    for &a in &k.insts[i].args {
+                        users.entry(a).or_default().push(i);
+                    }
+                }
+                users
+            },
+            broadcast_loads: Default::default(),
+            broadcast_loads_open: Default::default(),
             anchors: HashMap::new(),
             assumed: HashMap::new(),
             natural_memo: Default::default(),
@@ -374,6 +391,96 @@ impl<'k> Lower<'k> {
             }
             _ => weak,
         }
+    }
+
+    /// The layout a rank-1 load runs in when every use broadcasts it into a tensor-core
+    /// accumulator: the slice of that accumulator layout. Each thread then loads the elements
+    /// its accumulator rows or columns combine with (8 lanes and every warp along the other
+    /// axis load the same ones: cache hits) and no conversion follows; a blocked load would be
+    /// converted through shared memory with a barrier on each side (the attention backward's
+    /// lse and delta rows: 4 of its 7 barriers a step). The uses may pass through rank-1
+    /// elementwise ops, `expand_dims` and `broadcast` and must end in rank-2 elementwise ops
+    /// whose other operand's natural layout is an mma accumulator, the same one for all.
+    /// `None` otherwise (blocked consumers keep the blocked load).
+    pub(crate) fn broadcast_load_layout(&self, inst: Inst) -> Option<Layout> {
+        if let Some(r) = self.broadcast_loads.borrow().get(&inst) {
+            return r.clone();
+        }
+        let d = &self.k.insts[inst];
+        if !matches!(d.op, Op::Load { .. }) || self.k.ty(d.results[0]).shape.rank() != 1 {
+            return None;
+        }
+        if !self.broadcast_loads_open.borrow_mut().insert(inst) {
+            return None;
+        }
+        let mut found = None;
+        let ok = self.accumulator_uses(d.results[0], None, &mut found);
+        self.broadcast_loads_open.borrow_mut().remove(&inst);
+        let r = if ok { found } else { None };
+        self.broadcast_loads.borrow_mut().insert(inst, r.clone());
+        r
+    }
+
+    /// Walks the uses of `v` for [`Lower::broadcast_load_layout`]: `axis` is the axis
+    /// `expand_dims` inserted (once `v` is rank 2). Records the slice each final use asks for
+    /// in `found`; false when a use is of another kind or asks for a different slice.
+    fn accumulator_uses(&self, v: Value, axis: Option<usize>, found: &mut Option<Layout>) -> bool {
+        let Some(users) = self.users.get(&v) else {
+            return true;
+        };
+        for &u in users {
+            let d = &self.k.insts[u];
+            let ok = match (&d.op, axis) {
+                (op, None) if op.is_elementwise() && d.results.len() == 1 => {
+                    self.k.ty(d.results[0]).shape.rank() == 1
+                        && self.accumulator_uses(d.results[0], None, found)
+                }
+                (Op::ExpandDims { axis: a }, None) => {
+                    self.k.ty(d.results[0]).shape.rank() == 2
+                        && self.accumulator_uses(d.results[0], Some(*a as usize), found)
+                }
+                (Op::Broadcast, Some(_)) => self.accumulator_uses(d.results[0], axis, found),
+                (op, Some(a)) if op.is_elementwise() => {
+                    let other = d.args.iter().copied().find(|&o| {
+                        o != v && self.k.ty(o).shape.rank() == 2 && {
+                            let (l, strong) = self.natural(o);
+                            strong && l == crate::mma_layout::accumulator(l.wpc[0], l.wpc[1])
+                        }
+                    });
+                    match other {
+                        Some(o) => {
+                            let slice = self.natural(o).0.slice(a);
+                            match found {
+                                Some(f) => *f == slice,
+                                None => {
+                                    *found = Some(slice);
+                                    true
+                                }
+                            }
+                        }
+                        None => false,
+                    }
+                }
+                _ => false,
+            };
+            if !ok {
+                return false;
+            }
+        }
+        true
+    }
+
+    /// How many consecutive registers of a rank-1 value in `l` hold consecutive elements (the
+    /// widest vector access the layout allows).
+    pub(crate) fn contiguous_run(l: &Layout, shape: &Shape) -> u32 {
+        let Some(&p) = l.kept().last() else {
+            return 1;
+        };
+        let g = l.geometry(shape);
+        if l.interleaved[p] || g.mult[p] != 1 {
+            return 1;
+        }
+        l.spt[p].min(g.parent[p]).max(1)
     }
 
     /// The layout a loop's carried value `idx` will take (the rule of `carried_layouts`): what
