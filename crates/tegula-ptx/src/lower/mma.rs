@@ -314,12 +314,9 @@ impl Lower<'_> {
             if kk as u32 + 1 < ksteps {
                 load_step(self, &mut ops, kk as u32 + 1);
             }
-            // A pipelined loop's refill goes after k-step 1's fragment loads, before k-step
-            // 0's mmas (pipeline.rs): the dot's accumulators are not live yet (they start from
-            // zero), so ptxas gives the copies'
-            // addresses registers of their own instead of one pair rewritten in place, which made each address wait for the previous copy to read
-            // it (at 255 registers: 128x64 tiles at D = 128 over 4 warps).
-            if kk == 0 && ksteps > 1 {
+            // A pipelined loop's refill goes after the first k-step's mmas and the next
+            // fragments (pipeline.rs): the tensor cores start right after the barrier.
+            if kk == 1 {
                 self.pipeline_refill_in_dot()?;
             }
             if boundary.is_some() && kk as u32 + 1 == ksteps {
