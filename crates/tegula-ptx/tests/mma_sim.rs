@@ -1961,3 +1961,78 @@ fn atomic_adds_of_an_accumulator_address_base_plus_immediates() {
         }
     }
 }
+
+/// `(A B - r[i]) * s[j]` over a ragged `m x n`: the row vector `r` and the column vector `s`
+/// are rank-1 loads whose only uses broadcast them into the dot's accumulator, so they load
+/// straight into the accumulator's row and column slices (each thread's elements from one base
+/// register plus immediates, `lower/mod.rs`); masked rows and columns take the `other` values.
+fn dot_minus_row_times_col(bm: usize, bn: usize, k: usize) -> Kernel {
+    trace("rank1_into_accumulator", |p| {
+        let (a, b) = (p.ptr("a", DType::BF16), p.ptr("b", DType::BF16));
+        let (rv, sv, c) = (
+            p.ptr("r", DType::F32),
+            p.ptr("s", DType::F32),
+            p.ptr("c", DType::F32),
+        );
+        let (m, n) = (p.scalar("m", DType::I32), p.scalar("n", DType::I32));
+        let offs_m = program_id(0) * bm + arange(0, bm as i64);
+        let offs_n = program_id(1) * bn + arange(0, bn as i64);
+        let ks = arange(0, k as i64);
+        let (rows, cols) = (offs_m.lt(m), offs_n.lt(n));
+        let at = load(a + offs_m.col() * k + ks.row(), rows.col(), 0.0);
+        let bt = load(b + ks.col() * n + offs_n.row(), cols.row(), 0.0);
+        let acc = dot_with(at, bt, None, InputPrecision::Tf32);
+        let r = load(rv + offs_m, rows, 2.0);
+        let s = load(sv + offs_n, cols, 3.0);
+        let out = (acc - r.col()) * s.row();
+        store(
+            c + offs_m.col() * n + offs_n.row(),
+            out,
+            rows.col() & cols.row(),
+        );
+    })
+    .map(aligned)
+    .unwrap()
+}
+
+#[test]
+fn rank1_loads_broadcast_into_an_accumulator_match() {
+    // Two row blocks and two column blocks over m = 45, n = 40: the second ones are ragged.
+    let (m, n, k, bm, bn) = (45usize, 40usize, 32usize, 32usize, 32usize);
+    let kern = dot_minus_row_times_col(bm, bn, k);
+    let (av, bv) = (values(m * k, 11), values(k * n, 13));
+    let (rv, sv) = (values(m, 17), values(n, 19));
+    let (ar, br) = (rounded(DType::BF16, &av), rounded(DType::BF16, &bv));
+    let (mut want, mut scale) = (vec![0f64; m * n], vec![0f64; m * n]);
+    for i in 0..m {
+        for j in 0..n {
+            let (mut d, mut mag) = (0f64, rv[i].abs() as f64);
+            for kk in 0..k {
+                d += ar[i * k + kk] * br[kk * n + j];
+                mag += (ar[i * k + kk] * br[kk * n + j]).abs();
+            }
+            want[i * n + j] = (d - rv[i] as f64) * sv[j] as f64;
+            scale[i * n + j] = mag * (sv[j] as f64).abs();
+        }
+    }
+    for warps in [4, 8] {
+        // Poisoned: every in-bounds element must be written.
+        let out = encode(DType::F32, &vec![f32::NAN; m * n]);
+        let bufs = run(
+            &kern,
+            warps,
+            [2, 2, 1],
+            &[
+                Arg::Buf(&encode(DType::BF16, &av)),
+                Arg::Buf(&encode(DType::BF16, &bv)),
+                Arg::Buf(&encode(DType::F32, &rv)),
+                Arg::Buf(&encode(DType::F32, &sv)),
+                Arg::Buf(&out),
+                Arg::I32(m as i32),
+                Arg::I32(n as i32),
+            ],
+        );
+        let got = decode(DType::F32, &bufs[4]);
+        assert_close(&got, &want, &scale, 1e-5, &format!("{warps} warps"));
+    }
+}
