@@ -110,9 +110,10 @@ pub struct MatmulConfig {
     pub launch: LaunchConfig,
     /// The grid: `Some(0)` one program a tile; `Some(p)` a persistent grid of at most `p`
     /// programs a SM, each looping over tiles (see [`persistent_programs`]); `None`: the
-    /// tuner's, which times one program a tile only (not persistent grids: on the H200, 2026-11-30,
-    /// 128x256x32 8w 4s ran at 348 TFLOP/s persistent against 465 at 4096^3, since the next
-    /// tile's loads do not yet overlap this tile's epilogue).
+    /// tuner's, which times one program a tile only (not persistent grids: until the next
+    /// tile's loads overlap this tile's epilogue they do the same work a tile, and the 25% they
+    /// lost on the H200 on 2026-11-30 came from the k-loop re-deriving the tile index, since
+    /// hoisted out of it; perf-notes "mm8").
     pub persistent: Option<usize>,
 }
 

@@ -192,13 +192,22 @@ pub enum Stmt {
     Instr(Instr),
     Label(String),
     Comment(String),
+    /// Where the code hoisted before a loop or branch body goes ([`Builder::hoist_point`]);
+    /// replaced by that code when the function is printed.
+    HoistPoint(HoistPoint),
 }
+
+/// A place just before a region's code where values of the enclosing code the region computes
+/// are emitted once (loop-invariant code motion), see [`Builder::set_hoist_target`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HoistPoint(usize);
 
 impl fmt::Display for Stmt {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Stmt::Label(l) => write!(f, "{l}:"),
             Stmt::Comment(c) => write!(f, "\t// {c}"),
+            Stmt::HoistPoint(_) => Ok(()),
             Stmt::Instr(i) => {
                 f.write_str("\t")?;
                 if let Some((p, neg)) = i.guard {
@@ -231,6 +240,10 @@ pub struct Builder {
     body: Vec<Stmt>,
     /// While true, instructions go to the prologue.
     in_prologue: bool,
+    /// The code of each hoist point, and the one instructions go to (when not to the
+    /// prologue).
+    hoisted: Vec<Vec<Stmt>>,
+    hoist_target: Option<HoistPoint>,
     labels: u32,
     /// Module-scope declarations (a called function's prototype, constant strings), each once.
     module_decls: Vec<String>,
@@ -256,6 +269,8 @@ impl Builder {
     fn push(&mut self, s: Stmt) {
         if self.in_prologue {
             self.prologue.push(s)
+        } else if let Some(HoistPoint(h)) = self.hoist_target {
+            self.hoisted[h].push(s)
         } else {
             self.body.push(s)
         }
@@ -355,9 +370,28 @@ impl Builder {
         std::mem::replace(&mut self.in_prologue, on)
     }
 
-    /// Instructions emitted so far (prologue then body), for tests.
+    /// Marks the current place of the body as a hoist point: code sent there later (see
+    /// [`Builder::set_hoist_target`]) runs here, before what is emitted after this call.
+    pub fn hoist_point(&mut self) -> HoistPoint {
+        let h = HoistPoint(self.hoisted.len());
+        self.hoisted.push(Vec::new());
+        self.body.push(Stmt::HoistPoint(h));
+        h
+    }
+
+    /// Sends instructions to hoist point `to` (`None`: the body again); returns the previous
+    /// target. The prologue, while on, takes precedence.
+    pub fn set_hoist_target(&mut self, to: Option<HoistPoint>) -> Option<HoistPoint> {
+        std::mem::replace(&mut self.hoist_target, to)
+    }
+
+    /// Instructions emitted so far (prologue then body, hoisted code in place), for tests.
     pub fn stmts(&self) -> impl Iterator<Item = &Stmt> {
-        self.prologue.iter().chain(self.body.iter())
+        let body = self.body.iter().flat_map(|s| match s {
+            Stmt::HoistPoint(HoistPoint(h)) => self.hoisted[*h].iter(),
+            s => std::slice::from_ref(s).iter(),
+        });
+        self.prologue.iter().chain(body)
     }
 
     /// Prints the whole module.

@@ -12,7 +12,11 @@
 //!
 //! An anchored value asked for in another layout goes through shared memory (`convert.rs`).
 //! Results are cached per (value, layout) in scopes that follow the region nesting, so a
-//! register set created inside a loop body or branch is never used outside it.
+//! register set created inside a loop body or branch is never used outside it. A free value
+//! asked for inside a body whose operands all come from an enclosing scope (a tile index
+//! computed from an outer loop's counter, asked for in the inner loop) is emitted before the
+//! body, at its hoist point, and cached in that enclosing scope: computed once, not every
+//! iteration.
 //!
 //! The modules:
 //! - `elementwise.rs`, `math.rs`: free ops, per register; `types.rs`: register classes;
@@ -42,7 +46,7 @@ pub mod types;
 
 use crate::axis_info::AxisAnalysis;
 use crate::layout::Layout;
-use crate::ptx::{Arg, Builder, Reg, RegClass, SMEM};
+use crate::ptx::{Arg, Builder, HoistPoint, Reg, RegClass, SMEM};
 use crate::PtxError;
 use std::collections::{HashMap, HashSet};
 use tegula_ir::{Block, Inst, Kernel, Loc, Op, Shape, TileType, Value, ValueDef};
@@ -52,6 +56,27 @@ pub(crate) type R<T> = Result<T, PtxError>;
 
 /// Registers of one value in one layout, in the layout's register order.
 pub(crate) type Vals = Vec<Reg>;
+
+/// The values lowered in one region body, or while an induction variable is bound to another
+/// iteration (a scope opened in straight-line code, without a hoist point).
+#[derive(Default)]
+struct Scope {
+    vals: HashMap<(Value, Layout), Vals>,
+    /// Values `define`d here: anchored results, block arguments, a rebound induction variable.
+    defined: HashSet<Value>,
+    /// For a loop or branch body: the place before its code, where the values of enclosing
+    /// scopes it asks for are computed.
+    hoist_point: Option<HoistPoint>,
+}
+
+impl Scope {
+    fn body(hoist_point: HoistPoint) -> Scope {
+        Scope {
+            hoist_point: Some(hoist_point),
+            ..Scope::default()
+        }
+    }
+}
 
 /// Scratch a layout conversion may take at once; larger tiles convert in slabs, so that a
 /// conversion never costs a kernel more occupancy than 48 KB of shared memory would.
@@ -89,7 +114,10 @@ pub(crate) struct Lower<'k> {
     /// How many loop or branch bodies enclose the code being emitted (0: straight-line code
     /// of the kernel's top level, which dominates everything emitted after it).
     regions_open: u32,
-    scopes: Vec<HashMap<(Value, Layout), Vals>>,
+    scopes: Vec<Scope>,
+    /// While a value is emitted at a hoist point: the scope it belongs to (lookups see only
+    /// it and the scopes enclosing it). `None`: the innermost scope.
+    hoisting_into: Option<usize>,
     pub tid: Reg,
     pub lane: Reg,
     pub warp: Reg,
@@ -170,7 +198,8 @@ impl<'k> Lower<'k> {
             global: HashMap::new(),
             straight_line: HashMap::new(),
             regions_open: 0,
-            scopes: vec![HashMap::new()],
+            scopes: vec![Scope::default()],
+            hoisting_into: None,
             tid,
             lane,
             warp,
@@ -220,14 +249,81 @@ impl<'k> Lower<'k> {
         if let Some(r) = self.straight_line.get(&key) {
             return Some(r.clone());
         }
-        self.scopes.iter().rev().find_map(|s| s.get(&key).cloned())
+        self.scopes[..=self.current_scope()]
+            .iter()
+            .rev()
+            .find_map(|s| s.vals.get(&key).cloned())
+    }
+
+    /// The scope code is emitted for: the innermost, or the one a hoisted value belongs to.
+    fn current_scope(&self) -> usize {
+        self.hoisting_into.unwrap_or(self.scopes.len() - 1)
     }
 
     fn remember(&mut self, v: Value, l: &Layout, regs: Vals) {
-        self.scopes
-            .last_mut()
-            .expect("a scope is open")
-            .insert((v, l.clone()), regs);
+        let s = self.current_scope();
+        self.scopes[s].vals.insert((v, l.clone()), regs);
+    }
+
+    /// The innermost scope defining an operand of free value `v` (through free operands; 0 for
+    /// none): where `v` can be computed. An operand found in no scope, or a reshape or permute
+    /// (which may go through shared memory), keeps `v` in the current scope.
+    fn home_scope(&self, v: Value, memo: &mut HashMap<Value, usize>) -> usize {
+        if let Some(&h) = memo.get(&v) {
+            return h;
+        }
+        let here = self.current_scope();
+        let defined_in = || {
+            (0..=here)
+                .rev()
+                .find(|&s| self.scopes[s].defined.contains(&v))
+                .unwrap_or(here)
+        };
+        let h = match self.k.values[v].def {
+            ValueDef::Param(_) => 0,
+            ValueDef::BlockArg(..) => defined_in(),
+            ValueDef::Result(inst, _) => {
+                let d = &self.k.insts[inst];
+                if is_anchored(&d.op) {
+                    defined_in()
+                } else if matches!(d.op, Op::Reshape | Op::Permute { .. }) {
+                    here
+                } else {
+                    d.args
+                        .iter()
+                        .map(|&a| self.home_scope(a, memo))
+                        .max()
+                        .unwrap_or(0)
+                }
+            }
+        };
+        memo.insert(v, h);
+        h
+    }
+
+    /// Lowers free value `v` in the scope `home` encloses the current one with: at the hoist
+    /// point of the first body opened inside `home` (in place when only rebinding scopes lie
+    /// between), cached in `home`.
+    fn lower_hoisted(&mut self, v: Value, l: &Layout, home: usize) -> R<Vals> {
+        let here = self.current_scope();
+        let point = self.scopes[home + 1..=here]
+            .iter()
+            .find_map(|s| s.hoist_point);
+        let saved_target = match point {
+            Some(p) => Some(self.b.set_hoist_target(Some(p))),
+            None => None,
+        };
+        let saved_scope = self.hoisting_into.replace(home);
+        let saved_loc = self.loc;
+        let r = self.lower_free(v, l);
+        self.loc = saved_loc;
+        self.hoisting_into = saved_scope;
+        if let Some(t) = saved_target {
+            self.b.set_hoist_target(t);
+        }
+        let r = r?;
+        self.remember(v, l, r.clone());
+        Ok(r)
     }
 
     /// Records the registers of an anchored value in its own layout.
@@ -239,6 +335,8 @@ impl<'k> Lower<'k> {
         };
         self.anchors.insert(v, l.clone());
         self.natural_memo.borrow_mut().clear();
+        let s = self.current_scope();
+        self.scopes[s].defined.insert(v);
         self.remember(v, &l, regs);
     }
 
@@ -283,6 +381,12 @@ impl<'k> Lower<'k> {
         // once; asked for in straight-line code (the epilogue's store addresses, say) it is
         // computed there, so its registers are not held across the loops before it.
         let inv = self.is_invariant(v);
+        if !inv && !self.b.is_in_prologue() {
+            let home = self.home_scope(v, &mut HashMap::new());
+            if home < self.current_scope() {
+                return self.lower_hoisted(v, &l, home);
+            }
+        }
         let was_in_prologue = if inv && self.regions_open > 0 {
             self.b.set_prologue(true)
         } else {
@@ -302,6 +406,24 @@ impl<'k> Lower<'k> {
             self.remember(v, &l, r.clone());
         }
         Ok(r)
+    }
+
+    /// Empties the scopes from `from` on (their hoist points stay), returning what they held.
+    fn set_aside_values(&mut self, from: usize) -> Vec<Scope> {
+        self.scopes[from..]
+            .iter_mut()
+            .map(|s| Scope {
+                vals: std::mem::take(&mut s.vals),
+                defined: std::mem::take(&mut s.defined),
+                hoist_point: s.hoist_point,
+            })
+            .collect()
+    }
+
+    /// Puts back what [`Self::set_aside_values`] took (dropping what was cached meanwhile).
+    fn restore_values(&mut self, from: usize, set_aside: Vec<Scope>) {
+        self.scopes.truncate(from);
+        self.scopes.extend(set_aside);
     }
 
     /// The single register of a scalar value.
@@ -854,6 +976,7 @@ impl<'k> Lower<'k> {
         // Without a pipeline the resident operands are written here.
         self.write_resident_operands(false);
         let (top, end) = (self.b.new_label("for"), self.b.new_label("endfor"));
+        let hoist_point = self.b.hoist_point();
         self.b.place_label(&top);
         self.regions_open += 1;
         let cmp = if iv_dtype.is_signed_int() { "s" } else { "u" };
@@ -864,7 +987,7 @@ impl<'k> Lower<'k> {
             vec![iv.into(), hi.into()],
         );
         self.b.bra_if(p, true, &end);
-        self.scopes.push(HashMap::new());
+        self.scopes.push(Scope::body(hoist_point));
         self.define(bargs[0], &Layout::scalar(), vec![iv]);
         for (i, l) in layouts.iter().enumerate() {
             self.define(bargs[1 + i], l, carried[i].clone());
@@ -910,9 +1033,10 @@ impl<'k> Lower<'k> {
             carried.push(self.copy_regs(&v));
         }
         let (top, end) = (self.b.new_label("while"), self.b.new_label("endwhile"));
+        let hoist_point = self.b.hoist_point();
         self.b.place_label(&top);
         self.regions_open += 1;
-        self.scopes.push(HashMap::new());
+        self.scopes.push(Scope::body(hoist_point));
         let bb = self.k.blocks[before].args.clone();
         for (i, l) in layouts.iter().enumerate() {
             self.define(bb[i], l, carried[i].clone());
@@ -923,7 +1047,7 @@ impl<'k> Lower<'k> {
         let p = self.scalar(cond)?;
         self.scopes.pop();
         self.b.bra_if(p, true, &end);
-        self.scopes.push(HashMap::new());
+        self.scopes.push(Scope::body(hoist_point));
         for (i, l) in layouts.iter().enumerate() {
             self.define(bargs[i], l, carried[i].clone());
         }
@@ -973,10 +1097,11 @@ impl<'k> Lower<'k> {
             .collect();
         let c = self.scalar(d.args[0])?;
         let (else_l, end) = (self.b.new_label("else"), self.b.new_label("endif"));
+        let hoist_point = self.b.hoist_point();
         self.b.bra_if(c, true, &else_l);
         self.regions_open += 1;
         for (block, ys) in [(then_b, &then_y), (else_b, &else_y)] {
-            self.scopes.push(HashMap::new());
+            self.scopes.push(Scope::body(hoist_point));
             self.lower_block(block)?;
             self.loc = d.loc;
             let mut vals = Vec::new();

@@ -755,10 +755,12 @@ impl Lower<'_> {
         self.pipe.active.last_mut().expect("a pipeline").deferred = None;
         // The addresses depend on the induction variable and values from outside the loop
         // only; the body's scope may hold this iteration's values of the same expressions, so
-        // it is set aside while they are evaluated for iteration `i + S - 1`.
-        let body_scope = self.scopes.split_off(d.scope_depth - 1);
+        // its values are set aside while they are evaluated for iteration `i + S - 1`. Its
+        // hoist point stays: what the refill computes from outside the loop only (a tile's
+        // masks in a persistent grid) goes before the loop, once.
+        let set_aside = self.set_aside_values(d.scope_depth - 1);
         let r = self.pipeline_refill(&pipe, d.iv, d.hi, d.step);
-        self.scopes.extend(body_scope);
+        self.restore_values(d.scope_depth - 1, set_aside);
         r
     }
 
@@ -836,7 +838,7 @@ impl Lower<'_> {
     /// Copies iteration `it`'s tiles (when `valid`) into the slot at byte offset `slot`.
     fn pipeline_issue(&mut self, pipe: &Pipe, it: Reg, valid: Reg, slot: Reg) -> R<()> {
         // Evaluate the addresses with the induction variable bound to `it`.
-        self.scopes.push(HashMap::new());
+        self.scopes.push(Default::default());
         self.define(pipe.iv, &Layout::scalar(), vec![it]);
         let r = self.pipeline_issue_loads(pipe, valid, slot);
         self.scopes.pop();
@@ -847,7 +849,7 @@ impl Lower<'_> {
 
     /// `v` in layout `l` with the induction variable bound to `it`.
     fn eval_at_iteration(&mut self, v: Value, l: &Layout, iv: Value, it: Reg) -> R<Vec<Reg>> {
-        self.scopes.push(HashMap::new());
+        self.scopes.push(Default::default());
         self.define(iv, &Layout::scalar(), vec![it]);
         let r = self.get(v, l);
         self.scopes.pop();
