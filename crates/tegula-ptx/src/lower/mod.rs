@@ -975,6 +975,9 @@ impl<'k> Lower<'k> {
         let piped = self.pipeline_prologue(inst, iv, hi, step)?;
         // Without a pipeline the resident operands are written here.
         self.write_resident_operands(false);
+        // A loop whose body's own loop is pipelined may pipeline that loop across its
+        // iterations (pipeline.rs, `Nest`).
+        let nest = !piped && self.nest_prologue(inst, iv, hi, step)?;
         let (top, end) = (self.b.new_label("for"), self.b.new_label("endfor"));
         let hoist_point = self.b.hoist_point();
         self.b.place_label(&top);
@@ -1013,7 +1016,10 @@ impl<'k> Lower<'k> {
         self.regions_open -= 1;
         self.b.place_label(&end);
         if piped {
-            self.pipeline_epilogue();
+            self.pipeline_epilogue()?;
+        }
+        if nest {
+            self.nest_epilogue();
         }
         for (i, l) in layouts.iter().enumerate() {
             self.define(d.results[i], l, carried[i].clone());

@@ -64,6 +64,9 @@ struct PipeLoad {
     vec: u32,
 }
 
+/// A loop's pipelined loads, its stages and the bytes of one slot (`plan_pipeline`).
+type PipePlan = (Vec<PipeLoad>, u32, u32);
+
 /// The pipeline of one loop being lowered.
 #[derive(Clone, Debug)]
 struct Pipe {
@@ -86,6 +89,43 @@ struct Pipe {
     /// The next iteration's first fragments, when they are loaded across the tile boundary
     /// (see [`BoundaryFragments`]).
     boundary: Option<BoundaryFragments>,
+    /// Whether the loop is the inner loop of a nest pipelined across its outer loop (see
+    /// [`Nest`]): its slots and its first `S - 1` stages come from there.
+    nested: bool,
+}
+
+/// A loop nest pipelined across its outer loop (a persistent matmul's `for tile { for k {
+/// loads -> dot }; store }`): the outer loop owns the inner loop's slots, so the epilogue after
+/// the inner loop (the store's shared-memory exchange) takes scratch after them, and the first
+/// `S - 1` stages of the outer loop's next iteration are copied while it runs:
+///
+/// ```text
+/// before the outer loop:  fill S-1 slots for outer iteration lo (when lo < hi)
+/// outer iteration j:      ... inner loop (no prologue of its own; its carried addresses
+///                         start S-1 iterations in) ...; wait_all; bar.sync
+///                         fill S-1 slots for outer iteration j + step (when < hi)
+///                         ... the rest of the body (the store) ...
+/// after the outer loop:   wait_all
+/// ```
+///
+/// Preconditions ([`Lower::nest_inner_loop`]): the outer body holds one `for` directly, whose
+/// loop is pipelined with copies whose addresses and masks depend only on the two induction
+/// variables, free ops and values from outside the nest, as do its bounds and step; every dot
+/// of the inner body reads operands loaded in that body (no resident operand); both induction
+/// variables are at most 32 bits.
+#[derive(Clone, Debug)]
+struct Nest {
+    inner: Inst,
+    outer_iv: Value,
+    /// The outer loop's induction variable, bound and step registers.
+    iv: Reg,
+    hi: Reg,
+    step: Reg,
+    signed: bool,
+    loads: Vec<PipeLoad>,
+    stages: u32,
+    slot_bytes: u32,
+    base: Reg,
 }
 
 /// The k-step 0 fragments of the loop's one dot, loaded ahead of time (CUTLASS's sm80
@@ -238,6 +278,8 @@ struct DeferredRefill {
 #[derive(Default)]
 pub(crate) struct PipeState {
     active: Vec<Pipe>,
+    /// The nests pipelined across their outer loop, innermost last.
+    nests: Vec<Nest>,
 }
 
 /// Whether `v` is the constant zero (a constant or a splat of one).
@@ -263,7 +305,13 @@ impl Lower<'_> {
 
     /// Whether `v` depends only on `iv`, free ops and values defined outside `inside`.
     fn depends_on_iv_only(&self, v: Value, iv: Value, inside: &HashSet<Value>) -> bool {
-        if v == iv || !inside.contains(&v) {
+        self.depends_on_ivs_only(v, &[iv], inside)
+    }
+
+    /// Whether `v` depends only on the induction variables `ivs`, free ops and values defined
+    /// outside `inside`.
+    fn depends_on_ivs_only(&self, v: Value, ivs: &[Value], inside: &HashSet<Value>) -> bool {
+        if ivs.contains(&v) || !inside.contains(&v) {
             return true;
         }
         match self.k.values[v].def {
@@ -273,7 +321,7 @@ impl Lower<'_> {
                     && !matches!(d.op, Op::Reshape | Op::Permute { .. })
                     && d.args
                         .iter()
-                        .all(|&a| self.depends_on_iv_only(a, iv, inside))
+                        .all(|&a| self.depends_on_ivs_only(a, ivs, inside))
             }
             _ => false,
         }
@@ -360,7 +408,7 @@ impl Lower<'_> {
     }
 
     /// The loads of `for_inst`'s body worth pipelining, with their slot layout.
-    fn plan_pipeline(&mut self, for_inst: Inst) -> Option<(Vec<PipeLoad>, u32, u32)> {
+    fn plan_pipeline(&mut self, for_inst: Inst) -> Option<PipePlan> {
         if self.num_stages < 2 {
             return None;
         }
@@ -534,8 +582,9 @@ impl Lower<'_> {
         Some(reads)
     }
 
-    /// Before the loop: plans the pipeline and fills the first `S - 1` slots. Returns whether
-    /// the loop is pipelined.
+    /// Before the loop: plans the pipeline and fills the first `S - 1` slots (or, for the inner
+    /// loop of a [`Nest`], takes the slots the outer loop filled). Returns whether the loop is
+    /// pipelined.
     pub(crate) fn pipeline_prologue(
         &mut self,
         for_inst: Inst,
@@ -543,13 +592,90 @@ impl Lower<'_> {
         hi: Reg,
         step: Reg,
     ) -> R<bool> {
-        let Some((loads, stages, slot_bytes)) = self.plan_pipeline(for_inst) else {
-            return Ok(false);
+        let nest = self
+            .pipe
+            .nests
+            .last()
+            .filter(|n| n.inner == for_inst)
+            .cloned();
+        let (loads, stages, slot_bytes, base) = match nest {
+            Some(n) => (n.loads, n.stages, n.slot_bytes, n.base),
+            None => {
+                let Some((loads, stages, slot_bytes)) = self.plan_pipeline(for_inst) else {
+                    return Ok(false);
+                };
+                let base = self.reserve_slots(stages * slot_bytes);
+                (loads, stages, slot_bytes, base)
+            }
         };
+        let nested = self.pipe.nests.last().is_some_and(|n| n.inner == for_inst);
         let body = self.k.insts[for_inst].regions[0];
-        // The buffers take the start of the scratch buffer; other uses inside the loop go
-        // after them, uses after the loop reuse them.
-        let total = stages * slot_bytes;
+        let read_off = self.imm(RegClass::B32, Arg::Imm(0));
+        let write_off = self.imm(RegClass::B32, Arg::Imm(((stages - 1) * slot_bytes) as i64));
+        let mut pipe = Pipe {
+            body,
+            iv: self.k.blocks[body].args[0],
+            loads,
+            stages,
+            slot_bytes,
+            base,
+            read_off,
+            write_off,
+            deferred: None,
+            carried: vec![],
+            boundary: None,
+            nested,
+        };
+        // The carried addresses start at the first iteration the prologue did not copy.
+        let first_refill = if nested {
+            self.b.op(
+                "mad.lo.s32",
+                RegClass::B32,
+                vec![step.into(), Arg::Imm(stages as i64 - 1), iv.into()],
+            )
+        } else {
+            iv
+        };
+        let inside = self.region_values_of(body);
+        for pl in &pipe.loads {
+            let carried = self.carry_addrs(pl, pipe.iv, first_refill, step, &inside)?;
+            pipe.carried.push(carried);
+        }
+        self.b.comment(format!(
+            "pipeline: {} loads, {stages} stages of {slot_bytes} bytes{}",
+            pipe.loads.len(),
+            if nested {
+                " (first stages copied by the outer loop)"
+            } else {
+                ""
+            }
+        ));
+        if !nested {
+            for s in 0..stages - 1 {
+                let it = self.b.op(
+                    "mad.lo.s32",
+                    RegClass::B32,
+                    vec![step.into(), Arg::Imm(s as i64), iv.into()],
+                );
+                let valid = self
+                    .b
+                    .op("setp.lt.s32", RegClass::Pred, vec![it.into(), hi.into()]);
+                let slot = self.imm(RegClass::B32, Arg::Imm((s * slot_bytes) as i64));
+                self.pipeline_issue(&pipe, it, valid, slot)?;
+            }
+        }
+        self.pipe.active.push(pipe);
+        // A resident dot operand's write (its global load was issued before the barrier
+        // above) goes after the first copies, so that both are in flight together.
+        self.write_resident_operands(true);
+        self.boundary_prologue()?;
+        Ok(true)
+    }
+
+    /// `total` bytes of slots at the start of the free scratch buffer (after enclosing
+    /// pipelines and resident dot operands): other scratch uses go after them until
+    /// [`Self::release_slots`]. Returns the slots' address.
+    fn reserve_slots(&mut self, total: u32) -> Reg {
         let base = self.smem(total);
         let shifted = self.b.in_prologue(|b| {
             b.op(
@@ -562,49 +688,11 @@ impl Lower<'_> {
             .push((shifted, self.reserved_shared() + total));
         // Earlier users of the scratch buffer (a hoisted operand's staging) may still read it.
         self.barrier();
-        let read_off = self.imm(RegClass::B32, Arg::Imm(0));
-        let write_off = self.imm(RegClass::B32, Arg::Imm(((stages - 1) * slot_bytes) as i64));
-        let pipe = Pipe {
-            body,
-            iv: self.k.blocks[body].args[0],
-            loads,
-            stages,
-            slot_bytes,
-            base,
-            read_off,
-            write_off,
-            deferred: None,
-            carried: vec![],
-            boundary: None,
-        };
-        let mut pipe = pipe;
-        let inside = self.region_values_of(body);
-        for pl in &pipe.loads {
-            let carried = self.carry_addrs(pl, pipe.iv, iv, step, &inside)?;
-            pipe.carried.push(carried);
-        }
-        self.b.comment(format!(
-            "pipeline: {} loads, {stages} stages of {slot_bytes} bytes",
-            pipe.loads.len()
-        ));
-        for s in 0..stages - 1 {
-            let it = self.b.op(
-                "mad.lo.s32",
-                RegClass::B32,
-                vec![step.into(), Arg::Imm(s as i64), iv.into()],
-            );
-            let valid = self
-                .b
-                .op("setp.lt.s32", RegClass::Pred, vec![it.into(), hi.into()]);
-            let slot = self.imm(RegClass::B32, Arg::Imm((s * slot_bytes) as i64));
-            self.pipeline_issue(&pipe, it, valid, slot)?;
-        }
-        self.pipe.active.push(pipe);
-        // A resident dot operand's write (its global load was issued before the barrier
-        // above) goes after the first copies, so that both are in flight together.
-        self.write_resident_operands(true);
-        self.boundary_prologue()?;
-        Ok(true)
+        base
+    }
+
+    fn release_slots(&mut self) {
+        self.smem_shift.pop();
     }
 
     /// Before the loop, when the fragments cross the tile boundary (see
@@ -829,10 +917,185 @@ impl Lower<'_> {
         }
     }
 
-    pub(crate) fn pipeline_epilogue(&mut self) {
+    /// After the loop: every copy has landed. The inner loop of a [`Nest`] then copies the
+    /// outer loop's next iteration's first stages into the slots it kept.
+    pub(crate) fn pipeline_epilogue(&mut self) -> R<()> {
         self.b.emit("cp.async.wait_all", vec![]);
-        self.pipe.active.pop();
-        self.smem_shift.pop();
+        let pipe = self.pipe.active.pop().expect("a pipeline");
+        if !pipe.nested {
+            self.release_slots();
+            return Ok(());
+        }
+        let nest = self.pipe.nests.last().expect("a nest").clone();
+        // Every warp is done reading the slots (and the copies past the loop's end, which
+        // zero-fill, have landed everywhere) before the slots are written again.
+        self.barrier();
+        self.b
+            .comment("the outer loop's next iteration's first stages, in flight from here");
+        let next = self.b.op(
+            "add.s32",
+            RegClass::B32,
+            vec![nest.iv.into(), nest.step.into()],
+        );
+        // The values of the outer body are this iteration's; set them aside while the same
+        // expressions are evaluated for the next.
+        let body_scope = self.scopes.len() - 1;
+        let set_aside = self.set_aside_values(body_scope);
+        let r = self.nest_issue(&nest, next);
+        self.restore_values(body_scope, set_aside);
+        r
+    }
+
+    /// Before the outer loop of a loop nest (`for_inst`, with these induction variable, bound
+    /// and step registers): when the nest can be pipelined across it (see [`Nest`]), reserves
+    /// the inner loop's slots and copies the outer loop's first iteration's first stages.
+    /// Returns whether it did.
+    pub(crate) fn nest_prologue(&mut self, for_inst: Inst, iv: Reg, hi: Reg, step: Reg) -> R<bool> {
+        let Some((inner, (loads, stages, slot_bytes))) = self.nest_inner_loop(for_inst) else {
+            return Ok(false);
+        };
+        let body = self.k.insts[for_inst].regions[0];
+        let outer_iv = self.k.blocks[body].args[0];
+        let base = self.reserve_slots(stages * slot_bytes);
+        let nest = Nest {
+            inner,
+            outer_iv,
+            iv,
+            hi,
+            step,
+            signed: self.k.ty(outer_iv).dtype().is_signed_int(),
+            loads,
+            stages,
+            slot_bytes,
+            base,
+        };
+        self.b.comment(format!(
+            "loop nest pipelined across the outer loop: {} loads, {stages} stages of {slot_bytes} bytes",
+            nest.loads.len()
+        ));
+        self.nest_issue(&nest, iv)?;
+        self.pipe.nests.push(nest);
+        Ok(true)
+    }
+
+    /// After the outer loop of a nest.
+    pub(crate) fn nest_epilogue(&mut self) {
+        self.b.emit("cp.async.wait_all", vec![]);
+        self.pipe.nests.pop();
+        self.release_slots();
+    }
+
+    /// Copies the first `S - 1` stages of the nest's inner loop at outer iteration `outer_it`
+    /// (nothing when `outer_it` is past the outer bound) into slots `0..S-1`.
+    fn nest_issue(&mut self, nest: &Nest, outer_it: Reg) -> R<()> {
+        self.scopes.push(Default::default());
+        self.define(nest.outer_iv, &Layout::scalar(), vec![outer_it]);
+        let r = self.nest_issue_stages(nest, outer_it);
+        self.scopes.pop();
+        r
+    }
+
+    fn nest_issue_stages(&mut self, nest: &Nest, outer_it: Reg) -> R<()> {
+        let cmp = if nest.signed { "s32" } else { "u32" };
+        let exists = self.b.op(
+            format!("setp.lt.{cmp}"),
+            RegClass::Pred,
+            vec![outer_it.into(), nest.hi.into()],
+        );
+        let d = self.k.insts[nest.inner].clone();
+        let (lo, hi, step) = (
+            self.scalar(d.args[0])?,
+            self.scalar(d.args[1])?,
+            self.scalar(d.args[2])?,
+        );
+        let body = d.regions[0];
+        // The inner loop's pipeline as `pipeline_issue` reads it: its loads and slots, every
+        // address evaluated at the bound iterations (none carried); no slot is read here, so
+        // the slot offsets are placeholders.
+        let pipe = Pipe {
+            body,
+            iv: self.k.blocks[body].args[0],
+            loads: nest.loads.clone(),
+            stages: nest.stages,
+            slot_bytes: nest.slot_bytes,
+            base: nest.base,
+            read_off: lo,
+            write_off: lo,
+            deferred: None,
+            carried: vec![],
+            boundary: None,
+            nested: true,
+        };
+        for s in 0..nest.stages - 1 {
+            let it = self.b.op(
+                "mad.lo.s32",
+                RegClass::B32,
+                vec![step.into(), Arg::Imm(s as i64), lo.into()],
+            );
+            let in_range = self
+                .b
+                .op("setp.lt.s32", RegClass::Pred, vec![it.into(), hi.into()]);
+            let valid = self.b.op(
+                "and.pred",
+                RegClass::Pred,
+                vec![in_range.into(), exists.into()],
+            );
+            let slot = self.imm(RegClass::B32, Arg::Imm((s * nest.slot_bytes) as i64));
+            self.pipeline_issue(&pipe, it, valid, slot)?;
+        }
+        Ok(())
+    }
+
+    /// The inner loop of `outer`'s body and its pipeline plan, when the nest can be pipelined
+    /// across `outer` (the preconditions of [`Nest`]).
+    fn nest_inner_loop(&mut self, outer: Inst) -> Option<(Inst, PipePlan)> {
+        let body = self.k.insts[outer].regions[0];
+        let outer_iv = self.k.blocks[body].args[0];
+        if self.k.ty(outer_iv).dtype().bits() > 32 {
+            return None;
+        }
+        let mut loops = self.k.blocks[body]
+            .insts
+            .iter()
+            .copied()
+            .filter(|&i| matches!(self.k.insts[i].op, Op::For));
+        let inner = loops.next()?;
+        if loops.next().is_some() {
+            return None;
+        }
+        let outer_inside = self.region_values_of(body);
+        let d = self.k.insts[inner].clone();
+        let inner_body = d.regions[0];
+        let inner_iv = self.k.blocks[inner_body].args[0];
+        let bounds_ok = d.args[..3]
+            .iter()
+            .all(|&v| self.depends_on_ivs_only(v, &[outer_iv], &outer_inside));
+        // Every dot operand loaded in the inner body (through a transpose): no resident operand
+        // takes scratch the inner loop's prologue would write.
+        let inner_inside = self.region_values_of(inner_body);
+        let operand_inside = |s: &Self, v: Value| {
+            let v = match s.k.def_inst(v).map(|i| &s.k.insts[i]) {
+                Some(t) if matches!(t.op, Op::Permute { .. }) => t.args[0],
+                _ => v,
+            };
+            inner_inside.contains(&v)
+        };
+        let operands_ok = self.k.blocks[inner_body].insts.iter().all(|&i| {
+            let t = &self.k.insts[i];
+            !matches!(t.op, Op::Dot { .. }) || t.args[..2].iter().all(|&v| operand_inside(self, v))
+        });
+        if !bounds_ok || !operands_ok {
+            return None;
+        }
+        let plan = self.plan_pipeline(inner)?;
+        let ivs = [outer_iv, inner_iv];
+        let addrs_ok = plan.0.iter().all(|pl| {
+            let t = &self.k.insts[pl.inst];
+            let has_mask = matches!(t.op, Op::Load { has_mask: true, .. });
+            self.depends_on_ivs_only(t.args[0], &ivs, &outer_inside)
+                && (!has_mask || self.depends_on_ivs_only(t.args[1], &ivs, &outer_inside))
+        });
+        addrs_ok.then_some((inner, plan))
     }
 
     /// Copies iteration `it`'s tiles (when `valid`) into the slot at byte offset `slot`.
