@@ -110,10 +110,11 @@ pub struct MatmulConfig {
     pub launch: LaunchConfig,
     /// The grid: `Some(0)` one program a tile; `Some(p)` a persistent grid of at most `p`
     /// programs a SM, each looping over tiles (see [`persistent_programs`]); `None`: the
-    /// tuner's, which times one program a tile only (not persistent grids: until the next
-    /// tile's loads overlap this tile's epilogue they do the same work a tile, and the 25% they
-    /// lost on the H200 on 2026-11-30 came from the k-loop re-deriving the tile index, since
-    /// hoisted out of it; perf-notes "mm8").
+    /// tuner's, which times one program a tile only. Persistent grids copy the next tile's
+    /// first stages while this tile's store runs (the compiler pipelines the tile loop, a
+    /// block then needs the slots plus the store's exchange in shared memory; perf-notes
+    /// "mm9"); they join the tuner once the H200 shows them ahead (the 25% they lost on
+    /// 2026-11-30 came from the k-loop re-deriving the tile index, since hoisted; "mm8").
     pub persistent: Option<usize>,
 }
 
