@@ -116,3 +116,35 @@ fn dkdv_assembles_with_ptxas() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn dq_atomics_precede_the_dk_dot_in_every_step() {
+    // FlashAttention-2's step order: dQ = dS K and its atomic additions come before
+    // dK += dS^T Q, so the dK dot's mmas cover the additions' late reads of their data
+    // registers instead of the next step's first instructions.
+    for causal in [false, true] {
+        let text = ptx(causal);
+        let dq_dot = "// dot 64x128x128 on tensor cores";
+        let dk_dot = "// dot 128x128x64 on tensor cores";
+        let loops = if causal { 2 } else { 1 };
+        let steps: Vec<&str> = text
+            .split("$L_for_")
+            .filter(|s| s.contains(dq_dot))
+            .collect();
+        assert_eq!(steps.len(), loops, "causal={causal}");
+        for step in steps {
+            let dq = step.find(dq_dot).unwrap();
+            let first_add = step.find("red.relaxed.gpu.global.add").unwrap();
+            let last_add = step.rfind("red.relaxed.gpu.global.add").unwrap();
+            // dV's dot and dK's dot have the same shape; dK's is the step's last.
+            let dk = step.rfind(dk_dot).unwrap();
+            assert!(dq < first_add, "causal={causal}");
+            assert!(last_add < dk, "causal={causal}");
+            assert_eq!(
+                count(&step[first_add..dk], "red.relaxed.gpu.global.add"),
+                16,
+                "causal={causal}: the 16 additions a thread makes a step, all before dK's dot"
+            );
+        }
+    }
+}

@@ -168,10 +168,12 @@ fn dkdv_step<T: Element>(
     // first, dP^T shares P^T's layout (warps along rows) instead of being converted to it
     // through shared memory every step.
     let ds_t = ((dp_t - delta.row()) * p_t).to::<T>();
-    let dk = dot_with(ds_t, q, Some(dk), dot_precision::<T>());
     if let Some(dq_acc) = head.dq_acc {
         // This block's share of dQ (unscaled: the conversion applies sm_scale), added from the
-        // accumulator's registers; padded rows and features are masked off.
+        // accumulator's registers; padded rows and features are masked off. Issued before dK's
+        // dot, as FlashAttention-2 does: the atomics read their data registers late, and the
+        // dot's mmas, which write none of them, cover those reads instead of the next step's
+        // first instructions waiting for them at the back edge.
         let dq = dot_with(ds_t.trans(), k, None, dot_precision::<T>());
         atomic_add_relaxed(
             dq_acc + offs_m.col() * head_dim + offs_d.row(),
@@ -179,6 +181,7 @@ fn dkdv_step<T: Element>(
             row_mask,
         );
     }
+    let dk = dot_with(ds_t, q, Some(dk), dot_precision::<T>());
     (dk, dv)
 }
 
