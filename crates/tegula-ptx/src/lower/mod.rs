@@ -102,8 +102,9 @@ pub(crate) struct Lower<'k> {
     broadcast_loads_open: std::cell::RefCell<HashSet<Inst>>,
     anchors: HashMap<Value, Layout>,
     /// Sums a loop carries as per-thread partials (`reduce.rs`, `loop_partial_sum`): lowered
-    /// within each thread only, in their operand's layout given here.
-    partial_sums: HashMap<Inst, Layout>,
+    /// within each thread only, in their operand's layout given here, followed at once by
+    /// the carried value's update (the value the loop yields).
+    partial_sums: HashMap<Inst, (Layout, Value)>,
     /// Layouts assumed for block arguments while choosing loop-carried layouts.
     assumed: HashMap<Value, (Layout, bool)>,
     /// Memo of [`Lower::natural`]; cleared whenever an anchor or an assumption changes.
@@ -979,7 +980,7 @@ impl<'k> Lower<'k> {
         for (i, sum) in partial.iter().enumerate() {
             if let Some(sum) = sum {
                 layouts[i] = self.partial_sum_layout(sum);
-                self.partial_sums.insert(sum.0, sum.1.clone());
+                self.partial_sums.insert(sum.0, (sum.1.clone(), yields[i]));
             }
         }
         let (lo, hi, step) = (

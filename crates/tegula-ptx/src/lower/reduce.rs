@@ -178,8 +178,8 @@ impl Lower<'_> {
         if self.lookup(self.k.insts[inst].results[0], &out_l).is_some() {
             return Ok(());
         }
-        if let Some(operand) = self.partial_sums.get(&inst).cloned() {
-            return self.lower_partial_sum(inst, &operand);
+        if let Some((operand, update)) = self.partial_sums.get(&inst).cloned() {
+            return self.lower_partial_sum(inst, &operand, update);
         }
         let group = self.fusable_reductions(inst, &l);
         let mut pending = Vec::with_capacity(group.len());
@@ -649,14 +649,17 @@ impl Lower<'_> {
 
     /// A sum carried as partials ([`Lower::loop_partial_sum`]), inside the loop: only the
     /// thread's own part; the result holds one partial per element of the sliced layout, and
-    /// its only user is the carried value's update.
-    fn lower_partial_sum(&mut self, inst: Inst, operand: &Layout) -> R<()> {
+    /// its only user is the carried value's `update`, computed right here (not where the
+    /// loop yields it), so that the sum's registers are not held across what follows.
+    fn lower_partial_sum(&mut self, inst: Inst, operand: &Layout, update: Value) -> R<()> {
         let Op::Reduce { axis, .. } = self.k.insts[inst].op else {
             unreachable!("a reduction")
         };
         let pending = self.reduce_in_thread(inst, operand)?;
         let parts = pending.parts.iter().map(|p| p.v).collect();
-        self.define(pending.result, &operand.slice(axis as usize), parts);
+        let out_l = operand.slice(axis as usize);
+        self.define(pending.result, &out_l, parts);
+        self.get(update, &out_l)?;
         Ok(())
     }
 
