@@ -2075,3 +2075,174 @@ fn rank1_loads_broadcast_into_an_accumulator_match() {
         assert_close(&got, &want, &scale, 1e-5, &format!("{warps} warps"));
     }
 }
+
+/// The lines of the first loop's body in `ptx` (from its label to its end label).
+fn first_loop_body(ptx: &str) -> Vec<&str> {
+    ptx.lines()
+        .skip_while(|l| !l.starts_with("$L_for_"))
+        .take_while(|l| !l.starts_with("$L_endfor_"))
+        .collect()
+}
+
+/// Row sums of `x` (`[rows, n]`, f32) folded over its blocks of `cols` columns, from `init`:
+/// `acc = acc * b + sum(x[:, j..j + cols], 1)` at each block's first column `j`, where row
+/// `r`'s `b` is `1 - (j + r) * decay`,
+/// stored to `out`. `t = t + acc` (the `acc` before the update) runs beside it and goes to
+/// `t`; with `running`, `acc` is read twice in the loop, else `t` stays zero. `fused` writes
+/// the update as one `fma(acc, b, sum)`.
+fn decayed_row_sums(rows: usize, cols: usize, running: bool, fused: bool) -> Kernel {
+    trace("decayed_row_sums", |p| {
+        let (x, init) = (p.ptr("x", DType::F32), p.ptr("init", DType::F32));
+        let (out, out_t) = (p.ptr("out", DType::F32), p.ptr("t", DType::F32));
+        let n = p.scalar("n", DType::I32);
+        let decay = p.scalar("decay", DType::F32);
+        let offs_r = arange(0, rows as i64);
+        let offs_c = arange(0, cols as i64);
+        let start = (load_unmasked(init + offs_r), zeros::<f32>([rows]));
+        let (acc, t) = for_range(0, n, cols, start, |j, (acc, t)| {
+            let xt = load_unmasked(x + offs_r.col() * n + (j + offs_c).row());
+            // One factor a row and step, computed where it is used (no conversion).
+            let bt = 1.0 - (j + offs_r).to::<f32>() * decay;
+            let t = if running { t + acc } else { t };
+            // The fma form where the caller asks for it (the same rule applies).
+            let next = if fused {
+                fma(acc, bt, sum(xt, 1))
+            } else {
+                acc * bt + sum(xt, 1)
+            };
+            (next, t)
+        });
+        store_unmasked(out + offs_r, acc);
+        store_unmasked(out_t + offs_r, t);
+    })
+    .map(aligned)
+    .unwrap()
+}
+
+/// A loop-carried `acc * b + sum(x, 1)` keeps per-thread partial sums: no shuffle and no
+/// round through shared memory inside the loop, one after it; with `acc` also read elsewhere
+/// in the loop it is reduced at every step as before. Both against a float64 reference, from
+/// a nonzero initial value, over layouts whose sums cross lanes only and lanes and warps.
+#[test]
+fn loop_carried_row_sums_reduce_across_threads_after_the_loop() {
+    // (rows, cols, warps, whether the sum crosses warps): x's load takes 4 columns a thread;
+    // [2, 32] over 4 warps holds each element in 2 lanes of a warp and in every warp.
+    for (rows, cols, warps, across_warps) in [
+        (16, 64, 4, false),
+        (4, 256, 4, true),
+        (8, 32, 2, false),
+        (2, 32, 4, false),
+    ] {
+        for running in [false, true] {
+            // The fma form on one layout (its rounding differs by one product's).
+            let fused = rows == 8;
+            let what = format!("{rows}x{cols}, {warps} warps, running {running}, fma {fused}");
+            let kern = decayed_row_sums(rows, cols, running, fused);
+            let options = CompileOptions {
+                num_warps: warps,
+                num_stages: 1,
+            };
+            let ptx = compile(&kern, &Target { sm: 90 }, &options).unwrap().ptx;
+            let body = first_loop_body(&ptx);
+            let shuffles = body.iter().filter(|l| l.contains("shfl.sync")).count();
+            let after: Vec<&str> = ptx
+                .lines()
+                .skip_while(|l| !l.starts_with("$L_endfor_"))
+                .collect();
+            let after_loop = after.iter().filter(|l| l.contains("shfl.sync")).count();
+            if running {
+                assert!(shuffles > 0, "{what}: acc is read twice, reduced each step");
+            } else {
+                assert_eq!(shuffles, 0, "{what}: no shuffle in the loop");
+                assert!(after_loop > 0, "{what}: the shuffles after the loop");
+                // The sum's round across warps: barriers before the store's crossing.
+                let before_store = after
+                    .iter()
+                    .take_while(|l| !l.contains("// convert") && !l.contains("st.global"));
+                assert_eq!(
+                    before_store.filter(|l| l.contains("bar.sync")).count(),
+                    if across_warps { 2 } else { 0 },
+                    "{what}: the round across warps, after the loop"
+                );
+                assert!(
+                    !body.iter().any(|l| l.contains("bar.sync")),
+                    "{what}: no round across warps in the loop"
+                );
+            }
+
+            let n = 3 * cols;
+            let xv = values(rows * n, 21 + rows as u64);
+            let decay = 1.0f32 / 1024.0;
+            let iv = values(rows, 29);
+            let (mut want, mut want_t) = (
+                iv.iter().map(|&v| v as f64).collect::<Vec<f64>>(),
+                vec![0f64; rows],
+            );
+            let mut scale = vec![1f64; rows];
+            for j in (0..n).step_by(cols) {
+                for r in 0..rows {
+                    if running {
+                        want_t[r] += want[r];
+                    }
+                    let s: f64 = (0..cols).map(|c| xv[r * n + j + c] as f64).sum();
+                    let b = 1.0 - (j + r) as f32 * decay;
+                    want[r] = want[r] * b as f64 + s;
+                    scale[r] = scale[r].max(want[r].abs());
+                }
+            }
+            let bufs = run_on(
+                90,
+                &kern,
+                warps,
+                1,
+                [1, 1, 1],
+                &[
+                    Arg::Buf(&encode(DType::F32, &xv)),
+                    Arg::Buf(&encode(DType::F32, &iv)),
+                    Arg::Buf(&vec![0u8; rows * 4]),
+                    Arg::Buf(&vec![0u8; rows * 4]),
+                    Arg::I32(n as i32),
+                    Arg::F32(decay),
+                ],
+            );
+            assert_close(&decode(DType::F32, &bufs[2]), &want, &scale, 1e-5, &what);
+            assert_close(&decode(DType::F32, &bufs[3]), &want_t, &scale, 1e-5, &what);
+        }
+    }
+}
+
+/// The forward's row sum `l * alpha + sum(p, 1)` reduces across the quad's lanes after the
+/// loop: the loop keeps the row maximum's 2 shuffles a row (4 rows a thread at 128 rows over
+/// 4 warps), the sum's 8 come after it. The second loop of the two-loop kernel starts from the
+/// first one's reduced sums (in the first lane of each quad, or warp along the keys); 16 rows
+/// over 4 warps put 2 warps along the keys and replicate the other 2.
+#[test]
+fn attention_row_sums_are_partial_inside_the_loop() {
+    let kern = flash_attention(DType::BF16, 128, 64, 128);
+    let options = CompileOptions {
+        num_warps: 4,
+        num_stages: 2,
+    };
+    let ptx = compile(&kern, &Target { sm: 90 }, &options).unwrap().ptx;
+    let in_loop = first_loop_body(&ptx)
+        .iter()
+        .filter(|l| l.contains("shfl.sync"))
+        .count();
+    assert_eq!(in_loop, 8, "the row maximum's shuffles only");
+    let after = ptx
+        .lines()
+        .skip_while(|l| !l.starts_with("$L_endfor_"))
+        .filter(|l| l.contains("shfl.sync"))
+        .count();
+    assert_eq!(after, 8, "the row sum's shuffles, once");
+    for (dt, bm, bn, d, warps, stages) in [
+        (DType::F16, 16, 16, 32, 4, 1),
+        (DType::BF16, 32, 32, 64, 2, 2),
+    ] {
+        check_attention_kernel(
+            &flash_attention_two_loops(dt, bm, bn, d),
+            Some(bn as i32),
+            (dt, bm, bn, d, warps, stages),
+        );
+    }
+}

@@ -101,6 +101,10 @@ pub(crate) struct Lower<'k> {
     broadcast_loads: std::cell::RefCell<HashMap<Inst, Option<Layout>>>,
     broadcast_loads_open: std::cell::RefCell<HashSet<Inst>>,
     anchors: HashMap<Value, Layout>,
+    /// Sums a loop carries as per-thread partials (`reduce.rs`, `loop_partial_sum`): lowered
+    /// within each thread only, in their operand's layout given here, followed at once by
+    /// the carried value's update (the value the loop yields).
+    partial_sums: HashMap<Inst, (Layout, Value)>,
     /// Layouts assumed for block arguments while choosing loop-carried layouts.
     assumed: HashMap<Value, (Layout, bool)>,
     /// Memo of [`Lower::natural`]; cleared whenever an anchor or an assumption changes.
@@ -192,6 +196,7 @@ impl<'k> Lower<'k> {
             broadcast_loads: Default::default(),
             broadcast_loads_open: Default::default(),
             anchors: HashMap::new(),
+            partial_sums: HashMap::new(),
             assumed: HashMap::new(),
             natural_memo: Default::default(),
             invariant: HashMap::new(),
@@ -476,7 +481,15 @@ impl<'k> Lower<'k> {
                 true,
             ),
             Op::Dot { .. } => (self.dot_layout(inst), true),
-            Op::For => self.carried_natural(d.regions[0], d.args[3 + idx], idx),
+            Op::For => {
+                let body = d.regions[0];
+                let carried = self.k.blocks[body].args[1 + idx];
+                let yielded = self.terminator_args(body).get(idx).copied();
+                match yielded.and_then(|y| self.loop_partial_sum(body, carried, y)) {
+                    Some(sum) => (self.partial_sum_layout(&sum), true),
+                    None => self.carried_natural(body, d.args[3 + idx], idx),
+                }
+            }
             Op::While => self.carried_natural(d.regions[1], d.args[idx], idx),
             Op::If => {
                 let then = self.k.blocks[d.regions[0]].insts.last().copied();
@@ -958,7 +971,18 @@ impl<'k> Lower<'k> {
         let bargs = self.k.blocks[body].args.clone();
         let inits = &d.args[3..];
         let yields = self.terminator_args(body);
-        let layouts = self.carried_layouts(&bargs[1..], inits, &yields);
+        let mut layouts = self.carried_layouts(&bargs[1..], inits, &yields);
+        // Row sums folded into a carried value (the online softmax's `l * alpha + sum(p)`)
+        // reduce across threads once, after the loop (see `loop_partial_sum`).
+        let partial: Vec<Option<(Inst, Layout)>> = (0..inits.len())
+            .map(|i| self.loop_partial_sum(body, bargs[1 + i], yields[i]))
+            .collect();
+        for (i, sum) in partial.iter().enumerate() {
+            if let Some(sum) = sum {
+                layouts[i] = self.partial_sum_layout(sum);
+                self.partial_sums.insert(sum.0, (sum.1.clone(), yields[i]));
+            }
+        }
         let (lo, hi, step) = (
             self.scalar(d.args[0])?,
             self.scalar(d.args[1])?,
@@ -966,8 +990,11 @@ impl<'k> Lower<'k> {
         );
         let iv_dtype = self.k.ty(bargs[0]).dtype();
         let mut carried = Vec::new();
-        for (&init, l) in inits.iter().zip(&layouts) {
-            let v = self.get(init, l)?;
+        for (i, (&init, l)) in inits.iter().zip(&layouts).enumerate() {
+            let mut v = self.get(init, l)?;
+            if let Some(sum) = &partial[i] {
+                v = self.partial_sum_init(sum, init, &v);
+            }
             carried.push(self.copy_regs(&v));
         }
         let iv = self.copy_regs(&[lo])[0];
@@ -1022,7 +1049,11 @@ impl<'k> Lower<'k> {
             self.nest_epilogue();
         }
         for (i, l) in layouts.iter().enumerate() {
-            self.define(d.results[i], l, carried[i].clone());
+            let result = match &partial[i] {
+                Some(sum) => self.finish_partial_sum(sum, &carried[i])?,
+                None => carried[i].clone(),
+            };
+            self.define(d.results[i], l, result);
         }
         Ok(())
     }

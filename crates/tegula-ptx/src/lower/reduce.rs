@@ -15,7 +15,7 @@ use super::{Lower, Vals, R};
 use crate::layout::Layout;
 use crate::ptx::{Arg, Reg, RegClass, Ty};
 use std::collections::HashSet;
-use tegula_ir::{BinaryOp, DType, Inst, Op, ReduceOp, Rounding, Value, ValueDef};
+use tegula_ir::{BinaryOp, Block, Constant, DType, Inst, Op, ReduceOp, Rounding, Value, ValueDef};
 
 /// The dtype reductions and scans of `d` accumulate in.
 fn acc_dtype(d: DType) -> DType {
@@ -178,6 +178,9 @@ impl Lower<'_> {
         if self.lookup(self.k.insts[inst].results[0], &out_l).is_some() {
             return Ok(());
         }
+        if let Some((operand, update)) = self.partial_sums.get(&inst).cloned() {
+            return self.lower_partial_sum(inst, &operand, update);
+        }
         let group = self.fusable_reductions(inst, &l);
         let mut pending = Vec::with_capacity(group.len());
         for &r in &group {
@@ -238,6 +241,7 @@ impl Lower<'_> {
             };
             let ox = od.args[0];
             if oop.is_arg()
+                || self.partial_sums.contains_key(&other)
                 || oaxis != *axis
                 || self.k.ty(ox).shape != shape
                 || !self.ready(ox, &pending, &mut HashSet::new())
@@ -270,6 +274,14 @@ impl Lower<'_> {
     /// Steps 1 and 2 of reduction `inst` over its operand in layout `l`: within each thread,
     /// then across the lanes of a warp.
     fn reduce_in_warps(&mut self, inst: Inst, l: &Layout) -> R<PendingReduce> {
+        let mut pending = self.reduce_in_thread(inst, l)?;
+        self.reduce_across_lanes(l, &mut pending)?;
+        Ok(pending)
+    }
+
+    /// Step 1 of reduction `inst` over its operand in layout `l`: each thread combines the
+    /// elements it holds, one partial per element of the result's layout (`l`'s slice).
+    fn reduce_in_thread(&mut self, inst: Inst, l: &Layout) -> R<PendingReduce> {
         let d = self.k.insts[inst].clone();
         let Op::Reduce { op, axis } = d.op else {
             unreachable!()
@@ -327,12 +339,26 @@ impl Lower<'_> {
             }
             parts.push(level.pop().expect("every output has inputs"));
         }
-        // 2. Across lanes holding distinct elements of the axis.
-        let pp = gin.parent[p];
+        Ok(PendingReduce {
+            result: d.results[0],
+            op,
+            ad,
+            parts,
+        })
+    }
+
+    /// Step 2 of a reduction over an operand in layout `l`: across the lanes of a warp that
+    /// hold distinct elements of the axis (butterfly shuffles; every lane ends with the warp's
+    /// result).
+    fn reduce_across_lanes(&mut self, l: &Layout, pending: &mut PendingReduce) -> R<()> {
+        let (axis, shape) = self.reduced_axis(pending.result);
+        let p = l.kept()[axis];
+        let pp = l.geometry(&shape).parent[p];
+        let (op, ad) = (pending.op, pending.ad);
         let lane_stride = l.lane_strides()[p];
         let mut k = 1u32;
         while k < l.tpw[p] && k * l.spt[p] < pp {
-            for part in parts.iter_mut() {
+            for part in pending.parts.iter_mut() {
                 let other = Partial {
                     v: self.shuffle("bfly", part.v, k * lane_stride, 0x1f),
                     i: part
@@ -344,12 +370,19 @@ impl Lower<'_> {
             }
             k *= 2;
         }
-        Ok(PendingReduce {
-            result: d.results[0],
-            op,
-            ad,
-            parts,
-        })
+        Ok(())
+    }
+
+    /// The axis a reduction's `result` reduces and the shape of its operand.
+    fn reduced_axis(&self, result: Value) -> (usize, tegula_ir::Shape) {
+        let ValueDef::Result(inst, _) = self.k.values[result].def else {
+            unreachable!("a reduction's result")
+        };
+        let d = &self.k.insts[inst];
+        let Op::Reduce { axis, .. } = d.op else {
+            unreachable!("a reduction's result")
+        };
+        (axis as usize, self.k.ty(d.args[0]).shape)
     }
 
     /// Step 3 of the reductions `pending` (one operand shape, layout `l`, axis `axis`):
@@ -498,6 +531,205 @@ impl Lower<'_> {
             }
         }
         Ok(())
+    }
+
+    // --- row sums carried as per-thread partials across a loop -------------------------
+
+    /// Whether the `for` loop with body `body` can carry `carried` (a block argument, yielded
+    /// as `yielded`) as per-thread partial sums: `yielded` is
+    /// `carried * b + sum(x, axis)`, `b * carried + ..`, `fma(carried, b, sum(..))` or
+    /// `carried + sum(x, axis)`, in f32, where `carried`, the product and the sum are used by
+    /// nothing else, the sum is in the body itself, and its cross-thread part is not empty.
+    /// Then each step needs only the thread's own part of the sum: the partials `q_t` of the
+    /// threads the sum combines satisfy `sum_t q_t' = (sum_t q_t) * b + sum(x)` because `b` is
+    /// one value per element of the result, the same for all of them (it has the result's
+    /// shape). The shuffles and the round across warps run once, on the loop's result
+    /// ([`Lower::finish_partial_sum`]). Floats: this reassociates the sum.
+    /// Returns the sum and the layout of its operand; the loop carries the value in that
+    /// layout's slice (where the sum leaves its result), whatever its initial value's layout.
+    pub(crate) fn loop_partial_sum(
+        &self,
+        body: Block,
+        carried: Value,
+        yielded: Value,
+    ) -> Option<(Inst, Layout)> {
+        let only_user = |v: Value| -> Option<Inst> {
+            match self.users.get(&v).map(Vec::as_slice) {
+                Some(&[u]) => Some(u),
+                _ => None,
+            }
+        };
+        let ty = self.k.ty(carried);
+        if ty.dtype() != DType::F32 || ty.shape.is_scalar() {
+            return None;
+        }
+        let update = self.k.def_inst(yielded)?;
+        let terminator = *self.k.blocks[body].insts.last()?;
+        if only_user(yielded)? != terminator {
+            return None;
+        }
+        // The sum and the term that carries `carried` over, in either order.
+        let ud = &self.k.insts[update];
+        let (sum, carried_term) = match (&ud.op, ud.args.as_slice()) {
+            (Op::Binary(BinaryOp::Add), &[a, b]) => {
+                if self.is_sum(a).is_some() {
+                    (a, b)
+                } else {
+                    (b, a)
+                }
+            }
+            // `carried` is one of the factors, once.
+            (Op::Fma, &[a, b, c]) if (a == carried) != (b == carried) => (c, carried),
+            _ => return None,
+        };
+        let reduce = self.is_sum(sum)?;
+        if only_user(sum)? != update || !self.k.blocks[body].insts.contains(&reduce) {
+            return None;
+        }
+        // `carried` is read once in the loop: by the update itself (`carried + sum`, the fma)
+        // or by a product `carried * b` that only the update reads.
+        let carried_user = only_user(carried)?;
+        if carried_term != carried {
+            let product = self.k.def_inst(carried_term)?;
+            if !matches!(self.k.insts[product].op, Op::Binary(BinaryOp::Mul))
+                || carried_user != product
+                || only_user(carried_term)? != update
+            {
+                return None;
+            }
+        } else if carried_user != update {
+            return None;
+        }
+        let x = self.k.insts[reduce].args[0];
+        let Op::Reduce { axis, .. } = self.k.insts[reduce].op else {
+            unreachable!("is_sum found a reduction")
+        };
+        let xty = self.k.ty(x);
+        if xty.dtype() != DType::F32 {
+            return None;
+        }
+        let operand = self.natural(x).0;
+        if !Self::crosses_threads(&operand, &xty.shape, axis as usize) {
+            return None;
+        }
+        Some((reduce, operand))
+    }
+
+    /// The layout a loop carries a partial sum in: the slice of the sum's operand layout.
+    pub(crate) fn partial_sum_layout(&self, (reduce, operand): &(Inst, Layout)) -> Layout {
+        let Op::Reduce { axis, .. } = self.k.insts[*reduce].op else {
+            unreachable!("a reduction")
+        };
+        operand.slice(axis as usize)
+    }
+
+    /// The `sum` reduction that defines `v`, if one does.
+    fn is_sum(&self, v: Value) -> Option<Inst> {
+        let inst = self.k.def_inst(v)?;
+        matches!(
+            self.k.insts[inst].op,
+            Op::Reduce {
+                op: ReduceOp::Sum,
+                ..
+            }
+        )
+        .then_some(inst)
+    }
+
+    /// Whether a reduction over `axis` of an operand of `shape` in layout `l` combines
+    /// elements of different threads (lanes or warps).
+    fn crosses_threads(l: &Layout, shape: &tegula_ir::Shape, axis: usize) -> bool {
+        let p = l.kept()[axis];
+        let pp = l.geometry(shape).parent[p];
+        // The conditions of steps 2 and 3 (`reduce_across_lanes`, `reduce_across_warps`).
+        let lanes = l.tpw[p] > 1 && l.spt[p] < pp;
+        let warps = l.wpc[p].min((pp / (l.tpw[p] * l.spt[p])).max(1)) > 1;
+        lanes || warps
+    }
+
+    /// A sum carried as partials ([`Lower::loop_partial_sum`]), inside the loop: only the
+    /// thread's own part; the result holds one partial per element of the sliced layout, and
+    /// its only user is the carried value's `update`, computed right here (not where the
+    /// loop yields it), so that the sum's registers are not held across what follows.
+    fn lower_partial_sum(&mut self, inst: Inst, operand: &Layout, update: Value) -> R<()> {
+        let Op::Reduce { axis, .. } = self.k.insts[inst].op else {
+            unreachable!("a reduction")
+        };
+        let pending = self.reduce_in_thread(inst, operand)?;
+        let parts = pending.parts.iter().map(|p| p.v).collect();
+        let out_l = operand.slice(axis as usize);
+        self.define(pending.result, &out_l, parts);
+        self.get(update, &out_l)?;
+        Ok(())
+    }
+
+    /// The partials a carried sum starts from, given its initial value's registers `init`:
+    /// the initial value in the first thread of each group the sum combines (the one that
+    /// holds the axis's element 0) and -0.0 in the others (x + -0.0 is x, even for x = -0.0),
+    /// or `init` itself when the initial value is +0.0 everywhere.
+    pub(crate) fn partial_sum_init(
+        &mut self,
+        (reduce, operand): &(Inst, Layout),
+        init_value: Value,
+        init: &[Reg],
+    ) -> Vals {
+        if self.is_positive_zero(init_value) {
+            return init.to_vec();
+        }
+        let Op::Reduce { axis, .. } = self.k.insts[*reduce].op else {
+            unreachable!("a reduction")
+        };
+        let shape = self.k.ty(self.k.insts[*reduce].args[0]).shape;
+        let p = operand.kept()[axis as usize];
+        let Some(base) = self.bases(operand, &shape)[p] else {
+            // Every thread holds element 0 of the axis: nothing is combined across threads.
+            return init.to_vec();
+        };
+        let first = self.b.in_prologue(|b| {
+            b.op(
+                "setp.eq.u32",
+                RegClass::Pred,
+                vec![base.into(), Arg::Imm(0)],
+            )
+        });
+        let neg_zero = self.imm(RegClass::F32, Arg::F32(-0.0));
+        init.iter()
+            .map(|&r| self.select(first, r, neg_zero))
+            .collect()
+    }
+
+    /// Whether `v` is the constant +0.0 (as a constant tile or a splat of one).
+    fn is_positive_zero(&self, v: Value) -> bool {
+        let Some(inst) = self.k.def_inst(v) else {
+            return false;
+        };
+        let d = &self.k.insts[inst];
+        match d.op {
+            Op::Const(Constant::Float(c)) => c == 0.0 && c.is_sign_positive(),
+            Op::Splat => self.is_positive_zero(d.args[0]),
+            _ => false,
+        }
+    }
+
+    /// The loop's result of a sum carried as partials: the cross-thread part of the sum
+    /// (shuffles across lanes, a round across warps), once, on the partials `parts`.
+    pub(crate) fn finish_partial_sum(
+        &mut self,
+        (reduce, operand): &(Inst, Layout),
+        parts: &[Reg],
+    ) -> R<Vals> {
+        let Op::Reduce { axis, .. } = self.k.insts[*reduce].op else {
+            unreachable!("a reduction")
+        };
+        let mut pending = PendingReduce {
+            result: self.k.insts[*reduce].results[0],
+            op: ReduceOp::Sum,
+            ad: DType::F32,
+            parts: parts.iter().map(|&v| Partial { v, i: None }).collect(),
+        };
+        self.reduce_across_lanes(operand, &mut pending)?;
+        self.reduce_across_warps(operand, axis as usize, std::slice::from_mut(&mut pending))?;
+        Ok(pending.parts.iter().map(|p| p.v).collect())
     }
 
     /// The identity of a scan combiner in the accumulator type.
