@@ -586,13 +586,28 @@ fn check_typed<T: Element>(dev: &Device, shape: &[usize]) -> Result<CheckReport>
     let a = dev.randn::<T>([m, k])?;
     let b = dev.randn::<T>([k, n])?;
     let c = matmul(&a, &b)?;
+    // The persistent grid is not among the tuner's candidates, so it is checked explicitly on
+    // the same inputs (two programs a SM, several tiles each; output poisoned): its compiler
+    // path pipelines the tile loop and copies the next tile's stages during the store.
+    let persistent = dev.full::<f32>([m, n], f32::NAN)?;
+    let config = MatmulConfig {
+        launch: LaunchConfig {
+            num_warps: 4,
+            num_stages: 3,
+        },
+        persistent: Some(2),
+        ..MatmulConfig::fixed(64, 64, 32)
+    };
+    matmul_into_with(&a, &b, &persistent, config)?;
     let want = check::matmul_f64(&a.to_f64_vec()?, &b.to_f64_vec()?, m, k, n);
+    let mut got = c.to_f64_vec()?;
+    got.extend(persistent.to_f64_vec()?);
     Ok(check::compare(
         OP,
-        format!("M={m} N={n} K={k}"),
+        format!("M={m} N={n} K={k}, tuned and persistent 64x64x32"),
         T::DTYPE,
-        &c.to_f64_vec()?,
-        &want,
+        &got,
+        &[want.as_slice(), want.as_slice()].concat(),
         tolerance(T::DTYPE, DType::F32, InputPrecision::Ieee, k),
     ))
 }
