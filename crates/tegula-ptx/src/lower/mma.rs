@@ -83,31 +83,9 @@ fn fragment_word(
         .collect()
 }
 
-/// The writes of one tile into one stage: (shared array base, source layout, source parent
-/// shape, transposed, stage).
-type WriteFamily = (Reg, Layout, Vec<u32>, bool, Stage);
-
-/// A shared-memory write address: its family, row constant mod 8, byte constant mod 128.
-type WriteKey = (WriteFamily, u32, u32);
-
-/// Where a thread writes one (row constant mod 8, byte constant mod 128) class of a stage's
-/// elements: `(reg ^ xor) + imm`. `reg` is computed once per thread, in the prologue; the XOR
-/// (when not 0) is emitted at each use, one instruction, so that ptxas has one register per
-/// tile to hold across a loop instead of one per class (which it spilled at 255 registers).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct WriteAddr {
-    pub reg: Reg,
-    pub xor: i64,
-    pub imm: i64,
-}
-
-/// A write address register computed in the prologue and every thread's value of it (bytes
-/// from the shared array's base).
-#[derive(Clone, Debug)]
-struct WriteAnchor {
-    reg: Reg,
-    offsets: Vec<i64>,
-}
+/// A shared-memory write address: (shared array base, source layout, source parent shape,
+/// transposed, stage, row constant mod 8, byte constant mod 128).
+type WriteKey = (Reg, Layout, Vec<u32>, bool, Stage, u32, u32);
 
 /// Per-kernel state of the tensor-core lowering.
 #[derive(Default)]
@@ -115,10 +93,7 @@ pub(crate) struct MmaState {
     /// Dots that feed, or are fed by, another dot's A operand.
     chained: HashSet<Inst>,
     /// Shared-memory write addresses (per thread).
-    write_addr: HashMap<WriteKey, WriteAddr>,
-    /// The write address registers computed per shared array base; other classes (of any
-    /// tile and stage: a pipeline's loads differ by their stage offsets) derive from them.
-    write_anchors: HashMap<Reg, Vec<WriteAnchor>>,
+    write_addr: HashMap<WriteKey, Reg>,
     /// `ldmatrix` lane addresses per (shared array base, stage, wm, wn, operand M or N, chunk
     /// constant mod 8).
     read_addr: HashMap<(Reg, Stage, u32, u32, u32, u32), Reg>,
@@ -197,20 +172,6 @@ pub(super) fn fragment_registers(plan: &MmaPlan, role: Role) -> u32 {
 /// `i` as a shift amount.
 fn log2(i: u32) -> i64 {
     i.trailing_zeros() as i64
-}
-
-/// `(x, d)` with `want[t] == (have[t] ^ x) + d` on every thread `t`: `x == 0` unless `flip`,
-/// else `x` in 1..128 (a chunk and byte within a swizzled 128-byte row; the shared array is
-/// 128-byte aligned, so flipping these bits of an absolute address flips them in the offset).
-fn derive_offsets(have: &[i64], want: &[i64], flip: bool) -> Option<(i64, i64)> {
-    let xs = if flip { 1..128 } else { 0..1 };
-    xs.into_iter().find_map(|x| {
-        let d = want[0] - (have[0] ^ x);
-        have.iter()
-            .zip(want)
-            .all(|(&h, &w)| (h ^ x) + d == w)
-            .then_some((x, d))
-    })
 }
 
 /// The value staged for operand `v` and whether its row-major order is K-major: `x` of
@@ -648,7 +609,6 @@ impl Lower<'_> {
             1
         };
         let mut seen = HashSet::new();
-        let mut flipped = HashMap::new();
         for i in 0..g.count {
             let c = g.coords(i);
             if !c[p1].is_multiple_of(run) {
@@ -664,9 +624,8 @@ impl Lower<'_> {
             }
             let cbyte = cc * es;
             let (rlo, blo) = (rc % 8, cbyte % 128);
-            let wa = self.stage_write_addr(smem, l, shape, transpose, st, rlo, blo);
-            let addr = self.flip_bits(&mut flipped, wa.reg, wa.xor);
-            let imm = ((rc - rlo) * st.cols * es + (cbyte - blo)) as i64 + wa.imm;
+            let addr = self.stage_write_addr(smem, l, shape, transpose, st, rlo, blo);
+            let imm = ((rc - rlo) * st.cols * es + (cbyte - blo)) as i64;
             let elems: Vec<Reg> = (0..run)
                 .map(|e| regs[i + e])
                 .map(|r| {
@@ -700,28 +659,8 @@ impl Lower<'_> {
         }
     }
 
-    /// `reg ^ xor` (`reg` itself for 0), emitted here once per (register, pattern) of `done`.
-    pub(crate) fn flip_bits(
-        &mut self,
-        done: &mut HashMap<(Reg, i64), Reg>,
-        reg: Reg,
-        xor: i64,
-    ) -> Reg {
-        if xor == 0 {
-            return reg;
-        }
-        *done.entry((reg, xor)).or_insert_with(|| {
-            self.b
-                .op("xor.b32", RegClass::B32, vec![reg.into(), Arg::Imm(xor)])
-        })
-    }
-
     /// The shared address of the stored element at (thread row base + `rlo`, thread column
-    /// base in bytes + `blo`), swizzled. The classes of one tile's writes differ per thread by
-    /// a constant, or by a constant after flipping some swizzle bits (the phase of row `rlo`
-    /// and the chunk of byte `blo` enter by XOR), so most derive from an address already
-    /// computed for the tile: checked on every thread's offsets, else computed anew (once per
-    /// thread, in the prologue) and kept for the next ones.
+    /// base in bytes + `blo`), swizzled (computed once per thread, in the prologue).
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn stage_write_addr(
         &mut self,
@@ -732,75 +671,19 @@ impl Lower<'_> {
         st: &Stage,
         rlo: u32,
         blo: u32,
-    ) -> WriteAddr {
-        let family = (smem, l.clone(), l.parent_shape(shape), transpose, *st);
-        let key = (family, rlo, blo);
-        if let Some(&a) = self.mma.write_addr.get(&key) {
-            return a;
-        }
-        let offsets = self.write_offsets(l, shape, transpose, st, rlo, blo);
-        let anchors = self.mma.write_anchors.entry(smem).or_default();
-        // A constant apart from some anchor first, then a XOR and a constant.
-        let derived = [false, true].into_iter().find_map(|flip| {
-            anchors.iter().find_map(|a| {
-                derive_offsets(&a.offsets, &offsets, flip).map(|(x, d)| (a.reg, x, d))
-            })
-        });
-        let a = match derived {
-            Some((reg, xor, imm)) => WriteAddr { reg, xor, imm },
-            None => {
-                let reg = self.stage_write_anchor(smem, l, shape, transpose, st, rlo, blo);
-                let anchors = self.mma.write_anchors.entry(smem).or_default();
-                anchors.push(WriteAnchor { reg, offsets });
-                WriteAddr {
-                    reg,
-                    xor: 0,
-                    imm: 0,
-                }
-            }
-        };
-        self.mma.write_addr.insert(key, a);
-        a
-    }
-
-    /// Every thread's byte offset (from the shared array's base) of the write class
-    /// (`rlo`, `blo`), as [`Lower::stage_write_anchor`] computes it.
-    fn write_offsets(
-        &self,
-        l: &Layout,
-        shape: &Shape,
-        transpose: bool,
-        st: &Stage,
-        rlo: u32,
-        blo: u32,
-    ) -> Vec<i64> {
-        let cols = shape.dims()[1] as u64;
-        let es = st.kind.elem_bytes();
-        let sw = st.swizzle();
-        (0..32 * self.num_warps)
-            .map(|t| {
-                // Register 0's constant index is 0 on every axis: its element is the base.
-                let first = l.thread_elements(shape, t)[0];
-                let (r, c) = ((first / cols) as u32, (first % cols) as u32);
-                let (rb, cb) = if transpose { (c, r) } else { (r, c) };
-                (st.offset + sw.offset(rb + rlo, cb * es + blo)) as i64
-            })
-            .collect()
-    }
-
-    /// The write class (`rlo`, `blo`)'s address register, computed once per thread in the
-    /// prologue.
-    #[allow(clippy::too_many_arguments)]
-    fn stage_write_anchor(
-        &mut self,
-        smem: Reg,
-        l: &Layout,
-        shape: &Shape,
-        transpose: bool,
-        st: &Stage,
-        rlo: u32,
-        blo: u32,
     ) -> Reg {
+        let key = (
+            smem,
+            l.clone(),
+            l.parent_shape(shape),
+            transpose,
+            *st,
+            rlo,
+            blo,
+        );
+        if let Some(&r) = self.mma.write_addr.get(&key) {
+            return r;
+        }
         let kept = l.kept();
         let bases = self.bases(l, shape);
         let (rb, cb) = if transpose {
@@ -810,7 +693,7 @@ impl Lower<'_> {
         };
         let sw = st.swizzle();
         let es = st.kind.elem_bytes() as i64;
-        self.b.in_prologue(|b| {
+        let r = self.b.in_prologue(|b| {
             let imm = |b: &mut crate::ptx::Builder, v: i64| {
                 let r = b.reg(RegClass::B32);
                 b.mov(r, Arg::Imm(v));
@@ -856,7 +739,9 @@ impl Lower<'_> {
                 vec![smem.into(), Arg::Imm(st.offset as i64)],
             );
             b.op("add.s32", RegClass::B32, vec![base.into(), ro.into()])
-        })
+        });
+        self.mma.write_addr.insert(key, r);
+        r
     }
 
     /// The lane's `ldmatrix` address register for loads whose chunk constant is `lo` mod 8.
@@ -1245,44 +1130,5 @@ impl Lower<'_> {
         // Parameters are never inside.
         out.retain(|&v| !matches!(self.k.values[v].def, ValueDef::Param(_)));
         out
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::derive_offsets;
-    use crate::mma_layout::Swizzle;
-
-    /// A thread's swizzled offsets of chunk `chunk` on rows `row0(t) + drow`, for threads
-    /// whose rows and byte columns vary as an mma accumulator's do (row `t / 4`, bytes
-    /// `4 * (t % 4)`), in 128-byte rows.
-    fn offsets(drow: u32, chunk: u32) -> Vec<i64> {
-        let sw = Swizzle::for_row_bytes(128);
-        (0..32)
-            .map(|t| sw.offset(t / 4 + drow, 4 * (t % 4) + 16 * chunk) as i64)
-            .collect()
-    }
-
-    #[test]
-    fn write_offsets_derive_by_a_constant_or_a_chunk_flip() {
-        let anchor = offsets(0, 0);
-        // Eight rows down: the same phase, one constant apart.
-        assert_eq!(
-            derive_offsets(&anchor, &offsets(8, 0), false),
-            Some((0, 8 * 128))
-        );
-        // Another chunk: the phase differs per thread, so no constant; the chunk flips.
-        assert_eq!(derive_offsets(&anchor, &offsets(0, 5), false), None);
-        assert_eq!(
-            derive_offsets(&anchor, &offsets(0, 5), true),
-            Some((5 * 16, 0))
-        );
-        assert_eq!(
-            derive_offsets(&anchor, &offsets(8, 3), true),
-            Some((3 * 16, 8 * 128))
-        );
-        // One row down changes the phase by a carry on some threads: neither.
-        assert_eq!(derive_offsets(&anchor, &offsets(1, 0), false), None);
-        assert_eq!(derive_offsets(&anchor, &offsets(1, 0), true), None);
     }
 }

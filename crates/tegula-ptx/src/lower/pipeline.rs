@@ -1275,7 +1275,6 @@ impl Lower<'_> {
             let es = 2u32;
             let bytes = pl.vec * es;
             let mut slot_addr: HashMap<Reg, Reg> = HashMap::new();
-            let mut flipped = HashMap::new();
             for (copy, &(src, src_off)) in sources.iter().enumerate() {
                 let start = copy * pl.vec as usize;
                 let c = g.coords(start);
@@ -1285,15 +1284,12 @@ impl Lower<'_> {
                 );
                 let cbyte = cc * es;
                 let (rlo, blo) = (rc % 8, cbyte % 128);
-                let wa = self.stage_write_addr(pipe.base, l, &shape, false, &pl.stage, rlo, blo);
-                let at_slot = *slot_addr.entry(wa.reg).or_insert_with(|| {
+                let var = self.stage_write_addr(pipe.base, l, &shape, false, &pl.stage, rlo, blo);
+                let dst = *slot_addr.entry(var).or_insert_with(|| {
                     self.b
-                        .op("add.s32", RegClass::B32, vec![wa.reg.into(), slot.into()])
+                        .op("add.s32", RegClass::B32, vec![var.into(), slot.into()])
                 });
-                // Slots are 128-byte multiples (checked when planned), so the swizzle bits
-                // flip the same after the slot's offset is added.
-                let dst = self.flip_bits(&mut flipped, at_slot, wa.xor);
-                let imm = ((rc - rlo) * pl.stage.cols * es + (cbyte - blo)) as i64 + wa.imm;
+                let imm = ((rc - rlo) * pl.stage.cols * es + (cbyte - blo)) as i64;
                 let ok = match &mask {
                     Some(m) => self.b.op(
                         "and.pred",
