@@ -2212,29 +2212,36 @@ fn loop_carried_row_sums_reduce_across_threads_after_the_loop() {
 }
 
 /// The forward's row sum `l * alpha + sum(p, 1)` reduces across the quad's lanes after the
-/// loop: the loop keeps the row maximum's 2 shuffles a row (4 rows a thread at 128 rows over
-/// 4 warps), the sum's 8 come after it. The second loop of the two-loop kernel starts from the
-/// first one's reduced sums (in the first lane of each quad, or warp along the keys); 16 rows
-/// over 4 warps put 2 warps along the keys and replicate the other 2.
+/// loop when the loop carries at most 96 elements a thread: at 128 rows of D=64 over 4 warps
+/// (64 accumulators a thread) the loop keeps the row maximum's 2 shuffles a row (4 rows a
+/// thread) and the sum's 8 come after it; at D=128 (128 accumulators a thread, where the
+/// partials spilled on the H200) the sum stays in the loop. The second loop of the two-loop
+/// kernel starts from the first one's reduced sums (in the first lane of each quad, or warp
+/// along the keys); 16 rows over 4 warps put 2 warps along the keys and replicate the other 2.
 #[test]
 fn attention_row_sums_are_partial_inside_the_loop() {
-    let kern = flash_attention(DType::BF16, 128, 64, 128);
-    let options = CompileOptions {
-        num_warps: 4,
-        num_stages: 2,
-    };
-    let ptx = compile(&kern, &Target { sm: 90 }, &options).unwrap().ptx;
-    let in_loop = first_loop_body(&ptx)
-        .iter()
-        .filter(|l| l.contains("shfl.sync"))
-        .count();
-    assert_eq!(in_loop, 8, "the row maximum's shuffles only");
-    let after = ptx
-        .lines()
-        .skip_while(|l| !l.starts_with("$L_endfor_"))
-        .filter(|l| l.contains("shfl.sync"))
-        .count();
-    assert_eq!(after, 8, "the row sum's shuffles, once");
+    for (d, in_loop_want, after_want) in [(64, 8, 8), (128, 16, 0)] {
+        let kern = flash_attention(DType::BF16, 128, 64, d);
+        let options = CompileOptions {
+            num_warps: 4,
+            num_stages: 2,
+        };
+        let ptx = compile(&kern, &Target { sm: 90 }, &options).unwrap().ptx;
+        let in_loop = first_loop_body(&ptx)
+            .iter()
+            .filter(|l| l.contains("shfl.sync"))
+            .count();
+        assert_eq!(in_loop, in_loop_want, "D={d}: shuffles in the loop");
+        let after = ptx
+            .lines()
+            .skip_while(|l| !l.starts_with("$L_endfor_"))
+            .filter(|l| l.contains("shfl.sync"))
+            .count();
+        assert_eq!(
+            after, after_want,
+            "D={d}: the row sum's shuffles after the loop"
+        );
+    }
     for (dt, bm, bn, d, warps, stages) in [
         (DType::F16, 16, 16, 32, 4, 1),
         (DType::BF16, 32, 32, 64, 2, 2),

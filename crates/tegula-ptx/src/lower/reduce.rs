@@ -54,6 +54,13 @@ struct PendingReduce {
     parts: Vec<Partial>,
 }
 
+/// The most loop-carried elements a thread (f32 registers, roughly) with which a loop keeps
+/// its row sums as per-thread partials ([`Lower::loop_partial_sum`]). Measured on the H200
+/// (2026-11-30, perf-notes "fa7"): the forward's loop at 64 carried elements a thread (D=64
+/// 128x64 4 warps; D=128 64x64 4 warps) gained 1-2%, at 128 (D=128 128x64 4 warps, already at
+/// 255 registers) it lost 2.3% to the partials' spills.
+const PARTIAL_SUM_MAX_CARRIED: usize = 96;
+
 impl Lower<'_> {
     fn widen_acc(&mut self, d: DType, x: Reg) -> Reg {
         if d == DType::I1 {
@@ -547,12 +554,22 @@ impl Lower<'_> {
     /// ([`Lower::finish_partial_sum`]). Floats: this reassociates the sum.
     /// Returns the sum and the layout of its operand; the loop carries the value in that
     /// layout's slice (where the sum leaves its result), whatever its initial value's layout.
+    /// Left out when the loop already carries more than [`PARTIAL_SUM_MAX_CARRIED`] elements
+    /// a thread (see there).
     pub(crate) fn loop_partial_sum(
         &self,
         body: Block,
         carried: Value,
         yielded: Value,
     ) -> Option<(Inst, Layout)> {
+        let threads = self.num_warps as usize * 32;
+        let carried_per_thread: usize = self.k.blocks[body].args[1..]
+            .iter()
+            .map(|&a| self.k.ty(a).shape.numel().div_ceil(threads))
+            .sum();
+        if carried_per_thread > PARTIAL_SUM_MAX_CARRIED {
+            return None;
+        }
         let only_user = |v: Value| -> Option<Inst> {
             match self.users.get(&v).map(Vec::as_slice) {
                 Some(&[u]) => Some(u),
