@@ -110,11 +110,10 @@ pub struct MatmulConfig {
     pub launch: LaunchConfig,
     /// The grid: `Some(0)` one program a tile; `Some(p)` a persistent grid of at most `p`
     /// programs a SM, each looping over tiles (see [`persistent_programs`]); `None`: the
-    /// tuner's, which times one program a tile only. Persistent grids copy the next tile's
-    /// first stages while this tile's store runs (the compiler pipelines the tile loop, a
-    /// block then needs the slots plus the store's exchange in shared memory; perf-notes
-    /// "mm9"); they join the tuner once the H200 shows them ahead (the 25% they lost on
-    /// 2026-11-30 came from the k-loop re-deriving the tile index, since hoisted; "mm8").
+    /// tuner's (one program a tile, and `Some(1)` twins of large tiles: [`candidates`]).
+    /// Persistent grids copy the next tile's first stages while this tile's store runs (the
+    /// compiler pipelines the tile loop, a block then needs the slots plus the store's
+    /// exchange in shared memory; perf-notes "mm9").
     pub persistent: Option<usize>,
 }
 
@@ -298,7 +297,11 @@ fn pipelined(p: &MatmulProblem) -> bool {
 ///   for tiles of at least 64 x 128;
 /// - no more stages than K steps (at least 2), and no stages past 2 whose buffers
 ///   (`stages * (BLOCK_M + BLOCK_N) * BLOCK_K * 2` bytes) exceed 227 KB (the lowering would
-///   cut them to fewer stages: a duplicate).
+///   cut them to fewer stages: a duplicate);
+/// - a persistent twin (one program a SM walking tiles, the next tile's first stages copied
+///   during this tile's store) of every pipelined 8-warp config of at least 128 x 128 whose
+///   slots and output exchange fit in shared memory together: on the H200 (2026-11-30) such
+///   twins ran 1-3% ahead of their one-program-a-tile configs at 4096^3 and 8192^3.
 ///
 /// The default is 64 x 64 x 32 with 4 warps and 3 stages, each block clamped to the
 /// dimension's range: fast on the interpreter and sound on every GPU.
@@ -341,6 +344,13 @@ pub fn candidates(p: &MatmulProblem, fixed: &MatmulConfig) -> Vec<MatmulConfig> 
                         };
                         if keep(&c) {
                             out.push(c.held(fixed));
+                            if persistent_twin_fits(p, &c) {
+                                let twin = MatmulConfig {
+                                    persistent: Some(1),
+                                    ..c
+                                };
+                                out.push(twin.held(fixed));
+                            }
                         }
                     }
                 }
@@ -364,6 +374,22 @@ pub fn candidates(p: &MatmulProblem, fixed: &MatmulConfig) -> Vec<MatmulConfig> 
     let mut out = tuned::dedup(out);
     tuned::put_first(&mut out, default.held(fixed));
     out
+}
+
+/// Whether the tuner also times `c` on a persistent grid: pipelined, 8 warps, at least
+/// 128 x 128, and the pipeline's slots plus the store's exchange of the output tile (with an
+/// eighth for its padding) within a block's shared memory, since the persistent nest keeps
+/// both at once.
+fn persistent_twin_fits(p: &MatmulProblem, c: &MatmulConfig) -> bool {
+    let tile = c.block_m * c.block_n;
+    let slots =
+        c.launch.num_stages as usize * (c.block_m + c.block_n) * c.block_k * p.input.size_bytes();
+    let exchange = tile * p.output.size_bytes() * 9 / 8;
+    pipelined(p)
+        && c.launch.num_warps == 8
+        && c.launch.num_stages >= 2
+        && tile >= 128 * 128
+        && slots + exchange <= tuned::SHARED_BYTES
 }
 
 /// The config [`matmul_into_with`] launches for these operands: `config` itself when every

@@ -88,6 +88,52 @@ fn large_shapes_try_the_triton_grid_default_first() {
         "96 KB of stages fit in dynamic shared memory"
     );
     assert!(!has(64, 64, 32, 8, 3), "8 warps on a 64x64 tile");
+    // Persistent twins: of pipelined 8-warp tiles of at least 128 x 128 only, each beside
+    // its one-program-a-tile config, with slots and the output exchange within 227 KB.
+    let twins: Vec<_> = cands.iter().filter(|c| c.persistent == Some(1)).collect();
+    assert!(!twins.is_empty());
+    for t in &twins {
+        assert!(
+            t.launch.num_warps == 8 && t.block_m * t.block_n >= 128 * 128,
+            "{t:?}"
+        );
+        assert!(cands.contains(&MatmulConfig {
+            persistent: Some(0),
+            ..**t
+        }));
+        let slots = t.launch.num_stages as usize * (t.block_m + t.block_n) * t.block_k * 2;
+        assert!(
+            slots + t.block_m * t.block_n * 4 * 9 / 8 <= 227 * 1024,
+            "{t:?}"
+        );
+    }
+    let twin = |bm, bn, bk, s| MatmulConfig {
+        launch: launch(8, s),
+        persistent: Some(1),
+        ..MatmulConfig::fixed(bm, bn, bk)
+    };
+    assert!(
+        cands.contains(&twin(128, 128, 32, 4)),
+        "64 KB of slots + 72 KB of f32 exchange"
+    );
+    assert!(
+        !cands.contains(&twin(128, 256, 32, 4)),
+        "96 KB of slots + 144 KB of f32 exchange"
+    );
+    let bf16_out = MatmulProblem {
+        output: DType::BF16,
+        ..p
+    };
+    assert!(
+        candidates(&bf16_out, &MatmulConfig::default()).contains(&twin(128, 256, 32, 4)),
+        "96 KB of slots + 72 KB of bf16 exchange"
+    );
+    assert!(candidates(
+        &problem(4096, 4096, 4096, DType::F32),
+        &MatmulConfig::default()
+    )
+    .iter()
+    .all(|c| c.persistent == Some(0)));
 }
 
 #[test]
