@@ -70,6 +70,17 @@ impl RegGeometry {
             .collect()
     }
 
+    /// The register of this (source) geometry that a broadcast copies into the destination
+    /// register with counters `dst`: axes the source holds once (one counter) stay at 0.
+    pub fn broadcast_source(&self, dst: &[usize]) -> usize {
+        let c: Vec<usize> = dst
+            .iter()
+            .zip(&self.n)
+            .map(|(&c, &sn)| if sn == 1 { 0 } else { c })
+            .collect();
+        self.index(&c)
+    }
+
     /// The register with counters `c`.
     pub fn index(&self, c: &[usize]) -> usize {
         c.iter().zip(&self.mult).map(|(&c, &m)| c * m).sum()

@@ -117,15 +117,7 @@ impl Lower<'_> {
                 let src = self.get(d.args[0], l)?;
                 let (gs, gd) = (l.geometry(&src_shape), l.geometry(&ty.shape));
                 Ok((0..n)
-                    .map(|i| {
-                        let c: Vec<usize> = gd
-                            .coords(i)
-                            .iter()
-                            .zip(&gs.n)
-                            .map(|(&c, &sn)| if sn == 1 { 0 } else { c })
-                            .collect();
-                        src[gs.index(&c)]
-                    })
+                    .map(|i| src[gs.broadcast_source(&gd.coords(i))])
                     .collect())
             }
             Op::ExpandDims { axis } => {

@@ -752,15 +752,7 @@ impl Lower<'_> {
                 // Register 0 of the source is register 0's source too: its delta stays zero.
                 Some(
                     (0..n)
-                        .map(|i| {
-                            let c: Vec<usize> = geom
-                                .coords(i)
-                                .iter()
-                                .zip(&gs.n)
-                                .map(|(&c, &sn)| if sn == 1 { 0 } else { c })
-                                .collect();
-                            src[gs.index(&c)]
-                        })
+                        .map(|i| src[gs.broadcast_source(&geom.coords(i))])
                         .collect(),
                 )
             }
