@@ -651,18 +651,7 @@ impl Lower<'_> {
             }
         ));
         if !nested {
-            for s in 0..stages - 1 {
-                let it = self.b.op(
-                    "mad.lo.s32",
-                    RegClass::B32,
-                    vec![step.into(), Arg::Imm(s as i64), iv.into()],
-                );
-                let valid = self
-                    .b
-                    .op("setp.lt.s32", RegClass::Pred, vec![it.into(), hi.into()]);
-                let slot = self.imm(RegClass::B32, Arg::Imm((s * slot_bytes) as i64));
-                self.pipeline_issue(&pipe, it, valid, slot)?;
-            }
+            self.issue_first_stages(&pipe, iv, step, hi, None)?;
         }
         self.pipe.active.push(pipe);
         // A resident dot operand's write (its global load was issued before the barrier
@@ -1026,23 +1015,7 @@ impl Lower<'_> {
             boundary: None,
             nested: true,
         };
-        for s in 0..nest.stages - 1 {
-            let it = self.b.op(
-                "mad.lo.s32",
-                RegClass::B32,
-                vec![step.into(), Arg::Imm(s as i64), lo.into()],
-            );
-            let in_range = self
-                .b
-                .op("setp.lt.s32", RegClass::Pred, vec![it.into(), hi.into()]);
-            let valid = self.b.op(
-                "and.pred",
-                RegClass::Pred,
-                vec![in_range.into(), exists.into()],
-            );
-            let slot = self.imm(RegClass::B32, Arg::Imm((s * nest.slot_bytes) as i64));
-            self.pipeline_issue(&pipe, it, valid, slot)?;
-        }
+        self.issue_first_stages(&pipe, lo, step, hi, Some(exists))?;
         Ok(())
     }
 
@@ -1099,6 +1072,36 @@ impl Lower<'_> {
     }
 
     /// Copies iteration `it`'s tiles (when `valid`) into the slot at byte offset `slot`.
+    /// The prologue's copies: iteration `start + s * step` into slot `s` for `s` in
+    /// `0..stages - 1`, each only while it is below `hi` and, with `guard`, where it holds.
+    fn issue_first_stages(
+        &mut self,
+        pipe: &Pipe,
+        start: Reg,
+        step: Reg,
+        hi: Reg,
+        guard: Option<Reg>,
+    ) -> R<()> {
+        for s in 0..pipe.stages - 1 {
+            let it = self.b.op(
+                "mad.lo.s32",
+                RegClass::B32,
+                vec![step.into(), Arg::Imm(s as i64), start.into()],
+            );
+            let mut valid = self
+                .b
+                .op("setp.lt.s32", RegClass::Pred, vec![it.into(), hi.into()]);
+            if let Some(guard) = guard {
+                valid = self
+                    .b
+                    .op("and.pred", RegClass::Pred, vec![valid.into(), guard.into()]);
+            }
+            let slot = self.imm(RegClass::B32, Arg::Imm((s * pipe.slot_bytes) as i64));
+            self.pipeline_issue(pipe, it, valid, slot)?;
+        }
+        Ok(())
+    }
+
     fn pipeline_issue(&mut self, pipe: &Pipe, it: Reg, valid: Reg, slot: Reg) -> R<()> {
         // Evaluate the addresses with the induction variable bound to `it`.
         self.scopes.push(Default::default());
