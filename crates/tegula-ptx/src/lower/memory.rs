@@ -238,7 +238,13 @@ impl Lower<'_> {
             .access_vec(inst)
             .min(Lower::contiguous_run(&l, &ty.shape)) as usize;
         let ptrs = self.get(d.args[0], &l)?;
-        let from_first = self.offsets_from_first(d.args[0], &l, &ty.shape, dt.size_bytes() as i64);
+        // A rank-1 tile addresses every access from the thread's first pointer when the
+        // offsets are compile-time constants (a row slice of an mma accumulator, say).
+        let from_first = if ty.shape.rank() == 1 {
+            self.address_deltas(d.args[0], &l)
+        } else {
+            None
+        };
         let mask = if has_mask {
             Some(self.get(d.args[1], &l)?)
         } else {
@@ -356,36 +362,6 @@ impl Lower<'_> {
         }
         self.define(d.results[0], &l, out);
         Ok(())
-    }
-
-    /// For a rank-1 pointer tile contiguous over its whole length in a layout whose threads do
-    /// not wrap around it (a row slice of an mma accumulator, say): each register's byte
-    /// offset from the thread's first pointer, so that every access addresses from one register
-    /// with an immediate instead of a 64-bit address of its own.
-    fn offsets_from_first(
-        &self,
-        ptr: tegula_ir::Value,
-        l: &Layout,
-        shape: &tegula_ir::Shape,
-        es: i64,
-    ) -> Option<Vec<i64>> {
-        if shape.rank() != 1 || l.kept().len() != 1 {
-            return None;
-        }
-        let p = l.kept()[0];
-        let g = l.geometry(shape);
-        let covered = l.spt[p] * l.tpw[p] * l.wpc[p];
-        if self.axis.get(self.k, ptr).last_contiguity() < shape.dim(0) as u64
-            || covered > g.parent[p]
-        {
-            return None;
-        }
-        let first = g.const_index(p, 0) as i64;
-        Some(
-            (0..g.count)
-                .map(|i| (g.const_index(p, g.coords(i)[p]) as i64 - first) * es)
-                .collect(),
-        )
     }
 
     pub(crate) fn lower_store(&mut self, inst: Inst) -> R<()> {
