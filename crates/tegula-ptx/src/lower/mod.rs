@@ -94,8 +94,8 @@ pub(crate) struct Lower<'k> {
     /// Every value a live instruction reads (an atomic whose result is not among them can be a
     /// `red`).
     read_values: HashSet<Value>,
-    /// The live instructions reading each value.
-    users: HashMap<Value, Vec<Inst>>,
+    /// The live instructions reading each value, each with the operand position it reads.
+    users: HashMap<Value, Vec<(Inst, usize)>>,
     /// Memo of [`Lower::broadcast_load_layout`], and the loads it is being asked about (a use
     /// chain that leads back to its own load gets no answer instead of recursing).
     broadcast_loads: std::cell::RefCell<HashMap<Inst, Option<Layout>>>,
@@ -185,10 +185,10 @@ impl<'k> Lower<'k> {
                 .flat_map(|i| k.insts[i].args.iter().copied())
                 .collect(),
             users: {
-                let mut users: HashMap<Value, Vec<Inst>> = HashMap::new();
+                let mut users: HashMap<Value, Vec<(Inst, usize)>> = HashMap::new();
                 for i in k.walk() {
-                    for &a in &k.insts[i].args {
-                        users.entry(a).or_default().push(i);
+                    for (pos, &a) in k.insts[i].args.iter().enumerate() {
+                        users.entry(a).or_default().push((i, pos));
                     }
                 }
                 users
@@ -563,7 +563,7 @@ impl<'k> Lower<'k> {
         let Some(users) = self.users.get(&v) else {
             return true;
         };
-        for &u in users {
+        for &(u, _) in users {
             let d = &self.k.insts[u];
             let ok = match (&d.op, axis) {
                 (op, None) if op.is_elementwise() && d.results.len() == 1 => {

@@ -418,13 +418,6 @@ impl Lower<'_> {
             return None;
         }
         let inside = self.region_values_of(body);
-        // The users of every value, to check that a load feeds dots only.
-        let mut users: HashMap<Value, Vec<(Inst, usize)>> = HashMap::new();
-        for i in self.k.walk() {
-            for (pos, &a) in self.k.insts[i].args.iter().enumerate() {
-                users.entry(a).or_default().push((i, pos));
-            }
-        }
         let mut loads = Vec::new();
         let mut offset = 0u32;
         let body_insts: HashSet<Inst> = self.k.blocks[body].insts.iter().copied().collect();
@@ -453,7 +446,7 @@ impl Lower<'_> {
                 if !body_insts.contains(&li) || loads.iter().any(|l: &PipeLoad| l.inst == li) {
                     continue;
                 }
-                let Some(reads) = self.dot_reads(src, &users, &body_insts, plan.kind) else {
+                let Some(reads) = self.dot_reads(src, &body_insts, plan.kind) else {
                     continue;
                 };
                 let d = &self.k.insts[li];
@@ -551,7 +544,6 @@ impl Lower<'_> {
     fn dot_reads(
         &self,
         src: Value,
-        users: &HashMap<Value, Vec<(Inst, usize)>>,
         body_insts: &HashSet<Inst>,
         kind: MmaKind,
     ) -> Option<Vec<(Role, bool)>> {
@@ -565,7 +557,7 @@ impl Lower<'_> {
             (plan.kind == kind).then_some(if pos == 0 { Role::A } else { Role::B })
         };
         let mut reads = Vec::new();
-        for &(user, pos) in users.get(&src)? {
+        for &(user, pos) in self.users.get(&src)? {
             if let Some(role) = dot_role(user, pos) {
                 reads.push((role, role == Role::A));
                 continue;
@@ -574,7 +566,7 @@ impl Lower<'_> {
             if !matches!(&d.op, Op::Permute { perm } if perm[..] == [1, 0]) {
                 return None;
             }
-            for &(dot, pos) in users.get(&d.results[0])? {
+            for &(dot, pos) in self.users.get(&d.results[0])? {
                 let role = dot_role(dot, pos)?;
                 reads.push((role, role != Role::A));
             }

@@ -572,7 +572,7 @@ impl Lower<'_> {
         }
         let only_user = |v: Value| -> Option<Inst> {
             match self.users.get(&v).map(Vec::as_slice) {
-                Some(&[u]) => Some(u),
+                Some(&[(u, _)]) => Some(u),
                 _ => None,
             }
         };
