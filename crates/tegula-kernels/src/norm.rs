@@ -64,7 +64,7 @@ pub fn layer_norm_fwd<T: Element>(
         for v in xs {
             let s = v.to::<f32>() - shift;
             acc1 += s;
-            acc2 += s * s;
+            acc2 = fma(s, s, acc2);
         }
     }
     for start in range(whole, n, step) {
@@ -76,12 +76,15 @@ pub fn layer_norm_fwd<T: Element>(
         for (v, &(_, mask)) in xs.into_iter().zip(&blocks) {
             let s = select(mask, v.to::<f32>() - shift, 0.0);
             acc1 += s;
-            acc2 += s * s;
+            acc2 = fma(s, s, acc2);
         }
     }
     let (centre, r) = shifted_moments(sum(acc1, 0), sum(acc2, 0), inv_n, eps);
-    store_unmasked(mean + row, shift + centre);
+    let row_mean = shift + centre;
+    store_unmasked(mean + row, row_mean);
     store_unmasked(rstd + row, r);
+    // Three instructions an element (sub, mul, fma) besides the conversions: at rows of 32768
+    // the loops issue about half the SM's instruction slots, so each one counts.
     for start in range(0, n, block * unroll) {
         let blocks = row_blocks(start, offsets, block, n, unroll);
         let loads: Vec<(Tile, Tile, Tile)> = blocks
@@ -96,7 +99,7 @@ pub fn layer_norm_fwd<T: Element>(
             .collect();
         for ((v, wv, bv), &(cols, mask)) in loads.into_iter().zip(&blocks) {
             let (v, wv, bv) = (v.to::<f32>(), wv.to::<f32>(), bv.to::<f32>());
-            store_streamed(y_row + cols, (v - shift - centre) * r * wv + bv, mask);
+            store_streamed(y_row + cols, fma((v - row_mean) * r, wv, bv), mask);
         }
     }
 }
@@ -588,13 +591,6 @@ pub fn persistent_grid(dev: &Device, tiles: usize, programs_per_sm: usize) -> (u
     check::persistent_grid(tiles, sms * programs_per_sm)
 }
 
-/// Programs per SM for a pipelined row kernel whose tile holds `tile_elems` elements: enough
-/// that the prefetched tiles in flight are about 32 KB of bf16 per SM (Little's law: about
-/// 4.8 TB/s x 1 us / 132 SMs), at most `resident` (what the registers let run at once).
-pub fn programs_per_sm(tile_elems: usize, resident: usize) -> usize {
-    (16384 / tile_elems).clamp(1, resident.max(1))
-}
-
 /// The looping kernels' block of columns and blocks a trip by default: 8 elements a thread
 /// at 8 warps, 4 blocks (four 16-byte loads of bf16) in flight a thread: 70 registers (layer
 /// norm) and 80 (RMS norm), 3 programs a SM, 48 KB of bf16 in flight a SM (the old
@@ -641,18 +637,6 @@ pub const PROGRAMS_PER_SM: &str = "PROGRAMS_PER_SM";
 /// the looping kernels loads at once (1 to [`MAX_UNROLL`]; 1 when unset).
 pub const UNROLL: &str = "UNROLL";
 
-/// The one-tile config of [`row_config`] made pipelined, up to `pipelined` columns, with at
-/// most `resident` programs per SM (from `ptxas -v`: registers a thread x threads).
-fn pipelined_row_config(n: usize, pipelined: usize, fallback: Config, resident: usize) -> Config {
-    let block = check::next_pow2(n, 16);
-    if block > pipelined {
-        return fallback;
-    }
-    let c = row_config(n, pipelined);
-    let tile = block * c.get("BLOCK_M").unwrap_or(1) as usize;
-    c.with(PROGRAMS_PER_SM, programs_per_sm(tile, resident) as i64)
-}
-
 /// Layer norm's forward config for rows of `n`: the one-tile kernel without the prefetch up to
 /// 4096 columns (as RMS norm: 8 warps at 4096), the looping kernel beyond (the one-tile kernel
 /// at 16384 columns takes 119 registers: one program a SM). The looping kernel reads a row
@@ -667,17 +651,20 @@ pub fn layer_norm_config(n: usize) -> Config {
     row_config(n, 4096)
 }
 
-/// RMS norm's forward config for rows of `n`, from the same sweep: one tile without the
-/// prefetch up to 4096 columns (2.92 TB/s against 2.76 and 2.66 pipelined at two and four
-/// programs per SM), the pipelined kernel up to 16384 (16 warps, one program per SM: 3.49
-/// against 3.25 looping), the looping kernel at 8 warps beyond (3.09 at 32768, where the
-/// pipelined kernel spills; the looping kernel now loads [`LOOP_UNROLL`] blocks a trip).
+/// RMS norm's forward config for rows of `n`: one tile without the prefetch up to 4096 columns
+/// (2.92 TB/s against 2.76 and 2.66 pipelined at two and four programs per SM), the looping
+/// kernel beyond. Its second pass over a row reads it back from L2, so the rows in flight on
+/// the GPU must fit there with room to spare (H200: 50 MB in two halves). At 8 warps and 4
+/// blocks of 2048 a trip (40 registers, 6 programs a SM, 792 rows) it measured 98% and 97%
+/// of a same-size copy at 8192 and 16384 columns (the pipelined kernel: 80% and 88%), but 83%
+/// at 32768, where those rows are 52 MB. There 16 warps and blocks of 4096 (54 registers, 2
+/// programs a SM, 17 MB of rows) measured 97% (session 7, `docs/perf-notes.md`).
 pub fn rms_norm_config(n: usize) -> Config {
-    if check::next_pow2(n, 16) <= 4096 {
-        return row_config(n, 4096);
+    let c = row_config(n, 4096);
+    if check::next_pow2(n, 16) <= 16384 {
+        return c;
     }
-    let looping = row_config(n, 4096);
-    pipelined_row_config(n, 16384, looping, 1)
+    Config { num_warps: 16, ..c }.with("BLOCK", 4096)
 }
 
 /// `BLOCK` and `BLOCK_M` of a forward config, checked against rows of `n`.
