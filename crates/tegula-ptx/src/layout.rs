@@ -282,38 +282,68 @@ impl Layout {
 
     /// The row-major index (over `shape`) of the element thread `t` holds in each register, as
     /// the lowering computes it: the thread's base per parent axis (wrapped at the axis size)
-    /// plus the register's constant index.
+    /// plus the register's constant index. It is `thread_bases(shape, t + 1)[t]` plus each of
+    /// [`Layout::register_offsets`].
     pub fn thread_elements(&self, shape: &Shape, t: u32) -> Vec<u64> {
-        let g = self.geometry(shape);
-        let (ls, ws) = (self.lane_strides(), self.warp_strides());
-        let (lane, warp) = (t % 32, t / 32);
-        let r = self.parent_rank();
-        let base: Vec<u64> = (0..r)
-            .map(|d| {
-                let l = (lane / ls[d]) % self.tpw[d];
-                let w = (warp / ws[d]) % self.wpc[d];
-                let pos = if self.interleaved[d] {
-                    l + self.spt[d] * self.tpw[d] * w
-                } else {
-                    (l + self.tpw[d] * w) * self.spt[d]
-                };
-                (pos % g.parent[d]) as u64
-            })
-            .collect();
-        // Row-major strides over the kept axes; sliced axes have extent 1 and contribute 0.
-        let mut st = vec![0u64; r];
+        let base = self.thread_bases(shape, t + 1)[t as usize];
+        self.register_offsets(shape)
+            .into_iter()
+            .map(|o| base + o)
+            .collect()
+    }
+
+    /// Row-major strides over `parent` (the parent shape of a value in this layout) for the
+    /// kept axes; sliced axes have extent 1 and contribute 0.
+    fn row_major_strides(&self, parent: &[u32]) -> Vec<u64> {
+        let mut st = vec![0u64; parent.len()];
         let mut acc = 1u64;
-        for d in (0..r).rev() {
+        for d in (0..parent.len()).rev() {
             if !self.sliced.contains(&d) {
                 st[d] = acc;
-                acc *= g.parent[d] as u64;
+                acc *= parent[d] as u64;
             }
         }
+        st
+    }
+
+    /// The row-major part of the elements' index that depends on the thread alone, for
+    /// threads `0..threads`: its position per parent axis (wrapped at the axis size) under the
+    /// row-major strides. A thread's elements are this plus [`Layout::register_offsets`]
+    /// (the index is a sum over axes, and the register's part is not wrapped).
+    pub fn thread_bases(&self, shape: &Shape, threads: u32) -> Vec<u64> {
+        let parent = self.parent_shape(shape);
+        let st = self.row_major_strides(&parent);
+        let (ls, ws) = (self.lane_strides(), self.warp_strides());
+        (0..threads)
+            .map(|t| {
+                let (lane, warp) = (t % 32, t / 32);
+                (0..self.parent_rank())
+                    .map(|d| {
+                        let l = (lane / ls[d]) % self.tpw[d];
+                        let w = (warp / ws[d]) % self.wpc[d];
+                        let pos = if self.interleaved[d] {
+                            l + self.spt[d] * self.tpw[d] * w
+                        } else {
+                            (l + self.tpw[d] * w) * self.spt[d]
+                        };
+                        (pos % parent[d]) as u64 * st[d]
+                    })
+                    .sum()
+            })
+            .collect()
+    }
+
+    /// The row-major part of the elements' index that depends on the register alone (the same
+    /// on every thread), per register.
+    pub fn register_offsets(&self, shape: &Shape) -> Vec<u64> {
+        let g = self.geometry(shape);
+        let st = self.row_major_strides(&g.parent);
         (0..g.count)
             .map(|i| {
-                let c = g.coords(i);
-                (0..r)
-                    .map(|d| (base[d] + g.const_index(d, c[d])) * st[d])
+                g.coords(i)
+                    .iter()
+                    .enumerate()
+                    .map(|(d, &c)| g.const_index(d, c) * st[d])
                     .sum()
             })
             .collect()
@@ -355,6 +385,9 @@ mod tests {
         for t in 0..threads {
             let (lane, warp) = (t % 32, t / 32);
             let mut mine = std::collections::HashSet::new();
+            // The lowering's split of each element into a thread part and a register part.
+            let elements = l.thread_elements(shape, t);
+            assert_eq!(elements.len(), g.count);
             for i in 0..g.count {
                 let c = g.coords(i);
                 let mut lin = 0;
@@ -368,6 +401,7 @@ mod tests {
                         k += 1;
                     }
                 }
+                assert_eq!(elements[i], lin as u64, "{l:?} thread {t} register {i}");
                 assert!(mine.insert(lin), "thread {t} holds element {lin} twice");
                 seen[lin] = true;
             }

@@ -9,6 +9,7 @@
 use super::{Lower, Vals, R};
 use crate::layout::Layout;
 use crate::ptx::{Arg, Reg, RegClass, Ty};
+use std::collections::{HashMap, HashSet};
 use tegula_ir::{Shape, TileType};
 
 /// Where destination element `idx` is read from: `offset + sum_i idx[i] * strides[i]`
@@ -164,18 +165,38 @@ impl Lower<'_> {
         if from.parent_rank() == 0 || to.parent_rank() == 0 {
             return None;
         }
+        // Thread t holds element `base(t) + offset(i)` in register i (see
+        // `Layout::thread_bases`), so the register of `from` holding what `to` puts in register
+        // j is the one whose offset is `to_offset(j) + (to_base(t) - from_base(t))`: the
+        // registers picked depend on the thread only through that difference, and each distinct
+        // difference is checked once.
+        let threads = 32 * self.num_warps;
+        let from_offsets = from.register_offsets(shape);
+        if from_offsets.len() != src.len() {
+            return None;
+        }
+        // A thread's registers hold distinct elements; were two the same, the last is read.
+        let register_at: HashMap<u64, usize> = from_offsets
+            .iter()
+            .enumerate()
+            .map(|(i, &o)| (o, i))
+            .collect();
+        let to_offsets = to.register_offsets(shape);
+        let from_bases = from.thread_bases(shape, threads);
+        let to_bases = to.thread_bases(shape, threads);
         let mut pick: Option<Vec<usize>> = None;
-        for t in 0..32 * self.num_warps {
-            let have = from.thread_elements(shape, t);
-            if have.len() != src.len() {
-                return None;
+        let mut differences_seen = HashSet::new();
+        for (&from_base, &to_base) in from_bases.iter().zip(&to_bases) {
+            let difference = to_base as i64 - from_base as i64;
+            if !differences_seen.insert(difference) {
+                continue;
             }
-            let at: std::collections::HashMap<u64, usize> =
-                have.iter().enumerate().map(|(i, &e)| (e, i)).collect();
-            let regs: Vec<usize> = to
-                .thread_elements(shape, t)
+            let regs: Vec<usize> = to_offsets
                 .iter()
-                .map(|e| at.get(e).copied())
+                .map(|&o| {
+                    let offset = u64::try_from(o as i64 + difference).ok()?;
+                    register_at.get(&offset).copied()
+                })
                 .collect::<Option<_>>()?;
             match &pick {
                 None => pick = Some(regs),
