@@ -4,7 +4,6 @@
 //! Opcodes are assembled from typed pieces (`Ty` prints `.f32`, `.s32`, ...) by the lowering's
 //! rule tables; nothing else in the crate writes PTX text.
 
-use std::collections::{HashMap, HashSet};
 use std::fmt::{self, Write};
 
 /// The register classes of the emitted function; every virtual register belongs to one.
@@ -461,36 +460,63 @@ impl Builder {
     /// definition through a loop's back edge, which is always correct and enough here.
     fn live_statements(&self) -> Vec<bool> {
         let stmts: Vec<&Stmt> = self.stmts().collect();
+        // Registers are numbered densely per class (see `Builder::reg`), so sets and maps of
+        // them are vectors indexed by a slot: the class's first slot plus the register's id.
+        let mut class_start = [0usize; 6];
+        let mut slots = 0;
+        for (start, &count) in class_start.iter_mut().zip(&self.counts) {
+            *start = slots;
+            slots += count as usize + 1;
+        }
+        let slot = |r: Reg| class_start[r.class as usize] + r.id as usize;
+        let removable: Vec<bool> = stmts
+            .iter()
+            .map(|st| matches!(st, Stmt::Instr(ins) if ins.is_removable()))
+            .collect();
+        // The removable instructions defining each register: those of slot s are
+        // `defs[def_start[s]..def_start[s + 1]]`, in statement order.
+        let mut def_start = vec![0usize; slots + 1];
+        for (st, _) in stmts.iter().zip(&removable).filter(|(_, &r)| r) {
+            if let Stmt::Instr(ins) = st {
+                for &r in ins.destinations() {
+                    def_start[slot(r) + 1] += 1;
+                }
+            }
+        }
+        for s in 0..slots {
+            def_start[s + 1] += def_start[s];
+        }
+        let mut defs = vec![0usize; def_start[slots]];
+        let mut filled = def_start.clone();
         let mut live = vec![true; stmts.len()];
-        // The removable instructions defining each register.
-        let mut defs: HashMap<Reg, Vec<usize>> = HashMap::new();
         // Registers known to be read by a kept instruction, and those still to propagate.
-        let mut read: HashSet<Reg> = HashSet::new();
+        let mut read = vec![false; slots];
         let mut pending: Vec<Reg> = Vec::new();
         for (i, st) in stmts.iter().enumerate() {
             let Stmt::Instr(ins) = st else { continue };
-            if ins.is_removable() {
+            if removable[i] {
                 live[i] = false;
                 for &r in ins.destinations() {
-                    defs.entry(r).or_default().push(i);
+                    defs[filled[slot(r)]] = i;
+                    filled[slot(r)] += 1;
                 }
             } else {
                 ins.for_each_read(|r| {
-                    if read.insert(r) {
+                    if !std::mem::replace(&mut read[slot(r)], true) {
                         pending.push(r);
                     }
                 });
             }
         }
         while let Some(r) = pending.pop() {
-            for &i in defs.get(&r).map_or(&[][..], |v| v.as_slice()) {
+            for &i in &defs[def_start[slot(r)]..def_start[slot(r) + 1]] {
                 if live[i] {
                     continue;
                 }
                 live[i] = true;
                 if let Stmt::Instr(ins) = stmts[i] {
                     ins.for_each_read(|r| {
-                        if read.insert(r) {
+                        if !std::mem::replace(&mut read[slot(r)], true) {
                             pending.push(r);
                         }
                     });
