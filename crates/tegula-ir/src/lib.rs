@@ -17,6 +17,7 @@
 pub mod builder;
 pub mod dtype;
 pub mod error;
+pub mod fast_hash;
 pub mod kernel;
 pub mod op;
 pub mod passes;

@@ -8,10 +8,10 @@
 //! follows it, so later passes and backends see no trace of the removed instruction.
 
 use crate::dtype::DType;
+use crate::fast_hash::HashMap;
 use crate::kernel::{Block, EntityRef, Inst, Kernel, Value, ValueDef};
 use crate::op::{BinaryOp, Constant, Op};
 use crate::types::TileType;
-use std::collections::HashMap;
 
 /// Removes instructions whose results nothing needs.
 ///
@@ -79,8 +79,8 @@ fn placed(k: &Kernel) -> Vec<(Block, Inst)> {
 fn dce(k: &mut Kernel) -> bool {
     let order = placed(k);
     let mut live = vec![false; k.insts.len()];
-    let mut parent_of_block: HashMap<Block, Inst> = HashMap::new();
-    let mut block_of: HashMap<Inst, Block> = HashMap::new();
+    let mut parent_of_block: HashMap<Block, Inst> = HashMap::default();
+    let mut block_of: HashMap<Inst, Block> = HashMap::default();
     for &(b, i) in &order {
         block_of.insert(i, b);
         for &r in &k.insts[i].regions {
@@ -178,7 +178,7 @@ fn expr_key(k: &Kernel, i: Inst) -> Option<ExprKey> {
 }
 
 fn cse(k: &mut Kernel) -> bool {
-    let mut subst = HashMap::new();
+    let mut subst = HashMap::default();
     let mut scopes: Vec<HashMap<ExprKey, Inst>> = Vec::new();
     let body = k.body;
     cse_block(k, body, &mut scopes, &mut subst)
@@ -190,7 +190,7 @@ fn cse_block(
     scopes: &mut Vec<HashMap<ExprKey, Inst>>,
     subst: &mut HashMap<Value, Value>,
 ) -> bool {
-    scopes.push(HashMap::new());
+    scopes.push(HashMap::default());
     let mut changed = false;
     let mut kept = Vec::with_capacity(k.blocks[b].insts.len());
     for i in k.blocks[b].insts.clone() {
@@ -226,7 +226,7 @@ fn rewrite_args(k: &mut Kernel, i: Inst, subst: &HashMap<Value, Value>) {
 
 /// One round of folds over every block; true when something changed.
 fn fold(k: &mut Kernel) -> bool {
-    let mut subst = HashMap::new();
+    let mut subst = HashMap::default();
     let body = k.body;
     fold_block(k, body, &mut subst)
 }
@@ -340,7 +340,7 @@ pub fn bind_scalar_param(k: &mut Kernel, param: usize, value: Constant) {
     let insts = &mut k.blocks[body].insts;
     insts.pop();
     insts.insert(0, inst);
-    let subst = HashMap::from([(old, new)]);
+    let subst: HashMap<Value, Value> = [(old, new)].into_iter().collect();
     for i in k.insts.keys().collect::<Vec<_>>() {
         rewrite_args(k, i, &subst);
     }

@@ -9,7 +9,7 @@
 use super::{Lower, Vals, R};
 use crate::layout::Layout;
 use crate::ptx::{Arg, Reg, RegClass, Ty};
-use std::collections::{HashMap, HashSet};
+use tegula_ir::fast_hash::{HashMap, HashSet};
 use tegula_ir::{Shape, TileType};
 
 /// Where destination element `idx` is read from: `offset + sum_i idx[i] * strides[i]`
@@ -185,7 +185,7 @@ impl Lower<'_> {
         let from_bases = from.thread_bases(shape, threads);
         let to_bases = to.thread_bases(shape, threads);
         let mut pick: Option<Vec<usize>> = None;
-        let mut differences_seen = HashSet::new();
+        let mut differences_seen = HashSet::default();
         for (&from_base, &to_base) in from_bases.iter().zip(&to_bases) {
             let difference = to_base as i64 - from_base as i64;
             if !differences_seen.insert(difference) {

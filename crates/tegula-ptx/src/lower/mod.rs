@@ -48,7 +48,7 @@ use crate::axis_info::AxisAnalysis;
 use crate::layout::Layout;
 use crate::ptx::{Arg, Builder, HoistPoint, Reg, RegClass, SMEM};
 use crate::PtxError;
-use std::collections::{HashMap, HashSet};
+use tegula_ir::fast_hash::{HashMap, HashSet};
 use tegula_ir::{Block, Inst, Kernel, Loc, Op, Shape, TileType, Value, ValueDef};
 use types::class_of;
 
@@ -185,7 +185,7 @@ impl<'k> Lower<'k> {
                 .flat_map(|i| k.insts[i].args.iter().copied())
                 .collect(),
             users: {
-                let mut users: HashMap<Value, Vec<(Inst, usize)>> = HashMap::new();
+                let mut users: HashMap<Value, Vec<(Inst, usize)>> = HashMap::default();
                 for i in k.walk() {
                     for (pos, &a) in k.insts[i].args.iter().enumerate() {
                         users.entry(a).or_default().push((i, pos));
@@ -195,25 +195,25 @@ impl<'k> Lower<'k> {
             },
             broadcast_loads: Default::default(),
             broadcast_loads_open: Default::default(),
-            anchors: HashMap::new(),
-            partial_sums: HashMap::new(),
-            assumed: HashMap::new(),
+            anchors: HashMap::default(),
+            partial_sums: HashMap::default(),
+            assumed: HashMap::default(),
             natural_memo: Default::default(),
-            invariant: HashMap::new(),
-            global: HashMap::new(),
-            straight_line: HashMap::new(),
+            invariant: HashMap::default(),
+            global: HashMap::default(),
+            straight_line: HashMap::default(),
             regions_open: 0,
             scopes: vec![Scope::default()],
             hoisting_into: None,
             tid,
             lane,
             warp,
-            bases: HashMap::new(),
-            offsets: HashMap::new(),
-            owners: HashMap::new(),
+            bases: HashMap::default(),
+            offsets: HashMap::default(),
+            owners: HashMap::default(),
             smem_base: None,
             smem_bytes: 0,
-            policies: HashMap::new(),
+            policies: HashMap::default(),
             loc: Loc::UNKNOWN,
             mma: mma::MmaState::new(k),
             num_stages: 1,
@@ -387,7 +387,7 @@ impl<'k> Lower<'k> {
         // computed there, so its registers are not held across the loops before it.
         let inv = self.is_invariant(v);
         if !inv && !self.b.is_in_prologue() {
-            let home = self.home_scope(v, &mut HashMap::new());
+            let home = self.home_scope(v, &mut HashMap::default());
             if home < self.current_scope() {
                 return self.lower_hoisted(v, &l, home);
             }
