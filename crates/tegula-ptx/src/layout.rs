@@ -388,7 +388,7 @@ mod tests {
             // The lowering's split of each element into a thread part and a register part.
             let elements = l.thread_elements(shape, t);
             assert_eq!(elements.len(), g.count);
-            for i in 0..g.count {
+            for (i, &element) in elements.iter().enumerate() {
                 let c = g.coords(i);
                 let mut lin = 0;
                 let mut k = 0;
@@ -401,7 +401,7 @@ mod tests {
                         k += 1;
                     }
                 }
-                assert_eq!(elements[i], lin as u64, "{l:?} thread {t} register {i}");
+                assert_eq!(element, lin as u64, "{l:?} thread {t} register {i}");
                 assert!(mine.insert(lin), "thread {t} holds element {lin} twice");
                 seen[lin] = true;
             }
