@@ -169,11 +169,12 @@ fn dkdv_step<T: Element>(
         head.d_o + offs_m.col() * head.stride_dom + offs_d.row(),
         row_mask,
     );
-    let lse2 = lse * LOG2E;
     // Scores transposed: [block_n, block_m].
     let KeyBlock { k, v, offs_n } = keys;
     let qk_t = dot_with(k, q.trans(), None, dot_precision::<T>()) * qk_scale;
-    let mut p_t = exp2(qk_t - lse2.row());
+    // lse's first use after the dot, fused (a separate `lse * log2 e` was hoisted by ptxas
+    // to the step's top, where the row vector loaded the step before may still be in flight).
+    let mut p_t = exp2(fma(lse.row(), -LOG2E, qk_t));
     if let Some(diag) = diag {
         p_t = select(offs_n.col().le(offs_m.row() + diag), p_t, 0.0);
     }
