@@ -2076,6 +2076,105 @@ fn rank1_loads_broadcast_into_an_accumulator_match() {
     }
 }
 
+/// `c[i, :] = A[i, :] B - r[i]` over `m` rows, a loop step per block of `bm` rows. With `ahead`
+/// the row vector `r` of each block is loaded by the step before (the first one before the
+/// loop) and reaches its use as a loop-carried value, as the attention backward's lse and
+/// delta do; otherwise each step loads its own.
+fn row_vector_loaded_a_step_ahead(bm: usize, n: usize, k: usize, ahead: bool) -> Kernel {
+    trace("row_vector_ahead", |p| {
+        let (a, b) = (p.ptr("a", DType::BF16), p.ptr("b", DType::BF16));
+        let (rv, c) = (p.ptr("r", DType::F32), p.ptr("c", DType::F32));
+        let m = p.scalar("m", DType::I32);
+        let (offs_m, offs_n, ks) = (
+            arange(0, bm as i64),
+            arange(0, n as i64),
+            arange(0, k as i64),
+        );
+        let bt = load_unmasked(b + ks.col() * n + offs_n.row());
+        let load_r = |start: Tile| {
+            let rows = start + offs_m;
+            load(rv + rows, rows.lt(m), 2.0)
+        };
+        let step = |start: Tile, r: Tile| {
+            let rows = start + offs_m;
+            let at = load(a + rows.col() * k + ks.row(), rows.col().lt(m), 0.0);
+            let acc = dot_with(at, bt, None, InputPrecision::Tf32);
+            store(
+                c + rows.col() * n + offs_n.row(),
+                acc - r.col(),
+                rows.col().lt(m),
+            );
+        };
+        if ahead {
+            let first = load_r(scalar(0));
+            for_range(0, m, bm, first, |start, r| {
+                step(start, r);
+                load_r(start + bm)
+            });
+        } else {
+            for_range(0, m, bm, (), |start, ()| step(start, load_r(start)));
+        }
+    })
+    .map(aligned)
+    .unwrap()
+}
+
+#[test]
+fn a_row_vector_carried_into_the_next_step_stays_in_the_accumulator_slice() {
+    // 45 rows in blocks of 16: the last block and the last step's extra load are ragged.
+    let (m, n, k, bm) = (45usize, 32usize, 32usize, 16usize);
+    let (av, bv, rv) = (values(m * k, 23), values(k * n, 29), values(m, 31));
+    let (ar, br) = (rounded(DType::BF16, &av), rounded(DType::BF16, &bv));
+    let (mut want, mut scale) = (vec![0f64; m * n], vec![0f64; m * n]);
+    for i in 0..m {
+        for j in 0..n {
+            let (mut d, mut mag) = (0f64, rv[i].abs() as f64);
+            for kk in 0..k {
+                d += ar[i * k + kk] * br[kk * n + j];
+                mag += (ar[i * k + kk] * br[kk * n + j]).abs();
+            }
+            want[i * n + j] = d - rv[i] as f64;
+            scale[i * n + j] = mag;
+        }
+    }
+    let count = |ptx: &str, needle: &str| ptx.lines().filter(|l| l.contains(needle)).count();
+    for warps in [4, 8] {
+        let options = CompileOptions {
+            num_warps: warps,
+            num_stages: 1,
+        };
+        let target = Target { sm: 80 };
+        let ahead = row_vector_loaded_a_step_ahead(bm, n, k, true);
+        let in_step = row_vector_loaded_a_step_ahead(bm, n, k, false);
+        let ptx_ahead = compile(&ahead, &target, &options).unwrap().ptx;
+        let ptx_in_step = compile(&in_step, &target, &options).unwrap().ptx;
+        // Carried in the slice, r crosses no layout (a blocked r would be converted through
+        // shared memory, with barriers, every step).
+        for needle in ["bar.sync", "st.shared"] {
+            assert_eq!(
+                count(&ptx_ahead, needle),
+                count(&ptx_in_step, needle),
+                "{warps} warps: {needle}"
+            );
+        }
+        let out = encode(DType::F32, &vec![f32::NAN; m * n]);
+        let bufs = run(
+            &ahead,
+            warps,
+            [1, 1, 1],
+            &[
+                Arg::Buf(&encode(DType::BF16, &av)),
+                Arg::Buf(&encode(DType::BF16, &bv)),
+                Arg::Buf(&encode(DType::F32, &rv)),
+                Arg::Buf(&out),
+                Arg::I32(m as i32),
+            ],
+        );
+        let got = decode(DType::F32, &bufs[3]);
+        assert_close(&got, &want, &scale, 1e-5, &format!("{warps} warps"));
+    }
+}
+
 /// The lines of the first loop's body in `ptx` (from its label to its end label).
 fn first_loop_body(ptx: &str) -> Vec<&str> {
     ptx.lines()
