@@ -89,8 +89,6 @@ struct QueryHead {
     /// `lse` and `delta` rows of this head.
     lse: Tile,
     delta: Tile,
-    /// `Nq`: the sweep's row vectors load no row past it (see [`load_row_stats`]).
-    n_q: Tile,
     /// With atomic dQ: the head's rows of the f32 dQ buffer (row stride `head_dim`).
     dq_acc: Option<Tile>,
 }
@@ -107,37 +105,12 @@ struct KeyBlock {
     offs_n: Tile,
 }
 
-/// `lse` and `delta` of the query rows `[start_m, start_m + block_m)` of one head. Rows past
-/// `Nq` load a logsumexp of `+inf` (hence P = 0) and a delta of 0. `ragged` (the last query
-/// block is partial, or `start_m` may lie past the last block) masks the rows; without it the
-/// caller guarantees a whole block of existing rows and the loads take no mask.
-fn load_row_stats(head: &QueryHead, start_m: Tile, block_m: usize, ragged: bool) -> (Tile, Tile) {
-    let offs_m = start_m + arange(0, block_m as i64);
-    if ragged {
-        let m_mask = offs_m.lt(head.n_q);
-        (
-            load(head.lse + offs_m, m_mask, f32::INFINITY),
-            load(head.delta + offs_m, m_mask, 0.0),
-        )
-    } else {
-        (
-            load_unmasked(head.lse + offs_m),
-            load_unmasked(head.delta + offs_m),
-        )
-    }
-}
-
 /// One step of the dK/dV sweep: folds the query rows `[start_m, start_m + block_m)` of one head
 /// into `(dk, dv)` of the resident key block. With `diag`, the scores of keys a row cannot see
 /// are dropped (`diag = Nk - Nq`: row `i` sees key `j` when `j <= i + diag`). `ragged_n_q` is
 /// `Some(Nq)` when the last query block is partial; without it every row exists and Q, dO,
 /// lse, delta and the dQ additions take no row mask (a predicated `red` costs ptxas a branch
 /// around each of the 16 additions a thread makes a step).
-///
-/// `(lse, delta)` are this block's row vectors, loaded by the step before; the step returns
-/// the next block's (`start_m + block_m`). Loaded in the step that uses them, they waited
-/// their global latency at their first use every step (ptxas sinks the loads there under
-/// register pressure); loaded a step ahead, the next step's first dot covers it.
 #[allow(clippy::too_many_arguments)]
 fn dkdv_step<T: Element>(
     head: QueryHead,
@@ -150,9 +123,9 @@ fn dkdv_step<T: Element>(
     qk_scale: Tile,
     block_m: usize,
     head_dim: usize,
-    (dk, dv): (Tile, Tile),
-    (lse, delta): (Tile, Tile),
-) -> (Tile, Tile, Tile, Tile) {
+    dk: Tile,
+    dv: Tile,
+) -> (Tile, Tile) {
     let offs_m = start_m + arange(0, block_m as i64);
     let m_mask = ragged_n_q.map(|n_q| offs_m.lt(n_q));
     let row_mask = match m_mask {
@@ -169,12 +142,22 @@ fn dkdv_step<T: Element>(
         head.d_o + offs_m.col() * head.stride_dom + offs_d.row(),
         row_mask,
     );
+    // Padded rows get lse = +inf, hence P = 0.
+    let (lse, delta) = match m_mask {
+        Some(m_mask) => (
+            load(head.lse + offs_m, m_mask, f32::INFINITY),
+            load(head.delta + offs_m, m_mask, 0.0),
+        ),
+        None => (
+            load_unmasked(head.lse + offs_m),
+            load_unmasked(head.delta + offs_m),
+        ),
+    };
+    let lse2 = lse * LOG2E;
     // Scores transposed: [block_n, block_m].
     let KeyBlock { k, v, offs_n } = keys;
     let qk_t = dot_with(k, q.trans(), None, dot_precision::<T>()) * qk_scale;
-    // lse's first use after the dot, fused (a separate `lse * log2 e` was hoisted by ptxas
-    // to the step's top, where the row vector loaded the step before may still be in flight).
-    let mut p_t = exp2(fma(lse.row(), -LOG2E, qk_t));
+    let mut p_t = exp2(qk_t - lse2.row());
     if let Some(diag) = diag {
         p_t = select(offs_n.col().le(offs_m.row() + diag), p_t, 0.0);
     }
@@ -199,21 +182,7 @@ fn dkdv_step<T: Element>(
         );
     }
     let dk = dot_with(ds_t, q, Some(dk), dot_precision::<T>());
-    // The next block's rows, loaded last: in flight across the back edge and the next step's
-    // first dot. (Loaded at the top, they would hold 32 more registers through the whole step
-    // at 255: ptxas spilled 54 values a step instead of 31.) Past the last block the ragged
-    // load masks every row; whole blocks clamp to the last one (reloaded, unused) and stay
-    // unmasked.
-    let next_m = start_m + block_m;
-    let (next_lse, next_delta) = match ragged_n_q {
-        Some(_) => load_row_stats(&head, next_m, block_m, true),
-        None => {
-            // Nq is a multiple of block_m: so is the clamped start (the loads stay vectors).
-            let clamped = multiple_of(minimum(next_m, head.n_q - block_m), block_m as u32);
-            load_row_stats(&head, clamped, block_m, false)
-        }
-    };
-    (dk, dv, next_lse, next_delta)
+    (dk, dv)
 }
 
 /// One program per (block of `block_n` keys, batch * KV head): K and V stay resident while the
@@ -312,21 +281,15 @@ pub fn attn_bwd_dkdv<T: Element>(
             stride_dom,
             lse: lse_ptr + row0,
             delta: delta_ptr + row0,
-            n_q,
             dq_acc: if atomic_dq {
                 Some(dq_acc_ptr + row0 * head_dim)
             } else {
                 None
             },
         };
-        // The first block's row vectors (masked: the sweep may be empty); each step loads the
-        // next block's. The masked loop's last step loads block `mid`, where the unmasked loop
-        // starts (`lo <= mid`, both whole blocks; an empty masked loop has `lo == mid` whenever
-        // the unmasked one runs).
-        let (mut lse, mut delta) = load_row_stats(&head, lo, block_m, true);
         if causal {
             for start_m in range(lo, minimum(mid, n_q), block_m) {
-                (dk, dv, lse, delta) = dkdv_step::<T>(
+                (dk, dv) = dkdv_step::<T>(
                     head,
                     start_m,
                     keys,
@@ -337,25 +300,15 @@ pub fn attn_bwd_dkdv<T: Element>(
                     qk_scale,
                     block_m,
                     head_dim,
-                    (dk, dv),
-                    (lse, delta),
+                    dk,
+                    dv,
                 );
             }
         }
         for start_m in range(mid, n_q, block_m) {
-            (dk, dv, lse, delta) = dkdv_step::<T>(
-                head,
-                start_m,
-                keys,
-                offs_d,
-                d_mask,
-                ragged_n_q,
-                None,
-                qk_scale,
-                block_m,
-                head_dim,
-                (dk, dv),
-                (lse, delta),
+            (dk, dv) = dkdv_step::<T>(
+                head, start_m, keys, offs_d, d_mask, ragged_n_q, None, qk_scale, block_m, head_dim,
+                dk, dv,
             );
         }
     }

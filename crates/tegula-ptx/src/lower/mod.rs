@@ -100,9 +100,6 @@ pub(crate) struct Lower<'k> {
     /// chain that leads back to its own load gets no answer instead of recursing).
     broadcast_loads: std::cell::RefCell<HashMap<Inst, Option<Layout>>>,
     broadcast_loads_open: std::cell::RefCell<HashSet<Inst>>,
-    /// The `for` loop whose body each `yield` ends (a carried value's next value reaches the
-    /// loop's block argument and result through it).
-    loop_of_yield: HashMap<Inst, Inst>,
     anchors: HashMap<Value, Layout>,
     /// Sums a loop carries as per-thread partials (`reduce.rs`, `loop_partial_sum`): lowered
     /// within each thread only, in their operand's layout given here, followed at once by
@@ -198,12 +195,6 @@ impl<'k> Lower<'k> {
             },
             broadcast_loads: Default::default(),
             broadcast_loads_open: Default::default(),
-            loop_of_yield: k
-                .walk()
-                .into_iter()
-                .filter(|&i| matches!(k.insts[i].op, Op::For))
-                .filter_map(|i| Some((*k.blocks[k.insts[i].regions[0]].insts.last()?, i)))
-                .collect(),
             anchors: HashMap::default(),
             partial_sums: HashMap::default(),
             assumed: HashMap::default(),
@@ -544,10 +535,7 @@ impl<'k> Lower<'k> {
     /// converted through shared memory with a barrier on each side (the attention backward's
     /// lse and delta rows: 4 of its 7 barriers a step). The uses may pass through rank-1
     /// elementwise ops, `expand_dims` and `broadcast` and must end in rank-2 elementwise ops
-    /// whose other operand's natural layout is an mma accumulator, the same one for all. They
-    /// may also pass through `for` loops as carried values (a row vector loaded one step ahead
-    /// of its use: the load's initial or next value, the block argument and the loop's result
-    /// all take the slice, and no conversion crosses the loop).
+    /// whose other operand's natural layout is an mma accumulator, the same one for all.
     /// `None` otherwise (blocked consumers keep the blocked load).
     pub(crate) fn broadcast_load_layout(&self, inst: Inst) -> Option<Layout> {
         if let Some(r) = self.broadcast_loads.borrow().get(&inst) {
@@ -561,8 +549,7 @@ impl<'k> Lower<'k> {
             return None;
         }
         let mut found = None;
-        let mut seen = HashSet::default();
-        let ok = self.accumulator_uses(d.results[0], None, &mut found, &mut seen);
+        let ok = self.accumulator_uses(d.results[0], None, &mut found);
         self.broadcast_loads_open.borrow_mut().remove(&inst);
         let r = if ok { found } else { None };
         self.broadcast_loads.borrow_mut().insert(inst, r.clone());
@@ -571,41 +558,23 @@ impl<'k> Lower<'k> {
 
     /// Walks the uses of `v` for [`Lower::broadcast_load_layout`]: `axis` is the axis
     /// `expand_dims` inserted (once `v` is rank 2). Records the slice each final use asks for
-    /// in `found`; false when a use is of another kind or asks for a different slice. `seen`:
-    /// the values walked so far (a value a loop carries unchanged leads back to itself).
-    fn accumulator_uses(
-        &self,
-        v: Value,
-        axis: Option<usize>,
-        found: &mut Option<Layout>,
-        seen: &mut HashSet<Value>,
-    ) -> bool {
-        if !seen.insert(v) {
-            return true;
-        }
+    /// in `found`; false when a use is of another kind or asks for a different slice.
+    fn accumulator_uses(&self, v: Value, axis: Option<usize>, found: &mut Option<Layout>) -> bool {
         let Some(users) = self.users.get(&v) else {
             return true;
         };
-        for &(u, pos) in users {
+        for &(u, _) in users {
             let d = &self.k.insts[u];
             let ok = match (&d.op, axis) {
                 (op, None) if op.is_elementwise() && d.results.len() == 1 => {
                     self.k.ty(d.results[0]).shape.rank() == 1
-                        && self.accumulator_uses(d.results[0], None, found, seen)
+                        && self.accumulator_uses(d.results[0], None, found)
                 }
                 (Op::ExpandDims { axis: a }, None) => {
                     self.k.ty(d.results[0]).shape.rank() == 2
-                        && self.accumulator_uses(d.results[0], Some(*a as usize), found, seen)
+                        && self.accumulator_uses(d.results[0], Some(*a as usize), found)
                 }
-                (Op::Broadcast, Some(_)) => self.accumulator_uses(d.results[0], axis, found, seen),
-                // A loop's initial value (operands: lo, hi, step, then the carried values) or
-                // its body's next value: the carried value's uses in the body and after the
-                // loop decide.
-                (Op::For, None) if pos >= 3 => self.carried_uses(u, pos - 3, found, seen),
-                (Op::Yield, None) => match self.loop_of_yield.get(&u) {
-                    Some(&l) => self.carried_uses(l, pos, found, seen),
-                    None => false,
-                },
+                (Op::Broadcast, Some(_)) => self.accumulator_uses(d.results[0], axis, found),
                 (op, Some(a)) if op.is_elementwise() => {
                     let other = d.args.iter().copied().find(|&o| {
                         o != v && self.k.ty(o).shape.rank() == 2 && {
@@ -634,21 +603,6 @@ impl<'k> Lower<'k> {
             }
         }
         true
-    }
-
-    /// [`Lower::accumulator_uses`] of the value `idx` the `for` loop `l` carries: its block
-    /// argument in the body and the loop's result.
-    fn carried_uses(
-        &self,
-        l: Inst,
-        idx: usize,
-        found: &mut Option<Layout>,
-        seen: &mut HashSet<Value>,
-    ) -> bool {
-        let d = &self.k.insts[l];
-        let arg = self.k.blocks[d.regions[0]].args[1 + idx];
-        self.accumulator_uses(arg, None, found, seen)
-            && self.accumulator_uses(d.results[idx], None, found, seen)
     }
 
     /// How many consecutive registers of a rank-1 value in `l` hold consecutive elements (the
