@@ -43,7 +43,7 @@ if [ "${PEERS:-1}" = 1 ]; then
         done
     else
         tc=(matmul attention "attention-bwd --quick")
-        mem=(copy "gemv --dtype fp16" seed-fa)
+        mem=(copy "gemv --dtype fp16" "gemv --dtype bf16" seed-fa)
         case "${PART:-all}" in
             tc) whats=("${tc[@]}") ;;
             mem) whats=("${mem[@]}") ;;
@@ -55,11 +55,13 @@ if [ "${PEERS:-1}" = 1 ]; then
     fi
 fi
 
-# tegula: one JSON-lines file per kernel (a failing kernel does not stop the others).
+# tegula: one JSON-lines file per kernel and option set (a failing kernel does not stop the
+# others).
 bench() {
     local name=$1; shift
+    local file="$WORK/tegula-$name$(echo "$*" | tr -c 'a-zA-Z0-9' '_' | cut -c1-40).jsonl"
     echo "== tegula bench $name $*"
-    timeout "${BENCH_TIMEOUT:-150}" "$BIN" bench "$name" --json "$WORK/tegula-$name.jsonl" \
+    timeout "${BENCH_TIMEOUT:-150}" "$BIN" bench "$name" --json "$file" \
         --peers "$WORK/peers.txt" "$@" \
         || echo "== tegula bench $name: exit $?"
 }
@@ -77,6 +79,7 @@ else
     if [ "${PART:-all}" != tc ]; then
         bench copy
         bench gemv --plot "$OUT/gemv.svg"
+        bench gemv --dtype bf16
         bench softmax
         bench layer_norm
         bench layer_norm_backward
