@@ -592,9 +592,9 @@ pub fn persistent_grid(dev: &Device, tiles: usize, programs_per_sm: usize) -> (u
 }
 
 /// The looping kernels' block of columns and blocks a trip by default: 8 elements a thread
-/// at 8 warps, 4 blocks (four 16-byte loads of bf16) in flight a thread: 70 registers (layer
-/// norm) and 80 (RMS norm), 3 programs a SM, 48 KB of bf16 in flight a SM (the old
-/// 4096-column blocks without unrolling: 64 registers, 4 programs, 32 KB).
+/// at 8 warps, 4 blocks (four 16-byte loads of bf16) in flight a thread. Layer norm takes 72
+/// registers (3 programs a SM, 48 KB of bf16 in flight a SM); RMS norm 40 (6 programs a SM;
+/// beyond 16384 columns it runs other blocks, see [`rms_norm_config`]).
 const LOOP_BLOCK: usize = 2048;
 const LOOP_UNROLL: usize = 4;
 
