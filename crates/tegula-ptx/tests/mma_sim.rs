@@ -2253,3 +2253,97 @@ fn attention_row_sums_are_partial_inside_the_loop() {
         );
     }
 }
+
+/// bf16 bit patterns of every kind, then pseudo-random ones: signed zeros, subnormals, the
+/// extremes, infinities and NaNs with payloads and either sign.
+fn bf16_patterns(n: usize, seed: u64) -> Vec<u16> {
+    const SPECIAL: [u16; 14] = [
+        0x0000, 0x8000, 0x0001, 0x807f, 0x0040, 0x0080, 0x7f7f, 0xff7f, 0x7f80, 0xff80, 0x7fc0,
+        0xffc1, 0x7f81, 0x3f80,
+    ];
+    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..n)
+        .map(|i| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            // Specials spread over both halves of the packed words and over the threads.
+            if i % 5 == 0 {
+                SPECIAL[(s >> 20) as usize % SPECIAL.len()]
+            } else {
+                (s >> 32) as u16
+            }
+        })
+        .collect()
+}
+
+/// Loaded bf16 pairs are widened from their packed word (shift / mask, `widen`), not split and
+/// converted one by one: the f32 of a cast has the exact bits of the bf16 (NaN payloads too),
+/// a bf16 product computed through f32 is the correctly rounded one, and the PTX keeps neither
+/// a `cvt.f32.bf16` nor the split of the words.
+#[test]
+fn bf16_pairs_widen_from_their_packed_word() {
+    // Rows of 4 elements, one a thread: the bf16 loads (8 bytes) and the f32 store (16 bytes)
+    // take the same layout, so the cast reads the loaded registers (no conversion between).
+    let rows = 128usize;
+    let kern = trace("bf16_widen", |p| {
+        let (x, y) = (p.ptr("x", DType::BF16), p.ptr("y", DType::BF16));
+        let (wide, prod) = (p.ptr("wide", DType::F32), p.ptr("prod", DType::BF16));
+        let n = p.scalar("n", DType::I32);
+        let offs_r = program_id(0) * rows + arange(0, rows as i64);
+        let offs = offs_r.col() * 4 + arange(0, 4).row();
+        let mask = offs_r.col().lt(n);
+        let xv = load(x + offs, mask, 0.0);
+        let yv = load(y + offs, mask, 0.0);
+        store(wide + offs, xv.to::<f32>(), mask);
+        store(prod + offs, xv * yv, mask);
+    })
+    .map(aligned)
+    .unwrap();
+    let ptx = compile(
+        &kern,
+        &Target { sm: 90 },
+        &CompileOptions {
+            num_warps: 4,
+            num_stages: 1,
+        },
+    )
+    .unwrap()
+    .ptx;
+    assert!(ptx.contains("ld.global.v2.b32"), "{ptx}");
+    assert!(!ptx.contains("cvt.f32.bf16"), "{ptx}");
+    assert!(!ptx.contains("mov.b32 {"), "the split stays dead: {ptx}");
+    assert!(ptx.contains("shl.b32") && ptx.contains("and.b32"), "{ptx}");
+    // Not a multiple of the block (the last program is masked).
+    let n_rows = 149;
+    let n = 4 * n_rows;
+    let xs = bf16_patterns(n, 3);
+    let ys = bf16_patterns(n, 11);
+    let bytes = |v: &[u16]| v.iter().flat_map(|b| b.to_le_bytes()).collect::<Vec<u8>>();
+    let bufs = run_on(
+        90,
+        &kern,
+        4,
+        1,
+        [n_rows.div_ceil(rows) as u64, 1, 1],
+        &[
+            Arg::Buf(&bytes(&xs)),
+            Arg::Buf(&bytes(&ys)),
+            Arg::Buf(&vec![0u8; 4 * n]),
+            Arg::Buf(&vec![0u8; 2 * n]),
+            Arg::I32(n_rows as i32),
+        ],
+    );
+    for i in 0..n {
+        let c = &bufs[2][4 * i..4 * i + 4];
+        let wide = u32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+        assert_eq!(wide, (xs[i] as u32) << 16, "element {i}: {:#06x}", xs[i]);
+        let got = bf16::from_le_bytes([bufs[3][2 * i], bufs[3][2 * i + 1]]);
+        let (a, b) = (bf16::from_bits(xs[i]), bf16::from_bits(ys[i]));
+        let want = bf16::from_f64(a.to_f64() * b.to_f64());
+        assert!(
+            got.to_bits() == want.to_bits() || (got.is_nan() && want.is_nan()),
+            "element {i}: {a} * {b}: got {got}, want {want}"
+        );
+    }
+}

@@ -305,8 +305,30 @@ impl Lower<'_> {
     pub(crate) fn widen(&mut self, d: DType, x: Reg) -> Reg {
         match d {
             DType::F16 => self.b.op("cvt.f32.f16", RegClass::F32, vec![x.into()]),
-            DType::BF16 => self.b.op("cvt.f32.bf16", RegClass::F32, vec![x.into()]),
+            DType::BF16 => match self.packed_halves.get(&x) {
+                Some(&(word, high)) => self.bf16_half_to_f32(word, high),
+                None => self.b.op("cvt.f32.bf16", RegClass::F32, vec![x.into()]),
+            },
             _ => x,
+        }
+    }
+
+    /// The f32 of the bf16 in the low or high half of the 32-bit `word`. A bf16 is the top 16
+    /// bits of the f32 it converts to, exactly (NaNs, infinities and subnormals included), so
+    /// the conversion is a shift of the low half or a mask of the high one: one instruction
+    /// each, where ptxas makes the split `mov.b32 {lo, hi}` plus two `cvt.f32.bf16` into
+    /// three (the high half is extracted, then shifted). f16 has no such rule.
+    fn bf16_half_to_f32(&mut self, word: Reg, high: bool) -> Reg {
+        // A .b32 operation may write an f32 register (same size): no extra move.
+        if high {
+            self.b.op(
+                "and.b32",
+                RegClass::F32,
+                vec![word.into(), Arg::Imm(0xffff_0000)],
+            )
+        } else {
+            self.b
+                .op("shl.b32", RegClass::F32, vec![word.into(), Arg::Imm(16)])
         }
     }
 

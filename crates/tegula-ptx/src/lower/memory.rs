@@ -182,6 +182,11 @@ impl Lower<'_> {
             let halves: Vec<Reg> = (0..count).map(|_| self.b.reg(RegClass::B16)).collect();
             self.b
                 .emit("mov.b32", vec![Arg::Vec(halves.clone()), w.into()]);
+            // The word holds nothing else after this point (its definitions, the load and the
+            // preset before a guarded load, come just before), so it can stand for its halves.
+            for (k, &h) in halves.iter().enumerate() {
+                self.packed_halves.insert(h, (w, k == 1));
+            }
             return halves
                 .into_iter()
                 .map(|h| match ec {

@@ -140,6 +140,9 @@ pub(crate) struct Lower<'k> {
     /// Scratch base and offset while pipeline buffers occupy the start of the buffer.
     smem_shift: Vec<(Reg, u32)>,
     pipe: pipeline::PipeState,
+    /// The 16-bit registers `unpack` split out of a 32-bit word: the word, and whether the
+    /// register is its high half (`widen` reads a bf16 straight from the word).
+    packed_halves: HashMap<Reg, (Reg, bool)>,
 }
 
 /// Whether an op is lowered in program order with a layout of its own.
@@ -219,6 +222,7 @@ impl<'k> Lower<'k> {
             num_stages: 1,
             smem_shift: Vec::new(),
             pipe: Default::default(),
+            packed_halves: HashMap::default(),
         }
     }
 
