@@ -2347,3 +2347,64 @@ fn bf16_pairs_widen_from_their_packed_word() {
         );
     }
 }
+
+/// A looping row reduction over bf16 (the norms' pattern): masked 16-byte loads at the row's
+/// tail, each pair widened from its word inside the loop, the row sums of squares against a
+/// float64 reference.
+#[test]
+fn looping_bf16_row_sums_widen_in_the_loop() {
+    let (rows, cols) = (4usize, 256usize);
+    let kern = trace("bf16_row_squares", |p| {
+        let (x, out) = (p.ptr("x", DType::BF16), p.ptr("out", DType::F32));
+        let n = p.scalar("n", DType::I32);
+        let offs_r = program_id(0) * rows + arange(0, rows as i64);
+        let offs_c = arange(0, cols as i64);
+        let acc = for_range(0, n, cols, zeros::<f32>([rows]), |j, acc| {
+            let c = j + offs_c;
+            let xt = load(x + offs_r.col() * n + c.row(), c.row().lt(n), 0.0).to::<f32>();
+            acc + sum(xt * xt, 1)
+        });
+        store_unmasked(out + offs_r, acc);
+    })
+    .map(aligned)
+    .unwrap();
+    let options = CompileOptions {
+        num_warps: 4,
+        num_stages: 1,
+    };
+    let ptx = compile(&kern, &Target { sm: 90 }, &options).unwrap().ptx;
+    let body = first_loop_body(&ptx);
+    assert!(body.iter().any(|l| l.contains("ld.global.v4.b32")), "{ptx}");
+    assert!(
+        !body
+            .iter()
+            .any(|l| l.contains("cvt.f32.bf16") || l.contains("mov.b32 {")),
+        "{ptx}"
+    );
+    let high_halves = body.iter().filter(|l| l.contains("and.b32 %f")).count();
+    // One a pair of the thread's elements (4 warps, no replication).
+    assert_eq!(high_halves, rows * cols / (32 * 4) / 2, "{ptx}");
+    // Three blocks and a masked tail of 40 columns (a multiple of 8: 16-byte loads).
+    let n = 3 * cols + 40;
+    let grid = 3;
+    let xs = values(grid * rows * n, 5);
+    let xr = rounded(DType::BF16, &xs);
+    let bufs = run_on(
+        90,
+        &kern,
+        4,
+        1,
+        [grid as u64, 1, 1],
+        &[
+            Arg::Buf(&encode(DType::BF16, &xs)),
+            Arg::Buf(&vec![0u8; 4 * grid * rows]),
+            Arg::I32(n as i32),
+        ],
+    );
+    let want: Vec<f64> = xr
+        .chunks(n)
+        .map(|r| r.iter().map(|v| v * v).sum())
+        .collect();
+    let got = decode(DType::F32, &bufs[1]);
+    assert_close(&got, &want, &want, 1e-6, "row sums of squares");
+}
