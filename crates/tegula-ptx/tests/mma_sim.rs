@@ -2408,3 +2408,119 @@ fn looping_bf16_row_sums_widen_in_the_loop() {
     let got = decode(DType::F32, &bufs[1]);
     assert_close(&got, &want, &want, 1e-6, "row sums of squares");
 }
+
+/// The attention backward's step in small: over row blocks of `x` (`n` rows, the last block
+/// partial when `ragged`), `s^T = K x^T` (`[bn, bm]`), `p = (s^T - r[rows]) * c[rows]` and
+/// `a += p x`. `r` and `c` are rank-1 loads whose uses broadcast into the dot's accumulator, so
+/// the pipeliner stages them beside `x` (`RowLoad` in pipeline.rs) unless a masked element
+/// must read a nonzero `c_other` (a copy can only zero-fill): then `c` stays a global load.
+fn staged_rows_loop(
+    dt: DType,
+    (bm, bn, d): (usize, usize, usize),
+    ragged: bool,
+    c_other: f32,
+) -> Kernel {
+    trace("staged_rows_loop", |p| {
+        let (x, kp) = (p.ptr("x", dt), p.ptr("k", dt));
+        let (rp, cp, ap) = (
+            p.ptr("r", DType::F32),
+            p.ptr("c", DType::F32),
+            p.ptr("a", DType::F32),
+        );
+        let n = p.scalar("n", DType::I32);
+        let offs_n = arange(0, bn as i64);
+        let offs_d = arange(0, d as i64);
+        let offs_m = arange(0, bm as i64);
+        let kv = load_unmasked(kp + offs_n.col() * d + offs_d.row());
+        let a = for_range(0, n, bm, zeros::<f32>([bn, d]), |start, a| {
+            let rows = start + offs_m;
+            let (xt, rv, cv) = if ragged {
+                let in_rows = rows.lt(n);
+                (
+                    load(x + rows.col() * d + offs_d.row(), in_rows.col(), 0.0),
+                    load(rp + rows, in_rows, 0.0),
+                    load(cp + rows, in_rows, c_other),
+                )
+            } else {
+                (
+                    load_unmasked(x + rows.col() * d + offs_d.row()),
+                    load_unmasked(rp + rows),
+                    load_unmasked(cp + rows),
+                )
+            };
+            let st = dot(kv, xt.trans());
+            let pt = ((st - rv.row()) * cv.row()).cast(dt);
+            dot_acc(pt, xt, a)
+        });
+        store_unmasked(ap + offs_n.col() * d + offs_d.row(), a);
+    })
+    .map(aligned)
+    .unwrap()
+}
+
+/// Rank-1 loads staged by the pipeliner (`staged_rows_loop`): copied with `cp.async` into the
+/// slots beside the tile, read back with `ld.shared.v2` straight into the accumulator's
+/// slice, and no global load left in the loop; whole blocks unmasked and a ragged last block
+/// (zero-filled copies), 2 and 3 stages, against float64. The simulator checks that no read
+/// precedes its copy's wait and that no copy overwrites bytes another thread reads since the
+/// last barrier (the slot's reuse).
+#[test]
+fn rank1_loads_staged_beside_the_tiles_match() {
+    let dt = DType::BF16;
+    let (bm, bn, d, warps) = (32usize, 64usize, 32usize, 4u32);
+    for (n, ragged, c_other, staged) in [
+        (96usize, false, 0.0f32, 2usize),
+        (72, true, 0.0, 2),
+        (72, true, 2.0, 1),
+    ] {
+        let kern = staged_rows_loop(dt, (bm, bn, d), ragged, c_other);
+        let (xv, kv) = (values(n * d, 61 + n as u64), values(bn * d, 67));
+        let (rv, cv) = (values(n, 71), values(n, 73));
+        let (xr, kr) = (rounded(dt, &xv), rounded(dt, &kv));
+        let round = |x: f64| rounded(dt, &[x as f32])[0];
+        let (mut a, mut a_scale) = (vec![0f64; bn * d], vec![0f64; bn * d]);
+        for i in 0..n {
+            let x_row = &xr[i * d..(i + 1) * d];
+            for j in 0..bn {
+                let s: f64 = (0..d).map(|c| kr[j * d + c] * x_row[c]).sum();
+                let p = round((s - rv[i] as f64) * cv[i] as f64);
+                for c in 0..d {
+                    a[j * d + c] += p * x_row[c];
+                    a_scale[j * d + c] += (p * x_row[c]).abs();
+                }
+            }
+        }
+        for stages in [2, 3] {
+            let what = format!("n {n}, ragged {ragged}, c_other {c_other}, {stages} stages");
+            let options = CompileOptions {
+                num_warps: warps,
+                num_stages: stages,
+            };
+            let ptx = compile(&kern, &Target { sm: 80 }, &options).unwrap().ptx;
+            assert!(
+                ptx.contains(&format!("and {staged} rank-1 loads, {stages} stages")),
+                "{what}"
+            );
+            let body = first_loop_body(&ptx);
+            let count = |what: &str| body.iter().filter(|l| l.contains(what)).count();
+            // Each thread reads its `bm / 4` columns of the slice as pairs, per staged vector.
+            assert_eq!(count("ld.shared.v2.f32"), staged * bm / 4 / 2, "{what}");
+            assert_eq!(count("ld.global"), (2 - staged) * bm / 4 / 2, "{what}");
+            let bufs = run_staged(
+                &kern,
+                warps,
+                stages,
+                [1, 1, 1],
+                &[
+                    Arg::Buf(&encode(dt, &xv)),
+                    Arg::Buf(&encode(dt, &kv)),
+                    Arg::Buf(&encode(DType::F32, &rv)),
+                    Arg::Buf(&encode(DType::F32, &cv)),
+                    Arg::Buf(&encode(DType::F32, &vec![f32::NAN; bn * d])),
+                    Arg::I32(n as i32),
+                ],
+            );
+            assert_close(&decode(DType::F32, &bufs[4]), &a, &a_scale, 1e-5, &what);
+        }
+    }
+}

@@ -378,7 +378,9 @@ impl<'k> Lower<'k> {
         if let Some(r) = self.lookup(v, &l) {
             return Ok(r);
         }
-        if let Some(al) = self.anchors.get(&v).cloned() {
+        // A rank-1 load staged by a running pipeline is read from its slot where first needed.
+        let staged = self.staged_row(v)?;
+        if let Some(al) = staged.or_else(|| self.anchors.get(&v).cloned()) {
             let src = self.lookup(v, &al).ok_or_else(|| {
                 self.invalid(format!("{v} is used outside the region that defines it"))
             })?;

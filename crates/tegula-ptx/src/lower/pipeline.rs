@@ -18,6 +18,12 @@
 //! after the loop:    wait_all
 //! ```
 //!
+//! A rank-1 load of the body whose uses broadcast it into an mma accumulator (the attention
+//! backward's lse and delta rows, [`RowLoad`]) rides along: each slot holds its elements in
+//! order after the tiles, copied with `cp.async` by the owners of a blocked layout in the same
+//! commit group, and read with `ld.shared` straight into the accumulator's slice where the
+//! value is first needed (no registers held across the step, no barrier of its own).
+//!
 //! A loop whose one dot reads both operands from the slots loads the next tile's first
 //! fragments across the tile boundary instead (see [`BoundaryFragments`]).
 //!
@@ -31,12 +37,13 @@
 //! scratch uses in the loop go after them); when the total exceeds the target's limit
 //! (`Target::max_shared_bytes`), compilation retries with one stage fewer.
 
+use super::types::{class_of, mem_ty};
 use super::{is_anchored, Lower, R};
 use crate::layout::Layout;
 use crate::mma_layout::{MmaKind, Role, Stage};
 use crate::ptx::{Arg, Reg, RegClass};
 use std::collections::{HashMap, HashSet};
-use tegula_ir::{BinaryOp, Block, Constant, DType, Inst, Op, Value, ValueDef};
+use tegula_ir::{BinaryOp, Block, Constant, DType, Elem, Inst, Op, Value, ValueDef};
 
 use super::mma::{fragment_registers, MmaPlan, SharedOperand};
 
@@ -64,8 +71,23 @@ struct PipeLoad {
     vec: u32,
 }
 
-/// A loop's pipelined loads, its stages and the bytes of one slot (`plan_pipeline`).
-type PipePlan = (Vec<PipeLoad>, u32, u32);
+/// A rank-1 load staged beside the tiles (see the module doc): each slot holds its elements
+/// in order in a region of its own, copied by the threads of a blocked layout and read at its
+/// first use straight into the layout its uses take (an mma accumulator's slice).
+#[derive(Clone, Debug)]
+struct RowLoad {
+    inst: Inst,
+    value: Value,
+    /// Byte offset of its region within a slot.
+    offset: u32,
+    /// The copies: `vec` elements each, in a blocked layout (replicas copy nothing).
+    copy: Layout,
+    vec: u32,
+}
+
+/// A loop's pipelined loads, its staged rank-1 loads, its stages and the bytes of one slot
+/// (`plan_pipeline`).
+type PipePlan = (Vec<PipeLoad>, Vec<RowLoad>, u32, u32);
 
 /// The pipeline of one loop being lowered.
 #[derive(Clone, Debug)]
@@ -74,6 +96,7 @@ struct Pipe {
     body: Block,
     iv: Value,
     loads: Vec<PipeLoad>,
+    rows: Vec<RowLoad>,
     stages: u32,
     slot_bytes: u32,
     /// The shared array's address.
@@ -123,6 +146,7 @@ struct Nest {
     step: Reg,
     signed: bool,
     loads: Vec<PipeLoad>,
+    rows: Vec<RowLoad>,
     stages: u32,
     slot_bytes: u32,
     base: Reg,
@@ -297,10 +321,9 @@ fn is_zero(k: &tegula_ir::Kernel, v: Value) -> bool {
 
 impl Lower<'_> {
     pub(crate) fn is_pipelined(&self, inst: Inst) -> bool {
-        self.pipe
-            .active
-            .iter()
-            .any(|p| p.loads.iter().any(|l| l.inst == inst))
+        self.pipe.active.iter().any(|p| {
+            p.loads.iter().any(|l| l.inst == inst) || p.rows.iter().any(|r| r.inst == inst)
+        })
     }
 
     /// Whether `v` depends only on `iv`, free ops and values defined outside `inside`.
@@ -514,7 +537,72 @@ impl Lower<'_> {
         if stages * offset > room {
             return None;
         }
-        Some((loads, stages, offset))
+        let (rows, slot_bytes) = self.plan_row_loads(body, &inside, offset, stages, room);
+        Some((loads, rows, stages, slot_bytes))
+    }
+
+    /// The rank-1 loads of a pipelined loop's body staged beside its tiles, placed after
+    /// `tile_bytes` in each slot, while `stages` slots fit in `room`, and the bytes of one slot.
+    /// A load qualifies when its uses broadcast it into an mma accumulator (its layout is that
+    /// accumulator's slice, `broadcast_load_layout`), its elements are 4 bytes, its pointer and
+    /// mask depend on the induction variable and values from outside the loop only, and a
+    /// masked element may read zero (copies of masked elements zero-fill): a load with another
+    /// `other` stays a global load.
+    fn plan_row_loads(
+        &self,
+        body: Block,
+        inside: &HashSet<Value>,
+        tile_bytes: u32,
+        stages: u32,
+        room: u32,
+    ) -> (Vec<RowLoad>, u32) {
+        let iv = self.k.blocks[body].args[0];
+        let mut rows = Vec::new();
+        let mut offset = tile_bytes;
+        for &li in &self.k.blocks[body].insts {
+            let d = &self.k.insts[li];
+            let Op::Load {
+                has_mask,
+                has_other,
+                volatile,
+                ..
+            } = d.op
+            else {
+                continue;
+            };
+            let value = d.results[0];
+            let ty = self.k.ty(value);
+            let word = matches!(ty.dtype(), DType::F32 | DType::I32 | DType::U32);
+            if volatile || ty.shape.rank() != 1 || !word {
+                continue;
+            }
+            if has_mask && has_other && !is_zero(self.k, d.args[2]) {
+                continue;
+            }
+            let addr_ok = self.depends_on_iv_only(d.args[0], iv, inside)
+                && (!has_mask || self.depends_on_iv_only(d.args[1], iv, inside));
+            if !addr_ok || self.broadcast_load_layout(li).is_none() {
+                continue;
+            }
+            let vec = self.access_vec(li);
+            if !matches!(vec, 1 | 2 | 4) {
+                continue;
+            }
+            let n = ty.shape.dim(0) as u32;
+            let bytes = (n * 4).div_ceil(16) * 16;
+            if stages * (offset + bytes).div_ceil(128) * 128 > room {
+                break;
+            }
+            rows.push(RowLoad {
+                inst: li,
+                value,
+                offset,
+                copy: Layout::blocked(&ty.shape, vec, self.num_warps),
+                vec,
+            });
+            offset += bytes;
+        }
+        (rows, offset.div_ceil(128) * 128)
     }
 
     /// Bytes at the start of the scratch buffer held by enclosing pipelines and resident dot
@@ -590,14 +678,14 @@ impl Lower<'_> {
             .last()
             .filter(|n| n.inner == for_inst)
             .cloned();
-        let (loads, stages, slot_bytes, base) = match nest {
-            Some(n) => (n.loads, n.stages, n.slot_bytes, n.base),
+        let (loads, rows, stages, slot_bytes, base) = match nest {
+            Some(n) => (n.loads, n.rows, n.stages, n.slot_bytes, n.base),
             None => {
-                let Some((loads, stages, slot_bytes)) = self.plan_pipeline(for_inst) else {
+                let Some((loads, rows, stages, slot_bytes)) = self.plan_pipeline(for_inst) else {
                     return Ok(false);
                 };
                 let base = self.reserve_slots(stages * slot_bytes);
-                (loads, stages, slot_bytes, base)
+                (loads, rows, stages, slot_bytes, base)
             }
         };
         let nested = self.pipe.nests.last().is_some_and(|n| n.inner == for_inst);
@@ -608,6 +696,7 @@ impl Lower<'_> {
             body,
             iv: self.k.blocks[body].args[0],
             loads,
+            rows,
             stages,
             slot_bytes,
             base,
@@ -634,8 +723,12 @@ impl Lower<'_> {
             pipe.carried.push(carried);
         }
         self.b.comment(format!(
-            "pipeline: {} loads, {stages} stages of {slot_bytes} bytes{}",
+            "pipeline: {} loads{}, {stages} stages of {slot_bytes} bytes{}",
             pipe.loads.len(),
+            match pipe.rows.len() {
+                0 => String::new(),
+                n => format!(" and {n} rank-1 loads"),
+            },
             if nested {
                 " (first stages copied by the outer loop)"
             } else {
@@ -932,7 +1025,8 @@ impl Lower<'_> {
     /// the inner loop's slots and copies the outer loop's first iteration's first stages.
     /// Returns whether it did.
     pub(crate) fn nest_prologue(&mut self, for_inst: Inst, iv: Reg, hi: Reg, step: Reg) -> R<bool> {
-        let Some((inner, (loads, stages, slot_bytes))) = self.nest_inner_loop(for_inst) else {
+        let Some((inner, (loads, rows, stages, slot_bytes))) = self.nest_inner_loop(for_inst)
+        else {
             return Ok(false);
         };
         let body = self.k.insts[for_inst].regions[0];
@@ -946,6 +1040,7 @@ impl Lower<'_> {
             step,
             signed: self.k.ty(outer_iv).dtype().is_signed_int(),
             loads,
+            rows,
             stages,
             slot_bytes,
             base,
@@ -997,6 +1092,7 @@ impl Lower<'_> {
             body,
             iv: self.k.blocks[body].args[0],
             loads: nest.loads.clone(),
+            rows: nest.rows.clone(),
             stages: nest.stages,
             slot_bytes: nest.slot_bytes,
             base: nest.base,
@@ -1054,8 +1150,9 @@ impl Lower<'_> {
         }
         let plan = self.plan_pipeline(inner)?;
         let ivs = [outer_iv, inner_iv];
-        let addrs_ok = plan.0.iter().all(|pl| {
-            let t = &self.k.insts[pl.inst];
+        let insts = plan.0.iter().map(|pl| pl.inst);
+        let addrs_ok = insts.chain(plan.1.iter().map(|r| r.inst)).all(|li| {
+            let t = &self.k.insts[li];
             let has_mask = matches!(t.op, Op::Load { has_mask: true, .. });
             self.depends_on_ivs_only(t.args[0], &ivs, &outer_inside)
                 && (!has_mask || self.depends_on_ivs_only(t.args[1], &ivs, &outer_inside))
@@ -1313,7 +1410,138 @@ impl Lower<'_> {
                 self.advance_carried(ca);
             }
         }
+        for row in &pipe.rows {
+            self.issue_row_copies(row, pipe.base, valid, slot)?;
+        }
         Ok(())
+    }
+
+    /// Copies a staged rank-1 load's elements (when `valid`; masked elements zero-fill) into its
+    /// region of the slot at byte offset `slot`: element `e` at `4 e`. Replicated threads of
+    /// the copy layout copy nothing (a zero-filling replica would race with the owner's copy).
+    fn issue_row_copies(&mut self, row: &RowLoad, base: Reg, valid: Reg, slot: Reg) -> R<()> {
+        let d = self.k.insts[row.inst].clone();
+        let Op::Load { has_mask, .. } = d.op else {
+            unreachable!()
+        };
+        let shape = self.k.ty(row.value).shape;
+        let l = &row.copy;
+        let ptrs = self.get(d.args[0], l)?;
+        let mask = if has_mask {
+            Some(self.get(d.args[1], l)?)
+        } else {
+            None
+        };
+        let owner = self.owner(l, &shape);
+        let dst = self.row_region_addr(l, &shape, base, slot);
+        let g = l.geometry(&shape);
+        let axis = l.kept()[0];
+        let bytes = row.vec * 4;
+        for start in (0..g.count).step_by(row.vec as usize) {
+            let e = g.const_index(axis, g.coords(start)[axis]) as i64;
+            let ok = match &mask {
+                Some(m) => self.b.op(
+                    "and.pred",
+                    RegClass::Pred,
+                    vec![m[start].into(), valid.into()],
+                ),
+                None => valid,
+            };
+            let src_size = self.b.op(
+                "selp.u32",
+                RegClass::B32,
+                vec![Arg::Imm(bytes as i64), Arg::Imm(0), ok.into()],
+            );
+            let cache = if bytes == 16 { "cg" } else { "ca" };
+            let args = vec![
+                Arg::Addr(Box::new(dst.into()), row.offset as i64 + 4 * e),
+                Arg::Addr(Box::new(ptrs[start].into()), 0),
+                Arg::Imm(bytes as i64),
+                src_size.into(),
+            ];
+            let opcode = format!("cp.async.{cache}.shared.global");
+            match owner {
+                Some(p) => self.b.emit_guarded(p, false, opcode, args),
+                None => self.b.emit(opcode, args),
+            }
+        }
+        Ok(())
+    }
+
+    /// The shared address of a thread's first element of a rank-1 value of `shape` in `l`
+    /// within a slot's row regions: `base + slot + 4 * position` (the region's offset and the
+    /// register's constant index go in the accesses' immediates).
+    fn row_region_addr(
+        &mut self,
+        l: &Layout,
+        shape: &tegula_ir::Shape,
+        base: Reg,
+        slot: Reg,
+    ) -> Reg {
+        let at_slot = self
+            .b
+            .op("add.s32", RegClass::B32, vec![base.into(), slot.into()]);
+        match self.bases(l, shape)[l.kept()[0]] {
+            Some(pos) => self.b.op(
+                "mad.lo.s32",
+                RegClass::B32,
+                vec![pos.into(), Arg::Imm(4), at_slot.into()],
+            ),
+            None => at_slot,
+        }
+    }
+
+    /// When `v` is a rank-1 load staged by a pipeline that is running: its layout, after
+    /// reading this iteration's elements from the slot into registers (each thread its own,
+    /// contiguous ones as one vector access) unless the current scope has them. The read is
+    /// emitted where the value is first needed, so its registers live from there only; the
+    /// iteration's wait and barrier came before it, and the slot is refilled only after the
+    /// next iteration's barrier.
+    pub(crate) fn staged_row(&mut self, v: Value) -> R<Option<Layout>> {
+        let Some((base, read_off, row)) = self.pipe.active.iter().rev().find_map(|p| {
+            let row = p.rows.iter().find(|r| r.value == v)?;
+            Some((p.base, p.read_off, row.clone()))
+        }) else {
+            return Ok(None);
+        };
+        let l = self.access_layout(row.inst);
+        if self.lookup(v, &l).is_some() {
+            return Ok(Some(l));
+        }
+        let ty = self.k.ty(v);
+        let dt = ty.dtype();
+        let shape = ty.shape;
+        let g = l.geometry(&shape);
+        let axis = l.kept()[0];
+        let run = Self::contiguous_run(&l, &shape).min(4);
+        let run = if run.is_power_of_two() { run } else { 1 } as usize;
+        let addr = self.row_region_addr(&l, &shape, base, read_off);
+        let class = class_of(Elem::Scalar(dt));
+        let mut regs = Vec::with_capacity(g.count);
+        for start in (0..g.count).step_by(run) {
+            let e = g.const_index(axis, g.coords(start)[axis]) as i64;
+            let words: Vec<Reg> = (0..run).map(|_| self.b.reg(class)).collect();
+            let dst = if run > 1 {
+                Arg::Vec(words.clone())
+            } else {
+                Arg::Reg(words[0])
+            };
+            let suffix = if run > 1 {
+                format!(".v{run}")
+            } else {
+                String::new()
+            };
+            self.b.emit(
+                format!("ld.shared{suffix}{}", mem_ty(dt)),
+                vec![
+                    dst,
+                    Arg::Addr(Box::new(addr.into()), row.offset as i64 + 4 * e),
+                ],
+            );
+            regs.extend(words);
+        }
+        self.define(v, &l, regs);
+        Ok(Some(l))
     }
 
     /// Where a pipelined load's value is this iteration (its slot); `None` when `src` is not
