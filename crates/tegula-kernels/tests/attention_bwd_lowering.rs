@@ -72,18 +72,30 @@ fn dkdv_keeps_k_and_v_resident_streams_q_and_do_and_keeps_dp_in_p_layout() {
         assert_eq!(stores, 2 * 8, "causal={causal}");
         // One pipelined loop over the query blocks (two when causal: the masked rows, then
         // the rest), each streaming Q and dO once a step: each feeds two dots from one slot
-        // (64 x 128 bf16: 16 KB each). K is no longer among them.
+        // (64 x 128 bf16: 16 KB each). K is no longer among them. The rows' lse and delta (64
+        // f32 each) ride in the same slots after the tiles (2 x 256 bytes).
         let loops = if causal { 2 } else { 1 };
         assert_eq!(
-            count(&text, "// pipeline: 2 loads, 2 stages of 32768 bytes"),
+            count(
+                &text,
+                "// pipeline: 2 loads and 2 rank-1 loads, 2 stages of 33280 bytes"
+            ),
             loops,
             "causal={causal}"
         );
         // One cp.async a 16-byte chunk: 32 KB over 256 threads is 8 copies a thread a refill,
-        // one refill in each loop plus its prologue's.
+        // and one each for lse and delta (by 16 lanes of warp 0), one refill in each loop plus
+        // its prologue's.
         assert_eq!(
             count(&text, "cp.async.cg.shared.global"),
-            8 * 2 * loops,
+            (8 + 2) * 2 * loops,
+            "causal={causal}"
+        );
+        // lse and delta come from the slot into the accumulator's slice: each thread's 16
+        // columns as 8 pairs, each vector; no global load of them is left.
+        assert_eq!(
+            count(&text, "ld.shared.v2.f32"),
+            2 * 8 * loops,
             "causal={causal}"
         );
         // dP^T = V dO^T is laid out like P^T (warps along the 128 keys), so no f32 [128, 64]
