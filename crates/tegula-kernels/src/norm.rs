@@ -654,7 +654,7 @@ pub fn layer_norm_config(n: usize) -> Config {
 /// RMS norm's forward config for rows of `n`: one tile without the prefetch up to 4096 columns
 /// (2.92 TB/s against 2.76 and 2.66 pipelined at two and four programs per SM), the looping
 /// kernel beyond. Its second pass over a row reads it back from L2, so the rows in flight on
-/// the GPU must fit there with room to spare (H200: 50 MB in two halves). At 8 warps and 4
+/// the GPU must fit there with room to spare (H200: 60 MB, as the device reports it). At 8 warps and 4
 /// blocks of 2048 a trip (40 registers, 6 programs a SM, 792 rows) it measured 98% and 97%
 /// of a same-size copy at 8192 and 16384 columns (the pipelined kernel: 80% and 88%), but 83%
 /// at 32768, where those rows are 52 MB. There 16 warps and blocks of 4096 (54 registers, 2
