@@ -654,11 +654,12 @@ pub fn layer_norm_config(n: usize) -> Config {
 /// RMS norm's forward config for rows of `n`: one tile without the prefetch up to 4096 columns
 /// (2.92 TB/s against 2.76 and 2.66 pipelined at two and four programs per SM), the looping
 /// kernel beyond. Its second pass over a row reads it back from L2, so the rows in flight on
-/// the GPU must fit there with room to spare (H200: 60 MB, as the device reports it). At 8 warps and 4
-/// blocks of 2048 a trip (40 registers, 6 programs a SM, 792 rows) it measured 98% and 97%
-/// of a same-size copy at 8192 and 16384 columns (the pipelined kernel: 80% and 88%), but 83%
-/// at 32768, where those rows are 52 MB. There 16 warps and blocks of 4096 (54 registers, 2
-/// programs a SM, 17 MB of rows) measured 97% (session 7, `docs/perf-notes.md`).
+/// the GPU must fit there with room to spare (the H200 reports 60 MB). At 8 warps and 4 blocks
+/// of 2048 a trip (40 registers, 6 programs a SM, 792 rows) it measured 98% and 97% of a
+/// same-size copy at 8192 and 16384 columns (the pipelined kernel: 80% and 88%), but 83% at
+/// 32768, where those rows are 52 MB and Nsight Compute counts 55 MB read twice from DRAM.
+/// There 16 warps and blocks of 4096 (54 registers, 2 programs a SM, 17 MB of rows) measured
+/// 97% (session 7, `docs/perf-notes.md`).
 pub fn rms_norm_config(n: usize) -> Config {
     let c = row_config(n, 4096);
     if check::next_pow2(n, 16) <= 16384 {
