@@ -1382,29 +1382,8 @@ impl Lower<'_> {
                         .op("add.s32", RegClass::B32, vec![var.into(), slot.into()])
                 });
                 let imm = ((rc - rlo) * pl.stage.cols * es + (cbyte - blo)) as i64;
-                let ok = match &mask {
-                    Some(m) => self.b.op(
-                        "and.pred",
-                        RegClass::Pred,
-                        vec![m[start].into(), valid.into()],
-                    ),
-                    None => valid,
-                };
-                let src_size = self.b.op(
-                    "selp.u32",
-                    RegClass::B32,
-                    vec![Arg::Imm(bytes as i64), Arg::Imm(0), ok.into()],
-                );
-                let cache = if bytes == 16 { "cg" } else { "ca" };
-                self.b.emit(
-                    format!("cp.async.{cache}.shared.global"),
-                    vec![
-                        Arg::Addr(Box::new(dst.into()), imm),
-                        Arg::Addr(Box::new(src.into()), src_off),
-                        Arg::Imm(bytes as i64),
-                        src_size.into(),
-                    ],
-                );
+                let mask = mask.as_ref().map(|m| m[start]);
+                self.copy_async((dst, imm), (src, src_off), bytes, mask, valid, None);
             }
             if let Some(ca) = &carried {
                 self.advance_carried(ca);
@@ -1439,33 +1418,49 @@ impl Lower<'_> {
         let bytes = row.vec * 4;
         for start in (0..g.count).step_by(row.vec as usize) {
             let e = g.const_index(axis, g.coords(start)[axis]) as i64;
-            let ok = match &mask {
-                Some(m) => self.b.op(
-                    "and.pred",
-                    RegClass::Pred,
-                    vec![m[start].into(), valid.into()],
-                ),
-                None => valid,
-            };
-            let src_size = self.b.op(
-                "selp.u32",
-                RegClass::B32,
-                vec![Arg::Imm(bytes as i64), Arg::Imm(0), ok.into()],
-            );
-            let cache = if bytes == 16 { "cg" } else { "ca" };
-            let args = vec![
-                Arg::Addr(Box::new(dst.into()), row.offset as i64 + 4 * e),
-                Arg::Addr(Box::new(ptrs[start].into()), 0),
-                Arg::Imm(bytes as i64),
-                src_size.into(),
-            ];
-            let opcode = format!("cp.async.{cache}.shared.global");
-            match owner {
-                Some(p) => self.b.emit_guarded(p, false, opcode, args),
-                None => self.b.emit(opcode, args),
-            }
+            let dst = (dst, row.offset as i64 + 4 * e);
+            let mask = mask.as_ref().map(|m| m[start]);
+            self.copy_async(dst, (ptrs[start], 0), bytes, mask, valid, owner);
         }
         Ok(())
+    }
+
+    /// One `cp.async` of `bytes` from global `src` to shared `dst` (register plus immediate
+    /// offset each): the whole copy when `valid` and the element's `mask` hold, else a zero
+    /// fill (source size 0); only threads where `owner` holds issue it. 16-byte copies bypass
+    /// L1 (`.cg`), smaller ones may not.
+    fn copy_async(
+        &mut self,
+        dst: (Reg, i64),
+        src: (Reg, i64),
+        bytes: u32,
+        mask: Option<Reg>,
+        valid: Reg,
+        owner: Option<Reg>,
+    ) {
+        let ok = match mask {
+            Some(m) => self
+                .b
+                .op("and.pred", RegClass::Pred, vec![m.into(), valid.into()]),
+            None => valid,
+        };
+        let src_size = self.b.op(
+            "selp.u32",
+            RegClass::B32,
+            vec![Arg::Imm(bytes as i64), Arg::Imm(0), ok.into()],
+        );
+        let cache = if bytes == 16 { "cg" } else { "ca" };
+        let args = vec![
+            Arg::Addr(Box::new(dst.0.into()), dst.1),
+            Arg::Addr(Box::new(src.0.into()), src.1),
+            Arg::Imm(bytes as i64),
+            src_size.into(),
+        ];
+        let opcode = format!("cp.async.{cache}.shared.global");
+        match owner {
+            Some(p) => self.b.emit_guarded(p, false, opcode, args),
+            None => self.b.emit(opcode, args),
+        }
     }
 
     /// The shared address of a thread's first element of a rank-1 value of `shape` in `l`
