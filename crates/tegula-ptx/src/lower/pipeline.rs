@@ -326,6 +326,27 @@ impl Lower<'_> {
         })
     }
 
+    /// Whether instruction `li` is a load that `cp.async` copies can stand in for, a stage
+    /// ahead: not volatile, masked elements read zero (the copies zero-fill them), and its
+    /// pointer and mask depend only on `iv` and values from outside the loop (`inside`).
+    fn streamable_load(&self, li: Inst, iv: Value, inside: &HashSet<Value>) -> bool {
+        let d = &self.k.insts[li];
+        let Op::Load {
+            has_mask,
+            has_other,
+            volatile,
+            ..
+        } = d.op
+        else {
+            return false;
+        };
+        let masked_read_zero = !has_mask || !has_other || is_zero(self.k, d.args[2]);
+        !volatile
+            && masked_read_zero
+            && self.depends_on_iv_only(d.args[0], iv, inside)
+            && (!has_mask || self.depends_on_iv_only(d.args[1], iv, inside))
+    }
+
     /// Whether `v` depends only on `iv`, free ops and values defined outside `inside`.
     fn depends_on_iv_only(&self, v: Value, iv: Value, inside: &HashSet<Value>) -> bool {
         self.depends_on_ivs_only(v, &[iv], inside)
@@ -472,22 +493,7 @@ impl Lower<'_> {
                 let Some(reads) = self.dot_reads(src, &body_insts, plan.kind) else {
                     continue;
                 };
-                let d = &self.k.insts[li];
-                let Op::Load {
-                    has_mask,
-                    has_other,
-                    volatile,
-                    ..
-                } = d.op
-                else {
-                    continue;
-                };
-                if volatile || (has_other && !is_zero(self.k, d.args[2])) {
-                    continue;
-                }
-                let addr_ok = self.depends_on_iv_only(d.args[0], iv, &inside)
-                    && (!has_mask || self.depends_on_iv_only(d.args[1], iv, &inside));
-                if !addr_ok {
+                if !self.streamable_load(li, iv, &inside) {
                     continue;
                 }
                 let dt = self.k.ty(src).dtype();
@@ -560,28 +566,13 @@ impl Lower<'_> {
         let mut rows = Vec::new();
         let mut offset = tile_bytes;
         for &li in &self.k.blocks[body].insts {
-            let d = &self.k.insts[li];
-            let Op::Load {
-                has_mask,
-                has_other,
-                volatile,
-                ..
-            } = d.op
-            else {
+            if !self.streamable_load(li, iv, inside) {
                 continue;
-            };
-            let value = d.results[0];
+            }
+            let value = self.k.insts[li].results[0];
             let ty = self.k.ty(value);
             let word = matches!(ty.dtype(), DType::F32 | DType::I32 | DType::U32);
-            if volatile || ty.shape.rank() != 1 || !word {
-                continue;
-            }
-            if has_mask && has_other && !is_zero(self.k, d.args[2]) {
-                continue;
-            }
-            let addr_ok = self.depends_on_iv_only(d.args[0], iv, inside)
-                && (!has_mask || self.depends_on_iv_only(d.args[1], iv, inside));
-            if !addr_ok || self.broadcast_load_layout(li).is_none() {
+            if ty.shape.rank() != 1 || !word || self.broadcast_load_layout(li).is_none() {
                 continue;
             }
             let vec = self.access_vec(li);
