@@ -126,6 +126,36 @@ pub fn driver_library_present() -> bool {
     *PRESENT.get_or_init(|| unsafe { sys::is_culib_present() })
 }
 
+/// Makes the device's default memory pool keep the memory freed into it across
+/// synchronisations (release threshold: unlimited). Buffers come from `cuMemAllocAsync` and go
+/// back with `cuMemFreeAsync`; at the default threshold of 0 every synchronisation returns the
+/// pool's free memory to the OS, and the next allocation maps it again, on the host, while the
+/// GPU waits for the launch behind it. The attention backward's f32 dQ buffer (268 MB at
+/// [4, 32, 4096, 128]) paid that on every call. Only for contexts tegula opens itself: a
+/// stream lent by another library ([`CudaRuntime::with_stream`]) keeps that library's policy.
+fn keep_freed_memory_pooled(ctx: &CudaContext) -> Result<(), CudaError> {
+    if !ctx.has_async_alloc() {
+        return Ok(());
+    }
+    let mut pool: sys::CUmemoryPool = std::ptr::null_mut();
+    // SAFETY: `pool` is a valid out-pointer and `cu_device` a device of this driver.
+    unsafe { sys::cuDeviceGetDefaultMemPool(&mut pool, ctx.cu_device()) }
+        .result()
+        .map_err(drv("cuDeviceGetDefaultMemPool"))?;
+    let mut threshold = u64::MAX;
+    // SAFETY: the release threshold attribute takes a pointer to a u64 (cuuint64_t), which
+    // `threshold` is, alive for the call; `pool` came from the driver just above.
+    unsafe {
+        sys::cuMemPoolSetAttribute(
+            pool,
+            sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
+            (&mut threshold as *mut u64).cast(),
+        )
+    }
+    .result()
+    .map_err(drv("cuMemPoolSetAttribute"))
+}
+
 /// Number of CUDA devices; never panics.
 pub fn device_count() -> Result<usize, CudaError> {
     if !driver_library_present() {
@@ -186,6 +216,7 @@ impl CudaRuntime {
         let ctx = catch_unwind(|| CudaContext::new(ordinal))
             .map_err(|_| CudaError::NoDriver)?
             .map_err(drv("cuDevicePrimaryCtxRetain"))?;
+        keep_freed_memory_pooled(&ctx)?;
         let stream = ctx.default_stream();
         Self::with_stream(stream)
     }

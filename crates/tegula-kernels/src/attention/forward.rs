@@ -95,7 +95,15 @@ pub fn attn_fwd<T: Element>(
     #[constexpr] block_n: usize,
 ) {
     let block_d = padded_head_dim(head_dim);
-    let start_m = program_id(0) * block_m;
+    // Causal: query block i sees i + 1 key blocks, so the last blocks do the most work. The
+    // GPU starts programs in index order; handing out the heaviest first leaves light ones
+    // for the tail, where the SMs would otherwise wait on a few long programs.
+    let query_block = if causal {
+        num_programs(0) - 1 - program_id(0)
+    } else {
+        program_id(0)
+    };
+    let start_m = query_block * block_m;
     let off_hz = program_id(1);
     let off_z = off_hz / num_heads;
     let off_h = off_hz % num_heads;
