@@ -1,5 +1,5 @@
 //! The batched FlashAttention forward (Triton tutorial 06's `_attn_fwd`): grid
-//! `(cdiv(Nq, BLOCK_M), B * H)`, Q block resident, K/V streamed, exp2 with the scale folded in,
+//! `(cdiv(Nq, BLOCK_M), B * H)` (causal: the last query block first), Q block resident, K/V streamed, exp2 with the scale folded in,
 //! an unmasked loop over the key blocks every row sees and a masked loop over the rest (left
 //! out of the kernel when no key block needs a mask: not causal, and Nk a multiple of BLOCK_N).
 
