@@ -1,7 +1,8 @@
 //! The batched FlashAttention forward (Triton tutorial 06's `_attn_fwd`): grid
-//! `(cdiv(Nq, BLOCK_M), B * H)` (causal: the last query block first), Q block resident, K/V streamed, exp2 with the scale folded in,
-//! an unmasked loop over the key blocks every row sees and a masked loop over the rest (left
-//! out of the kernel when no key block needs a mask: not causal, and Nk a multiple of BLOCK_N).
+//! `(cdiv(Nq, BLOCK_M), B * H)` (causal: the last query block first), Q block resident, K/V
+//! streamed, exp2 with the scale folded in, an unmasked loop over the key blocks every row sees
+//! and a masked loop over the rest (left out of the kernel when no key block needs a mask: not
+//! causal, and Nk a multiple of BLOCK_N).
 
 use super::contract::{
     and_mask, check_output, check_qkv, dot_precision, expect_block_sizes, feature_mask,
