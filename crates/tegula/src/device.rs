@@ -261,27 +261,37 @@ impl Device {
         self.inner.check_races.store(on, Ordering::Relaxed);
     }
 
-    fn alloc<T: Element>(&self, shape: Vec<usize>) -> Result<Tensor<T>> {
+    /// A new tensor: zeros on the interpreter; on the GPU zeros when `zeroed`, else bytes the
+    /// caller overwrites at once (a memset of hundreds of MB is not free).
+    fn alloc<T: Element>(&self, shape: Vec<usize>, zeroed: bool) -> Result<Tensor<T>> {
         let n: usize = shape.iter().product();
         let storage = match &self.inner.gpu {
             None => Storage::Host(Arc::new(Buffer::zeroed(T::DTYPE, n))),
-            Some(gpu) => Storage::Cuda {
-                buffer: Arc::new(gpu.runtime.alloc(n * T::DTYPE.size_bytes())?),
-                runtime: gpu.runtime.clone(),
-            },
+            Some(gpu) => {
+                let bytes = n * T::DTYPE.size_bytes();
+                let buffer = if zeroed {
+                    gpu.runtime.alloc(bytes)?
+                } else {
+                    gpu.runtime.alloc_uninit(bytes)?
+                };
+                Storage::Cuda {
+                    buffer: Arc::new(buffer),
+                    runtime: gpu.runtime.clone(),
+                }
+            }
         };
         Ok(Tensor::from_storage(self.clone(), storage, shape))
     }
 
     /// A tensor of zeros.
     pub fn zeros<T: Element>(&self, shape: impl Into<Vec<usize>>) -> Result<Tensor<T>> {
-        self.alloc(shape.into())
+        self.alloc(shape.into(), true)
     }
 
     /// A tensor whose contents do not matter: zeros on the interpreter, all bits set (NaN for
     /// floats, -1 for integers) on the GPU, so that a kernel that forgets to write shows it.
     pub fn empty<T: Element>(&self, shape: impl Into<Vec<usize>>) -> Result<Tensor<T>> {
-        let t = self.alloc::<T>(shape.into())?;
+        let t = self.alloc::<T>(shape.into(), false)?;
         if let Storage::Cuda { buffer, runtime } = &t.storage {
             runtime.memset_d8(buffer, 0xff)?;
         }
@@ -290,7 +300,7 @@ impl Device {
 
     /// A tensor filled with `value`.
     pub fn full<T: Element>(&self, shape: impl Into<Vec<usize>>, value: T) -> Result<Tensor<T>> {
-        let t = self.alloc::<T>(shape.into())?;
+        let t = self.alloc::<T>(shape.into(), false)?;
         t.copy_from_slice(&vec![value; t.numel()])?;
         Ok(t)
     }
@@ -315,7 +325,7 @@ impl Device {
                 Ok(Tensor::from_storage(self.clone(), storage, shape))
             }
             Some(_) => {
-                let t = self.alloc::<T>(shape)?;
+                let t = self.alloc::<T>(shape, false)?;
                 t.storage.write_all(data)?;
                 Ok(t)
             }
