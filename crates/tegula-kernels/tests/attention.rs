@@ -408,6 +408,25 @@ fn forward_causal_over_many_query_blocks_heads_and_gqa() {
     check_forward::<bf16>(&dev, dims(1, 4, 2, 35, 93, 32), options, Layout::Bnhd);
 }
 
+/// Causal grids hand out programs by heaviness within groups of up to 8 heads
+/// (`heavy_blocks_first`): 11 heads (10 for the dK/dV kernel's KV heads under GQA) make a
+/// whole group and a partial one of 3 (or 2), so a program mapped to a wrong or repeated
+/// (block, head) would leave rows unwritten or written twice.
+#[test]
+fn causal_programs_in_heavy_first_groups_cover_every_block_once() {
+    let dev = Device::cpu();
+    let options = AttentionOptions {
+        causal: true,
+        block_m: 16,
+        block_n: 16,
+        ..Default::default()
+    };
+    check_forward::<f32>(&dev, dims(1, 11, 11, 41, 41, 16), options, Layout::Bhnd);
+    check_forward::<bf16>(&dev, dims(1, 11, 11, 23, 50, 16), options, Layout::Bnhd);
+    check_backward::<f32>(&dev, dims(1, 11, 11, 37, 37, 16), options, Layout::Bhnd);
+    check_backward::<f32>(&dev, dims(2, 10, 5, 29, 45, 16), options, Layout::Bhnd);
+}
+
 /// Without causal masking and with Nk a multiple of BLOCK_N the forward is traced without its
 /// masked loop (`ragged_keys` off); a partial last key block brings it back. Both must match the
 /// reference, over several key blocks and on either side of a whole number of them.

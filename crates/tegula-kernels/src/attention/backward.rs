@@ -21,8 +21,8 @@
 
 use super::contract::{
     and_mask, check_output, check_qkv, dot_precision, expect_block_sizes, feature_mask,
-    load_key_block, load_or_zero, padded_head_dim, size_i32, softmax_scale, strides_i32,
-    visible_keys, visible_scores, Dims,
+    heavy_blocks_first, load_key_block, load_or_zero, padded_head_dim, size_i32, softmax_scale,
+    strides_i32, visible_keys, visible_scores, Dims,
 };
 use super::forward::{compare_bounded, forward, has_ragged_queries, parse_shape, worse, LOG2E};
 use super::{reference, AttentionOptions};
@@ -234,8 +234,14 @@ pub fn attn_bwd_dkdv<T: Element>(
 ) {
     let block_d = padded_head_dim(head_dim);
     let ragged_n_q = if ragged_queries { Some(n_q) } else { None };
-    let start_n = program_id(0) * block_n;
-    let off_hkvz = program_id(1);
+    // Causal: key block 0 is swept by the most query blocks; the heaviest start first (see
+    // `heavy_blocks_first`).
+    let (key_block, off_hkvz) = if causal {
+        heavy_blocks_first()
+    } else {
+        (program_id(0), program_id(1))
+    };
+    let start_n = key_block * block_n;
     let off_z = off_hkvz / num_kv_heads;
     let off_hkv = off_hkvz % num_kv_heads;
     let num_heads = num_kv_heads * group_size;

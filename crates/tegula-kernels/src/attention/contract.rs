@@ -330,6 +330,28 @@ pub fn dot_precision<T: Element>() -> InputPrecision {
     }
 }
 
+/// The `(block, head)` a program of a causal grid `(blocks, heads)` works on, block 0 the
+/// heaviest (most key steps). The GPU starts programs in launch order, axis 0 fastest. Taken
+/// in that order, the last heads' heaviest blocks start in the last wave and run nearly alone:
+/// a list-scheduling model puts that tail at 3.3-5.6% of the causal kernels at 4k (see
+/// docs/perf-notes.md, session 8). This order hands out block 0 of a group of heads, then
+/// block 1 of the group, and so on. Every group's heaviest programs start first and its
+/// lightest fill the tail. The programs in flight still span only the group's heads, whose
+/// K/V (forward) or Q/dO and dQ rows (backward) stay in L2. A group is up to 8 heads, about
+/// 512 programs: between 2 and 4 waves of the kernels' usual occupancy.
+pub fn heavy_blocks_first() -> (Tile, Tile) {
+    let blocks = num_programs(0);
+    let heads = num_programs(1);
+    let group = minimum(maximum(cdiv(512, blocks), 1), 8);
+    let pid = program_id(1) * blocks + program_id(0);
+    let per_group = blocks * group;
+    let first_head = pid / per_group * group;
+    let in_group = pid % per_group;
+    // The last group may hold fewer heads.
+    let heads_here = minimum(heads - first_head, group);
+    (in_group / heads_here, first_head + in_group % heads_here)
+}
+
 /// The key range a block of query rows `[start_m, start_m + block_m)` attends to, as
 /// `(full, hi)`: keys `[0, full)` are visible to every row of the block, keys `[full, hi)` to
 /// some (and need the mask). With `causal`, row `i` sees key `j` when `j <= i + n_k - n_q`.

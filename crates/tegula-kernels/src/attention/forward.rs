@@ -1,13 +1,13 @@
 //! The batched FlashAttention forward (Triton tutorial 06's `_attn_fwd`): grid
-//! `(cdiv(Nq, BLOCK_M), B * H)` (causal: the last query block first), Q block resident, K/V
+//! `(cdiv(Nq, BLOCK_M), B * H)` (causal: the heaviest query blocks first), Q block resident, K/V
 //! streamed, exp2 with the scale folded in, an unmasked loop over the key blocks every row sees
 //! and a masked loop over the rest (left out of the kernel when no key block needs a mask: not
 //! causal, and Nk a multiple of BLOCK_N).
 
 use super::contract::{
     and_mask, check_output, check_qkv, dot_precision, expect_block_sizes, feature_mask,
-    load_key_block, load_or_zero, padded_head_dim, size_i32, softmax_scale, strides_i32,
-    visible_keys, visible_scores, Dims,
+    heavy_blocks_first, load_key_block, load_or_zero, padded_head_dim, size_i32, softmax_scale,
+    strides_i32, visible_keys, visible_scores, Dims,
 };
 use super::{reference, AttentionOptions};
 use crate::check;
@@ -96,16 +96,15 @@ pub fn attn_fwd<T: Element>(
     #[constexpr] block_n: usize,
 ) {
     let block_d = padded_head_dim(head_dim);
-    // Causal: query block i sees i + 1 key blocks, so the last blocks do the most work. The
-    // GPU starts programs in index order; handing out the heaviest first leaves light ones
-    // for the tail, where the SMs would otherwise wait on a few long programs.
-    let query_block = if causal {
-        num_programs(0) - 1 - program_id(0)
+    // Causal: query block i sees i + 1 key blocks, so the last blocks do the most work; they
+    // start first, and light ones fill the tail (see `heavy_blocks_first`).
+    let (query_block, off_hz) = if causal {
+        let (heaviness, head) = heavy_blocks_first();
+        (num_programs(0) - 1 - heaviness, head)
     } else {
-        program_id(0)
+        (program_id(0), program_id(1))
     };
     let start_m = query_block * block_m;
-    let off_hz = program_id(1);
     let off_z = off_hz / num_heads;
     let off_h = off_hz % num_heads;
     let off_hkv = off_h / group_size;
