@@ -330,8 +330,8 @@ impl Autotuner {
 
     /// The config to use for `tuning` on `target`: from the cache, the default, or the fastest
     /// candidate by `bench` (median milliseconds of one candidate; an error drops it). The
-    /// candidates within 3% of the fastest are timed twice more and ranked by the median of
-    /// their three timings.
+    /// candidates within 5% of the fastest are timed again under [`confirming`] (the full
+    /// budget, through [`median_ms`]) and ranked by that second timing.
     pub fn tune_for(
         &self,
         target: &Target,
@@ -542,21 +542,48 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
-/// Candidates whose first timing is within this fraction of the best are timed again.
-const CONFIRM_WITHIN: f64 = 0.03;
-/// How many more timings each such candidate gets.
-const CONFIRM_ROUNDS: usize = 2;
+/// Candidates whose sweep timing is within this fraction of the best are timed again with
+/// the full budget.
+const CONFIRM_WITHIN: f64 = 0.05;
+
+thread_local! {
+    /// Whether this thread's tuner is confirming its close candidates: [`median_ms`] then
+    /// times with the full `do_bench` budget instead of the quick one.
+    static CONFIRMING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Whether the tuner on this thread is timing its close candidates again (for benchmark
+/// closures that do not time through [`median_ms`]).
+pub fn confirming() -> bool {
+    CONFIRMING.with(|c| c.get())
+}
+
+/// Sets [`confirming`] for its lifetime, and clears it however the scope ends.
+struct Confirming;
+
+impl Confirming {
+    fn start() -> Confirming {
+        CONFIRMING.with(|c| c.set(true));
+        Confirming
+    }
+}
+
+impl Drop for Confirming {
+    fn drop(&mut self) {
+        CONFIRMING.with(|c| c.set(false));
+    }
+}
 
 fn valid_ms(ms: f64) -> bool {
     ms.is_finite() && ms >= 0.0
 }
 
-/// The winner among `timed` (each candidate's first median, at least one): the candidates
-/// within [`CONFIRM_WITHIN`] of the best are timed [`CONFIRM_ROUNDS`] more times, in turn,
-/// and each is ranked by the median of its timings. One quick timing can favour a config whose
-/// samples spread widely: at 4k causal, a 64x64 forward won its sweep at 1.657 ms, then ran
-/// 1.71-1.79 ms beside a 128x128 config's steady 1.69. A candidate whose timing now fails drops
-/// out of the confirmation (it keeps its place in `timed`'s report).
+/// The winner among `timed` (each candidate's sweep timing, at least one). The candidates
+/// within [`CONFIRM_WITHIN`] of the best are timed again under [`confirming`], with the full
+/// budget, and ranked by that timing alone. The sweep's quick budget can misrank configs: at
+/// 4k causal, a 64x64 forward timed 1.66 ms in the sweep and 1.77 ms under the full budget,
+/// while a 128x128 config timed 1.68 and 1.69. A close candidate whose second timing fails
+/// drops out.
 fn confirm_close_candidates(
     timed: &[(Config, f64)],
     bench: &mut impl FnMut(&Config) -> Result<f64>,
@@ -566,40 +593,31 @@ fn confirm_close_candidates(
         .iter()
         .map(|(_, ms)| *ms)
         .fold(f64::INFINITY, f64::min);
-    let mut close: Vec<(Config, Vec<f64>)> = timed
+    let close: Vec<&(Config, f64)> = timed
         .iter()
         .filter(|(_, ms)| *ms <= best * (1.0 + CONFIRM_WITHIN))
-        .map(|(c, ms)| (c.clone(), vec![*ms]))
         .collect();
-    if close.len() > 1 {
-        bar.inc_length((close.len() * CONFIRM_ROUNDS) as u64);
-        for _ in 0..CONFIRM_ROUNDS {
-            for (config, times) in close.iter_mut() {
-                bar.set_message(format!("{config} (again)"));
-                match bench(config) {
-                    Ok(ms) if valid_ms(ms) => times.push(ms),
-                    Err(e) if is_fatal(&e) => return Err(e),
-                    // Out of the running: an infinite time never wins.
-                    _ => times.push(f64::INFINITY),
-                }
-                bar.inc(1);
-            }
-        }
+    if let [only] = close[..] {
+        return Ok(only.clone());
     }
-    let median = |times: &[f64]| {
-        let mut sorted = times.to_vec();
-        sorted.sort_by(f64::total_cmp);
-        sorted[sorted.len() / 2]
-    };
-    close
-        .iter()
-        .map(|(config, times)| (config.clone(), median(times)))
-        .filter(|(_, ms)| ms.is_finite())
-        .min_by(|a, b| a.1.total_cmp(&b.1))
-        .ok_or_else(|| Error::Invalid {
-            op: "autotune".into(),
-            message: "every close candidate failed when timed again".into(),
-        })
+    bar.inc_length(close.len() as u64);
+    let _confirming = Confirming::start();
+    let mut winner: Option<(Config, f64)> = None;
+    for (config, _) in close {
+        bar.set_message(format!("{config} (full budget)"));
+        match bench(config) {
+            Ok(ms) if valid_ms(ms) && winner.as_ref().is_none_or(|(_, w)| ms < *w) => {
+                winner = Some((config.clone(), ms));
+            }
+            Err(e) if is_fatal(&e) => return Err(e),
+            _ => {}
+        }
+        bar.inc(1);
+    }
+    winner.ok_or_else(|| Error::Invalid {
+        op: "autotune".into(),
+        message: "every close candidate failed when timed again".into(),
+    })
 }
 
 /// Summary statistics of repeated timings, in milliseconds.
@@ -740,7 +758,13 @@ pub fn measure(
     Ok(timing)
 }
 
-/// A benchmark closure for the tuner: the median of [`measure`] with the quick budget.
+/// A benchmark closure for the tuner: the median of [`measure`] with the quick budget, or
+/// with the full one while the tuner confirms its close candidates ([`confirming`]).
 pub fn median_ms(dev: &Device, work: impl FnMut() -> Result<()>) -> Result<f64> {
-    Ok(measure(dev, &MeasureOptions::quick(), work)?.median)
+    let budget = if confirming() {
+        MeasureOptions::default()
+    } else {
+        MeasureOptions::quick()
+    };
+    Ok(measure(dev, &budget, work)?.median)
 }
