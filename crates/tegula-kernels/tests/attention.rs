@@ -393,17 +393,22 @@ fn forward_block_sizes_and_explicit_scale() {
     }
 }
 
+/// Causal, with blocks of 16 queries and 16 keys: many blocks at small sizes.
+fn causal_blocks_of_16() -> AttentionOptions {
+    AttentionOptions {
+        causal: true,
+        block_m: 16,
+        block_n: 16,
+        ..Default::default()
+    }
+}
+
 /// Causal attention over many query blocks, several heads and GQA groups, Nq above and below
 /// Nk (rows without keys): every program must land on its rows and heads.
 #[test]
 fn forward_causal_over_many_query_blocks_heads_and_gqa() {
     let dev = Device::cpu();
-    let options = AttentionOptions {
-        causal: true,
-        block_m: 16,
-        block_n: 16,
-        ..Default::default()
-    };
+    let options = causal_blocks_of_16();
     check_forward::<f32>(&dev, dims(2, 3, 1, 67, 50, 16), options, Layout::Bhnd);
     check_forward::<bf16>(&dev, dims(1, 4, 2, 35, 93, 32), options, Layout::Bnhd);
 }
@@ -415,12 +420,7 @@ fn forward_causal_over_many_query_blocks_heads_and_gqa() {
 #[test]
 fn causal_programs_in_heavy_first_groups_cover_every_block_once() {
     let dev = Device::cpu();
-    let options = AttentionOptions {
-        causal: true,
-        block_m: 16,
-        block_n: 16,
-        ..Default::default()
-    };
+    let options = causal_blocks_of_16();
     check_forward::<f32>(&dev, dims(1, 11, 11, 41, 41, 16), options, Layout::Bhnd);
     check_forward::<bf16>(&dev, dims(1, 11, 11, 23, 50, 16), options, Layout::Bnhd);
     check_backward::<f32>(&dev, dims(1, 11, 11, 37, 37, 16), options, Layout::Bhnd);
