@@ -332,8 +332,8 @@ pub fn dot_precision<T: Element>() -> InputPrecision {
 
 /// The `(block, head)` a program of a causal grid `(blocks, heads)` works on, block 0 the
 /// heaviest (most key steps). The GPU starts programs in launch order, axis 0 fastest. Taken
-/// in that order, the last heads' heaviest blocks start in the last wave and run nearly alone:
-/// a list-scheduling model puts that tail at 3.3-5.6% of the causal kernels at 4k (see
+/// in that order, the last heads' heaviest blocks start in the last wave and run nearly alone
+/// (on the H200 this order made the causal dK/dV kernel 2-3% faster at 4k; see
 /// docs/perf-notes.md, session 8). This order hands out block 0 of a group of heads, then
 /// block 1 of the group, and so on. Every group's heaviest programs start first and its
 /// lightest fill the tail. The programs in flight still span only the group's heads, whose
