@@ -545,6 +545,9 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 /// Candidates whose sweep timing is within this fraction of the best are timed again with
 /// the full budget.
 const CONFIRM_WITHIN: f64 = 0.05;
+/// At most this many of them, the fastest in the sweep: small launch-bound kernels time many
+/// candidates within 5% of each other, and each full-budget timing costs ~0.15 s.
+const CONFIRM_AT_MOST: usize = 4;
 
 thread_local! {
     /// Whether this thread's tuner is confirming its close candidates: [`median_ms`] then
@@ -579,8 +582,8 @@ fn valid_ms(ms: f64) -> bool {
 }
 
 /// The winner among `timed` (each candidate's sweep timing, at least one). The candidates
-/// within [`CONFIRM_WITHIN`] of the best are timed again under [`confirming`], with the full
-/// budget, and ranked by that timing alone. The sweep's quick budget can misrank configs: at
+/// within [`CONFIRM_WITHIN`] of the best (at most [`CONFIRM_AT_MOST`]) are timed again under
+/// [`confirming`], with the full budget, and ranked by that timing alone. The sweep's quick budget can misrank configs: at
 /// 4k causal, a 64x64 forward timed 1.66 ms in the sweep and 1.77 ms under the full budget,
 /// while a 128x128 config timed 1.68 and 1.69. A close candidate whose second timing fails
 /// drops out.
@@ -593,10 +596,12 @@ fn confirm_close_candidates(
         .iter()
         .map(|(_, ms)| *ms)
         .fold(f64::INFINITY, f64::min);
-    let close: Vec<&(Config, f64)> = timed
+    let mut close: Vec<&(Config, f64)> = timed
         .iter()
         .filter(|(_, ms)| *ms <= best * (1.0 + CONFIRM_WITHIN))
         .collect();
+    close.sort_by(|a, b| a.1.total_cmp(&b.1));
+    close.truncate(CONFIRM_AT_MOST);
     if let [only] = close[..] {
         return Ok(only.clone());
     }

@@ -535,4 +535,26 @@ fn close_candidates_are_timed_again_with_the_full_budget() {
         })
         .unwrap();
     assert_eq!(got.config.get("BLOCK"), Some(128));
+
+    // Of many close candidates, only the 4 fastest in the sweep are timed again.
+    let many: Vec<Config> = (1..=6)
+        .map(|b| Config::new(4, 3).with("BLOCK", b))
+        .collect();
+    let t = Tuning::new("k", IR_V1, "N=64,f16", many);
+    let again = std::cell::RefCell::new(Vec::<i64>::new());
+    let got = Autotuner::new(None, Mode::Full)
+        .tune_for(&gpu(), &t, |c| {
+            let block = c.get("BLOCK").unwrap();
+            if confirming() {
+                again.borrow_mut().push(block);
+            }
+            // 1.00, 1.01, ... 1.05 ms in the sweep; under the full budget BLOCK=3 is fastest.
+            Ok(match (block, confirming()) {
+                (3, true) => 0.9,
+                _ => 1.0 + 0.01 * (block - 1) as f64,
+            })
+        })
+        .unwrap();
+    assert_eq!(got.config.get("BLOCK"), Some(3));
+    assert_eq!(again.into_inner(), [1, 2, 3, 4]);
 }
