@@ -796,8 +796,8 @@ impl Lower<'_> {
     }
 
     /// The predicate of one memory access: its mask element and the owner predicate of
-    /// replicated elements, either, both (`and`) or none.
-    fn access_guard(&mut self, mask: Option<Reg>, owner: Option<Reg>) -> Option<Reg> {
+    /// replicated elements (or any other condition), either, both (`and`) or none.
+    pub(super) fn access_guard(&mut self, mask: Option<Reg>, owner: Option<Reg>) -> Option<Reg> {
         match (mask, owner) {
             (Some(m), Some(o)) => Some(self.b.op(
                 "and.pred",

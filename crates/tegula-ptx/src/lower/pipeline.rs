@@ -1429,12 +1429,7 @@ impl Lower<'_> {
         valid: Reg,
         owner: Option<Reg>,
     ) {
-        let ok = match mask {
-            Some(m) => self
-                .b
-                .op("and.pred", RegClass::Pred, vec![m.into(), valid.into()]),
-            None => valid,
-        };
+        let ok = self.access_guard(mask, Some(valid)).unwrap_or(valid);
         let src_size = self.b.op(
             "selp.u32",
             RegClass::B32,
