@@ -12,7 +12,7 @@ use mma_kernels::*;
 use std::collections::HashMap;
 use tegula_ir::prelude::*;
 use tegula_ir::Kernel;
-use tegula_ptx::{compile, CompileOptions, Target};
+use tegula_ptx::{compile, CompileOptions, Compiled, Target};
 
 #[derive(Clone, Debug)]
 enum Opnd {
@@ -832,6 +832,24 @@ enum Arg<'a> {
     F32(f32),
 }
 
+/// `k` compiled for target `sm` with `warps` warps and `stages` stages.
+fn compiled(k: &Kernel, sm: u32, warps: u32, stages: u32) -> Compiled {
+    compile(
+        k,
+        &Target { sm },
+        &CompileOptions {
+            num_warps: warps,
+            num_stages: stages,
+        },
+    )
+    .unwrap()
+}
+
+/// The PTX of [`compiled`].
+fn ptx_of(k: &Kernel, sm: u32, warps: u32, stages: u32) -> String {
+    compiled(k, sm, warps, stages).ptx
+}
+
 /// Runs `k` over `grid` and returns the final contents of each buffer argument.
 fn run(k: &Kernel, warps: u32, grid: [u64; 3], args: &[Arg]) -> Vec<Vec<u8>> {
     run_staged(k, warps, 1, grid, args)
@@ -850,15 +868,7 @@ fn run_on(
     grid: [u64; 3],
     args: &[Arg],
 ) -> Vec<Vec<u8>> {
-    let c = compile(
-        k,
-        &Target { sm },
-        &CompileOptions {
-            num_warps: warps,
-            num_stages: stages,
-        },
-    )
-    .unwrap();
+    let c = compiled(k, sm, warps, stages);
     if let Ok(path) = std::env::var("TEGULA_SIM_DUMP") {
         std::fs::write(path, &c.ptx).unwrap();
     }
@@ -1745,16 +1755,7 @@ fn matmul_with_fragments_across_the_tile_boundary_matches() {
         }
     }
     check_pipelined_matmul(DType::F16, 8, 3, (64, 32, 64), (72, 40, 136));
-    let ptx = compile(
-        &matmul_loop(DType::BF16, 32, 32, 64),
-        &Target { sm: 80 },
-        &CompileOptions {
-            num_warps: 4,
-            num_stages: 3,
-        },
-    )
-    .unwrap()
-    .ptx;
+    let ptx = ptx_of(&matmul_loop(DType::BF16, 32, 32, 64), 80, 4, 3);
     let top = ptx.find("$L_for").expect("a loop");
     let (before, body) = ptx.split_at(top);
     // (the loop label, not the exit branch right after it)
@@ -1773,16 +1774,7 @@ fn matmul_with_fragments_across_the_tile_boundary_matches() {
         "the last k-step's mmas follow"
     );
     // Attention (two dots in the loop) keeps the wait at the top of the loop.
-    let fa = compile(
-        &flash_attention(DType::BF16, 64, 32, 32),
-        &Target { sm: 80 },
-        &CompileOptions {
-            num_warps: 4,
-            num_stages: 3,
-        },
-    )
-    .unwrap()
-    .ptx;
+    let fa = ptx_of(&flash_attention(DType::BF16, 64, 32, 32), 80, 4, 3);
     let body = &fa[fa.find("$L_for").unwrap()..];
     let first_wait = body.find("cp.async.wait_group").unwrap();
     assert!(!body[..first_wait].contains("mma.sync"));
@@ -1813,16 +1805,7 @@ fn invariants_first_used_before_loops_and_branches_match() {
         store(out + ((offs + n) + n), acc + acc, mask);
     })
     .unwrap();
-    let ptx = compile(
-        &kern,
-        &Target { sm: 80 },
-        &CompileOptions {
-            num_warps: 2,
-            num_stages: 1,
-        },
-    )
-    .unwrap()
-    .ptx;
+    let ptx = ptx_of(&kern, 80, 2, 1);
     // The two straight-line stores after the loop compute their addresses there (the old
     // lowering put every invariant in the prologue); the ones the loop and branch use stay
     // before the loop.
@@ -1871,16 +1854,7 @@ fn invariants_first_used_before_loops_and_branches_match() {
 /// Whether the loop of a compiled matmul waits for its next slot after some of its mmas
 /// (fragments across the tile boundary) rather than at its top.
 fn waits_after_mmas(bm: usize, bn: usize, bk: usize, warps: u32, stages: u32) -> bool {
-    let ptx = compile(
-        &matmul_loop(DType::BF16, bm, bn, bk),
-        &Target { sm: 90 },
-        &CompileOptions {
-            num_warps: warps,
-            num_stages: stages,
-        },
-    )
-    .unwrap()
-    .ptx;
+    let ptx = ptx_of(&matmul_loop(DType::BF16, bm, bn, bk), 90, warps, stages);
     let body = &ptx[ptx.find("$L_for").expect("a loop")..];
     let wait = body
         .find("cp.async.wait_group")
@@ -1948,17 +1922,9 @@ fn atomic_adds_of_an_accumulator_address_base_plus_immediates() {
     for sm in [80, 90] {
         for const_n in [true, false] {
             let kern = split_k_atomic_matmul(bm, bn, bk, k, n, const_n);
-            let c = compile(
-                &kern,
-                &Target { sm },
-                &CompileOptions {
-                    num_warps: 4,
-                    num_stages: 1,
-                },
-            )
-            .unwrap();
-            let folded = c.ptx.lines().any(|l| l.contains("red.") && l.contains("+"));
-            assert_eq!(folded, const_n, "sm {sm} const_n {const_n}:\n{}", c.ptx);
+            let ptx = ptx_of(&kern, sm, 4, 1);
+            let folded = ptx.lines().any(|l| l.contains("red.") && l.contains("+"));
+            assert_eq!(folded, const_n, "sm {sm} const_n {const_n}:\n{ptx}");
             // A is [2 bm][k] (rows past m exist but are masked), B [k][n], C [m][n].
             let av = values(2 * bm * k, 3);
             let bv = values(k * n, 5);
@@ -2300,16 +2266,7 @@ fn bf16_pairs_widen_from_their_packed_word() {
     })
     .map(aligned)
     .unwrap();
-    let ptx = compile(
-        &kern,
-        &Target { sm: 90 },
-        &CompileOptions {
-            num_warps: 4,
-            num_stages: 1,
-        },
-    )
-    .unwrap()
-    .ptx;
+    let ptx = ptx_of(&kern, 90, 4, 1);
     assert!(ptx.contains("ld.global.v2.b32"), "{ptx}");
     assert!(!ptx.contains("cvt.f32.bf16"), "{ptx}");
     assert!(!ptx.contains("mov.b32 {"), "the split stays dead: {ptx}");
