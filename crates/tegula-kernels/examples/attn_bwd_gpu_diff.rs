@@ -172,6 +172,7 @@ fn full_kernels<T: Element>(gpu: &Device, dims: Dims, causal: bool, warps: u32) 
             &dk,
             &dv,
             &dev.zeros::<f32>([1])?, // dQ sums: unused without atomic dQ
+            &dev.zeros::<f32>([1])?, // dK/dV partial sums: unused without a split tail
             sqz,
             sqh,
             sqm,
@@ -195,7 +196,11 @@ fn full_kernels<T: Element>(gpu: &Device, dims: Dims, causal: bool, warps: u32) 
             n_q as i32,
             n_k as i32,
             sm_scale,
+            0, // whole_programs, slices, slice_rows: no split tail
+            1,
+            0,
             causal,
+            false,
             false,
             !n_q.is_multiple_of(bm), // ragged_queries
             d,

@@ -34,7 +34,9 @@ mod seed;
 mod seed_fast;
 mod tuning;
 
-pub use backward::{backward, backward_config, backward_into, Gradients};
+pub use backward::{
+    backward, backward_config, backward_into, backward_tail_split, Gradients, TailSplit,
+};
 pub use contract::{padded_head_dim, Dims, MAX_HEAD_DIM};
 pub use forward::{forward, forward_config, forward_into};
 pub use seed::{seed_attention, seed_attention_into, SEED_BLOCK};
@@ -46,7 +48,9 @@ pub use tuning::{backward_candidates, forward_candidates, key};
 
 /// The kernels themselves, for tracing and for launching without the host checks.
 pub mod kernels {
-    pub use super::backward::{attn_bwd_dkdv, attn_bwd_dq, attn_bwd_preprocess};
+    pub use super::backward::{
+        attn_bwd_dkdv, attn_bwd_dkdv_convert, attn_bwd_dq, attn_bwd_preprocess,
+    };
     pub use super::forward::attn_fwd;
     pub use super::seed::flash_attention_fwd_kernel;
     pub use super::seed_fast::{seed_combine_kernel, seed_split_kernel};

@@ -14,7 +14,7 @@
 use half::{bf16, f16};
 use tegula::ir::{DType, Element};
 use tegula::{Device, Error, Tensor};
-use tegula_kernels::attention::{self, reference, AttentionOptions, Dims};
+use tegula_kernels::attention::{self, reference, AttentionOptions, Dims, TailSplit};
 use tegula_kernels::check;
 
 /// A small xorshift generator for shapes (data comes from `Device::randn`, fresh every run).
@@ -638,6 +638,7 @@ fn backward_whole_query_blocks_drop_the_row_masks() {
         let ir = attention::kernels::attn_bwd_dkdv::trace::<f32>(
             false,
             true,
+            false,
             ragged_queries,
             16,
             32,
@@ -920,4 +921,77 @@ fn library_entries_check_and_trace() {
             assert!(kernel.to_string().contains("dot"), "{name}: {kernel}");
         }
     }
+}
+
+// --- the non-causal dK/dV grid's split tail ------------------------------------------------
+
+/// `TailSplit::choose` keeps the whole programs to full waves and covers every block once:
+/// whole programs plus split blocks make the grid, each block's slices cover its query blocks
+/// with no empty slice, and a grid that fills its waves exactly is never split.
+#[test]
+fn tail_split_keeps_full_waves_and_covers_every_block() {
+    let mut shapes = Shapes::new();
+    let mut splits = 0;
+    for _ in 0..2000 {
+        let sms = 1 + shapes.below(140);
+        let programs = 1 + shapes.below(5000);
+        let query_blocks = 1 + shapes.below(70);
+        let group = 1 + shapes.below(4);
+        let Some(s) = TailSplit::choose(programs, sms, query_blocks, group) else {
+            continue;
+        };
+        splits += 1;
+        let what = format!("{programs} programs, {sms} SMs, {query_blocks} query blocks: {s:?}");
+        assert_ne!(programs % sms, 0, "{what}");
+        assert_eq!(s.whole_programs % sms, 0, "{what}");
+        assert_eq!(s.whole_programs + s.split_blocks, programs, "{what}");
+        assert!(s.slices >= 2 && s.slice_blocks >= 1, "{what}");
+        assert!(s.slices * s.slice_blocks >= query_blocks, "{what}");
+        assert!((s.slices - 1) * s.slice_blocks < query_blocks, "{what}");
+        assert_eq!(s.programs(), s.whole_programs + s.split_blocks * s.slices);
+    }
+    assert!(splits > 0, "no grid was split");
+    // The H200's case: 4096 programs of 64 steps on 132 SMs leave a last wave of 4.
+    let h200 = TailSplit::choose(4096, 132, 64, 1).expect("the 4k grid's tail is split");
+    assert_eq!(h200.whole_programs, 31 * 132);
+}
+
+/// The backward with a split tail against the float64 reference, on the interpreter's 3 SMs
+/// (`backward_tail_split` must split each case, or the test proves nothing): a slice skipped
+/// or added twice changes dK and dV of its block; a split block that missed its conversion
+/// keeps `backward`'s zeros. Slice counts that do not divide the query blocks, a partial last
+/// query block, a last key block of one key, GQA and a batch of 2 (split blocks in the last
+/// batch) are covered.
+#[test]
+fn backward_split_tail_matches_reference() {
+    let dev = Device::cpu();
+    let options = AttentionOptions {
+        block_m: 16,
+        block_n: 16,
+        ..Default::default()
+    };
+    let cases = [
+        // (B, H, Hkv, Nq, Nk, D), dtype 0 = f32, 1 = bf16
+        (dims(1, 3, 1, 117, 65, 16), 0),
+        (dims(1, 2, 2, 75, 29, 24), 0),
+        (dims(1, 4, 1, 96, 65, 16), 0),
+        (dims(2, 6, 2, 117, 17, 32), 1),
+    ];
+    let mut uneven = false;
+    for (dm, dtype) in cases {
+        let split = attention::backward_tail_split(&dev, &dm, false, 16, 16)
+            .unwrap_or_else(|| panic!("{} takes no split", dm.describe()));
+        uneven |= dm.n_q.div_ceil(16) % split.slice_blocks != 0;
+        let err = match dtype {
+            0 => check_backward::<f32>(&dev, dm, options, Layout::Bhnd),
+            _ => check_backward::<bf16>(&dev, dm, options, Layout::Bnhd),
+        };
+        println!("split tail {} {split:?}: {err:.2e}", dm.describe());
+        // The causal kernel never splits.
+        assert_eq!(
+            attention::backward_tail_split(&dev, &dm, true, 16, 16),
+            None
+        );
+    }
+    assert!(uneven, "no case has a short last slice");
 }

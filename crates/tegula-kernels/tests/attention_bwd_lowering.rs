@@ -18,9 +18,10 @@ const D: usize = 128;
 /// the group size of 1 bound.
 fn specialized(causal: bool) -> Kernel {
     let mut k =
-        attn_bwd_dkdv::trace::<bf16>(causal, true, !N.is_multiple_of(64), D, 64, 128).unwrap();
-    // 9 pointers; strides (batch, head, row) of q, k, v, dO, dK, dV; Hkv, group, Nq, Nk; scale.
-    let mut ints: Vec<Option<usize>> = vec![None; 9];
+        attn_bwd_dkdv::trace::<bf16>(causal, true, false, !N.is_multiple_of(64), D, 64, 128)
+            .unwrap();
+    // 10 pointers; strides (batch, head, row) of q, k, v, dO, dK, dV; Hkv, group, Nq, Nk; scale.
+    let mut ints: Vec<Option<usize>> = vec![None; 10];
     for _ in 0..6 {
         ints.extend([Some(HEADS * N * D), Some(N * D), Some(D)]);
     }

@@ -191,6 +191,14 @@ fn dkdv_step<T: Element>(
 /// `dq_acc_ptr` (f32 `[B, H, Nq, head_dim]`, contiguous, zeroed beforehand; unused otherwise).
 /// `ragged_queries`: `Nq` is not a multiple of `block_m` (the forward's flag of the same name);
 /// without it the steps take no row masks. Grid `(cdiv(Nk, block_n), B * Hkv)`.
+///
+/// `split_tail` (non-causal only; see [`TailSplit`]): a one-dimensional grid whose first
+/// `whole_programs` programs each sweep one whole (key block, KV head) as above, in the same
+/// order, and whose remaining programs split the blocks after those: `slices` programs a block,
+/// each over `slice_rows` query rows (a multiple of `block_m`) of every head of the group. A
+/// split program adds its scaled dK and its dV in f32 into its block's rows of `dkdv_acc_ptr`
+/// (`[split blocks, 2, block_n, head_dim]`, zeroed beforehand), which
+/// [`attn_bwd_dkdv_convert`] then writes into dK and dV.
 #[tegula::kernel]
 pub fn attn_bwd_dkdv<T: Element>(
     q_ptr: Ptr<T>,
@@ -202,6 +210,7 @@ pub fn attn_bwd_dkdv<T: Element>(
     dk_ptr: Ptr<T>,
     dv_ptr: Ptr<T>,
     dq_acc_ptr: Ptr<f32>,
+    dkdv_acc_ptr: Ptr<f32>,
     stride_qz: i32,
     stride_qh: i32,
     stride_qm: i32,
@@ -225,8 +234,12 @@ pub fn attn_bwd_dkdv<T: Element>(
     n_q: i32,
     n_k: i32,
     sm_scale: f32,
+    whole_programs: i32,
+    slices: i32,
+    slice_rows: i32,
     #[constexpr] causal: bool,
     #[constexpr] atomic_dq: bool,
+    #[constexpr] split_tail: bool,
     #[constexpr] ragged_queries: bool,
     #[constexpr] head_dim: usize,
     #[constexpr] block_m: usize,
@@ -236,8 +249,21 @@ pub fn attn_bwd_dkdv<T: Element>(
     let ragged_n_q = if ragged_queries { Some(n_q) } else { None };
     // Causal: key block 0 is swept by the most query blocks; the heaviest start first (see
     // `heavy_blocks_first`).
+    // Non-causal with a split tail: the query rows `[m_lo, m_hi)` of each head (all of them
+    // for a whole program), and whether this program adds into the f32 partial sums.
+    let mut split = None;
     let (key_block, off_hkvz) = if causal {
         heavy_blocks_first()
+    } else if split_tail {
+        let pid = program_id(0);
+        let key_blocks = cdiv(n_k, block_n);
+        let is_split = pid.ge(whole_programs);
+        let split_index = maximum(pid - whole_programs, 0);
+        let block = select(is_split, whole_programs + split_index / slices, pid);
+        let m_lo = select(is_split, split_index % slices * slice_rows, 0);
+        let m_hi = minimum(m_lo + select(is_split, slice_rows, n_q), n_q);
+        split = Some((is_split, block - whole_programs, m_lo, m_hi));
+        (block % key_blocks, block / key_blocks)
     } else {
         (program_id(0), program_id(1))
     };
@@ -311,7 +337,11 @@ pub fn attn_bwd_dkdv<T: Element>(
                 );
             }
         }
-        for start_m in range(mid, n_q, block_m) {
+        let (m_lo, m_hi) = match split {
+            Some((_, _, m_lo, m_hi)) => (m_lo, m_hi),
+            None => (mid, n_q),
+        };
+        for start_m in range(m_lo, m_hi, block_m) {
             (dk, dv) = dkdv_step::<T>(
                 head, start_m, keys, offs_d, d_mask, ragged_n_q, None, qk_scale, block_m, head_dim,
                 dk, dv,
@@ -320,6 +350,21 @@ pub fn attn_bwd_dkdv<T: Element>(
     }
 
     let dk = dk * sm_scale;
+    // A whole program stores; a split program adds its partial sums instead. The masks are
+    // uniform across the program, so either side costs one skipped epilogue.
+    let (store_mask, acc) = match split {
+        Some((is_split, split_block, _, _)) => {
+            // Split blocks are numbered from 0; whole programs never touch the buffer.
+            let rows = maximum(split_block, 0) * (2 * block_n) + arange(0, block_n as i64);
+            let acc = dkdv_acc_ptr + rows.col() * head_dim + offs_d.row();
+            (kv_mask & !is_split, Some((acc, kv_mask & is_split)))
+        }
+        None => (kv_mask, None),
+    };
+    if let Some((acc, add_mask)) = acc {
+        atomic_add_relaxed(acc, dk, Some(add_mask));
+        atomic_add_relaxed(acc + block_n * head_dim, dv, Some(add_mask));
+    }
     store(
         dk_ptr
             + off_z * stride_dkz
@@ -327,7 +372,7 @@ pub fn attn_bwd_dkdv<T: Element>(
             + offs_n.col() * stride_dkn
             + offs_d.row(),
         dk.to::<T>(),
-        kv_mask,
+        store_mask,
     );
     store(
         dv_ptr
@@ -336,7 +381,66 @@ pub fn attn_bwd_dkdv<T: Element>(
             + offs_n.col() * stride_dvn
             + offs_d.row(),
         dv.to::<T>(),
-        kv_mask,
+        store_mask,
+    );
+}
+
+/// dK and dV of the split blocks of [`attn_bwd_dkdv`]'s tail, from its f32 partial sums
+/// (`[split blocks, 2, block_n, head_dim]`, dK already scaled) into the output dtype. One
+/// program a split block: grid `(split blocks)`; block `i` is the grid's (key block, KV head)
+/// number `whole_programs + i`, as in the dK/dV kernel.
+#[tegula::kernel]
+pub fn attn_bwd_dkdv_convert<T: Element>(
+    dkdv_acc_ptr: Ptr<f32>,
+    dk_ptr: Ptr<T>,
+    dv_ptr: Ptr<T>,
+    stride_dkz: i32,
+    stride_dkh: i32,
+    stride_dkn: i32,
+    stride_dvz: i32,
+    stride_dvh: i32,
+    stride_dvn: i32,
+    num_kv_heads: i32,
+    n_k: i32,
+    whole_programs: i32,
+    #[constexpr] head_dim: usize,
+    #[constexpr] block_n: usize,
+) {
+    let block_d = padded_head_dim(head_dim);
+    let split_block = program_id(0);
+    let block = whole_programs + split_block;
+    let key_blocks = cdiv(n_k, block_n);
+    let off_hkvz = block / key_blocks;
+    let off_z = off_hkvz / num_kv_heads;
+    let off_hkv = off_hkvz % num_kv_heads;
+    let start_n = block % key_blocks * block_n;
+    let offs_n = start_n + arange(0, block_n as i64);
+    let offs_d = arange(0, block_d as i64);
+    let mask = and_mask(
+        offs_n.col().lt(n_k),
+        feature_mask(offs_d, head_dim, block_d),
+    );
+    let rows = split_block * (2 * block_n) + arange(0, block_n as i64);
+    let acc = dkdv_acc_ptr + rows.col() * head_dim + offs_d.row();
+    let dk = load(acc, mask, 0.0);
+    let dv = load(acc + block_n * head_dim, mask, 0.0);
+    store(
+        dk_ptr
+            + off_z * stride_dkz
+            + off_hkv * stride_dkh
+            + offs_n.col() * stride_dkn
+            + offs_d.row(),
+        dk.to::<T>(),
+        mask,
+    );
+    store(
+        dv_ptr
+            + off_z * stride_dvz
+            + off_hkv * stride_dvh
+            + offs_n.col() * stride_dvn
+            + offs_d.row(),
+        dv.to::<T>(),
+        mask,
     );
 }
 
@@ -528,6 +632,111 @@ impl DqStrategy {
     }
 }
 
+/// How the non-causal dK/dV grid splits its last wave (see [`attn_bwd_dkdv`]'s `split_tail`).
+///
+/// Its programs, one (key block, KV head) each, do equal work, so when their count is not a
+/// multiple of the SMs the last wave runs a few programs for a whole program's time while the
+/// other SMs idle (4096 programs on 132 SMs: 31 waves and 4 programs). Splitting the blocks
+/// of that partial wave, or of it and the last whole wave, into slices of the query blocks
+/// spreads their work over all the SMs, at the cost of a prologue a program and the f32
+/// partial sums of dK and dV (added with atomics, then converted).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TailSplit {
+    /// The programs that sweep a whole block, first in the grid: a multiple of the SMs.
+    pub whole_programs: usize,
+    /// The blocks after those, each swept by `slices` programs.
+    pub split_blocks: usize,
+    pub slices: usize,
+    /// Query blocks a slice (the last slice of a block may have fewer).
+    pub slice_blocks: usize,
+}
+
+impl TailSplit {
+    /// Modelled cost of a program beyond its steps, in steps: loading K and V, filling the
+    /// pipeline, storing dK and dV. A guess; it only has to keep tiny slices from winning.
+    const PROGRAM_STEPS: usize = 1;
+    /// Modelled extra cost of a split program, in steps: its `2 * block_n * head_dim` f32
+    /// atomics (2 to 4 steps' worth of dQ atomics at 64x128), mostly hidden behind other
+    /// programs' math.
+    const SPLIT_STEPS: usize = 2;
+
+    /// The split of a grid of `programs` programs of `group * query_blocks` steps each on `sms`
+    /// SMs (one program an SM), or `None` when no split beats whole programs by 0.5% in a
+    /// list-scheduling model: whole programs in full waves, then the split programs in waves.
+    /// The candidates split the partial last wave's blocks, or those and one more wave's, into
+    /// slices of 1 to `query_blocks - 1` query blocks.
+    pub fn choose(
+        programs: usize,
+        sms: usize,
+        query_blocks: usize,
+        group: usize,
+    ) -> Option<TailSplit> {
+        let sms = sms.max(1);
+        let partial = programs % sms;
+        if partial == 0 || query_blocks < 2 {
+            return None;
+        }
+        let whole_time = group * query_blocks + Self::PROGRAM_STEPS;
+        let unsplit = programs.div_ceil(sms) * whole_time;
+        let mut best: Option<(usize, TailSplit)> = None;
+        for split_blocks in [partial, partial + sms] {
+            if split_blocks > programs {
+                continue;
+            }
+            let whole_programs = programs - split_blocks;
+            // Fewest programs first, so a tie keeps the coarser split.
+            for slice_blocks in (1..query_blocks).rev() {
+                let slices = query_blocks.div_ceil(slice_blocks);
+                let split_time = group * slice_blocks + Self::PROGRAM_STEPS + Self::SPLIT_STEPS;
+                let time = whole_programs / sms * whole_time
+                    + (split_blocks * slices).div_ceil(sms) * split_time;
+                if best.is_none_or(|(t, _)| time < t) {
+                    let split = TailSplit {
+                        whole_programs,
+                        split_blocks,
+                        slices,
+                        slice_blocks,
+                    };
+                    best = Some((time, split));
+                }
+            }
+        }
+        best.filter(|&(time, _)| time * 1000 < unsplit * 995)
+            .map(|(_, split)| split)
+    }
+
+    /// The grid's programs.
+    pub fn programs(&self) -> usize {
+        self.whole_programs + self.split_blocks * self.slices
+    }
+}
+
+/// SMs the interpreter's grids are sized for: few, so that small test shapes take the split
+/// tail (see [`TailSplit`]).
+const INTERPRETER_SMS: usize = 3;
+
+/// The tail split [`backward_into`] launches the dK/dV kernel with, for these sizes and block
+/// sizes on `dev` (from its SM count; on the interpreter, a small count): only the non-causal
+/// kernel with atomic dQ splits.
+pub fn backward_tail_split(
+    dev: &Device,
+    dims: &Dims,
+    causal: bool,
+    block_m: usize,
+    block_n: usize,
+) -> Option<TailSplit> {
+    if causal || DqStrategy::choose(dims) != DqStrategy::Atomic || dims.n_q == 0 {
+        return None;
+    }
+    let programs = dims.n_k.div_ceil(block_n) * dims.batch * dims.kv_heads;
+    TailSplit::choose(
+        programs,
+        check::sm_count(dev, INTERPRETER_SMS),
+        dims.n_q.div_ceil(block_m),
+        dims.group_size(),
+    )
+}
+
 /// The gradients of attention with respect to its inputs.
 pub struct Gradients<T: Element> {
     pub dq: Tensor<T>,
@@ -682,6 +891,7 @@ fn resolve<T: Element>(
                 attn_bwd_dkdv::trace::<T>(
                     c,
                     atomic,
+                    false,
                     has_ragged_queries(dims.n_q, r.block_m),
                     d,
                     r.block_m,
@@ -755,6 +965,24 @@ fn launch<T: Element>(
     } else {
         dev.empty::<f32>([1])?
     };
+    let split = backward_tail_split(dev, dims, options.causal, bm, bn);
+    // The split blocks' f32 dK/dV partial sums start at zero (a stand-in without a split).
+    let dkdv_acc = match split {
+        Some(s) => dev.zeros::<f32>([s.split_blocks, 2, bn, d])?,
+        None => dev.empty::<f32>([1])?,
+    };
+    let dkdv_grid = match split {
+        Some(s) => (size_i32(OP, "dK/dV programs", s.programs())? as u32, 1),
+        None => (k_blocks, bhkv),
+    };
+    let (whole_programs, slices, slice_rows) = match split {
+        Some(s) => (
+            size_i32(OP, "whole programs", s.whole_programs)?,
+            size_i32(OP, "slices", s.slices)?,
+            size_i32(OP, "slice rows", s.slice_blocks * bm)?,
+        ),
+        None => (0, 1, 0),
+    };
     if q_blocks > 0 && bh > 0 {
         attn_bwd_preprocess::launch_with::<T>(
             dev,
@@ -779,7 +1007,7 @@ fn launch<T: Element>(
         // With no query rows the sweep is empty and dK = dV = 0.
         attn_bwd_dkdv::launch_with::<T>(
             dev,
-            (k_blocks, bhkv),
+            dkdv_grid,
             options.config,
             q,
             k,
@@ -790,6 +1018,7 @@ fn launch<T: Element>(
             dk,
             dv,
             &dq_acc,
+            &dkdv_acc,
             sqz,
             sqh,
             sqm,
@@ -813,11 +1042,36 @@ fn launch<T: Element>(
             n_q,
             n_k,
             sm_scale,
+            whole_programs,
+            slices,
+            slice_rows,
             options.causal,
             atomic_dq,
+            split.is_some(),
             has_ragged_queries(dims.n_q, bm),
             d,
             bm,
+            bn,
+        )?;
+    }
+    if let Some(s) = split {
+        attn_bwd_dkdv_convert::launch_with::<T>(
+            dev,
+            (size_i32(OP, "split blocks", s.split_blocks)? as u32, 1),
+            options.config,
+            &dkdv_acc,
+            dk,
+            dv,
+            sdkz,
+            sdkh,
+            sdkn,
+            sdvz,
+            sdvh,
+            sdvn,
+            kv_heads,
+            n_k,
+            whole_programs,
+            d,
             bn,
         )?;
     }
@@ -972,9 +1226,10 @@ pub(super) fn trace_entry(
     let atomic = DqStrategy::choose(&dims) == DqStrategy::Atomic;
     let ragged_q = has_ragged_queries(dims.n_q, b.block_m);
     let (bm, bn) = (b.block_m, b.block_n);
+    let split = backward_tail_split(&Device::cpu(), &dims, causal, bm, bn).is_some();
     match dtype {
-        DType::F16 => attn_bwd_dkdv::trace::<f16>(causal, atomic, ragged_q, d, bm, bn),
-        DType::BF16 => attn_bwd_dkdv::trace::<bf16>(causal, atomic, ragged_q, d, bm, bn),
-        _ => attn_bwd_dkdv::trace::<f32>(causal, atomic, ragged_q, d, bm, bn),
+        DType::F16 => attn_bwd_dkdv::trace::<f16>(causal, atomic, split, ragged_q, d, bm, bn),
+        DType::BF16 => attn_bwd_dkdv::trace::<bf16>(causal, atomic, split, ragged_q, d, bm, bn),
+        _ => attn_bwd_dkdv::trace::<f32>(causal, atomic, split, ragged_q, d, bm, bn),
     }
 }
