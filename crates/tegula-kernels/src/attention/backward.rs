@@ -350,21 +350,21 @@ pub fn attn_bwd_dkdv<T: Element>(
     }
 
     let dk = dk * sm_scale;
-    // A whole program stores; a split program adds its partial sums instead. The masks are
-    // uniform across the program, so either side costs one skipped epilogue.
-    let (store_mask, acc) = match split {
+    // A whole program stores; a split program adds its partial sums instead. The atomics sit
+    // behind one uniform branch, so whole programs skip their masks and addresses at once.
+    let store_mask = match split {
         Some((is_split, split_block, _, _)) => {
-            // Split blocks are numbered from 0; whole programs never touch the buffer.
-            let rows = maximum(split_block, 0) * (2 * block_n) + arange(0, block_n as i64);
-            let acc = dkdv_acc_ptr + rows.col() * head_dim + offs_d.row();
-            (kv_mask & !is_split, Some((acc, kv_mask & is_split)))
+            if_then(is_split, || {
+                // Split blocks are numbered from 0 after the whole programs' blocks.
+                let rows = split_block * (2 * block_n) + arange(0, block_n as i64);
+                let acc = dkdv_acc_ptr + rows.col() * head_dim + offs_d.row();
+                atomic_add_relaxed(acc, dk, Some(kv_mask));
+                atomic_add_relaxed(acc + block_n * head_dim, dv, Some(kv_mask));
+            });
+            kv_mask & !is_split
         }
-        None => (kv_mask, None),
+        None => kv_mask,
     };
-    if let Some((acc, add_mask)) = acc {
-        atomic_add_relaxed(acc, dk, Some(add_mask));
-        atomic_add_relaxed(acc + block_n * head_dim, dv, Some(add_mask));
-    }
     store(
         dk_ptr
             + off_z * stride_dkz
@@ -717,7 +717,8 @@ const INTERPRETER_SMS: usize = 3;
 
 /// The tail split [`backward_into`] launches the dK/dV kernel with, for these sizes and block
 /// sizes on `dev` (from its SM count; on the interpreter, a small count): only the non-causal
-/// kernel with atomic dQ splits.
+/// kernel with atomic dQ splits, and none with `TEGULA_ATTN_BWD_SPLIT=off` (read once per
+/// process; for measuring one against the other).
 pub fn backward_tail_split(
     dev: &Device,
     dims: &Dims,
@@ -725,7 +726,9 @@ pub fn backward_tail_split(
     block_m: usize,
     block_n: usize,
 ) -> Option<TailSplit> {
-    if causal || DqStrategy::choose(dims) != DqStrategy::Atomic || dims.n_q == 0 {
+    static OFF: OnceLock<bool> = OnceLock::new();
+    let off = *OFF.get_or_init(|| std::env::var("TEGULA_ATTN_BWD_SPLIT").as_deref() == Ok("off"));
+    if off || causal || DqStrategy::choose(dims) != DqStrategy::Atomic || dims.n_q == 0 {
         return None;
     }
     let programs = dims.n_k.div_ceil(block_n) * dims.batch * dims.kv_heads;
