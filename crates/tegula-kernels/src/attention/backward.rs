@@ -355,33 +355,57 @@ pub fn attn_bwd_dkdv<T: Element>(
     let store_mask = match split {
         Some((is_split, split_block, _, _)) => {
             if_then(is_split, || {
-                // Split blocks are numbered from 0 after the whole programs' blocks.
-                let rows = split_block * (2 * block_n) + arange(0, block_n as i64);
-                let acc = dkdv_acc_ptr + rows.col() * head_dim + offs_d.row();
-                atomic_add_relaxed(acc, dk, Some(kv_mask));
-                atomic_add_relaxed(acc + block_n * head_dim, dv, Some(kv_mask));
+                let (dk_acc, dv_acc) =
+                    split_partials(dkdv_acc_ptr, split_block, offs_d, head_dim, block_n);
+                atomic_add_relaxed(dk_acc, dk, Some(kv_mask));
+                atomic_add_relaxed(dv_acc, dv, Some(kv_mask));
             });
             kv_mask & !is_split
         }
         None => kv_mask,
     };
-    store(
-        dk_ptr
-            + off_z * stride_dkz
-            + off_hkv * stride_dkh
-            + offs_n.col() * stride_dkn
-            + offs_d.row(),
-        dk.to::<T>(),
+    let rows = (off_z, off_hkv, offs_n, offs_d);
+    store_head_rows::<T>(
+        (dk_ptr, stride_dkz, stride_dkh, stride_dkn),
+        rows,
+        dk,
         store_mask,
     );
-    store(
-        dv_ptr
-            + off_z * stride_dvz
-            + off_hkv * stride_dvh
-            + offs_n.col() * stride_dvn
-            + offs_d.row(),
-        dv.to::<T>(),
+    store_head_rows::<T>(
+        (dv_ptr, stride_dvz, stride_dvh, stride_dvn),
+        rows,
+        dv,
         store_mask,
+    );
+}
+
+/// The f32 partial dK and dV of split block `split_block` in `dkdv_acc_ptr`
+/// (`[split blocks, 2, block_n, head_dim]`; split blocks are numbered from 0 after the whole
+/// programs' blocks), as pointers `[block_n, block_d]`.
+fn split_partials(
+    dkdv_acc_ptr: Tile,
+    split_block: Tile,
+    offs_d: Tile,
+    head_dim: usize,
+    block_n: usize,
+) -> (Tile, Tile) {
+    let rows = split_block * (2 * block_n) + arange(0, block_n as i64);
+    let dk = dkdv_acc_ptr + rows.col() * head_dim + offs_d.row();
+    (dk, dk + block_n * head_dim)
+}
+
+/// Stores `x`, cast to `T`, into rows `offs_n` (columns `offs_d`) of head `off_h` of batch
+/// `off_z` of a `[B, H, N, D]` tensor given as (base, batch, head and row strides).
+fn store_head_rows<T: Element>(
+    (base, stride_z, stride_h, stride_n): (Tile, Tile, Tile, Tile),
+    (off_z, off_h, offs_n, offs_d): (Tile, Tile, Tile, Tile),
+    x: Tile,
+    mask: Tile,
+) {
+    store(
+        base + off_z * stride_z + off_h * stride_h + offs_n.col() * stride_n + offs_d.row(),
+        x.to::<T>(),
+        mask,
     );
 }
 
@@ -420,28 +444,12 @@ pub fn attn_bwd_dkdv_convert<T: Element>(
         offs_n.col().lt(n_k),
         feature_mask(offs_d, head_dim, block_d),
     );
-    let rows = split_block * (2 * block_n) + arange(0, block_n as i64);
-    let acc = dkdv_acc_ptr + rows.col() * head_dim + offs_d.row();
-    let dk = load(acc, mask, 0.0);
-    let dv = load(acc + block_n * head_dim, mask, 0.0);
-    store(
-        dk_ptr
-            + off_z * stride_dkz
-            + off_hkv * stride_dkh
-            + offs_n.col() * stride_dkn
-            + offs_d.row(),
-        dk.to::<T>(),
-        mask,
-    );
-    store(
-        dv_ptr
-            + off_z * stride_dvz
-            + off_hkv * stride_dvh
-            + offs_n.col() * stride_dvn
-            + offs_d.row(),
-        dv.to::<T>(),
-        mask,
-    );
+    let (dk_acc, dv_acc) = split_partials(dkdv_acc_ptr, split_block, offs_d, head_dim, block_n);
+    let dk = load(dk_acc, mask, 0.0);
+    let dv = load(dv_acc, mask, 0.0);
+    let rows = (off_z, off_hkv, offs_n, offs_d);
+    store_head_rows::<T>((dk_ptr, stride_dkz, stride_dkh, stride_dkn), rows, dk, mask);
+    store_head_rows::<T>((dv_ptr, stride_dvz, stride_dvh, stride_dvn), rows, dv, mask);
 }
 
 /// One step of the dQ sweep: folds the key block `[start_n, start_n + block_n)` into `dq`.
