@@ -15,7 +15,10 @@
 # full run in two calls, each kernel beside its peers from the same call; join the two calls'
 # tegula.jsonl and peers.txt with scripts/compare.py;
 # TEGULA_CACHE_DIR=<dir> to start from an autotune cache (e.g. one written by an earlier call
-# that tuned the attention sweep, which alone takes minutes; the full run may not fit one call).
+# that tuned the attention sweep, which alone takes minutes; the full run may not fit one call);
+# TUNE_FIRST=1 (PART=tc or all) tunes matmul and attention before peers.py runs, so that
+# minutes of tuning at full load do not sit between the peers' timings and tegula's (timings
+# right after them ran up to 5% slow; docs/perf-notes.md, session 9).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/compare-out}
@@ -34,6 +37,17 @@ echo "== compare: commit $COMMIT, $GPU, driver $DRIVER, binary $BIN"
 nvidia-smi --query-gpu=clocks.sm,clocks.mem,temperature.gpu,power.draw,utilization.gpu --format=csv 2>/dev/null
 
 touch "$WORK/peers.txt"
+# Tuning first (optional): the same sweeps with a small timing budget, their records dropped;
+# what they tune lands in the autotune cache that the timed sweeps below read.
+if [ "${TUNE_FIRST:-0}" = 1 ] && [ "${QUICK:-0}" != 1 ] && [ "${PART:-all}" != mem ]; then
+    for what in matmul attention "attention_backward --shape 4,32,4096,128"; do
+        echo "== tune: tegula bench $what --quick"
+        # shellcheck disable=SC2086
+        timeout 600 "$BIN" bench $what --quick > /dev/null 2>> "$WORK/tune.log" \
+            || echo "== tune $what: exit $?"
+    done
+    grep -h "tuned now" "$WORK/tune.log" 2>/dev/null
+fi
 # Peers first, so that the plots can draw them beside tegula.
 if [ "${PEERS:-1}" = 1 ]; then
     P=.peers/peers.py
