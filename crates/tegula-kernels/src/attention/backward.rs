@@ -11,6 +11,11 @@
 //! f32 accumulation; P and dS are cast to the input dtype before their dots, as FlashAttention
 //! does.
 //!
+//! The dK/dV grid's programs do equal work (non-causal), so when their count leaves a partial
+//! last wave on the GPU's SMs, the blocks of that wave are split into slices of the query
+//! blocks ([`TailSplit`]): their dK/dV partial sums go through an f32 buffer and
+//! [`attn_bwd_dkdv_convert`]. Causal grids start the heaviest blocks first instead.
+//!
 //! With `S = scale * Q K^T`, `P = exp(S - lse)`: `dV = P^T dO`, `dP = dO V^T`,
 //! `dS = P * (dP - delta)`, `dQ = scale * dS K`, `dK = scale * dS^T Q`. The kernels recompute P
 //! in base 2 as `exp2(q.k * scale * log2 e - lse * log2 e)`.
