@@ -1,7 +1,7 @@
 //! FlashAttention: the seed walkthrough's single-head kernel, the batched forward, and the
 //! backward, structured like Triton's fused-attention tutorial (06).
 //!
-//! - [`seed`]: the walkthrough's contract: Q `[M, D]`, K and V `[N, D]`, f32, contiguous, one
+//! - `seed`: the walkthrough's contract: Q `[M, D]`, K and V `[N, D]`, f32, contiguous, one
 //!   head, `input_precision = "ieee"`, blocks of 16 rows.
 //! - [`forward`] / [`forward_into`]: Q `[B, H, Nq, D]`, K and V `[B, Hkv, Nk, D]` described by
 //!   strides (any strides with unit stride on D, so `[B, N, H, D]` buffers passed as

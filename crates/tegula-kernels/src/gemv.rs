@@ -1,6 +1,6 @@
 //! Matrix-vector product `y = A x` (seed chapter, section 4.5), with f32 accumulation.
 //!
-//! The seed's contract is `A` [M, N] row-major f16, `x` [N] f16, `y` [M] f32; this kernel also
+//! The seed's contract is `A` `[M, N]` row-major f16, `x` `[N]` f16, `y` `[M]` f32; this kernel also
 //! takes bf16 (and f32) inputs and any strides for `A`, `x` and `y`, passed as arguments, so a
 //! transposed or sliced view of `A` works without a copy.
 //!
@@ -110,7 +110,7 @@ const CPU_SMS: usize = 4;
 /// the rows read adjacent elements.
 ///
 /// Row-major `A` of 16-bit elements whose rows are a multiple of 4096 columns, with few rows
-/// ([`WIDE_MAX_ROWS`]) or long ones ([`WIDE_MIN_COLS`]): one row a program of 4 warps, 4096
+/// (`WIDE_MAX_ROWS`) or long ones (`WIDE_MIN_COLS`): one row a program of 4 warps, 4096
 /// columns a step (a cross-warp reduction a row). On the H200 (fp16, 2026-11-30) 2.46 TB/s at
 /// 4096^2 and 3.95 at 16384^2 against 2.38 and 3.91 for one warp a row. With more rows of
 /// fewer columns, one warp a row streams faster back to back (14336x4096: 4.04 TB/s against
@@ -119,7 +119,7 @@ const CPU_SMS: usize = 4;
 /// one 16-byte load per lane (256 columns of f16/bf16, 128 of f32), so the blocked layout puts
 /// the warps along the rows and each row is reduced with shuffles inside its warp: no shared
 /// memory, no barrier. `BLOCK_M` is the number of warps, and `UNROLL` gives each thread
-/// [`LOADS_PER_STEP`] loads in flight (fewer when the row is shorter).
+/// `LOADS_PER_STEP` loads in flight (fewer when the row is shorter).
 pub fn config(m: usize, stride_m: usize, stride_n: usize, n: usize, elem_bytes: usize) -> Config {
     if stride_m == 1 && stride_n != 1 {
         return Config::new(4, 1)

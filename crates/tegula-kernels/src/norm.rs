@@ -357,7 +357,7 @@ pub fn rms_norm_fwd<T: Element>(
 }
 
 /// [`layer_norm_fwd`] for rows that fit one tile: `block_m` rows per program, each read once
-/// and held in registers; both statistics in one reduction round ([`shifted_moments`]).
+/// and held in registers; both statistics in one reduction round (`shifted_moments`).
 ///
 /// Kept lean so that many programs fit an SM (each has its tile of `x` in flight only until
 /// the reduction): `whole` (set by the host when `n == block` and `block_m` divides `m`) drops
@@ -640,7 +640,7 @@ pub const UNROLL: &str = "UNROLL";
 /// Layer norm's forward config for rows of `n`: the one-tile kernel without the prefetch up to
 /// 4096 columns (as RMS norm: 8 warps at 4096), the looping kernel beyond (the one-tile kernel
 /// at 16384 columns takes 119 registers: one program a SM). The looping kernel reads a row
-/// twice since the statistics take one pass ([`shifted_moments`]). On the H200 (bf16, 4096 x
+/// twice since the statistics take one pass (`shifted_moments`). On the H200 (bf16, 4096 x
 /// 4096) the one tile measured 1.84 TB/s at 74 registers (3 programs a SM; two slow-path
 /// `1 / sqrt` chains, masks on every element) against 2.61 pipelined; without masks
 /// (`whole` rows), divisions or `w`/`b` held during the load it takes 40 registers (6
@@ -821,7 +821,7 @@ pub fn layer_norm_into_with<T: Element>(
     )
 }
 
-/// Layer norm forward of `x` [M, N] with weight `w` and bias `b` [N]; see [`layer_norm_into`].
+/// Layer norm forward of `x` `[M, N]` with weight `w` and bias `b` `[N]`; see [`layer_norm_into`].
 pub fn layer_norm<T: Element>(
     x: &Tensor<T>,
     w: &Tensor<T>,
@@ -852,7 +852,7 @@ pub const ROWS_PER_GROUP: usize = 64;
 const DWDB_BLOCK: (usize, usize) = (16, 64);
 
 /// Layer norm backward: from `dy` [M, N], the forward input `x`, weight `w` and the forward's
-/// `mean`, `rstd`, computes `dx` [M, N], `dw` and `db` [N].
+/// `mean`, `rstd`, computes `dx` `[M, N]`, `dw` and `db` `[N]`.
 ///
 /// Contract as in [`layer_norm_into`]: `x`, `dy` have unit column stride, `w`, `mean`, `rstd`
 /// are contiguous; the results are new contiguous tensors. Deterministic: the same inputs give
@@ -1002,7 +1002,7 @@ pub fn rms_norm_into_with<T: Element>(
     rms_norm_fwd::launch_with::<T>(dev, m, lc, x, y, w, xs, ys, ni, eps, block, unroll)
 }
 
-/// RMS norm of `x` [M, N] with weight `w` [N] in a new tensor; see [`rms_norm_into`].
+/// RMS norm of `x` `[M, N]` with weight `w` `[N]` in a new tensor; see [`rms_norm_into`].
 pub fn rms_norm<T: Element>(x: &Tensor<T>, w: &Tensor<T>, eps: f32) -> Result<Tensor<T>> {
     let y = x.device().empty::<T>(x.shape())?;
     rms_norm_into(x, w, eps, &y)?;

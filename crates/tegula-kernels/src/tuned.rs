@@ -1,6 +1,6 @@
 //! How the library's matmul and attention wrappers pick a config with the autotuner.
 //!
-//! A wrapper whose caller left tile sizes or warps/stages at [`AUTO`] asks [`choose`] for the
+//! A wrapper whose caller left tile sizes or warps/stages at [`AUTO`] asks `choose` for the
 //! config of its key (the shape bucket that selects a config). The first call per key and
 //! device in a process builds the [`Tuning`] (tracing the reference config, whose printed Tile
 //! IR is the source hash) and asks [`Autotuner::global`]: the cached winner, the default, or a

@@ -8,9 +8,10 @@
 //! ```
 //!
 //! The body is ordinary Rust run once at trace time over symbolic tiles, with three rewrites
-//! (see [`body`]): `for .. in range(..)` becomes an IR loop whose loop-carried values are the
-//! outer variables assigned in it; `if` and `while` dispatch on the condition's type (a Rust
-//! `bool` decides at trace time, a tile becomes an IR `if`/`while`); `static_range(..)` unrolls.
+//! (see the `body` module): `for .. in range(..)` becomes an IR loop whose loop-carried values
+//! are the outer variables assigned in it; `if` and `while` dispatch on the condition's type
+//! (a Rust `bool` decides at trace time, a tile becomes an IR `if`/`while`); `static_range(..)`
+//! unrolls.
 //! Every generated call carries the span of the user's token, so `#[track_caller]` locations in
 //! trace errors point at the user's line.
 
