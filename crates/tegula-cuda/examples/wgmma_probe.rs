@@ -71,6 +71,23 @@ impl Variant {
             self.swizzle
         )
     }
+    /// B's (LBO, SBO) in bytes, exchanged in the alternative.
+    fn b_offsets(&self) -> (usize, usize) {
+        let (lbo, sbo) = offsets(self.b_tile(), self.b_layout == BLayout::KMajor);
+        if self.swap_lbo_sbo {
+            (sbo, lbo)
+        } else {
+            (lbo, sbo)
+        }
+    }
+    fn a_descriptor_high(&self) -> u64 {
+        let (lbo, sbo) = offsets(self.a_tile(), true);
+        descriptor_high_bits(lbo, sbo, self.swizzle)
+    }
+    fn b_descriptor_high(&self) -> u64 {
+        let (lbo, sbo) = self.b_offsets();
+        descriptor_high_bits(lbo, sbo, self.swizzle)
+    }
     fn a_tile(&self) -> Tile {
         Tile {
             rows: 64,
@@ -114,6 +131,14 @@ impl Tile {
     }
     fn bytes(&self) -> usize {
         self.cols.div_ceil(self.panel_cols()) * self.panel_bytes()
+    }
+    /// Byte offset of element (row, col) from the tile's (1024-byte-aligned) start: what
+    /// `copy_tile_ptx` computes for each 16-byte chunk.
+    #[cfg_attr(not(test), allow(dead_code))]
+    fn byte_offset(&self, row: usize, col: usize) -> usize {
+        let in_row = row * self.swizzle + (col % self.panel_cols()) * 2;
+        let swizzled = in_row ^ (((in_row >> 7) & (self.swizzle / 16 - 1)) << 4);
+        (col / self.panel_cols()) * self.panel_bytes() + swizzled
     }
 }
 
@@ -272,13 +297,7 @@ fn store_accumulators_ptx(p: &mut String, n: usize) {
 fn probe_ptx(v: &Variant) -> String {
     let (a, b) = (v.a_tile(), v.b_tile());
     let b_k_major = v.b_layout == BLayout::KMajor;
-    let (a_lbo, a_sbo) = offsets(a, true);
-    let (mut b_lbo, mut b_sbo) = offsets(b, b_k_major);
-    if v.swap_lbo_sbo {
-        std::mem::swap(&mut b_lbo, &mut b_sbo);
-    }
-    let a_high = descriptor_high_bits(a_lbo, a_sbo, v.swizzle);
-    let b_high = descriptor_high_bits(b_lbo, b_sbo, v.swizzle);
+    let (a_high, b_high) = (v.a_descriptor_high(), v.b_descriptor_high());
     let name = v.name();
     let poison_chunks = (a.bytes() + b.bytes()) / 16;
     let mut p = String::from(HEADER);
@@ -726,8 +745,8 @@ fn run_variant(rt: &CudaRuntime, v: &Variant) -> Result<bool, Error> {
     Ok(pass)
 }
 
-fn print_ptx(dir: &std::path::Path) -> Result<(), Error> {
-    std::fs::create_dir_all(dir)?;
+/// (entry name, PTX) of every kernel the probe can run, alternatives included.
+fn all_kernels() -> Vec<(String, String)> {
     let mut kernels: Vec<(String, String)> = Vec::new();
     for v in variants() {
         kernels.push((v.name(), probe_ptx(&v)));
@@ -746,7 +765,12 @@ fn print_ptx(dir: &std::path::Path) -> Result<(), Error> {
         TIMED_MMA_SYNC_NAME.to_string(),
         timed_mma_sync_ptx(MMA_SYNC_WARPS),
     ));
-    for (name, ptx) in kernels {
+    kernels
+}
+
+fn print_ptx(dir: &std::path::Path) -> Result<(), Error> {
+    std::fs::create_dir_all(dir)?;
+    for (name, ptx) in all_kernels() {
         std::fs::write(dir.join(format!("{name}.ptx")), ptx)?;
     }
     println!("PTX written to {}", dir.display());
@@ -855,5 +879,140 @@ fn main() -> Result<(), Error> {
         Ok(())
     } else {
         Err(format!("wgmma variants failed: {}", failed.join(", ")).into())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    /// The descriptor the PTX builds for shared address `addr`.
+    fn descriptor(addr: usize, high: u64) -> u64 {
+        ((addr as u64 & 0x3ffff) >> 4) | high
+    }
+
+    /// The shared address a wgmma reads for element (mn, k) of its k16 step, from the descriptor
+    /// alone, per the PTX ISA's canonical layouts (as CUTLASS's GmmaDescriptor documents them):
+    /// an independent statement of what `Tile::byte_offset` and the descriptors must agree with.
+    fn hardware_address(desc: u64, mn: usize, k: usize, k_major: bool) -> usize {
+        let field = |shift: u32| (((desc >> shift) & 0x3fff) << 4) as usize;
+        let (start, lbo, sbo) = (field(0), field(16), field(32));
+        let width = match desc >> 62 {
+            1 => 128,
+            2 => 64,
+            3 => 32,
+            mode => panic!("swizzle mode {mode} is not swizzled"),
+        };
+        let linear = if k_major {
+            // Rows of `width` bytes hold K contiguously; groups of 8 MN rows at SBO; LBO unused.
+            start + (mn % 8) * width + (mn / 8) * sbo + 2 * k
+        } else {
+            // `width / 2` MN contiguous per row, the next ones at LBO; 8 K rows of `width` bytes,
+            // the next 8 at SBO.
+            let per_row = width / 2;
+            start + 2 * (mn % per_row) + (mn / per_row) * lbo + (k % 8) * width + (k / 8) * sbo
+        };
+        linear ^ (((linear >> 7) & (width / 16 - 1)) << 4)
+    }
+
+    /// Which operand element each shared byte address holds: ('A' or 'B', stored row, col).
+    fn shared_contents(v: &Variant, base: usize) -> HashMap<usize, (char, usize, usize)> {
+        let mut map = HashMap::new();
+        for (which, tile, start) in [
+            ('A', v.a_tile(), base),
+            ('B', v.b_tile(), base + v.a_tile().bytes()),
+        ] {
+            for row in 0..tile.rows {
+                for col in 0..tile.cols {
+                    let off = tile.byte_offset(row, col);
+                    assert!(
+                        off + 2 <= tile.bytes(),
+                        "{which}[{row}][{col}] outside its tile"
+                    );
+                    let old = map.insert(start + off, (which, row, col));
+                    assert!(old.is_none(), "{which}[{row}][{col}] overwrites {old:?}");
+                }
+            }
+        }
+        map
+    }
+
+    /// Operand elements the modelled wgmma reads wrong, over every k-step of a variant.
+    fn misread_elements(v: &Variant) -> usize {
+        let base = 3 * 1024;
+        let map = shared_contents(v, base);
+        let b_k_major = v.b_layout == BLayout::KMajor;
+        let (a, b) = (v.a_tile(), v.b_tile());
+        let mut wrong = 0;
+        for step in 0..v.k_steps {
+            let desc_a = descriptor(base + k_step_offset(a, true, step), v.a_descriptor_high());
+            let b_start = base + a.bytes() + k_step_offset(b, b_k_major, step);
+            let desc_b = descriptor(b_start, v.b_descriptor_high());
+            for k in 0..16 {
+                let kk = 16 * step + k;
+                for m in 0..64 {
+                    let got = map.get(&hardware_address(desc_a, m, k, true));
+                    wrong += usize::from(got != Some(&('A', m, kk)));
+                }
+                for n in 0..v.n {
+                    let want = if b_k_major {
+                        ('B', n, kk)
+                    } else {
+                        ('B', kk, n)
+                    };
+                    let got = map.get(&hardware_address(desc_b, n, k, b_k_major));
+                    wrong += usize::from(got != Some(&want));
+                }
+            }
+        }
+        wrong
+    }
+
+    #[test]
+    fn every_variant_reads_its_tiles_under_the_isa_layouts() {
+        for v in variants() {
+            assert_eq!(misread_elements(&v), 0, "{}", v.name());
+        }
+    }
+
+    #[test]
+    fn swapped_lbo_and_sbo_misread_n_major_b() {
+        for v in variants() {
+            if v.b_layout == BLayout::NMajor {
+                let alt = Variant {
+                    swap_lbo_sbo: true,
+                    ..v
+                };
+                assert!(misread_elements(&alt) > 0, "{}", alt.name());
+            }
+        }
+    }
+
+    #[test]
+    fn descriptor_fields_land_in_their_bits() {
+        // 128B swizzle, LBO 16 B, SBO 1024 B, start 0x400: CUTLASS's K-major bf16 tile.
+        let d = descriptor(0x400, descriptor_high_bits(16, 1024, 128));
+        assert_eq!(d, (1u64 << 62) | (64u64 << 32) | (1 << 16) | 0x40);
+        assert_eq!(descriptor_high_bits(16, 512, 64) >> 62, 2);
+    }
+
+    /// Every kernel assembles for sm_90a with ptxas, without spills; ptxas comes from
+    /// $TEGULA_PTXAS, `.tools/nvcc` or PATH (scripts/test.sh installs it), missing is a failure.
+    #[test]
+    fn every_kernel_assembles_for_sm_90a_without_spills() {
+        let ptxas = tegula_ptx::ptxas::find()
+            .expect("ptxas not found: run scripts/ptxas.sh (or set TEGULA_PTXAS)");
+        let dir = tempfile::tempdir().unwrap();
+        for (name, ptx) in all_kernels() {
+            let report = tegula_ptx::ptxas::assemble(&ptxas, &ptx, 90, dir.path(), &name)
+                .unwrap_or_else(|e| panic!("{e}"));
+            assert_eq!(report.spill_stores, 0, "{name} spills:\n{}", report.log);
+            assert!(
+                report.registers > 0,
+                "{name}: no register count in\n{}",
+                report.log
+            );
+        }
     }
 }
