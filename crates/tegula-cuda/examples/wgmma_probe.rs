@@ -619,6 +619,11 @@ fn variants() -> Vec<Variant> {
         push(n, 64, BLayout::KMajor, 2);
         push(n, 64, BLayout::NMajor, 2);
     }
+    // K past one swizzle row (D = 128 in Q.K^T, BLOCK_K = 64 with 64-byte rows): K-major tiles
+    // in two column panels, the k-step crossing into the second panel; N-major B over 128 rows.
+    push(64, 128, BLayout::KMajor, 8);
+    push(64, 128, BLayout::NMajor, 8);
+    push(64, 64, BLayout::KMajor, 4);
     list
 }
 
@@ -628,7 +633,8 @@ const TIMED: [(usize, u32); 3] = [(256, 1), (256, 2), (128, 4)];
 const MMA_SYNC_WARPS: u32 = 16;
 
 /// Exactly representable bf16 values k / 64, k odd-ish in [1, 127], random sign: never zero, and
-/// every dot product of 64 of them is exact in f32, so a correct result matches exactly.
+/// every dot product of up to 128 of them is exact in f32 (sums < 2^24 / 4096), so a correct
+/// result matches exactly.
 fn bf16_values(n: usize, seed: u64) -> Vec<f32> {
     let mut s = seed;
     (0..n)
