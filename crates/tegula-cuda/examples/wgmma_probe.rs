@@ -632,7 +632,7 @@ fn variants() -> Vec<Variant> {
 const TIMED: [(usize, u32); 3] = [(256, 1), (256, 2), (128, 4)];
 const MMA_SYNC_WARPS: u32 = 16;
 
-/// Exactly representable bf16 values k / 64, k odd-ish in [1, 127], random sign: never zero, and
+/// Exactly representable bf16 values k / 64, k in [1, 127], random sign: never zero, and
 /// every dot product of up to 128 of them is exact in f32 (sums < 2^24 / 4096), so a correct
 /// result matches exactly.
 fn bf16_values(n: usize, seed: u64) -> Vec<f32> {
@@ -841,7 +841,7 @@ fn main() -> Result<(), Error> {
     // Timed loops: FLOP per block and launch, TFLOP/s for the chip and per SM.
     let sms = info.sm_count;
     let out = rt.alloc(sms as usize * 1024 * 4)?;
-    let per_sm = |flops: f64, ms: f64| flops / (ms * 1e-3) / 1e12;
+    let tflops = |flops: f64, ms: f64| flops / (ms * 1e-3) / 1e12;
     for (n, wg) in TIMED {
         let kernel = rt.load(&timed_wgmma_ptx(n, wg), &timed_wgmma_name(n, wg), &|_| None)?;
         let iters = 2048u32;
@@ -852,8 +852,8 @@ fn main() -> Result<(), Error> {
         let flops = sms as f64 * wg as f64 * iters as f64 * 4.0 * 2.0 * 64.0 * n as f64 * 16.0;
         println!(
             "timed wgmma m64n{n}k16, {wg} warpgroup(s) a block, {sms} blocks: {ms:.3} ms, {:.0} TFLOP/s chip, {:.2} TFLOP/s an SM ({} regs)",
-            per_sm(flops, ms),
-            per_sm(flops, ms) / sms as f64,
+            tflops(flops, ms),
+            tflops(flops, ms) / sms as f64,
             kernel.resources().registers_per_thread
         );
     }
@@ -876,8 +876,8 @@ fn main() -> Result<(), Error> {
         * 16.0;
     println!(
         "timed mma.sync m16n8k16, {MMA_SYNC_WARPS} warps a block x {MMA_SYNC_CHAINS} chains, {sms} blocks: {ms:.3} ms, {:.0} TFLOP/s chip, {:.2} TFLOP/s an SM",
-        per_sm(flops, ms),
-        per_sm(flops, ms) / sms as f64
+        tflops(flops, ms),
+        tflops(flops, ms) / sms as f64
     );
 
     if failed.is_empty() {
