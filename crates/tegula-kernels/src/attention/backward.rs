@@ -565,9 +565,11 @@ pub fn attn_bwd_dq<T: Element>(
     }
 
     let dq = dq * sm_scale;
-    store(
-        dq_ptr + off_z * stride_dqz + off_h * stride_dqh + offs_m.col() * stride_dqm + offs_d.row(),
-        dq.to::<T>(),
+    let rows = (off_z, off_h, offs_m, offs_d);
+    store_head_rows::<T>(
+        (dq_ptr, stride_dqz, stride_dqh, stride_dqm),
+        rows,
+        dq,
         q_mask,
     );
 }
@@ -602,9 +604,11 @@ pub fn attn_bwd_dq_convert<T: Element>(
         mask,
         0.0,
     );
-    store(
-        dq_ptr + off_z * stride_dqz + off_h * stride_dqh + offs_m.col() * stride_dqm + offs_d.row(),
-        (acc * sm_scale).to::<T>(),
+    let rows = (off_z, off_h, offs_m, offs_d);
+    store_head_rows::<T>(
+        (dq_ptr, stride_dqz, stride_dqh, stride_dqm),
+        rows,
+        acc * sm_scale,
         mask,
     );
 }
