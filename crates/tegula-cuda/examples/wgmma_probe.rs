@@ -240,6 +240,31 @@ fn descriptor_ptx(p: &mut String, high: u64) {
     );
 }
 
+/// PTX that sets `dst_a` and `dst_b` to the descriptors of k-step `step` of A (K-major, at
+/// %r_base) and B (after A), with their `high` bits.
+fn k_step_descriptors_ptx(
+    p: &mut String,
+    (a, a_high): (Tile, u64),
+    (b, b_high, b_k_major): (Tile, u64, bool),
+    step: usize,
+    (dst_a, dst_b): (&str, &str),
+) {
+    let _ = writeln!(
+        p,
+        "\tadd.u32 %r_addr, %r_base, {};",
+        k_step_offset(a, true, step)
+    );
+    descriptor_ptx(p, a_high);
+    let _ = writeln!(p, "\tmov.b64 {dst_a}, %rd_desc;");
+    let _ = writeln!(
+        p,
+        "\tadd.u32 %r_addr, %r_base, {};",
+        a.bytes() + k_step_offset(b, b_k_major, step)
+    );
+    descriptor_ptx(p, b_high);
+    let _ = writeln!(p, "\tmov.b64 {dst_b}, %rd_desc;");
+}
+
 fn accumulator_list(n: usize) -> String {
     (0..n / 2)
         .map(|i| format!("%d{i}"))
@@ -364,20 +389,13 @@ POISON_DONE:
     p.push_str("\twgmma.fence.sync.aligned;\n");
     let accs = accumulator_list(v.n);
     for step in 0..v.k_steps {
-        let _ = writeln!(
-            p,
-            "\tadd.u32 %r_addr, %r_base, {};",
-            k_step_offset(a, true, step)
+        k_step_descriptors_ptx(
+            &mut p,
+            (a, a_high),
+            (b, b_high, b_k_major),
+            step,
+            ("%rd_da", "%rd_db"),
         );
-        descriptor_ptx(&mut p, a_high);
-        let _ = writeln!(p, "\tmov.b64 %rd_da, %rd_desc;");
-        let _ = writeln!(
-            p,
-            "\tadd.u32 %r_addr, %r_base, {};",
-            a.bytes() + k_step_offset(b, b_k_major, step)
-        );
-        descriptor_ptx(&mut p, b_high);
-        let _ = writeln!(p, "\tmov.b64 %rd_db, %rd_desc;");
         let scale_d = if step == 0 { "%p_first" } else { "%p_rest" };
         let trans_b = u8::from(!b_k_major);
         let _ = writeln!(
@@ -459,20 +477,8 @@ FILL_DONE:
     p.push_str("\tmov.u32 %r_zero, 0;\n\tsetp.eq.u32 %p_rest, %r_zero, 0;\n");
     // Four descriptor pairs (k-steps 0..3) kept in registers across the loop.
     for step in 0..4 {
-        let _ = writeln!(
-            p,
-            "\tadd.u32 %r_addr, %r_base, {};",
-            k_step_offset(a, true, step)
-        );
-        descriptor_ptx(&mut p, a_high);
-        let _ = writeln!(p, "\tmov.b64 %rd_ka{step}, %rd_desc;");
-        let _ = writeln!(
-            p,
-            "\tadd.u32 %r_addr, %r_base, {};",
-            a.bytes() + k_step_offset(b, true, step)
-        );
-        descriptor_ptx(&mut p, b_high);
-        let _ = writeln!(p, "\tmov.b64 %rd_kb{step}, %rd_desc;");
+        let (ka, kb) = (format!("%rd_ka{step}"), format!("%rd_kb{step}"));
+        k_step_descriptors_ptx(&mut p, (a, a_high), (b, b_high, true), step, (&ka, &kb));
     }
     p.push_str("\twgmma.fence.sync.aligned;\nTIMED_LOOP:\n");
     for step in 0..4 {
