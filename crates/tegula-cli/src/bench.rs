@@ -60,7 +60,7 @@ pub struct BenchArgs {
     /// `SPLITS`, `TF32X3=0|1` for attention_seed's fast path, `WALKTHROUGH=1` for the
     /// walkthrough's kernel as written; `BLOCK_M`, `BLOCK_N`, `warps`, `stages` for
     /// attention and attention_backward; `BLOCK_M`, `BLOCK_N`, `BLOCK_K`, `GROUP_M`,
-    /// `PERSISTENT`, `warps`, `stages` for matmul.
+    /// `PERSISTENT`, `WGMMA`, `warps`, `stages` for matmul.
     #[arg(long)]
     pub config: Vec<String>,
 }
@@ -827,8 +827,8 @@ pub(crate) fn attention_options(c: &Config, base: AttentionOptions) -> Result<At
 
 /// The matmul config pinned by `--config`: `BLOCK_M`, `BLOCK_N`, `BLOCK_K` (each left to the
 /// autotuner when absent), `GROUP_M` (8 when absent), `PERSISTENT` (programs a SM of a
-/// persistent grid; 0, one program a tile, when absent), `warps` and `stages` (4 and 1 when
-/// absent, as for every kernel).
+/// persistent grid; 0, one program a tile, when absent), `WGMMA` (1: ask for Hopper's wgmma,
+/// 0 when absent), `warps` and `stages` (4 and 1 when absent, as for every kernel).
 pub(crate) fn matmul_config(c: &Config) -> Result<matmul::MatmulConfig> {
     let size = |name: &str, absent: usize| -> Result<usize> {
         match c.get(name) {
@@ -844,6 +844,11 @@ pub(crate) fn matmul_config(c: &Config) -> Result<matmul::MatmulConfig> {
         group_m: size("GROUP_M", 8)?,
         launch: c.launch_config(),
         persistent: Some(size("PERSISTENT", 0)?),
+        wgmma: match size("WGMMA", 0)? {
+            0 => false,
+            1 => true,
+            v => return Err(invalid(format!("--config WGMMA={v} (0 or 1)"))),
+        },
         ..Default::default()
     })
 }

@@ -54,7 +54,12 @@ pub fn matmul_kernel<T: Element, O: Element>(
     #[constexpr] group_m: usize,
     #[constexpr] precision: InputPrecision,
     #[constexpr] persistent: bool,
+    #[constexpr] wgmma: bool,
 ) {
+    if wgmma {
+        // A lowering choice only (Hopper's wgmma for the k-loop's dot; `MatmulConfig::wgmma`).
+        prefer_wgmma();
+    }
     let num_pid_m = cdiv(m, block_m);
     let num_pid_n = cdiv(n, block_n);
     // One tile of C: the k-loop and the store.
@@ -115,6 +120,10 @@ pub struct MatmulConfig {
     /// compiler pipelines the tile loop, a block then needs the slots plus the store's
     /// exchange in shared memory; perf-notes "mm9").
     pub persistent: Option<usize>,
+    /// Asks the GPU lowering for Hopper's `wgmma` in the k-loop (sm_90a, f16/bf16, pipelined;
+    /// tegula-ptx's `lower/wgmma.rs` says which tiles qualify, others keep `mma.sync`). Not
+    /// tuned; off by default. `TEGULA_WGMMA=1` in the environment turns it on for every launch.
+    pub wgmma: bool,
 }
 
 impl Default for MatmulConfig {
@@ -128,6 +137,7 @@ impl Default for MatmulConfig {
             precision: InputPrecision::Ieee,
             launch: AUTO_LAUNCH,
             persistent: None,
+            wgmma: false,
         }
     }
 }
@@ -205,6 +215,7 @@ impl MatmulConfig {
                 fixed.launch
             },
             persistent: fixed.persistent.or(self.persistent),
+            wgmma: fixed.wgmma,
         }
     }
 
@@ -227,6 +238,7 @@ impl MatmulConfig {
             launch: c.launch_config(),
             // Absent from configs cached before the option existed: one program a tile.
             persistent: Some(c.usize("PERSISTENT").unwrap_or(0)),
+            wgmma: like.wgmma,
         })
     }
 }
@@ -341,6 +353,7 @@ pub fn candidates(p: &MatmulProblem, fixed: &MatmulConfig) -> Vec<MatmulConfig> 
                                 num_stages: s,
                             },
                             persistent: Some(0),
+                            wgmma: fixed.wgmma,
                         };
                         if keep(&c) {
                             out.push(c.held(fixed));
@@ -370,6 +383,7 @@ pub fn candidates(p: &MatmulProblem, fixed: &MatmulConfig) -> Vec<MatmulConfig> 
             num_stages: default_stages.min(p.k.div_ceil(32).max(2) as u32),
         },
         persistent: Some(0),
+        wgmma: fixed.wgmma,
     };
     let mut out = tuned::dedup(out);
     tuned::put_first(&mut out, default.held(fixed));
@@ -447,6 +461,7 @@ fn resolve<T: Element, O: Element>(
                 r.group_m,
                 r.precision,
                 r.persistent.unwrap_or(0) > 0,
+                r.wgmma,
             )?;
             Ok(Tuning::new(
                 "tegula_kernels::matmul",
@@ -558,7 +573,13 @@ fn launch<T: Element, O: Element>(
         config.group_m,
         config.precision,
         per_sm > 0,
+        config.wgmma || wgmma_forced(),
     )
+}
+
+/// `TEGULA_WGMMA=1`: every matmul launch asks for `wgmma` (to check that path everywhere).
+fn wgmma_forced() -> bool {
+    std::env::var("TEGULA_WGMMA").is_ok_and(|v| v == "1")
 }
 
 /// SMs the interpreter pretends to have: few, so that CPU runs of the persistent grid walk
@@ -666,6 +687,7 @@ fn trace_typed<T: Element>(shape: &[usize]) -> std::result::Result<Kernel, Trace
         c.group_m,
         c.precision,
         c.persistent.unwrap_or(0) > 0,
+        c.wgmma,
     )
 }
 

@@ -253,7 +253,11 @@ pub fn compile(
     if shared_bytes > 0 {
         // Dynamic (sized by the launch), so a block may use more than the 48 KB that a static
         // array may declare.
-        lw.b.declare_in_module(format!(".extern .shared .align 128 .b8 {}[]", ptx::SMEM));
+        lw.b.declare_in_module(format!(
+            ".extern .shared .align {} .b8 {}[]",
+            lw.shared_alignment(),
+            ptx::SMEM
+        ));
     }
     let ptx = lw.b.finish(
         target.ptx_version(),

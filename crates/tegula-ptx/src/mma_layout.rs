@@ -201,11 +201,37 @@ pub struct Stage {
     pub cols: u32,
     pub k_major: bool,
     pub offset: u32,
+    /// Stored as panels of 128-byte rows (64 f16 columns), each panel `rows` rows contiguous,
+    /// instead of full rows: the layout `wgmma` descriptors read when a row is wider than 128
+    /// bytes (only for slots a `wgmma` reads; `ldmatrix` reads full rows).
+    pub panel_major: bool,
 }
 
 impl Stage {
     pub fn swizzle(&self) -> Swizzle {
         Swizzle::for_row_bytes(self.cols * self.kind.elem_bytes())
+    }
+
+    /// Bytes from one stored row to the next: a full row, or a panel's 128 bytes.
+    pub fn row_pitch(&self) -> u32 {
+        if self.panel_major {
+            128
+        } else {
+            self.swizzle().row_bytes
+        }
+    }
+
+    /// Byte offset (from the stage's start) of byte `col_byte` of row `row`: the swizzled
+    /// row-major offset, or with [`Stage::panel_major`] the same 16-byte chunk swizzle within
+    /// panel `col_byte / 128` (the phase only flips chunk bits below 128 bytes, so panels stay
+    /// whole).
+    pub fn stored_offset(&self, row: u32, col_byte: u32) -> u32 {
+        let sw = self.swizzle();
+        if !self.panel_major {
+            return sw.offset(row, col_byte);
+        }
+        let swizzled = col_byte ^ (sw.phase(row) * 16);
+        (swizzled / 128) * self.rows * 128 + row * 128 + swizzled % 128
     }
 
     pub fn bytes(&self) -> u32 {

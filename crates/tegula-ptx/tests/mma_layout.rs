@@ -272,6 +272,7 @@ fn stages(cs: &Case) -> Vec<Stage> {
                 cols,
                 k_major,
                 offset: 1024,
+                panel_major: false,
             });
         }
     }

@@ -31,6 +31,10 @@ pub(crate) struct MmaPlan {
     /// `Tf32x3`: f32 operands are staged unrounded and each mma step splits them into tf32
     /// parts and issues three mmas ([`Lower::mma_tf32x3`]).
     pub split_tf32: bool,
+    /// A `wgmma` candidate (`wgmma.rs`): all warps along M (`wn = 1`), each warpgroup owning
+    /// 64 rows of every `16 * wm` rows. Runs on `wgmma` when the pipeline also finds both
+    /// operands in its slots (`PipeState::wgmma_dots`); otherwise `mma.sync` with these warps.
+    pub wgmma: bool,
 }
 
 impl MmaPlan {
@@ -204,6 +208,7 @@ fn operand_stage(plan: &MmaPlan, role: Role, src_k_major: bool, offset: u32) -> 
         cols,
         k_major,
         offset,
+        panel_major: false,
     };
     (st, k_major != src_k_major)
 }
@@ -238,7 +243,13 @@ impl Lower<'_> {
         if m < 16 || n < 8 || k < kind.k_step() {
             return None;
         }
-        let (wm, wn) = ml::warps_for(m, n, self.num_warps, self.mma.chained.contains(&inst));
+        let chained = self.mma.chained.contains(&inst);
+        let wgmma = !chained && self.wgmma_candidate(kind, m, n, k);
+        let (wm, wn) = if wgmma {
+            (self.num_warps, 1)
+        } else {
+            ml::warps_for(m, n, self.num_warps, chained)
+        };
         Some(MmaPlan {
             kind,
             m,
@@ -247,10 +258,14 @@ impl Lower<'_> {
             wm,
             wn,
             split_tf32: precision == InputPrecision::Tf32x3,
+            wgmma,
         })
     }
 
     pub(crate) fn lower_mma(&mut self, inst: Inst, plan: MmaPlan) -> R<()> {
+        if plan.wgmma && self.lower_wgmma(inst, plan)? {
+            return Ok(());
+        }
         let d = self.k.insts[inst].clone();
         let (a, b, c) = (d.args[0], d.args[1], d.args[2]);
         let acc_l = ml::accumulator(plan.wm, plan.wn);
@@ -728,10 +743,26 @@ impl Lower<'_> {
             let ph = b.op("shl.b32", RegClass::B32, vec![ph.into(), Arg::Imm(4)]);
             // (chunk ^ phase) * 16 + byte-in-chunk == col ^ (phase * 16)
             let sc = b.op("xor.b32", RegClass::B32, vec![col.into(), ph.into()]);
+            let sc = if st.panel_major {
+                // Panel `sc / 128` starts `rows * 128` bytes after the previous one.
+                let panel = b.op("shr.u32", RegClass::B32, vec![sc.into(), Arg::Imm(7)]);
+                let within = b.op("and.b32", RegClass::B32, vec![sc.into(), Arg::Imm(127)]);
+                b.op(
+                    "mad.lo.s32",
+                    RegClass::B32,
+                    vec![
+                        panel.into(),
+                        Arg::Imm((st.rows * 128) as i64),
+                        within.into(),
+                    ],
+                )
+            } else {
+                sc
+            };
             let ro = b.op(
                 "mad.lo.s32",
                 RegClass::B32,
-                vec![row.into(), Arg::Imm(sw.row_bytes as i64), sc.into()],
+                vec![row.into(), Arg::Imm(st.row_pitch() as i64), sc.into()],
             );
             let base = b.op(
                 "add.s32",

@@ -43,6 +43,7 @@ mod print;
 mod reduce;
 mod store_rows;
 pub mod types;
+mod wgmma;
 
 use crate::axis_info::AxisAnalysis;
 use crate::layout::Layout;
@@ -88,6 +89,8 @@ pub(crate) struct Lower<'k> {
     pub axis: AxisAnalysis,
     pub num_warps: u32,
     pub sm: u32,
+    /// The kernel asks for `wgmma` ([`tegula_ir::KernelHints`]) and the target has it (sm_90a).
+    pub wgmma: bool,
     /// Shared memory one block may use on this target (the opt-in limit; the launch asks for
     /// it as dynamic shared memory).
     pub max_shared: u32,
@@ -181,6 +184,7 @@ impl<'k> Lower<'k> {
             axis: AxisAnalysis::run(k),
             num_warps,
             sm,
+            wgmma: k.hints.wgmma && sm >= 90,
             max_shared: crate::Target { sm }.max_shared_bytes(),
             read_values: k
                 .walk()
@@ -831,6 +835,16 @@ impl<'k> Lower<'k> {
             .in_prologue(|b| b.op("mov.u32", RegClass::B32, vec![Arg::Sym(SMEM.into())]));
         self.smem_base = Some(r);
         r
+    }
+
+    /// The alignment the scratch buffer is declared with: 1024 bytes when `wgmma` reads
+    /// pipeline slots (its swizzle pattern repeats every 1024 bytes of address), else 128.
+    pub fn shared_alignment(&self) -> u32 {
+        if self.pipe.wgmma_dots.is_empty() {
+            128
+        } else {
+            1024
+        }
     }
 
     pub fn barrier(&mut self) {

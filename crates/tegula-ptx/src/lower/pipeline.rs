@@ -301,6 +301,10 @@ struct DeferredRefill {
 
 #[derive(Default)]
 pub(crate) struct PipeState {
+    /// Dots that run on `wgmma` (both operands in slots it can read, see `wgmma.rs`), and
+    /// the loads whose slots they read (their waits add a proxy fence).
+    pub wgmma_dots: HashSet<Inst>,
+    pub wgmma_loads: HashSet<Inst>,
     active: Vec<Pipe>,
     /// The nests pipelined across their outer loop, innermost last.
     nests: Vec<Nest>,
@@ -512,8 +516,11 @@ impl Lower<'_> {
                     cols: shape.dim(1) as u32,
                     k_major: (role == Role::A) != permuted,
                     offset,
+                    panel_major: false,
                 };
-                offset += stage.bytes().div_ceil(128) * 128;
+                // wgmma's swizzle is anchored at 1024-byte boundaries (`wgmma.rs`).
+                let align = if plan.wgmma { 1024 } else { 128 };
+                offset += stage.bytes().div_ceil(align) * align;
                 loads.push(PipeLoad {
                     inst: li,
                     value: src,
@@ -544,7 +551,59 @@ impl Lower<'_> {
             return None;
         }
         let (rows, slot_bytes) = self.plan_row_loads(body, &inside, offset, stages, room);
+        self.plan_wgmma_slots(body, &mut loads, slot_bytes);
         Some((loads, rows, stages, slot_bytes))
+    }
+
+    /// Marks the body's `wgmma` candidate dots (`wgmma.rs`) that can read both operands from
+    /// this pipeline's slots: each slot read by that dot only (as the dot reads it: A K-major),
+    /// starting at a multiple of 1024 bytes in every slot, with rows of 64 bytes or at least
+    /// 128 (those wider than 128 are stored panel-major, set here).
+    fn plan_wgmma_slots(&mut self, body: Block, loads: &mut [PipeLoad], slot_bytes: u32) {
+        if slot_bytes % 1024 != 0 || self.reserved_shared() % 1024 != 0 {
+            return;
+        }
+        for dot in self.k.blocks[body].insts.clone() {
+            if !matches!(self.k.insts[dot].op, Op::Dot { .. }) {
+                continue;
+            }
+            if !self.mma_plan(dot).is_some_and(|p| p.wgmma) {
+                continue;
+            }
+            let mut slots = Vec::new();
+            for (pos, role) in [(0, Role::A), (1, Role::B)] {
+                let operand = self.k.insts[dot].args[pos];
+                let (src, permuted) = match self.k.def_inst(operand).map(|i| &self.k.insts[i]) {
+                    Some(d) if matches!(&d.op, Op::Permute { perm } if perm[..] == [1, 0]) => {
+                        (d.args[0], true)
+                    }
+                    _ => (operand, false),
+                };
+                let k_major = (role == Role::A) != permuted;
+                let Some(i) = loads.iter().position(|l| l.value == src) else {
+                    break;
+                };
+                let st = &loads[i].stage;
+                let row_bytes = st.cols * st.kind.elem_bytes();
+                let readable = row_bytes == 64 || (row_bytes >= 128 && row_bytes % 128 == 0);
+                if loads[i].reads != [(role, k_major)]
+                    || st.offset % 1024 != 0
+                    || !readable
+                    || (role == Role::A && !k_major)
+                {
+                    break;
+                }
+                slots.push(i);
+            }
+            if slots.len() == 2 {
+                for i in slots {
+                    let st = &mut loads[i].stage;
+                    st.panel_major = st.cols * st.kind.elem_bytes() > 128;
+                    self.pipe.wgmma_loads.insert(loads[i].inst);
+                }
+                self.pipe.wgmma_dots.insert(dot);
+            }
+        }
     }
 
     /// The rank-1 loads of a pipelined loop's body staged beside its tiles, placed after
@@ -793,7 +852,7 @@ impl Lower<'_> {
         }
         let dot = dot?;
         let plan = self.mma_plan(dot)?;
-        if plan.k / plan.kind.k_step() < 2
+        if self.pipe.wgmma_dots.contains(&dot) || plan.k / plan.kind.k_step() < 2
             || plan.split_tf32
             || self.boundary_registers(pipe, &plan) > BOUNDARY_MAX_REGISTERS
         {
@@ -953,6 +1012,14 @@ impl Lower<'_> {
             "cp.async.wait_group",
             vec![Arg::Imm(pipe.stages as i64 - 2)],
         );
+        if pipe
+            .loads
+            .iter()
+            .any(|l| self.pipe.wgmma_loads.contains(&l.inst))
+        {
+            // The copies wrote through the generic proxy; wgmma reads through the async one.
+            self.b.emit("fence.proxy.async.shared::cta", vec![]);
+        }
         self.barrier();
     }
 
@@ -1372,7 +1439,8 @@ impl Lower<'_> {
                     self.b
                         .op("add.s32", RegClass::B32, vec![var.into(), slot.into()])
                 });
-                let imm = ((rc - rlo) * pl.stage.cols * es + (cbyte - blo)) as i64;
+                // Whole groups of 8 rows and 128 bytes: the swizzle's phase is unchanged.
+                let imm = (pl.stage.stored_offset(rc - rlo, cbyte - blo)) as i64;
                 let mask = mask.as_ref().map(|m| m[start]);
                 self.copy_async((dst, imm), (src, src_off), bytes, mask, valid, None);
             }

@@ -1,0 +1,228 @@
+//! `dot` on Hopper's `wgmma.mma_async` (sm_90a), when the kernel asks for it
+//! ([`tegula_ir::KernelHints::wgmma`]; the matmul's `WGMMA=1`). The facts used here were
+//! checked on the H200 by `tegula-cuda`'s `wgmma_probe` example (docs/perf-notes.md).
+//!
+//! Which dots: f16/bf16 with both operands in a software pipeline's slots (`pipeline.rs`),
+//! each slot read by this dot only, A stored K-major (`[M, K]` rows) and B either way; M a
+//! multiple of 16 x warps (the warps form `warps / 4` warpgroups along M, each owning 64 rows
+//! of every `16 x warps`), N from 8 to 256 (one instruction covers the warpgroup's whole N).
+//! Slots are those the pipeline already writes (our XOR swizzle is wgmma's for 64- and
+//! 128-byte rows) except that wider rows are stored as panels of 128-byte rows
+//! ([`crate::mma_layout::Stage::panel_major`]), and every slot starts at a multiple of 1024
+//! bytes (the swizzle pattern's period in the address bits). Other dots keep `mma.sync`.
+//!
+//! Accumulators: warp `w` of a warpgroup holds rows `16w..16w+15` of its 64, register `d[i]`
+//! of lane `(g, t)` row `g + 8 ((i >> 1) & 1)` and column `8 (i >> 2) + 2t + (i & 1)`: the
+//! `mma.sync` accumulator layout with all warps along M (`wm = warps`, `wn = 1`), so the
+//! epilogue and everything else reading the accumulator are unchanged.
+//!
+//! One k-tile (the pipelined loop's iteration):
+//!
+//! ```text
+//! cp.async.wait_group S-2; fence.proxy.async.shared::cta; bar.sync   (pipeline.rs)
+//! wgmma.fence
+//! per 64-row block of the warpgroup, per k16 step: wgmma.mma_async (descriptors of the slot)
+//! wgmma.commit_group
+//! refill of the slot read last iteration (cp.async)
+//! wgmma.wait_group 0                          (before the next barrier lets the slot refill)
+//! ```
+//!
+//! Descriptor (64 bits): start address >> 4 in bits 0-13, leading byte offset >> 4 in 16-29,
+//! stride byte offset >> 4 in 32-45, swizzle mode in 62-63 (1: 128 bytes, 2: 64 bytes).
+//! K-major: stride = 8 rows; a k16 step moves the start 32 bytes along the row (into the
+//! next panel past 128 bytes). N-major (`trans-b` 1): leading = one panel (K rows of 128 or
+//! 64 bytes), stride = 8 rows; a k16 step moves 16 rows.
+
+use super::{Lower, R};
+use crate::mma_layout::{self as ml, MmaKind, Role, Stage};
+use crate::ptx::{Arg, Reg, RegClass};
+use tegula_ir::Inst;
+
+use super::mma::{MmaPlan, SharedOperand};
+
+/// The descriptor's high 32 bits for a stage: stride and leading byte offsets, swizzle mode.
+fn descriptor_high(st: &Stage) -> u32 {
+    let pitch = st.row_pitch();
+    let leading = if st.k_major { 16 } else { st.rows * pitch };
+    let stride = 8 * pitch;
+    let mode = if pitch == 128 { 1 } else { 2 };
+    // Bits 16-29 (leading) are in the low word; the high word holds bits 32-63.
+    debug_assert!(leading >> 4 < (1 << 14) && stride >> 4 < (1 << 14));
+    ((stride >> 4) & 0x3fff) | (mode << 30)
+}
+
+/// The descriptor's low 32 bits without the start address: the leading byte offset.
+fn descriptor_low_const(st: &Stage) -> u32 {
+    let pitch = st.row_pitch();
+    let leading = if st.k_major { 16 } else { st.rows * pitch };
+    ((leading >> 4) & 0x3fff) << 16
+}
+
+/// Bytes from the stage's start to k16 step `kk` of its stored row `row` (K-major: A's
+/// rows, B's columns; N-major B: `row` is 0).
+fn step_offset(st: &Stage, row: u32, kk: u32) -> u32 {
+    let pitch = st.row_pitch();
+    if !st.k_major {
+        return 16 * kk * pitch;
+    }
+    let k_bytes = 32 * kk;
+    if st.panel_major {
+        (k_bytes / 128) * st.rows * 128 + row * 128 + k_bytes % 128
+    } else {
+        row * pitch + k_bytes
+    }
+}
+
+impl Lower<'_> {
+    /// Whether a dot of these sizes may run on `wgmma` (see the module doc); the pipeline
+    /// decides whether its operands are in slots a descriptor can read.
+    pub(crate) fn wgmma_candidate(&self, kind: MmaKind, m: u32, n: u32, k: u32) -> bool {
+        self.wgmma
+            && matches!(kind, MmaKind::F16 | MmaKind::BF16)
+            && self.num_warps % 4 == 0
+            && self.num_stages >= 2
+            && m % (16 * self.num_warps) == 0
+            && (8..=256).contains(&n)
+            && n % 8 == 0
+            && k % 16 == 0
+    }
+
+    /// `dot` on `wgmma` when the pipeline placed both operands for it; `false` (nothing
+    /// emitted) otherwise, and the dot goes to `mma.sync` with the same warps.
+    pub(crate) fn lower_wgmma(&mut self, inst: Inst, plan: MmaPlan) -> R<bool> {
+        if !self.pipe.wgmma_dots.contains(&inst) {
+            return Ok(false);
+        }
+        let d = self.k.insts[inst].clone();
+        let (a, b, c) = (d.args[0], d.args[1], d.args[2]);
+        let (Some(sa), Some(sb)) = (
+            self.slot_operand(a, Role::A, &plan),
+            self.slot_operand(b, Role::B, &plan),
+        ) else {
+            return Ok(false);
+        };
+        if !sa.stage.k_major {
+            return Ok(false);
+        }
+        let acc_l = ml::accumulator(plan.wm, plan.wn);
+        let init = self.get(c, &acc_l)?;
+        let acc = self.copy_regs(&init);
+        let cshape = self.k.ty(c).shape;
+        let gc = acc_l.geometry(&cshape);
+        let row_blocks = gc.n[0] / 2;
+        let n_tiles = gc.n[1] / 2;
+        let ksteps = plan.k / 16;
+        let ty = match plan.kind {
+            MmaKind::F16 => "f16",
+            _ => "bf16",
+        };
+        self.b.comment(format!(
+            "dot {}x{}x{} on wgmma ({} warpgroups along M)",
+            plan.m,
+            plan.n,
+            plan.k,
+            plan.wm / 4
+        ));
+        // This thread's warpgroup reads A from its first row: 64 rows per warpgroup.
+        let warp = self.warp;
+        let pitch_a = sa.stage.row_pitch();
+        let a_start = self.b.in_prologue(|b| {
+            let wg = b.op("shr.u32", RegClass::B32, vec![warp.into(), Arg::Imm(2)]);
+            let off = b.op(
+                "mul.lo.u32",
+                RegClass::B32,
+                vec![wg.into(), Arg::Imm((64 * pitch_a) as i64)],
+            );
+            b.op(
+                "add.s32",
+                RegClass::B32,
+                vec![off.into(), Arg::Imm(sa.stage.offset as i64)],
+            )
+        });
+        let a_lo = self.descriptor_start(&sa, a_start);
+        let b_start = self.imm(RegClass::B32, Arg::Imm(sb.stage.offset as i64));
+        let b_lo = self.descriptor_start(&sb, b_start);
+        let (a_hi, b_hi) = (
+            self.imm(RegClass::B32, Arg::Imm(descriptor_high(&sa.stage) as i64)),
+            self.imm(RegClass::B32, Arg::Imm(descriptor_high(&sb.stage) as i64)),
+        );
+        let scale_d = self.b.in_prologue(|b| {
+            // True at run time (scale-d: add to the accumulator), from a register so that
+            // the operand is a predicate as the instruction wants.
+            b.op(
+                "setp.lt.u32",
+                RegClass::Pred,
+                vec![warp.into(), Arg::Imm(32)],
+            )
+        });
+        let trans_b = i64::from(!sb.stage.k_major);
+        let opcode = format!("wgmma.mma_async.sync.aligned.m64n{}k16.f32.{ty}.{ty}", plan.n);
+        self.b.emit("wgmma.fence.sync.aligned", vec![]);
+        for rb in 0..row_blocks {
+            let a_row = 16 * plan.wm * rb as u32;
+            for kk in 0..ksteps {
+                let da = self.descriptor(a_lo, a_hi, step_offset(&sa.stage, a_row, kk));
+                let db = self.descriptor(b_lo, b_hi, step_offset(&sb.stage, 0, kk));
+                let regs: Vec<Reg> = (0..n_tiles * 4)
+                    .map(|i| acc[gc.index(&ml::c_counters(rb, i / 4, i % 4))])
+                    .collect();
+                self.b.emit(
+                    opcode.clone(),
+                    vec![
+                        Arg::Vec(regs),
+                        da.into(),
+                        db.into(),
+                        scale_d.into(),
+                        Arg::Imm(1),
+                        Arg::Imm(1),
+                        Arg::Imm(0),
+                        Arg::Imm(trans_b),
+                    ],
+                );
+            }
+        }
+        self.b.emit("wgmma.commit_group.sync.aligned", vec![]);
+        // The refill writes another slot: it overlaps the tensor cores' work.
+        self.pipeline_refill_in_dot()?;
+        self.b
+            .emit("wgmma.wait_group.sync.aligned", vec![Arg::Imm(0)]);
+        self.define(d.results[0], &acc_l, acc);
+        Ok(true)
+    }
+
+    /// The descriptor's low word for this iteration's slot without the step offset:
+    /// `(slot address + start) >> 4 | leading byte offset << 16`.
+    fn descriptor_start(&mut self, so: &SharedOperand, start: Reg) -> Reg {
+        let shift = so.shift.expect("a slot operand");
+        let base = self
+            .b
+            .op("add.s32", RegClass::B32, vec![so.base.into(), start.into()]);
+        let addr = self
+            .b
+            .op("add.s32", RegClass::B32, vec![base.into(), shift.into()]);
+        let lo = self
+            .b
+            .op("shr.u32", RegClass::B32, vec![addr.into(), Arg::Imm(4)]);
+        self.b.op(
+            "or.b32",
+            RegClass::B32,
+            vec![lo.into(), Arg::Imm(descriptor_low_const(&so.stage) as i64)],
+        )
+    }
+
+    /// A 64-bit descriptor `offset` bytes past the one whose words are `lo` and `hi` (the start
+    /// address field has room: shared addresses are below 2^18).
+    fn descriptor(&mut self, lo: Reg, hi: Reg, offset: u32) -> Reg {
+        let lo = if offset == 0 {
+            lo
+        } else {
+            self.b.op(
+                "add.s32",
+                RegClass::B32,
+                vec![lo.into(), Arg::Imm((offset >> 4) as i64)],
+            )
+        };
+        self.b
+            .op("mov.b64", RegClass::B64, vec![Arg::Vec(vec![lo, hi])])
+    }
+}
