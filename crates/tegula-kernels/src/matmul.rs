@@ -649,15 +649,54 @@ fn check_typed<T: Element>(dev: &Device, shape: &[usize]) -> Result<CheckReport>
     let want = check::matmul_f64(&a.to_f64_vec()?, &b.to_f64_vec()?, m, k, n);
     let mut got = c.to_f64_vec()?;
     got.extend(persistent.to_f64_vec()?);
+    let mut what = format!("M={m} N={n} K={k}, tuned and persistent 64x64x32");
+    let mut want = [want.as_slice(), want.as_slice()].concat();
+    let mut tolerance_k = k;
+    if wgmma_forced() && matches!(T::DTYPE, DType::F16 | DType::BF16) {
+        // The wgmma lowering reads pipelined slots only, which need rows of whole 16-element
+        // multiples: N and K rounded up to 16 (M stays, so rows are masked), fresh inputs.
+        // Its tile variants (64- and 128-byte A rows, B in one or several 64-column panels,
+        // 1 or 2 warpgroups, two 64-row blocks a warpgroup), outputs poisoned.
+        let (n16, k16) = (n.next_multiple_of(16), k.next_multiple_of(16));
+        let a = dev.randn::<T>([m, k16])?;
+        let b = dev.randn::<T>([k16, n16])?;
+        let want16 = check::matmul_f64(&a.to_f64_vec()?, &b.to_f64_vec()?, m, k16, n16);
+        for (bm, bn, bk, warps, stages) in WGMMA_CHECKED {
+            let out = dev.full::<f32>([m, n16], f32::NAN)?;
+            let config = MatmulConfig {
+                launch: LaunchConfig {
+                    num_warps: warps,
+                    num_stages: stages,
+                },
+                wgmma: true,
+                ..MatmulConfig::fixed(bm, bn, bk)
+            };
+            matmul_into_with(&a, &b, &out, config)?;
+            got.extend(out.to_f64_vec()?);
+            want.extend_from_slice(&want16);
+        }
+        what += &format!(", {} wgmma tiles at N={n16} K={k16}", WGMMA_CHECKED.len());
+        tolerance_k = k16;
+    }
     Ok(check::compare(
         OP,
-        format!("M={m} N={n} K={k}, tuned and persistent 64x64x32"),
+        what,
         T::DTYPE,
         &got,
-        &[want.as_slice(), want.as_slice()].concat(),
-        tolerance(T::DTYPE, DType::F32, InputPrecision::Ieee, k),
+        &want,
+        tolerance(T::DTYPE, DType::F32, InputPrecision::Ieee, tolerance_k),
     ))
 }
+
+/// Tiles `tegula check matmul` runs besides the tuned one when `TEGULA_WGMMA=1`:
+/// (BLOCK_M, BLOCK_N, BLOCK_K, warps, stages).
+const WGMMA_CHECKED: [(usize, usize, usize, u32, u32); 5] = [
+    (128, 256, 64, 8, 3),
+    (128, 256, 32, 8, 4),
+    (256, 128, 64, 8, 3),
+    (128, 128, 128, 4, 2),
+    (64, 32, 32, 4, 3),
+];
 
 fn check_entry(dev: &Device, shape: &[usize], dtype: DType) -> Result<CheckReport> {
     match dtype {

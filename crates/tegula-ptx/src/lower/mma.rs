@@ -244,7 +244,7 @@ impl Lower<'_> {
             return None;
         }
         let chained = self.mma.chained.contains(&inst);
-        let wgmma = !chained && self.wgmma_candidate(kind, m, n, k);
+        let wgmma = !chained && self.wgmma_candidate(inst, kind, m, n, k);
         let (wm, wn) = if wgmma {
             (self.num_warps, 1)
         } else {

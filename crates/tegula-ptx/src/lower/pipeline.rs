@@ -560,7 +560,7 @@ impl Lower<'_> {
     /// starting at a multiple of 1024 bytes in every slot, with rows of 64 bytes or at least
     /// 128 (those wider than 128 are stored panel-major, set here).
     fn plan_wgmma_slots(&mut self, body: Block, loads: &mut [PipeLoad], slot_bytes: u32) {
-        if slot_bytes % 1024 != 0 || self.reserved_shared() % 1024 != 0 {
+        if !slot_bytes.is_multiple_of(1024) || !self.reserved_shared().is_multiple_of(1024) {
             return;
         }
         for dot in self.k.blocks[body].insts.clone() {
@@ -585,9 +585,10 @@ impl Lower<'_> {
                 };
                 let st = &loads[i].stage;
                 let row_bytes = st.cols * st.kind.elem_bytes();
-                let readable = row_bytes == 64 || (row_bytes >= 128 && row_bytes % 128 == 0);
+                let readable =
+                    row_bytes == 64 || (row_bytes >= 128 && row_bytes.is_multiple_of(128));
                 if loads[i].reads != [(role, k_major)]
-                    || st.offset % 1024 != 0
+                    || !st.offset.is_multiple_of(1024)
                     || !readable
                     || (role == Role::A && !k_major)
                 {
@@ -852,7 +853,8 @@ impl Lower<'_> {
         }
         let dot = dot?;
         let plan = self.mma_plan(dot)?;
-        if self.pipe.wgmma_dots.contains(&dot) || plan.k / plan.kind.k_step() < 2
+        if self.pipe.wgmma_dots.contains(&dot)
+            || plan.k / plan.kind.k_step() < 2
             || plan.split_tf32
             || self.boundary_registers(pipe, &plan) > BOUNDARY_MAX_REGISTERS
         {

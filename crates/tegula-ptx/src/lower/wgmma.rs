@@ -36,7 +36,7 @@
 use super::{Lower, R};
 use crate::mma_layout::{self as ml, MmaKind, Role, Stage};
 use crate::ptx::{Arg, Reg, RegClass};
-use tegula_ir::Inst;
+use tegula_ir::{Inst, Op};
 
 use super::mma::{MmaPlan, SharedOperand};
 
@@ -76,15 +76,40 @@ fn step_offset(st: &Stage, row: u32, kk: u32) -> u32 {
 impl Lower<'_> {
     /// Whether a dot of these sizes may run on `wgmma` (see the module doc); the pipeline
     /// decides whether its operands are in slots a descriptor can read.
-    pub(crate) fn wgmma_candidate(&self, kind: MmaKind, m: u32, n: u32, k: u32) -> bool {
+    /// A dot whose operands are not streamed (see [`Self::wgmma_operands_streamed`]) is no
+    /// candidate: `mma.sync` with all warps along M would be a poor plan for it.
+    pub(crate) fn wgmma_candidate(&self, dot: Inst, kind: MmaKind, m: u32, n: u32, k: u32) -> bool {
         self.wgmma
             && matches!(kind, MmaKind::F16 | MmaKind::BF16)
-            && self.num_warps % 4 == 0
+            && self.wgmma_operands_streamed(dot)
+            && self.num_warps.is_multiple_of(4)
             && self.num_stages >= 2
-            && m % (16 * self.num_warps) == 0
+            && m.is_multiple_of(16 * self.num_warps)
             && (8..=256).contains(&n)
-            && n % 8 == 0
-            && k % 16 == 0
+            && n.is_multiple_of(8)
+            && k.is_multiple_of(16)
+    }
+
+    /// Whether both operands of `dot` are loads (or their `.trans()`) in the dot's own block
+    /// with 4-, 8- or 16-byte accesses: what the pipeline copies into slots (`pipeline.rs`,
+    /// `plan_pipeline`, decides the rest).
+    fn wgmma_operands_streamed(&self, dot: Inst) -> bool {
+        let d = &self.k.insts[dot];
+        let block = self.k.blocks.iter().find(|(_, b)| b.insts.contains(&dot));
+        let Some((_, block)) = block else {
+            return false;
+        };
+        d.args[..2].iter().all(|&operand| {
+            let src = match self.k.def_inst(operand).map(|i| &self.k.insts[i]) {
+                Some(p) if matches!(&p.op, Op::Permute { perm } if perm[..] == [1, 0]) => p.args[0],
+                _ => operand,
+            };
+            self.k.def_inst(src).is_some_and(|li| {
+                matches!(self.k.insts[li].op, Op::Load { .. })
+                    && block.insts.contains(&li)
+                    && matches!(self.access_vec(li) * 2, 4 | 8 | 16)
+            })
+        })
     }
 
     /// `dot` on `wgmma` when the pipeline placed both operands for it; `false` (nothing
@@ -156,7 +181,10 @@ impl Lower<'_> {
             )
         });
         let trans_b = i64::from(!sb.stage.k_major);
-        let opcode = format!("wgmma.mma_async.sync.aligned.m64n{}k16.f32.{ty}.{ty}", plan.n);
+        let opcode = format!(
+            "wgmma.mma_async.sync.aligned.m64n{}k16.f32.{ty}.{ty}",
+            plan.n
+        );
         self.b.emit("wgmma.fence.sync.aligned", vec![]);
         for rb in 0..row_blocks {
             let a_row = 16 * plan.wm * rb as u32;
@@ -224,5 +252,133 @@ impl Lower<'_> {
         };
         self.b
             .op("mov.b64", RegClass::B64, vec![Arg::Vec(vec![lo, hi])])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    /// The shared address a wgmma reads for element (mn, k) of a k16 step from its descriptor,
+    /// per the PTX ISA's canonical swizzled layouts (the reading `tegula-cuda`'s wgmma probe
+    /// confirmed on the H200), stated independently of `Stage::stored_offset`.
+    fn hardware_address(desc: u64, mn: u32, k: u32, k_major: bool) -> u32 {
+        let field = |shift: u32| (((desc >> shift) & 0x3fff) << 4) as u32;
+        let (start, leading, stride) = (field(0), field(16), field(32));
+        let width = match desc >> 62 {
+            1 => 128,
+            2 => 64,
+            mode => panic!("swizzle mode {mode}"),
+        };
+        let linear = if k_major {
+            start + (mn % 8) * width + (mn / 8) * stride + 2 * k
+        } else {
+            let per_row = width / 2;
+            start
+                + 2 * (mn % per_row)
+                + (mn / per_row) * leading
+                + (k % 8) * width
+                + (k / 8) * stride
+        };
+        linear ^ (((linear >> 7) & (width / 16 - 1)) << 4)
+    }
+
+    /// The descriptor the lowering builds for the stage at shared address `slot` (1024-aligned)
+    /// and byte offset `start` from the stage (the warpgroup's rows), k-step `kk` of stored
+    /// row `row`.
+    fn descriptor(st: &Stage, slot: u32, start: u32, row: u32, kk: u32) -> u64 {
+        let lo = (((slot + st.offset + start) >> 4) | descriptor_low_const(st))
+            + (step_offset(st, row, kk) >> 4);
+        u64::from(lo) | (u64::from(descriptor_high(st)) << 32)
+    }
+
+    /// Every element of a stage as the pipeline's copies store it: address -> (row, col).
+    fn stored(st: &Stage, slot: u32) -> HashMap<u32, (u32, u32)> {
+        let mut map = HashMap::new();
+        for row in 0..st.rows {
+            for col in 0..st.cols {
+                let at = slot + st.offset + st.stored_offset(row, 2 * col);
+                assert!(st.stored_offset(row, 2 * col) < st.bytes());
+                assert!(
+                    map.insert(at, (row, col)).is_none(),
+                    "{st:?} ({row}, {col})"
+                );
+            }
+        }
+        map
+    }
+
+    fn stage(role: Role, rows: u32, cols: u32, k_major: bool) -> Stage {
+        Stage {
+            role,
+            kind: MmaKind::BF16,
+            rows,
+            cols,
+            k_major,
+            offset: 4096,
+            panel_major: cols * 2 > 128,
+        }
+    }
+
+    /// A operands (K-major, `m` rows over `warpgroups`) and B operands (N-major and K-major)
+    /// of the slot shapes the lowering accepts: every element each k-step's wgmma reads is
+    /// the one the copies stored there.
+    #[test]
+    fn descriptors_read_the_stored_tiles() {
+        let slot = 3 * 1024;
+        for (m, k, warpgroups) in [(64, 32, 1), (128, 64, 2), (256, 64, 2), (128, 128, 1)] {
+            let st = stage(Role::A, m, k, true);
+            let map = stored(&st, slot);
+            let per_block = 64 * warpgroups;
+            for wg in 0..warpgroups {
+                for block in 0..m / per_block {
+                    let row0 = block * per_block;
+                    for kk in 0..k / 16 {
+                        let start = 64 * wg * st.row_pitch();
+                        let desc = descriptor(&st, slot, start, row0, kk);
+                        for r in 0..64 {
+                            for kx in 0..16 {
+                                let got = map.get(&hardware_address(desc, r, kx, true));
+                                let want = (row0 + 64 * wg + r, 16 * kk + kx);
+                                assert_eq!(got, Some(&want), "A {m}x{k} wg {wg}");
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        for (k, n) in [
+            (32, 32),
+            (64, 64),
+            (32, 256),
+            (64, 256),
+            (128, 128),
+            (16, 8),
+        ] {
+            for k_major in [false, true] {
+                let st = if k_major {
+                    stage(Role::B, n, k, true)
+                } else {
+                    stage(Role::B, k, n, false)
+                };
+                let row_bytes = st.cols * 2;
+                if row_bytes < 64 {
+                    continue;
+                }
+                let map = stored(&st, slot);
+                for kk in 0..k / 16 {
+                    let desc = descriptor(&st, slot, 0, 0, kk);
+                    for c in 0..n {
+                        for kx in 0..16 {
+                            let got = map.get(&hardware_address(desc, c, kx, k_major));
+                            let kv = 16 * kk + kx;
+                            let want = if k_major { (c, kv) } else { (kv, c) };
+                            assert_eq!(got, Some(&want), "B {k}x{n} k-major {k_major}");
+                        }
+                    }
+                }
+            }
+        }
     }
 }
