@@ -481,12 +481,7 @@ impl Lower<'_> {
             }
             for (pos, role) in [(0, Role::A), (1, Role::B)] {
                 let operand = self.k.insts[dot].args[pos];
-                let (src, permuted) = match self.k.def_inst(operand).map(|i| &self.k.insts[i]) {
-                    Some(d) if matches!(&d.op, Op::Permute { perm } if perm[..] == [1, 0]) => {
-                        (d.args[0], true)
-                    }
-                    _ => (operand, false),
-                };
+                let (src, permuted) = self.untransposed(operand);
                 let Some(li) = self.k.def_inst(src) else {
                     continue;
                 };
@@ -555,6 +550,17 @@ impl Lower<'_> {
         Some((loads, rows, stages, slot_bytes))
     }
 
+    /// A dot operand's loaded source: `(x, true)` for `x.trans()` (a 2-D permute), else
+    /// `(operand, false)`.
+    fn untransposed(&self, operand: Value) -> (Value, bool) {
+        match self.k.def_inst(operand).map(|i| &self.k.insts[i]) {
+            Some(d) if matches!(&d.op, Op::Permute { perm } if perm[..] == [1, 0]) => {
+                (d.args[0], true)
+            }
+            _ => (operand, false),
+        }
+    }
+
     /// Marks the body's `wgmma` candidate dots (`wgmma.rs`) that can read both operands from
     /// this pipeline's slots: each slot read by that dot only (as the dot reads it: A K-major),
     /// starting at a multiple of 1024 bytes in every slot, with rows of 64 bytes or at least
@@ -573,12 +579,7 @@ impl Lower<'_> {
             let mut slots = Vec::new();
             for (pos, role) in [(0, Role::A), (1, Role::B)] {
                 let operand = self.k.insts[dot].args[pos];
-                let (src, permuted) = match self.k.def_inst(operand).map(|i| &self.k.insts[i]) {
-                    Some(d) if matches!(&d.op, Op::Permute { perm } if perm[..] == [1, 0]) => {
-                        (d.args[0], true)
-                    }
-                    _ => (operand, false),
-                };
+                let (src, permuted) = self.untransposed(operand);
                 let k_major = (role == Role::A) != permuted;
                 let Some(i) = loads.iter().position(|l| l.value == src) else {
                     break;
