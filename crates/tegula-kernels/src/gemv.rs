@@ -1,13 +1,12 @@
 //! Matrix-vector product `y = A x` (seed chapter, section 4.5), with f32 accumulation.
 //!
-//! The seed's contract is `A` `[M, N]` row-major f16, `x` `[N]` f16, `y` `[M]` f32; this kernel also
-//! takes bf16 (and f32) inputs and any strides for `A`, `x` and `y`, passed as arguments, so a
-//! transposed or sliced view of `A` works without a copy.
-//!
-//! Each program owns `block_m` rows and walks across the columns in `block_n` chunks, masking
-//! the ragged edges, accumulating products in an f32 tile that is reduced once at the end. With
-//! `block_m = 1` this is the seed's program (one row per program); the host wrapper picks a
-//! taller, narrower tile when `A` is column-major so that the loads run along the contiguous axis.
+//! The seed's contract is `A` `[M, N]` row-major f16, `x` `[N]` f16, `y` `[M]` f32; this kernel
+//! also takes bf16 (and f32) inputs and any strides for `A`, `x` and `y`, passed as arguments,
+//! so a transposed or sliced view of `A` works without a copy. Each program owns `block_m` rows
+//! and walks across the columns in `block_n` chunks, masking the ragged edges, accumulating
+//! products in an f32 tile that is reduced once at the end. With `block_m = 1` this is the
+//! seed's program (one row per program); the host wrapper picks a taller, narrower tile when
+//! `A` is column-major so that the loads run along the contiguous axis.
 
 use crate::check;
 use crate::{CheckReport, LibraryKernel};

@@ -552,7 +552,7 @@ impl Lower<'_> {
 
     /// A dot operand's loaded source: `(x, true)` for `x.trans()` (a 2-D permute), else
     /// `(operand, false)`.
-    fn untransposed(&self, operand: Value) -> (Value, bool) {
+    pub(super) fn untransposed(&self, operand: Value) -> (Value, bool) {
         match self.k.def_inst(operand).map(|i| &self.k.insts[i]) {
             Some(d) if matches!(&d.op, Op::Permute { perm } if perm[..] == [1, 0]) => {
                 (d.args[0], true)

@@ -40,21 +40,31 @@ use tegula_ir::{Inst, Op};
 
 use super::mma::{MmaPlan, SharedOperand};
 
-/// The descriptor's high 32 bits for a stage: stride and leading byte offsets, swizzle mode.
+/// The descriptor's leading byte offset: unused for K-major swizzled tiles (set to 16), one
+/// panel (K rows) for N-major B.
+fn leading_bytes(st: &Stage) -> u32 {
+    if st.k_major {
+        16
+    } else {
+        st.rows * st.row_pitch()
+    }
+}
+
+/// The descriptor's high 32 bits for a stage: the stride byte offset (8 rows) and the swizzle
+/// mode (bits 62-63: 1 for 128-byte rows, 2 for 64-byte rows).
 fn descriptor_high(st: &Stage) -> u32 {
     let pitch = st.row_pitch();
-    let leading = if st.k_major { 16 } else { st.rows * pitch };
     let stride = 8 * pitch;
     let mode = if pitch == 128 { 1 } else { 2 };
-    // Bits 16-29 (leading) are in the low word; the high word holds bits 32-63.
-    debug_assert!(leading >> 4 < (1 << 14) && stride >> 4 < (1 << 14));
+    debug_assert!(stride >> 4 < (1 << 14));
     ((stride >> 4) & 0x3fff) | (mode << 30)
 }
 
-/// The descriptor's low 32 bits without the start address: the leading byte offset.
+/// The descriptor's low 32 bits without the start address: the leading byte offset (bits
+/// 16-29).
 fn descriptor_low_const(st: &Stage) -> u32 {
-    let pitch = st.row_pitch();
-    let leading = if st.k_major { 16 } else { st.rows * pitch };
+    let leading = leading_bytes(st);
+    debug_assert!(leading >> 4 < (1 << 14));
     ((leading >> 4) & 0x3fff) << 16
 }
 
@@ -100,10 +110,7 @@ impl Lower<'_> {
             return false;
         };
         d.args[..2].iter().all(|&operand| {
-            let src = match self.k.def_inst(operand).map(|i| &self.k.insts[i]) {
-                Some(p) if matches!(&p.op, Op::Permute { perm } if perm[..] == [1, 0]) => p.args[0],
-                _ => operand,
-            };
+            let (src, _) = self.untransposed(operand);
             self.k.def_inst(src).is_some_and(|li| {
                 matches!(self.k.insts[li].op, Op::Load { .. })
                     && block.insts.contains(&li)
