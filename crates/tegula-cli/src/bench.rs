@@ -828,7 +828,7 @@ pub(crate) fn attention_options(c: &Config, base: AttentionOptions) -> Result<At
 /// The matmul config pinned by `--config`: `BLOCK_M`, `BLOCK_N`, `BLOCK_K` (each left to the
 /// autotuner when absent), `GROUP_M` (8 when absent), `PERSISTENT` (programs a SM of a
 /// persistent grid; 0, one program a tile, when absent), `WGMMA` (1: ask for Hopper's wgmma,
-/// 0 when absent), `warps` and `stages` (4 and 1 when absent, as for every kernel).
+/// 0: mma.sync, when absent), `warps` and `stages` (4 and 1 when absent, as for every kernel).
 pub(crate) fn matmul_config(c: &Config) -> Result<matmul::MatmulConfig> {
     let size = |name: &str, absent: usize| -> Result<usize> {
         match c.get(name) {
@@ -845,8 +845,8 @@ pub(crate) fn matmul_config(c: &Config) -> Result<matmul::MatmulConfig> {
         launch: c.launch_config(),
         persistent: Some(size("PERSISTENT", 0)?),
         wgmma: match size("WGMMA", 0)? {
-            0 => false,
-            1 => true,
+            0 => Some(false),
+            1 => Some(true),
             v => return Err(invalid(format!("--config WGMMA={v} (0 or 1)"))),
         },
         ..Default::default()

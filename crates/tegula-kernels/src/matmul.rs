@@ -120,10 +120,12 @@ pub struct MatmulConfig {
     /// compiler pipelines the tile loop, a block then needs the slots plus the store's
     /// exchange in shared memory; perf-notes "mm9").
     pub persistent: Option<usize>,
-    /// Asks the GPU lowering for Hopper's `wgmma` in the k-loop (sm_90a, f16/bf16, pipelined;
-    /// tegula-ptx's `lower/wgmma.rs` says which tiles qualify, others keep `mma.sync`). Not
-    /// tuned; off by default. `TEGULA_WGMMA=1` in the environment turns it on for every launch.
-    pub wgmma: bool,
+    /// Hopper's `wgmma` for the k-loop's dot (sm_90a, f16/bf16, pipelined; tegula-ptx's
+    /// `lower/wgmma.rs` says which tiles qualify, others keep `mma.sync`): `Some(true)` asks
+    /// for it, `Some(false)` keeps `mma.sync`, `None` is the tuner's (on a device with wgmma,
+    /// twins of the tiles it accepts: [`candidates`]). `TEGULA_WGMMA=1` in the environment
+    /// asks for it in every launch.
+    pub wgmma: Option<bool>,
 }
 
 impl Default for MatmulConfig {
@@ -137,14 +139,14 @@ impl Default for MatmulConfig {
             precision: InputPrecision::Ieee,
             launch: AUTO_LAUNCH,
             persistent: None,
-            wgmma: false,
+            wgmma: None,
         }
     }
 }
 
 impl MatmulConfig {
     /// A fully fixed config: these tiles, GROUP_M 8, exact f32 products, 4 warps, 3 stages,
-    /// one program a tile.
+    /// one program a tile, `mma.sync`.
     pub fn fixed(block_m: usize, block_n: usize, block_k: usize) -> MatmulConfig {
         MatmulConfig {
             block_m,
@@ -152,6 +154,7 @@ impl MatmulConfig {
             block_k,
             launch: LaunchConfig::default(),
             persistent: Some(0),
+            wgmma: Some(false),
             ..Default::default()
         }
     }
@@ -163,6 +166,7 @@ impl MatmulConfig {
             || self.block_k == AUTO
             || self.launch == AUTO_LAUNCH
             || self.persistent.is_none()
+            || self.wgmma.is_none()
     }
 
     fn validate(&self) -> Result<()> {
@@ -215,7 +219,7 @@ impl MatmulConfig {
                 fixed.launch
             },
             persistent: fixed.persistent.or(self.persistent),
-            wgmma: fixed.wgmma,
+            wgmma: fixed.wgmma.or(self.wgmma),
         }
     }
 
@@ -226,6 +230,7 @@ impl MatmulConfig {
             .with("BLOCK_K", cx(self.block_k))
             .with("GROUP_M", cx(self.group_m))
             .with("PERSISTENT", cx(self.persistent.unwrap_or(0)))
+            .with("WGMMA", i64::from(self.wgmma.unwrap_or(false)))
     }
 
     fn from_tuner(c: &Config, like: &MatmulConfig) -> Result<MatmulConfig> {
@@ -238,7 +243,7 @@ impl MatmulConfig {
             launch: c.launch_config(),
             // Absent from configs cached before the option existed: one program a tile.
             persistent: Some(c.usize("PERSISTENT").unwrap_or(0)),
-            wgmma: like.wgmma,
+            wgmma: Some(c.usize("WGMMA").unwrap_or(0) > 0),
         })
     }
 }
@@ -255,6 +260,8 @@ pub struct MatmulProblem {
     /// transposed operands load differently.
     pub a_col_major: bool,
     pub b_col_major: bool,
+    /// The device runs `wgmma` ([`Device::has_wgmma`]): the candidates get wgmma twins.
+    pub wgmma: bool,
 }
 
 impl MatmulProblem {
@@ -268,6 +275,7 @@ impl MatmulProblem {
             output: O::DTYPE,
             a_col_major: col_major(a),
             b_col_major: col_major(b),
+            wgmma: a.device().has_wgmma(),
         }
     }
 }
@@ -313,7 +321,10 @@ fn pipelined(p: &MatmulProblem) -> bool {
 /// - a persistent twin (one program a SM walking tiles, the next tile's first stages copied
 ///   during this tile's store) of every pipelined 8-warp config of at least 128 x 128 whose
 ///   slots and output exchange fit in shared memory together: on the H200 (2026-11-30) such
-///   twins ran 1-3% ahead of their one-program-a-tile configs at 4096^3 and 8192^3.
+///   twins ran 1-3% ahead of their one-program-a-tile configs at 4096^3 and 8192^3;
+/// - on a device with `wgmma` (Hopper), a wgmma twin of every pipelined config (and
+///   persistent twin) whose tiles the wgmma lowering takes ([`wgmma_twin_fits`]): on the H200
+///   (2026-12-01) 128x256x64 ran 1.41x its mma.sync twin at 4096^3.
 ///
 /// The default is 64 x 64 x 32 with 4 warps and 3 stages, each block clamped to the
 /// dimension's range: fast on the interpreter and sound on every GPU.
@@ -353,14 +364,24 @@ pub fn candidates(p: &MatmulProblem, fixed: &MatmulConfig) -> Vec<MatmulConfig> 
                                 num_stages: s,
                             },
                             persistent: Some(0),
-                            wgmma: fixed.wgmma,
+                            wgmma: Some(false),
                         };
-                        if keep(&c) {
-                            out.push(c.held(fixed));
-                            if persistent_twin_fits(p, &c) {
+                        if !keep(&c) {
+                            continue;
+                        }
+                        let mut grids = vec![c];
+                        if persistent_twin_fits(p, &c) {
+                            grids.push(MatmulConfig {
+                                persistent: Some(1),
+                                ..c
+                            });
+                        }
+                        for g in grids {
+                            out.push(g.held(fixed));
+                            if wgmma_twin_fits(p, &g) {
                                 let twin = MatmulConfig {
-                                    persistent: Some(1),
-                                    ..c
+                                    wgmma: Some(true),
+                                    ..g
                                 };
                                 out.push(twin.held(fixed));
                             }
@@ -383,7 +404,7 @@ pub fn candidates(p: &MatmulProblem, fixed: &MatmulConfig) -> Vec<MatmulConfig> 
             num_stages: default_stages.min(p.k.div_ceil(32).max(2) as u32),
         },
         persistent: Some(0),
-        wgmma: fixed.wgmma,
+        wgmma: Some(false),
     };
     let mut out = tuned::dedup(out);
     tuned::put_first(&mut out, default.held(fixed));
@@ -404,6 +425,24 @@ fn persistent_twin_fits(p: &MatmulProblem, c: &MatmulConfig) -> bool {
         && c.launch.num_stages >= 2
         && tile >= 128 * 128
         && slots + exchange <= tuned::SHARED_BYTES
+}
+
+/// Whether the tuner also times `c` on `wgmma`: a device that has it, f16/bf16 pipelined
+/// operands, and tiles the lowering reads from its slots (tegula-ptx `lower/wgmma.rs`): rows
+/// of 64 bytes or multiples of 128 (BLOCK_K 32 or 64 for A, BLOCK_N from 32 for B), N at most
+/// 256, and 16 rows a warp in each of BLOCK_M's row blocks.
+fn wgmma_twin_fits(p: &MatmulProblem, c: &MatmulConfig) -> bool {
+    let elem = p.input.size_bytes();
+    let readable = |bytes: usize| bytes == 64 || (bytes >= 128 && bytes.is_multiple_of(128));
+    let warps = c.launch.num_warps as usize;
+    p.wgmma
+        && pipelined(p)
+        && c.launch.num_stages >= 2
+        && warps.is_multiple_of(4)
+        && c.block_m.is_multiple_of(16 * warps)
+        && c.block_n <= 256
+        && readable(c.block_k * elem)
+        && readable(c.block_n * elem)
 }
 
 /// The config [`matmul_into_with`] launches for these operands: `config` itself when every
@@ -437,12 +476,14 @@ fn resolve<T: Element, O: Element>(
     };
     // Held as programs a SM plus one (AUTO is 0: tuned).
     let persistent = config.persistent.map_or(AUTO, |p| p + 1);
+    let wgmma = config.wgmma.map_or(AUTO, |w| usize::from(w) + 1);
     let held = [
         ("block_m", config.block_m),
         ("block_n", config.block_n),
         ("block_k", config.block_k),
         ("group_m", group),
         ("persistent", persistent),
+        ("wgmma", wgmma),
     ];
     let key = key(&p, config.precision) + &tuned::held_suffix(&held, config.launch);
     let cands = candidates(&p, &config);
@@ -461,7 +502,7 @@ fn resolve<T: Element, O: Element>(
                 r.group_m,
                 r.precision,
                 r.persistent.unwrap_or(0) > 0,
-                r.wgmma,
+                r.wgmma == Some(true),
             )?;
             Ok(Tuning::new(
                 "tegula_kernels::matmul",
@@ -573,7 +614,7 @@ fn launch<T: Element, O: Element>(
         config.group_m,
         config.precision,
         per_sm > 0,
-        config.wgmma || wgmma_forced(),
+        config.wgmma == Some(true) || wgmma_forced(),
     )
 }
 
@@ -633,7 +674,7 @@ fn check_typed<T: Element>(dev: &Device, shape: &[usize]) -> Result<CheckReport>
     let a = dev.randn::<T>([m, k])?;
     let b = dev.randn::<T>([k, n])?;
     let c = matmul(&a, &b)?;
-    // The persistent grid is not among the tuner's candidates, so it is checked explicitly on
+    // The persistent grid is only a candidate for large tiles, so it is checked explicitly on
     // the same inputs (two programs a SM, several tiles each; output poisoned): its compiler
     // path pipelines the tile loop and copies the next tile's stages during the store.
     let persistent = dev.full::<f32>([m, n], f32::NAN)?;
@@ -652,7 +693,7 @@ fn check_typed<T: Element>(dev: &Device, shape: &[usize]) -> Result<CheckReport>
     let mut what = format!("M={m} N={n} K={k}, tuned and persistent 64x64x32");
     let mut want = [want.as_slice(), want.as_slice()].concat();
     let mut tolerance_k = k;
-    if wgmma_forced() && matches!(T::DTYPE, DType::F16 | DType::BF16) {
+    if (dev.has_wgmma() || wgmma_forced()) && matches!(T::DTYPE, DType::F16 | DType::BF16) {
         // The wgmma lowering reads pipelined slots only, which need rows of whole 16-element
         // multiples: N and K rounded up to 16 (M stays, so rows are masked), fresh inputs.
         // Its tile variants (64- and 128-byte A rows, B in one or several 64-column panels,
@@ -668,7 +709,7 @@ fn check_typed<T: Element>(dev: &Device, shape: &[usize]) -> Result<CheckReport>
                     num_warps: warps,
                     num_stages: stages,
                 },
-                wgmma: true,
+                wgmma: Some(true),
                 ..MatmulConfig::fixed(bm, bn, bk)
             };
             matmul_into_with(&a, &b, &out, config)?;
@@ -688,7 +729,8 @@ fn check_typed<T: Element>(dev: &Device, shape: &[usize]) -> Result<CheckReport>
     ))
 }
 
-/// Tiles `tegula check matmul` runs besides the tuned one when `TEGULA_WGMMA=1`:
+/// Tiles `tegula check matmul` runs on `wgmma` besides the tuned one, on a device with wgmma
+/// or with `TEGULA_WGMMA=1`:
 /// (BLOCK_M, BLOCK_N, BLOCK_K, warps, stages).
 const WGMMA_CHECKED: [(usize, usize, usize, u32, u32); 5] = [
     (128, 256, 64, 8, 3),
@@ -717,6 +759,7 @@ fn trace_typed<T: Element>(shape: &[usize]) -> std::result::Result<Kernel, Trace
         output: DType::F32,
         a_col_major: false,
         b_col_major: false,
+        wgmma: false,
     };
     let c = candidates(&p, &MatmulConfig::default())[0];
     matmul_kernel::trace::<T, f32>(
@@ -726,7 +769,7 @@ fn trace_typed<T: Element>(shape: &[usize]) -> std::result::Result<Kernel, Trace
         c.group_m,
         c.precision,
         c.persistent.unwrap_or(0) > 0,
-        c.wgmma,
+        c.wgmma == Some(true),
     )
 }
 

@@ -20,6 +20,7 @@ fn problem(m: usize, n: usize, k: usize, input: DType) -> MatmulProblem {
         output: DType::F32,
         a_col_major: false,
         b_col_major: false,
+        wgmma: false,
     }
 }
 
@@ -134,6 +135,66 @@ fn large_shapes_try_the_triton_grid_default_first() {
     )
     .iter()
     .all(|c| c.persistent == Some(0)));
+}
+
+#[test]
+fn hopper_adds_wgmma_twins_of_the_tiles_the_lowering_takes() {
+    let sm80 = problem(4096, 4096, 4096, DType::BF16);
+    let sm90 = MatmulProblem {
+        wgmma: true,
+        ..sm80
+    };
+    let plain = candidates(&sm80, &MatmulConfig::default());
+    let cands = candidates(&sm90, &MatmulConfig::default());
+    assert!(plain.iter().all(|c| c.wgmma == Some(false)));
+    assert_eq!(cands[0], plain[0], "the default stays mma.sync");
+    let twins: Vec<_> = cands.iter().filter(|c| c.wgmma == Some(true)).collect();
+    assert_eq!(cands.len() - twins.len(), plain.len());
+    for t in &twins {
+        // Beside its mma.sync config; 16 rows a warp in each row block; A rows of 64 or 128
+        // bytes (BLOCK_K 32 or 64).
+        let sibling = MatmulConfig {
+            wgmma: Some(false),
+            ..**t
+        };
+        assert!(plain.contains(&sibling), "{t:?}");
+        let w = t.launch.num_warps as usize;
+        assert!(t.block_m % (16 * w) == 0, "{t:?}");
+        assert!([32, 64].contains(&t.block_k), "{t:?}");
+    }
+    let has = |bm, bn, bk, w, s, persistent| {
+        cands.contains(&MatmulConfig {
+            launch: launch(w, s),
+            persistent: Some(persistent),
+            wgmma: Some(true),
+            ..MatmulConfig::fixed(bm, bn, bk)
+        })
+    };
+    assert!(has(128, 256, 64, 8, 3, 0), "the H200's best wgmma tile");
+    assert!(has(128, 128, 32, 8, 4, 1), "persistent twins get wgmma twins");
+    assert!(has(128, 128, 64, 4, 3, 0), "one warpgroup, two 64-row blocks");
+    assert!(!has(64, 128, 64, 8, 3, 0), "8 rows a warp");
+    // f32 inputs have no wgmma; a held choice has no twins.
+    let f32s = MatmulProblem {
+        wgmma: true,
+        ..problem(4096, 4096, 4096, DType::F32)
+    };
+    assert!(candidates(&f32s, &MatmulConfig::default())
+        .iter()
+        .all(|c| c.wgmma == Some(false)));
+    let held_off = MatmulConfig {
+        wgmma: Some(false),
+        ..Default::default()
+    };
+    assert_eq!(candidates(&sm90, &held_off), plain);
+    let held_on = MatmulConfig {
+        wgmma: Some(true),
+        ..Default::default()
+    };
+    assert!(candidates(&sm90, &held_on)
+        .iter()
+        .all(|c| c.wgmma == Some(true)));
+    eprintln!("{} candidates on sm_90, {} without wgmma", cands.len(), plain.len());
 }
 
 #[test]

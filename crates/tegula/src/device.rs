@@ -160,6 +160,12 @@ impl Device {
         }
     }
 
+    /// Whether kernels compiled for this device may run `dot` on Hopper's `wgmma` (a GPU of
+    /// compute capability 9.0 or newer, compiled for sm_90a); false on the interpreter.
+    pub fn has_wgmma(&self) -> bool {
+        self.inner.gpu.as_ref().is_some_and(|g| g.target.sm >= 90)
+    }
+
     /// The launches recorded since the last call, oldest first (none unless
     /// [`Device::recording`]).
     pub fn take_recorded(&self) -> Vec<RecordedLaunch> {
