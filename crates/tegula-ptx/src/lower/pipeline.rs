@@ -27,6 +27,12 @@
 //! A loop whose one dot reads both operands from the slots loads the next tile's first
 //! fragments across the tile boundary instead (see [`BoundaryFragments`]).
 //!
+//! A loop whose `wgmma` dot stays in flight into the next iteration (`wgmma.rs`,
+//! [`PipeState::wgmma_in_flight`]) refills the slot read two iterations back, which every
+//! warpgroup's `wgmma.wait_group 1` of the last iteration has released before this
+//! iteration's barrier: its lag is 2, so it fills `S - 2` slots ahead and waits for
+//! `S - 3` groups.
+//!
 //! The barrier also tells every thread that the slot being refilled was read last iteration.
 //! The refill waits inside the first dot of the body that reads a pipelined operand (when that
 //! dot is not nested in a branch): its first fragments then leave shared memory right after
@@ -99,6 +105,10 @@ struct Pipe {
     rows: Vec<RowLoad>,
     stages: u32,
     slot_bytes: u32,
+    /// Iterations between a slot's read and its refill: 1, or 2 when a `wgmma` of the body
+    /// is still reading last iteration's slot (see the module doc). `S - lag` slots are
+    /// filled ahead.
+    lag: u32,
     /// The shared array's address.
     base: Reg,
     /// Byte offsets of the slot read and the slot written this iteration (loop-carried).
@@ -305,6 +315,10 @@ pub(crate) struct PipeState {
     /// the loads whose slots they read (their waits add a proxy fence).
     pub wgmma_dots: HashSet<Inst>,
     pub wgmma_loads: HashSet<Inst>,
+    /// `wgmma` dots whose k-tile stays in flight while the next one is issued: the
+    /// accumulator is a loop-carried value only this dot reads, written in place, and the
+    /// pipeline has at least 3 stages (its refill lags two iterations, [`Pipe::lag`]).
+    pub wgmma_in_flight: HashSet<Inst>,
     active: Vec<Pipe>,
     /// The nests pipelined across their outer loop, innermost last.
     nests: Vec<Nest>,
@@ -546,7 +560,7 @@ impl Lower<'_> {
             return None;
         }
         let (rows, slot_bytes) = self.plan_row_loads(body, &inside, offset, stages, room);
-        self.plan_wgmma_slots(body, &mut loads, slot_bytes);
+        self.plan_wgmma_slots(body, &mut loads, slot_bytes, stages);
         Some((loads, rows, stages, slot_bytes))
     }
 
@@ -564,8 +578,15 @@ impl Lower<'_> {
     /// Marks the body's `wgmma` candidate dots (`wgmma.rs`) that can read both operands from
     /// this pipeline's slots: each slot read by that dot only (as the dot reads it: A K-major),
     /// starting at a multiple of 1024 bytes in every slot, with rows of 64 bytes or at least
-    /// 128 (those wider than 128 are stored panel-major, set here).
-    fn plan_wgmma_slots(&mut self, body: Block, loads: &mut [PipeLoad], slot_bytes: u32) {
+    /// 128 (those wider than 128 are stored panel-major, set here); and those of them that can
+    /// stay in flight into the next iteration ([`PipeState::wgmma_in_flight`]).
+    fn plan_wgmma_slots(
+        &mut self,
+        body: Block,
+        loads: &mut [PipeLoad],
+        slot_bytes: u32,
+        stages: u32,
+    ) {
         if !slot_bytes.is_multiple_of(1024) || !self.reserved_shared().is_multiple_of(1024) {
             return;
         }
@@ -604,8 +625,36 @@ impl Lower<'_> {
                     self.pipe.wgmma_loads.insert(loads[i].inst);
                 }
                 self.pipe.wgmma_dots.insert(dot);
+                if stages >= 3 && self.accumulates_in_place(body, dot) {
+                    self.pipe.wgmma_in_flight.insert(dot);
+                }
             }
         }
+    }
+
+    /// Whether `dot`'s accumulator is a value carried by the loop of `body` that nothing but
+    /// this dot reads, and the dot's result is what the loop carries on in its place: the
+    /// accumulator's registers can then be written in place, and stay the `wgmma`'s own
+    /// until a later `wait_group` (no copy reads them in between).
+    fn accumulates_in_place(&self, body: Block, dot: Inst) -> bool {
+        let d = &self.k.insts[dot];
+        let acc = d.args[2];
+        let carried = &self.k.blocks[body].args[1..];
+        let Some(pos) = carried.iter().position(|&v| v == acc) else {
+            return false;
+        };
+        let yields = self.k.blocks[body]
+            .insts
+            .last()
+            .map(|&t| self.k.insts[t].args.clone())
+            .unwrap_or_default();
+        let uses = self
+            .k
+            .insts
+            .iter()
+            .filter(|(_, i)| i.args.contains(&acc))
+            .count();
+        yields.get(pos) == Some(&d.results[0]) && uses == 1
     }
 
     /// The rank-1 loads of a pipelined loop's body staged beside its tiles, placed after
@@ -742,8 +791,16 @@ impl Lower<'_> {
         };
         let nested = self.pipe.nests.last().is_some_and(|n| n.inner == for_inst);
         let body = self.k.insts[for_inst].regions[0];
+        let in_flight = self.k.blocks[body]
+            .insts
+            .iter()
+            .any(|i| self.pipe.wgmma_in_flight.contains(i));
+        let lag = if in_flight { 2 } else { 1 };
         let read_off = self.imm(RegClass::B32, Arg::Imm(0));
-        let write_off = self.imm(RegClass::B32, Arg::Imm(((stages - 1) * slot_bytes) as i64));
+        let write_off = self.imm(
+            RegClass::B32,
+            Arg::Imm(((stages - lag) * slot_bytes) as i64),
+        );
         let mut pipe = Pipe {
             body,
             iv: self.k.blocks[body].args[0],
@@ -751,6 +808,7 @@ impl Lower<'_> {
             rows,
             stages,
             slot_bytes,
+            lag,
             base,
             read_off,
             write_off,
@@ -979,12 +1037,16 @@ impl Lower<'_> {
         r
     }
 
-    /// Refills the slot read last iteration with iteration `iv + (S - 1) step`.
+    /// Refills the slot read `lag` iterations back with iteration `iv + (S - lag) step`.
     fn pipeline_refill(&mut self, pipe: &Pipe, iv: Reg, hi: Reg, step: Reg) -> R<()> {
         let it = self.b.op(
             "mad.lo.s32",
             RegClass::B32,
-            vec![step.into(), Arg::Imm(pipe.stages as i64 - 1), iv.into()],
+            vec![
+                step.into(),
+                Arg::Imm(i64::from(pipe.stages - pipe.lag)),
+                iv.into(),
+            ],
         );
         let valid = self
             .b
@@ -1007,13 +1069,13 @@ impl Lower<'_> {
         Ok(())
     }
 
-    /// Waits until this iteration's slot has landed (at most `S - 2` copy groups still in
-    /// flight), then a barrier: every thread's copies are visible, and every read of the slot
-    /// the next refill overwrites is done.
+    /// Waits until this iteration's slot has landed (at most `S - 1 - lag` copy groups still
+    /// in flight), then a barrier: every thread's copies are visible, and every read of the
+    /// slot the next refill overwrites is done.
     fn wait_for_slot(&mut self, pipe: &Pipe) {
         self.b.emit(
             "cp.async.wait_group",
-            vec![Arg::Imm(pipe.stages as i64 - 2)],
+            vec![Arg::Imm(i64::from(pipe.stages - 1 - pipe.lag))],
         );
         if pipe
             .loads
@@ -1057,6 +1119,11 @@ impl Lower<'_> {
     pub(crate) fn pipeline_epilogue(&mut self) -> R<()> {
         self.b.emit("cp.async.wait_all", vec![]);
         let pipe = self.pipe.active.pop().expect("a pipeline");
+        if pipe.lag == 2 {
+            // The last k-tile's wgmma is still in flight: its accumulator is read next.
+            self.b
+                .emit("wgmma.wait_group.sync.aligned", vec![Arg::Imm(0)]);
+        }
         if !pipe.nested {
             self.release_slots();
             return Ok(());
@@ -1156,6 +1223,7 @@ impl Lower<'_> {
             rows: nest.rows.clone(),
             stages: nest.stages,
             slot_bytes: nest.slot_bytes,
+            lag: 1,
             base: nest.base,
             read_off: lo,
             write_off: lo,
@@ -1210,6 +1278,11 @@ impl Lower<'_> {
             return None;
         }
         let plan = self.plan_pipeline(inner)?;
+        // The nest's stages are copied S - 1 ahead by the outer loop: its wgmma waits each
+        // k-tile (lag 1).
+        for &i in &self.k.blocks[inner_body].insts {
+            self.pipe.wgmma_in_flight.remove(&i);
+        }
         let ivs = [outer_iv, inner_iv];
         let insts = plan.0.iter().map(|pl| pl.inst);
         let addrs_ok = insts.chain(plan.1.iter().map(|r| r.inst)).all(|li| {
@@ -1232,7 +1305,7 @@ impl Lower<'_> {
         hi: Reg,
         guard: Option<Reg>,
     ) -> R<()> {
-        for s in 0..pipe.stages - 1 {
+        for s in 0..pipe.stages - pipe.lag {
             let it = self.b.op(
                 "mad.lo.s32",
                 RegClass::B32,

@@ -138,7 +138,14 @@ impl Lower<'_> {
         }
         let acc_l = ml::accumulator(plan.wm, plan.wn);
         let init = self.get(c, &acc_l)?;
-        let acc = self.copy_regs(&init);
+        // In flight into the next iteration: the carried registers themselves (a copy would
+        // read them before the wait).
+        let in_flight = self.pipe.wgmma_in_flight.contains(&inst);
+        let acc = if in_flight {
+            init
+        } else {
+            self.copy_regs(&init)
+        };
         let cshape = self.k.ty(c).shape;
         let gc = acc_l.geometry(&cshape);
         let row_blocks = gc.n[0] / 2;
@@ -217,10 +224,18 @@ impl Lower<'_> {
             }
         }
         self.b.emit("wgmma.commit_group.sync.aligned", vec![]);
-        // The refill writes another slot: it overlaps the tensor cores' work.
-        self.pipeline_refill_in_dot()?;
-        self.b
-            .emit("wgmma.wait_group.sync.aligned", vec![Arg::Imm(0)]);
+        if in_flight {
+            // Last iteration's k-tile is done (this one runs on): the slot it read two
+            // iterations back is free in every warpgroup since this iteration's barrier.
+            self.b
+                .emit("wgmma.wait_group.sync.aligned", vec![Arg::Imm(1)]);
+            self.pipeline_refill_in_dot()?;
+        } else {
+            // The refill writes another slot: it overlaps the tensor cores' work.
+            self.pipeline_refill_in_dot()?;
+            self.b
+                .emit("wgmma.wait_group.sync.aligned", vec![Arg::Imm(0)]);
+        }
         self.define(d.results[0], &acc_l, acc);
         Ok(true)
     }
