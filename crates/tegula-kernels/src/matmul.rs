@@ -735,7 +735,7 @@ fn check_typed<T: Element>(dev: &Device, shape: &[usize]) -> Result<CheckReport>
 const WGMMA_CHECKED: [(usize, usize, usize, u32, u32); 5] = [
     (128, 256, 64, 8, 3),
     (128, 256, 32, 8, 4),
-    (256, 128, 64, 8, 3),
+    (256, 128, 64, 8, 4),
     (128, 128, 128, 4, 2),
     (64, 32, 32, 4, 3),
 ];

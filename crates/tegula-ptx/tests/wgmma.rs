@@ -30,7 +30,7 @@ fn with_wgmma(mut k: Kernel) -> Kernel {
 const TILES: [(usize, usize, usize, u32, u32, u32, u32); 5] = [
     (128, 256, 64, 8, 3, 0x4000_0040, 0x4000_0040),
     (128, 256, 32, 8, 4, 0x8000_0020, 0x4000_0040),
-    (256, 128, 64, 8, 3, 0x4000_0040, 0x4000_0040),
+    (256, 128, 64, 8, 4, 0x4000_0040, 0x4000_0040),
     (128, 128, 128, 4, 2, 0x4000_0040, 0x4000_0040),
     (64, 32, 32, 4, 3, 0x8000_0020, 0x8000_0020),
 ];
@@ -58,17 +58,18 @@ fn eligible_tiles_run_on_wgmma() {
                 );
             }
             // Each k-tile: the copies' wait, the proxy fence, the barrier (prologue and loop).
-            // From 3 stages on, last iteration's k-tile is waited for after this one's commit,
-            // then the slot it read two iterations back is refilled; S - 2 slots are filled
-            // ahead, the accumulators are written in place (no copy in the loop reads them),
-            // and the last k-tile is waited for after the loop. With 2 stages, the refill
-            // goes after the commit and every k-tile is waited for before the next barrier.
+            // When S - 2 slots hold at least 128 elements of K, last iteration's k-tile is
+            // waited for after this one's commit, then the slot it read two iterations back is
+            // refilled; S - 2 slots are filled ahead, the accumulators are written in place
+            // (no copy in the loop reads them), and the last k-tile is waited for after the
+            // loop. Otherwise the refill goes after the commit and every k-tile is waited for
+            // before the next barrier.
             let start = text.find("\n$L_for").unwrap();
             let end = text.find("\n$L_endfor").unwrap();
             let (before, body) = (&text[..start], &text[start..end]);
             let commit = body.find("wgmma.commit_group").unwrap();
             let refill = body.find("cp.async.cg.shared.global").unwrap();
-            let in_flight = stages >= 3;
+            let in_flight = (stages as usize).saturating_sub(2) * bk >= 128;
             let (wait, ahead, pending) = if in_flight {
                 ("wgmma.wait_group.sync.aligned 1", stages - 2, stages - 3)
             } else {
