@@ -323,8 +323,9 @@ fn pipelined(p: &MatmulProblem) -> bool {
 ///   slots and output exchange fit in shared memory together: on the H200 (2026-11-30) such
 ///   twins ran 1-3% ahead of their one-program-a-tile configs at 4096^3 and 8192^3;
 /// - on a device with `wgmma` (Hopper), a wgmma twin of every pipelined config (and
-///   persistent twin) whose tiles the wgmma lowering takes ([`wgmma_twin_fits`]): on the H200
-///   (2026-12-01) 128x256x64 ran 1.41x its mma.sync twin at 4096^3.
+///   persistent twin) whose tiles the wgmma lowering takes ([`wgmma_twin_fits`]), and of
+///   those with BLOCK_K 32 one at 6 stages, where a k-tile stays in flight: on the H200
+///   (2026-12-01) 256x128x64 at 4 stages ran 1.37x its mma.sync twin at 4096^3 (687 TFLOP/s).
 ///
 /// The default is 64 x 64 x 32 with 4 warps and 3 stages, each block clamped to the
 /// dimension's range: fast on the interpreter and sound on every GPU.
@@ -378,12 +379,26 @@ pub fn candidates(p: &MatmulProblem, fixed: &MatmulConfig) -> Vec<MatmulConfig> 
                         }
                         for g in grids {
                             out.push(g.held(fixed));
-                            if wgmma_twin_fits(p, &g) {
-                                let twin = MatmulConfig {
-                                    wgmma: Some(true),
-                                    ..g
-                                };
-                                out.push(twin.held(fixed));
+                            if fixed.wgmma == Some(false) || !wgmma_twin_fits(p, &g) {
+                                continue;
+                            }
+                            let twin = MatmulConfig {
+                                wgmma: Some(true),
+                                ..g
+                            };
+                            out.push(twin.held(fixed));
+                            // BLOCK_K 32 keeps a k-tile in flight from 6 stages on.
+                            let deep = MatmulConfig {
+                                launch: LaunchConfig {
+                                    num_warps: w,
+                                    num_stages: IN_FLIGHT_STAGES_K32,
+                                },
+                                ..twin
+                            };
+                            let grid_fits =
+                                deep.persistent == Some(0) || persistent_twin_fits(p, &deep);
+                            if k == 32 && s == 4 && keep(&deep) && grid_fits {
+                                out.push(deep.held(fixed));
                             }
                         }
                     }
@@ -426,6 +441,11 @@ fn persistent_twin_fits(p: &MatmulProblem, c: &MatmulConfig) -> bool {
         && tile >= 128 * 128
         && slots + exchange <= tuned::SHARED_BYTES
 }
+
+/// The stages at which a BLOCK_K 32 `wgmma` keeps a k-tile in flight (tegula-ptx's
+/// `IN_FLIGHT_MIN_K_AHEAD`: `(S - 2) * BLOCK_K >= 128`); BLOCK_K 64 does from 4 stages, which
+/// the grid has.
+const IN_FLIGHT_STAGES_K32: u32 = 6;
 
 /// Whether the tuner also times `c` on `wgmma`: a device that has it, f16/bf16 pipelined
 /// operands, and tiles the lowering reads from its slots (tegula-ptx `lower/wgmma.rs`): rows

@@ -150,6 +150,7 @@ fn hopper_adds_wgmma_twins_of_the_tiles_the_lowering_takes() {
     assert_eq!(cands[0], plain[0], "the default stays mma.sync");
     let twins: Vec<_> = cands.iter().filter(|c| c.wgmma == Some(true)).collect();
     assert_eq!(cands.len() - twins.len(), plain.len());
+    assert!(twins.iter().any(|t| t.launch.num_stages == 6));
     for t in &twins {
         // Beside its mma.sync config; 16 rows a warp in each row block; A rows of 64 or 128
         // bytes (BLOCK_K 32 or 64).
@@ -157,10 +158,20 @@ fn hopper_adds_wgmma_twins_of_the_tiles_the_lowering_takes() {
             wgmma: Some(false),
             ..**t
         };
-        assert!(plain.contains(&sibling), "{t:?}");
         let w = t.launch.num_warps as usize;
         assert!(t.block_m % (16 * w) == 0, "{t:?}");
         assert!([32, 64].contains(&t.block_k), "{t:?}");
+        if t.launch.num_stages == 6 {
+            // BLOCK_K 32 in flight: beside its 4-stage twin, not an mma.sync config.
+            assert_eq!(t.block_k, 32, "{t:?}");
+            let four = MatmulConfig {
+                launch: launch(t.launch.num_warps, 4),
+                ..**t
+            };
+            assert!(cands.contains(&four), "{t:?}");
+            continue;
+        }
+        assert!(plain.contains(&sibling), "{t:?}");
     }
     let has = |bm, bn, bk, w, s, persistent| {
         cands.contains(&MatmulConfig {
@@ -171,8 +182,15 @@ fn hopper_adds_wgmma_twins_of_the_tiles_the_lowering_takes() {
         })
     };
     assert!(has(128, 256, 64, 8, 3, 0), "the H200's best wgmma tile");
-    assert!(has(128, 128, 32, 8, 4, 1), "persistent twins get wgmma twins");
-    assert!(has(128, 128, 64, 4, 3, 0), "one warpgroup, two 64-row blocks");
+    assert!(
+        has(128, 128, 32, 8, 4, 1),
+        "persistent twins get wgmma twins"
+    );
+    assert!(has(128, 256, 32, 8, 6, 0), "BLOCK_K 32 in flight");
+    assert!(
+        has(128, 128, 64, 4, 3, 0),
+        "one warpgroup, two 64-row blocks"
+    );
     assert!(!has(64, 128, 64, 8, 3, 0), "8 rows a warp");
     // f32 inputs have no wgmma; a held choice has no twins.
     let f32s = MatmulProblem {
@@ -194,7 +212,11 @@ fn hopper_adds_wgmma_twins_of_the_tiles_the_lowering_takes() {
     assert!(candidates(&sm90, &held_on)
         .iter()
         .all(|c| c.wgmma == Some(true)));
-    eprintln!("{} candidates on sm_90, {} without wgmma", cands.len(), plain.len());
+    eprintln!(
+        "{} candidates on sm_90, {} without wgmma",
+        cands.len(),
+        plain.len()
+    );
 }
 
 #[test]

@@ -111,21 +111,39 @@ fn eligible_tiles_run_on_wgmma() {
 
 #[test]
 fn persistent_grids_run_on_wgmma() {
-    let k = with_wgmma(persistent_matmul_into(
-        DType::BF16,
-        DType::F32,
-        128,
-        256,
-        64,
-    ));
-    let text = ptx(&k, 90, 8, 3);
-    assert_eq!(
-        text.matches("wgmma.mma_async.sync.aligned.m64n256k16")
-            .count(),
-        4
-    );
-    // The outer loop copies the inner loop's first S - 1 stages: each k-tile is waited for.
-    assert!(!text.contains("wgmma.wait_group.sync.aligned 1"));
+    // (BLOCK_K, stages): 3 stages of 64 wait each k-tile and the outer loop copies the next
+    // tile's first S - 1 stages; 6 stages of 32 keep one in flight (128 of K ahead), the
+    // outer loop copies S - 2 and waits for the last k-tile before the store.
+    for (bk, stages, in_flight) in [(64, 3, false), (32, 6, true)] {
+        let k = with_wgmma(persistent_matmul_into(
+            DType::BF16,
+            DType::BF16,
+            128,
+            256,
+            bk,
+        ));
+        let text = ptx(&k, 90, 8, stages);
+        assert_eq!(
+            text.matches("wgmma.mma_async.sync.aligned.m64n256k16")
+                .count(),
+            bk / 16
+        );
+        assert_eq!(text.contains("wgmma.wait_group.sync.aligned 1"), in_flight);
+        // The first stages: before the outer loop, and after the inner loop for the next tile.
+        let ahead = stages - if in_flight { 2 } else { 1 };
+        assert_eq!(
+            text.matches("cp.async.commit_group").count(),
+            2 * ahead as usize + 1
+        );
+        if in_flight {
+            let inner_end = text.find("\n$L_endfor_4:").unwrap();
+            let after = &text[inner_end..];
+            assert!(
+                after.find("wgmma.wait_group.sync.aligned 0").unwrap()
+                    < after.find("bar.sync").unwrap()
+            );
+        }
+    }
 }
 
 #[test]

@@ -130,20 +130,21 @@ struct Pipe {
     /// (see [`BoundaryFragments`]).
     boundary: Option<BoundaryFragments>,
     /// Whether the loop is the inner loop of a nest pipelined across its outer loop (see
-    /// [`Nest`]): its slots and its first `S - 1` stages come from there.
+    /// [`Nest`]): its slots and its first `S - lag` stages come from there.
     nested: bool,
 }
 
 /// A loop nest pipelined across its outer loop (a persistent matmul's `for tile { for k {
 /// loads -> dot }; store }`): the outer loop owns the inner loop's slots, so the epilogue after
 /// the inner loop (the store's shared-memory exchange) takes scratch after them, and the first
-/// `S - 1` stages of the outer loop's next iteration are copied while it runs:
+/// `S - lag` stages ([`Pipe::lag`]) of the outer loop's next iteration are copied while it
+/// runs:
 ///
 /// ```text
-/// before the outer loop:  fill S-1 slots for outer iteration lo (when lo < hi)
+/// before the outer loop:  fill S-lag slots for outer iteration lo (when lo < hi)
 /// outer iteration j:      ... inner loop (no prologue of its own; its carried addresses
-///                         start S-1 iterations in) ...; wait_all; bar.sync
-///                         fill S-1 slots for outer iteration j + step (when < hi)
+///                         start S-lag iterations in) ...; wait_all; bar.sync
+///                         fill S-lag slots for outer iteration j + step (when < hi)
 ///                         ... the rest of the body (the store) ...
 /// after the outer loop:   wait_all
 /// ```
@@ -166,6 +167,8 @@ struct Nest {
     rows: Vec<RowLoad>,
     stages: u32,
     slot_bytes: u32,
+    /// The inner loop's [`Pipe::lag`]: its first `S - lag` stages are copied ahead.
+    lag: u32,
     base: Reg,
 }
 
@@ -772,7 +775,7 @@ impl Lower<'_> {
         Some(reads)
     }
 
-    /// Before the loop: plans the pipeline and fills the first `S - 1` slots (or, for the inner
+    /// Before the loop: plans the pipeline and fills the first `S - lag` slots (or, for the inner
     /// loop of a [`Nest`], takes the slots the outer loop filled). Returns whether the loop is
     /// pipelined.
     pub(crate) fn pipeline_prologue(
@@ -800,11 +803,7 @@ impl Lower<'_> {
         };
         let nested = self.pipe.nests.last().is_some_and(|n| n.inner == for_inst);
         let body = self.k.insts[for_inst].regions[0];
-        let in_flight = self.k.blocks[body]
-            .insts
-            .iter()
-            .any(|i| self.pipe.wgmma_in_flight.contains(i));
-        let lag = if in_flight { 2 } else { 1 };
+        let lag = self.pipeline_lag(body);
         let read_off = self.imm(RegClass::B32, Arg::Imm(0));
         let write_off = self.imm(
             RegClass::B32,
@@ -831,7 +830,7 @@ impl Lower<'_> {
             self.b.op(
                 "mad.lo.s32",
                 RegClass::B32,
-                vec![step.into(), Arg::Imm(stages as i64 - 1), iv.into()],
+                vec![step.into(), Arg::Imm(i64::from(stages - lag)), iv.into()],
             )
         } else {
             iv
@@ -863,6 +862,20 @@ impl Lower<'_> {
         self.write_resident_operands(true);
         self.boundary_prologue()?;
         Ok(true)
+    }
+
+    /// The [`Pipe::lag`] of the loop with this body: 2 when one of its dots is a `wgmma` in
+    /// flight into the next iteration, else 1.
+    fn pipeline_lag(&self, body: Block) -> u32 {
+        let in_flight = self.k.blocks[body]
+            .insts
+            .iter()
+            .any(|i| self.pipe.wgmma_in_flight.contains(i));
+        if in_flight {
+            2
+        } else {
+            1
+        }
     }
 
     /// `total` bytes of slots at the start of the free scratch buffer (after enclosing
@@ -982,8 +995,8 @@ impl Lower<'_> {
     }
 
     /// At the top of an iteration: wait for this iteration's slot, then refill the slot read
-    /// last iteration with iteration `i + S - 1`, now or (when a dot of the body reads a
-    /// pipelined operand) from within that dot, see [`Self::pipeline_refill_in_dot`].
+    /// `lag` iterations back with iteration `i + S - lag`, now or (when a dot of the body
+    /// reads a pipelined operand) from within that dot, see [`Self::pipeline_refill_in_dot`].
     pub(crate) fn pipeline_iteration_start(&mut self, iv: Reg, hi: Reg, step: Reg) -> R<()> {
         let pipe = self.pipe.active.last().expect("a pipeline").clone();
         // With fragments across the boundary, the last iteration (or the prologue) waited.
@@ -1037,7 +1050,7 @@ impl Lower<'_> {
         self.pipe.active.last_mut().expect("a pipeline").deferred = None;
         // The addresses depend on the induction variable and values from outside the loop
         // only; the body's scope may hold this iteration's values of the same expressions, so
-        // its values are set aside while they are evaluated for iteration `i + S - 1`. Its
+        // its values are set aside while they are evaluated for iteration `i + S - lag`. Its
         // hoist point stays: what the refill computes from outside the loop only (a tile's
         // masks in a persistent grid) goes before the loop, once.
         let set_aside = self.set_aside_values(d.scope_depth - 1);
@@ -1169,6 +1182,7 @@ impl Lower<'_> {
         let body = self.k.insts[for_inst].regions[0];
         let outer_iv = self.k.blocks[body].args[0];
         let base = self.reserve_slots(stages * slot_bytes);
+        let lag = self.pipeline_lag(self.k.insts[inner].regions[0]);
         let nest = Nest {
             inner,
             outer_iv,
@@ -1180,6 +1194,7 @@ impl Lower<'_> {
             rows,
             stages,
             slot_bytes,
+            lag,
             base,
         };
         self.b.comment(format!(
@@ -1198,8 +1213,8 @@ impl Lower<'_> {
         self.release_slots();
     }
 
-    /// Copies the first `S - 1` stages of the nest's inner loop at outer iteration `outer_it`
-    /// (nothing when `outer_it` is past the outer bound) into slots `0..S-1`.
+    /// Copies the first `S - lag` stages of the nest's inner loop at outer iteration `outer_it`
+    /// (nothing when `outer_it` is past the outer bound) into slots `0..S-lag`.
     fn nest_issue(&mut self, nest: &Nest, outer_it: Reg) -> R<()> {
         self.scopes.push(Default::default());
         self.define(nest.outer_iv, &Layout::scalar(), vec![outer_it]);
@@ -1232,7 +1247,7 @@ impl Lower<'_> {
             rows: nest.rows.clone(),
             stages: nest.stages,
             slot_bytes: nest.slot_bytes,
-            lag: 1,
+            lag: nest.lag,
             base: nest.base,
             read_off: lo,
             write_off: lo,
@@ -1287,11 +1302,6 @@ impl Lower<'_> {
             return None;
         }
         let plan = self.plan_pipeline(inner)?;
-        // The nest's stages are copied S - 1 ahead by the outer loop: its wgmma waits each
-        // k-tile (lag 1).
-        for &i in &self.k.blocks[inner_body].insts {
-            self.pipe.wgmma_in_flight.remove(&i);
-        }
         let ivs = [outer_iv, inner_iv];
         let insts = plan.0.iter().map(|pl| pl.inst);
         let addrs_ok = insts.chain(plan.1.iter().map(|r| r.inst)).all(|li| {
@@ -1305,7 +1315,7 @@ impl Lower<'_> {
 
     /// Copies iteration `it`'s tiles (when `valid`) into the slot at byte offset `slot`.
     /// The prologue's copies: iteration `start + s * step` into slot `s` for `s` in
-    /// `0..stages - 1`, each only while it is below `hi` and, with `guard`, where it holds.
+    /// `0..stages - lag`, each only while it is below `hi` and, with `guard`, where it holds.
     fn issue_first_stages(
         &mut self,
         pipe: &Pipe,
