@@ -30,6 +30,27 @@ struct Ins {
     guard: Option<(usize, bool)>,
     op: String,
     args: Vec<Opnd>,
+    /// Every register the instruction names (guard, operands, address bases): what the
+    /// wgmma checks look at.
+    regs: Vec<usize>,
+}
+
+/// The registers `args` and `guard` name.
+fn named_regs(guard: Option<(usize, bool)>, args: &[Opnd]) -> Vec<usize> {
+    let mut regs: Vec<usize> = guard.map(|(p, _)| p).into_iter().collect();
+    for a in args {
+        match a {
+            Opnd::Reg(r) => regs.push(*r),
+            Opnd::Vec(v) => regs.extend(v),
+            Opnd::Addr(base, _) => {
+                if let Opnd::Reg(r) = **base {
+                    regs.push(r);
+                }
+            }
+            _ => {}
+        }
+    }
+    regs
 }
 
 struct Prog {
@@ -39,6 +60,10 @@ struct Prog {
     shared: usize,
     /// Shared arrays: name -> (byte offset, size).
     shared_syms: HashMap<String, (usize, usize)>,
+    /// Register index -> its name in the PTX (for messages).
+    reg_names: Vec<String>,
+    /// Whether the kernel issues `wgmma`: only then are its register checks tracked.
+    has_wgmma: bool,
 }
 
 fn split_args(s: &str) -> Vec<String> {
@@ -164,22 +189,30 @@ fn parse(ptx: &str, shared_bytes: usize) -> Prog {
             }
             Opnd::Sym(a.to_string())
         };
-        let args = split_args(rest)
+        let args: Vec<Opnd> = split_args(rest)
             .iter()
             .map(|a| parse_opnd(a, &mut names))
             .collect();
         code.push(Ins {
             guard,
             op: op.to_string(),
+            regs: named_regs(guard, &args),
             args,
         });
     }
+    let mut reg_names = vec![String::new(); names.len()];
+    for (name, &i) in &names {
+        reg_names[i] = name.clone();
+    }
+    let has_wgmma = code.iter().any(|i| i.op.starts_with("wgmma."));
     Prog {
         code,
         labels,
         nregs: names.len(),
         shared,
         shared_syms,
+        reg_names,
+        has_wgmma,
     }
 }
 
@@ -233,6 +266,163 @@ struct Machine<'p> {
     params: HashMap<String, u64>,
     ctaid: [u64; 3],
     nctaid: [u64; 3],
+    /// Per shared byte: how many issued cp.async copies have not landed there yet.
+    copies_in_flight: Vec<u16>,
+    /// Per thread: `fence.proxy.async` executed so far; per shared byte: the writer's count
+    /// at the last write (the write is visible to wgmma once the writer's count is higher).
+    proxy_fences: Vec<u32>,
+    write_fences: Vec<u32>,
+    /// Per shared byte: how many pending wgmmas read it (writes are errors until they retire).
+    wgmma_reads: Vec<u16>,
+    /// Per warpgroup (when the kernel uses wgmma).
+    warpgroups: Vec<WarpgroupState>,
+}
+
+/// One issued `wgmma.mma_async` of a warpgroup: it runs when a `wgmma.wait_group` retires
+/// its group, reading its registers and shared memory then (the latest the hardware may).
+struct PendingMma {
+    pc: usize,
+    accumulate: bool,
+    /// Shared addresses of A's elements `[m][k]` (64 x 16; empty when A is in registers) and
+    /// B's `[k][n]` (16 x N), from the descriptors at issue.
+    a_addrs: Vec<u32>,
+    b_addrs: Vec<u32>,
+}
+
+/// The wgmma state of one warpgroup (4 warps, 128 threads).
+struct WarpgroupState {
+    uncommitted: Vec<PendingMma>,
+    /// Committed groups, oldest first.
+    committed: std::collections::VecDeque<Vec<PendingMma>>,
+    /// Per register: pending wgmmas using it as accumulator, as A fragment.
+    locked_d: Vec<u16>,
+    locked_a: Vec<u16>,
+    /// Per register: the step of the last access by an instruction other than wgmma; and the
+    /// step of the last `wgmma.fence` (which must separate the two).
+    touched: Vec<u64>,
+    fenced: u64,
+}
+
+impl WarpgroupState {
+    fn new(nregs: usize) -> Self {
+        WarpgroupState {
+            uncommitted: Vec::new(),
+            committed: Default::default(),
+            locked_d: vec![0; nregs],
+            locked_a: vec![0; nregs],
+            touched: vec![0; nregs],
+            fenced: 0,
+        }
+    }
+
+    fn pending(&self) -> impl Iterator<Item = &PendingMma> {
+        self.uncommitted
+            .iter()
+            .chain(self.committed.iter().flatten())
+    }
+}
+
+/// The shape and operands of a `wgmma.mma_async.sync.aligned.m64nNk16.f32.{bf16,f16}.*`.
+struct WgmmaForm<'a> {
+    n: usize,
+    bf16: bool,
+    d: &'a [usize],
+    /// A's registers (4 per thread) when A comes from registers, else None (a descriptor).
+    a_regs: Option<&'a [usize]>,
+    scale_a: f64,
+    scale_b: f64,
+    trans_a: bool,
+    trans_b: bool,
+}
+
+impl<'a> WgmmaForm<'a> {
+    /// Operands per the PTX ISA: `d, a-desc, b-desc, scale-d, imm-scale-a, imm-scale-b,
+    /// imm-trans-a, imm-trans-b` or, A from registers, `d, {a0..a3}, b-desc, scale-d,
+    /// imm-scale-a, imm-scale-b, imm-trans-b`.
+    fn of(ins: &'a Ins) -> Self {
+        let op = &ins.op;
+        let shape = op
+            .split('.')
+            .find(|p| p.starts_with("m64n"))
+            .unwrap_or_else(|| panic!("{op}: no m64nNk16 shape"));
+        let (n, k) = shape[4..].split_once('k').unwrap();
+        let n: usize = n.parse().unwrap();
+        assert!(k == "16" && n % 8 == 0 && (8..=256).contains(&n), "{op}");
+        let bf16 = op.ends_with(".f32.bf16.bf16");
+        assert!(bf16 || op.ends_with(".f32.f16.f16"), "unsupported {op}");
+        let imm = |i: usize| match ins.args[i] {
+            Opnd::Imm(x) => x,
+            ref o => panic!("{op}: operand {i} is {o:?}, not an immediate"),
+        };
+        let Opnd::Vec(d) = &ins.args[0] else {
+            panic!("{op}: accumulator not a vector")
+        };
+        assert_eq!(d.len(), n / 2, "{op}: N/2 accumulator registers");
+        let a_regs = match &ins.args[1] {
+            Opnd::Vec(a) => {
+                assert_eq!(a.len(), 4, "{op}: four A registers");
+                Some(a.as_slice())
+            }
+            _ => None,
+        };
+        let (trans_a, trans_b) = if a_regs.is_some() {
+            assert_eq!(ins.args.len(), 7, "{op}: operands");
+            (0, imm(6))
+        } else {
+            assert_eq!(ins.args.len(), 8, "{op}: operands");
+            (imm(6), imm(7))
+        };
+        for (what, x) in [("imm-trans-a", trans_a), ("imm-trans-b", trans_b)] {
+            assert!(x == 0 || x == 1, "{op}: {what} {x}");
+        }
+        let scale = |i: usize| match imm(i) {
+            1 => 1.0,
+            -1 => -1.0,
+            x => panic!("{op}: imm-scale {x}"),
+        };
+        WgmmaForm {
+            n,
+            bf16,
+            d,
+            a_regs,
+            scale_a: scale(4),
+            scale_b: scale(5),
+            trans_a: trans_a == 1,
+            trans_b: trans_b == 1,
+        }
+    }
+}
+
+/// The shared address holding element (`mn`, `k`) of a wgmma operand from its descriptor,
+/// per the PTX ISA's matrix descriptor and canonical layouts (the reading of
+/// `lower/wgmma.rs`'s `hardware_address`, confirmed on the H200 by `wgmma_probe`): start
+/// address >> 4 in bits 0-13, leading byte offset >> 4 in 16-29, stride byte offset >> 4 in
+/// 32-45, base offset in 49-51 (0 here), swizzle in 62-63 (1: 128 bytes, 2: 64, 3: 32).
+/// K-major (`k_major`): 8 rows of `width` bytes (the swizzle's row) hold 8 rows of M/N, the
+/// stride offset moves 8 rows. MN-major: a row of `width` bytes holds `width / 2` elements
+/// along M/N, 8 such rows are 8 k, the stride offset moves 8 k and the leading offset the
+/// next `width / 2` of M/N. The swizzle XORs address bits 4.. with bits 7.. (3, 2 or 1 bits).
+fn descriptor_address(desc: u64, mn: u32, k: u32, k_major: bool) -> u32 {
+    let field = |shift: u32| (((desc >> shift) & 0x3fff) << 4) as u32;
+    let (start, leading, stride) = (field(0), field(16), field(32));
+    let reserved = desc & (0b11 << 14 | 0b11 << 30 | 0x3ff << 46 | 0x3ff << 52);
+    assert_eq!(
+        reserved, 0,
+        "descriptor {desc:#x}: reserved bits or base offset set"
+    );
+    let width = match desc >> 62 {
+        1 => 128,
+        2 => 64,
+        3 => 32,
+        _ => panic!("descriptor {desc:#x}: no swizzle (interleaved layout) is not modeled"),
+    };
+    let linear = if k_major {
+        start + (mn % 8) * width + (mn / 8) * stride + 2 * k
+    } else {
+        let per_row = width / 2;
+        start + 2 * (mn % per_row) + (mn / per_row) * leading + (k % 8) * width + (k / 8) * stride
+    };
+    linear ^ (((linear >> 7) & (width / 16 - 1)) << 4)
 }
 
 fn f32v(x: u64) -> f32 {
@@ -319,19 +509,17 @@ impl<'p> Machine<'p> {
                     "shared byte {b} overwritten while another thread reads it (pc {})",
                     self.pc
                 );
+                assert_eq!(
+                    self.wgmma_reads[b], 0,
+                    "shared byte {b} written (thread {t}, pc {}) while a pending wgmma reads it",
+                    self.pc
+                );
                 self.writes[b] = Some(me);
+                self.write_fences[b] = self.proxy_fences[t];
                 self.smem[b] = d[k];
             } else {
-                let in_flight = self
-                    .open
-                    .iter()
-                    .chain(self.committed.iter().flatten())
-                    .any(|g| {
-                        g.iter()
-                            .any(|c| (c.addr as usize..c.addr as usize + c.data.len()).contains(&b))
-                    });
                 assert!(
-                    !in_flight,
+                    self.copies_in_flight[b] == 0,
                     "shared byte {b} read before its cp.async was waited for"
                 );
                 self.reads[b] = match self.reads[b] {
@@ -361,8 +549,24 @@ impl<'p> Machine<'p> {
                 })
                 .collect();
             let op = ins.op.as_str();
+            if self.prog.has_wgmma {
+                self.wgmma_register_checks(ins, &active, steps);
+            }
             if op == "ret" {
+                self.assert_no_wgmma_pending();
                 return;
+            }
+            if op.starts_with("wgmma.") {
+                self.wgmma(ins, &active, steps);
+                continue;
+            }
+            if op.starts_with("fence.proxy.async") {
+                for (t, &on) in active.iter().enumerate() {
+                    if on {
+                        self.proxy_fences[t] += 1;
+                    }
+                }
+                continue;
             }
             if op.starts_with("bra") {
                 let taken = active[0];
@@ -406,6 +610,7 @@ impl<'p> Machine<'p> {
                 }
             }
         }
+        self.assert_no_wgmma_pending();
     }
 
     fn exec(&mut self, t: usize, ins: &Ins, gmem: &mut Gmem) {
@@ -480,6 +685,9 @@ impl<'p> Machine<'p> {
                     let done: Vec<Vec<Copy>> = self.committed[t].drain(..n).collect();
                     for c in done.into_iter().flatten() {
                         let len = c.data.len();
+                        for b in c.addr as usize..c.addr as usize + len {
+                            self.copies_in_flight[b] -= 1;
+                        }
                         self.smem_access(t, c.addr, len, Some(&c.data));
                     }
                 }
@@ -499,6 +707,12 @@ impl<'p> Machine<'p> {
                             "cp.async overwrites shared byte {b} another thread reads (pc {})",
                             self.pc
                         );
+                        assert_eq!(
+                            self.wgmma_reads[b], 0,
+                            "cp.async (pc {}) into shared byte {b}, which a pending wgmma reads",
+                            self.pc
+                        );
+                        self.copies_in_flight[b] += 1;
                     }
                     let mut data = vec![0u8; size];
                     if src_size > 0 {
@@ -717,6 +931,295 @@ impl<'p> Machine<'p> {
         }
     }
 
+    /// The warpgroups (of 128 threads) with an active thread.
+    fn active_warpgroups(&self, active: &[bool]) -> Vec<usize> {
+        (0..self.warpgroups.len())
+            .filter(|&g| active.iter().skip(128 * g).take(128).any(|&a| a))
+            .collect()
+    }
+
+    /// Any instruction other than wgmma: the registers of a pending wgmma (its accumulator,
+    /// its A fragment) may not be accessed before the wait (the PTX ISA: undefined), and the
+    /// access is remembered so that a wgmma using them needs a `wgmma.fence` after it.
+    fn wgmma_register_checks(&mut self, ins: &Ins, active: &[bool], step: u64) {
+        if ins.op.starts_with("wgmma.") || ins.regs.is_empty() || self.warpgroups.is_empty() {
+            return;
+        }
+        for g in self.active_warpgroups(active) {
+            let wg = &mut self.warpgroups[g];
+            for &r in &ins.regs {
+                assert!(
+                    wg.locked_d[r] == 0 && wg.locked_a[r] == 0,
+                    "{} (pc {}: {}) accesses {}, a register of a wgmma not yet waited for",
+                    if wg.locked_d[r] > 0 {
+                        "accumulator"
+                    } else {
+                        "A fragment"
+                    },
+                    self.pc,
+                    ins.op,
+                    self.prog.reg_names[r]
+                );
+                wg.touched[r] = step;
+            }
+        }
+    }
+
+    fn assert_no_wgmma_pending(&self) {
+        for (g, wg) in self.warpgroups.iter().enumerate() {
+            assert!(
+                wg.pending().next().is_none(),
+                "warpgroup {g} exits with wgmmas not waited for"
+            );
+        }
+    }
+
+    /// `wgmma.fence`, `wgmma.commit_group`, `wgmma.wait_group N` and `wgmma.mma_async`: all
+    /// `.sync.aligned`, so every thread of each warpgroup executes them together.
+    fn wgmma(&mut self, ins: &Ins, active: &[bool], step: u64) {
+        assert!(
+            self.threads.is_multiple_of(128),
+            "wgmma with {} threads: not whole warpgroups",
+            self.threads
+        );
+        assert!(
+            active.iter().all(|&a| a),
+            "{} under a guard (pc {})",
+            ins.op,
+            self.pc
+        );
+        let op = ins.op.as_str();
+        for g in 0..self.threads / 128 {
+            match op {
+                "wgmma.fence.sync.aligned" => self.warpgroups[g].fenced = step,
+                "wgmma.commit_group.sync.aligned" => {
+                    let wg = &mut self.warpgroups[g];
+                    let group = std::mem::take(&mut wg.uncommitted);
+                    wg.committed.push_back(group);
+                }
+                "wgmma.wait_group.sync.aligned" => {
+                    let Opnd::Imm(keep) = ins.args[0] else {
+                        panic!("{op}: no immediate")
+                    };
+                    while self.warpgroups[g].committed.len() > keep as usize {
+                        let group = self.warpgroups[g].committed.pop_front().unwrap();
+                        for mma in group {
+                            self.retire_wgmma(g, mma);
+                        }
+                    }
+                }
+                _ if op.starts_with("wgmma.mma_async.sync.aligned.") => self.issue_wgmma(g, ins),
+                _ => panic!("unsupported {op}"),
+            }
+        }
+    }
+
+    /// Checks an issued wgmma of warpgroup `g` and queues it: the descriptors agree across the
+    /// warpgroup; its registers were fenced (`wgmma.fence`) after other instructions used
+    /// them and are not those of another pending wgmma (except the same accumulator of a
+    /// chain); the shared bytes it reads were written before a barrier, by threads that ran
+    /// `fence.proxy.async` since, with no cp.async into them in flight.
+    fn issue_wgmma(&mut self, g: usize, ins: &Ins) {
+        let form = WgmmaForm::of(ins);
+        let lanes = 128 * g..128 * (g + 1);
+        let uniform = |m: &Self, i: usize, what: &str| -> u64 {
+            let x = m.val(lanes.start, &ins.args[i]);
+            for t in lanes.clone() {
+                assert_eq!(
+                    m.val(t, &ins.args[i]),
+                    x,
+                    "{what} differs across warpgroup {g} (thread {t}, pc {})",
+                    m.pc
+                );
+            }
+            x
+        };
+        let b_desc = uniform(self, 2, "B's descriptor");
+        let a_desc = form
+            .a_regs
+            .is_none()
+            .then(|| uniform(self, 1, "A's descriptor"));
+        let accumulate = uniform(self, 3, "scale-d") != 0;
+        let name = |m: &Self, r: usize| m.prog.reg_names[r].clone();
+        let wg = &self.warpgroups[g];
+        for &r in form.d {
+            assert!(
+                wg.fenced > wg.touched[r],
+                "accumulator {} used by a wgmma (pc {}) without a wgmma.fence after its last access",
+                name(self, r),
+                self.pc
+            );
+            assert_eq!(
+                wg.locked_a[r],
+                0,
+                "accumulator {} is a pending A",
+                name(self, r)
+            );
+            if wg.locked_d[r] > 0 {
+                // A chain into the same accumulator is ordered by the hardware: same registers.
+                let same_chain = wg.pending().all(|p| {
+                    let other = WgmmaForm::of(&self.prog.code[p.pc]);
+                    !other.d.contains(&r) || other.d == form.d
+                });
+                assert!(
+                    same_chain,
+                    "accumulator {} shared with a pending wgmma of other registers",
+                    name(self, r)
+                );
+            }
+        }
+        for &r in form.a_regs.unwrap_or(&[]) {
+            assert!(
+                wg.fenced > wg.touched[r],
+                "A fragment {} used by a wgmma (pc {}) without a wgmma.fence after its last access",
+                name(self, r),
+                self.pc
+            );
+            assert_eq!(
+                wg.locked_d[r],
+                0,
+                "A fragment {} is a pending accumulator",
+                name(self, r)
+            );
+        }
+        let n = form.n as u32;
+        // A[m][k]: K-major unless imm-trans-a; B[k][n]: K-major unless imm-trans-b.
+        let a_addrs: Vec<u32> = match a_desc {
+            Some(desc) => (0..64 * 16)
+                .map(|i| descriptor_address(desc, i / 16, i % 16, !form.trans_a))
+                .collect(),
+            None => Vec::new(),
+        };
+        let b_addrs: Vec<u32> = (0..16 * n)
+            .map(|i| descriptor_address(b_desc, i % n, i / n, !form.trans_b))
+            .collect();
+        for &at in a_addrs.iter().chain(&b_addrs) {
+            for b in at as usize..at as usize + 2 {
+                assert!(
+                    b < self.smem.len(),
+                    "wgmma reads shared byte {b}: out of bounds"
+                );
+                assert_eq!(
+                    self.copies_in_flight[b], 0,
+                    "wgmma (pc {}) reads shared byte {b} while a cp.async into it is in flight",
+                    self.pc
+                );
+                let w = self.writes[b].unwrap_or_else(|| {
+                    panic!(
+                        "wgmma (pc {}) reads shared byte {b}, never written",
+                        self.pc
+                    )
+                });
+                assert!(
+                    w.epoch < self.epoch,
+                    "wgmma (pc {}) reads shared byte {b} written by thread {} without a barrier",
+                    self.pc,
+                    w.thread
+                );
+                assert!(
+                    self.proxy_fences[w.thread as usize] > self.write_fences[b],
+                    "wgmma (pc {}) reads shared byte {b}: thread {} wrote it and ran no \
+                     fence.proxy.async since",
+                    self.pc,
+                    w.thread
+                );
+                self.wgmma_reads[b] += 1;
+            }
+        }
+        let wg = &mut self.warpgroups[g];
+        for &r in form.d {
+            wg.locked_d[r] += 1;
+        }
+        for &r in form.a_regs.unwrap_or(&[]) {
+            wg.locked_a[r] += 1;
+        }
+        wg.uncommitted.push(PendingMma {
+            pc: self.pc,
+            accumulate,
+            a_addrs,
+            b_addrs,
+        });
+    }
+
+    /// Runs a retired wgmma of warpgroup `g`: D[64 x N] (+)= A[64 x 16] B[16 x N], exact
+    /// products summed in f64. Warp `w` of the group holds rows 16w..16w+15 of D in the
+    /// `mma.sync` m16n8 accumulator order per 8 columns (register i of lane (q, p): row
+    /// q + 8 ((i >> 1) & 1), column 8 (i >> 2) + 2p + (i & 1)), and, A from registers, rows
+    /// 16w.. of A in the `mma.sync` m16n8k16 A order.
+    fn retire_wgmma(&mut self, g: usize, mma: PendingMma) {
+        let ins = &self.prog.code[mma.pc];
+        let form = WgmmaForm::of(ins);
+        let n = form.n;
+        let elem = |bits: u16| -> f64 {
+            if form.bf16 {
+                bf16::from_bits(bits).to_f64()
+            } else {
+                f16::from_bits(bits).to_f64()
+            }
+        };
+        let smem_elem = |m: &Self, at: u32| {
+            elem(u16::from_le_bytes([
+                m.smem[at as usize],
+                m.smem[at as usize + 1],
+            ]))
+        };
+        let mut a = vec![[0f64; 16]; 64];
+        match form.a_regs {
+            None => {
+                for (i, &at) in mma.a_addrs.iter().enumerate() {
+                    a[i / 16][i % 16] = smem_elem(self, at);
+                }
+            }
+            Some(regs) => {
+                for l in 0..128 {
+                    let (w, q, p) = (l / 32, (l % 32) / 4, l % 4);
+                    for (j, &r) in regs.iter().enumerate() {
+                        let x = self.regs[128 * g + l][r];
+                        for h in 0..2 {
+                            a[16 * w + q + 8 * (j & 1)][2 * p + h + 8 * (j >> 1)] =
+                                elem((x >> (16 * h)) as u16);
+                        }
+                    }
+                }
+            }
+        }
+        let b: Vec<f64> = mma.b_addrs.iter().map(|&at| smem_elem(self, at)).collect();
+        for l in 0..128 {
+            let t = 128 * g + l;
+            let (w, q, p) = (l / 32, (l % 32) / 4, l % 4);
+            for (i, &r) in form.d.iter().enumerate() {
+                let row = 16 * w + q + 8 * ((i >> 1) & 1);
+                let col = 8 * (i >> 2) + 2 * p + (i & 1);
+                let s: f64 = (0..16).map(|k| a[row][k] * b[k * n + col]).sum();
+                let c = if mma.accumulate {
+                    f32v(self.regs[t][r]) as f64
+                } else {
+                    0.0
+                };
+                self.regs[t][r] = bits((c + form.scale_a * form.scale_b * s) as f32);
+            }
+        }
+        // The reads are done: later writes need only the usual barrier (other warpgroups'
+        // wgmmas may still be reading until theirs wait).
+        let done = Access {
+            epoch: self.epoch,
+            thread: u32::MAX,
+        };
+        for &at in mma.a_addrs.iter().chain(&mma.b_addrs) {
+            for b in at as usize..at as usize + 2 {
+                self.wgmma_reads[b] -= 1;
+                self.reads[b] = Some(done);
+            }
+        }
+        let wg = &mut self.warpgroups[g];
+        for &r in form.d {
+            wg.locked_d[r] -= 1;
+        }
+        for &r in form.a_regs.unwrap_or(&[]) {
+            wg.locked_a[r] -= 1;
+        }
+    }
+
     /// `ldmatrix.sync.aligned.m8n8.x{1,2,4}{.trans}.shared.b16`: lanes 8i..8i+7 give the row
     /// addresses of matrix i; without .trans register i of lane l holds row l/4, elements
     /// 2(l%4) and 2(l%4)+1 of matrix i; with .trans, elements (2(l%4), l/4) and (2(l%4)+1, l/4).
@@ -872,7 +1375,20 @@ fn run_on(
     if let Ok(path) = std::env::var("TEGULA_SIM_DUMP") {
         std::fs::write(path, &c.ptx).unwrap();
     }
-    let prog = parse(&c.ptx, c.shared_bytes as usize);
+    run_ptx(&c.ptx, c.shared_bytes as usize, k, warps, grid, args)
+}
+
+/// Runs `ptx` (compiled from `k`, whose parameters name the arguments; `shared_bytes` of
+/// dynamic shared memory) over `grid` and returns the final contents of each buffer argument.
+fn run_ptx(
+    ptx: &str,
+    shared_bytes: usize,
+    k: &Kernel,
+    warps: u32,
+    grid: [u64; 3],
+    args: &[Arg],
+) -> Vec<Vec<u8>> {
+    let prog = parse(ptx, shared_bytes);
     let mut gmem = Gmem { bufs: Vec::new() };
     let mut params = HashMap::new();
     for (i, a) in args.iter().enumerate() {
@@ -905,6 +1421,17 @@ fn run_on(
                     params: params.clone(),
                     ctaid: [x, y, z],
                     nctaid: grid,
+                    copies_in_flight: vec![0; prog.shared.max(16)],
+                    proxy_fences: vec![0; threads],
+                    write_fences: vec![0; prog.shared.max(16)],
+                    wgmma_reads: vec![0; prog.shared.max(16)],
+                    warpgroups: if prog.has_wgmma {
+                        (0..threads.div_ceil(128))
+                            .map(|_| WarpgroupState::new(prog.nregs))
+                            .collect()
+                    } else {
+                        Vec::new()
+                    },
                 };
                 m.run(&mut gmem);
             }
@@ -2479,5 +3006,89 @@ fn rank1_loads_staged_beside_the_tiles_match() {
             );
             assert_close(&decode(DType::F32, &bufs[4]), &a, &a_scale, 1e-5, &what);
         }
+    }
+}
+
+/// The matmul of `blocks` with the wgmma hint (sm_90a), C stored as `out`.
+fn wgmma_matmul(dt: DType, out: DType, (bm, bn, bk): (usize, usize, usize)) -> Kernel {
+    let mut k = matmul_loop_into(dt, out, bm, bn, bk);
+    k.hints.wgmma = true;
+    k
+}
+
+/// Runs `ptx`, the PTX of [`wgmma_matmul`], on `m x k` times `k x n` inputs and returns C (as
+/// f32) with the float64 reference and scale, or the simulator's complaint.
+#[allow(clippy::type_complexity)]
+fn run_wgmma_matmul_ptx(
+    ptx: &str,
+    (dt, out): (DType, DType),
+    (bm, bn, bk): (usize, usize, usize),
+    (warps, stages): (u32, u32),
+    (m, n, k): (usize, usize, usize),
+) -> (Result<Vec<f32>, String>, Vec<f64>, Vec<f64>) {
+    let kern = wgmma_matmul(dt, out, (bm, bn, bk));
+    let shared = compiled(&kern, 90, warps, stages).shared_bytes as usize;
+    let av = values(m * k, 31 + m as u64);
+    let bv = values(k * n, 37 + n as u64);
+    let (want, scale) = matmul_reference(dt, &av, &bv, (m, n, k));
+    let (ab, bb) = (encode(dt, &av), encode(dt, &bv));
+    let c = vec![0u8; m * n * out.size_bytes()];
+    let grid = [m.div_ceil(bm) as u64, n.div_ceil(bn) as u64, 1];
+    let got = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let args = [
+            Arg::Buf(&ab),
+            Arg::Buf(&bb),
+            Arg::Buf(&c),
+            Arg::I32(m as i32),
+            Arg::I32(n as i32),
+            Arg::I32(k as i32),
+        ];
+        decode(out, &run_ptx(ptx, shared, &kern, warps, grid, &args)[2])
+    }))
+    .map_err(|e| {
+        e.downcast_ref::<String>()
+            .cloned()
+            .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
+            .unwrap_or_default()
+    });
+    (got, want, scale)
+}
+
+/// The PTX of [`wgmma_matmul`] at `warps` and `stages`; asserts that the dot is on wgmma.
+fn wgmma_matmul_ptx(
+    dt: DType,
+    out: DType,
+    blocks: (usize, usize, usize),
+    ws: (u32, u32),
+) -> String {
+    let kern = wgmma_matmul(dt, out, blocks);
+    let c = compiled(&kern, 90, ws.0, ws.1);
+    assert!(
+        c.ptx.contains("wgmma.mma_async"),
+        "{blocks:?}: not on wgmma"
+    );
+    c.ptx
+}
+
+/// Runs the wgmma matmul and compares it with the float64 reference.
+fn check_wgmma_matmul(
+    (dt, out): (DType, DType),
+    blocks: (usize, usize, usize),
+    (warps, stages): (u32, u32),
+    mnk: (usize, usize, usize),
+) {
+    let what = format!("wgmma {dt}->{out} {blocks:?} {warps}w {stages}s on {mnk:?}");
+    let ptx = wgmma_matmul_ptx(dt, out, blocks, (warps, stages));
+    let (got, want, scale) = run_wgmma_matmul_ptx(&ptx, (dt, out), blocks, (warps, stages), mnk);
+    let got = got.unwrap_or_else(|e| panic!("{what}: {e}"));
+    // An f32 C is exact up to f32 sums; a narrow C is rounded to 8 (bf16) or 11 bits.
+    let tol = if out == DType::F32 { 1e-6 } else { 1e-2 };
+    assert_close(&got, &want, &scale, tol, &what);
+}
+
+#[test]
+fn wgmma_matmul_ragged_small_tiles_match() {
+    for dt in [DType::BF16, DType::F16] {
+        check_wgmma_matmul((dt, DType::F32), (64, 32, 32), (4, 3), (80, 48, 112));
     }
 }
