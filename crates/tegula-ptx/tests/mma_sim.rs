@@ -3092,3 +3092,108 @@ fn wgmma_matmul_ragged_small_tiles_match() {
         check_wgmma_matmul((dt, DType::F32), (64, 32, 32), (4, 3), (80, 48, 112));
     }
 }
+
+#[test]
+fn wgmma_matmul_large_tiles_match() {
+    // (blocks, warps, stages, problem): one CTA each, ragged in M, N and K; 8 warps are two
+    // warpgroups along M.
+    let cases = [
+        ((128, 256, 64), (8, 3), (112, 240, 208)),
+        ((128, 256, 32), (8, 4), (128, 176, 144)),
+        ((256, 128, 64), (8, 3), (240, 128, 80)),
+        ((128, 128, 128), (4, 2), (128, 112, 272)),
+    ];
+    for (blocks, ws, mnk) in cases {
+        for dt in [DType::BF16, DType::F16] {
+            check_wgmma_matmul((dt, DType::F32), blocks, ws, mnk);
+        }
+    }
+    // C stored as bf16 (the library's configuration): the epilogue reads the accumulator
+    // after the last wait.
+    check_wgmma_matmul(
+        (DType::BF16, DType::BF16),
+        (128, 256, 64),
+        (8, 3),
+        (128, 256, 192),
+    );
+}
+
+/// The simulator catches mistakes in wgmma code: each edit of the 64x32x32 kernel's PTX is
+/// either refused (the message says why) or computes a wrong C.
+#[test]
+fn wgmma_mistakes_are_caught() {
+    let (types, blocks, ws, mnk) = (
+        (DType::BF16, DType::F32),
+        (64, 32, 32),
+        (4, 3),
+        (80, 48, 112),
+    );
+    let ptx = wgmma_matmul_ptx(types.0, types.1, blocks, ws);
+    let edited = |from: &str, to: &str| {
+        assert!(ptx.contains(from), "{from:?} not in the PTX");
+        ptx.replacen(from, to, 1)
+    };
+    let refused = |text: &str, why: &str| {
+        let (got, ..) = run_wgmma_matmul_ptx(text, types, blocks, ws, mnk);
+        let err = got.expect_err(why);
+        assert!(err.contains(why), "expected {why:?}, got {err:?}");
+    };
+    // The unedited PTX runs and matches (the other tests compare it in full).
+    let (got, want, scale) = run_wgmma_matmul_ptx(&ptx, types, blocks, ws, mnk);
+    assert_close(&got.unwrap(), &want, &scale, 1e-6, "unedited");
+    // No wait, or a wait that leaves the last group pending: the accumulator is read (copied
+    // back after the dot) while its wgmma may still write it.
+    let wait = "\twgmma.wait_group.sync.aligned 0;\n";
+    refused(&edited(wait, ""), "not yet waited for");
+    refused(
+        &edited(wait, "\twgmma.wait_group.sync.aligned 1;\n"),
+        "not yet waited for",
+    );
+    // No wgmma.fence between the accumulator's copy and the wgmma reading it.
+    refused(
+        &edited("\twgmma.fence.sync.aligned;\n", ""),
+        "without a wgmma.fence",
+    );
+    // The copies' bytes reach wgmma (the async proxy) only after the proxy fence.
+    refused(
+        &edited("\tfence.proxy.async.shared::cta;\n", ""),
+        "fence.proxy.async",
+    );
+    // Without the copies' wait the wgmma reads bytes still in flight.
+    refused(&edited("\tcp.async.wait_group 1;\n", ""), "in flight");
+    // A wait placed before the commit retires nothing: the group it should wait for is
+    // committed after it.
+    refused(
+        &edited(wait, "").replacen(
+            "\twgmma.commit_group.sync.aligned;\n",
+            &format!("{wait}\twgmma.commit_group.sync.aligned;\n"),
+            1,
+        ),
+        "not yet waited for",
+    );
+    // A shared store into the slot the pending wgmma reads (stage 0, at the start of shared
+    // memory), between the commit and the wait.
+    let commit = "\twgmma.commit_group.sync.aligned;\n";
+    let store = format!("{commit}\tst.shared.u32 [tg_smem], %r1;\n");
+    refused(&edited(commit, &store), "while a pending wgmma reads it");
+    // A descriptor that differs between the threads of the warpgroup.
+    let a_high = format!(", {};", 0x8000_0020u32);
+    refused(&edited(&a_high, ", %tid.x;"), "differs across warpgroup");
+    // A descriptor's swizzle mode 64 bytes (2) read as 128 (1) or 32 (3): A's rows land
+    // elsewhere and C is wrong.
+    for mode in [1u32, 3] {
+        let text = edited(&a_high, &format!(", {};", 0x0000_0020 | mode << 30));
+        let (got, want, scale) = run_wgmma_matmul_ptx(&text, types, blocks, ws, mnk);
+        let got = got.unwrap();
+        let wrong = got
+            .iter()
+            .zip(&want)
+            .zip(&scale)
+            .filter(|((&g, &w), &s)| (g as f64 - w).abs() > 1e-6 * s.max(1e-3))
+            .count();
+        assert!(
+            wrong > got.len() / 4,
+            "swizzle mode {mode}: {wrong} wrong elements"
+        );
+    }
+}
