@@ -347,7 +347,10 @@ impl<'a> WgmmaForm<'a> {
             .unwrap_or_else(|| panic!("{op}: no m64nNk16 shape"));
         let (n, k) = shape[4..].split_once('k').unwrap();
         let n: usize = n.parse().unwrap();
-        assert!(k == "16" && n % 8 == 0 && (8..=256).contains(&n), "{op}");
+        assert!(
+            k == "16" && n.is_multiple_of(8) && (8..=256).contains(&n),
+            "{op}"
+        );
         let bf16 = op.ends_with(".f32.bf16.bf16");
         assert!(bf16 || op.ends_with(".f32.f16.f16"), "unsupported {op}");
         let imm = |i: usize| match ins.args[i] {
@@ -1375,15 +1378,31 @@ fn run_on(
     if let Ok(path) = std::env::var("TEGULA_SIM_DUMP") {
         std::fs::write(path, &c.ptx).unwrap();
     }
-    run_ptx(&c.ptx, c.shared_bytes as usize, k, warps, grid, args)
+    run_ptx(
+        &c.ptx,
+        c.shared_bytes as usize,
+        &param_names(k),
+        warps,
+        grid,
+        args,
+    )
 }
 
-/// Runs `ptx` (compiled from `k`, whose parameters name the arguments; `shared_bytes` of
-/// dynamic shared memory) over `grid` and returns the final contents of each buffer argument.
+/// The PTX names of `k`'s parameters, in order.
+fn param_names(k: &Kernel) -> Vec<String> {
+    k.params
+        .iter()
+        .enumerate()
+        .map(|(i, p)| format!("p{i}_{}", p.name))
+        .collect()
+}
+
+/// Runs `ptx` (parameters `names`, `shared_bytes` of dynamic shared memory) over `grid` and
+/// returns the final contents of each buffer argument.
 fn run_ptx(
     ptx: &str,
     shared_bytes: usize,
-    k: &Kernel,
+    names: &[String],
     warps: u32,
     grid: [u64; 3],
     args: &[Arg],
@@ -1392,7 +1411,7 @@ fn run_ptx(
     let mut gmem = Gmem { bufs: Vec::new() };
     let mut params = HashMap::new();
     for (i, a) in args.iter().enumerate() {
-        let name = format!("p{i}_{}", k.params[i].name);
+        let name = names[i].clone();
         let v = match a {
             Arg::Buf(b) => {
                 gmem.bufs.push(b.to_vec());
@@ -3043,7 +3062,10 @@ fn run_wgmma_matmul_ptx(
             Arg::I32(n as i32),
             Arg::I32(k as i32),
         ];
-        decode(out, &run_ptx(ptx, shared, &kern, warps, grid, &args)[2])
+        decode(
+            out,
+            &run_ptx(ptx, shared, &param_names(&kern), warps, grid, &args)[2],
+        )
     }))
     .map_err(|e| {
         e.downcast_ref::<String>()
@@ -3196,4 +3218,150 @@ fn wgmma_mistakes_are_caught() {
             "swizzle mode {mode}: {wrong} wrong elements"
         );
     }
+}
+
+/// A hand-written kernel of one warpgroup: `D = A0 B0 - A1 B1` by two chained
+/// `wgmma.m64n16k16` with A from registers (`scale-d` false on the first: D's registers are
+/// never initialized) and B N-major (`imm-trans-b` 1) in shared memory with 32-byte swizzle.
+/// Parameters: A fragments (4 words a thread, A0's then A1's), B's shared image (1024
+/// bytes: B0 then B1), D (8 words a thread).
+const REGISTER_A_WGMMA: &str = "
+.extern .shared .align 1024 .b8 tg_smem[];
+.visible .entry tg_register_a(.param .u64 p0_a, .param .u64 p1_b, .param .u64 p2_d)
+.maxntid 128, 1, 1
+{
+	mov.u32 %r1, %tid.x;
+	ld.param.u64 %rd1, [p0_a];
+	ld.param.u64 %rd2, [p1_b];
+	ld.param.u64 %rd3, [p2_d];
+	mul.wide.u32 %rd4, %r1, 8;
+	add.s64 %rd5, %rd2, %rd4;
+	ld.global.u64 %rd6, [%rd5];
+	mov.u32 %r2, tg_smem;
+	mad.lo.u32 %r3, %r1, 8, %r2;
+	st.shared.u64 [%r3], %rd6;
+	fence.proxy.async.shared::cta;
+	bar.sync 0;
+	mul.wide.u32 %rd7, %r1, 16;
+	add.s64 %rd8, %rd1, %rd7;
+	ld.global.v4.u32 {%r10, %r11, %r12, %r13}, [%rd8];
+	ld.global.v4.u32 {%r14, %r15, %r16, %r17}, [%rd8+2048];
+	shr.u32 %r20, %r2, 4;
+	add.s32 %r21, %r20, 32;
+	mov.b32 %r22, 3221225488;
+	mov.b64 %rd10, {%r20, %r22};
+	mov.b64 %rd11, {%r21, %r22};
+	setp.ne.u32 %p1, %r1, %r1;
+	setp.eq.u32 %p2, %r1, %r1;
+	wgmma.fence.sync.aligned;
+	wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 {%f1, %f2, %f3, %f4, %f5, %f6, %f7, %f8}, {%r10, %r11, %r12, %r13}, %rd10, %p1, 1, 1, 1;
+	wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 {%f1, %f2, %f3, %f4, %f5, %f6, %f7, %f8}, {%r14, %r15, %r16, %r17}, %rd11, %p2, -1, 1, 1;
+	wgmma.commit_group.sync.aligned;
+	wgmma.wait_group.sync.aligned 0;
+	mul.wide.u32 %rd12, %r1, 32;
+	add.s64 %rd13, %rd3, %rd12;
+	st.global.v4.f32 [%rd13], {%f1, %f2, %f3, %f4};
+	st.global.v4.f32 [%rd13+16], {%f5, %f6, %f7, %f8};
+	ret;
+}
+";
+
+/// Runs [`REGISTER_A_WGMMA`] (or an edit of it) on random bf16 A0, A1 (64 x 16) and B0, B1
+/// (16 x 16): D as the test reads it back through the accumulator layout, and the float64
+/// reference, or the simulator's complaint.
+fn run_register_a_wgmma(ptx: &str) -> (Result<Vec<f32>, String>, Vec<f64>) {
+    let dt = DType::BF16;
+    let a: Vec<Vec<f64>> = (0..2)
+        .map(|i| rounded(dt, &values(64 * 16, 41 + i)))
+        .collect();
+    let b: Vec<Vec<f64>> = (0..2)
+        .map(|i| rounded(dt, &values(16 * 16, 43 + i)))
+        .collect();
+    let bits16 = |x: f64| bf16::from_f64(x).to_bits();
+    // A's fragment (the PTX ISA's wgmma m64nNk16 A layout): register j of thread 32w + 4g + q
+    // holds row 16w + g + 8 (j % 2), columns 2q + 8 (j / 2) and the next.
+    let mut a_words = Vec::new();
+    for am in &a {
+        for t in 0..128 {
+            let (w, g, q) = (t / 32, (t % 32) / 4, t % 4);
+            for j in 0..4 {
+                let (row, col) = (16 * w + g + 8 * (j % 2), 2 * q + 8 * (j / 2));
+                let lo = bits16(am[row * 16 + col]) as u32;
+                let hi = bits16(am[row * 16 + col + 1]) as u32;
+                a_words.extend((lo | hi << 16).to_le_bytes());
+            }
+        }
+    }
+    // B N-major with 32-byte rows: row k holds B[k][0..16]; the swizzle flips 16-byte
+    // halves (8 columns) of rows 4-7 of every 8.
+    let mut b_image = vec![0u8; 1024];
+    for (i, bm) in b.iter().enumerate() {
+        for k in 0..16 {
+            for n in 0..16 {
+                let at = 512 * i + 32 * k + 2 * (n ^ (8 * ((k / 4) % 2)));
+                b_image[at..at + 2].copy_from_slice(&bits16(bm[k * 16 + n]).to_le_bytes());
+            }
+        }
+    }
+    let mut want = vec![0f64; 64 * 16];
+    for r in 0..64 {
+        for c in 0..16 {
+            want[r * 16 + c] = (0..16)
+                .map(|k| a[0][r * 16 + k] * b[0][k * 16 + c] - a[1][r * 16 + k] * b[1][k * 16 + c])
+                .sum();
+        }
+    }
+    let d_words = vec![0u8; 128 * 8 * 4];
+    let names = ["p0_a", "p1_b", "p2_d"].map(String::from);
+    let got = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let args = [Arg::Buf(&a_words), Arg::Buf(&b_image), Arg::Buf(&d_words)];
+        let bufs = run_ptx(ptx, 1024, &names, 4, [1, 1, 1], &args);
+        let words = decode(DType::F32, &bufs[2]);
+        // The accumulator layout: register i of thread 32w + 4g + q is row
+        // 16w + g + 8 ((i / 2) % 2), column 8 (i / 4) + 2q + i % 2.
+        let mut d = vec![0f32; 64 * 16];
+        for t in 0..128 {
+            let (w, g, q) = (t / 32, (t % 32) / 4, t % 4);
+            for i in 0..8 {
+                let (row, col) = (16 * w + g + 8 * ((i / 2) % 2), 8 * (i / 4) + 2 * q + i % 2);
+                d[row * 16 + col] = words[8 * t + i];
+            }
+        }
+        d
+    }))
+    .map_err(|e| {
+        e.downcast_ref::<String>()
+            .cloned()
+            .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
+            .unwrap_or_default()
+    });
+    (got, want)
+}
+
+#[test]
+fn wgmma_with_a_from_registers_matches() {
+    let ptx = format!(".version 8.0\n.target sm_90a\n.address_size 64\n{REGISTER_A_WGMMA}");
+    let (got, want) = run_register_a_wgmma(&ptx);
+    let ones = vec![1f64; want.len()];
+    assert_close(&got.unwrap(), &want, &ones, 1e-6, "register A");
+    let refused = |from: &str, to: &str, why: &str| {
+        assert!(ptx.contains(from), "{from:?}");
+        let (got, _) = run_register_a_wgmma(&ptx.replacen(from, to, 1));
+        let err = got.expect_err(why);
+        assert!(err.contains(why), "expected {why:?}, got {err:?}");
+    };
+    let commit = "\twgmma.commit_group.sync.aligned;\n";
+    // A's registers belong to the wgmma until its wait: no write, no read.
+    for access in ["mov.b32 %r14, 0", "add.s32 %r9, %r11, 1"] {
+        let text = format!("{commit}\t{access};\n");
+        refused(commit, &text, "A fragment");
+    }
+    // The loads of A's registers need a wgmma.fence before the wgmma reads them.
+    refused("\twgmma.fence.sync.aligned;\n", "", "without a wgmma.fence");
+    // Accumulating into a register another pending wgmma of other registers writes.
+    refused(
+        "{%f1, %f2, %f3, %f4, %f5, %f6, %f7, %f8}, {%r14",
+        "{%f1, %f2, %f3, %f4, %f5, %f6, %f7, %f9}, {%r14",
+        "shared with a pending wgmma",
+    );
 }
