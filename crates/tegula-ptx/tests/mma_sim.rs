@@ -1,9 +1,18 @@
 //! Runs the emitted PTX of tensor-core kernels on a small SIMT simulator (one CTA at a time,
 //! all threads in lockstep) and compares the results with float64 references. The simulator
-//! implements `ldmatrix` and `mma.sync` from the PTX ISA's definitions (not from
-//! `mma_layout.rs`), checks that shared-memory accesses of different threads are separated by
-//! a barrier, and that branches are uniform. Products on tensor cores are exact; the simulator
-//! sums them in f64, so results are compared with a tolerance, not bit for bit.
+//! implements `ldmatrix`, `mma.sync` and `wgmma` from the PTX ISA's definitions (not from
+//! `mma_layout.rs` or `lower/wgmma.rs`), checks that shared-memory accesses of different
+//! threads are separated by a barrier, and that branches are uniform. Products on tensor cores
+//! are exact; the simulator sums them in f64, so results are compared with a tolerance, not
+//! bit for bit.
+//!
+//! Asynchrony is modeled at its latest: a `cp.async` lands when its thread's
+//! `cp.async.wait_group` retires its group (reading the bytes before is an error; so is a
+//! wgmma reading them before the copying thread's `fence.proxy.async` after that wait); a
+//! `wgmma.mma_async` runs when a `wgmma.wait_group` retires its group, and until then its
+//! registers (accumulator, A fragment) may not be touched by other instructions, nor the
+//! shared bytes it reads written. Registers other instructions used need a `wgmma.fence`
+//! before a wgmma uses them, and the descriptors must agree across the warpgroup.
 
 mod mma_kernels;
 
@@ -3182,7 +3191,15 @@ fn wgmma_mistakes_are_caught() {
         "fence.proxy.async",
     );
     // Without the copies' wait the wgmma reads bytes still in flight.
-    refused(&edited("\tcp.async.wait_group 1;\n", ""), "in flight");
+    let copies_wait = "\tcp.async.wait_group 1;\n";
+    refused(&edited(copies_wait, ""), "in flight");
+    // A proxy fence before the copies' wait does not cover the bytes that land at the wait.
+    let fence = "\tfence.proxy.async.shared::cta;\n";
+    let fence_first = format!("{fence}{copies_wait}");
+    refused(
+        &edited(&format!("{copies_wait}{fence}"), &fence_first),
+        "fence.proxy.async",
+    );
     // A wait placed before the commit retires nothing: the group it should wait for is
     // committed after it.
     refused(
@@ -3198,6 +3215,8 @@ fn wgmma_mistakes_are_caught() {
     let commit = "\twgmma.commit_group.sync.aligned;\n";
     let store = format!("{commit}\tst.shared.u32 [tg_smem], %r1;\n");
     refused(&edited(commit, &store), "while a pending wgmma reads it");
+    let copy = format!("{commit}\tcp.async.cg.shared.global [tg_smem], [%rd1], 16, 16;\n");
+    refused(&edited(commit, &copy), "which a pending wgmma reads");
     // A descriptor that differs between the threads of the warpgroup.
     let a_high = format!(", {};", 0x8000_0020u32);
     refused(&edited(&a_high, ", %tid.x;"), "differs across warpgroup");
@@ -3364,4 +3383,40 @@ fn wgmma_with_a_from_registers_matches() {
         "{%f1, %f2, %f3, %f4, %f5, %f6, %f7, %f9}, {%r14",
         "shared with a pending wgmma",
     );
+}
+
+#[test]
+fn persistent_wgmma_matmul_matches() {
+    // 3 programs over 2 x 3 tiles of 64 x 32: the next tile's prologue refills the slots the
+    // last tile's wgmmas read (and its epilogue's crossing used).
+    let (dt, out, (bm, bn, bk), (m, n, k), programs) =
+        (DType::BF16, DType::F32, (64, 32, 32), (112, 80, 48), 3);
+    let mut kern = persistent_matmul_into(dt, out, bm, bn, bk);
+    kern.hints.wgmma = true;
+    let c = compiled(&kern, 90, 4, 3);
+    assert!(c.ptx.contains("wgmma.mma_async"));
+    let av = values(m * k, 61);
+    let bv = values(k * n, 67);
+    let (want, scale) = matmul_reference(dt, &av, &bv, (m, n, k));
+    let (ab, bb) = (encode(dt, &av), encode(dt, &bv));
+    let cb = vec![0u8; m * n * 4];
+    let args = [
+        Arg::Buf(&ab),
+        Arg::Buf(&bb),
+        Arg::Buf(&cb),
+        Arg::I32(m as i32),
+        Arg::I32(n as i32),
+        Arg::I32(k as i32),
+    ];
+    let grid = [programs, 1, 1];
+    let bufs = run_ptx(
+        &c.ptx,
+        c.shared_bytes as usize,
+        &param_names(&kern),
+        4,
+        grid,
+        &args,
+    );
+    let got = decode(out, &bufs[2]);
+    assert_close(&got, &want, &scale, 1e-6, "persistent wgmma matmul");
 }
