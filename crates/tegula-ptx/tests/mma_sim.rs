@@ -259,6 +259,18 @@ struct Access {
     thread: u32,
 }
 
+/// The `thread` of [`Access`] for the reads of warpgroup `g`'s wgmmas (`u32::MAX` stands for
+/// several threads).
+fn wgmma_reader(g: usize) -> u32 {
+    u32::MAX - 1 - g as u32
+}
+
+/// Whether `a` is an access in `epoch` by someone other than thread `t` (or, a wgmma's read,
+/// other than `t`'s warpgroup: its own wait orders its threads after the read).
+fn by_another(a: Option<Access>, epoch: u32, t: usize) -> bool {
+    a.is_some_and(|a| a.epoch == epoch && a.thread != t as u32 && a.thread != wgmma_reader(t / 128))
+}
+
 struct Machine<'p> {
     prog: &'p Prog,
     threads: usize,
@@ -504,9 +516,7 @@ impl<'p> Machine<'p> {
         };
         for (k, b) in (addr as usize..addr as usize + n).enumerate() {
             assert!(b < self.smem.len(), "shared access out of bounds");
-            let other = |x: Option<Access>| {
-                x.is_some_and(|a| a.epoch == self.epoch && a.thread != t as u32)
-            };
+            let other = |x: Option<Access>| by_another(x, self.epoch, t);
             let same_value = data.is_some_and(|d| d[k] == self.smem[b]);
             assert!(
                 !other(self.writes[b]) || same_value,
@@ -713,9 +723,8 @@ impl<'p> Machine<'p> {
                     // The copy may land any time from now: no other thread may be reading
                     // these bytes since the last barrier.
                     for b in dst as usize..dst as usize + size {
-                        let r = self.reads[b];
                         assert!(
-                            !r.is_some_and(|a| a.epoch == self.epoch && a.thread != t as u32),
+                            !by_another(self.reads[b], self.epoch, t),
                             "cp.async overwrites shared byte {b} another thread reads (pc {})",
                             self.pc
                         );
@@ -1211,16 +1220,17 @@ impl<'p> Machine<'p> {
                 self.regs[t][r] = bits((c + form.scale_a * form.scale_b * s) as f32);
             }
         }
-        // The reads are done: later writes need only the usual barrier (other warpgroups'
-        // wgmmas may still be reading until theirs wait).
-        let done = Access {
-            epoch: self.epoch,
-            thread: u32::MAX,
-        };
+        // The reads are done for this warpgroup; other threads' writes need a barrier first.
+        let reader = wgmma_reader(g);
         for &at in mma.a_addrs.iter().chain(&mma.b_addrs) {
             for b in at as usize..at as usize + 2 {
                 self.wgmma_reads[b] -= 1;
-                self.reads[b] = Some(done);
+                let several =
+                    self.reads[b].is_some_and(|a| a.epoch == self.epoch && a.thread != reader);
+                self.reads[b] = Some(Access {
+                    epoch: self.epoch,
+                    thread: if several { u32::MAX } else { reader },
+                });
             }
         }
         let wg = &mut self.warpgroups[g];
@@ -3419,4 +3429,31 @@ fn persistent_wgmma_matmul_matches() {
     );
     let got = decode(out, &bufs[2]);
     assert_close(&got, &want, &scale, 1e-6, "persistent wgmma matmul");
+}
+
+/// A warpgroup's `wgmma.wait_group` orders its own threads after its wgmmas' reads, not the
+/// other warpgroup's: a store into A's first row (read by warpgroup 0 only) right after the
+/// wait is fine from warpgroup 0 and a race from warpgroup 1 (no barrier between).
+#[test]
+fn wgmma_reads_are_ordered_only_for_their_own_warpgroup() {
+    let (types, blocks, ws, mnk) = (
+        (DType::F16, DType::F32),
+        (128, 256, 64),
+        (8, 3),
+        (112, 240, 208),
+    );
+    let ptx = wgmma_matmul_ptx(types.0, types.1, blocks, ws);
+    let wait = "\twgmma.wait_group.sync.aligned 0;\n";
+    assert!(ptx.contains(wait));
+    let store_by = |thread: u32| {
+        let store = format!(
+            "{wait}\tsetp.eq.u32 %p_store, %r1, {thread};\n\t@%p_store st.shared.u32 [tg_smem], %r1;\n"
+        );
+        ptx.replacen(wait, &store, 1)
+    };
+    let (got, want, scale) = run_wgmma_matmul_ptx(&store_by(0), types, blocks, ws, mnk);
+    assert_close(&got.unwrap(), &want, &scale, 1e-6, "store by warpgroup 0");
+    let (got, ..) = run_wgmma_matmul_ptx(&store_by(128), types, blocks, ws, mnk);
+    let err = got.expect_err("store by warpgroup 1");
+    assert!(err.contains("while another thread reads it"), "{err}");
 }
