@@ -3457,3 +3457,47 @@ fn wgmma_reads_are_ordered_only_for_their_own_warpgroup() {
     let err = got.expect_err("store by warpgroup 1");
     assert!(err.contains("while another thread reads it"), "{err}");
 }
+
+/// FlashAttention's forward asked for wgmma on sm_90a, against the online-softmax reference.
+/// Both dots take wgmma where the lowering puts them there (A from registers: Q, then P);
+/// elsewhere they stay on `mma.sync` and this is one more attention check.
+#[test]
+fn attention_with_the_wgmma_hint_matches() {
+    for (dt, bm, bn, d, warps, stages) in [
+        (DType::BF16, 64, 64, 64, 4, 2),
+        (DType::F16, 64, 32, 32, 4, 3),
+        (DType::BF16, 128, 64, 128, 8, 2),
+        (DType::BF16, 128, 64, 128, 4, 2),
+    ] {
+        let mut kern = flash_attention(dt, bm, bn, d);
+        kern.hints.wgmma = true;
+        let c = compiled(&kern, 90, warps, stages);
+        let nk = 3 * bn;
+        let (qv, kv, vv) = (values(bm * d, 11), values(nk * d, 13), values(nk * d, 17));
+        let scale = 0.7f32;
+        let (want, _) = attention_reference(dt, [&qv, &kv, &vv], (bm, bn, d), scale);
+        let out = vec![0u8; bm * d * 2];
+        let (qb, kb, vb) = (encode(dt, &qv), encode(dt, &kv), encode(dt, &vv));
+        let args = [
+            Arg::Buf(&qb),
+            Arg::Buf(&kb),
+            Arg::Buf(&vb),
+            Arg::Buf(&out),
+            Arg::I32(nk as i32),
+            Arg::F32(scale),
+        ];
+        let names = param_names(&kern);
+        let bufs = run_ptx(
+            &c.ptx,
+            c.shared_bytes as usize,
+            &names,
+            warps,
+            [1, 1, 1],
+            &args,
+        );
+        let got = decode(dt, &bufs[3]);
+        let ones = vec![1f64; bm * d];
+        let what = format!("attention, wgmma hint, {dt} {bm}x{bn}x{d} {warps}w {stages}s");
+        assert_close(&got, &want, &ones, 2e-2, &what);
+    }
+}
