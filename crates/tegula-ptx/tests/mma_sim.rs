@@ -3159,93 +3159,123 @@ fn wgmma_matmul_large_tiles_match() {
     );
 }
 
-/// The simulator catches mistakes in wgmma code: each edit of the 64x32x32 kernel's PTX is
-/// either refused (the message says why) or computes a wrong C.
+/// The simulator catches mistakes in wgmma code: each edit of a kernel's PTX is either
+/// refused (the message says why) or computes a wrong C. Two loops: 64x32x32 at 3 stages
+/// waits for its wgmmas in the iteration that issues them; 64x32x64 at 4 stages leaves them
+/// in flight into the next (the refill writes the slot read two iterations back).
 #[test]
 fn wgmma_mistakes_are_caught() {
-    let (types, blocks, ws, mnk) = (
-        (DType::BF16, DType::F32),
-        (64, 32, 32),
-        (4, 3),
-        (80, 48, 112),
-    );
-    let ptx = wgmma_matmul_ptx(types.0, types.1, blocks, ws);
-    let edited = |from: &str, to: &str| {
-        assert!(ptx.contains(from), "{from:?} not in the PTX");
-        ptx.replacen(from, to, 1)
-    };
-    let refused = |text: &str, why: &str| {
-        let (got, ..) = run_wgmma_matmul_ptx(text, types, blocks, ws, mnk);
-        let err = got.expect_err(why);
-        assert!(err.contains(why), "expected {why:?}, got {err:?}");
-    };
-    // The unedited PTX runs and matches (the other tests compare it in full).
-    let (got, want, scale) = run_wgmma_matmul_ptx(&ptx, types, blocks, ws, mnk);
-    assert_close(&got.unwrap(), &want, &scale, 1e-6, "unedited");
-    // No wait, or a wait that leaves the last group pending: the accumulator is read (copied
-    // back after the dot) while its wgmma may still write it.
-    let wait = "\twgmma.wait_group.sync.aligned 0;\n";
-    refused(&edited(wait, ""), "not yet waited for");
-    refused(
-        &edited(wait, "\twgmma.wait_group.sync.aligned 1;\n"),
-        "not yet waited for",
-    );
-    // No wgmma.fence between the accumulator's copy and the wgmma reading it.
-    refused(
-        &edited("\twgmma.fence.sync.aligned;\n", ""),
-        "without a wgmma.fence",
-    );
-    // The copies' bytes reach wgmma (the async proxy) only after the proxy fence.
-    refused(
-        &edited("\tfence.proxy.async.shared::cta;\n", ""),
-        "fence.proxy.async",
-    );
-    // Without the copies' wait the wgmma reads bytes still in flight.
-    let copies_wait = "\tcp.async.wait_group 1;\n";
-    refused(&edited(copies_wait, ""), "in flight");
-    // A proxy fence before the copies' wait does not cover the bytes that land at the wait.
-    let fence = "\tfence.proxy.async.shared::cta;\n";
-    let fence_first = format!("{fence}{copies_wait}");
-    refused(
-        &edited(&format!("{copies_wait}{fence}"), &fence_first),
-        "fence.proxy.async",
-    );
-    // A wait placed before the commit retires nothing: the group it should wait for is
-    // committed after it.
-    refused(
-        &edited(wait, "").replacen(
-            "\twgmma.commit_group.sync.aligned;\n",
-            &format!("{wait}\twgmma.commit_group.sync.aligned;\n"),
-            1,
-        ),
-        "not yet waited for",
-    );
-    // A shared store into the slot the pending wgmma reads (stage 0, at the start of shared
-    // memory), between the commit and the wait.
-    let commit = "\twgmma.commit_group.sync.aligned;\n";
-    let store = format!("{commit}\tst.shared.u32 [tg_smem], %r1;\n");
-    refused(&edited(commit, &store), "while a pending wgmma reads it");
-    let copy = format!("{commit}\tcp.async.cg.shared.global [tg_smem], [%rd1], 16, 16;\n");
-    refused(&edited(commit, &copy), "which a pending wgmma reads");
-    // A descriptor that differs between the threads of the warpgroup.
-    let a_high = format!(", {};", 0x8000_0020u32);
-    refused(&edited(&a_high, ", %tid.x;"), "differs across warpgroup");
-    // A descriptor's swizzle mode 64 bytes (2) read as 128 (1) or 32 (3): A's rows land
-    // elsewhere and C is wrong.
-    for mode in [1u32, 3] {
-        let text = edited(&a_high, &format!(", {};", 0x0000_0020 | mode << 30));
-        let (got, want, scale) = run_wgmma_matmul_ptx(&text, types, blocks, ws, mnk);
-        let got = got.unwrap();
-        let wrong = got
-            .iter()
-            .zip(&want)
-            .zip(&scale)
-            .filter(|((&g, &w), &s)| (g as f64 - w).abs() > 1e-6 * s.max(1e-3))
-            .count();
-        assert!(
-            wrong > got.len() / 4,
-            "swizzle mode {mode}: {wrong} wrong elements"
+    let types = (DType::BF16, DType::F32);
+    // (blocks, warps and stages, problem, A's descriptor high word, whether in flight)
+    let cases = [
+        ((64, 32, 32), (4, 3), (80, 48, 112), 0x8000_0020u32, false),
+        ((64, 32, 64), (4, 4), (80, 48, 272), 0x4000_0040u32, true),
+    ];
+    for (blocks, ws, mnk, a_high, in_flight) in cases {
+        let ptx = wgmma_matmul_ptx(types.0, types.1, blocks, ws);
+        let what = format!("{blocks:?} {ws:?}");
+        let edited = |from: &str, to: &str| {
+            assert!(ptx.contains(from), "{what}: {from:?} not in the PTX");
+            ptx.replacen(from, to, 1)
+        };
+        let edited_last = |from: &str, to: &str| {
+            let at = ptx.rfind(from).unwrap();
+            format!("{}{to}{}", &ptx[..at], &ptx[at + from.len()..])
+        };
+        let run = |text: &str| run_wgmma_matmul_ptx(text, types, blocks, ws, mnk);
+        let refused = |text: &str, why: &str| {
+            let err = run(text).0.err();
+            let err = err.unwrap_or_else(|| panic!("{what}: not refused: {why}"));
+            assert!(err.contains(why), "{what}: expected {why:?}, got {err:?}");
+        };
+        // The first (or last) line starting with `prefix`.
+        let line = |prefix: &str, last: bool| -> String {
+            let mut lines = ptx.lines().filter(|l| l.starts_with(prefix));
+            let l = if last {
+                lines.next_back()
+            } else {
+                lines.next()
+            };
+            format!("{}\n", l.unwrap_or_else(|| panic!("{what}: no {prefix:?}")))
+        };
+        // The unedited PTX runs and matches (the other tests compare it in full).
+        let (got, want, scale) = run(&ptx);
+        assert_close(&got.unwrap(), &want, &scale, 1e-6, &what);
+
+        // The loop: copies' wait, proxy fence, barrier, wgmma.fence, the wgmmas, commit, the
+        // refill of a slot no pending wgmma reads, and a wait: for all groups, or (in flight)
+        // for all but the newest, then for all after the loop.
+        let (loop_wait, final_wait) = (
+            line("\twgmma.wait_group", false),
+            line("\twgmma.wait_group", true),
         );
+        assert_eq!(loop_wait != final_wait, in_flight, "{what}");
+        assert_eq!(final_wait, "\twgmma.wait_group.sync.aligned 0;\n", "{what}");
+        // No last wait, or one that leaves the newest group pending: the accumulator is read
+        // (copied back, or by the epilogue) while its wgmma may still write it.
+        refused(&edited_last(&final_wait, ""), "not yet waited for");
+        let wait_1 = "\twgmma.wait_group.sync.aligned 1;\n";
+        refused(&edited_last(&final_wait, wait_1), "not yet waited for");
+        if in_flight {
+            // A loop wait that leaves two more groups in flight, or none: the refill overwrites
+            // the slot a pending wgmma reads. (One more is fine for one warpgroup: the
+            // refill lags two iterations.)
+            let wait_3 = "\twgmma.wait_group.sync.aligned 3;\n";
+            assert_eq!(loop_wait, wait_1, "{what}");
+            refused(&edited(&loop_wait, wait_3), "which a pending wgmma reads");
+            refused(&edited(&loop_wait, ""), "which a pending wgmma reads");
+        }
+        // No wgmma.fence between the accumulator's initialization and the wgmma.
+        refused(
+            &edited("\twgmma.fence.sync.aligned;\n", ""),
+            "without a wgmma.fence",
+        );
+        // The copies' bytes reach wgmma (the async proxy) only after the proxy fence.
+        let fence = "\tfence.proxy.async.shared::cta;\n";
+        refused(&edited(fence, ""), "fence.proxy.async");
+        // Without the copies' wait the wgmma reads bytes still in flight.
+        let copies_wait = line("\tcp.async.wait_group", false);
+        refused(&edited(&copies_wait, ""), "in flight");
+        // A proxy fence before the copies' wait does not cover the bytes landing at the wait.
+        refused(
+            &edited(
+                &format!("{copies_wait}{fence}"),
+                &format!("{fence}{copies_wait}"),
+            ),
+            "fence.proxy.async",
+        );
+        // A shared store into the slot the pending wgmma reads (stage 0, at the start of
+        // shared memory), between the commit and the wait; the same with a cp.async.
+        let commit = "\twgmma.commit_group.sync.aligned;\n";
+        let store = format!("{commit}\tst.shared.u32 [tg_smem], %r1;\n");
+        refused(&edited(commit, &store), "while a pending wgmma reads it");
+        let copy = format!("{commit}\tcp.async.cg.shared.global [tg_smem], [%rd1], 16, 16;\n");
+        refused(&edited(commit, &copy), "which a pending wgmma reads");
+        // A descriptor that differs between the threads of the warpgroup.
+        let a_high_mov = format!(", {a_high};");
+        refused(
+            &edited(&a_high_mov, ", %tid.x;"),
+            "differs across warpgroup",
+        );
+        // A's descriptor with another swizzle mode: its rows land elsewhere and C is wrong.
+        for mode in 1..4u32 {
+            let text = format!(", {};", (a_high & 0x3fff_ffff) | mode << 30);
+            if text == a_high_mov {
+                continue;
+            }
+            let (got, want, scale) = run(&edited(&a_high_mov, &text));
+            let got = got.unwrap();
+            let wrong = got
+                .iter()
+                .zip(&want)
+                .zip(&scale)
+                .filter(|((&g, &w), &s)| (g as f64 - w).abs() > 1e-6 * s.max(1e-3))
+                .count();
+            assert!(
+                wrong > got.len() / 4,
+                "{what}: swizzle mode {mode}: {wrong} wrong elements"
+            );
+        }
     }
 }
 
