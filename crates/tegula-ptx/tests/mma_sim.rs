@@ -3143,20 +3143,29 @@ fn wgmma_matmul_large_tiles_match() {
         ((128, 256, 32), (8, 4), (128, 176, 144)),
         ((256, 128, 64), (8, 3), (240, 128, 80)),
         ((128, 128, 128), (4, 2), (128, 112, 272)),
+        // 4 stages of 64: each warpgroup keeps a k-tile's wgmmas in flight into the next
+        // iteration.
+        ((256, 128, 64), (8, 4), (240, 128, 336)),
+        ((128, 256, 64), (8, 4), (112, 240, 336)),
     ];
     for (blocks, ws, mnk) in cases {
         for dt in [DType::BF16, DType::F16] {
             check_wgmma_matmul((dt, DType::F32), blocks, ws, mnk);
         }
     }
+    for (blocks, ws, _) in &cases[4..] {
+        let ptx = wgmma_matmul_ptx(DType::BF16, DType::F32, *blocks, *ws);
+        assert!(
+            ptx.contains("\twgmma.wait_group.sync.aligned 1;"),
+            "{blocks:?}"
+        );
+    }
     // C stored as bf16 (the library's configuration): the epilogue reads the accumulator
-    // after the last wait.
-    check_wgmma_matmul(
-        (DType::BF16, DType::BF16),
-        (128, 256, 64),
-        (8, 3),
-        (128, 256, 192),
-    );
+    // after the last wait, in the loop or after it.
+    for ws in [(8, 3), (8, 4)] {
+        let (types, blocks) = ((DType::BF16, DType::BF16), (128, 256, 64));
+        check_wgmma_matmul(types, blocks, ws, (128, 256, 320));
+    }
 }
 
 /// The simulator catches mistakes in wgmma code: each edit of a kernel's PTX is either
