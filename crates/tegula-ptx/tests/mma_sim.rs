@@ -1,9 +1,18 @@
 //! Runs the emitted PTX of tensor-core kernels on a small SIMT simulator (one CTA at a time,
 //! all threads in lockstep) and compares the results with float64 references. The simulator
-//! implements `ldmatrix` and `mma.sync` from the PTX ISA's definitions (not from
-//! `mma_layout.rs`), checks that shared-memory accesses of different threads are separated by
-//! a barrier, and that branches are uniform. Products on tensor cores are exact; the simulator
-//! sums them in f64, so results are compared with a tolerance, not bit for bit.
+//! implements `ldmatrix`, `mma.sync` and `wgmma` from the PTX ISA's definitions (not from
+//! `mma_layout.rs` or `lower/wgmma.rs`), checks that shared-memory accesses of different
+//! threads are separated by a barrier, and that branches are uniform. Products on tensor cores
+//! are exact; the simulator sums them in f64, so results are compared with a tolerance, not
+//! bit for bit.
+//!
+//! Asynchrony is modeled at its latest: a `cp.async` lands when its thread's
+//! `cp.async.wait_group` retires its group (reading the bytes before is an error; so is a
+//! wgmma reading them before the copying thread's `fence.proxy.async` after that wait); a
+//! `wgmma.mma_async` runs when a `wgmma.wait_group` retires its group, and until then its
+//! registers (accumulator, A fragment) may not be touched by other instructions, nor the
+//! shared bytes it reads written. Registers other instructions used need a `wgmma.fence`
+//! before a wgmma uses them, and the descriptors must agree across the warpgroup.
 
 mod mma_kernels;
 
@@ -30,6 +39,27 @@ struct Ins {
     guard: Option<(usize, bool)>,
     op: String,
     args: Vec<Opnd>,
+    /// Every register the instruction names (guard, operands, address bases): what the
+    /// wgmma checks look at.
+    regs: Vec<usize>,
+}
+
+/// The registers `args` and `guard` name.
+fn named_regs(guard: Option<(usize, bool)>, args: &[Opnd]) -> Vec<usize> {
+    let mut regs: Vec<usize> = guard.map(|(p, _)| p).into_iter().collect();
+    for a in args {
+        match a {
+            Opnd::Reg(r) => regs.push(*r),
+            Opnd::Vec(v) => regs.extend(v),
+            Opnd::Addr(base, _) => {
+                if let Opnd::Reg(r) = **base {
+                    regs.push(r);
+                }
+            }
+            _ => {}
+        }
+    }
+    regs
 }
 
 struct Prog {
@@ -39,6 +69,10 @@ struct Prog {
     shared: usize,
     /// Shared arrays: name -> (byte offset, size).
     shared_syms: HashMap<String, (usize, usize)>,
+    /// Register index -> its name in the PTX (for messages).
+    reg_names: Vec<String>,
+    /// Whether the kernel issues `wgmma`: only then are its register checks tracked.
+    has_wgmma: bool,
 }
 
 fn split_args(s: &str) -> Vec<String> {
@@ -164,22 +198,30 @@ fn parse(ptx: &str, shared_bytes: usize) -> Prog {
             }
             Opnd::Sym(a.to_string())
         };
-        let args = split_args(rest)
+        let args: Vec<Opnd> = split_args(rest)
             .iter()
             .map(|a| parse_opnd(a, &mut names))
             .collect();
         code.push(Ins {
             guard,
             op: op.to_string(),
+            regs: named_regs(guard, &args),
             args,
         });
     }
+    let mut reg_names = vec![String::new(); names.len()];
+    for (name, &i) in &names {
+        reg_names[i] = name.clone();
+    }
+    let has_wgmma = code.iter().any(|i| i.op.starts_with("wgmma."));
     Prog {
         code,
         labels,
         nregs: names.len(),
         shared,
         shared_syms,
+        reg_names,
+        has_wgmma,
     }
 }
 
@@ -217,6 +259,18 @@ struct Access {
     thread: u32,
 }
 
+/// The `thread` of [`Access`] for the reads of warpgroup `g`'s wgmmas (`u32::MAX` stands for
+/// several threads).
+fn wgmma_reader(g: usize) -> u32 {
+    u32::MAX - 1 - g as u32
+}
+
+/// Whether `a` is an access in `epoch` by someone other than thread `t` (or, a wgmma's read,
+/// other than `t`'s warpgroup: its own wait orders its threads after the read).
+fn by_another(a: Option<Access>, epoch: u32, t: usize) -> bool {
+    a.is_some_and(|a| a.epoch == epoch && a.thread != t as u32 && a.thread != wgmma_reader(t / 128))
+}
+
 struct Machine<'p> {
     prog: &'p Prog,
     threads: usize,
@@ -233,6 +287,166 @@ struct Machine<'p> {
     params: HashMap<String, u64>,
     ctaid: [u64; 3],
     nctaid: [u64; 3],
+    /// Per shared byte: how many issued cp.async copies have not landed there yet.
+    copies_in_flight: Vec<u16>,
+    /// Per thread: `fence.proxy.async` executed so far; per shared byte: the writer's count
+    /// at the last write (the write is visible to wgmma once the writer's count is higher).
+    proxy_fences: Vec<u32>,
+    write_fences: Vec<u32>,
+    /// Per shared byte: how many pending wgmmas read it (writes are errors until they retire).
+    wgmma_reads: Vec<u16>,
+    /// Per warpgroup (when the kernel uses wgmma).
+    warpgroups: Vec<WarpgroupState>,
+}
+
+/// One issued `wgmma.mma_async` of a warpgroup: it runs when a `wgmma.wait_group` retires
+/// its group, reading its registers and shared memory then (the latest the hardware may).
+struct PendingMma {
+    pc: usize,
+    accumulate: bool,
+    /// Shared addresses of A's elements `[m][k]` (64 x 16; empty when A is in registers) and
+    /// B's `[k][n]` (16 x N), from the descriptors at issue.
+    a_addrs: Vec<u32>,
+    b_addrs: Vec<u32>,
+}
+
+/// The wgmma state of one warpgroup (4 warps, 128 threads).
+struct WarpgroupState {
+    uncommitted: Vec<PendingMma>,
+    /// Committed groups, oldest first.
+    committed: std::collections::VecDeque<Vec<PendingMma>>,
+    /// Per register: pending wgmmas using it as accumulator, as A fragment.
+    locked_d: Vec<u16>,
+    locked_a: Vec<u16>,
+    /// Per register: the step of the last access by an instruction other than wgmma; and the
+    /// step of the last `wgmma.fence` (which must separate the two).
+    touched: Vec<u64>,
+    fenced: u64,
+}
+
+impl WarpgroupState {
+    fn new(nregs: usize) -> Self {
+        WarpgroupState {
+            uncommitted: Vec::new(),
+            committed: Default::default(),
+            locked_d: vec![0; nregs],
+            locked_a: vec![0; nregs],
+            touched: vec![0; nregs],
+            fenced: 0,
+        }
+    }
+
+    fn pending(&self) -> impl Iterator<Item = &PendingMma> {
+        self.uncommitted
+            .iter()
+            .chain(self.committed.iter().flatten())
+    }
+}
+
+/// The shape and operands of a `wgmma.mma_async.sync.aligned.m64nNk16.f32.{bf16,f16}.*`.
+struct WgmmaForm<'a> {
+    n: usize,
+    bf16: bool,
+    d: &'a [usize],
+    /// A's registers (4 per thread) when A comes from registers, else None (a descriptor).
+    a_regs: Option<&'a [usize]>,
+    scale_a: f64,
+    scale_b: f64,
+    trans_a: bool,
+    trans_b: bool,
+}
+
+impl<'a> WgmmaForm<'a> {
+    /// Operands per the PTX ISA: `d, a-desc, b-desc, scale-d, imm-scale-a, imm-scale-b,
+    /// imm-trans-a, imm-trans-b` or, A from registers, `d, {a0..a3}, b-desc, scale-d,
+    /// imm-scale-a, imm-scale-b, imm-trans-b`.
+    fn of(ins: &'a Ins) -> Self {
+        let op = &ins.op;
+        let shape = op
+            .split('.')
+            .find(|p| p.starts_with("m64n"))
+            .unwrap_or_else(|| panic!("{op}: no m64nNk16 shape"));
+        let (n, k) = shape[4..].split_once('k').unwrap();
+        let n: usize = n.parse().unwrap();
+        assert!(
+            k == "16" && n.is_multiple_of(8) && (8..=256).contains(&n),
+            "{op}"
+        );
+        let bf16 = op.ends_with(".f32.bf16.bf16");
+        assert!(bf16 || op.ends_with(".f32.f16.f16"), "unsupported {op}");
+        let imm = |i: usize| match ins.args[i] {
+            Opnd::Imm(x) => x,
+            ref o => panic!("{op}: operand {i} is {o:?}, not an immediate"),
+        };
+        let Opnd::Vec(d) = &ins.args[0] else {
+            panic!("{op}: accumulator not a vector")
+        };
+        assert_eq!(d.len(), n / 2, "{op}: N/2 accumulator registers");
+        let a_regs = match &ins.args[1] {
+            Opnd::Vec(a) => {
+                assert_eq!(a.len(), 4, "{op}: four A registers");
+                Some(a.as_slice())
+            }
+            _ => None,
+        };
+        let (trans_a, trans_b) = if a_regs.is_some() {
+            assert_eq!(ins.args.len(), 7, "{op}: operands");
+            (0, imm(6))
+        } else {
+            assert_eq!(ins.args.len(), 8, "{op}: operands");
+            (imm(6), imm(7))
+        };
+        for (what, x) in [("imm-trans-a", trans_a), ("imm-trans-b", trans_b)] {
+            assert!(x == 0 || x == 1, "{op}: {what} {x}");
+        }
+        let scale = |i: usize| match imm(i) {
+            1 => 1.0,
+            -1 => -1.0,
+            x => panic!("{op}: imm-scale {x}"),
+        };
+        WgmmaForm {
+            n,
+            bf16,
+            d,
+            a_regs,
+            scale_a: scale(4),
+            scale_b: scale(5),
+            trans_a: trans_a == 1,
+            trans_b: trans_b == 1,
+        }
+    }
+}
+
+/// The shared address holding element (`mn`, `k`) of a wgmma operand from its descriptor,
+/// per the PTX ISA's matrix descriptor and canonical layouts (the reading of
+/// `lower/wgmma.rs`'s `hardware_address`, confirmed on the H200 by `wgmma_probe`): start
+/// address >> 4 in bits 0-13, leading byte offset >> 4 in 16-29, stride byte offset >> 4 in
+/// 32-45, base offset in 49-51 (0 here), swizzle in 62-63 (1: 128 bytes, 2: 64, 3: 32).
+/// K-major (`k_major`): 8 rows of `width` bytes (the swizzle's row) hold 8 rows of M/N, the
+/// stride offset moves 8 rows. MN-major: a row of `width` bytes holds `width / 2` elements
+/// along M/N, 8 such rows are 8 k, the stride offset moves 8 k and the leading offset the
+/// next `width / 2` of M/N. The swizzle XORs address bits 4.. with bits 7.. (3, 2 or 1 bits).
+fn descriptor_address(desc: u64, mn: u32, k: u32, k_major: bool) -> u32 {
+    let field = |shift: u32| (((desc >> shift) & 0x3fff) << 4) as u32;
+    let (start, leading, stride) = (field(0), field(16), field(32));
+    let reserved = desc & (0b11 << 14 | 0b11 << 30 | 0x3ff << 46 | 0x3ff << 52);
+    assert_eq!(
+        reserved, 0,
+        "descriptor {desc:#x}: reserved bits or base offset set"
+    );
+    let width = match desc >> 62 {
+        1 => 128,
+        2 => 64,
+        3 => 32,
+        _ => panic!("descriptor {desc:#x}: no swizzle (interleaved layout) is not modeled"),
+    };
+    let linear = if k_major {
+        start + (mn % 8) * width + (mn / 8) * stride + 2 * k
+    } else {
+        let per_row = width / 2;
+        start + 2 * (mn % per_row) + (mn / per_row) * leading + (k % 8) * width + (k / 8) * stride
+    };
+    linear ^ (((linear >> 7) & (width / 16 - 1)) << 4)
 }
 
 fn f32v(x: u64) -> f32 {
@@ -302,9 +516,7 @@ impl<'p> Machine<'p> {
         };
         for (k, b) in (addr as usize..addr as usize + n).enumerate() {
             assert!(b < self.smem.len(), "shared access out of bounds");
-            let other = |x: Option<Access>| {
-                x.is_some_and(|a| a.epoch == self.epoch && a.thread != t as u32)
-            };
+            let other = |x: Option<Access>| by_another(x, self.epoch, t);
             let same_value = data.is_some_and(|d| d[k] == self.smem[b]);
             assert!(
                 !other(self.writes[b]) || same_value,
@@ -319,19 +531,17 @@ impl<'p> Machine<'p> {
                     "shared byte {b} overwritten while another thread reads it (pc {})",
                     self.pc
                 );
+                assert_eq!(
+                    self.wgmma_reads[b], 0,
+                    "shared byte {b} written (thread {t}, pc {}) while a pending wgmma reads it",
+                    self.pc
+                );
                 self.writes[b] = Some(me);
+                self.write_fences[b] = self.proxy_fences[t];
                 self.smem[b] = d[k];
             } else {
-                let in_flight = self
-                    .open
-                    .iter()
-                    .chain(self.committed.iter().flatten())
-                    .any(|g| {
-                        g.iter()
-                            .any(|c| (c.addr as usize..c.addr as usize + c.data.len()).contains(&b))
-                    });
                 assert!(
-                    !in_flight,
+                    self.copies_in_flight[b] == 0,
                     "shared byte {b} read before its cp.async was waited for"
                 );
                 self.reads[b] = match self.reads[b] {
@@ -361,8 +571,24 @@ impl<'p> Machine<'p> {
                 })
                 .collect();
             let op = ins.op.as_str();
+            if self.prog.has_wgmma {
+                self.wgmma_register_checks(ins, &active, steps);
+            }
             if op == "ret" {
+                self.assert_no_wgmma_pending();
                 return;
+            }
+            if op.starts_with("wgmma.") {
+                self.wgmma(ins, &active, steps);
+                continue;
+            }
+            if op.starts_with("fence.proxy.async") {
+                for (t, &on) in active.iter().enumerate() {
+                    if on {
+                        self.proxy_fences[t] += 1;
+                    }
+                }
+                continue;
             }
             if op.starts_with("bra") {
                 let taken = active[0];
@@ -406,6 +632,7 @@ impl<'p> Machine<'p> {
                 }
             }
         }
+        self.assert_no_wgmma_pending();
     }
 
     fn exec(&mut self, t: usize, ins: &Ins, gmem: &mut Gmem) {
@@ -480,6 +707,9 @@ impl<'p> Machine<'p> {
                     let done: Vec<Vec<Copy>> = self.committed[t].drain(..n).collect();
                     for c in done.into_iter().flatten() {
                         let len = c.data.len();
+                        for b in c.addr as usize..c.addr as usize + len {
+                            self.copies_in_flight[b] -= 1;
+                        }
                         self.smem_access(t, c.addr, len, Some(&c.data));
                     }
                 }
@@ -493,12 +723,17 @@ impl<'p> Machine<'p> {
                     // The copy may land any time from now: no other thread may be reading
                     // these bytes since the last barrier.
                     for b in dst as usize..dst as usize + size {
-                        let r = self.reads[b];
                         assert!(
-                            !r.is_some_and(|a| a.epoch == self.epoch && a.thread != t as u32),
+                            !by_another(self.reads[b], self.epoch, t),
                             "cp.async overwrites shared byte {b} another thread reads (pc {})",
                             self.pc
                         );
+                        assert_eq!(
+                            self.wgmma_reads[b], 0,
+                            "cp.async (pc {}) into shared byte {b}, which a pending wgmma reads",
+                            self.pc
+                        );
+                        self.copies_in_flight[b] += 1;
                     }
                     let mut data = vec![0u8; size];
                     if src_size > 0 {
@@ -717,6 +952,296 @@ impl<'p> Machine<'p> {
         }
     }
 
+    /// The warpgroups (of 128 threads) with an active thread.
+    fn active_warpgroups(&self, active: &[bool]) -> Vec<usize> {
+        (0..self.warpgroups.len())
+            .filter(|&g| active.iter().skip(128 * g).take(128).any(|&a| a))
+            .collect()
+    }
+
+    /// Any instruction other than wgmma: the registers of a pending wgmma (its accumulator,
+    /// its A fragment) may not be accessed before the wait (the PTX ISA: undefined), and the
+    /// access is remembered so that a wgmma using them needs a `wgmma.fence` after it.
+    fn wgmma_register_checks(&mut self, ins: &Ins, active: &[bool], step: u64) {
+        if ins.op.starts_with("wgmma.") || ins.regs.is_empty() || self.warpgroups.is_empty() {
+            return;
+        }
+        for g in self.active_warpgroups(active) {
+            let wg = &mut self.warpgroups[g];
+            for &r in &ins.regs {
+                assert!(
+                    wg.locked_d[r] == 0 && wg.locked_a[r] == 0,
+                    "{} (pc {}: {}) accesses {}, a register of a wgmma not yet waited for",
+                    if wg.locked_d[r] > 0 {
+                        "accumulator"
+                    } else {
+                        "A fragment"
+                    },
+                    self.pc,
+                    ins.op,
+                    self.prog.reg_names[r]
+                );
+                wg.touched[r] = step;
+            }
+        }
+    }
+
+    fn assert_no_wgmma_pending(&self) {
+        for (g, wg) in self.warpgroups.iter().enumerate() {
+            assert!(
+                wg.pending().next().is_none(),
+                "warpgroup {g} exits with wgmmas not waited for"
+            );
+        }
+    }
+
+    /// `wgmma.fence`, `wgmma.commit_group`, `wgmma.wait_group N` and `wgmma.mma_async`: all
+    /// `.sync.aligned`, so every thread of each warpgroup executes them together.
+    fn wgmma(&mut self, ins: &Ins, active: &[bool], step: u64) {
+        assert!(
+            self.threads.is_multiple_of(128),
+            "wgmma with {} threads: not whole warpgroups",
+            self.threads
+        );
+        assert!(
+            active.iter().all(|&a| a),
+            "{} under a guard (pc {})",
+            ins.op,
+            self.pc
+        );
+        let op = ins.op.as_str();
+        for g in 0..self.threads / 128 {
+            match op {
+                "wgmma.fence.sync.aligned" => self.warpgroups[g].fenced = step,
+                "wgmma.commit_group.sync.aligned" => {
+                    let wg = &mut self.warpgroups[g];
+                    let group = std::mem::take(&mut wg.uncommitted);
+                    wg.committed.push_back(group);
+                }
+                "wgmma.wait_group.sync.aligned" => {
+                    let Opnd::Imm(keep) = ins.args[0] else {
+                        panic!("{op}: no immediate")
+                    };
+                    while self.warpgroups[g].committed.len() > keep as usize {
+                        let group = self.warpgroups[g].committed.pop_front().unwrap();
+                        for mma in group {
+                            self.retire_wgmma(g, mma);
+                        }
+                    }
+                }
+                _ if op.starts_with("wgmma.mma_async.sync.aligned.") => self.issue_wgmma(g, ins),
+                _ => panic!("unsupported {op}"),
+            }
+        }
+    }
+
+    /// Checks an issued wgmma of warpgroup `g` and queues it: the descriptors agree across the
+    /// warpgroup; its registers were fenced (`wgmma.fence`) after other instructions used
+    /// them and are not those of another pending wgmma (except the same accumulator of a
+    /// chain); the shared bytes it reads were written before a barrier, by threads that ran
+    /// `fence.proxy.async` since, with no cp.async into them in flight.
+    fn issue_wgmma(&mut self, g: usize, ins: &Ins) {
+        let form = WgmmaForm::of(ins);
+        let lanes = 128 * g..128 * (g + 1);
+        let uniform = |m: &Self, i: usize, what: &str| -> u64 {
+            let x = m.val(lanes.start, &ins.args[i]);
+            for t in lanes.clone() {
+                assert_eq!(
+                    m.val(t, &ins.args[i]),
+                    x,
+                    "{what} differs across warpgroup {g} (thread {t}, pc {})",
+                    m.pc
+                );
+            }
+            x
+        };
+        let b_desc = uniform(self, 2, "B's descriptor");
+        let a_desc = form
+            .a_regs
+            .is_none()
+            .then(|| uniform(self, 1, "A's descriptor"));
+        let accumulate = uniform(self, 3, "scale-d") != 0;
+        let name = |m: &Self, r: usize| m.prog.reg_names[r].clone();
+        let wg = &self.warpgroups[g];
+        for &r in form.d {
+            assert!(
+                wg.fenced > wg.touched[r],
+                "accumulator {} used by a wgmma (pc {}) without a wgmma.fence after its last access",
+                name(self, r),
+                self.pc
+            );
+            assert_eq!(
+                wg.locked_a[r],
+                0,
+                "accumulator {} is a pending A",
+                name(self, r)
+            );
+            if wg.locked_d[r] > 0 {
+                // A chain into the same accumulator is ordered by the hardware: same registers.
+                let same_chain = wg.pending().all(|p| {
+                    let other = WgmmaForm::of(&self.prog.code[p.pc]);
+                    !other.d.contains(&r) || other.d == form.d
+                });
+                assert!(
+                    same_chain,
+                    "accumulator {} shared with a pending wgmma of other registers",
+                    name(self, r)
+                );
+            }
+        }
+        for &r in form.a_regs.unwrap_or(&[]) {
+            assert!(
+                wg.fenced > wg.touched[r],
+                "A fragment {} used by a wgmma (pc {}) without a wgmma.fence after its last access",
+                name(self, r),
+                self.pc
+            );
+            assert_eq!(
+                wg.locked_d[r],
+                0,
+                "A fragment {} is a pending accumulator",
+                name(self, r)
+            );
+        }
+        let n = form.n as u32;
+        // A[m][k]: K-major unless imm-trans-a; B[k][n]: K-major unless imm-trans-b.
+        let a_addrs: Vec<u32> = match a_desc {
+            Some(desc) => (0..64 * 16)
+                .map(|i| descriptor_address(desc, i / 16, i % 16, !form.trans_a))
+                .collect(),
+            None => Vec::new(),
+        };
+        let b_addrs: Vec<u32> = (0..16 * n)
+            .map(|i| descriptor_address(b_desc, i % n, i / n, !form.trans_b))
+            .collect();
+        for &at in a_addrs.iter().chain(&b_addrs) {
+            for b in at as usize..at as usize + 2 {
+                assert!(
+                    b < self.smem.len(),
+                    "wgmma reads shared byte {b}: out of bounds"
+                );
+                assert_eq!(
+                    self.copies_in_flight[b], 0,
+                    "wgmma (pc {}) reads shared byte {b} while a cp.async into it is in flight",
+                    self.pc
+                );
+                let w = self.writes[b].unwrap_or_else(|| {
+                    panic!(
+                        "wgmma (pc {}) reads shared byte {b}, never written",
+                        self.pc
+                    )
+                });
+                assert!(
+                    w.epoch < self.epoch,
+                    "wgmma (pc {}) reads shared byte {b} written by thread {} without a barrier",
+                    self.pc,
+                    w.thread
+                );
+                assert!(
+                    self.proxy_fences[w.thread as usize] > self.write_fences[b],
+                    "wgmma (pc {}) reads shared byte {b}: thread {} wrote it and ran no \
+                     fence.proxy.async since",
+                    self.pc,
+                    w.thread
+                );
+                self.wgmma_reads[b] += 1;
+            }
+        }
+        let wg = &mut self.warpgroups[g];
+        for &r in form.d {
+            wg.locked_d[r] += 1;
+        }
+        for &r in form.a_regs.unwrap_or(&[]) {
+            wg.locked_a[r] += 1;
+        }
+        wg.uncommitted.push(PendingMma {
+            pc: self.pc,
+            accumulate,
+            a_addrs,
+            b_addrs,
+        });
+    }
+
+    /// Runs a retired wgmma of warpgroup `g`: D[64 x N] (+)= A[64 x 16] B[16 x N], exact
+    /// products summed in f64. Warp `w` of the group holds rows 16w..16w+15 of D in the
+    /// `mma.sync` m16n8 accumulator order per 8 columns (register i of lane (q, p): row
+    /// q + 8 ((i >> 1) & 1), column 8 (i >> 2) + 2p + (i & 1)), and, A from registers, rows
+    /// 16w.. of A in the `mma.sync` m16n8k16 A order.
+    fn retire_wgmma(&mut self, g: usize, mma: PendingMma) {
+        let ins = &self.prog.code[mma.pc];
+        let form = WgmmaForm::of(ins);
+        let n = form.n;
+        let elem = |bits: u16| -> f64 {
+            if form.bf16 {
+                bf16::from_bits(bits).to_f64()
+            } else {
+                f16::from_bits(bits).to_f64()
+            }
+        };
+        let smem_elem = |m: &Self, at: u32| {
+            elem(u16::from_le_bytes([
+                m.smem[at as usize],
+                m.smem[at as usize + 1],
+            ]))
+        };
+        let mut a = vec![[0f64; 16]; 64];
+        match form.a_regs {
+            None => {
+                for (i, &at) in mma.a_addrs.iter().enumerate() {
+                    a[i / 16][i % 16] = smem_elem(self, at);
+                }
+            }
+            Some(regs) => {
+                for l in 0..128 {
+                    let (w, q, p) = (l / 32, (l % 32) / 4, l % 4);
+                    for (j, &r) in regs.iter().enumerate() {
+                        let x = self.regs[128 * g + l][r];
+                        for h in 0..2 {
+                            a[16 * w + q + 8 * (j & 1)][2 * p + h + 8 * (j >> 1)] =
+                                elem((x >> (16 * h)) as u16);
+                        }
+                    }
+                }
+            }
+        }
+        let b: Vec<f64> = mma.b_addrs.iter().map(|&at| smem_elem(self, at)).collect();
+        for l in 0..128 {
+            let t = 128 * g + l;
+            let (w, q, p) = (l / 32, (l % 32) / 4, l % 4);
+            for (i, &r) in form.d.iter().enumerate() {
+                let row = 16 * w + q + 8 * ((i >> 1) & 1);
+                let col = 8 * (i >> 2) + 2 * p + (i & 1);
+                let s: f64 = (0..16).map(|k| a[row][k] * b[k * n + col]).sum();
+                let c = if mma.accumulate {
+                    f32v(self.regs[t][r]) as f64
+                } else {
+                    0.0
+                };
+                self.regs[t][r] = bits((c + form.scale_a * form.scale_b * s) as f32);
+            }
+        }
+        // The reads are done for this warpgroup; other threads' writes need a barrier first.
+        let reader = wgmma_reader(g);
+        for &at in mma.a_addrs.iter().chain(&mma.b_addrs) {
+            for b in at as usize..at as usize + 2 {
+                self.wgmma_reads[b] -= 1;
+                let several =
+                    self.reads[b].is_some_and(|a| a.epoch == self.epoch && a.thread != reader);
+                self.reads[b] = Some(Access {
+                    epoch: self.epoch,
+                    thread: if several { u32::MAX } else { reader },
+                });
+            }
+        }
+        let wg = &mut self.warpgroups[g];
+        for &r in form.d {
+            wg.locked_d[r] -= 1;
+        }
+        for &r in form.a_regs.unwrap_or(&[]) {
+            wg.locked_a[r] -= 1;
+        }
+    }
+
     /// `ldmatrix.sync.aligned.m8n8.x{1,2,4}{.trans}.shared.b16`: lanes 8i..8i+7 give the row
     /// addresses of matrix i; without .trans register i of lane l holds row l/4, elements
     /// 2(l%4) and 2(l%4)+1 of matrix i; with .trans, elements (2(l%4), l/4) and (2(l%4)+1, l/4).
@@ -872,11 +1397,40 @@ fn run_on(
     if let Ok(path) = std::env::var("TEGULA_SIM_DUMP") {
         std::fs::write(path, &c.ptx).unwrap();
     }
-    let prog = parse(&c.ptx, c.shared_bytes as usize);
+    run_ptx(
+        &c.ptx,
+        c.shared_bytes as usize,
+        &param_names(k),
+        warps,
+        grid,
+        args,
+    )
+}
+
+/// The PTX names of `k`'s parameters, in order.
+fn param_names(k: &Kernel) -> Vec<String> {
+    k.params
+        .iter()
+        .enumerate()
+        .map(|(i, p)| format!("p{i}_{}", p.name))
+        .collect()
+}
+
+/// Runs `ptx` (parameters `names`, `shared_bytes` of dynamic shared memory) over `grid` and
+/// returns the final contents of each buffer argument.
+fn run_ptx(
+    ptx: &str,
+    shared_bytes: usize,
+    names: &[String],
+    warps: u32,
+    grid: [u64; 3],
+    args: &[Arg],
+) -> Vec<Vec<u8>> {
+    let prog = parse(ptx, shared_bytes);
     let mut gmem = Gmem { bufs: Vec::new() };
     let mut params = HashMap::new();
     for (i, a) in args.iter().enumerate() {
-        let name = format!("p{i}_{}", k.params[i].name);
+        let name = names[i].clone();
         let v = match a {
             Arg::Buf(b) => {
                 gmem.bufs.push(b.to_vec());
@@ -905,6 +1459,17 @@ fn run_on(
                     params: params.clone(),
                     ctaid: [x, y, z],
                     nctaid: grid,
+                    copies_in_flight: vec![0; prog.shared.max(16)],
+                    proxy_fences: vec![0; threads],
+                    write_fences: vec![0; prog.shared.max(16)],
+                    wgmma_reads: vec![0; prog.shared.max(16)],
+                    warpgroups: if prog.has_wgmma {
+                        (0..threads.div_ceil(128))
+                            .map(|_| WarpgroupState::new(prog.nregs))
+                            .collect()
+                    } else {
+                        Vec::new()
+                    },
                 };
                 m.run(&mut gmem);
             }
@@ -2479,5 +3044,499 @@ fn rank1_loads_staged_beside_the_tiles_match() {
             );
             assert_close(&decode(DType::F32, &bufs[4]), &a, &a_scale, 1e-5, &what);
         }
+    }
+}
+
+/// The matmul of `blocks` with the wgmma hint (sm_90a), C stored as `out`.
+fn wgmma_matmul(dt: DType, out: DType, (bm, bn, bk): (usize, usize, usize)) -> Kernel {
+    let mut k = matmul_loop_into(dt, out, bm, bn, bk);
+    k.hints.wgmma = true;
+    k
+}
+
+/// Runs `ptx`, the PTX of [`wgmma_matmul`], on `m x k` times `k x n` inputs and returns C (as
+/// f32) with the float64 reference and scale, or the simulator's complaint.
+#[allow(clippy::type_complexity)]
+fn run_wgmma_matmul_ptx(
+    ptx: &str,
+    (dt, out): (DType, DType),
+    (bm, bn, bk): (usize, usize, usize),
+    (warps, stages): (u32, u32),
+    (m, n, k): (usize, usize, usize),
+) -> (Result<Vec<f32>, String>, Vec<f64>, Vec<f64>) {
+    let kern = wgmma_matmul(dt, out, (bm, bn, bk));
+    let shared = compiled(&kern, 90, warps, stages).shared_bytes as usize;
+    let av = values(m * k, 31 + m as u64);
+    let bv = values(k * n, 37 + n as u64);
+    let (want, scale) = matmul_reference(dt, &av, &bv, (m, n, k));
+    let (ab, bb) = (encode(dt, &av), encode(dt, &bv));
+    let c = vec![0u8; m * n * out.size_bytes()];
+    let grid = [m.div_ceil(bm) as u64, n.div_ceil(bn) as u64, 1];
+    let got = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let args = [
+            Arg::Buf(&ab),
+            Arg::Buf(&bb),
+            Arg::Buf(&c),
+            Arg::I32(m as i32),
+            Arg::I32(n as i32),
+            Arg::I32(k as i32),
+        ];
+        decode(
+            out,
+            &run_ptx(ptx, shared, &param_names(&kern), warps, grid, &args)[2],
+        )
+    }))
+    .map_err(|e| {
+        e.downcast_ref::<String>()
+            .cloned()
+            .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
+            .unwrap_or_default()
+    });
+    (got, want, scale)
+}
+
+/// The PTX of [`wgmma_matmul`] at `warps` and `stages`; asserts that the dot is on wgmma.
+fn wgmma_matmul_ptx(
+    dt: DType,
+    out: DType,
+    blocks: (usize, usize, usize),
+    ws: (u32, u32),
+) -> String {
+    let kern = wgmma_matmul(dt, out, blocks);
+    let c = compiled(&kern, 90, ws.0, ws.1);
+    assert!(
+        c.ptx.contains("wgmma.mma_async"),
+        "{blocks:?}: not on wgmma"
+    );
+    c.ptx
+}
+
+/// Runs the wgmma matmul and compares it with the float64 reference.
+fn check_wgmma_matmul(
+    (dt, out): (DType, DType),
+    blocks: (usize, usize, usize),
+    (warps, stages): (u32, u32),
+    mnk: (usize, usize, usize),
+) {
+    let what = format!("wgmma {dt}->{out} {blocks:?} {warps}w {stages}s on {mnk:?}");
+    let ptx = wgmma_matmul_ptx(dt, out, blocks, (warps, stages));
+    let (got, want, scale) = run_wgmma_matmul_ptx(&ptx, (dt, out), blocks, (warps, stages), mnk);
+    let got = got.unwrap_or_else(|e| panic!("{what}: {e}"));
+    // An f32 C is exact up to f32 sums; a narrow C is rounded to 8 (bf16) or 11 bits.
+    let tol = if out == DType::F32 { 1e-6 } else { 1e-2 };
+    assert_close(&got, &want, &scale, tol, &what);
+}
+
+#[test]
+fn wgmma_matmul_ragged_small_tiles_match() {
+    for dt in [DType::BF16, DType::F16] {
+        check_wgmma_matmul((dt, DType::F32), (64, 32, 32), (4, 3), (80, 48, 112));
+    }
+}
+
+#[test]
+fn wgmma_matmul_large_tiles_match() {
+    // (blocks, warps, stages, problem): one CTA each, ragged in M, N and K; 8 warps are two
+    // warpgroups along M.
+    let cases = [
+        ((128, 256, 64), (8, 3), (112, 240, 208)),
+        ((128, 256, 32), (8, 4), (128, 176, 144)),
+        ((256, 128, 64), (8, 3), (240, 128, 80)),
+        ((128, 128, 128), (4, 2), (128, 112, 272)),
+        // 4 stages of 64: each warpgroup keeps a k-tile's wgmmas in flight into the next
+        // iteration.
+        ((256, 128, 64), (8, 4), (240, 128, 336)),
+        ((128, 256, 64), (8, 4), (112, 240, 336)),
+    ];
+    for (blocks, ws, mnk) in cases {
+        for dt in [DType::BF16, DType::F16] {
+            check_wgmma_matmul((dt, DType::F32), blocks, ws, mnk);
+        }
+    }
+    for (blocks, ws, _) in &cases[4..] {
+        let ptx = wgmma_matmul_ptx(DType::BF16, DType::F32, *blocks, *ws);
+        assert!(
+            ptx.contains("\twgmma.wait_group.sync.aligned 1;"),
+            "{blocks:?}"
+        );
+    }
+    // C stored as bf16 (the library's configuration): the epilogue reads the accumulator
+    // after the last wait, in the loop or after it.
+    for ws in [(8, 3), (8, 4)] {
+        let (types, blocks) = ((DType::BF16, DType::BF16), (128, 256, 64));
+        check_wgmma_matmul(types, blocks, ws, (128, 256, 320));
+    }
+}
+
+/// The simulator catches mistakes in wgmma code: each edit of a kernel's PTX is either
+/// refused (the message says why) or computes a wrong C. Two loops: 64x32x32 at 3 stages
+/// waits for its wgmmas in the iteration that issues them; 64x32x64 at 4 stages leaves them
+/// in flight into the next (the refill writes the slot read two iterations back).
+#[test]
+fn wgmma_mistakes_are_caught() {
+    let types = (DType::BF16, DType::F32);
+    // (blocks, warps and stages, problem, A's descriptor high word, whether in flight)
+    let cases = [
+        ((64, 32, 32), (4, 3), (80, 48, 112), 0x8000_0020u32, false),
+        ((64, 32, 64), (4, 4), (80, 48, 272), 0x4000_0040u32, true),
+    ];
+    for (blocks, ws, mnk, a_high, in_flight) in cases {
+        let ptx = wgmma_matmul_ptx(types.0, types.1, blocks, ws);
+        let what = format!("{blocks:?} {ws:?}");
+        let edited = |from: &str, to: &str| {
+            assert!(ptx.contains(from), "{what}: {from:?} not in the PTX");
+            ptx.replacen(from, to, 1)
+        };
+        let edited_last = |from: &str, to: &str| {
+            let at = ptx.rfind(from).unwrap();
+            format!("{}{to}{}", &ptx[..at], &ptx[at + from.len()..])
+        };
+        let run = |text: &str| run_wgmma_matmul_ptx(text, types, blocks, ws, mnk);
+        let refused = |text: &str, why: &str| {
+            let err = run(text).0.err();
+            let err = err.unwrap_or_else(|| panic!("{what}: not refused: {why}"));
+            assert!(err.contains(why), "{what}: expected {why:?}, got {err:?}");
+        };
+        // The first (or last) line starting with `prefix`.
+        let line = |prefix: &str, last: bool| -> String {
+            let mut lines = ptx.lines().filter(|l| l.starts_with(prefix));
+            let l = if last {
+                lines.next_back()
+            } else {
+                lines.next()
+            };
+            format!("{}\n", l.unwrap_or_else(|| panic!("{what}: no {prefix:?}")))
+        };
+        // The unedited PTX runs and matches (the other tests compare it in full).
+        let (got, want, scale) = run(&ptx);
+        assert_close(&got.unwrap(), &want, &scale, 1e-6, &what);
+
+        // The loop: copies' wait, proxy fence, barrier, wgmma.fence, the wgmmas, commit, the
+        // refill of a slot no pending wgmma reads, and a wait: for all groups, or (in flight)
+        // for all but the newest, then for all after the loop.
+        let (loop_wait, final_wait) = (
+            line("\twgmma.wait_group", false),
+            line("\twgmma.wait_group", true),
+        );
+        assert_eq!(loop_wait != final_wait, in_flight, "{what}");
+        assert_eq!(final_wait, "\twgmma.wait_group.sync.aligned 0;\n", "{what}");
+        // No last wait, or one that leaves the newest group pending: the accumulator is read
+        // (copied back, or by the epilogue) while its wgmma may still write it.
+        refused(&edited_last(&final_wait, ""), "not yet waited for");
+        let wait_1 = "\twgmma.wait_group.sync.aligned 1;\n";
+        refused(&edited_last(&final_wait, wait_1), "not yet waited for");
+        if in_flight {
+            // A loop wait that leaves two more groups in flight, or none: the refill overwrites
+            // the slot a pending wgmma reads. (One more is fine for one warpgroup: the
+            // refill lags two iterations.)
+            let wait_3 = "\twgmma.wait_group.sync.aligned 3;\n";
+            assert_eq!(loop_wait, wait_1, "{what}");
+            refused(&edited(&loop_wait, wait_3), "which a pending wgmma reads");
+            refused(&edited(&loop_wait, ""), "which a pending wgmma reads");
+        }
+        // No wgmma.fence between the accumulator's initialization and the wgmma.
+        refused(
+            &edited("\twgmma.fence.sync.aligned;\n", ""),
+            "without a wgmma.fence",
+        );
+        // The copies' bytes reach wgmma (the async proxy) only after the proxy fence.
+        let fence = "\tfence.proxy.async.shared::cta;\n";
+        refused(&edited(fence, ""), "fence.proxy.async");
+        // Without the copies' wait the wgmma reads bytes still in flight.
+        let copies_wait = line("\tcp.async.wait_group", false);
+        refused(&edited(&copies_wait, ""), "in flight");
+        // A proxy fence before the copies' wait does not cover the bytes landing at the wait.
+        refused(
+            &edited(
+                &format!("{copies_wait}{fence}"),
+                &format!("{fence}{copies_wait}"),
+            ),
+            "fence.proxy.async",
+        );
+        // A shared store into the slot the pending wgmma reads (stage 0, at the start of
+        // shared memory), between the commit and the wait; the same with a cp.async.
+        let commit = "\twgmma.commit_group.sync.aligned;\n";
+        let store = format!("{commit}\tst.shared.u32 [tg_smem], %r1;\n");
+        refused(&edited(commit, &store), "while a pending wgmma reads it");
+        let copy = format!("{commit}\tcp.async.cg.shared.global [tg_smem], [%rd1], 16, 16;\n");
+        refused(&edited(commit, &copy), "which a pending wgmma reads");
+        // A descriptor that differs between the threads of the warpgroup.
+        let a_high_mov = format!(", {a_high};");
+        refused(
+            &edited(&a_high_mov, ", %tid.x;"),
+            "differs across warpgroup",
+        );
+        // A's descriptor with another swizzle mode: its rows land elsewhere and C is wrong.
+        for mode in 1..4u32 {
+            let text = format!(", {};", (a_high & 0x3fff_ffff) | mode << 30);
+            if text == a_high_mov {
+                continue;
+            }
+            let (got, want, scale) = run(&edited(&a_high_mov, &text));
+            let got = got.unwrap();
+            let wrong = got
+                .iter()
+                .zip(&want)
+                .zip(&scale)
+                .filter(|((&g, &w), &s)| (g as f64 - w).abs() > 1e-6 * s.max(1e-3))
+                .count();
+            assert!(
+                wrong > got.len() / 4,
+                "{what}: swizzle mode {mode}: {wrong} wrong elements"
+            );
+        }
+    }
+}
+
+/// A hand-written kernel of one warpgroup: `D = A0 B0 - A1 B1` by two chained
+/// `wgmma.m64n16k16` with A from registers (`scale-d` false on the first: D's registers are
+/// never initialized) and B N-major (`imm-trans-b` 1) in shared memory with 32-byte swizzle.
+/// Parameters: A fragments (4 words a thread, A0's then A1's), B's shared image (1024
+/// bytes: B0 then B1), D (8 words a thread).
+const REGISTER_A_WGMMA: &str = "
+.extern .shared .align 1024 .b8 tg_smem[];
+.visible .entry tg_register_a(.param .u64 p0_a, .param .u64 p1_b, .param .u64 p2_d)
+.maxntid 128, 1, 1
+{
+	mov.u32 %r1, %tid.x;
+	ld.param.u64 %rd1, [p0_a];
+	ld.param.u64 %rd2, [p1_b];
+	ld.param.u64 %rd3, [p2_d];
+	mul.wide.u32 %rd4, %r1, 8;
+	add.s64 %rd5, %rd2, %rd4;
+	ld.global.u64 %rd6, [%rd5];
+	mov.u32 %r2, tg_smem;
+	mad.lo.u32 %r3, %r1, 8, %r2;
+	st.shared.u64 [%r3], %rd6;
+	fence.proxy.async.shared::cta;
+	bar.sync 0;
+	mul.wide.u32 %rd7, %r1, 16;
+	add.s64 %rd8, %rd1, %rd7;
+	ld.global.v4.u32 {%r10, %r11, %r12, %r13}, [%rd8];
+	ld.global.v4.u32 {%r14, %r15, %r16, %r17}, [%rd8+2048];
+	shr.u32 %r20, %r2, 4;
+	add.s32 %r21, %r20, 32;
+	mov.b32 %r22, 3221225488;
+	mov.b64 %rd10, {%r20, %r22};
+	mov.b64 %rd11, {%r21, %r22};
+	setp.ne.u32 %p1, %r1, %r1;
+	setp.eq.u32 %p2, %r1, %r1;
+	wgmma.fence.sync.aligned;
+	wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 {%f1, %f2, %f3, %f4, %f5, %f6, %f7, %f8}, {%r10, %r11, %r12, %r13}, %rd10, %p1, 1, 1, 1;
+	wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 {%f1, %f2, %f3, %f4, %f5, %f6, %f7, %f8}, {%r14, %r15, %r16, %r17}, %rd11, %p2, -1, 1, 1;
+	wgmma.commit_group.sync.aligned;
+	wgmma.wait_group.sync.aligned 0;
+	mul.wide.u32 %rd12, %r1, 32;
+	add.s64 %rd13, %rd3, %rd12;
+	st.global.v4.f32 [%rd13], {%f1, %f2, %f3, %f4};
+	st.global.v4.f32 [%rd13+16], {%f5, %f6, %f7, %f8};
+	ret;
+}
+";
+
+/// Runs [`REGISTER_A_WGMMA`] (or an edit of it) on random bf16 A0, A1 (64 x 16) and B0, B1
+/// (16 x 16): D as the test reads it back through the accumulator layout, and the float64
+/// reference, or the simulator's complaint.
+fn run_register_a_wgmma(ptx: &str) -> (Result<Vec<f32>, String>, Vec<f64>) {
+    let dt = DType::BF16;
+    let a: Vec<Vec<f64>> = (0..2)
+        .map(|i| rounded(dt, &values(64 * 16, 41 + i)))
+        .collect();
+    let b: Vec<Vec<f64>> = (0..2)
+        .map(|i| rounded(dt, &values(16 * 16, 43 + i)))
+        .collect();
+    let bits16 = |x: f64| bf16::from_f64(x).to_bits();
+    // A's fragment (the PTX ISA's wgmma m64nNk16 A layout): register j of thread 32w + 4g + q
+    // holds row 16w + g + 8 (j % 2), columns 2q + 8 (j / 2) and the next.
+    let mut a_words = Vec::new();
+    for am in &a {
+        for t in 0..128 {
+            let (w, g, q) = (t / 32, (t % 32) / 4, t % 4);
+            for j in 0..4 {
+                let (row, col) = (16 * w + g + 8 * (j % 2), 2 * q + 8 * (j / 2));
+                let lo = bits16(am[row * 16 + col]) as u32;
+                let hi = bits16(am[row * 16 + col + 1]) as u32;
+                a_words.extend((lo | hi << 16).to_le_bytes());
+            }
+        }
+    }
+    // B N-major with 32-byte rows: row k holds B[k][0..16]; the swizzle flips 16-byte
+    // halves (8 columns) of rows 4-7 of every 8.
+    let mut b_image = vec![0u8; 1024];
+    for (i, bm) in b.iter().enumerate() {
+        for k in 0..16 {
+            for n in 0..16 {
+                let at = 512 * i + 32 * k + 2 * (n ^ (8 * ((k / 4) % 2)));
+                b_image[at..at + 2].copy_from_slice(&bits16(bm[k * 16 + n]).to_le_bytes());
+            }
+        }
+    }
+    let mut want = vec![0f64; 64 * 16];
+    for r in 0..64 {
+        for c in 0..16 {
+            want[r * 16 + c] = (0..16)
+                .map(|k| a[0][r * 16 + k] * b[0][k * 16 + c] - a[1][r * 16 + k] * b[1][k * 16 + c])
+                .sum();
+        }
+    }
+    let d_words = vec![0u8; 128 * 8 * 4];
+    let names = ["p0_a", "p1_b", "p2_d"].map(String::from);
+    let got = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let args = [Arg::Buf(&a_words), Arg::Buf(&b_image), Arg::Buf(&d_words)];
+        let bufs = run_ptx(ptx, 1024, &names, 4, [1, 1, 1], &args);
+        let words = decode(DType::F32, &bufs[2]);
+        // The accumulator layout: register i of thread 32w + 4g + q is row
+        // 16w + g + 8 ((i / 2) % 2), column 8 (i / 4) + 2q + i % 2.
+        let mut d = vec![0f32; 64 * 16];
+        for t in 0..128 {
+            let (w, g, q) = (t / 32, (t % 32) / 4, t % 4);
+            for i in 0..8 {
+                let (row, col) = (16 * w + g + 8 * ((i / 2) % 2), 8 * (i / 4) + 2 * q + i % 2);
+                d[row * 16 + col] = words[8 * t + i];
+            }
+        }
+        d
+    }))
+    .map_err(|e| {
+        e.downcast_ref::<String>()
+            .cloned()
+            .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
+            .unwrap_or_default()
+    });
+    (got, want)
+}
+
+#[test]
+fn wgmma_with_a_from_registers_matches() {
+    let ptx = format!(".version 8.0\n.target sm_90a\n.address_size 64\n{REGISTER_A_WGMMA}");
+    let (got, want) = run_register_a_wgmma(&ptx);
+    let ones = vec![1f64; want.len()];
+    assert_close(&got.unwrap(), &want, &ones, 1e-6, "register A");
+    let refused = |from: &str, to: &str, why: &str| {
+        assert!(ptx.contains(from), "{from:?}");
+        let (got, _) = run_register_a_wgmma(&ptx.replacen(from, to, 1));
+        let err = got.expect_err(why);
+        assert!(err.contains(why), "expected {why:?}, got {err:?}");
+    };
+    let commit = "\twgmma.commit_group.sync.aligned;\n";
+    // A's registers belong to the wgmma until its wait: no write, no read.
+    for access in ["mov.b32 %r14, 0", "add.s32 %r9, %r11, 1"] {
+        let text = format!("{commit}\t{access};\n");
+        refused(commit, &text, "A fragment");
+    }
+    // The loads of A's registers need a wgmma.fence before the wgmma reads them.
+    refused("\twgmma.fence.sync.aligned;\n", "", "without a wgmma.fence");
+    // Accumulating into a register another pending wgmma of other registers writes.
+    refused(
+        "{%f1, %f2, %f3, %f4, %f5, %f6, %f7, %f8}, {%r14",
+        "{%f1, %f2, %f3, %f4, %f5, %f6, %f7, %f9}, {%r14",
+        "shared with a pending wgmma",
+    );
+}
+
+#[test]
+fn persistent_wgmma_matmul_matches() {
+    // 3 programs over 2 x 3 tiles of 64 x 32: the next tile's prologue refills the slots the
+    // last tile's wgmmas read (and its epilogue's crossing used).
+    let (dt, out, (bm, bn, bk), (m, n, k), programs) =
+        (DType::BF16, DType::F32, (64, 32, 32), (112, 80, 48), 3);
+    let mut kern = persistent_matmul_into(dt, out, bm, bn, bk);
+    kern.hints.wgmma = true;
+    let c = compiled(&kern, 90, 4, 3);
+    assert!(c.ptx.contains("wgmma.mma_async"));
+    let av = values(m * k, 61);
+    let bv = values(k * n, 67);
+    let (want, scale) = matmul_reference(dt, &av, &bv, (m, n, k));
+    let (ab, bb) = (encode(dt, &av), encode(dt, &bv));
+    let cb = vec![0u8; m * n * 4];
+    let args = [
+        Arg::Buf(&ab),
+        Arg::Buf(&bb),
+        Arg::Buf(&cb),
+        Arg::I32(m as i32),
+        Arg::I32(n as i32),
+        Arg::I32(k as i32),
+    ];
+    let grid = [programs, 1, 1];
+    let bufs = run_ptx(
+        &c.ptx,
+        c.shared_bytes as usize,
+        &param_names(&kern),
+        4,
+        grid,
+        &args,
+    );
+    let got = decode(out, &bufs[2]);
+    assert_close(&got, &want, &scale, 1e-6, "persistent wgmma matmul");
+}
+
+/// A warpgroup's `wgmma.wait_group` orders its own threads after its wgmmas' reads, not the
+/// other warpgroup's: a store into A's first row (read by warpgroup 0 only) right after the
+/// wait is fine from warpgroup 0 and a race from warpgroup 1 (no barrier between).
+#[test]
+fn wgmma_reads_are_ordered_only_for_their_own_warpgroup() {
+    let (types, blocks, ws, mnk) = (
+        (DType::F16, DType::F32),
+        (128, 256, 64),
+        (8, 3),
+        (112, 240, 208),
+    );
+    let ptx = wgmma_matmul_ptx(types.0, types.1, blocks, ws);
+    let wait = "\twgmma.wait_group.sync.aligned 0;\n";
+    assert!(ptx.contains(wait));
+    let store_by = |thread: u32| {
+        let store = format!(
+            "{wait}\tsetp.eq.u32 %p_store, %r1, {thread};\n\t@%p_store st.shared.u32 [tg_smem], %r1;\n"
+        );
+        ptx.replacen(wait, &store, 1)
+    };
+    let (got, want, scale) = run_wgmma_matmul_ptx(&store_by(0), types, blocks, ws, mnk);
+    assert_close(&got.unwrap(), &want, &scale, 1e-6, "store by warpgroup 0");
+    let (got, ..) = run_wgmma_matmul_ptx(&store_by(128), types, blocks, ws, mnk);
+    let err = got.expect_err("store by warpgroup 1");
+    assert!(err.contains("while another thread reads it"), "{err}");
+}
+
+/// FlashAttention's forward asked for wgmma on sm_90a, against the online-softmax reference.
+/// Both dots take wgmma where the lowering puts them there (A from registers: Q, then P);
+/// elsewhere they stay on `mma.sync` and this is one more attention check.
+#[test]
+fn attention_with_the_wgmma_hint_matches() {
+    for (dt, bm, bn, d, warps, stages) in [
+        (DType::BF16, 64, 64, 64, 4, 2),
+        (DType::F16, 64, 32, 32, 4, 3),
+        (DType::BF16, 128, 64, 128, 8, 2),
+        (DType::BF16, 128, 64, 128, 4, 2),
+    ] {
+        let mut kern = flash_attention(dt, bm, bn, d);
+        kern.hints.wgmma = true;
+        let c = compiled(&kern, 90, warps, stages);
+        let nk = 3 * bn;
+        let (qv, kv, vv) = (values(bm * d, 11), values(nk * d, 13), values(nk * d, 17));
+        let scale = 0.7f32;
+        let (want, _) = attention_reference(dt, [&qv, &kv, &vv], (bm, bn, d), scale);
+        let out = vec![0u8; bm * d * 2];
+        let (qb, kb, vb) = (encode(dt, &qv), encode(dt, &kv), encode(dt, &vv));
+        let args = [
+            Arg::Buf(&qb),
+            Arg::Buf(&kb),
+            Arg::Buf(&vb),
+            Arg::Buf(&out),
+            Arg::I32(nk as i32),
+            Arg::F32(scale),
+        ];
+        let names = param_names(&kern);
+        let bufs = run_ptx(
+            &c.ptx,
+            c.shared_bytes as usize,
+            &names,
+            warps,
+            [1, 1, 1],
+            &args,
+        );
+        let got = decode(dt, &bufs[3]);
+        let ones = vec![1f64; bm * d];
+        let what = format!("attention, wgmma hint, {dt} {bm}x{bn}x{d} {warps}w {stages}s");
+        assert_close(&got, &want, &ones, 2e-2, &what);
     }
 }
