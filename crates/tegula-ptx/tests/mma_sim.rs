@@ -3437,37 +3437,43 @@ fn wgmma_with_a_from_registers_matches() {
 #[test]
 fn persistent_wgmma_matmul_matches() {
     // 3 programs over 2 x 3 tiles of 64 x 32: the next tile's prologue refills the slots the
-    // last tile's wgmmas read (and its epilogue's crossing used).
-    let (dt, out, (bm, bn, bk), (m, n, k), programs) =
-        (DType::BF16, DType::F32, (64, 32, 32), (112, 80, 48), 3);
-    let mut kern = persistent_matmul_into(dt, out, bm, bn, bk);
-    kern.hints.wgmma = true;
-    let c = compiled(&kern, 90, 4, 3);
-    assert!(c.ptx.contains("wgmma.mma_async"));
-    let av = values(m * k, 61);
-    let bv = values(k * n, 67);
-    let (want, scale) = matmul_reference(dt, &av, &bv, (m, n, k));
-    let (ab, bb) = (encode(dt, &av), encode(dt, &bv));
-    let cb = vec![0u8; m * n * 4];
-    let args = [
-        Arg::Buf(&ab),
-        Arg::Buf(&bb),
-        Arg::Buf(&cb),
-        Arg::I32(m as i32),
-        Arg::I32(n as i32),
-        Arg::I32(k as i32),
-    ];
-    let grid = [programs, 1, 1];
-    let bufs = run_ptx(
-        &c.ptx,
-        c.shared_bytes as usize,
-        &param_names(&kern),
-        4,
-        grid,
-        &args,
-    );
-    let got = decode(out, &bufs[2]);
-    assert_close(&got, &want, &scale, 1e-6, "persistent wgmma matmul");
+    // last tile's wgmmas read (and its epilogue's crossing used). At 3 stages each k-tile is
+    // waited for; at 6 stages of 32 one stays in flight (the outer loop copies S - 2 stages
+    // ahead, and the last k-tile is waited for before the store).
+    for (stages, k, in_flight) in [(3, 48, false), (6, 176, true)] {
+        let (dt, out, (bm, bn, bk), (m, n), programs) =
+            (DType::BF16, DType::F32, (64, 32, 32), (112, 80), 3);
+        let mut kern = persistent_matmul_into(dt, out, bm, bn, bk);
+        kern.hints.wgmma = true;
+        let c = compiled(&kern, 90, 4, stages);
+        assert!(c.ptx.contains("wgmma.mma_async"));
+        assert_eq!(c.ptx.contains("wgmma.wait_group.sync.aligned 1"), in_flight);
+        let av = values(m * k, 61);
+        let bv = values(k * n, 67);
+        let (want, scale) = matmul_reference(dt, &av, &bv, (m, n, k));
+        let (ab, bb) = (encode(dt, &av), encode(dt, &bv));
+        let cb = vec![0u8; m * n * 4];
+        let args = [
+            Arg::Buf(&ab),
+            Arg::Buf(&bb),
+            Arg::Buf(&cb),
+            Arg::I32(m as i32),
+            Arg::I32(n as i32),
+            Arg::I32(k as i32),
+        ];
+        let grid = [programs, 1, 1];
+        let bufs = run_ptx(
+            &c.ptx,
+            c.shared_bytes as usize,
+            &param_names(&kern),
+            4,
+            grid,
+            &args,
+        );
+        let got = decode(out, &bufs[2]);
+        let what = format!("persistent wgmma matmul, {stages} stages");
+        assert_close(&got, &want, &scale, 1e-6, &what);
+    }
 }
 
 /// A warpgroup's `wgmma.wait_group` orders its own threads after its wgmmas' reads, not the

@@ -1,10 +1,11 @@
 //! The opt-in `wgmma` lowering of a pipelined matmul's dot (`KernelHints::wgmma`, sm_90a):
 //! which tiles take it, the PTX's shape (descriptor constants, the proxy fence, the wait
-//! before the slot is refilled, one k-tile in flight from 3 stages on), that without the hint
-//! or on sm_80 nothing changes, and that ptxas assembles it without spills or serialization. The simulator in `mma_sim.rs` does not model `wgmma`;
-//! the layouts the descriptors read are checked against the ISA's canonical layouts in
-//! `lower/wgmma.rs`'s unit test, and the results only on the GPU (`TEGULA_WGMMA=1 tegula
-//! check matmul`).
+//! before the slot is refilled, one k-tile in flight when 128 elements of K are copied
+//! ahead), that without the hint or on sm_80 nothing changes, and that ptxas assembles it
+//! without spills or serialization. `mma_sim.rs` runs these kernels against float64
+//! references (its simulator executes `wgmma` from the PTX ISA), `lower/wgmma.rs`'s unit test
+//! checks the descriptors against the ISA's canonical layouts, and the GPU check runs them on
+//! the H200 (`tegula check matmul`).
 
 mod mma_kernels;
 
