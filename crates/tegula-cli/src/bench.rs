@@ -808,8 +808,8 @@ fn bench_typed<T: Element>(
 }
 
 /// The forward's or backward's options pinned by `--config`: `BLOCK_M` and `BLOCK_N` (each
-/// left to the autotuner when absent), `warps` and `stages` (4 and 1 when absent, as for
-/// every kernel).
+/// left to the autotuner when absent), `WGMMA` (1: ask for Hopper's wgmma in the forward, 0
+/// when absent), `warps` and `stages` (4 and 1 when absent, as for every kernel).
 pub(crate) fn attention_options(c: &Config, base: AttentionOptions) -> Result<AttentionOptions> {
     let size = |name: &str| -> Result<usize> {
         match c.get(name) {
@@ -821,6 +821,11 @@ pub(crate) fn attention_options(c: &Config, base: AttentionOptions) -> Result<At
         block_m: size("BLOCK_M")?,
         block_n: size("BLOCK_N")?,
         config: c.launch_config(),
+        wgmma: match c.get("WGMMA").unwrap_or(0) {
+            0 => false,
+            1 => true,
+            v => return Err(invalid(format!("--config WGMMA={v} (0 or 1)"))),
+        },
         ..base
     })
 }

@@ -638,8 +638,9 @@ fn launch<T: Element, O: Element>(
     )
 }
 
-/// `TEGULA_WGMMA=1`: every matmul launch asks for `wgmma` (to check that path everywhere).
-fn wgmma_forced() -> bool {
+/// `TEGULA_WGMMA=1`: every matmul and attention forward launch asks for `wgmma` (to check
+/// that path everywhere).
+pub(crate) fn wgmma_forced() -> bool {
     std::env::var("TEGULA_WGMMA").is_ok_and(|v| v == "1")
 }
 

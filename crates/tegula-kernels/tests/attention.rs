@@ -427,13 +427,56 @@ fn causal_programs_in_heavy_first_groups_cover_every_block_once() {
     check_backward::<f32>(&dev, dims(2, 10, 5, 29, 45, 16), options, Layout::Bhnd);
 }
 
+/// The `wgmma` option asks the GPU lowering for Hopper's wgmma (a hint the interpreter
+/// ignores): the traced kernel carries the hint only with it, the forward with it on matches
+/// the float64 reference, and gives the same bits as without it.
+#[test]
+fn forward_with_the_wgmma_option() {
+    let hinted = |wgmma: bool| {
+        attention::kernels::attn_fwd::trace::<bf16>(false, false, false, false, 64, 128, 64, wgmma)
+            .unwrap()
+            .hints
+            .wgmma
+    };
+    assert!(hinted(true));
+    assert!(!hinted(false));
+    let dev = Device::cpu();
+    for causal in [false, true] {
+        let options = AttentionOptions {
+            causal,
+            block_m: 64,
+            block_n: 32,
+            config: tegula::LaunchConfig {
+                num_warps: 4,
+                num_stages: 2,
+            },
+            wgmma: true,
+            ..Default::default()
+        };
+        check_forward::<bf16>(&dev, dims(1, 2, 1, 70, 45, 64), options, Layout::Bhnd);
+        check_forward::<f16>(&dev, dims(2, 2, 2, 33, 96, 128), options, Layout::Bnhd);
+        let d = dims(1, 3, 1, 41, 67, 64);
+        let q = dev.randn::<bf16>(d.q_shape()).unwrap();
+        let k = dev.randn::<bf16>(d.kv_shape()).unwrap();
+        let v = dev.randn::<bf16>(d.kv_shape()).unwrap();
+        let (on, lse_on) = attention::forward(&q, &k, &v, &options).unwrap();
+        let off = AttentionOptions {
+            wgmma: false,
+            ..options
+        };
+        let (off, lse_off) = attention::forward(&q, &k, &v, &off).unwrap();
+        assert_eq!(on.to_vec().unwrap(), off.to_vec().unwrap());
+        assert_eq!(lse_on.to_vec().unwrap(), lse_off.to_vec().unwrap());
+    }
+}
+
 /// Without causal masking and with Nk a multiple of BLOCK_N the forward is traced without its
 /// masked loop (`ragged_keys` off); a partial last key block brings it back. Both must match the
 /// reference, over several key blocks and on either side of a whole number of them.
 #[test]
 fn forward_whole_key_blocks_drop_the_masked_loop() {
     let loops = |ragged: bool, causal: bool| {
-        attention::kernels::attn_fwd::trace::<f32>(false, causal, ragged, true, 24, 32, 16)
+        attention::kernels::attn_fwd::trace::<f32>(false, causal, ragged, true, 24, 32, 16, false)
             .unwrap()
             .to_string()
             .matches(" = for ")
@@ -477,6 +520,7 @@ fn forward_whole_query_blocks_drop_the_row_masks() {
             32,
             32,
             16,
+            false,
         )
         .unwrap();
         masked_memory_ops(&ir)

@@ -1,15 +1,18 @@
-//! The opt-in `wgmma` lowering of a pipelined matmul's dot (`KernelHints::wgmma`, sm_90a):
-//! which tiles take it, the PTX's shape (descriptor constants, the proxy fence, the wait
-//! before the slot is refilled, one k-tile in flight when 128 elements of K are copied
-//! ahead), that without the hint or on sm_80 nothing changes, and that ptxas assembles it
-//! without spills or serialization. `mma_sim.rs` runs these kernels against float64
-//! references (its simulator executes `wgmma` from the PTX ISA), `lower/wgmma.rs`'s unit test
-//! checks the descriptors against the ISA's canonical layouts, and the GPU check runs them on
-//! the H200 (`tegula check matmul`).
+//! The opt-in `wgmma` lowering of a pipelined matmul's dot and of FlashAttention's two dots
+//! (`KernelHints::wgmma`, sm_90a): which tiles take it, the PTX's shape (descriptor constants,
+//! A from registers, the proxy fence, the wait before the slot is refilled, one k-tile in
+//! flight when 128 elements of K are copied ahead), that without the hint or on sm_80 nothing
+//! changes, and that ptxas assembles it without spills or serialization. `mma_sim.rs` runs
+//! these kernels against float64 references (its simulator executes `wgmma` from the PTX ISA),
+//! `lower/wgmma.rs`'s unit test checks the descriptors against the ISA's canonical layouts,
+//! and the GPU check runs them on the H200 (`tegula check matmul`).
 
 mod mma_kernels;
 
-use mma_kernels::{matmul_loop, matmul_loop_into, persistent_matmul_into};
+use mma_kernels::{
+    flash_attention, flash_attention_two_loops, flash_attention_with_lse, matmul_loop,
+    matmul_loop_into, persistent_matmul_into,
+};
 use tegula_ir::{DType, Kernel};
 use tegula_ptx::{compile, CompileOptions, Target};
 
@@ -198,6 +201,125 @@ fn wgmma_tiles_assemble_without_spills() {
         // ptxas serializes wgmma (and says so) when registers of one in flight are touched.
         assert!(!a.log.contains("serialized"), "{name}: {}", a.log);
         assert!(a.registers <= 255, "{name}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// FlashAttention tiles that run both dots on wgmma: (BLOCK_M, BLOCK_N, D, warps, stages).
+const ATTENTION_TILES: [(usize, usize, usize, u32, u32); 4] = [
+    (128, 64, 128, 8, 2),
+    (64, 64, 128, 4, 2),
+    (128, 128, 64, 8, 3),
+    (64, 32, 64, 4, 2),
+];
+
+/// The forward's Q K^T (Q in registers, K K-major from its slot) and P V (P from registers,
+/// the previous dot's accumulator after the softmax; V N-major, `trans-b` 1) both on the
+/// register-A form of wgmma, one instruction per k16 step and 64-row block of a warpgroup; no
+/// `ldmatrix` or `mma.sync` in the loop. In the loop: the first dot's refill between its commit and
+/// its wait, and the second dot's fence after the first's wait (no overlap of the two).
+#[test]
+fn attention_dots_run_on_wgmma() {
+    for (bm, bn, d, warps, stages) in ATTENTION_TILES {
+        for dt in [DType::BF16, DType::F16] {
+            let what = format!("{dt} {bm}x{bn} D={d} {warps}w {stages}s");
+            let text = ptx(
+                &with_wgmma(flash_attention(dt, bm, bn, d)),
+                90,
+                warps,
+                stages,
+            );
+            let blocks = bm / (16 * warps as usize);
+            let issued: Vec<&str> = text
+                .lines()
+                .filter(|l| l.contains("wgmma.mma_async"))
+                .collect();
+            let qk = format!("m64n{bn}k16.f32.{dt}.{dt} ");
+            let pv = format!("m64n{d}k16.f32.{dt}.{dt} ");
+            let count = |shape: &str, trans_b: u32| {
+                let end = format!(", 1, 1, {trans_b};");
+                issued
+                    .iter()
+                    .filter(|l| l.contains(shape) && l.ends_with(&end))
+                    .count()
+            };
+            if bn == d {
+                assert_eq!(count(&qk, 0) + count(&pv, 1), issued.len(), "{what}");
+            }
+            assert_eq!(count(&qk, 0), blocks * d / 16, "{what}");
+            assert_eq!(count(&pv, 1), blocks * bn / 16, "{what}");
+            // Register A: the accumulator's vector, then A's four words.
+            assert!(issued.iter().all(|l| l.contains("}, {%r")), "{what}");
+            let at = |pat: &str, from: usize| from + text[from..].find(pat).unwrap();
+            let fence = at("wgmma.fence", 0);
+            // (Q's fragments are read with `ldmatrix` once, before the loop.)
+            let in_loop = &text[fence..];
+            assert!(
+                !in_loop.contains("ldmatrix") && !in_loop.contains("mma.sync"),
+                "{what}"
+            );
+            let commit = at("wgmma.commit_group", fence);
+            let refill = at("cp.async.cg.shared.global", commit);
+            let wait = at("wgmma.wait_group.sync.aligned 0", commit);
+            let second = at("wgmma.fence", fence + 1);
+            assert!(refill < wait && wait < second, "{what}");
+            assert_eq!(text.matches("wgmma.fence").count(), 2, "{what}");
+        }
+    }
+    // The unmasked and masked loops: two dots each.
+    let text = ptx(
+        &with_wgmma(flash_attention_two_loops(DType::BF16, 128, 64, 128)),
+        90,
+        8,
+        2,
+    );
+    assert_eq!(text.matches("wgmma.fence").count(), 4);
+    assert_eq!(text.matches("wgmma.mma_async").count(), 2 * (8 + 4));
+}
+
+/// Without the hint, on sm_80, or with tiles wgmma cannot take (2 warps; BLOCK_M below 16 x
+/// warps), the forward's PTX is the one without the hint.
+#[test]
+fn attention_without_the_hint_or_eligible_tiles_is_unchanged() {
+    for (bm, bn, d, warps, stages) in ATTENTION_TILES {
+        let plain = flash_attention(DType::BF16, bm, bn, d);
+        let hinted = with_wgmma(plain.clone());
+        assert_eq!(
+            ptx(&hinted, 80, warps, stages),
+            ptx(&plain, 80, warps, stages)
+        );
+        assert!(!ptx(&plain, 90, warps, stages).contains("wgmma"));
+    }
+    for (bm, bn, d, warps, stages) in [(64, 64, 64, 2, 2), (64, 64, 128, 8, 2)] {
+        let plain = flash_attention(DType::BF16, bm, bn, d);
+        let hinted = with_wgmma(plain.clone());
+        assert_eq!(
+            ptx(&hinted, 90, warps, stages),
+            ptx(&plain, 90, warps, stages),
+            "{bm}x{bn} D={d} {warps}w"
+        );
+    }
+}
+
+/// ptxas assembles the forward with the library's epilogue on wgmma without spills.
+#[test]
+fn attention_wgmma_tiles_assemble_without_spills() {
+    let ptxas = tegula_ptx::ptxas::find()
+        .expect("ptxas not found: run scripts/ptxas.sh (or set TEGULA_PTXAS) before this test");
+    let dir = std::env::temp_dir().join(format!("tegula-wgattn-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    for (bm, bn, d, warps, stages) in ATTENTION_TILES {
+        let k = with_wgmma(flash_attention_with_lse(DType::BF16, bm, bn, d));
+        let options = CompileOptions {
+            num_warps: warps,
+            num_stages: stages,
+        };
+        let c = compile(&k, &Target { sm: 90 }, &options).unwrap();
+        assert!(c.ptx.contains("wgmma.mma_async"));
+        let name = format!("wgattn_{bm}x{bn}_d{d}_w{warps}");
+        let a = tegula_ptx::ptxas::assemble(&ptxas, &c.ptx, 90, &dir, &name).unwrap();
+        assert_eq!(a.spill_stores, 0, "{name}: {}", a.log);
+        assert!(!a.log.contains("warning"), "{name}: {}", a.log);
     }
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -94,7 +94,12 @@ pub fn attn_fwd<T: Element>(
     #[constexpr] head_dim: usize,
     #[constexpr] block_m: usize,
     #[constexpr] block_n: usize,
+    #[constexpr] wgmma: bool,
 ) {
+    if wgmma {
+        // A lowering choice only (Hopper's wgmma for both dots; `AttentionOptions::wgmma`).
+        prefer_wgmma();
+    }
     let block_d = padded_head_dim(head_dim);
     // Causal: query block i sees i + 1 key blocks, so the last blocks do the most work; they
     // start first, and light ones fill the tail (see `heavy_blocks_first`).
@@ -281,8 +286,12 @@ fn resolve<T: Element>(
         return Ok(*options);
     }
     let held = [("block_m", options.block_m), ("block_n", options.block_n)];
-    let key =
+    let mut key =
         super::key(dims, T::DTYPE, options.causal) + &tuned::held_suffix(&held, options.config);
+    if wgmma(options) {
+        // Timed on wgmma: a choice of its own.
+        key += ",WGMMA=1";
+    }
     let candidates = super::forward_candidates(dims, T::DTYPE, options);
     let dev = q.device();
     let chosen = tuned::choose(
@@ -300,6 +309,7 @@ fn resolve<T: Element>(
                 dims.head_dim,
                 r.block_m,
                 r.block_n,
+                wgmma(options),
             )?;
             Ok(Tuning::new(
                 "tegula_kernels::attention::forward",
@@ -373,7 +383,13 @@ fn launch<T: Element>(
         dims.head_dim,
         options.block_m,
         options.block_n,
+        wgmma(options),
     )
+}
+
+/// Whether a launch with `options` asks for `wgmma`: the option, or `TEGULA_WGMMA=1`.
+fn wgmma(options: &AttentionOptions) -> bool {
+    options.wgmma || crate::matmul::wgmma_forced()
 }
 
 /// Attention in new tensors: the output `[B, H, Nq, D]` (input dtype, contiguous) and the
@@ -467,7 +483,6 @@ fn check_typed<T: Element>(dev: &Device, shape: &[usize]) -> Result<CheckReport>
         causal,
         ..Default::default()
     };
-    let (out, lse) = forward(&q, &k, &v, &options)?;
     let scale = softmax_scale(OP, &options, dims.head_dim)? as f64;
     let want = reference::attention(
         &q.to_f64_vec()?,
@@ -477,29 +492,67 @@ fn check_typed<T: Element>(dev: &Device, shape: &[usize]) -> Result<CheckReport>
         causal,
         scale,
     );
-    let label = format!("{} causal={causal}", dims.describe());
-    let out_report = compare_bounded(
-        OP,
-        label.clone(),
-        T::DTYPE,
-        &out.to_f64_vec()?,
-        &want.out,
-        &want.out_magnitude,
-        check::tolerance(T::DTYPE),
-    );
-    // The logsumexp is f32 from f32 accumulation whatever the input dtype.
-    let lse_magnitude: Vec<f64> = want.lse.iter().map(|x| x.abs()).collect();
-    let lse_report = compare_bounded(
-        OP,
-        label,
-        T::DTYPE,
-        &lse.to_f64_vec()?,
-        &want.lse,
-        &lse_magnitude,
-        check::tolerance(DType::F32),
-    );
-    Ok(worse(out_report, lse_report))
+    let mut runs = vec![options];
+    let mut label = format!("{} causal={causal}", dims.describe());
+    if crate::matmul::wgmma_forced() && matches!(T::DTYPE, DType::F16 | DType::BF16) {
+        // The wgmma tile variants besides the tuned one (outputs poisoned): 1 or 2
+        // warpgroups, two 64-row blocks a warpgroup, N from 32 to 128.
+        for (bm, bn, warps, stages) in WGMMA_CHECKED {
+            runs.push(AttentionOptions {
+                block_m: bm,
+                block_n: bn,
+                config: tegula::LaunchConfig {
+                    num_warps: warps,
+                    num_stages: stages,
+                },
+                wgmma: true,
+                ..options
+            });
+        }
+        label += &format!(", {} wgmma tiles", WGMMA_CHECKED.len());
+    }
+    let mut report: Option<CheckReport> = None;
+    for run in &runs {
+        let out = dev.full::<T>(dims.q_shape(), T::from_f64(f64::NAN))?;
+        let lse = dev.full::<f32>(dims.lse_shape(), f32::NAN)?;
+        forward_into(&q, &k, &v, &out, &lse, run)?;
+        let out_report = compare_bounded(
+            OP,
+            label.clone(),
+            T::DTYPE,
+            &out.to_f64_vec()?,
+            &want.out,
+            &want.out_magnitude,
+            check::tolerance(T::DTYPE),
+        );
+        // The logsumexp is f32 from f32 accumulation whatever the input dtype.
+        let lse_magnitude: Vec<f64> = want.lse.iter().map(|x| x.abs()).collect();
+        let lse_report = compare_bounded(
+            OP,
+            label.clone(),
+            T::DTYPE,
+            &lse.to_f64_vec()?,
+            &want.lse,
+            &lse_magnitude,
+            check::tolerance(DType::F32),
+        );
+        let this = worse(out_report, lse_report);
+        report = Some(match report {
+            Some(r) => worse(r, this),
+            None => this,
+        });
+    }
+    Ok(report.expect("the tuned run at least"))
 }
+
+/// Tiles `tegula check attention` runs besides the tuned one when `TEGULA_WGMMA=1`:
+/// (BLOCK_M, BLOCK_N, warps, stages).
+const WGMMA_CHECKED: [(usize, usize, u32, u32); 4] = [
+    (128, 64, 8, 2),
+    (128, 64, 4, 2),
+    (64, 128, 4, 3),
+    (64, 32, 4, 2),
+];
 
 pub(super) fn check_entry(dev: &Device, shape: &[usize], dtype: DType) -> Result<CheckReport> {
     match dtype {
@@ -527,8 +580,8 @@ pub(super) fn trace_entry(
     let ragged_q = has_ragged_queries(dims.n_q, b.block_m);
     let (bm, bn) = (b.block_m, b.block_n);
     match dtype {
-        DType::F16 => attn_fwd::trace::<f16>(false, causal, ragged_k, ragged_q, d, bm, bn),
-        DType::BF16 => attn_fwd::trace::<bf16>(false, causal, ragged_k, ragged_q, d, bm, bn),
-        _ => attn_fwd::trace::<f32>(false, causal, ragged_k, ragged_q, d, bm, bn),
+        DType::F16 => attn_fwd::trace::<f16>(false, causal, ragged_k, ragged_q, d, bm, bn, false),
+        DType::BF16 => attn_fwd::trace::<bf16>(false, causal, ragged_k, ragged_q, d, bm, bn, false),
+        _ => attn_fwd::trace::<f32>(false, causal, ragged_k, ragged_q, d, bm, bn, false),
     }
 }

@@ -32,8 +32,9 @@ pub(crate) struct MmaPlan {
     /// parts and issues three mmas ([`Lower::mma_tf32x3`]).
     pub split_tf32: bool,
     /// A `wgmma` candidate (`wgmma.rs`): all warps along M (`wn = 1`), each warpgroup owning
-    /// 64 rows of every `16 * wm` rows. Runs on `wgmma` when the pipeline also finds both
-    /// operands in its slots (`PipeState::wgmma_dots`); otherwise `mma.sync` with these warps.
+    /// 64 rows of every `16 * wm` rows. Runs on `wgmma` when the pipeline also finds B (and A,
+    /// unless it comes in registers) in its slots (`PipeState::wgmma_dots`); otherwise
+    /// `mma.sync` with these warps.
     pub wgmma: bool,
 }
 
@@ -54,7 +55,7 @@ impl MmaPlan {
     }
 
     /// Where a thread holds the operand's elements.
-    fn operand_geometry(&self, role: Role) -> RegGeometry {
+    pub(super) fn operand_geometry(&self, role: Role) -> RegGeometry {
         self.operand_layout(role)
             .geometry(&self.operand_shape(role))
     }
@@ -244,7 +245,10 @@ impl Lower<'_> {
             return None;
         }
         let chained = self.mma.chained.contains(&inst);
-        let wgmma = !chained && self.wgmma_candidate(inst, kind, m, n, k);
+        // A chained dot's plan with all warps along M is the one `warps_for` gives it whenever
+        // `wgmma_candidate` holds (M a multiple of 16 x warps), so the accumulator of Q K^T is
+        // still P's A layout.
+        let wgmma = self.wgmma_candidate(inst, kind, m, n, k);
         let (wm, wn) = if wgmma {
             (self.num_warps, 1)
         } else {

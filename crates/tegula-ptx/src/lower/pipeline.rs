@@ -586,11 +586,13 @@ impl Lower<'_> {
         }
     }
 
-    /// Marks the body's `wgmma` candidate dots (`wgmma.rs`) that can read both operands from
-    /// this pipeline's slots: each slot read by that dot only (as the dot reads it: A K-major),
-    /// starting at a multiple of 1024 bytes in every slot, with rows of 64 bytes or at least
-    /// 128 (those wider than 128 are stored panel-major, set here); and those of them that can
-    /// stay in flight into the next iteration ([`PipeState::wgmma_in_flight`]).
+    /// Marks the body's `wgmma` candidate dots (`wgmma.rs`) that can read their operands from
+    /// this pipeline's slots: B's slot, and A's unless A is not loaded in the body (it comes in
+    /// registers: FlashAttention's P and Q), each slot read by that dot only (as the dot reads
+    /// it: A K-major), starting at a multiple of 1024 bytes in every slot, with rows of 64
+    /// bytes or at least 128 (those wider than 128 are stored panel-major, set here); and
+    /// those of them that can stay in flight into the next iteration
+    /// ([`PipeState::wgmma_in_flight`]).
     fn plan_wgmma_slots(
         &mut self,
         body: Block,
@@ -601,6 +603,7 @@ impl Lower<'_> {
         if !slot_bytes.is_multiple_of(1024) || !self.reserved_shared().is_multiple_of(1024) {
             return;
         }
+        let body_insts: HashSet<Inst> = self.k.blocks[body].insts.iter().copied().collect();
         for dot in self.k.blocks[body].insts.clone() {
             if !matches!(self.k.insts[dot].op, Op::Dot { .. }) {
                 continue;
@@ -609,12 +612,22 @@ impl Lower<'_> {
                 continue;
             }
             let mut slots = Vec::new();
+            let mut placed = true;
             for (pos, role) in [(0, Role::A), (1, Role::B)] {
                 let operand = self.k.insts[dot].args[pos];
                 let (src, permuted) = self.untransposed(operand);
                 let k_major = (role == Role::A) != permuted;
                 let Some(i) = loads.iter().position(|l| l.value == src) else {
-                    break;
+                    let loaded_here = self
+                        .k
+                        .def_inst(src)
+                        .is_some_and(|li| body_insts.contains(&li))
+                        && matches!(
+                            self.k.def_inst(src).map(|li| &self.k.insts[li].op),
+                            Some(Op::Load { .. })
+                        );
+                    placed &= role == Role::A && !loaded_here;
+                    continue;
                 };
                 let st = &loads[i].stage;
                 let row_bytes = st.cols * st.kind.elem_bytes();
@@ -625,11 +638,12 @@ impl Lower<'_> {
                     || !readable
                     || (role == Role::A && !k_major)
                 {
-                    break;
+                    placed = false;
+                    continue;
                 }
                 slots.push(i);
             }
-            if slots.len() == 2 {
+            if placed {
                 for i in slots {
                     let st = &mut loads[i].stage;
                     st.panel_major = st.cols * st.kind.elem_bytes() > 128;

@@ -36,7 +36,7 @@
 use super::{Lower, R};
 use crate::mma_layout::{self as ml, MmaKind, Role, Stage};
 use crate::ptx::{Arg, Reg, RegClass};
-use tegula_ir::{Inst, Op};
+use tegula_ir::{Inst, Op, Value};
 
 use super::mma::{MmaPlan, SharedOperand};
 
@@ -83,15 +83,32 @@ fn step_offset(st: &Stage, row: u32, kk: u32) -> u32 {
     }
 }
 
+/// Where a `wgmma` reads its A operand.
+enum AOperand {
+    /// A pipeline slot (K-major): the stage and the descriptor's low word (this iteration's
+    /// slot and warpgroup) and high word.
+    Slot(Stage, Reg, Reg),
+    /// Registers: per (64-row block, k16 step), the four packed words of the fragment.
+    Registers(Vec<Vec<Reg>>),
+}
+
+/// The operand-layout counters (`ml::operand_a` with all warps along M) of element `e` of word
+/// `j` of the register-A fragment of 64-row block `rb`, k16 step `kk`: the `mma.sync` A
+/// fragment's, since per warp the ISA's wgmma A fragment is the m16n8k16 one (warp `w` of a
+/// warpgroup holds rows `16w..16w+15` of its 64; see the test).
+fn register_a_counters(rb: usize, kk: usize, j: usize, e: usize) -> [usize; 2] {
+    ml::a_counters(MmaKind::BF16, rb, kk, j, e)
+}
+
 impl Lower<'_> {
     /// Whether a dot of these sizes may run on `wgmma` (see the module doc); the pipeline
     /// decides whether its operands are in slots a descriptor can read.
-    /// A dot whose operands are not streamed (see [`Self::wgmma_operands_streamed`]) is no
-    /// candidate: `mma.sync` with all warps along M would be a poor plan for it.
+    /// A dot whose B is not streamed (see [`Self::wgmma_operands_placed`]) is no candidate:
+    /// `mma.sync` with all warps along M would be a poor plan for it.
     pub(crate) fn wgmma_candidate(&self, dot: Inst, kind: MmaKind, m: u32, n: u32, k: u32) -> bool {
         self.wgmma
             && matches!(kind, MmaKind::F16 | MmaKind::BF16)
-            && self.wgmma_operands_streamed(dot)
+            && self.wgmma_operands_placed(dot)
             && self.num_warps.is_multiple_of(4)
             && self.num_stages >= 2
             && m.is_multiple_of(16 * self.num_warps)
@@ -100,26 +117,32 @@ impl Lower<'_> {
             && k.is_multiple_of(16)
     }
 
-    /// Whether both operands of `dot` are loads (or their `.trans()`) in the dot's own block
-    /// with 4-, 8- or 16-byte accesses: what the pipeline copies into slots (`pipeline.rs`,
-    /// `plan_pipeline`, decides the rest).
-    fn wgmma_operands_streamed(&self, dot: Inst) -> bool {
+    /// Whether B of `dot` is a load (or its `.trans()`) in the dot's own block with 4-, 8- or
+    /// 16-byte accesses (what the pipeline copies into slots; `pipeline.rs`, `plan_pipeline`,
+    /// decides the rest), and A is either such a load or not loaded in that block at all: a
+    /// value in registers (FlashAttention's P, computed from the previous dot's accumulator,
+    /// or its loop-invariant Q), which the register form of `wgmma` reads.
+    fn wgmma_operands_placed(&self, dot: Inst) -> bool {
         let d = &self.k.insts[dot];
         let block = self.k.blocks.iter().find(|(_, b)| b.insts.contains(&dot));
         let Some((_, block)) = block else {
             return false;
         };
-        d.args[..2].iter().all(|&operand| {
+        let load_here = |operand: Value| {
             let (src, _) = self.untransposed(operand);
-            self.k.def_inst(src).is_some_and(|li| {
-                matches!(self.k.insts[li].op, Op::Load { .. })
-                    && block.insts.contains(&li)
-                    && matches!(self.access_vec(li) * 2, 4 | 8 | 16)
-            })
-        })
+            self.k
+                .def_inst(src)
+                .filter(|&li| matches!(self.k.insts[li].op, Op::Load { .. }))
+                .filter(|li| block.insts.contains(li))
+        };
+        let streamed = |operand: Value| {
+            load_here(operand).is_some_and(|li| matches!(self.access_vec(li) * 2, 4 | 8 | 16))
+        };
+        let (a, b) = (d.args[0], d.args[1]);
+        streamed(b) && (streamed(a) || load_here(a).is_none())
     }
 
-    /// `dot` on `wgmma` when the pipeline placed both operands for it; `false` (nothing
+    /// `dot` on `wgmma` when the pipeline placed its operands for it; `false` (nothing
     /// emitted) otherwise, and the dot goes to `mma.sync` with the same warps.
     pub(crate) fn lower_wgmma(&mut self, inst: Inst, plan: MmaPlan) -> R<bool> {
         if !self.pipe.wgmma_dots.contains(&inst) {
@@ -127,16 +150,43 @@ impl Lower<'_> {
         }
         let d = self.k.insts[inst].clone();
         let (a, b, c) = (d.args[0], d.args[1], d.args[2]);
-        let (Some(sa), Some(sb)) = (
-            self.slot_operand(a, Role::A, &plan),
-            self.slot_operand(b, Role::B, &plan),
-        ) else {
+        let Some(sb) = self.slot_operand(b, Role::B, &plan) else {
             return Ok(false);
         };
-        if !sa.stage.k_major {
+        let sa = self.slot_operand(a, Role::A, &plan);
+        if sa.is_some_and(|sa| !sa.stage.k_major) {
             return Ok(false);
         }
         let acc_l = ml::accumulator(plan.wm, plan.wn);
+        let cshape = self.k.ty(c).shape;
+        let gc = acc_l.geometry(&cshape);
+        let row_blocks = gc.n[0] / 2;
+        let n_tiles = gc.n[1] / 2;
+        let ksteps = plan.k / 16;
+        // A in registers: every word packed before `wgmma.fence` (the ISA wants the fence
+        // between the last ordinary write of an A register and the wgmma reading it).
+        let a_words = match sa {
+            Some(_) => None,
+            None => {
+                let regs = self.mma_operands(&[(a, Role::A)], &plan)?.remove(0);
+                let ga = plan.operand_geometry(Role::A);
+                let mut words = Vec::new();
+                for rb in 0..row_blocks {
+                    for kk in 0..ksteps as usize {
+                        let step: Vec<Reg> = (0..4)
+                            .map(|j| {
+                                let pair = (0..2)
+                                    .map(|e| regs[ga.index(&register_a_counters(rb, kk, j, e))])
+                                    .collect();
+                                self.b.op("mov.b32", RegClass::B32, vec![Arg::Vec(pair)])
+                            })
+                            .collect();
+                        words.push(step);
+                    }
+                }
+                Some(words)
+            }
+        };
         let init = self.get(c, &acc_l)?;
         // In flight into the next iteration: the carried registers themselves (a copy would
         // read them before the wait).
@@ -146,45 +196,56 @@ impl Lower<'_> {
         } else {
             self.copy_regs(&init)
         };
-        let cshape = self.k.ty(c).shape;
-        let gc = acc_l.geometry(&cshape);
-        let row_blocks = gc.n[0] / 2;
-        let n_tiles = gc.n[1] / 2;
-        let ksteps = plan.k / 16;
         let ty = match plan.kind {
             MmaKind::F16 => "f16",
             _ => "bf16",
         };
         self.b.comment(format!(
-            "dot {}x{}x{} on wgmma ({} warpgroups along M)",
+            "dot {}x{}x{} on wgmma ({} warpgroups along M, A from {})",
             plan.m,
             plan.n,
             plan.k,
-            plan.wm / 4
+            plan.wm / 4,
+            if sa.is_some() {
+                "shared memory"
+            } else {
+                "registers"
+            }
         ));
-        // This thread's warpgroup reads A from its first row: 64 rows per warpgroup.
+        // A from its slot: this thread's warpgroup reads it from its first row (64 rows per
+        // warpgroup).
         let warp = self.warp;
-        let pitch_a = sa.stage.row_pitch();
-        let a_start = self.b.in_prologue(|b| {
-            let wg = b.op("shr.u32", RegClass::B32, vec![warp.into(), Arg::Imm(2)]);
-            let off = b.op(
-                "mul.lo.u32",
-                RegClass::B32,
-                vec![wg.into(), Arg::Imm((64 * pitch_a) as i64)],
-            );
-            b.op(
-                "add.s32",
-                RegClass::B32,
-                vec![off.into(), Arg::Imm(sa.stage.offset as i64)],
-            )
-        });
-        let a_lo = self.descriptor_start(&sa, a_start);
+        let a_lo = match &sa {
+            Some(sa) => {
+                let pitch_a = sa.stage.row_pitch();
+                let a_start = self.b.in_prologue(|b| {
+                    let wg = b.op("shr.u32", RegClass::B32, vec![warp.into(), Arg::Imm(2)]);
+                    let off = b.op(
+                        "mul.lo.u32",
+                        RegClass::B32,
+                        vec![wg.into(), Arg::Imm((64 * pitch_a) as i64)],
+                    );
+                    b.op(
+                        "add.s32",
+                        RegClass::B32,
+                        vec![off.into(), Arg::Imm(sa.stage.offset as i64)],
+                    )
+                });
+                Some(self.descriptor_start(sa, a_start))
+            }
+            None => None,
+        };
         let b_start = self.imm(RegClass::B32, Arg::Imm(sb.stage.offset as i64));
         let b_lo = self.descriptor_start(&sb, b_start);
-        let (a_hi, b_hi) = (
-            self.imm(RegClass::B32, Arg::Imm(descriptor_high(&sa.stage) as i64)),
-            self.imm(RegClass::B32, Arg::Imm(descriptor_high(&sb.stage) as i64)),
-        );
+        let a = match (sa, a_lo, a_words) {
+            (Some(sa), Some(lo), _) => {
+                let hi = self.imm(RegClass::B32, Arg::Imm(descriptor_high(&sa.stage) as i64));
+                AOperand::Slot(sa.stage, lo, hi)
+            }
+            (_, _, Some(words)) => AOperand::Registers(words),
+            _ => return Ok(false),
+        };
+        let b_hi = self.imm(RegClass::B32, Arg::Imm(descriptor_high(&sb.stage) as i64));
         let scale_d = self.b.in_prologue(|b| {
             // True at run time (scale-d: add to the accumulator), from a register so that
             // the operand is a predicate as the instruction wants.
@@ -203,24 +264,34 @@ impl Lower<'_> {
         for rb in 0..row_blocks {
             let a_row = 16 * plan.wm * rb as u32;
             for kk in 0..ksteps {
-                let da = self.descriptor(a_lo, a_hi, step_offset(&sa.stage, a_row, kk));
+                // A from shared memory: `d, a-desc, b-desc, scale-d, scale-a, scale-b, trans-a,
+                // trans-b`; from registers: `d, {a0..a3}, b-desc, ..., scale-b, trans-b` (no
+                // trans-a).
+                let (a_arg, trans_a) = match &a {
+                    AOperand::Slot(st, lo, hi) => {
+                        let da = self.descriptor(*lo, *hi, step_offset(st, a_row, kk));
+                        (da.into(), Some(Arg::Imm(0)))
+                    }
+                    AOperand::Registers(words) => {
+                        let step = &words[rb * ksteps as usize + kk as usize];
+                        (Arg::Vec(step.clone()), None)
+                    }
+                };
                 let db = self.descriptor(b_lo, b_hi, step_offset(&sb.stage, 0, kk));
                 let regs: Vec<Reg> = (0..n_tiles * 4)
                     .map(|i| acc[gc.index(&ml::c_counters(rb, i / 4, i % 4))])
                     .collect();
-                self.b.emit(
-                    opcode.clone(),
-                    vec![
-                        Arg::Vec(regs),
-                        da.into(),
-                        db.into(),
-                        scale_d.into(),
-                        Arg::Imm(1),
-                        Arg::Imm(1),
-                        Arg::Imm(0),
-                        Arg::Imm(trans_b),
-                    ],
-                );
+                let mut args = vec![
+                    Arg::Vec(regs),
+                    a_arg,
+                    db.into(),
+                    scale_d.into(),
+                    Arg::Imm(1),
+                    Arg::Imm(1),
+                ];
+                args.extend(trans_a);
+                args.push(Arg::Imm(trans_b));
+                self.b.emit(opcode.clone(), args);
             }
         }
         self.b.emit("wgmma.commit_group.sync.aligned", vec![]);
@@ -340,6 +411,48 @@ mod tests {
             k_major,
             offset: 4096,
             panel_major: cols * 2 > 128,
+        }
+    }
+
+    /// Register A: the elements each thread packs into word `j` of k16 step `kk` of 64-row
+    /// block `rb` (through the operand layout with all warps along M) are those the PTX ISA's
+    /// wgmma `.m64nNk16` A fragment gives it, stated here independently: in warpgroup `g` of
+    /// block `rb`, warp `w` (of 4) holds rows `16w..16w+15`; lane (`q = lane / 4`, `t = lane %
+    /// 4`) holds a0, a1 at row `q`, columns `2t, 2t+1`; a2, a3 at row `q + 8`; a4..a7 the same
+    /// 8 columns on. Rows of block `rb` start at `rb * 16 * warps`, warpgroup `g`'s at `64g`.
+    #[test]
+    fn register_a_fragments_are_the_isa_layout() {
+        for (m, k, warps) in [(64, 64, 4), (128, 128, 8), (128, 64, 4), (256, 32, 8)] {
+            let layout = ml::operand_a(MmaKind::BF16, warps);
+            let shape = tegula_ir::Shape::new(&[m as usize, k as usize]).expect("rank 2");
+            let g = layout.geometry(&shape);
+            for thread in 0..32 * warps {
+                let elements = layout.thread_elements(&shape, thread);
+                let (warp, lane) = (thread / 32, thread % 32);
+                let (q, t) = (lane / 4, lane % 4);
+                for rb in 0..m / (16 * warps) {
+                    for kk in 0..k / 16 {
+                        for j in 0..4 {
+                            for e in 0..2 {
+                                let c = register_a_counters(rb as usize, kk as usize, j, e);
+                                let at = elements[g.index(&c)];
+                                let a = 2 * j as u32 + e as u32;
+                                let row = rb * 16 * warps
+                                    + 64 * (warp / 4)
+                                    + 16 * (warp % 4)
+                                    + q
+                                    + 8 * ((a / 2) % 2);
+                                let col = 16 * kk + 8 * (a / 4) + 2 * t + a % 2;
+                                assert_eq!(
+                                    at,
+                                    u64::from(row * k + col),
+                                    "{m}x{k} {warps} warps thread {thread} block {rb} step {kk} a{a}"
+                                );
+                            }
+                        }
+                    }
+                }
+            }
         }
     }
 
