@@ -217,7 +217,8 @@ const ATTENTION_TILES: [(usize, usize, usize, u32, u32); 4] = [
 /// the previous dot's accumulator after the softmax; V N-major, `trans-b` 1) both on the
 /// register-A form of wgmma, one instruction per k16 step and 64-row block of a warpgroup; no
 /// `ldmatrix` or `mma.sync` in the loop. In the loop: the first dot's refill between its commit and
-/// its wait, and the second dot's fence after the first's wait (no overlap of the two).
+/// its wait, and the second dot's fence after the first's wait (no overlap of the two); Q's
+/// words packed before the loop.
 #[test]
 fn attention_dots_run_on_wgmma() {
     for (bm, bn, d, warps, stages) in ATTENTION_TILES {
@@ -264,6 +265,13 @@ fn attention_dots_run_on_wgmma() {
             let second = at("wgmma.fence", fence + 1);
             assert!(refill < wait && wait < second, "{what}");
             assert_eq!(text.matches("wgmma.fence").count(), 2, "{what}");
+            // Q's words are packed once, before the loop; in the loop only P's.
+            let body = &text[text.find("\n$L_for").unwrap()..text.find("\n$L_endfor").unwrap()];
+            let packs = body
+                .lines()
+                .filter(|l| l.starts_with("\tmov.b32 %r") && l.contains(", {%h"))
+                .count();
+            assert_eq!(packs, 4 * blocks * bn / 16, "{what}");
         }
     }
     // The unmasked and masked loops: two dots each.

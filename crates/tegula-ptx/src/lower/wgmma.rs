@@ -36,6 +36,7 @@
 use super::{Lower, R};
 use crate::mma_layout::{self as ml, MmaKind, Role, Stage};
 use crate::ptx::{Arg, Reg, RegClass};
+use tegula_ir::fast_hash::HashMap;
 use tegula_ir::{Inst, Op, Value};
 
 use super::mma::{MmaPlan, SharedOperand};
@@ -167,25 +168,7 @@ impl Lower<'_> {
         // between the last ordinary write of an A register and the wgmma reading it).
         let a_words = match sa {
             Some(_) => None,
-            None => {
-                let regs = self.mma_operands(&[(a, Role::A)], &plan)?.remove(0);
-                let ga = plan.operand_geometry(Role::A);
-                let mut words = Vec::new();
-                for rb in 0..row_blocks {
-                    for kk in 0..ksteps as usize {
-                        let step: Vec<Reg> = (0..4)
-                            .map(|j| {
-                                let pair = (0..2)
-                                    .map(|e| regs[ga.index(&register_a_counters(rb, kk, j, e))])
-                                    .collect();
-                                self.b.op("mov.b32", RegClass::B32, vec![Arg::Vec(pair)])
-                            })
-                            .collect();
-                        words.push(step);
-                    }
-                }
-                Some(words)
-            }
+            None => Some(self.register_a_words(a, &plan, row_blocks, ksteps as usize)?),
         };
         let init = self.get(c, &acc_l)?;
         // In flight into the next iteration: the carried registers themselves (a copy would
@@ -309,6 +292,64 @@ impl Lower<'_> {
         }
         self.define(d.results[0], &acc_l, acc);
         Ok(true)
+    }
+
+    /// A register operand's packed words, per (64-row block, k16 step), for `wgmma`'s register
+    /// form. A value from outside the loop (Q) is packed once, at the hoist point of the first
+    /// body inside its scope: packed in the loop, ptxas copies it into the wgmma's operand
+    /// registers every iteration (64 moves a step at 128x64, D = 128, 8 warps; 232 registers
+    /// against 199 packed once).
+    fn register_a_words(
+        &mut self,
+        a: Value,
+        plan: &MmaPlan,
+        row_blocks: usize,
+        ksteps: usize,
+    ) -> R<Vec<Vec<Reg>>> {
+        let home = self.home_scope(a, &mut HashMap::default());
+        let here = self.current_scope();
+        let point = self.scopes[(home + 1).min(here + 1)..=here]
+            .iter()
+            .find_map(|s| s.hoist_point);
+        let saved = point.map(|p| {
+            (
+                self.b.set_hoist_target(Some(p)),
+                self.hoisting_into.replace(home),
+            )
+        });
+        let words = self.pack_register_a(a, plan, row_blocks, ksteps);
+        if let Some((target, scope)) = saved {
+            self.b.set_hoist_target(target);
+            self.hoisting_into = scope;
+        }
+        words
+    }
+
+    /// [`Self::register_a_words`] where the code is emitted now.
+    fn pack_register_a(
+        &mut self,
+        a: Value,
+        plan: &MmaPlan,
+        row_blocks: usize,
+        ksteps: usize,
+    ) -> R<Vec<Vec<Reg>>> {
+        let regs = self.mma_operands(&[(a, Role::A)], plan)?.remove(0);
+        let ga = plan.operand_geometry(Role::A);
+        let mut words = Vec::new();
+        for rb in 0..row_blocks {
+            for kk in 0..ksteps {
+                let step: Vec<Reg> = (0..4)
+                    .map(|j| {
+                        let pair = (0..2)
+                            .map(|e| regs[ga.index(&register_a_counters(rb, kk, j, e))])
+                            .collect();
+                        self.b.op("mov.b32", RegClass::B32, vec![Arg::Vec(pair)])
+                    })
+                    .collect();
+                words.push(step);
+            }
+        }
+        Ok(words)
     }
 
     /// The descriptor's low word for this iteration's slot without the step offset:
