@@ -1,15 +1,25 @@
 //! `dot` on Hopper's `wgmma.mma_async` (sm_90a), when the kernel asks for it
-//! ([`tegula_ir::KernelHints::wgmma`]; the matmul's `WGMMA=1`). The facts used here were
-//! checked on the H200 by `tegula-cuda`'s `wgmma_probe` example (docs/perf-notes.md).
+//! ([`tegula_ir::KernelHints::wgmma`]; the matmul's and the attention forward's `WGMMA=1`).
+//! The facts used here were checked on the H200 by `tegula-cuda`'s `wgmma_probe` example
+//! (docs/perf-notes.md).
 //!
-//! Which dots: f16/bf16 with both operands in a software pipeline's slots (`pipeline.rs`),
-//! each slot read by this dot only, A stored K-major (`[M, K]` rows) and B either way; M a
-//! multiple of 16 x warps (the warps form `warps / 4` warpgroups along M, each owning 64 rows
-//! of every `16 x warps`), N from 8 to 256 (one instruction covers the warpgroup's whole N).
+//! Which dots: f16/bf16 in a software pipeline's loop (`pipeline.rs`) with B in one of its
+//! slots, stored either way, and A either in a slot too, stored K-major (`[M, K]` rows; the
+//! matmul), or in registers: a value not loaded in the loop body (FlashAttention's Q, loaded
+//! before the loop, and P, the previous dot's accumulator after the softmax), read by the
+//! register form of the instruction. Each slot read by this dot only; M a multiple of 16 x
+//! warps (the warps form `warps / 4` warpgroups along M, each owning 64 rows of every
+//! `16 x warps`), N from 8 to 256 (one instruction covers the warpgroup's whole N).
 //! Slots are those the pipeline already writes (our XOR swizzle is wgmma's for 64- and
 //! 128-byte rows) except that wider rows are stored as panels of 128-byte rows
 //! ([`crate::mma_layout::Stage::panel_major`]), and every slot starts at a multiple of 1024
 //! bytes (the swizzle pattern's period in the address bits). Other dots keep `mma.sync`.
+//!
+//! Register A: per warp, the ISA's wgmma A fragment of a k16 step is the `mma.sync`
+//! m16n8k16 one (four words: rows `g` and `g + 8`, columns `2t..` and `8 + 2t..`), with warp
+//! `w` of a warpgroup on rows `16w..16w+15` of its 64: the `mma.sync` A layout with all warps
+//! along M, which is what a chained dot's accumulator already is (so P needs no conversion).
+//! Every word is packed before `wgmma.fence`; a loop-invariant A once, before the loop.
 //!
 //! Accumulators: warp `w` of a warpgroup holds rows `16w..16w+15` of its 64, register `d[i]`
 //! of lane `(g, t)` row `g + 8 ((i >> 1) & 1)` and column `8 (i >> 2) + 2t + (i & 1)`: the
@@ -26,6 +36,10 @@
 //! refill of the slot read last iteration (cp.async)
 //! wgmma.wait_group 0                          (before the next barrier lets the slot refill)
 //! ```
+//!
+//! A loop with two dots (FlashAttention: `Q K^T`, the softmax, `P V`) runs each as above, the
+//! first taking the refill (the slot of K and V read last iteration, whose wgmmas every warp
+//! waited for before this iteration's barrier); the softmax reads S after its wait.
 //!
 //! Descriptor (64 bits): start address >> 4 in bits 0-13, leading byte offset >> 4 in 16-29,
 //! stride byte offset >> 4 in 32-45, swizzle mode in 62-63 (1: 128 bytes, 2: 64 bytes).
