@@ -3503,27 +3503,49 @@ fn wgmma_reads_are_ordered_only_for_their_own_warpgroup() {
     assert!(err.contains("while another thread reads it"), "{err}");
 }
 
-/// FlashAttention's forward asked for wgmma on sm_90a, against the online-softmax reference.
-/// Both dots take wgmma where the lowering puts them there (A from registers: Q, then P);
-/// elsewhere they stay on `mma.sync` and this is one more attention check.
+/// FlashAttention's forward asked for wgmma on sm_90a, against the online-softmax reference:
+/// both dots on wgmma with A from registers (Q, packed once before the loop, and P, the first
+/// dot's accumulator after the softmax; Q resident in shared memory at 128 rows over 4 warps
+/// is read into registers first), two warpgroups or one, two 64-row blocks a warpgroup, K
+/// and V slots of 64- to 256-byte rows, 2 and 3 stages; and the two-loop kernel (the
+/// library's unmasked and masked loops), whose four dots all take wgmma.
 #[test]
 fn attention_with_the_wgmma_hint_matches() {
-    for (dt, bm, bn, d, warps, stages) in [
-        (DType::BF16, 64, 64, 64, 4, 2),
-        (DType::F16, 64, 32, 32, 4, 3),
-        (DType::BF16, 128, 64, 128, 8, 2),
-        (DType::BF16, 128, 64, 128, 4, 2),
+    for (dt, bm, bn, d, warps, stages, split) in [
+        (DType::BF16, 64, 64, 64, 4, 2, false),
+        (DType::F16, 64, 32, 32, 4, 3, false),
+        (DType::BF16, 128, 64, 128, 8, 2, false),
+        (DType::BF16, 128, 64, 128, 4, 2, false),
+        (DType::F16, 128, 128, 64, 8, 3, false),
+        (DType::BF16, 64, 64, 128, 4, 2, true),
+        (DType::F16, 128, 32, 64, 8, 2, true),
     ] {
-        let mut kern = flash_attention(dt, bm, bn, d);
+        let mut kern = if split {
+            flash_attention_two_loops(dt, bm, bn, d)
+        } else {
+            flash_attention(dt, bm, bn, d)
+        };
         kern.hints.wgmma = true;
         let c = compiled(&kern, 90, warps, stages);
+        let what = format!(
+            "attention, wgmma hint, {dt} {bm}x{bn}x{d} {warps}w {stages}s, two loops {split}"
+        );
+        // Each loop: both dots, one wgmma a k16 step and 64-row block of a warpgroup.
+        let loops = if split { 2 } else { 1 };
+        let blocks = bm / (16 * warps as usize);
+        assert_eq!(
+            c.ptx.matches("wgmma.mma_async").count(),
+            loops * blocks * (d + bn) / 16,
+            "{what}"
+        );
+        assert!(!c.ptx.contains("mma.sync.aligned.m16n8k16"), "{what}");
         let nk = 3 * bn;
         let (qv, kv, vv) = (values(bm * d, 11), values(nk * d, 13), values(nk * d, 17));
         let scale = 0.7f32;
         let (want, _) = attention_reference(dt, [&qv, &kv, &vv], (bm, bn, d), scale);
         let out = vec![0u8; bm * d * 2];
         let (qb, kb, vb) = (encode(dt, &qv), encode(dt, &kv), encode(dt, &vv));
-        let args = [
+        let mut args = vec![
             Arg::Buf(&qb),
             Arg::Buf(&kb),
             Arg::Buf(&vb),
@@ -3531,6 +3553,10 @@ fn attention_with_the_wgmma_hint_matches() {
             Arg::I32(nk as i32),
             Arg::F32(scale),
         ];
+        // The two loops split the keys after the first block.
+        if split {
+            args.push(Arg::I32(bn as i32));
+        }
         let names = param_names(&kern);
         let bufs = run_ptx(
             &c.ptx,
@@ -3542,7 +3568,6 @@ fn attention_with_the_wgmma_hint_matches() {
         );
         let got = decode(dt, &bufs[3]);
         let ones = vec![1f64; bm * d];
-        let what = format!("attention, wgmma hint, {dt} {bm}x{bn}x{d} {warps}w {stages}s");
         assert_close(&got, &want, &ones, 2e-2, &what);
     }
 }
