@@ -494,7 +494,9 @@ fn check_typed<T: Element>(dev: &Device, shape: &[usize]) -> Result<CheckReport>
     );
     let mut runs = vec![options];
     let mut label = format!("{} causal={causal}", dims.describe());
-    if crate::matmul::wgmma_forced() && matches!(T::DTYPE, DType::F16 | DType::BF16) {
+    if (dev.has_wgmma() || crate::matmul::wgmma_forced())
+        && matches!(T::DTYPE, DType::F16 | DType::BF16)
+    {
         // The wgmma tile variants besides the tuned one (outputs poisoned): 1 or 2
         // warpgroups, two 64-row blocks a warpgroup, N from 32 to 128.
         for (bm, bn, warps, stages) in WGMMA_CHECKED {
@@ -545,7 +547,8 @@ fn check_typed<T: Element>(dev: &Device, shape: &[usize]) -> Result<CheckReport>
     Ok(report.expect("the tuned run at least"))
 }
 
-/// Tiles `tegula check attention` runs besides the tuned one when `TEGULA_WGMMA=1`:
+/// Tiles `tegula check attention` runs on wgmma besides the tuned one, on a device with wgmma
+/// or with `TEGULA_WGMMA=1`:
 /// (BLOCK_M, BLOCK_N, warps, stages).
 const WGMMA_CHECKED: [(usize, usize, u32, u32); 4] = [
     (128, 64, 8, 2),
