@@ -59,7 +59,8 @@ pub struct BenchArgs {
     /// kernels); `BLOCK_M`, `BLOCK_N`,
     /// `SPLITS`, `TF32X3=0|1` for attention_seed's fast path, `WALKTHROUGH=1` for the
     /// walkthrough's kernel as written; `BLOCK_M`, `BLOCK_N`, `warps`, `stages` for
-    /// attention and attention_backward; `BLOCK_M`, `BLOCK_N`, `BLOCK_K`, `GROUP_M`,
+    /// attention and attention_backward (and `WGMMA` for attention's forward); `BLOCK_M`,
+    /// `BLOCK_N`, `BLOCK_K`, `GROUP_M`,
     /// `PERSISTENT`, `WGMMA`, `warps`, `stages` for matmul.
     #[arg(long)]
     pub config: Vec<String>,
