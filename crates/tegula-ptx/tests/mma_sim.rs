@@ -3505,10 +3505,10 @@ fn wgmma_reads_are_ordered_only_for_their_own_warpgroup() {
 
 /// FlashAttention's forward asked for wgmma on sm_90a, against the online-softmax reference:
 /// both dots on wgmma with A from registers (Q, packed once before the loop, and P, the first
-/// dot's accumulator after the softmax; Q resident in shared memory at 128 rows over 4 warps
-/// is read into registers first), two warpgroups or one, two 64-row blocks a warpgroup, K
-/// and V slots of 64- to 256-byte rows, 2 and 3 stages; and the two-loop kernel (the
-/// library's unmasked and masked loops), whose four dots all take wgmma.
+/// dot's accumulator after the softmax), two warpgroups or one, two 64-row blocks a
+/// warpgroup, K and V slots of 64- to 256-byte rows, 2 and 3 stages; Q resident in shared
+/// memory (128 x 128 over 4 warps) with `Q K^T` on mma.sync and `P V` on wgmma in one loop;
+/// and the two-loop kernel (the library's unmasked and masked loops).
 #[test]
 fn attention_with_the_wgmma_hint_matches() {
     for (dt, bm, bn, d, warps, stages, split) in [
@@ -3530,15 +3530,23 @@ fn attention_with_the_wgmma_hint_matches() {
         let what = format!(
             "attention, wgmma hint, {dt} {bm}x{bn}x{d} {warps}w {stages}s, two loops {split}"
         );
-        // Each loop: both dots, one wgmma a k16 step and 64-row block of a warpgroup.
+        // Each loop: both dots, one wgmma a k16 step and 64-row block of a warpgroup; a Q
+        // resident in shared memory (over 32 registers a thread: 128 x 128 over 4 warps)
+        // keeps Q K^T on mma.sync, which reads it a k-step at a time.
         let loops = if split { 2 } else { 1 };
         let blocks = bm / (16 * warps as usize);
+        let q_resident = bm * d / (64 * warps as usize) > 32;
+        let k_steps = if q_resident { bn / 16 } else { (d + bn) / 16 };
         assert_eq!(
             c.ptx.matches("wgmma.mma_async").count(),
-            loops * blocks * (d + bn) / 16,
+            loops * blocks * k_steps,
             "{what}"
         );
-        assert!(!c.ptx.contains("mma.sync.aligned.m16n8k16"), "{what}");
+        assert_eq!(
+            c.ptx.contains("mma.sync.aligned.m16n8k16"),
+            q_resident,
+            "{what}"
+        );
         let nk = 3 * bn;
         let (qv, kv, vv) = (values(bm * d, 11), values(nk * d, 13), values(nk * d, 17));
         let scale = 0.7f32;

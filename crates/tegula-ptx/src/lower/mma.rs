@@ -440,6 +440,12 @@ impl Lower<'_> {
             .op("mov.b32", RegClass::B32, vec![Arg::Vec(el.to_vec())])
     }
 
+    /// Whether the loop-invariant operand `v` stays resident in shared memory for `role` (see
+    /// [`HOISTED_OPERAND_REGS`]).
+    pub(crate) fn is_resident(&self, v: Value, role: Role) -> bool {
+        self.mma.resident.contains_key(&(v, role))
+    }
+
     /// Where operand `v` is in this iteration's pipeline slot, when the dot reads it from
     /// there (as [`Self::shared_operand`] finds it).
     pub(crate) fn slot_operand(

@@ -626,7 +626,10 @@ impl Lower<'_> {
                             self.k.def_inst(src).map(|li| &self.k.insts[li].op),
                             Some(Op::Load { .. })
                         );
-                    placed &= role == Role::A && !loaded_here;
+                    // A resident A (a Q too large for registers) stays on `mma.sync`, which
+                    // reads it from shared memory a k-step at a time; wgmma's register form
+                    // would hold all of it across the loop (D = 256: 268 bytes of spills).
+                    placed &= role == Role::A && !loaded_here && !self.is_resident(operand, role);
                     continue;
                 };
                 let st = &loads[i].stage;

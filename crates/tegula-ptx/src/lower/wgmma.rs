@@ -7,7 +7,9 @@
 //! slots, stored either way, and A either in a slot too, stored K-major (`[M, K]` rows; the
 //! matmul), or in registers: a value not loaded in the loop body (FlashAttention's Q, loaded
 //! before the loop, and P, the previous dot's accumulator after the softmax), read by the
-//! register form of the instruction. Each slot read by this dot only; M a multiple of 16 x
+//! register form of the instruction; not an A kept resident in shared memory because its
+//! fragments would not fit in registers (`HOISTED_OPERAND_REGS`: Q at D = 256, or 128 x 128
+//! over 4 warps), which stays on `mma.sync`. Each slot read by this dot only; M a multiple of 16 x
 //! warps (the warps form `warps / 4` warpgroups along M, each owning 64 rows of every
 //! `16 x warps`), N from 8 to 256 (one instruction covers the warpgroup's whole N).
 //! Slots are those the pipeline already writes (our XOR swizzle is wgmma's for 64- and
