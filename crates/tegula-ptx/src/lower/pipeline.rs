@@ -618,14 +618,10 @@ impl Lower<'_> {
                 let (src, permuted) = self.untransposed(operand);
                 let k_major = (role == Role::A) != permuted;
                 let Some(i) = loads.iter().position(|l| l.value == src) else {
-                    let loaded_here = self
-                        .k
-                        .def_inst(src)
-                        .is_some_and(|li| body_insts.contains(&li))
-                        && matches!(
-                            self.k.def_inst(src).map(|li| &self.k.insts[li].op),
-                            Some(Op::Load { .. })
-                        );
+                    // Not in a slot: only an A in registers, not loaded in the body.
+                    let loaded_here = self.k.def_inst(src).is_some_and(|li| {
+                        body_insts.contains(&li) && matches!(self.k.insts[li].op, Op::Load { .. })
+                    });
                     // A resident A (a Q too large for registers) stays on `mma.sync`, which
                     // reads it from shared memory a k-step at a time; wgmma's register form
                     // would hold all of it across the loop (D = 256: 268 bytes of spills).
