@@ -288,8 +288,8 @@ fn resolve<T: Element>(
     let held = [("block_m", options.block_m), ("block_n", options.block_n)];
     let mut key =
         super::key(dims, T::DTYPE, options.causal) + &tuned::held_suffix(&held, options.config);
-    if wgmma(options) {
-        // Timed on wgmma: a choice of its own.
+    if wgmma(options) && matches!(T::DTYPE, DType::F16 | DType::BF16) {
+        // Timed on wgmma (f32 dots never take it): a choice of its own.
         key += ",WGMMA=1";
     }
     let candidates = super::forward_candidates(dims, T::DTYPE, options);
