@@ -823,8 +823,8 @@ pub(crate) fn attention_options(c: &Config, base: AttentionOptions) -> Result<At
         block_n: size("BLOCK_N")?,
         config: c.launch_config(),
         wgmma: match c.get("WGMMA").unwrap_or(0) {
-            0 => false,
-            1 => true,
+            0 => Some(false),
+            1 => Some(true),
             v => return Err(invalid(format!("--config WGMMA={v} (0 or 1)"))),
         },
         ..base

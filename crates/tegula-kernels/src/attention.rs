@@ -78,11 +78,13 @@ pub struct AttentionOptions {
     pub block_n: usize,
     /// Warps and pipeline stages on the GPU (the interpreter ignores them), or [`AUTO_LAUNCH`].
     pub config: LaunchConfig,
-    /// Asks the GPU lowering to run the forward's two dots on Hopper's `wgmma` (sm_90a,
-    /// f16/bf16; tegula-ptx's `lower/wgmma.rs` says which tiles qualify: BLOCK_M a multiple
-    /// of 16 x warps, warps a multiple of 4, pipelined; others keep `mma.sync`). A lowering
-    /// choice only: results are the same. Not a tuner candidate; the backward ignores it.
-    pub wgmma: bool,
+    /// Hopper's `wgmma` for the forward's two dots (sm_90a, f16/bf16; tegula-ptx's
+    /// `lower/wgmma.rs` says which tiles qualify: BLOCK_M a multiple of 16 x warps, warps a
+    /// multiple of 4, pipelined; others keep `mma.sync`): `Some(true)` asks for it,
+    /// `Some(false)` keeps `mma.sync`, `None` is the tuner's (on a device with wgmma, twins of
+    /// the candidates it takes: [`forward_candidates`]). A lowering choice only: results are
+    /// the same. The backward ignores it.
+    pub wgmma: Option<bool>,
 }
 
 impl Default for AttentionOptions {
@@ -93,7 +95,7 @@ impl Default for AttentionOptions {
             block_m: AUTO,
             block_n: AUTO,
             config: AUTO_LAUNCH,
-            wgmma: false,
+            wgmma: None,
         }
     }
 }

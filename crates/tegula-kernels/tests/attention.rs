@@ -450,7 +450,7 @@ fn forward_with_the_wgmma_option() {
                 num_warps: 4,
                 num_stages: 2,
             },
-            wgmma: true,
+            wgmma: Some(true),
             ..Default::default()
         };
         check_forward::<bf16>(&dev, dims(1, 2, 1, 70, 45, 64), options, Layout::Bhnd);
@@ -461,7 +461,7 @@ fn forward_with_the_wgmma_option() {
         let v = dev.randn::<bf16>(d.kv_shape()).unwrap();
         let (on, lse_on) = attention::forward(&q, &k, &v, &options).unwrap();
         let off = AttentionOptions {
-            wgmma: false,
+            wgmma: Some(false),
             ..options
         };
         let (off, lse_off) = attention::forward(&q, &k, &v, &off).unwrap();

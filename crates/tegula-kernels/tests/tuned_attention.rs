@@ -57,7 +57,7 @@ fn default_options_are_tuned() {
 #[test]
 fn forward_candidates_for_long_sequences() {
     let dm = dims(4, 32, 32, 4096, 4096, 128);
-    let cands = forward_candidates(&dm, DType::BF16, &AttentionOptions::causal());
+    let cands = forward_candidates(&dm, DType::BF16, &AttentionOptions::causal(), false);
     assert_eq!(blocks(&cands[0]), (64, 64, 4, 2));
     assert!(cands.len() >= 10, "{} candidates", cands.len());
     for c in &cands {
@@ -94,10 +94,11 @@ fn forward_candidates_for_long_sequences() {
         &dims(4, 32, 32, 4096, 4096, 64),
         DType::BF16,
         &Default::default(),
+        false,
     );
     assert!(d64.iter().any(|c| blocks(c) == (128, 64, 4, 2)));
     // f32 is not pipelined: one stage.
-    let f32s = forward_candidates(&dm, DType::F32, &Default::default());
+    let f32s = forward_candidates(&dm, DType::F32, &Default::default(), false);
     assert!(f32s.iter().all(|c| c.config.num_stages == 1));
 }
 
@@ -105,7 +106,7 @@ fn forward_candidates_for_long_sequences() {
 fn pruning_removes_oversize_blocks_for_short_sequences() {
     let dm = dims(1, 2, 1, 5, 20, 64);
     for cands in [
-        forward_candidates(&dm, DType::F16, &Default::default()),
+        forward_candidates(&dm, DType::F16, &Default::default(), false),
         backward_candidates(&dm, DType::F16, &Default::default()),
     ] {
         assert!(!cands.is_empty());
@@ -118,7 +119,7 @@ fn pruning_removes_oversize_blocks_for_short_sequences() {
     }
     // D = 256 leaves no 128-row block with 4 warps.
     let big_d = dims(1, 8, 8, 2048, 2048, 256);
-    let cands = forward_candidates(&big_d, DType::BF16, &Default::default());
+    let cands = forward_candidates(&big_d, DType::BF16, &Default::default(), false);
     assert!(!cands.is_empty());
     assert!(!cands
         .iter()
@@ -165,7 +166,7 @@ fn set_options_are_held() {
         sm_scale: Some(0.5),
         ..AttentionOptions::causal()
     };
-    let cands = forward_candidates(&dm, DType::F16, &fixed_m);
+    let cands = forward_candidates(&dm, DType::F16, &fixed_m, false);
     assert!(cands.len() > 1);
     assert!(cands
         .iter()
@@ -221,7 +222,7 @@ fn the_wrappers_take_the_tuned_path_unless_options_are_full() {
         let causal = AttentionOptions::causal();
         // On the interpreter the tuner answers with the first candidate for this shape.
         let fwd = forward_config(&p.q, &p.k, &p.v, &out, &lse, &causal).unwrap();
-        assert_eq!(fwd, forward_candidates(&dm, DType::F16, &causal)[0]);
+        assert_eq!(fwd, forward_candidates(&dm, DType::F16, &causal, false)[0]);
         assert!(!fwd.is_tuned() && fwd.causal);
         let (dq, dk, dv) = (
             dev.zeros::<f16>(dm.q_shape()).unwrap(),
@@ -249,8 +250,18 @@ fn the_wrappers_take_the_tuned_path_unless_options_are_full() {
         );
     }
     // The choice depends on the shape.
-    let short = forward_candidates(&dims(1, 2, 1, 9, 40, 24), DType::F16, &Default::default());
-    let long = forward_candidates(&dims(1, 2, 2, 100, 70, 64), DType::F16, &Default::default());
+    let short = forward_candidates(
+        &dims(1, 2, 1, 9, 40, 24),
+        DType::F16,
+        &Default::default(),
+        false,
+    );
+    let long = forward_candidates(
+        &dims(1, 2, 2, 100, 70, 64),
+        DType::F16,
+        &Default::default(),
+        false,
+    );
     assert_ne!(short[0], long[0]);
     // Half-set launch options are an error.
     let p = problem::<f32>(&dev, dims(1, 1, 1, 4, 4, 16));
@@ -330,4 +341,57 @@ fn tuned_results_match_float64() {
     check_tuned::<f16>(&dev, dims(1, 2, 1, 45, 71, 64), true);
     check_tuned::<bf16>(&dev, dims(2, 2, 2, 33, 19, 24), false);
     check_tuned::<f32>(&dev, dims(1, 3, 1, 70, 70, 80), true);
+}
+
+/// On a device with wgmma, the forward's pipelined candidates whose tiles the lowering takes
+/// get wgmma twins: 16 rows a warp in each row block, warps in warpgroups, 2 stages or more,
+/// head-dim rows of 64 bytes or multiples of 128, Q in registers; none for f32, none when the caller
+/// holds the choice.
+#[test]
+fn hopper_adds_wgmma_twins_to_the_forward() {
+    let dm = dims(4, 32, 32, 1024, 1024, 128);
+    let plain = forward_candidates(&dm, DType::BF16, &Default::default(), false);
+    let cands = forward_candidates(&dm, DType::BF16, &Default::default(), true);
+    assert_eq!(cands[0], plain[0], "the default stays mma.sync");
+    assert!(plain.iter().all(|c| c.wgmma.is_none()));
+    let twins: Vec<_> = cands.iter().filter(|c| c.wgmma == Some(true)).collect();
+    assert_eq!(cands.len() - twins.len(), plain.len());
+    for t in &twins {
+        let w = t.config.num_warps as usize;
+        assert!(t.config.num_stages >= 2 && w.is_multiple_of(4), "{t:?}");
+        assert!(t.block_m % (16 * w) == 0 && t.block_n % 16 == 0, "{t:?}");
+        // Q's fragments in registers: at most 32 a thread.
+        assert!(t.block_m * 128 * 2 / 4 / (32 * w) <= 32, "{t:?}");
+        assert!(plain.contains(&AttentionOptions { wgmma: None, ..**t }));
+    }
+    let has = |bm, bn, w, s| {
+        twins
+            .iter()
+            .any(|t| (t.block_m, t.block_n, t.config) == (bm, bn, launch(w, s)))
+    };
+    assert!(has(128, 128, 8, 2), "the H200's fastest 1k tile");
+    assert!(has(128, 64, 8, 3));
+    assert!(
+        !has(128, 64, 4, 2),
+        "Q too large for registers: 64 words a thread"
+    );
+    assert!(
+        forward_candidates(&dm, DType::F32, &Default::default(), true)
+            .iter()
+            .all(|c| c.wgmma.is_none())
+    );
+    let held = AttentionOptions {
+        wgmma: Some(false),
+        ..Default::default()
+    };
+    assert!(forward_candidates(&dm, DType::BF16, &held, true)
+        .iter()
+        .all(|c| c.wgmma == Some(false)));
+    // D = 16: 32-byte rows, which wgmma's swizzled layouts do not take.
+    let d16 = dims(4, 32, 32, 1024, 1024, 16);
+    assert!(
+        forward_candidates(&d16, DType::BF16, &Default::default(), true)
+            .iter()
+            .all(|c| c.wgmma.is_none())
+    );
 }

@@ -282,18 +282,22 @@ fn resolve<T: Element>(
     options: &AttentionOptions,
     dims: &Dims,
 ) -> Result<AttentionOptions> {
-    if !options.is_tuned() {
+    if !options.is_tuned() && options.wgmma.is_some() {
         return Ok(*options);
     }
     let held = [("block_m", options.block_m), ("block_n", options.block_n)];
     let mut key =
         super::key(dims, T::DTYPE, options.causal) + &tuned::held_suffix(&held, options.config);
-    if wgmma(options) && matches!(T::DTYPE, DType::F16 | DType::BF16) {
-        // Timed on wgmma (f32 dots never take it): a choice of its own.
-        key += ",WGMMA=1";
+    if matches!(T::DTYPE, DType::F16 | DType::BF16) {
+        // A held choice is a key of its own (f32 dots never take wgmma).
+        if wgmma(options) {
+            key += ",WGMMA=1";
+        } else if options.wgmma == Some(false) {
+            key += ",WGMMA=0";
+        }
     }
-    let candidates = super::forward_candidates(dims, T::DTYPE, options);
     let dev = q.device();
+    let candidates = super::forward_candidates(dims, T::DTYPE, options, dev.has_wgmma());
     let chosen = tuned::choose(
         dev,
         "tegula_kernels::attention::forward",
@@ -309,7 +313,7 @@ fn resolve<T: Element>(
                 dims.head_dim,
                 r.block_m,
                 r.block_n,
-                wgmma(options),
+                wgmma(&r),
             )?;
             Ok(Tuning::new(
                 "tegula_kernels::attention::forward",
@@ -389,7 +393,7 @@ fn launch<T: Element>(
 
 /// Whether a launch with `options` asks for `wgmma`: the option, or `TEGULA_WGMMA=1`.
 fn wgmma(options: &AttentionOptions) -> bool {
-    options.wgmma || crate::matmul::wgmma_forced()
+    options.wgmma == Some(true) || crate::matmul::wgmma_forced()
 }
 
 /// Attention in new tensors: the output `[B, H, Nq, D]` (input dtype, contiguous) and the
@@ -507,7 +511,7 @@ fn check_typed<T: Element>(dev: &Device, shape: &[usize]) -> Result<CheckReport>
                     num_warps: warps,
                     num_stages: stages,
                 },
-                wgmma: true,
+                wgmma: Some(true),
                 ..options
             });
         }
@@ -577,7 +581,7 @@ pub(super) fn trace_entry(
 ) -> std::result::Result<Kernel, TraceError> {
     // The default candidate: what the interpreter launches.
     let (dims, causal) = parse_shape(shape);
-    let b = super::forward_candidates(&dims, dtype, &AttentionOptions::default())[0];
+    let b = super::forward_candidates(&dims, dtype, &AttentionOptions::default(), false)[0];
     let d = dims.head_dim;
     let ragged_k = has_ragged_keys(dims.n_k, b.block_n);
     let ragged_q = has_ragged_queries(dims.n_q, b.block_m);

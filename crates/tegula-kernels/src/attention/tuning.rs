@@ -123,19 +123,28 @@ fn grid(
 ///   (`stages * 2 * BLOCK_N * D * 2` bytes, plus `BLOCK_M * D * 2` for a Q kept in shared
 ///   memory) exceed 227 KB (the lowering cuts those to fewer).
 ///
-/// The default is BLOCK_M 64, BLOCK_N 64, 4 warps, 2 stages, clamped to the lengths.
+/// On a device with `wgmma` (`wgmma_device`), each pipelined candidate whose tiles the wgmma
+/// lowering takes gets a wgmma twin ([`wgmma_twin_fits`]): on the H200 (2026-12-01, bf16) the
+/// forward on wgmma ran 1.14-1.41x FlashAttention-2 from 1k to 16k keys, where mma.sync ran
+/// 0.99-1.15x.
+///
+/// The default is BLOCK_M 64, BLOCK_N 64, 4 warps, 2 stages, clamped to the lengths
+/// (`mma.sync`).
 pub fn forward_candidates(
     dims: &Dims,
     dtype: DType,
     options: &AttentionOptions,
+    wgmma_device: bool,
 ) -> Vec<AttentionOptions> {
     let d = padded_head_dim(dims.head_dim);
     let elem = dtype.size_bytes();
+    let q_in_shared = |bm: usize, w: u32| {
+        pipelined(dtype) && bm * d * elem / 4 / (32 * w as usize) > HOISTED_OPERAND_REGS as usize
+    };
     let fits = |bm: usize, bn: usize, w: u32, s: u32| {
         let threads = 32 * w as usize;
         let steps = dims.n_k.div_ceil(bn).max(2);
-        let q_in_shared =
-            pipelined(dtype) && bm * d * elem / 4 / threads > HOISTED_OPERAND_REGS as usize;
+        let q_in_shared = q_in_shared(bm, w);
         let (values, q_bytes) = if q_in_shared {
             (VALUES_PER_THREAD_Q_IN_SHARED, bm * d * elem)
         } else {
@@ -147,7 +156,36 @@ pub fn forward_candidates(
             && (s <= 2 || s as usize * 2 * bn * d * elem + q_bytes <= tuned::SHARED_BYTES)
     };
     let stages: &[u32] = if pipelined(dtype) { &[2, 3, 1] } else { &[1] };
-    grid(dims, options, (64, 32), stages, fits, (64, 64, 2))
+    let plain = grid(dims, options, (64, 32), stages, fits, (64, 64, 2));
+    let mut out = Vec::with_capacity(2 * plain.len());
+    for c in plain {
+        out.push(c);
+        let twin_fits =
+            wgmma_twin_fits(dims, dtype, &c) && !q_in_shared(c.block_m, c.config.num_warps);
+        if wgmma_device && options.wgmma.is_none() && twin_fits {
+            out.push(AttentionOptions {
+                wgmma: Some(true),
+                ..c
+            });
+        }
+    }
+    out
+}
+
+/// Whether the forward's tiles `c` run on `wgmma` (tegula-ptx `lower/wgmma.rs`): f16/bf16
+/// pipelined (2 stages or more), warps a multiple of 4 with 16 rows a warp in each row block,
+/// K and V rows (the head dim) of 64 bytes or multiples of 128, BLOCK_N a multiple of 16. A Q
+/// too large for registers (see `HOISTED_OPERAND_REGS`) would keep `Q K^T` on mma.sync and
+/// spill: no twin (checked by the caller).
+fn wgmma_twin_fits(dims: &Dims, dtype: DType, c: &AttentionOptions) -> bool {
+    let row_bytes = padded_head_dim(dims.head_dim) * dtype.size_bytes();
+    let warps = c.config.num_warps as usize;
+    pipelined(dtype)
+        && c.config.num_stages >= 2
+        && warps.is_multiple_of(4)
+        && c.block_m.is_multiple_of(16 * warps)
+        && c.block_n.is_multiple_of(16)
+        && (row_bytes == 64 || row_bytes.is_multiple_of(128))
 }
 
 /// The backward's candidates (one block pair, warps and stages for its three kernels),
@@ -192,17 +230,26 @@ impl AttentionOptions {
         self.block_m == AUTO || self.block_n == AUTO || self.config == AUTO_LAUNCH
     }
 
+    /// The tuner's config: the blocks, warps and stages, and `WGMMA=1` for a wgmma twin.
     pub(super) fn to_tuner(self) -> Config {
-        Config::new(self.config.num_warps, self.config.num_stages)
+        let c = Config::new(self.config.num_warps, self.config.num_stages)
             .with("BLOCK_M", cx(self.block_m))
-            .with("BLOCK_N", cx(self.block_n))
+            .with("BLOCK_N", cx(self.block_n));
+        if self.wgmma == Some(true) {
+            c.with("WGMMA", 1)
+        } else {
+            c
+        }
     }
 
+    /// These options with a tuner's config applied (a wgmma twin's `WGMMA=1`; without it the
+    /// option stays as it was, which launches `mma.sync` unless held on).
     pub(super) fn with_tuned(&self, c: &Config) -> Result<AttentionOptions> {
         Ok(AttentionOptions {
             block_m: c.usize("BLOCK_M")?,
             block_n: c.usize("BLOCK_N")?,
             config: c.launch_config(),
+            wgmma: c.get("WGMMA").map(|v| v > 0).or(self.wgmma),
             ..*self
         })
     }
