@@ -323,7 +323,7 @@ fn pipelined(p: &MatmulProblem) -> bool {
 ///   slots and output exchange fit in shared memory together: on the H200 (2026-11-30) such
 ///   twins ran 1-3% ahead of their one-program-a-tile configs at 4096^3 and 8192^3;
 /// - on a device with `wgmma` (Hopper), a wgmma twin of every pipelined config (and
-///   persistent twin) whose tiles the wgmma lowering takes ([`wgmma_twin_fits`]), and of
+///   persistent twin) whose tiles the wgmma lowering takes (`wgmma_twin_fits`), and of
 ///   those with BLOCK_K 32 one at 6 stages, where a k-tile stays in flight: on the H200
 ///   (2026-12-01) 256x128x64 at 4 stages ran 1.37x its mma.sync twin at 4096^3 (687 TFLOP/s).
 ///

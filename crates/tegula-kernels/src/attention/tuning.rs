@@ -124,7 +124,7 @@ fn grid(
 ///   memory) exceed 227 KB (the lowering cuts those to fewer).
 ///
 /// On a device with `wgmma` (`wgmma_device`), each pipelined candidate whose tiles the wgmma
-/// lowering takes gets a wgmma twin ([`wgmma_twin_fits`]): on the H200 (2026-12-01, bf16) the
+/// lowering takes gets a wgmma twin (`wgmma_twin_fits`): on the H200 (2026-12-01, bf16) the
 /// forward on wgmma ran 1.14-1.41x FlashAttention-2 from 1k to 16k keys, where mma.sync ran
 /// 0.99-1.15x.
 ///
