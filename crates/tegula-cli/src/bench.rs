@@ -59,7 +59,8 @@ pub struct BenchArgs {
     /// kernels); `BLOCK_M`, `BLOCK_N`,
     /// `SPLITS`, `TF32X3=0|1` for attention_seed's fast path, `WALKTHROUGH=1` for the
     /// walkthrough's kernel as written; `BLOCK_M`, `BLOCK_N`, `warps`, `stages` for
-    /// attention and attention_backward (and `WGMMA` for attention's forward); `BLOCK_M`,
+    /// attention and attention_backward (and `WGMMA`: the forward, or the backward's dK/dV
+    /// kernel, on wgmma); `BLOCK_M`,
     /// `BLOCK_N`, `BLOCK_K`, `GROUP_M`,
     /// `PERSISTENT`, `WGMMA`, `warps`, `stages` for matmul.
     #[arg(long)]
@@ -809,8 +810,8 @@ fn bench_typed<T: Element>(
 }
 
 /// The forward's or backward's options pinned by `--config`: `BLOCK_M` and `BLOCK_N` (each
-/// left to the autotuner when absent), `WGMMA` (1: ask for Hopper's wgmma in the forward, 0
-/// when absent), `warps` and `stages` (4 and 1 when absent, as for every kernel).
+/// left to the autotuner when absent), `WGMMA` (1: ask for Hopper's wgmma in the forward or
+/// in the backward's dK/dV kernel, 0 when absent), `warps` and `stages` (4 and 1 when absent, as for every kernel).
 pub(crate) fn attention_options(c: &Config, base: AttentionOptions) -> Result<AttentionOptions> {
     let size = |name: &str| -> Result<usize> {
         match c.get(name) {

@@ -206,6 +206,7 @@ fn full_kernels<T: Element>(gpu: &Device, dims: Dims, causal: bool, warps: u32) 
             d,
             bm,
             bn,
+            false, // wgmma
         )?;
         Ok(vec![("dk", dk.to_f64_vec()?), ("dv", dv.to_f64_vec()?)])
     });

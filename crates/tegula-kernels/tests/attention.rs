@@ -687,6 +687,7 @@ fn backward_whole_query_blocks_drop_the_row_masks() {
             16,
             32,
             16,
+            false,
         )
         .unwrap();
         masked_memory_ops(&ir)
@@ -728,6 +729,55 @@ fn backward_is_deterministic_under_gqa() {
     assert_eq!(a.dk.to_vec().unwrap(), b.dk.to_vec().unwrap());
     assert_eq!(a.dv.to_vec().unwrap(), b.dv.to_vec().unwrap());
     assert_eq!(a.dq.to_vec().unwrap(), b.dq.to_vec().unwrap());
+}
+
+/// The `wgmma` option asks the GPU lowering to put the dK/dV kernel's dots on Hopper's wgmma (a
+/// hint the interpreter ignores): the traced kernel carries the hint only with it, and the
+/// backward with it on matches the float64 reference, causal or not, and gives the same bits
+/// as without it (one key block: one program adds into each dQ row, in a fixed order).
+#[test]
+fn backward_with_the_wgmma_option() {
+    let hinted = |wgmma: bool| {
+        attention::kernels::attn_bwd_dkdv::trace::<bf16>(
+            false, true, false, true, 64, 32, 64, wgmma,
+        )
+        .unwrap()
+        .hints
+        .wgmma
+    };
+    assert!(hinted(true));
+    assert!(!hinted(false));
+    let dev = Device::cpu();
+    for is_causal in [false, true] {
+        let options = AttentionOptions {
+            causal: is_causal,
+            block_m: 32,
+            block_n: 64,
+            config: tegula::LaunchConfig {
+                num_warps: 4,
+                num_stages: 2,
+            },
+            wgmma: Some(true),
+            ..Default::default()
+        };
+        check_backward::<bf16>(&dev, dims(1, 2, 1, 70, 45, 64), options, Layout::Bhnd);
+        check_backward::<f16>(&dev, dims(1, 2, 2, 33, 96, 128), options, Layout::Bnhd);
+        let dm = dims(1, 3, 1, 41, 60, 64);
+        let q = dev.randn::<bf16>(dm.q_shape()).unwrap();
+        let k = dev.randn::<bf16>(dm.kv_shape()).unwrap();
+        let v = dev.randn::<bf16>(dm.kv_shape()).unwrap();
+        let d_o = dev.randn::<bf16>(dm.q_shape()).unwrap();
+        let (o, lse) = attention::forward(&q, &k, &v, &causal(is_causal)).unwrap();
+        let on = attention::backward(&q, &k, &v, &o, &d_o, &lse, &options).unwrap();
+        let off = AttentionOptions {
+            wgmma: Some(false),
+            ..options
+        };
+        let off = attention::backward(&q, &k, &v, &o, &d_o, &lse, &off).unwrap();
+        assert_eq!(on.dq.to_vec().unwrap(), off.dq.to_vec().unwrap());
+        assert_eq!(on.dk.to_vec().unwrap(), off.dk.to_vec().unwrap());
+        assert_eq!(on.dv.to_vec().unwrap(), off.dv.to_vec().unwrap());
+    }
 }
 
 #[test]

@@ -17,9 +17,17 @@ const D: usize = 128;
 /// The launch's specialization: pointers 16-byte aligned, integers that 16 divides marked so,
 /// the group size of 1 bound.
 fn specialized(causal: bool) -> Kernel {
-    let mut k =
-        attn_bwd_dkdv::trace::<bf16>(causal, true, false, !N.is_multiple_of(64), D, 64, 128)
-            .unwrap();
+    let mut k = attn_bwd_dkdv::trace::<bf16>(
+        causal,
+        true,
+        false,
+        !N.is_multiple_of(64),
+        D,
+        64,
+        128,
+        false,
+    )
+    .unwrap();
     // 10 pointers; strides (batch, head, row) of q, k, v, dO, dK, dV; Hkv, group, Nq, Nk; scale.
     let mut ints: Vec<Option<usize>> = vec![None; 10];
     for _ in 0..6 {

@@ -234,6 +234,16 @@ impl Stage {
         (swizzled / 128) * self.rows * 128 + row * 128 + swizzled % 128
     }
 
+    /// Bytes from one group of 8 chunks (128 bytes) of a stored row to the next: 128, or with
+    /// [`Stage::panel_major`] one panel (`rows` rows of 128 bytes).
+    pub fn chunk_group_bytes(&self) -> u32 {
+        if self.panel_major {
+            self.rows * 128
+        } else {
+            128
+        }
+    }
+
     pub fn bytes(&self) -> u32 {
         self.rows * self.cols * self.kind.elem_bytes()
     }
@@ -293,7 +303,7 @@ impl Stage {
     pub fn ldmatrix_address(&self, lane: (u32, u32), warp: (u32, u32), instr: (u32, u32)) -> u32 {
         let row = lane.0 + warp.0 + instr.0;
         let chunk = lane.1 + warp.1 + instr.1;
-        self.offset + self.swizzle().offset(row, chunk * 16)
+        self.offset + self.stored_offset(row, chunk * 16)
     }
 
     /// The same address split as the lowering emits it: a per-thread register chosen by
@@ -309,10 +319,10 @@ impl Stage {
         let sw = self.swizzle();
         let lo = instr.1 % 8;
         let row = lane.0 + warp.0;
-        let reg = self.offset
-            + row * sw.row_bytes
-            + (((lane.1 + warp.1 + lo) ^ sw.phase(lane.0 % 8)) * 16);
-        let imm = instr.0 * sw.row_bytes + (instr.1 - lo) * 16;
+        let chunk = (lane.1 + warp.1 + lo) ^ sw.phase(lane.0 % 8);
+        let group = self.chunk_group_bytes();
+        let reg = self.offset + row * self.row_pitch() + (chunk / 8) * group + (chunk % 8) * 16;
+        let imm = instr.0 * self.row_pitch() + (instr.1 - lo) / 8 * group;
         (reg, imm)
     }
 }

@@ -274,6 +274,15 @@ fn stages(cs: &Case) -> Vec<Stage> {
                 offset: 1024,
                 panel_major: false,
             });
+            // Rows wider than 128 bytes as wgmma stores them: panels of 128-byte rows.
+            let row_bytes = cols * cs.kind.elem_bytes();
+            if row_bytes > 128 && row_bytes.is_multiple_of(128) {
+                let last = *out.last().expect("just pushed");
+                out.push(Stage {
+                    panel_major: true,
+                    ..last
+                });
+            }
         }
     }
     out
@@ -288,7 +297,6 @@ fn ldmatrix_from_the_swizzled_stage_delivers_the_fragments() {
         let es = cs.kind.elem_bytes();
         let ks = cs.kind.k_step();
         for st in stages(&cs) {
-            let sw = st.swizzle();
             // Shared memory: byte address -> (operand row, operand col, byte within element).
             let (or, oc) = match st.role {
                 Role::A => (cs.m, cs.k),
@@ -301,7 +309,7 @@ fn ldmatrix_from_the_swizzled_stage_delivers_the_fragments() {
                     let (k, outer) = if st.role == Role::A { (c, r) } else { (r, c) };
                     let (sr, sc) = if st.k_major { (outer, k) } else { (k, outer) };
                     for byte in 0..es {
-                        let a = st.offset + sw.offset(sr, sc * es + byte);
+                        let a = st.offset + st.stored_offset(sr, sc * es + byte);
                         assert!(a >= st.offset && a < st.offset + st.bytes());
                         assert!(smem.insert(a, (r, c, byte)).is_none(), "collision");
                     }

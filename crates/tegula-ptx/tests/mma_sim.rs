@@ -3221,10 +3221,17 @@ fn wgmma_mistakes_are_caught() {
         assert_eq!(loop_wait != final_wait, in_flight, "{what}");
         assert_eq!(final_wait, "\twgmma.wait_group.sync.aligned 0;\n", "{what}");
         // No last wait, or one that leaves the newest group pending: the accumulator is read
-        // (copied back, or by the epilogue) while its wgmma may still write it.
-        refused(&edited_last(&final_wait, ""), "not yet waited for");
+        // by the epilogue while its wgmma may still write it, or (the loop's only wait, the
+        // accumulator written in place) the next iteration's refill overwrites the slot that
+        // wgmma reads.
+        let unwaited = if in_flight {
+            "not yet waited for"
+        } else {
+            "which a pending wgmma reads"
+        };
+        refused(&edited_last(&final_wait, ""), unwaited);
         let wait_1 = "\twgmma.wait_group.sync.aligned 1;\n";
-        refused(&edited_last(&final_wait, wait_1), "not yet waited for");
+        refused(&edited_last(&final_wait, wait_1), unwaited);
         if in_flight {
             // A loop wait that leaves two more groups in flight, or none: the refill overwrites
             // the slot a pending wgmma reads. (One more is fine for one warpgroup: the
@@ -3507,7 +3514,7 @@ fn wgmma_reads_are_ordered_only_for_their_own_warpgroup() {
 /// both dots on wgmma with A from registers (Q, packed once before the loop, and P, the first
 /// dot's accumulator after the softmax), two warpgroups or one, two 64-row blocks a
 /// warpgroup, K and V slots of 64- to 256-byte rows, 2 and 3 stages; Q resident in shared
-/// memory (128 x 128 over 4 warps) with `Q K^T` on mma.sync and `P V` on wgmma in one loop;
+/// memory (128 x 128 over 4 warps), read by `Q K^T`'s descriptors;
 /// and the two-loop kernel (the library's unmasked and masked loops).
 #[test]
 fn attention_with_the_wgmma_hint_matches() {
@@ -3532,21 +3539,18 @@ fn attention_with_the_wgmma_hint_matches() {
         );
         // Each loop: both dots, one wgmma a k16 step and 64-row block of a warpgroup; a Q
         // resident in shared memory (over 32 registers a thread: 128 x 128 over 4 warps)
-        // keeps Q K^T on mma.sync, which reads it a k-step at a time.
+        // is read there by Q K^T's descriptors (K-major panels).
         let loops = if split { 2 } else { 1 };
         let blocks = bm / (16 * warps as usize);
         let q_resident = bm * d / (64 * warps as usize) > 32;
-        let k_steps = if q_resident { bn / 16 } else { (d + bn) / 16 };
+        let k_steps = (d + bn) / 16;
         assert_eq!(
             c.ptx.matches("wgmma.mma_async").count(),
             loops * blocks * k_steps,
             "{what}"
         );
-        assert_eq!(
-            c.ptx.contains("mma.sync.aligned.m16n8k16"),
-            q_resident,
-            "{what}"
-        );
+        assert!(!c.ptx.contains("mma.sync.aligned.m16n8k16"), "{what}");
+        assert_eq!(c.ptx.contains("A from shared memory"), q_resident, "{what}");
         let nk = 3 * bn;
         let (qv, kv, vv) = (values(bm * d, 11), values(nk * d, 13), values(nk * d, 17));
         let scale = 0.7f32;
@@ -3577,5 +3581,145 @@ fn attention_with_the_wgmma_hint_matches() {
         let got = decode(dt, &bufs[3]);
         let ones = vec![1f64; bm * d];
         assert_close(&got, &want, &ones, 2e-2, &what);
+    }
+}
+
+/// The attention backward's dK/dV step (`attn_bwd_dkdv` in tegula-kernels) in small, over row
+/// blocks of `q` and `d_o` (`n` rows, a multiple of `bm`) against a key block of `bn` rows,
+/// with its five dots: `s^T = K q^T`, `p^T = s^T - r[rows]`, `dv += p^T d_o` (p^T cast),
+/// `dp^T = V d_o^T`, `ds^T = (dp^T - c[rows]) * p^T` (cast), `dq[rows] = (ds^T)^T K` (stored),
+/// `dk += ds^T q`. K and V are loop-invariant (resident in shared memory when their fragments
+/// would not fit), `q` and `d_o` each feed two dots, as is and transposed, `r` and `c` are
+/// the rank-1 loads the pipeliner stages beside them (the library's lse and delta).
+fn backward_step_loop(dt: DType, (bm, bn, d): (usize, usize, usize)) -> Kernel {
+    trace("backward_step_loop", |p| {
+        let (qp, dop) = (p.ptr("q", dt), p.ptr("d_o", dt));
+        let (kp, vp) = (p.ptr("k", dt), p.ptr("v", dt));
+        let (rp, cp) = (p.ptr("r", DType::F32), p.ptr("c", DType::F32));
+        let (dqp, dkp, dvp) = (
+            p.ptr("dq", DType::F32),
+            p.ptr("dk", DType::F32),
+            p.ptr("dv", DType::F32),
+        );
+        let n = p.scalar("n", DType::I32);
+        let offs_n = arange(0, bn as i64);
+        let offs_d = arange(0, d as i64);
+        let offs_m = arange(0, bm as i64);
+        let kv = load_unmasked(kp + offs_n.col() * d + offs_d.row());
+        let vv = load_unmasked(vp + offs_n.col() * d + offs_d.row());
+        let zero = zeros::<f32>([bn, d]);
+        let (dk, dv) = for_range(0, n, bm, (zero, zero), |start, (dk, dv)| {
+            let rows = start + offs_m;
+            let q = load_unmasked(qp + rows.col() * d + offs_d.row());
+            let d_o = load_unmasked(dop + rows.col() * d + offs_d.row());
+            let (r, c) = (load_unmasked(rp + rows), load_unmasked(cp + rows));
+            let p_t = dot(kv, q.trans()) - r.row();
+            let dv = dot_acc(p_t.cast(dt), d_o, dv);
+            let dp_t = dot(vv, d_o.trans());
+            let ds_t = ((dp_t - c.row()) * p_t).cast(dt);
+            let dq = dot(ds_t.trans(), kv);
+            store_unmasked(dqp + rows.col() * d + offs_d.row(), dq);
+            (dot_acc(ds_t, q, dk), dv)
+        });
+        store_unmasked(dkp + offs_n.col() * d + offs_d.row(), dk);
+        store_unmasked(dvp + offs_n.col() * d + offs_d.row(), dv);
+    })
+    .map(aligned)
+    .unwrap()
+}
+
+/// [`backward_step_loop`] asked for wgmma on sm_90a, against float64: four dots on wgmma,
+/// `K q^T` and `V d_o^T` with A from K and V resident in shared memory (K-major panels) and B
+/// K-major from the slots of `q` and `d_o`, `dv += p^T d_o` and `dk += ds^T q` with A from
+/// registers (the first dots' accumulators, all warps along M) and B N-major from the same
+/// slots; `dq = ds K` on mma.sync, reading K's resident panels with `ldmatrix.trans`. The dQ
+/// rows of each block, dK and dV all checked. Without the hint, no wgmma.
+#[test]
+fn attention_backward_step_with_the_wgmma_hint_matches() {
+    for (dt, bm, bn, d, warps, stages) in [
+        (DType::BF16, 64, 128, 128, 8, 3),
+        (DType::F16, 32, 64, 64, 4, 2),
+        (DType::BF16, 32, 64, 128, 4, 2),
+    ] {
+        let n = 2 * bm;
+        let mut kern = backward_step_loop(dt, (bm, bn, d));
+        let what = format!("backward step, wgmma hint, {dt} {bm}x{bn}x{d} {warps}w {stages}s");
+        assert!(
+            !ptx_of(&kern, 90, warps, stages).contains("wgmma"),
+            "{what}"
+        );
+        kern.hints.wgmma = true;
+        let c = compiled(&kern, 90, warps, stages);
+        // One wgmma a k16 step and 64-row block of a warpgroup: dv's and dk's dots (k = bm),
+        // K q^T and V d_o^T (k = d) with K and V resident, read by descriptors.
+        let blocks = bn / (16 * warps as usize);
+        assert_eq!(
+            c.ptx.matches("wgmma.mma_async").count(),
+            blocks * (2 * bm + 2 * d) / 16,
+            "{what}"
+        );
+        assert_eq!(c.ptx.matches("A from shared memory)").count(), 2, "{what}");
+        // dq's dot, whose A (ds^T transposed) is in no A layout, stays on mma.sync.
+        assert_eq!(c.ptx.matches("on tensor cores").count(), 1, "{what}");
+        let (qv, dov) = (values(n * d, 81), values(n * d, 83));
+        let (kv, vv) = (values(bn * d, 87), values(bn * d, 89));
+        let (rv, cv) = (values(n, 91), values(n, 93));
+        let (qr, dor, kr, vr) = (
+            rounded(dt, &qv),
+            rounded(dt, &dov),
+            rounded(dt, &kv),
+            rounded(dt, &vv),
+        );
+        let round = |x: f64| rounded(dt, &[x as f32])[0];
+        let mut dq = vec![0f64; n * d];
+        let (mut dk, mut dv) = (vec![0f64; bn * d], vec![0f64; bn * d]);
+        let (mut dq_scale, mut dk_scale, mut dv_scale) = (dq.clone(), dk.clone(), dv.clone());
+        for i in 0..n {
+            let row = |x: &[f64]| x[i * d..(i + 1) * d].to_vec();
+            let (q_i, do_i) = (row(&qr), row(&dor));
+            for j in 0..bn {
+                let s: f64 = (0..d).map(|c| kr[j * d + c] * q_i[c]).sum();
+                let dp: f64 = (0..d).map(|c| vr[j * d + c] * do_i[c]).sum();
+                let p = s - rv[i] as f64;
+                let ds = round((dp - cv[i] as f64) * p);
+                for c in 0..d {
+                    dv[j * d + c] += round(p) * do_i[c];
+                    dv_scale[j * d + c] += (round(p) * do_i[c]).abs();
+                    dk[j * d + c] += ds * q_i[c];
+                    dk_scale[j * d + c] += (ds * q_i[c]).abs();
+                    dq[i * d + c] += ds * kr[j * d + c];
+                    dq_scale[i * d + c] += (ds * kr[j * d + c]).abs();
+                }
+            }
+        }
+        let nan = |len: usize| encode(DType::F32, &vec![f32::NAN; len]);
+        let args = [
+            encode(dt, &qv),
+            encode(dt, &dov),
+            encode(dt, &kv),
+            encode(dt, &vv),
+            encode(DType::F32, &rv),
+            encode(DType::F32, &cv),
+            nan(n * d),
+            nan(bn * d),
+            nan(bn * d),
+        ];
+        let mut run_args: Vec<Arg> = args.iter().map(|b| Arg::Buf(b)).collect();
+        run_args.push(Arg::I32(n as i32));
+        let bufs = run_ptx(
+            &c.ptx,
+            c.shared_bytes as usize,
+            &param_names(&kern),
+            warps,
+            [1, 1, 1],
+            &run_args,
+        );
+        // P^T and dS^T are rounded to the input dtype from f32 sums: a rounding step apart
+        // from the float64 ones now and then.
+        let tol = 1e-2;
+        let out = |i: usize| decode(DType::F32, &bufs[i]);
+        assert_close(&out(6), &dq, &dq_scale, tol, &format!("{what}: dq"));
+        assert_close(&out(7), &dk, &dk_scale, tol, &format!("{what}: dk"));
+        assert_close(&out(8), &dv, &dv_scale, tol, &format!("{what}: dv"));
     }
 }

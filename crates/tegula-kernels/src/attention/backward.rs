@@ -249,7 +249,13 @@ pub fn attn_bwd_dkdv<T: Element>(
     #[constexpr] head_dim: usize,
     #[constexpr] block_m: usize,
     #[constexpr] block_n: usize,
+    #[constexpr] wgmma: bool,
 ) {
+    if wgmma {
+        // A lowering choice only (`AttentionOptions::wgmma`): Hopper's wgmma for the dots
+        // whose B streams through the pipeline's slots (tegula-ptx `lower/wgmma.rs`).
+        prefer_wgmma();
+    }
     let block_d = padded_head_dim(head_dim);
     let ragged_n_q = if ragged_queries { Some(n_q) } else { None };
     // Causal: key block 0 is swept by the most query blocks; the heaviest start first (see
@@ -893,7 +899,7 @@ fn resolve<T: Element>(
         super::key(dims, T::DTYPE, options.causal),
         strategy.name(),
         tuned::held_suffix(&held, options.config)
-    );
+    ) + if wgmma(options) { ",WGMMA=1" } else { "" };
     let candidates = super::backward_candidates(dims, T::DTYPE, options);
     let dev = q.device();
     let chosen = tuned::choose(
@@ -915,7 +921,8 @@ fn resolve<T: Element>(
                     has_ragged_queries(dims.n_q, r.block_m),
                     d,
                     r.block_m,
-                    r.block_n
+                    r.block_n,
+                    false
                 )?,
                 if atomic {
                     attn_bwd_dq_convert::trace::<T>(d, r.block_m)?
@@ -938,6 +945,12 @@ fn resolve<T: Element>(
         },
     )?;
     options.with_tuned(&chosen)
+}
+
+/// Whether the dK/dV kernel asks for `wgmma` (`AttentionOptions::wgmma`; not a tuner choice
+/// in the backward, and f32 dots never take it).
+fn wgmma(options: &AttentionOptions) -> bool {
+    options.wgmma == Some(true)
 }
 
 /// Launches the three kernels with every option set, on checked tensors.
@@ -1072,6 +1085,7 @@ fn launch<T: Element>(
             d,
             bm,
             bn,
+            wgmma(options),
         )?;
     }
     if let Some(s) = split {
@@ -1187,7 +1201,6 @@ fn check_typed<T: Element>(dev: &Device, shape: &[usize]) -> Result<CheckReport>
         ..Default::default()
     };
     let (o, lse) = forward(&q, &k, &v, &options)?;
-    let grads = backward(&q, &k, &v, &o, &d_o, &lse, &options)?;
     let scale = softmax_scale(OP, &options, dims.head_dim)? as f64;
     let want = reference::attention_backward(
         &q.to_f64_vec()?,
@@ -1198,7 +1211,25 @@ fn check_typed<T: Element>(dev: &Device, shape: &[usize]) -> Result<CheckReport>
         causal,
         scale,
     );
-    let label = format!("{} causal={causal}", dims.describe());
+    let mut runs = vec![options];
+    let mut label = format!("{} causal={causal}", dims.describe());
+    if dev.has_wgmma() && matches!(T::DTYPE, DType::F16 | DType::BF16) {
+        // The dK/dV kernel's dots on wgmma (`AttentionOptions::wgmma`, not a tuner choice
+        // yet), at the tiles the H200 tunes and one warpgroup; outputs poisoned.
+        for (bm, bn, warps, stages) in WGMMA_CHECKED {
+            runs.push(AttentionOptions {
+                block_m: bm,
+                block_n: bn,
+                config: tegula::LaunchConfig {
+                    num_warps: warps,
+                    num_stages: stages,
+                },
+                wgmma: Some(true),
+                ..options
+            });
+        }
+        label += &format!(", {} wgmma tiles", WGMMA_CHECKED.len());
+    }
     let tol = check::tolerance(T::DTYPE);
     let report = |got: &Tensor<T>, want: &[f64], magnitude: &[f64]| -> Result<CheckReport> {
         Ok(compare_bounded(
@@ -1211,14 +1242,41 @@ fn check_typed<T: Element>(dev: &Device, shape: &[usize]) -> Result<CheckReport>
             tol,
         ))
     };
-    Ok(worse(
-        worse(
-            report(&grads.dq, &want.dq, &want.dq_magnitude)?,
-            report(&grads.dk, &want.dk, &want.dk_magnitude)?,
-        ),
-        report(&grads.dv, &want.dv, &want.dv_magnitude)?,
-    ))
+    let mut worst: Option<CheckReport> = None;
+    for (i, run) in runs.iter().enumerate() {
+        let grads = if i == 0 {
+            backward(&q, &k, &v, &o, &d_o, &lse, run)?
+        } else {
+            let poisoned = |shape| dev.full::<T>(shape, T::from_f64(f64::NAN));
+            let grads = Gradients {
+                dq: poisoned(dims.q_shape())?,
+                dk: poisoned(dims.kv_shape())?,
+                dv: poisoned(dims.kv_shape())?,
+            };
+            backward_into(
+                &q, &k, &v, &o, &d_o, &lse, &grads.dq, &grads.dk, &grads.dv, run,
+            )?;
+            grads
+        };
+        let this = worse(
+            worse(
+                report(&grads.dq, &want.dq, &want.dq_magnitude)?,
+                report(&grads.dk, &want.dk, &want.dk_magnitude)?,
+            ),
+            report(&grads.dv, &want.dv, &want.dv_magnitude)?,
+        );
+        worst = Some(match worst {
+            Some(r) => worse(r, this),
+            None => this,
+        });
+    }
+    Ok(worst.expect("the default run at least"))
 }
+
+/// Tiles `tegula check attention_backward` runs with the dK/dV kernel on wgmma besides the
+/// default run, on a device with wgmma: (BLOCK_M, BLOCK_N, warps, stages).
+const WGMMA_CHECKED: [(usize, usize, u32, u32); 3] =
+    [(64, 128, 8, 3), (64, 128, 8, 2), (64, 64, 4, 2)];
 
 pub(super) fn check_entry(dev: &Device, shape: &[usize], dtype: DType) -> Result<CheckReport> {
     match dtype {
@@ -1248,8 +1306,12 @@ pub(super) fn trace_entry(
     let (bm, bn) = (b.block_m, b.block_n);
     let split = backward_tail_split(&Device::cpu(), &dims, causal, bm, bn).is_some();
     match dtype {
-        DType::F16 => attn_bwd_dkdv::trace::<f16>(causal, atomic, split, ragged_q, d, bm, bn),
-        DType::BF16 => attn_bwd_dkdv::trace::<bf16>(causal, atomic, split, ragged_q, d, bm, bn),
-        _ => attn_bwd_dkdv::trace::<f32>(causal, atomic, split, ragged_q, d, bm, bn),
+        DType::F16 => {
+            attn_bwd_dkdv::trace::<f16>(causal, atomic, split, ragged_q, d, bm, bn, false)
+        }
+        DType::BF16 => {
+            attn_bwd_dkdv::trace::<bf16>(causal, atomic, split, ragged_q, d, bm, bn, false)
+        }
+        _ => attn_bwd_dkdv::trace::<f32>(causal, atomic, split, ragged_q, d, bm, bn, false),
     }
 }

@@ -105,6 +105,8 @@ pub(crate) struct MmaState {
     /// Loop-invariant operands kept in shared memory and read with `ldmatrix` at each use
     /// (see [`HOISTED_OPERAND_REGS`]).
     resident: HashMap<(Value, Role), SharedOperand>,
+    /// Resident A operands laid out for `wgmma` descriptors (K-major, panels, 1024-aligned).
+    wgmma_resident: HashSet<Value>,
     /// Resident operands whose shared-memory write waits for the loop's pipeline prologue
     /// (see [`Lower::write_resident_operands`]).
     pending_resident: Vec<ResidentWrite>,
@@ -650,7 +652,9 @@ impl Lower<'_> {
             let cbyte = cc * es;
             let (rlo, blo) = (rc % 8, cbyte % 128);
             let addr = self.stage_write_addr(smem, l, shape, transpose, st, rlo, blo);
-            let imm = ((rc - rlo) * st.cols * es + (cbyte - blo)) as i64;
+            // Whole groups of 8 rows and 128 bytes: no swizzle phase (panels when
+            // panel-major).
+            let imm = st.stored_offset(rc - rlo, cbyte - blo) as i64;
             let elems: Vec<Reg> = (0..run)
                 .map(|e| regs[i + e])
                 .map(|r| {
@@ -850,11 +854,27 @@ impl Lower<'_> {
             let ph = op(b, "shr.u32", r, Arg::Imm(log2(sw.per_phase)));
             let ph = op(b, "and.b32", ph, Arg::Imm(sw.max_phase as i64 - 1));
             let sc = op(b, "xor.b32", chunk, ph.into());
-            let sc = op(b, "shl.b32", sc, Arg::Imm(4));
+            let sc = if st.panel_major {
+                // Panel `sc / 8` starts `rows * 128` bytes after the previous one.
+                let panel = op(b, "shr.u32", sc, Arg::Imm(3));
+                let within = op(b, "and.b32", sc, Arg::Imm(7));
+                let within = op(b, "shl.b32", within, Arg::Imm(4));
+                b.op(
+                    "mad.lo.s32",
+                    RegClass::B32,
+                    vec![
+                        panel.into(),
+                        Arg::Imm(st.chunk_group_bytes() as i64),
+                        within.into(),
+                    ],
+                )
+            } else {
+                op(b, "shl.b32", sc, Arg::Imm(4))
+            };
             let ro = b.op(
                 "mad.lo.s32",
                 RegClass::B32,
-                vec![row.into(), Arg::Imm(sw.row_bytes as i64), sc.into()],
+                vec![row.into(), Arg::Imm(st.row_pitch() as i64), sc.into()],
             );
             let base = op(b, "add.s32", smem, Arg::Imm(st.offset as i64));
             op(b, "add.s32", base, ro.into())
@@ -925,7 +945,8 @@ impl Lower<'_> {
                         .op("add.s32", RegClass::B32, vec![addr.into(), sh.into()]),
                     None => addr,
                 };
-                let imm = (irow * st.swizzle().row_bytes + (ichunk - lo) * 16) as i64;
+                let imm =
+                    (irow * st.row_pitch() + (ichunk - lo) / 8 * st.chunk_group_bytes()) as i64;
                 let words: Vec<Reg> = mats.iter().map(|_| self.b.reg(RegClass::B32)).collect();
                 self.b.emit(
                     format!(
@@ -1060,13 +1081,23 @@ impl Lower<'_> {
     /// together. False (nothing emitted) when it does not fit.
     fn stay_resident(&mut self, v: Value, role: Role, plan: &MmaPlan) -> R<bool> {
         let (src, src_k_major) = staging_source(self.k, v, role);
-        let (st, transpose) = operand_stage(plan, role, src_k_major, 0);
+        let (mut st, transpose) = operand_stage(plan, role, src_k_major, 0);
         if let Some(so) = self.resident_as_loaded(v, role, &st, transpose) {
             self.mma.resident.insert((v, role), so);
             return Ok(true);
         }
-        let bytes = st.bytes().div_ceil(128) * 128;
         let shift = self.reserved_shared();
+        // An A a `wgmma` may read with a descriptor (`wgmma.rs`): K-major, rows of 64 bytes or
+        // multiples of 128 (panels past 128), 1024-byte aligned; the backward's K and V.
+        let row_bytes = st.cols * st.kind.elem_bytes();
+        let wgmma_a = plan.wgmma
+            && role == Role::A
+            && st.k_major
+            && shift.is_multiple_of(1024)
+            && (row_bytes == 64 || row_bytes.is_multiple_of(128));
+        st.panel_major = wgmma_a && row_bytes > 128;
+        let align = if wgmma_a { 1024 } else { 128 };
+        let bytes = st.bytes().div_ceil(align) * align;
         if shift + bytes > self.max_shared {
             return Ok(false);
         }
@@ -1097,7 +1128,19 @@ impl Lower<'_> {
             shift: None,
         };
         self.mma.resident.insert((v, role), so);
+        if wgmma_a {
+            self.mma.wgmma_resident.insert(v);
+        }
         Ok(true)
+    }
+
+    /// Where the loop-invariant A operand `v` is resident in shared memory in a layout a
+    /// `wgmma` descriptor reads (see [`Self::stay_resident`]).
+    pub(crate) fn wgmma_resident_a(&self, v: Value) -> Option<SharedOperand> {
+        if !self.mma.wgmma_resident.contains(&v) {
+            return None;
+        }
+        self.mma.resident.get(&(v, Role::A)).copied()
     }
 
     /// The copy of `v` already resident for its other role, when both roles read it as it was

@@ -330,6 +330,9 @@ pub(crate) struct PipeState {
     /// pipeline's refill, which lags two iterations ([`Pipe::lag`]), still copies
     /// [`IN_FLIGHT_MIN_K_AHEAD`] elements of K ahead.
     pub wgmma_in_flight: HashSet<Inst>,
+    /// `wgmma` dots whose accumulator is a loop-carried value only this dot reads: written in
+    /// place (no copy of the carried registers first), in flight or not.
+    pub wgmma_in_place: HashSet<Inst>,
     active: Vec<Pipe>,
     /// The nests pipelined across their outer loop, innermost last.
     nests: Vec<Nest>,
@@ -570,7 +573,17 @@ impl Lower<'_> {
         if stages * offset > room {
             return None;
         }
-        let (rows, slot_bytes) = self.plan_row_loads(body, &inside, offset, stages, room);
+        let (rows, mut slot_bytes) = self.plan_row_loads(body, &inside, offset, stages, room);
+        // Slots of wgmma tiles start at multiples of 1024 bytes, also when row loads (the
+        // backward's lse and delta) follow the tiles in each slot.
+        let wgmma_slots = offset.is_multiple_of(1024)
+            && self.k.blocks[body]
+                .insts
+                .iter()
+                .any(|&i| self.mma_plan(i).is_some_and(|p| p.wgmma));
+        if wgmma_slots && stages * slot_bytes.next_multiple_of(1024) <= room {
+            slot_bytes = slot_bytes.next_multiple_of(1024);
+        }
         self.plan_wgmma_slots(body, &mut loads, slot_bytes, stages);
         Some((loads, rows, stages, slot_bytes))
     }
@@ -588,9 +601,9 @@ impl Lower<'_> {
 
     /// Marks the body's `wgmma` candidate dots (`wgmma.rs`) that can read their operands from
     /// this pipeline's slots: B's slot, and A's unless A is not loaded in the body (it comes in
-    /// registers: FlashAttention's P and Q), each slot read by that dot only (as the dot reads
-    /// it: A K-major), starting at a multiple of 1024 bytes in every slot, with rows of 64
-    /// bytes or at least 128 (those wider than 128 are stored panel-major, set here); and
+    /// registers: FlashAttention's P and Q), A read K-major, each slot starting at a multiple
+    /// of 1024 bytes in every slot, with rows of 64 bytes or at least 128 (those wider than
+    /// 128 are stored panel-major, set here; other dots may read the slot too); and
     /// those of them that can stay in flight into the next iteration
     /// ([`PipeState::wgmma_in_flight`]).
     fn plan_wgmma_slots(
@@ -625,14 +638,21 @@ impl Lower<'_> {
                     // A resident A (a Q too large for registers) stays on `mma.sync`, which
                     // reads it from shared memory a k-step at a time; wgmma's register form
                     // would hold all of it across the loop (D = 256: 268 bytes of spills).
-                    placed &= role == Role::A && !loaded_here && !self.is_resident(operand, role);
+                    // Unless it is resident in a layout wgmma's descriptors read (the
+                    // backward's K and V): then wgmma reads it there.
+                    let resident =
+                        self.is_resident(operand, role) && self.wgmma_resident_a(operand).is_none();
+                    placed &= role == Role::A && !loaded_here && !resident;
                     continue;
                 };
                 let st = &loads[i].stage;
                 let row_bytes = st.cols * st.kind.elem_bytes();
                 let readable =
                     row_bytes == 64 || (row_bytes >= 128 && row_bytes.is_multiple_of(128));
-                if loads[i].reads != [(role, k_major)]
+                // Other dots may read the slot too, either way (FlashAttention's backward: Q is
+                // B K-major of `K Q^T` and B N-major of `dS^T Q`): another `wgmma` through its
+                // own descriptor, `mma.sync` through `ldmatrix`, which reads panels as well.
+                if !loads[i].reads.contains(&(role, k_major))
                     || !st.offset.is_multiple_of(1024)
                     || !readable
                     || (role == Role::A && !k_major)
@@ -650,8 +670,11 @@ impl Lower<'_> {
                 }
                 self.pipe.wgmma_dots.insert(dot);
                 let k_ahead = (stages - 2) * self.mma_plan(dot).map_or(0, |p| p.k);
-                if k_ahead >= IN_FLIGHT_MIN_K_AHEAD && self.accumulates_in_place(body, dot) {
-                    self.pipe.wgmma_in_flight.insert(dot);
+                if self.accumulates_in_place(body, dot) {
+                    self.pipe.wgmma_in_place.insert(dot);
+                    if k_ahead >= IN_FLIGHT_MIN_K_AHEAD {
+                        self.pipe.wgmma_in_flight.insert(dot);
+                    }
                 }
             }
         }

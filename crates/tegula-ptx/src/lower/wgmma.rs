@@ -7,9 +7,12 @@
 //! slots, stored either way, and A either in a slot too, stored K-major (`[M, K]` rows; the
 //! matmul), or in registers: a value not loaded in the loop body (FlashAttention's Q, loaded
 //! before the loop, and P, the previous dot's accumulator after the softmax), read by the
-//! register form of the instruction; not an A kept resident in shared memory because its
-//! fragments would not fit in registers (`HOISTED_OPERAND_REGS`: Q at D = 256, or 128 x 128
-//! over 4 warps), which stays on `mma.sync`. Each slot read by this dot only; M a multiple of 16 x
+//! register form of the instruction; or an A kept resident in shared memory because its
+//! fragments would not fit in registers (`HOISTED_OPERAND_REGS`: the backward's K and V, Q at
+//! D = 256 or 128 x 128 over 4 warps), laid out for descriptors when a wgmma candidate reads
+//! it (K-major, panels, 1024-aligned; `mma.rs`, `stay_resident`). A slot may be read by other
+//! dots too, either way (the backward's Q and dO: B K-major of `K Q^T`, B N-major of
+//! `dS^T Q`), `mma.sync` ones through `ldmatrix`, which reads panels too. M a multiple of 16 x
 //! warps (the warps form `warps / 4` warpgroups along M, each owning 64 rows of every
 //! `16 x warps`), N from 8 to 256 (one instruction covers the warpgroup's whole N).
 //! Slots are those the pipeline already writes (our XOR swizzle is wgmma's for 64- and
@@ -170,7 +173,10 @@ impl Lower<'_> {
         let Some(sb) = self.slot_operand(b, Role::B, &plan) else {
             return Ok(false);
         };
-        let sa = self.slot_operand(a, Role::A, &plan);
+        // A from its slot, or resident in shared memory (K-major, panels; the backward's K).
+        let sa = self
+            .slot_operand(a, Role::A, &plan)
+            .or_else(|| self.wgmma_resident_a(a));
         if sa.is_some_and(|sa| !sa.stage.k_major) {
             return Ok(false);
         }
@@ -188,9 +194,9 @@ impl Lower<'_> {
         };
         let init = self.get(c, &acc_l)?;
         // In flight into the next iteration: the carried registers themselves (a copy would
-        // read them before the wait).
+        // read them before the wait); likewise whenever nothing else reads them.
         let in_flight = self.pipe.wgmma_in_flight.contains(&inst);
-        let acc = if in_flight {
+        let acc = if in_flight || self.pipe.wgmma_in_place.contains(&inst) {
             init
         } else {
             self.copy_regs(&init)
@@ -368,16 +374,20 @@ impl Lower<'_> {
         Ok(words)
     }
 
-    /// The descriptor's low word for this iteration's slot without the step offset:
+    /// The descriptor's low word for this iteration's slot (or the resident operand) without
+    /// the step offset:
     /// `(slot address + start) >> 4 | leading byte offset << 16`.
     fn descriptor_start(&mut self, so: &SharedOperand, start: Reg) -> Reg {
-        let shift = so.shift.expect("a slot operand");
         let base = self
             .b
             .op("add.s32", RegClass::B32, vec![so.base.into(), start.into()]);
-        let addr = self
-            .b
-            .op("add.s32", RegClass::B32, vec![base.into(), shift.into()]);
+        // A resident operand has no per-iteration slot shift.
+        let addr = match so.shift {
+            Some(shift) => self
+                .b
+                .op("add.s32", RegClass::B32, vec![base.into(), shift.into()]),
+            None => base,
+        };
         let lo = self
             .b
             .op("shr.u32", RegClass::B32, vec![addr.into(), Arg::Imm(4)]);
