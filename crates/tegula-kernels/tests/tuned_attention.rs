@@ -107,7 +107,7 @@ fn pruning_removes_oversize_blocks_for_short_sequences() {
     let dm = dims(1, 2, 1, 5, 20, 64);
     for cands in [
         forward_candidates(&dm, DType::F16, &Default::default(), false),
-        backward_candidates(&dm, DType::F16, &Default::default()),
+        backward_candidates(&dm, DType::F16, &Default::default(), false),
     ] {
         assert!(!cands.is_empty());
         for c in &cands {
@@ -129,7 +129,7 @@ fn pruning_removes_oversize_blocks_for_short_sequences() {
 #[test]
 fn backward_candidates_are_bounded_by_resident_blocks() {
     let dm = dims(4, 32, 32, 4096, 4096, 128);
-    let cands = backward_candidates(&dm, DType::BF16, &AttentionOptions::default());
+    let cands = backward_candidates(&dm, DType::BF16, &AttentionOptions::default(), false);
     assert_eq!(blocks(&cands[0]), (32, 64, 4, 2));
     assert!(cands.len() >= 6, "{} candidates", cands.len());
     // 64 x 64 and 64 x 128 over 8 warps also run with 3 stages (K and V resident, 32 and 64
@@ -175,7 +175,7 @@ fn set_options_are_held() {
         config: launch(8, 1),
         ..Default::default()
     };
-    let cands = backward_candidates(&dm, DType::F16, &fixed_launch);
+    let cands = backward_candidates(&dm, DType::F16, &fixed_launch, false);
     assert!(cands.len() > 1);
     assert!(cands.iter().all(|c| c.config == launch(8, 1)));
     for (i, c) in cands.iter().enumerate() {
@@ -232,7 +232,7 @@ fn the_wrappers_take_the_tuned_path_unless_options_are_full() {
         let d_o = dev.randn::<f16>(dm.q_shape()).unwrap();
         let bwd =
             backward_config(&p.q, &p.k, &p.v, &out, &d_o, &lse, &dq, &dk, &dv, &causal).unwrap();
-        assert_eq!(bwd, backward_candidates(&dm, DType::F16, &causal)[0]);
+        assert_eq!(bwd, backward_candidates(&dm, DType::F16, &causal, false)[0]);
         // Full options are used as given, even outside the candidate lists.
         let explicit = AttentionOptions {
             block_m: 16,
@@ -394,4 +394,46 @@ fn hopper_adds_wgmma_twins_to_the_forward() {
             .iter()
             .all(|c| c.wgmma.is_none())
     );
+}
+
+/// The backward's wgmma twins on Hopper: the dK/dV accumulators' BLOCK_N rows 16 a warp in
+/// each row block, BLOCK_M a multiple of 16, 2 stages or more; none for f32 or a held choice.
+#[test]
+fn hopper_adds_wgmma_twins_to_the_backward() {
+    let dm = dims(4, 32, 32, 4096, 4096, 128);
+    let plain = backward_candidates(&dm, DType::BF16, &Default::default(), false);
+    let cands = backward_candidates(&dm, DType::BF16, &Default::default(), true);
+    assert_eq!(cands[0], plain[0], "the default stays mma.sync");
+    let twins: Vec<_> = cands.iter().filter(|c| c.wgmma == Some(true)).collect();
+    assert!(!twins.is_empty());
+    assert_eq!(cands.len() - twins.len(), plain.len());
+    for t in &twins {
+        let w = t.config.num_warps as usize;
+        assert!(t.config.num_stages >= 2 && w.is_multiple_of(4), "{t:?}");
+        assert!(
+            t.block_n.is_multiple_of(16 * w) && t.block_m.is_multiple_of(16),
+            "{t:?}"
+        );
+        assert!(plain.contains(&AttentionOptions { wgmma: None, ..**t }));
+    }
+    let has = |bm, bn, w, s| {
+        twins
+            .iter()
+            .any(|t| (t.block_m, t.block_n, t.config) == (bm, bn, launch(w, s)))
+    };
+    assert!(has(64, 128, 8, 2), "the H200's fastest wgmma tile");
+    assert!(has(64, 64, 4, 2));
+    assert!(!has(128, 64, 8, 2), "8 rows a warp");
+    assert!(
+        backward_candidates(&dm, DType::F32, &Default::default(), true)
+            .iter()
+            .all(|c| c.wgmma.is_none())
+    );
+    let held = AttentionOptions {
+        wgmma: Some(false),
+        ..Default::default()
+    };
+    assert!(backward_candidates(&dm, DType::BF16, &held, true)
+        .iter()
+        .all(|c| c.wgmma == Some(false)));
 }

@@ -889,19 +889,25 @@ fn resolve<T: Element>(
     options: &AttentionOptions,
     dims: &Dims,
 ) -> Result<AttentionOptions> {
-    if !options.is_tuned() {
+    if !options.is_tuned() && options.wgmma.is_some() {
         return Ok(*options);
     }
     let held = [("block_m", options.block_m), ("block_n", options.block_n)];
     let strategy = DqStrategy::choose(dims);
+    // A held wgmma choice is a key of its own.
+    let held_wgmma = match options.wgmma {
+        Some(true) => ",WGMMA=1",
+        Some(false) => ",WGMMA=0",
+        None => "",
+    };
     let key = format!(
         "{},dq={}{}",
         super::key(dims, T::DTYPE, options.causal),
         strategy.name(),
         tuned::held_suffix(&held, options.config)
-    ) + if wgmma(options) { ",WGMMA=1" } else { "" };
-    let candidates = super::backward_candidates(dims, T::DTYPE, options);
+    ) + held_wgmma;
     let dev = q.device();
+    let candidates = super::backward_candidates(dims, T::DTYPE, options, dev.has_wgmma());
     let chosen = tuned::choose(
         dev,
         "tegula_kernels::attention::backward",
@@ -947,8 +953,8 @@ fn resolve<T: Element>(
     options.with_tuned(&chosen)
 }
 
-/// Whether the dK/dV kernel asks for `wgmma` (`AttentionOptions::wgmma`; not a tuner choice
-/// in the backward, and f32 dots never take it).
+/// Whether the dK/dV kernel asks for `wgmma` (`AttentionOptions::wgmma`, held or a tuner
+/// twin on Hopper; f32 dots never take it).
 fn wgmma(options: &AttentionOptions) -> bool {
     options.wgmma == Some(true)
 }
@@ -1299,7 +1305,7 @@ pub(super) fn trace_entry(
 ) -> std::result::Result<Kernel, TraceError> {
     // The default candidate: what the interpreter launches.
     let (dims, causal): (Dims, bool) = parse_shape(shape);
-    let b = super::backward_candidates(&dims, dtype, &AttentionOptions::default())[0];
+    let b = super::backward_candidates(&dims, dtype, &AttentionOptions::default(), false)[0];
     let d = dims.head_dim;
     let atomic = DqStrategy::choose(&dims) == DqStrategy::Atomic;
     let ragged_q = has_ragged_queries(dims.n_q, b.block_m);

@@ -200,11 +200,17 @@ fn wgmma_twin_fits(dims: &Dims, dtype: DType, c: &AttentionOptions) -> bool {
 /// stages of the streamed Q and dO, `BLOCK_M x D` each), and when there are at least 3 query
 /// blocks (the lowering would cut them to 2 otherwise).
 ///
-/// The default is BLOCK_M 32, BLOCK_N 64, 4 warps, 2 stages, clamped to the lengths.
+/// On a device with `wgmma` (`wgmma_device`), each pipelined candidate whose tiles the dK/dV
+/// kernel's wgmma lowering takes gets a wgmma twin (`backward_wgmma_twin_fits`): on the H200
+/// (2026-12-01, bf16, [4,32,4096,128]) 64x128 8w on wgmma ran 1.35x its mma.sync twin.
+///
+/// The default is BLOCK_M 32, BLOCK_N 64, 4 warps, 2 stages, clamped to the lengths
+/// (`mma.sync`).
 pub fn backward_candidates(
     dims: &Dims,
     dtype: DType,
     options: &AttentionOptions,
+    wgmma_device: bool,
 ) -> Vec<AttentionOptions> {
     let d = padded_head_dim(dims.head_dim);
     let elem = dtype.size_bytes();
@@ -221,7 +227,30 @@ pub fn backward_candidates(
                     && s as usize <= dims.n_q.div_ceil(bm)))
     };
     let stages: &[u32] = if pipelined(dtype) { &[2, 3, 1] } else { &[1] };
-    grid(dims, options, (32, 32), stages, fits, (32, 64, 2))
+    let plain = grid(dims, options, (32, 32), stages, fits, (32, 64, 2));
+    let mut out = Vec::with_capacity(2 * plain.len());
+    for c in plain {
+        out.push(c);
+        if wgmma_device && options.wgmma.is_none() && backward_wgmma_twin_fits(dims, dtype, &c) {
+            out.push(AttentionOptions {
+                wgmma: Some(true),
+                ..c
+            });
+        }
+    }
+    out
+}
+
+/// Whether the dK/dV kernel's tiles `c` run its dots on `wgmma` (tegula-ptx `lower/wgmma.rs`):
+/// the forward's conditions with the roles of the blocks exchanged (the accumulators dK and dV
+/// have BLOCK_N rows: 16 a warp in each row block; BLOCK_M is the N and the K of its dots).
+fn backward_wgmma_twin_fits(dims: &Dims, dtype: DType, c: &AttentionOptions) -> bool {
+    let swapped = AttentionOptions {
+        block_m: c.block_n,
+        block_n: c.block_m,
+        ..*c
+    };
+    wgmma_twin_fits(dims, dtype, &swapped)
 }
 
 impl AttentionOptions {
