@@ -78,12 +78,13 @@ pub struct AttentionOptions {
     pub block_n: usize,
     /// Warps and pipeline stages on the GPU (the interpreter ignores them), or [`AUTO_LAUNCH`].
     pub config: LaunchConfig,
-    /// Hopper's `wgmma` for the forward's two dots (sm_90a, f16/bf16; tegula-ptx's
-    /// `lower/wgmma.rs` says which tiles qualify: BLOCK_M a multiple of 16 x warps, warps a
-    /// multiple of 4, pipelined; others keep `mma.sync`): `Some(true)` asks for it,
-    /// `Some(false)` keeps `mma.sync`, `None` is the tuner's (on a device with wgmma, twins of
-    /// the candidates it takes: [`forward_candidates`]). A lowering choice only: results are
-    /// the same. The backward ignores it.
+    /// Hopper's `wgmma` for the forward's two dots and the backward dK/dV kernel's dots
+    /// (sm_90a, f16/bf16; tegula-ptx's `lower/wgmma.rs` says which tiles qualify: the
+    /// accumulator's rows a multiple of 16 x warps, warps a multiple of 4, pipelined; others
+    /// keep `mma.sync`): `Some(true)` asks for it, `Some(false)` keeps `mma.sync`, `None` is
+    /// the tuner's (on a device with wgmma, twins of the candidates it takes:
+    /// [`forward_candidates`], [`backward_candidates`]). A lowering choice only: results are
+    /// the same.
     pub wgmma: Option<bool>,
 }
 

@@ -29,7 +29,9 @@ use super::contract::{
     heavy_blocks_first, load_key_block, load_or_zero, padded_head_dim, size_i32, softmax_scale,
     strides_i32, visible_keys, visible_scores, Dims,
 };
-use super::forward::{compare_bounded, forward, has_ragged_queries, parse_shape, worse, LOG2E};
+use super::forward::{
+    compare_bounded, forward, has_ragged_queries, parse_shape, wgmma_runs, worse, LOG2E,
+};
 use super::{reference, AttentionOptions};
 use crate::check;
 use crate::tuned;
@@ -1220,20 +1222,9 @@ fn check_typed<T: Element>(dev: &Device, shape: &[usize]) -> Result<CheckReport>
     let mut runs = vec![options];
     let mut label = format!("{} causal={causal}", dims.describe());
     if dev.has_wgmma() && matches!(T::DTYPE, DType::F16 | DType::BF16) {
-        // The dK/dV kernel's dots on wgmma (`AttentionOptions::wgmma`, not a tuner choice
-        // yet), at the tiles the H200 tunes and one warpgroup; outputs poisoned.
-        for (bm, bn, warps, stages) in WGMMA_CHECKED {
-            runs.push(AttentionOptions {
-                block_m: bm,
-                block_n: bn,
-                config: tegula::LaunchConfig {
-                    num_warps: warps,
-                    num_stages: stages,
-                },
-                wgmma: Some(true),
-                ..options
-            });
-        }
+        // The dK/dV kernel's dots on wgmma at the tiles the H200 tunes and one warpgroup,
+        // besides the tuned run; outputs poisoned.
+        runs.extend(wgmma_runs(&options, &WGMMA_CHECKED));
         label += &format!(", {} wgmma tiles", WGMMA_CHECKED.len());
     }
     let tol = check::tolerance(T::DTYPE);

@@ -503,18 +503,7 @@ fn check_typed<T: Element>(dev: &Device, shape: &[usize]) -> Result<CheckReport>
     {
         // The wgmma tile variants besides the tuned one (outputs poisoned): 1 or 2
         // warpgroups, two 64-row blocks a warpgroup, N from 32 to 128.
-        for (bm, bn, warps, stages) in WGMMA_CHECKED {
-            runs.push(AttentionOptions {
-                block_m: bm,
-                block_n: bn,
-                config: tegula::LaunchConfig {
-                    num_warps: warps,
-                    num_stages: stages,
-                },
-                wgmma: Some(true),
-                ..options
-            });
-        }
+        runs.extend(wgmma_runs(&options, &WGMMA_CHECKED));
         label += &format!(", {} wgmma tiles", WGMMA_CHECKED.len());
     }
     let mut report: Option<CheckReport> = None;
@@ -549,6 +538,29 @@ fn check_typed<T: Element>(dev: &Device, shape: &[usize]) -> Result<CheckReport>
         });
     }
     Ok(report.expect("the tuned run at least"))
+}
+
+/// `options` on wgmma at each of `tiles` (BLOCK_M, BLOCK_N, warps, stages): the extra runs of
+/// the forward's and the backward's GPU checks.
+pub(super) fn wgmma_runs(
+    options: &AttentionOptions,
+    tiles: &[(usize, usize, u32, u32)],
+) -> Vec<AttentionOptions> {
+    tiles
+        .iter()
+        .map(
+            |&(block_m, block_n, num_warps, num_stages)| AttentionOptions {
+                block_m,
+                block_n,
+                config: tegula::LaunchConfig {
+                    num_warps,
+                    num_stages,
+                },
+                wgmma: Some(true),
+                ..*options
+            },
+        )
+        .collect()
 }
 
 /// Tiles `tegula check attention` runs on wgmma besides the tuned one, on a device with wgmma
