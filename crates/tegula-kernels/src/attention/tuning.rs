@@ -202,7 +202,7 @@ fn wgmma_twin_fits(dims: &Dims, dtype: DType, c: &AttentionOptions) -> bool {
 ///
 /// On a device with `wgmma` (`wgmma_device`), each pipelined candidate whose tiles the dK/dV
 /// kernel's wgmma lowering takes gets a wgmma twin (`backward_wgmma_twin_fits`): on the H200
-/// (2026-12-01, bf16, [4,32,4096,128]) 64x128 8w on wgmma ran 1.35x its mma.sync twin.
+/// (2026-12-01, bf16, `[4,32,4096,128]`) 64x128 8w on wgmma ran 1.35x its mma.sync twin.
 ///
 /// The default is BLOCK_M 32, BLOCK_N 64, 4 warps, 2 stages, clamped to the lengths
 /// (`mma.sync`).
