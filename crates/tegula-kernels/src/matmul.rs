@@ -496,16 +496,20 @@ fn resolve<T: Element, O: Element>(
     };
     // Held as programs a SM plus one (AUTO is 0: tuned).
     let persistent = config.persistent.map_or(AUTO, |p| p + 1);
-    let wgmma = config.wgmma.map_or(AUTO, |w| usize::from(w) + 1);
     let held = [
         ("block_m", config.block_m),
         ("block_n", config.block_n),
         ("block_k", config.block_k),
         ("group_m", group),
         ("persistent", persistent),
-        ("wgmma", wgmma),
     ];
-    let key = key(&p, config.precision) + &tuned::held_suffix(&held, config.launch);
+    // A held wgmma choice is a key of its own, as in the attention wrappers.
+    let held_wgmma = match config.wgmma {
+        Some(true) => ",WGMMA=1",
+        Some(false) => ",WGMMA=0",
+        None => "",
+    };
+    let key = key(&p, config.precision) + &tuned::held_suffix(&held, config.launch) + held_wgmma;
     let cands = candidates(&p, &config);
     let dev = a.device();
     let chosen = tuned::choose(
