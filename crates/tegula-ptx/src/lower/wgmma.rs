@@ -42,6 +42,12 @@
 //! wgmma.wait_group 0                          (before the next barrier lets the slot refill)
 //! ```
 //!
+//! A k-tile in flight (`PipeState::wgmma_in_flight`: the accumulator is carried by the loop
+//! and read by this dot only, and the copies still run 128 elements of K ahead): the
+//! accumulators are the carried registers themselves, and after the commit
+//! `wgmma.wait_group 1` retires last iteration's k-tile, whose slot (two iterations back,
+//! `Pipe::lag` 2) is then refilled; the pipeline's epilogue waits for the last one.
+//!
 //! A loop with two dots (FlashAttention: `Q K^T`, the softmax, `P V`) runs each as above, the
 //! first taking the refill (the slot of K and V read last iteration, whose wgmmas every warp
 //! waited for before this iteration's barrier); the softmax reads S after its wait.
