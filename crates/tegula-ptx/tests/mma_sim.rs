@@ -1662,6 +1662,7 @@ fn attention_with_q_resident_in_shared_memory_matches() {
         check_attention_kernel(
             &flash_attention_two_loops(dt, bm, bn, d),
             Some(bn as i32),
+            80,
             (dt, bm, bn, d, warps, stages),
         );
     }
@@ -1697,14 +1698,15 @@ fn resident_q_is_written_after_the_first_key_copies_are_issued() {
 /// softmax in f64 (P rounded to the input dtype before the PV product).
 fn check_attention(dt: DType, bm: usize, bn: usize, d: usize, warps: u32, stages: u32) {
     let kern = flash_attention(dt, bm, bn, d);
-    check_attention_kernel(&kern, None, (dt, bm, bn, d, warps, stages));
+    check_attention_kernel(&kern, None, 80, (dt, bm, bn, d, warps, stages));
 }
 
-/// [`check_attention`] for `kern`, which takes the key split point after the scale when
-/// `split` is given.
+/// [`check_attention`] for `kern` compiled for target `sm`, which takes the key split point
+/// after the scale when `split` is given.
 fn check_attention_kernel(
     kern: &Kernel,
     split: Option<i32>,
+    sm: u32,
     (dt, bm, bn, d, warps, stages): (DType, usize, usize, usize, u32, u32),
 ) {
     let nk = 3 * bn;
@@ -1722,7 +1724,7 @@ fn check_attention_kernel(
         Arg::F32(scale),
     ];
     args.extend(split.map(Arg::I32));
-    let bufs = run_staged(kern, warps, stages, [1, 1, 1], &args);
+    let bufs = run_on(sm, kern, warps, stages, [1, 1, 1], &args);
     let got = decode(dt, &bufs[3]);
     // The output is rounded to the input dtype; P to 8 (bf16) or 11 (f16) bits.
     let ones = vec![1f64; bm * d];
@@ -2780,6 +2782,7 @@ fn attention_row_sums_are_partial_inside_the_loop() {
         check_attention_kernel(
             &flash_attention_two_loops(dt, bm, bn, d),
             Some(bn as i32),
+            80,
             (dt, bm, bn, d, warps, stages),
         );
     }
@@ -3551,36 +3554,9 @@ fn attention_with_the_wgmma_hint_matches() {
         );
         assert!(!c.ptx.contains("mma.sync.aligned.m16n8k16"), "{what}");
         assert_eq!(c.ptx.contains("A from shared memory"), q_resident, "{what}");
-        let nk = 3 * bn;
-        let (qv, kv, vv) = (values(bm * d, 11), values(nk * d, 13), values(nk * d, 17));
-        let scale = 0.7f32;
-        let (want, _) = attention_reference(dt, [&qv, &kv, &vv], (bm, bn, d), scale);
-        let out = vec![0u8; bm * d * 2];
-        let (qb, kb, vb) = (encode(dt, &qv), encode(dt, &kv), encode(dt, &vv));
-        let mut args = vec![
-            Arg::Buf(&qb),
-            Arg::Buf(&kb),
-            Arg::Buf(&vb),
-            Arg::Buf(&out),
-            Arg::I32(nk as i32),
-            Arg::F32(scale),
-        ];
         // The two loops split the keys after the first block.
-        if split {
-            args.push(Arg::I32(bn as i32));
-        }
-        let names = param_names(&kern);
-        let bufs = run_ptx(
-            &c.ptx,
-            c.shared_bytes as usize,
-            &names,
-            warps,
-            [1, 1, 1],
-            &args,
-        );
-        let got = decode(dt, &bufs[3]);
-        let ones = vec![1f64; bm * d];
-        assert_close(&got, &want, &ones, 2e-2, &what);
+        let split_at = split.then_some(bn as i32);
+        check_attention_kernel(&kern, split_at, 90, (dt, bm, bn, d, warps, stages));
     }
 }
 
