@@ -510,13 +510,14 @@ fn resolve<T: Element, O: Element>(
         None => "",
     };
     let key = key(&p, config.precision) + &tuned::held_suffix(&held, config.launch) + held_wgmma;
-    let cands = candidates(&p, &config);
     let dev = a.device();
     let chosen = tuned::choose(
         dev,
         "tegula_kernels::matmul",
         &key,
         || {
+            // Only on a memo miss: a launch whose config is known builds no candidate list.
+            let cands = candidates(&p, &config);
             // The source hash: the Tile IR of the default candidate.
             let r = cands[0];
             let ir = matmul_kernel::trace::<T, O>(

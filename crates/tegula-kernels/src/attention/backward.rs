@@ -909,12 +909,13 @@ fn resolve<T: Element>(
         tuned::held_suffix(&held, options.config)
     ) + held_wgmma;
     let dev = q.device();
-    let candidates = super::backward_candidates(dims, T::DTYPE, options, dev.has_wgmma());
     let chosen = tuned::choose(
         dev,
         "tegula_kernels::attention::backward",
         &key,
         || {
+            // Only on a memo miss: a launch whose config is known builds no candidate list.
+            let candidates = super::backward_candidates(dims, T::DTYPE, options, dev.has_wgmma());
             // The source hash: the Tile IR of the default candidate's three kernels.
             let r = candidates[0];
             let (c, d) = (options.causal, dims.head_dim);

@@ -297,12 +297,13 @@ fn resolve<T: Element>(
         }
     }
     let dev = q.device();
-    let candidates = super::forward_candidates(dims, T::DTYPE, options, dev.has_wgmma());
     let chosen = tuned::choose(
         dev,
         "tegula_kernels::attention::forward",
         &key,
         || {
+            // Only on a memo miss: a launch whose config is known builds no candidate list.
+            let candidates = super::forward_candidates(dims, T::DTYPE, options, dev.has_wgmma());
             // The source hash: the Tile IR of the default candidate.
             let r = candidates[0];
             let ir = attn_fwd::trace::<T>(
