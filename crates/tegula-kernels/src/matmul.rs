@@ -19,6 +19,7 @@ use tegula::autotune::{median_ms, Config, Tuning};
 use tegula::ir::{DType, Kernel, TraceError};
 use tegula::prelude::*;
 use tegula::{Error, LaunchConfig, Result};
+use tegula_ptx::{wgmma_reads_rows_of, wgmma_takes_shape, WGMMA_IN_FLIGHT_MIN_K_AHEAD};
 
 /// The tile `(pid_m, pid_n)` of a `num_pid_m x num_pid_n` grid of C tiles that the `tile`-th
 /// program (or trip of a persistent program) computes, in grouped order (Triton's
@@ -442,27 +443,22 @@ fn persistent_twin_fits(p: &MatmulProblem, c: &MatmulConfig) -> bool {
         && slots + exchange <= tuned::SHARED_BYTES
 }
 
-/// The stages at which a BLOCK_K 32 `wgmma` keeps a k-tile in flight (tegula-ptx's
-/// `IN_FLIGHT_MIN_K_AHEAD`: `(S - 2) * BLOCK_K >= 128`); BLOCK_K 64 does from 4 stages, which
-/// the grid has.
-const IN_FLIGHT_STAGES_K32: u32 = 6;
+/// The stages at which a BLOCK_K 32 `wgmma` keeps a k-tile in flight (`S - 2` slots hold
+/// [`WGMMA_IN_FLIGHT_MIN_K_AHEAD`] elements of K); BLOCK_K 64 does from 4 stages, which the
+/// grid has.
+const IN_FLIGHT_STAGES_K32: u32 = 2 + WGMMA_IN_FLIGHT_MIN_K_AHEAD / 32;
 
 /// Whether the tuner also times `c` on `wgmma`: a device that has it, f16/bf16 pipelined
-/// operands, and tiles the lowering reads from its slots (tegula-ptx `lower/wgmma.rs`): rows
-/// of 64 bytes or multiples of 128 (BLOCK_K 32 or 64 for A, BLOCK_N from 32 for B), N at most
-/// 256, and 16 rows a warp in each of BLOCK_M's row blocks.
+/// operands, and tiles the lowering takes (tegula-ptx's [`wgmma_takes_shape`], with A's rows
+/// of BLOCK_K and B's of BLOCK_N elements in slots its descriptors read).
 fn wgmma_twin_fits(p: &MatmulProblem, c: &MatmulConfig) -> bool {
-    let elem = p.input.size_bytes();
-    let readable = |bytes: usize| bytes == 64 || (bytes >= 128 && bytes.is_multiple_of(128));
-    let warps = c.launch.num_warps as usize;
+    let elem = p.input.size_bytes() as u32;
+    let (m, n, k) = (c.block_m as u32, c.block_n as u32, c.block_k as u32);
     p.wgmma
         && pipelined(p)
-        && c.launch.num_stages >= 2
-        && warps.is_multiple_of(4)
-        && c.block_m.is_multiple_of(16 * warps)
-        && c.block_n <= 256
-        && readable(c.block_k * elem)
-        && readable(c.block_n * elem)
+        && wgmma_takes_shape(m, n, k, c.launch.num_warps, c.launch.num_stages)
+        && wgmma_reads_rows_of(k * elem)
+        && wgmma_reads_rows_of(n * elem)
 }
 
 /// The config [`matmul_into_with`] launches for these operands: `config` itself when every

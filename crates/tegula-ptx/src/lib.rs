@@ -200,6 +200,33 @@ fn sanitize(s: &str) -> String {
 /// reserved for the rest of the kernel).
 pub const HOISTED_OPERAND_REGS: u32 = 32;
 
+/// Whether `wgmma` takes an f16/bf16 dot of `m x n x k` in a loop pipelined over `stages`
+/// stages with `warps` warps (sm_90a, when the kernel asks): the warps form warpgroups along
+/// M, each with 16 rows a warp in every `16 x warps`-row block, and one instruction covers N
+/// (8 to 256). Where the operands are placed decides the rest (`lower/wgmma.rs`); library
+/// tuners offer wgmma twins of the tiles this and [`wgmma_reads_rows_of`] accept.
+pub fn wgmma_takes_shape(m: u32, n: u32, k: u32, warps: u32, stages: u32) -> bool {
+    warps.is_multiple_of(4)
+        && stages >= 2
+        && m.is_multiple_of(16 * warps)
+        && (8..=256).contains(&n)
+        && n.is_multiple_of(8)
+        && k.is_multiple_of(16)
+}
+
+/// Whether `wgmma`'s descriptors read a pipeline slot whose rows are `bytes` long: 64 (the
+/// 64-byte swizzle) or a multiple of 128 (128-byte swizzle, panels past 128).
+pub fn wgmma_reads_rows_of(bytes: u32) -> bool {
+    bytes == 64 || (bytes >= 128 && bytes.is_multiple_of(128))
+}
+
+/// A `wgmma` k-tile stays in flight while the next is issued only when the pipeline's copies
+/// still run this many elements of K ahead (`S - 2` slots of BLOCK_K): on the H200 (bf16,
+/// 4096^3 and 8192^3) 128x256x64 and 256x128x64 at 4 stages (128 ahead) ran 2-12% faster in
+/// flight than waiting each k-tile, while at 3 stages (64 ahead) and at BLOCK_K 32 with 4
+/// stages (64) they ran 7-22% slower: the copies no longer hid the global latency.
+pub const WGMMA_IN_FLIGHT_MIN_K_AHEAD: u32 = 128;
+
 /// Lowers `kernel` to a PTX module for `target`.
 pub fn compile(
     kernel: &Kernel,

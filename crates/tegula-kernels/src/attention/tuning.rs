@@ -10,7 +10,7 @@ use crate::tuned::{self, cx, AUTO, AUTO_LAUNCH};
 use tegula::autotune::Config;
 use tegula::ir::DType;
 use tegula::{LaunchConfig, Result};
-use tegula_ptx::HOISTED_OPERAND_REGS;
+use tegula_ptx::{wgmma_reads_rows_of, wgmma_takes_shape, HOISTED_OPERAND_REGS};
 
 /// f32 values (accumulators and scores) a thread should hold at most before registers spill.
 const VALUES_PER_THREAD: usize = 160;
@@ -172,20 +172,18 @@ pub fn forward_candidates(
     out
 }
 
-/// Whether the forward's tiles `c` run on `wgmma` (tegula-ptx `lower/wgmma.rs`): f16/bf16
-/// pipelined (2 stages or more), warps a multiple of 4 with 16 rows a warp in each row block,
-/// K and V rows (the head dim) of 64 bytes or multiples of 128, BLOCK_N a multiple of 16. A Q
-/// too large for registers (see `HOISTED_OPERAND_REGS`) would keep `Q K^T` on mma.sync and
-/// spill: no twin (checked by the caller).
+/// Whether the forward's tiles `c` run on `wgmma`: f16/bf16 pipelined, both dots' shapes as
+/// tegula-ptx's [`wgmma_takes_shape`] takes them, and K and V rows (the head dim) its
+/// descriptors read ([`wgmma_reads_rows_of`]). A Q too large for registers (see
+/// `HOISTED_OPERAND_REGS`) spills on that path: no twin (checked by the caller).
 fn wgmma_twin_fits(dims: &Dims, dtype: DType, c: &AttentionOptions) -> bool {
-    let row_bytes = padded_head_dim(dims.head_dim) * dtype.size_bytes();
-    let warps = c.config.num_warps as usize;
+    let d = padded_head_dim(dims.head_dim) as u32;
+    let (m, n) = (c.block_m as u32, c.block_n as u32);
+    let (w, s) = (c.config.num_warps, c.config.num_stages);
     pipelined(dtype)
-        && c.config.num_stages >= 2
-        && warps.is_multiple_of(4)
-        && c.block_m.is_multiple_of(16 * warps)
-        && c.block_n.is_multiple_of(16)
-        && (row_bytes == 64 || row_bytes.is_multiple_of(128))
+        && wgmma_takes_shape(m, n, d, w, s) // Q K^T
+        && wgmma_takes_shape(m, d, n, w, s) // P V
+        && wgmma_reads_rows_of(d * dtype.size_bytes() as u32)
 }
 
 /// The backward's candidates (one block pair, warps and stages for its three kernels),

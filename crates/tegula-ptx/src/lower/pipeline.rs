@@ -61,13 +61,6 @@ use super::mma::{fragment_registers, MmaPlan, SharedOperand};
 /// at 8 warps, 236, to 254), while 256x64x64 at 4 warps (244) spills 4 bytes.
 const BOUNDARY_MAX_REGISTERS: u32 = 240;
 
-/// The fewest k elements a `wgmma` k-tile in flight leaves copied ahead (`S - 2` slots of
-/// BLOCK_K) for it to pay: on the H200 (bf16, 4096^3 and 8192^3) 128x256x64 and 256x128x64
-/// at 4 stages (128 ahead) ran 2-12% faster in flight than waiting each k-tile, while at 3
-/// stages (64 ahead) and at BLOCK_K 32 with 4 stages (64) they ran 7-22% slower: the copies
-/// no longer hid the global latency.
-const IN_FLIGHT_MIN_K_AHEAD: u32 = 128;
-
 /// One pipelined load.
 #[derive(Clone, Debug)]
 struct PipeLoad {
@@ -328,7 +321,7 @@ pub(crate) struct PipeState {
     /// `wgmma` dots whose k-tile stays in flight while the next one is issued: the
     /// accumulator is a loop-carried value only this dot reads, written in place, and the
     /// pipeline's refill, which lags two iterations ([`Pipe::lag`]), still copies
-    /// [`IN_FLIGHT_MIN_K_AHEAD`] elements of K ahead.
+    /// [`crate::WGMMA_IN_FLIGHT_MIN_K_AHEAD`] elements of K ahead.
     pub wgmma_in_flight: HashSet<Inst>,
     /// `wgmma` dots whose accumulator is a loop-carried value only this dot reads: written in
     /// place (no copy of the carried registers first), in flight or not.
@@ -646,9 +639,7 @@ impl Lower<'_> {
                     continue;
                 };
                 let st = &loads[i].stage;
-                let row_bytes = st.cols * st.kind.elem_bytes();
-                let readable =
-                    row_bytes == 64 || (row_bytes >= 128 && row_bytes.is_multiple_of(128));
+                let readable = crate::wgmma_reads_rows_of(st.cols * st.kind.elem_bytes());
                 // Other dots may read the slot too, either way (FlashAttention's backward: Q is
                 // B K-major of `K Q^T` and B N-major of `dS^T Q`): another `wgmma` through its
                 // own descriptor, `mma.sync` through `ldmatrix`, which reads panels as well.
@@ -672,7 +663,7 @@ impl Lower<'_> {
                 let k_ahead = (stages - 2) * self.mma_plan(dot).map_or(0, |p| p.k);
                 if self.accumulates_in_place(body, dot) {
                     self.pipe.wgmma_in_place.insert(dot);
-                    if k_ahead >= IN_FLIGHT_MIN_K_AHEAD {
+                    if k_ahead >= crate::WGMMA_IN_FLIGHT_MIN_K_AHEAD {
                         self.pipe.wgmma_in_flight.insert(dot);
                     }
                 }

@@ -135,12 +135,7 @@ impl Lower<'_> {
         self.wgmma
             && matches!(kind, MmaKind::F16 | MmaKind::BF16)
             && self.wgmma_operands_placed(dot)
-            && self.num_warps.is_multiple_of(4)
-            && self.num_stages >= 2
-            && m.is_multiple_of(16 * self.num_warps)
-            && (8..=256).contains(&n)
-            && n.is_multiple_of(8)
-            && k.is_multiple_of(16)
+            && crate::wgmma_takes_shape(m, n, k, self.num_warps, self.num_stages)
     }
 
     /// Whether B of `dot` is a load (or its `.trans()`) in the dot's own block with 4-, 8- or
