@@ -499,13 +499,9 @@ fn resolve<T: Element, O: Element>(
         ("group_m", group),
         ("persistent", persistent),
     ];
-    // A held wgmma choice is a key of its own, as in the attention wrappers.
-    let held_wgmma = match config.wgmma {
-        Some(true) => ",WGMMA=1",
-        Some(false) => ",WGMMA=0",
-        None => "",
-    };
-    let key = key(&p, config.precision) + &tuned::held_suffix(&held, config.launch) + held_wgmma;
+    let key = key(&p, config.precision)
+        + &tuned::held_suffix(&held, config.launch)
+        + tuned::held_wgmma_suffix(config.wgmma);
     let dev = a.device();
     let chosen = tuned::choose(
         dev,
@@ -635,14 +631,8 @@ fn launch<T: Element, O: Element>(
         config.group_m,
         config.precision,
         per_sm > 0,
-        config.wgmma == Some(true) || wgmma_forced(),
+        config.wgmma == Some(true) || tuned::wgmma_forced(),
     )
-}
-
-/// `TEGULA_WGMMA=1`: every matmul and attention forward launch asks for `wgmma` (to check
-/// that path everywhere).
-pub(crate) fn wgmma_forced() -> bool {
-    std::env::var("TEGULA_WGMMA").is_ok_and(|v| v == "1")
 }
 
 /// SMs the interpreter pretends to have: few, so that CPU runs of the persistent grid walk
@@ -715,7 +705,7 @@ fn check_typed<T: Element>(dev: &Device, shape: &[usize]) -> Result<CheckReport>
     let mut what = format!("M={m} N={n} K={k}, tuned and persistent 64x64x32");
     let mut want = [want.as_slice(), want.as_slice()].concat();
     let mut tolerance_k = k;
-    if (dev.has_wgmma() || wgmma_forced()) && matches!(T::DTYPE, DType::F16 | DType::BF16) {
+    if (dev.has_wgmma() || tuned::wgmma_forced()) && matches!(T::DTYPE, DType::F16 | DType::BF16) {
         // The wgmma lowering reads pipelined slots only, which need rows of whole 16-element
         // multiples: N and K rounded up to 16 (M stays, so rows are masked), fresh inputs.
         // Its tile variants (64- and 128-byte A rows, B in one or several 64-column panels,

@@ -115,6 +115,22 @@ pub(crate) fn cx(n: usize) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
 }
 
+/// `TEGULA_WGMMA=1`: every matmul and attention forward launch asks for `wgmma` (to check
+/// that path everywhere).
+pub(crate) fn wgmma_forced() -> bool {
+    std::env::var("TEGULA_WGMMA").is_ok_and(|v| v == "1")
+}
+
+/// A held `wgmma` choice appended to a key (`,WGMMA=1` or `,WGMMA=0`): it selects its own
+/// winner. `None` (the tuner's twins) adds nothing.
+pub(crate) fn held_wgmma_suffix(wgmma: Option<bool>) -> &'static str {
+    match wgmma {
+        Some(true) => ",WGMMA=1",
+        Some(false) => ",WGMMA=0",
+        None => "",
+    }
+}
+
 /// What the caller fixed, appended to a key (`,block_n=16,warps=8,stages=2`): a request with
 /// held fields has its own candidates, hence its own winner.
 pub(crate) fn held_suffix(fields: &[(&str, usize)], launch: LaunchConfig) -> String {

@@ -896,18 +896,12 @@ fn resolve<T: Element>(
     }
     let held = [("block_m", options.block_m), ("block_n", options.block_n)];
     let strategy = DqStrategy::choose(dims);
-    // A held wgmma choice is a key of its own.
-    let held_wgmma = match options.wgmma {
-        Some(true) => ",WGMMA=1",
-        Some(false) => ",WGMMA=0",
-        None => "",
-    };
     let key = format!(
         "{},dq={}{}",
         super::key(dims, T::DTYPE, options.causal),
         strategy.name(),
         tuned::held_suffix(&held, options.config)
-    ) + held_wgmma;
+    ) + tuned::held_wgmma_suffix(options.wgmma);
     let dev = q.device();
     let chosen = tuned::choose(
         dev,

@@ -289,12 +289,13 @@ fn resolve<T: Element>(
     let mut key =
         super::key(dims, T::DTYPE, options.causal) + &tuned::held_suffix(&held, options.config);
     if matches!(T::DTYPE, DType::F16 | DType::BF16) {
-        // A held choice is a key of its own (f32 dots never take wgmma).
-        if wgmma(options) {
-            key += ",WGMMA=1";
-        } else if options.wgmma == Some(false) {
-            key += ",WGMMA=0";
-        }
+        // f32 dots never take wgmma: for them the choice changes nothing.
+        let held = if wgmma(options) {
+            Some(true)
+        } else {
+            options.wgmma
+        };
+        key += tuned::held_wgmma_suffix(held);
     }
     let dev = q.device();
     let chosen = tuned::choose(
@@ -394,7 +395,7 @@ fn launch<T: Element>(
 
 /// Whether a launch with `options` asks for `wgmma`: the option, or `TEGULA_WGMMA=1`.
 fn wgmma(options: &AttentionOptions) -> bool {
-    options.wgmma == Some(true) || crate::matmul::wgmma_forced()
+    options.wgmma == Some(true) || tuned::wgmma_forced()
 }
 
 /// Attention in new tensors: the output `[B, H, Nq, D]` (input dtype, contiguous) and the
@@ -499,9 +500,7 @@ fn check_typed<T: Element>(dev: &Device, shape: &[usize]) -> Result<CheckReport>
     );
     let mut runs = vec![options];
     let mut label = format!("{} causal={causal}", dims.describe());
-    if (dev.has_wgmma() || crate::matmul::wgmma_forced())
-        && matches!(T::DTYPE, DType::F16 | DType::BF16)
-    {
+    if (dev.has_wgmma() || tuned::wgmma_forced()) && matches!(T::DTYPE, DType::F16 | DType::BF16) {
         // The wgmma tile variants besides the tuned one (outputs poisoned): 1 or 2
         // warpgroups, two 64-row blocks a warpgroup, N from 32 to 128.
         runs.extend(wgmma_runs(&options, &WGMMA_CHECKED));
