@@ -29,9 +29,9 @@
 //! lowers to `trap` (the message is not printed on the GPU); `device_print` to `vprintf` calls,
 //! one per element a thread owns (`lower/print.rs`).
 
-pub mod axis_info;
+pub mod analysis;
 pub mod layout;
-mod lower;
+mod emit;
 pub mod mma_layout;
 pub mod ptx;
 pub mod ptxas;
@@ -246,7 +246,7 @@ pub fn compile(
         )));
     }
     check_shapes(kernel)?;
-    let mut lw = lower::Lower::new(kernel, w, target.sm);
+    let mut lw = emit::Lower::new(kernel, w, target.sm);
     lw.num_stages = options.num_stages;
     lw.lower_kernel()?;
     let entry = format!("tg_{}", sanitize(&kernel.name));
@@ -274,7 +274,7 @@ pub fn compile(
     let params: Vec<ParamDecl> = (0..kernel.params.len())
         .map(|i| ParamDecl {
             name: param_name(kernel, i),
-            ty: lower::types::param_ty(kernel.params[i].ty.elem),
+            ty: emit::types::param_ty(kernel.params[i].ty.elem),
         })
         .collect();
     if shared_bytes > 0 {

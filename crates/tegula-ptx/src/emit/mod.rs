@@ -45,7 +45,7 @@ mod store_rows;
 pub mod types;
 mod wgmma;
 
-use crate::axis_info::AxisAnalysis;
+use crate::analysis::axis_info::AxisAnalysis;
 use crate::layout::Layout;
 use crate::ptx::{Arg, Builder, HoistPoint, Reg, RegClass, SMEM};
 use crate::PtxError;
