@@ -157,10 +157,12 @@ pub fn ptx(
             Some(c) => tegula_ptx::CompileOptions {
                 num_warps: c.num_warps,
                 num_stages: c.num_stages,
+                mma: Default::default(),
             },
             None => tegula_ptx::CompileOptions {
                 num_warps: 4,
-                ..Default::default()
+                num_stages: 1,
+                mma: Default::default(),
             },
         };
         compiled.push(tegula_ptx::compile(&kernel, &target, &options)?);

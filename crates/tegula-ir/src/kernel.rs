@@ -194,20 +194,11 @@ pub struct Param {
     pub facts: ParamFacts,
 }
 
-/// Lowering choices a kernel asks for that do not change its meaning (the interpreter ignores
-/// them): set while tracing ([`crate::builder::prefer_wgmma`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
-pub struct KernelHints {
-    /// Lower eligible pipelined `dot`s to Hopper's `wgmma` (sm_90a) instead of `mma.sync`.
-    pub wgmma: bool,
-}
-
 /// One traced kernel specialization.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Kernel {
     pub name: String,
     pub params: Vec<Param>,
-    pub hints: KernelHints,
     /// The top-level block; it has no arguments and no terminator.
     pub body: Block,
     pub values: Arena<Value, ValueData>,
@@ -223,7 +214,6 @@ impl Kernel {
         Kernel {
             name: name.into(),
             params: Vec::new(),
-            hints: KernelHints::default(),
             body,
             values: Arena::new(),
             insts: Arena::new(),

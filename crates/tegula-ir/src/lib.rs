@@ -28,8 +28,8 @@ pub mod verify;
 pub use dtype::{DType, Element};
 pub use error::{TraceError, VerifyError};
 pub use kernel::{
-    Arena, Block, BlockData, Inst, InstData, Kernel, KernelHints, Loc, Param, ParamFacts, Value,
-    ValueData, ValueDef,
+    Arena, Block, BlockData, Inst, InstData, Kernel, Loc, Param, ParamFacts, Value, ValueData,
+    ValueDef,
 };
 pub use op::*;
 pub use types::{Elem, Shape, TileType, MAX_RANK};

@@ -119,10 +119,7 @@ fn full_kernels<T: Element>(gpu: &Device, dims: Dims, causal: bool, warps: u32) 
             .sum();
     }
     let sm_scale = 1.0 / (d as f32).sqrt();
-    let cfg = LaunchConfig {
-        num_warps: warps,
-        num_stages: 1,
-    };
+    let cfg = LaunchConfig::new(warps, 1);
     let (bm, bn) = (16usize, 16usize);
     let tag = format!(
         "{} {b}x{h}x{hkv} q{n_q} k{n_k} d{d} c{} w{warps}",
@@ -206,7 +203,6 @@ fn full_kernels<T: Element>(gpu: &Device, dims: Dims, causal: bool, warps: u32) 
             d,
             bm,
             bn,
-            false, // wgmma
         )?;
         Ok(vec![("dk", dk.to_f64_vec()?), ("dv", dv.to_f64_vec()?)])
     });
@@ -413,10 +409,7 @@ fn m_nested<T: Element>(
 }
 
 fn minimal<T: Element>(gpu: &Device, warps: u32) {
-    let cfg = LaunchConfig {
-        num_warps: warps,
-        num_stages: 1,
-    };
+    let cfg = LaunchConfig::new(warps, 1);
     let (m, d) = (16usize, 64usize);
     let tag = format!("{} w{warps}", T::DTYPE.name());
     let mut rng = Lcg(7);

@@ -55,12 +55,7 @@ pub fn matmul_kernel<T: Element, O: Element>(
     #[constexpr] group_m: usize,
     #[constexpr] precision: InputPrecision,
     #[constexpr] persistent: bool,
-    #[constexpr] wgmma: bool,
 ) {
-    if wgmma {
-        // A lowering choice only (Hopper's wgmma for the k-loop's dot; `MatmulConfig::wgmma`).
-        prefer_wgmma();
-    }
     let num_pid_m = cdiv(m, block_m);
     let num_pid_n = cdiv(n, block_n);
     // One tile of C: the k-loop and the store.
@@ -192,6 +187,7 @@ impl MatmulConfig {
         let LaunchConfig {
             num_warps,
             num_stages,
+            ..
         } = self.launch;
         if self.launch != AUTO_LAUNCH && (num_warps == 0 || num_stages == 0) {
             return Err(Error::Invalid {
@@ -340,6 +336,7 @@ pub fn candidates(p: &MatmulProblem, fixed: &MatmulConfig) -> Vec<MatmulConfig> 
         let LaunchConfig {
             num_warps: w,
             num_stages: s,
+            ..
         } = c.launch;
         let tile = c.block_m * c.block_n;
         let k_steps = p.k.div_ceil(c.block_k).max(2);
@@ -361,10 +358,7 @@ pub fn candidates(p: &MatmulProblem, fixed: &MatmulConfig) -> Vec<MatmulConfig> 
                             block_k: k,
                             group_m: fixed.group_m,
                             precision: fixed.precision,
-                            launch: LaunchConfig {
-                                num_warps: w,
-                                num_stages: s,
-                            },
+                            launch: LaunchConfig::new(w, s),
                             persistent: Some(0),
                             wgmma: Some(false),
                         };
@@ -390,10 +384,7 @@ pub fn candidates(p: &MatmulProblem, fixed: &MatmulConfig) -> Vec<MatmulConfig> 
                             out.push(twin.held(fixed));
                             // BLOCK_K 32 keeps a k-tile in flight from 6 stages on.
                             let deep = MatmulConfig {
-                                launch: LaunchConfig {
-                                    num_warps: w,
-                                    num_stages: IN_FLIGHT_STAGES_K32,
-                                },
+                                launch: LaunchConfig::new(w, IN_FLIGHT_STAGES_K32),
                                 ..twin
                             };
                             let grid_fits =
@@ -415,10 +406,7 @@ pub fn candidates(p: &MatmulProblem, fixed: &MatmulConfig) -> Vec<MatmulConfig> 
         block_k: clamp(&bk, 32).unwrap_or(bk[0]),
         group_m: fixed.group_m,
         precision: fixed.precision,
-        launch: LaunchConfig {
-            num_warps: 4,
-            num_stages: default_stages.min(p.k.div_ceil(32).max(2) as u32),
-        },
+        launch: LaunchConfig::new(4, default_stages.min(p.k.div_ceil(32).max(2) as u32)),
         persistent: Some(0),
         wgmma: Some(false),
     };
@@ -519,7 +507,6 @@ fn resolve<T: Element, O: Element>(
                 r.group_m,
                 r.precision,
                 r.persistent.unwrap_or(0) > 0,
-                r.wgmma == Some(true),
             )?;
             Ok(Tuning::new(
                 "tegula_kernels::matmul",
@@ -612,7 +599,13 @@ fn launch<T: Element, O: Element>(
     matmul_kernel::launch_with::<T, O>(
         a.device(),
         programs,
-        config.launch,
+        config
+            .launch
+            .with_mma(if config.wgmma == Some(true) || tuned::wgmma_forced() {
+                MmaChoice::Wgmma
+            } else {
+                MmaChoice::Sync
+            }),
         a,
         b,
         c,
@@ -631,7 +624,6 @@ fn launch<T: Element, O: Element>(
         config.group_m,
         config.precision,
         per_sm > 0,
-        config.wgmma == Some(true) || tuned::wgmma_forced(),
     )
 }
 
@@ -691,10 +683,7 @@ fn check_typed<T: Element>(dev: &Device, shape: &[usize]) -> Result<CheckReport>
     // path pipelines the tile loop and copies the next tile's stages during the store.
     let persistent = dev.full::<f32>([m, n], f32::NAN)?;
     let config = MatmulConfig {
-        launch: LaunchConfig {
-            num_warps: 4,
-            num_stages: 3,
-        },
+        launch: LaunchConfig::new(4, 3),
         persistent: Some(2),
         ..MatmulConfig::fixed(64, 64, 32)
     };
@@ -717,10 +706,7 @@ fn check_typed<T: Element>(dev: &Device, shape: &[usize]) -> Result<CheckReport>
         for (bm, bn, bk, warps, stages) in WGMMA_CHECKED {
             let out = dev.full::<f32>([m, n16], f32::NAN)?;
             let config = MatmulConfig {
-                launch: LaunchConfig {
-                    num_warps: warps,
-                    num_stages: stages,
-                },
+                launch: LaunchConfig::new(warps, stages),
                 wgmma: Some(true),
                 ..MatmulConfig::fixed(bm, bn, bk)
             };
@@ -781,7 +767,6 @@ fn trace_typed<T: Element>(shape: &[usize]) -> std::result::Result<Kernel, Trace
         c.group_m,
         c.precision,
         c.persistent.unwrap_or(0) > 0,
-        c.wgmma == Some(true),
     )
 }
 

@@ -19,10 +19,7 @@ use tegula::{Device, LaunchConfig, Result};
 pub const AUTO: usize = 0;
 
 /// Warps and stages left to the autotuner.
-pub const AUTO_LAUNCH: LaunchConfig = LaunchConfig {
-    num_warps: 0,
-    num_stages: 0,
-};
+pub const AUTO_LAUNCH: LaunchConfig = LaunchConfig::new(0, 0);
 
 /// Shared memory a block may use on Hopper (227 KB, opted in at launch): pipeline stages past
 /// the device's limit are dropped by the lowering, so such candidates duplicate one with fewer

@@ -427,29 +427,38 @@ fn causal_programs_in_heavy_first_groups_cover_every_block_once() {
     check_backward::<f32>(&dev, dims(2, 10, 5, 29, 45, 16), options, Layout::Bhnd);
 }
 
-/// The `wgmma` option asks the GPU lowering for Hopper's wgmma (a hint the interpreter
-/// ignores): the traced kernel carries the hint only with it, the forward with it on matches
-/// the float64 reference, and gives the same bits as without it.
+/// The `wgmma` option asks the GPU compiler for Hopper's wgmma (a launch option the
+/// interpreter ignores): a recorded launch carries `MmaChoice::Wgmma` with it and
+/// `MmaChoice::Sync` without, the forward with it on matches the float64 reference, and gives
+/// the same bits as without it.
 #[test]
 fn forward_with_the_wgmma_option() {
-    let hinted = |wgmma: bool| {
-        attention::kernels::attn_fwd::trace::<bf16>(false, false, false, false, 64, 128, 64, wgmma)
-            .unwrap()
-            .hints
-            .wgmma
+    let mma = |wgmma: bool| {
+        let dev = Device::recording(132);
+        let d = dims(1, 2, 1, 128, 128, 64);
+        let q = dev.randn::<bf16>(d.q_shape()).unwrap();
+        let k = dev.randn::<bf16>(d.kv_shape()).unwrap();
+        let options = AttentionOptions {
+            block_m: 64,
+            block_n: 64,
+            config: tegula::LaunchConfig::new(4, 2),
+            wgmma: Some(wgmma),
+            ..Default::default()
+        };
+        attention::forward(&q, &k, &k, &options).unwrap();
+        let launches = dev.take_recorded();
+        assert_eq!(launches.len(), 1);
+        launches[0].config.mma
     };
-    assert!(hinted(true));
-    assert!(!hinted(false));
+    assert_eq!(mma(true), tegula::MmaChoice::Wgmma);
+    assert_eq!(mma(false), tegula::MmaChoice::Sync);
     let dev = Device::cpu();
     for causal in [false, true] {
         let options = AttentionOptions {
             causal,
             block_m: 64,
             block_n: 32,
-            config: tegula::LaunchConfig {
-                num_warps: 4,
-                num_stages: 2,
-            },
+            config: tegula::LaunchConfig::new(4, 2),
             wgmma: Some(true),
             ..Default::default()
         };
@@ -476,7 +485,7 @@ fn forward_with_the_wgmma_option() {
 #[test]
 fn forward_whole_key_blocks_drop_the_masked_loop() {
     let loops = |ragged: bool, causal: bool| {
-        attention::kernels::attn_fwd::trace::<f32>(false, causal, ragged, true, 24, 32, 16, false)
+        attention::kernels::attn_fwd::trace::<f32>(false, causal, ragged, true, 24, 32, 16)
             .unwrap()
             .to_string()
             .matches(" = for ")
@@ -520,7 +529,6 @@ fn forward_whole_query_blocks_drop_the_row_masks() {
             32,
             32,
             16,
-            false,
         )
         .unwrap();
         masked_memory_ops(&ir)
@@ -687,7 +695,6 @@ fn backward_whole_query_blocks_drop_the_row_masks() {
             16,
             32,
             16,
-            false,
         )
         .unwrap();
         masked_memory_ops(&ir)
@@ -731,32 +738,51 @@ fn backward_is_deterministic_under_gqa() {
     assert_eq!(a.dq.to_vec().unwrap(), b.dq.to_vec().unwrap());
 }
 
-/// The `wgmma` option asks the GPU lowering to put the dK/dV kernel's dots on Hopper's wgmma (a
-/// hint the interpreter ignores): the traced kernel carries the hint only with it, and the
-/// backward with it on matches the float64 reference, causal or not, and gives the same bits
-/// as without it (one key block: one program adds into each dQ row, in a fixed order).
+/// The `wgmma` option asks the GPU compiler to put the dK/dV kernel's dots on Hopper's wgmma
+/// (a launch option the interpreter ignores): the recorded dK/dV launch carries
+/// `MmaChoice::Wgmma` with it and every other launch `MmaChoice::Sync`; the backward with it
+/// on matches the float64 reference, causal or not, and gives the same bits as without it (one
+/// key block: one program adds into each dQ row, in a fixed order).
 #[test]
 fn backward_with_the_wgmma_option() {
-    let hinted = |wgmma: bool| {
-        attention::kernels::attn_bwd_dkdv::trace::<bf16>(
-            false, true, false, true, 64, 32, 64, wgmma,
-        )
-        .unwrap()
-        .hints
-        .wgmma
+    let mma = |wgmma: bool| {
+        let dev = Device::recording(132);
+        let d = dims(1, 2, 1, 128, 128, 64);
+        let q = dev.randn::<bf16>(d.q_shape()).unwrap();
+        let k = dev.randn::<bf16>(d.kv_shape()).unwrap();
+        let lse = dev.randn::<f32>(d.lse_shape()).unwrap();
+        let options = AttentionOptions {
+            block_m: 32,
+            block_n: 64,
+            config: tegula::LaunchConfig::new(4, 2),
+            wgmma: Some(wgmma),
+            ..Default::default()
+        };
+        attention::backward(&q, &k, &k, &q, &q, &lse, &options).unwrap();
+        dev.take_recorded()
+            .iter()
+            .map(|l| (l.name, l.config.mma))
+            .collect::<Vec<_>>()
     };
-    assert!(hinted(true));
-    assert!(!hinted(false));
+    for (name, choice) in mma(true) {
+        let want = if name.ends_with("_dkdv") {
+            tegula::MmaChoice::Wgmma
+        } else {
+            tegula::MmaChoice::Sync
+        };
+        assert_eq!(choice, want, "{name}");
+    }
+    assert!(mma(true).iter().any(|(n, _)| n.ends_with("_dkdv")));
+    assert!(mma(false)
+        .iter()
+        .all(|&(_, c)| c == tegula::MmaChoice::Sync));
     let dev = Device::cpu();
     for is_causal in [false, true] {
         let options = AttentionOptions {
             causal: is_causal,
             block_m: 32,
             block_n: 64,
-            config: tegula::LaunchConfig {
-                num_warps: 4,
-                num_stages: 2,
-            },
+            config: tegula::LaunchConfig::new(4, 2),
             wgmma: Some(true),
             ..Default::default()
         };

@@ -17,17 +17,9 @@ const D: usize = 128;
 /// The launch's specialization: pointers 16-byte aligned, integers that 16 divides marked so,
 /// the group size of 1 bound.
 fn specialized(causal: bool) -> Kernel {
-    let mut k = attn_bwd_dkdv::trace::<bf16>(
-        causal,
-        true,
-        false,
-        !N.is_multiple_of(64),
-        D,
-        64,
-        128,
-        false,
-    )
-    .unwrap();
+    let mut k =
+        attn_bwd_dkdv::trace::<bf16>(causal, true, false, !N.is_multiple_of(64), D, 64, 128)
+            .unwrap();
     // 10 pointers; strides (batch, head, row) of q, k, v, dO, dK, dV; Hkv, group, Nq, Nk; scale.
     let mut ints: Vec<Option<usize>> = vec![None; 10];
     for _ in 0..6 {
@@ -51,6 +43,7 @@ fn ptx(causal: bool) -> String {
     let options = tegula_ptx::CompileOptions {
         num_warps: 8,
         num_stages: 2,
+        mma: tegula_ptx::MmaChoice::Sync,
     };
     tegula_ptx::compile(
         &specialized(causal),

@@ -60,10 +60,7 @@ fn options(
         block_n,
         splits,
         precision,
-        config: LaunchConfig {
-            num_warps: 4,
-            num_stages: 1,
-        },
+        config: LaunchConfig::new(4, 1),
     }
 }
 

@@ -24,10 +24,7 @@ fn dims(batch: usize, heads: usize, kv_heads: usize, n_q: usize, n_k: usize, d: 
 }
 
 fn launch(w: u32, s: u32) -> LaunchConfig {
-    LaunchConfig {
-        num_warps: w,
-        num_stages: s,
-    }
+    LaunchConfig::new(w, s)
 }
 
 fn blocks(o: &AttentionOptions) -> (usize, usize, u32, u32) {

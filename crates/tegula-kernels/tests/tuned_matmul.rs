@@ -25,10 +25,7 @@ fn problem(m: usize, n: usize, k: usize, input: DType) -> MatmulProblem {
 }
 
 fn launch(w: u32, s: u32) -> LaunchConfig {
-    LaunchConfig {
-        num_warps: w,
-        num_stages: s,
-    }
+    LaunchConfig::new(w, s)
 }
 
 #[test]

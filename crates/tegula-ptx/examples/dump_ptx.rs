@@ -1,6 +1,6 @@
 //! Prints the PTX of a small softmax kernel: `cargo run -p tegula-ptx --example dump_ptx`.
 use tegula_ir::prelude::*;
-use tegula_ptx::{compile, CompileOptions, Target};
+use tegula_ptx::{compile, CompileOptions, MmaChoice, Target};
 
 fn main() {
     let block = 256usize;
@@ -18,6 +18,7 @@ fn main() {
     let opts = CompileOptions {
         num_warps: 2,
         num_stages: 1,
+        mma: MmaChoice::Sync,
     };
     match compile(&k, &Target { sm: 80 }, &opts) {
         Ok(c) => println!("{}", c.ptx),

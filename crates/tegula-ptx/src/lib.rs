@@ -30,70 +30,20 @@
 //! one per element a thread owns (`lower/print.rs`).
 
 pub mod analysis;
-pub mod layout;
 mod emit;
+pub mod layout;
 pub mod mma_layout;
+mod options;
 pub mod ptx;
 pub mod ptxas;
+mod target;
+
+pub use options::{CompileOptions, MmaChoice};
+pub use target::Target;
 
 use ptx::ParamDecl;
 use tegula_ir::{DType, Elem, Kernel, Loc};
 use thiserror::Error;
-
-/// The GPU architecture to emit for (`sm` = 80 for A100, 90 for H100/H200).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct Target {
-    pub sm: u32,
-}
-
-impl Target {
-    /// `.target` of the module: `sm_90a` on Hopper (needed for wgmma and setmaxnreg).
-    pub fn target_name(&self) -> String {
-        if self.sm == 90 {
-            "sm_90a".into()
-        } else {
-            format!("sm_{}", self.sm)
-        }
-    }
-
-    /// Shared memory one block may use, opted in to beyond the default 48 KB: 227 KB on
-    /// Hopper, 163 KB on A100 (sm_80, sm_87), 99 KB on the other Ampere and Ada parts.
-    pub fn max_shared_bytes(&self) -> u32 {
-        match self.sm {
-            90.. => 227 * 1024,
-            80 | 87 => 163 * 1024,
-            _ => 99 * 1024,
-        }
-    }
-
-    /// `.version` of the module: 8.0 has every instruction used and loads on the H200's driver;
-    /// sm_90 modules say 8.1 for the vector `red.global.add.v{2,4}.f32`.
-    pub fn ptx_version(&self) -> &'static str {
-        if self.sm >= 90 {
-            "8.1"
-        } else {
-            "8.0"
-        }
-    }
-}
-
-/// Launch configuration the code is specialized for.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct CompileOptions {
-    pub num_warps: u32,
-    /// Pipelining depth: loops whose loads feed tensor-core dots keep `num_stages` shared
-    /// buffers in flight (`cp.async`); 1 turns it off.
-    pub num_stages: u32,
-}
-
-impl Default for CompileOptions {
-    fn default() -> Self {
-        CompileOptions {
-            num_warps: 4,
-            num_stages: 1,
-        }
-    }
-}
 
 /// How one kernel parameter is passed.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -170,8 +120,8 @@ fn min_blocks_per_sm(
     target: &Target,
     threads: u32,
 ) -> Option<u32> {
-    // The SM keeps 1 KB of shared memory per block.
-    let by_shared = (target.max_shared_bytes() + 1024) / (shared_bytes + 1024);
+    let by_shared =
+        target.shared_bytes_per_sm() / (shared_bytes + target::SHARED_RESERVED_PER_BLOCK);
     if by_shared <= 1 {
         return Some(1);
     }
@@ -179,8 +129,7 @@ fn min_blocks_per_sm(
         .insts
         .iter()
         .any(|(_, d)| matches!(d.op, tegula_ir::Op::Dot { .. }));
-    // 255 registers a thread are allocated as 256, from a 64K-register file.
-    let by_registers = 65536 / (256 * threads);
+    let by_registers = target.blocks_per_sm_by_registers(target::MAX_REGISTERS_PER_THREAD, threads);
     has_dot.then(|| by_shared.min(by_registers).max(1))
 }
 
@@ -201,23 +150,15 @@ fn sanitize(s: &str) -> String {
 pub const HOISTED_OPERAND_REGS: u32 = 32;
 
 /// Whether `wgmma` takes an f16/bf16 dot of `m x n x k` in a loop pipelined over `stages`
-/// stages with `warps` warps (sm_90a, when the kernel asks): the warps form warpgroups along
-/// M, each with 16 rows a warp in every `16 x warps`-row block, and one instruction covers N
-/// (8 to 256). Where the operands are placed decides the rest (`lower/wgmma.rs`); library
-/// tuners offer wgmma twins of the tiles this and [`wgmma_reads_rows_of`] accept.
+/// stages with `warps` warps on sm_90a ([`Target::wgmma_takes_shape`], and at least two
+/// stages: the operands come from pipeline slots).
 pub fn wgmma_takes_shape(m: u32, n: u32, k: u32, warps: u32, stages: u32) -> bool {
-    warps.is_multiple_of(4)
-        && stages >= 2
-        && m.is_multiple_of(16 * warps)
-        && (8..=256).contains(&n)
-        && n.is_multiple_of(8)
-        && k.is_multiple_of(16)
+    stages >= 2 && Target { sm: 90 }.wgmma_takes_shape(m, n, k, warps)
 }
 
-/// Whether `wgmma`'s descriptors read a pipeline slot whose rows are `bytes` long: 64 (the
-/// 64-byte swizzle) or a multiple of 128 (128-byte swizzle, panels past 128).
+/// [`Target::wgmma_reads_rows_of`] on sm_90a.
 pub fn wgmma_reads_rows_of(bytes: u32) -> bool {
-    bytes == 64 || (bytes >= 128 && bytes.is_multiple_of(128))
+    Target { sm: 90 }.wgmma_reads_rows_of(bytes)
 }
 
 /// A `wgmma` k-tile stays in flight while the next is issued only when the pipeline's copies
@@ -246,8 +187,7 @@ pub fn compile(
         )));
     }
     check_shapes(kernel)?;
-    let mut lw = emit::Lower::new(kernel, w, target.sm);
-    lw.num_stages = options.num_stages;
+    let mut lw = emit::Lower::new(kernel, target, options);
     lw.lower_kernel()?;
     let entry = format!("tg_{}", sanitize(&kernel.name));
     let shared_bytes = lw.smem_bytes.div_ceil(16) * 16;

@@ -4,12 +4,13 @@ mod common;
 
 use common::*;
 use tegula_ir::prelude::*;
-use tegula_ptx::{compile, CompileOptions, Target};
+use tegula_ptx::{compile, CompileOptions, MmaChoice, Target};
 
 fn ptx(k: &tegula_ir::Kernel, warps: u32) -> String {
     let opts = CompileOptions {
         num_warps: warps,
         num_stages: 1,
+        mma: MmaChoice::Sync,
     };
     compile(k, &Target { sm: 80 }, &opts).unwrap().ptx
 }
@@ -128,6 +129,7 @@ fn unused_relaxed_atomic_adds_lower_to_red_and_vectorize_on_sm_90() {
     let opts = CompileOptions {
         num_warps: 4,
         num_stages: 1,
+        mma: MmaChoice::Sync,
     };
     let p90 = compile(&k, &Target { sm: 90 }, &opts).unwrap().ptx;
     // 512 elements over 128 threads, 16-byte aligned: one 4-wide `red` a thread.

@@ -8,13 +8,14 @@ mod mma_kernels;
 
 use mma_kernels::persistent_matmul_into;
 use tegula_ir::prelude::*;
-use tegula_ptx::{compile, CompileOptions, Target};
+use tegula_ptx::{compile, CompileOptions, MmaChoice, Target};
 
 fn ptx(stages: u32) -> String {
     let k = persistent_matmul_into(DType::BF16, DType::F32, 64, 64, 32);
     let options = CompileOptions {
         num_warps: 4,
         num_stages: stages,
+        mma: MmaChoice::Sync,
     };
     compile(&k, &Target { sm: 90 }, &options).unwrap().ptx
 }

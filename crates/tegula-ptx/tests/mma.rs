@@ -7,7 +7,7 @@ use mma_kernels::*;
 use std::path::{Path, PathBuf};
 use tegula_ir::prelude::*;
 use tegula_ir::Kernel;
-use tegula_ptx::{compile, CompileOptions, Target};
+use tegula_ptx::{compile, CompileOptions, MmaChoice, Target};
 
 /// ptxas (see `tegula_ptx::ptxas::find`); missing is a failure, never a silent pass.
 fn find_ptxas() -> PathBuf {
@@ -34,6 +34,7 @@ fn assemble(
     let opts = CompileOptions {
         num_warps: warps,
         num_stages: stages,
+        mma: MmaChoice::Sync,
     };
     let c = compile(k, &Target { sm }, &opts).map_err(|e| format!("{name}: {e}"))?;
     let stem = format!("{name}_sm{sm}_w{warps}_s{stages}");
@@ -54,6 +55,7 @@ fn ptx_staged(k: &Kernel, sm: u32, warps: u32, stages: u32) -> String {
     let opts = CompileOptions {
         num_warps: warps,
         num_stages: stages,
+        mma: MmaChoice::Sync,
     };
     compile(k, &Target { sm }, &opts).unwrap().ptx
 }
@@ -163,6 +165,7 @@ fn compiled(k: &Kernel, warps: u32, stages: u32) -> tegula_ptx::Compiled {
     let opts = CompileOptions {
         num_warps: warps,
         num_stages: stages,
+        mma: MmaChoice::Sync,
     };
     compile(k, &Target { sm: 90 }, &opts).unwrap()
 }

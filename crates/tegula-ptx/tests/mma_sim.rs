@@ -21,7 +21,7 @@ use mma_kernels::*;
 use std::collections::HashMap;
 use tegula_ir::prelude::*;
 use tegula_ir::Kernel;
-use tegula_ptx::{compile, CompileOptions, Compiled, Target};
+use tegula_ptx::{compile, CompileOptions, Compiled, MmaChoice, Target};
 
 #[derive(Clone, Debug)]
 enum Opnd {
@@ -1357,17 +1357,23 @@ enum Arg<'a> {
     F32(f32),
 }
 
-/// `k` compiled for target `sm` with `warps` warps and `stages` stages.
+/// `k` compiled for target `sm` with `warps` warps and `stages` stages, on `mma.sync`.
 fn compiled(k: &Kernel, sm: u32, warps: u32, stages: u32) -> Compiled {
-    compile(
-        k,
-        &Target { sm },
-        &CompileOptions {
-            num_warps: warps,
-            num_stages: stages,
-        },
-    )
-    .unwrap()
+    compiled_with(k, sm, warps, stages, MmaChoice::Sync)
+}
+
+/// [`compiled`] with `wgmma` asked for.
+fn compiled_wgmma(k: &Kernel, sm: u32, warps: u32, stages: u32) -> Compiled {
+    compiled_with(k, sm, warps, stages, MmaChoice::Wgmma)
+}
+
+fn compiled_with(k: &Kernel, sm: u32, warps: u32, stages: u32, mma: MmaChoice) -> Compiled {
+    let options = CompileOptions {
+        num_warps: warps,
+        num_stages: stages,
+        mma,
+    };
+    compile(k, &Target { sm }, &options).unwrap()
 }
 
 /// The PTX of [`compiled`].
@@ -1640,6 +1646,7 @@ fn attention_with_q_resident_in_shared_memory_matches() {
         let options = CompileOptions {
             num_warps: warps,
             num_stages: 2,
+            mma: MmaChoice::Sync,
         };
         let ptx = compile(&kern, &Target { sm: 90 }, &options).unwrap().ptx;
         // Lines from the first loop's label to its end label.
@@ -1677,6 +1684,7 @@ fn resident_q_is_written_after_the_first_key_copies_are_issued() {
     let options = CompileOptions {
         num_warps: 4,
         num_stages: 2,
+        mma: MmaChoice::Sync,
     };
     let ptx = compile(&kern, &Target { sm: 90 }, &options).unwrap().ptx;
     let before_loop: Vec<&str> = ptx
@@ -1815,6 +1823,7 @@ fn attention_output_is_scaled_and_cast_before_its_crossing() {
         let options = CompileOptions {
             num_warps: warps,
             num_stages: stages,
+            mma: MmaChoice::Sync,
         };
         let ptx = compile(&kern, &Target { sm: 90 }, &options).unwrap().ptx;
         let epilogue: Vec<&str> = ptx
@@ -2008,6 +2017,7 @@ fn narrow_outputs_cross_shared_memory_after_the_cast() {
         let options = CompileOptions {
             num_warps: warps,
             num_stages: stages,
+            mma: MmaChoice::Sync,
         };
         let ptx = compile(&kern, &Target { sm: 80 }, &options).unwrap().ptx;
         assert!(
@@ -2090,6 +2100,7 @@ fn persistent_matmul_reuses_the_slots_tile_after_tile() {
         let options = CompileOptions {
             num_warps: warps,
             num_stages: stages,
+            mma: MmaChoice::Sync,
         };
         let ptx = compile(&kern, &Target { sm: 80 }, &options).unwrap().ptx;
         assert_eq!(
@@ -2270,6 +2281,7 @@ fn operands_of_a_nested_loop_stay_resident() {
             let options = CompileOptions {
                 num_warps: warps,
                 num_stages: stages,
+                mma: MmaChoice::Sync,
             };
             let ptx = compile(&kern, &Target { sm: 80 }, &options).unwrap().ptx;
             let carried = format!("convert f32[{bn}, {d}]");
@@ -2674,6 +2686,7 @@ fn loop_carried_row_sums_reduce_across_threads_after_the_loop() {
             let options = CompileOptions {
                 num_warps: warps,
                 num_stages: 1,
+                mma: MmaChoice::Sync,
             };
             let ptx = compile(&kern, &Target { sm: 90 }, &options).unwrap().ptx;
             let body = first_loop_body(&ptx);
@@ -2758,6 +2771,7 @@ fn attention_row_sums_are_partial_inside_the_loop() {
         let options = CompileOptions {
             num_warps: 4,
             num_stages: 2,
+            mma: MmaChoice::Sync,
         };
         let ptx = compile(&kern, &Target { sm: 90 }, &options).unwrap().ptx;
         let in_loop = first_loop_body(&ptx)
@@ -2896,6 +2910,7 @@ fn looping_bf16_row_sums_widen_in_the_loop() {
     let options = CompileOptions {
         num_warps: 4,
         num_stages: 1,
+        mma: MmaChoice::Sync,
     };
     let ptx = compile(&kern, &Target { sm: 90 }, &options).unwrap().ptx;
     let body = first_loop_body(&ptx);
@@ -3020,6 +3035,7 @@ fn rank1_loads_staged_beside_the_tiles_match() {
             let options = CompileOptions {
                 num_warps: warps,
                 num_stages: stages,
+                mma: MmaChoice::Sync,
             };
             let ptx = compile(&kern, &Target { sm: 80 }, &options).unwrap().ptx;
             assert!(
@@ -3050,11 +3066,9 @@ fn rank1_loads_staged_beside_the_tiles_match() {
     }
 }
 
-/// The matmul of `blocks` with the wgmma hint (sm_90a), C stored as `out`.
+/// The matmul of `blocks` (compiled with `wgmma` asked for), C stored as `out`.
 fn wgmma_matmul(dt: DType, out: DType, (bm, bn, bk): (usize, usize, usize)) -> Kernel {
-    let mut k = matmul_loop_into(dt, out, bm, bn, bk);
-    k.hints.wgmma = true;
-    k
+    matmul_loop_into(dt, out, bm, bn, bk)
 }
 
 /// Runs `ptx`, the PTX of [`wgmma_matmul`], on `m x k` times `k x n` inputs and returns C (as
@@ -3068,7 +3082,7 @@ fn run_wgmma_matmul_ptx(
     (m, n, k): (usize, usize, usize),
 ) -> (Result<Vec<f32>, String>, Vec<f64>, Vec<f64>) {
     let kern = wgmma_matmul(dt, out, (bm, bn, bk));
-    let shared = compiled(&kern, 90, warps, stages).shared_bytes as usize;
+    let shared = compiled_wgmma(&kern, 90, warps, stages).shared_bytes as usize;
     let av = values(m * k, 31 + m as u64);
     let bv = values(k * n, 37 + n as u64);
     let (want, scale) = matmul_reference(dt, &av, &bv, (m, n, k));
@@ -3106,7 +3120,7 @@ fn wgmma_matmul_ptx(
     ws: (u32, u32),
 ) -> String {
     let kern = wgmma_matmul(dt, out, blocks);
-    let c = compiled(&kern, 90, ws.0, ws.1);
+    let c = compiled_wgmma(&kern, 90, ws.0, ws.1);
     assert!(
         c.ptx.contains("wgmma.mma_async"),
         "{blocks:?}: not on wgmma"
@@ -3453,9 +3467,8 @@ fn persistent_wgmma_matmul_matches() {
     for (stages, k, in_flight) in [(3, 48, false), (6, 176, true)] {
         let (dt, out, (bm, bn, bk), (m, n), programs) =
             (DType::BF16, DType::F32, (64, 32, 32), (112, 80), 3);
-        let mut kern = persistent_matmul_into(dt, out, bm, bn, bk);
-        kern.hints.wgmma = true;
-        let c = compiled(&kern, 90, 4, stages);
+        let kern = persistent_matmul_into(dt, out, bm, bn, bk);
+        let c = compiled_wgmma(&kern, 90, 4, stages);
         assert!(c.ptx.contains("wgmma.mma_async"));
         assert_eq!(c.ptx.contains("wgmma.wait_group.sync.aligned 1"), in_flight);
         let av = values(m * k, 61);
@@ -3530,16 +3543,14 @@ fn attention_with_the_wgmma_hint_matches() {
         (DType::BF16, 64, 64, 128, 4, 2, true),
         (DType::F16, 128, 32, 64, 8, 2, true),
     ] {
-        let mut kern = if split {
+        let kern = if split {
             flash_attention_two_loops(dt, bm, bn, d)
         } else {
             flash_attention(dt, bm, bn, d)
         };
-        kern.hints.wgmma = true;
-        let c = compiled(&kern, 90, warps, stages);
-        let what = format!(
-            "attention, wgmma hint, {dt} {bm}x{bn}x{d} {warps}w {stages}s, two loops {split}"
-        );
+        let c = compiled_wgmma(&kern, 90, warps, stages);
+        let what =
+            format!("attention, wgmma, {dt} {bm}x{bn}x{d} {warps}w {stages}s, two loops {split}");
         // Each loop: both dots, one wgmma a k16 step and 64-row block of a warpgroup; a Q
         // resident in shared memory (over 32 registers a thread: 128 x 128 over 4 warps)
         // is read there by Q K^T's descriptors (K-major panels).
@@ -3618,14 +3629,13 @@ fn attention_backward_step_with_the_wgmma_hint_matches() {
         (DType::BF16, 32, 64, 128, 4, 2),
     ] {
         let n = 2 * bm;
-        let mut kern = backward_step_loop(dt, (bm, bn, d));
-        let what = format!("backward step, wgmma hint, {dt} {bm}x{bn}x{d} {warps}w {stages}s");
+        let kern = backward_step_loop(dt, (bm, bn, d));
+        let what = format!("backward step, wgmma, {dt} {bm}x{bn}x{d} {warps}w {stages}s");
         assert!(
             !ptx_of(&kern, 90, warps, stages).contains("wgmma"),
             "{what}"
         );
-        kern.hints.wgmma = true;
-        let c = compiled(&kern, 90, warps, stages);
+        let c = compiled_wgmma(&kern, 90, warps, stages);
         // One wgmma a k16 step and 64-row block of a warpgroup: dv's and dk's dots (k = bm),
         // K q^T and V d_o^T (k = d) with K and V resident, read by descriptors.
         let blocks = bn / (16 * warps as usize);

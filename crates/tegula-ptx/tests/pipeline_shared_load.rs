@@ -8,13 +8,14 @@ mod mma_kernels;
 
 use mma_kernels::shared_operand_loop;
 use tegula_ir::prelude::*;
-use tegula_ptx::{compile, CompileOptions, Target};
+use tegula_ptx::{compile, CompileOptions, MmaChoice, Target};
 
 fn ptx(dt: DType, (bm, bn, d, e): (usize, usize, usize, usize), warps: u32, stages: u32) -> String {
     let k = shared_operand_loop(dt, bm, bn, d, e);
     let options = CompileOptions {
         num_warps: warps,
         num_stages: stages,
+        mma: MmaChoice::Sync,
     };
     compile(&k, &Target { sm: 90 }, &options).unwrap().ptx
 }

@@ -7,12 +7,13 @@
 use std::collections::HashMap;
 use tegula_ir::prelude::*;
 use tegula_ir::Kernel;
-use tegula_ptx::{compile, CompileOptions, Target};
+use tegula_ptx::{compile, CompileOptions, MmaChoice, Target};
 
 fn ptx(k: &Kernel, sm: u32, warps: u32) -> String {
     let opts = CompileOptions {
         num_warps: warps,
         num_stages: 1,
+        mma: MmaChoice::Sync,
     };
     compile(k, &Target { sm }, &opts).unwrap().ptx
 }

@@ -8,7 +8,7 @@ use common::*;
 use std::path::{Path, PathBuf};
 use tegula_ir::prelude::*;
 use tegula_ir::Kernel;
-use tegula_ptx::{compile, CompileOptions, Target};
+use tegula_ptx::{compile, CompileOptions, MmaChoice, Target};
 
 /// ptxas (see `tegula_ptx::ptxas::find`); missing is a failure, never a silent pass.
 fn find_ptxas() -> PathBuf {
@@ -34,6 +34,7 @@ fn assemble(
     let opts = CompileOptions {
         num_warps: warps,
         num_stages: 1,
+        mma: MmaChoice::Sync,
     };
     let c = compile(k, &Target { sm }, &opts).map_err(|e| format!("{name}: {e}"))?;
     let a =

@@ -7,7 +7,7 @@ mod mma_kernels;
 use mma_kernels::dot_tile;
 use tegula_ir::prelude::*;
 use tegula_ir::Kernel;
-use tegula_ptx::{compile, CompileOptions, Target};
+use tegula_ptx::{compile, CompileOptions, MmaChoice, Target};
 
 const MMA_TF32: &str = "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32";
 
@@ -15,6 +15,7 @@ fn ptx(k: &Kernel, sm: u32, warps: u32) -> String {
     let opts = CompileOptions {
         num_warps: warps,
         num_stages: 1,
+        mma: MmaChoice::Sync,
     };
     compile(k, &Target { sm }, &opts).unwrap().ptx
 }
@@ -148,6 +149,7 @@ fn tf32x3_attention_blocks_assemble_without_spills() {
         let opts = CompileOptions {
             num_warps: warps,
             num_stages: 1,
+            mma: MmaChoice::Sync,
         };
         let c = compile(&k, &Target { sm }, &opts).unwrap();
         assert_eq!(

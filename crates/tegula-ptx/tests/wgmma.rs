@@ -1,10 +1,10 @@
-//! The opt-in `wgmma` lowering of a pipelined matmul's dot and of FlashAttention's two dots
-//! (`KernelHints::wgmma`, sm_90a): which tiles take it, the PTX's shape (descriptor constants,
+//! The `wgmma` lowering of a pipelined matmul's dot and of FlashAttention's two dots
+//! (`MmaChoice::Wgmma`, sm_90a): which tiles take it, the PTX's shape (descriptor constants,
 //! A from registers, the proxy fence, the wait before the slot is refilled, one k-tile in
-//! flight when 128 elements of K are copied ahead), that without the hint or on sm_80 nothing
-//! changes, and that ptxas assembles it without spills or serialization. `mma_sim.rs` runs
+//! flight when 128 elements of K are copied ahead), that with `mma.sync` asked for or on sm_80
+//! nothing changes, and that ptxas assembles it without spills or serialization. `mma_sim.rs` runs
 //! these kernels against float64 references (its simulator executes `wgmma` from the PTX ISA),
-//! `lower/wgmma.rs`'s unit test checks the descriptors against the ISA's canonical layouts,
+//! `emit/wgmma.rs`'s unit test checks the descriptors against the ISA's canonical layouts,
 //! and the GPU check runs them on the H200 (`tegula check matmul`).
 
 mod mma_kernels;
@@ -14,19 +14,26 @@ use mma_kernels::{
     matmul_loop_into, persistent_matmul_into,
 };
 use tegula_ir::{DType, Kernel};
-use tegula_ptx::{compile, CompileOptions, Target};
+use tegula_ptx::{compile, CompileOptions, MmaChoice, Target};
 
-fn ptx(k: &Kernel, sm: u32, warps: u32, stages: u32) -> String {
+/// `k`'s PTX with tensor-core instructions `mma`.
+fn ptx_with(k: &Kernel, sm: u32, warps: u32, stages: u32, mma: MmaChoice) -> String {
     let options = CompileOptions {
         num_warps: warps,
         num_stages: stages,
+        mma,
     };
     compile(k, &Target { sm }, &options).unwrap().ptx
 }
 
-fn with_wgmma(mut k: Kernel) -> Kernel {
-    k.hints.wgmma = true;
-    k
+/// `k`'s PTX on `mma.sync` only.
+fn ptx(k: &Kernel, sm: u32, warps: u32, stages: u32) -> String {
+    ptx_with(k, sm, warps, stages, MmaChoice::Sync)
+}
+
+/// `k`'s PTX with `wgmma` asked for.
+fn wgmma_ptx(k: &Kernel, sm: u32, warps: u32, stages: u32) -> String {
+    ptx_with(k, sm, warps, stages, MmaChoice::Wgmma)
 }
 
 /// (BLOCK_M, BLOCK_N, BLOCK_K, warps, stages) that run on wgmma, with the descriptors' high
@@ -44,7 +51,7 @@ fn eligible_tiles_run_on_wgmma() {
     for (bm, bn, bk, warps, stages, a_high, b_high) in TILES {
         for dt in [DType::BF16, DType::F16] {
             let what = format!("{dt} {bm}x{bn}x{bk} {warps}w {stages}s");
-            let text = ptx(&with_wgmma(matmul_loop(dt, bm, bn, bk)), 90, warps, stages);
+            let text = wgmma_ptx(&matmul_loop(dt, bm, bn, bk), 90, warps, stages);
             // One instruction per k16 step and per 64-row block of a warpgroup.
             let per_tile = (bk / 16) * (bm / (16 * warps as usize));
             let opcode = format!("wgmma.mma_async.sync.aligned.m64n{bn}k16.f32.{dt}.{dt}");
@@ -119,14 +126,8 @@ fn persistent_grids_run_on_wgmma() {
     // tile's first S - 1 stages; 6 stages of 32 keep one in flight (128 of K ahead), the
     // outer loop copies S - 2 and waits for the last k-tile before the store.
     for (bk, stages, in_flight) in [(64, 3, false), (32, 6, true)] {
-        let k = with_wgmma(persistent_matmul_into(
-            DType::BF16,
-            DType::BF16,
-            128,
-            256,
-            bk,
-        ));
-        let text = ptx(&k, 90, 8, stages);
+        let k = persistent_matmul_into(DType::BF16, DType::BF16, 128, 256, bk);
+        let text = wgmma_ptx(&k, 90, 8, stages);
         assert_eq!(
             text.matches("wgmma.mma_async.sync.aligned.m64n256k16")
                 .count(),
@@ -151,11 +152,10 @@ fn persistent_grids_run_on_wgmma() {
 }
 
 #[test]
-fn without_the_hint_or_hopper_nothing_changes() {
+fn without_wgmma_or_hopper_nothing_changes() {
     for (bm, bn, bk, warps, stages, ..) in TILES {
         let plain = matmul_loop(DType::BF16, bm, bn, bk);
-        let hinted = with_wgmma(plain.clone());
-        let sm80 = ptx(&hinted, 80, warps, stages);
+        let sm80 = wgmma_ptx(&plain, 80, warps, stages);
         assert_eq!(sm80, ptx(&plain, 80, warps, stages));
         let sm90 = ptx(&plain, 90, warps, stages);
         assert!(!sm90.contains("wgmma") && !sm90.contains("fence.proxy"));
@@ -170,9 +170,9 @@ fn without_the_hint_or_hopper_nothing_changes() {
         (128, 128, 32, 4, 1),
     ] {
         let plain = matmul_loop(DType::BF16, bm, bn, bk);
-        let hinted = ptx(&with_wgmma(plain.clone()), 90, warps, stages);
+        let asked = wgmma_ptx(&plain, 90, warps, stages);
         assert_eq!(
-            hinted,
+            asked,
             ptx(&plain, 90, warps, stages),
             "{bm}x{bn}x{bk} {warps}w"
         );
@@ -189,10 +189,11 @@ fn wgmma_tiles_assemble_without_spills() {
     // accumulator layout directly. An f32 C goes through a generic layout conversion that
     // spills at 128x256 with all warps along M (320 bytes; not addressed yet).
     for (bm, bn, bk, warps, stages, ..) in TILES {
-        let k = with_wgmma(matmul_loop_into(DType::BF16, DType::BF16, bm, bn, bk));
+        let k = matmul_loop_into(DType::BF16, DType::BF16, bm, bn, bk);
         let options = CompileOptions {
             num_warps: warps,
             num_stages: stages,
+            mma: MmaChoice::Wgmma,
         };
         let c = compile(&k, &Target { sm: 90 }, &options).unwrap();
         let name = format!("wgmma_{bm}x{bn}x{bk}_w{warps}");
@@ -224,12 +225,7 @@ fn attention_dots_run_on_wgmma() {
     for (bm, bn, d, warps, stages) in ATTENTION_TILES {
         for dt in [DType::BF16, DType::F16] {
             let what = format!("{dt} {bm}x{bn} D={d} {warps}w {stages}s");
-            let text = ptx(
-                &with_wgmma(flash_attention(dt, bm, bn, d)),
-                90,
-                warps,
-                stages,
-            );
+            let text = wgmma_ptx(&flash_attention(dt, bm, bn, d), 90, warps, stages);
             let blocks = bm / (16 * warps as usize);
             let issued: Vec<&str> = text
                 .lines()
@@ -275,8 +271,8 @@ fn attention_dots_run_on_wgmma() {
         }
     }
     // The unmasked and masked loops: two dots each.
-    let text = ptx(
-        &with_wgmma(flash_attention_two_loops(DType::BF16, 128, 64, 128)),
+    let text = wgmma_ptx(
+        &flash_attention_two_loops(DType::BF16, 128, 64, 128),
         90,
         8,
         2,
@@ -285,24 +281,22 @@ fn attention_dots_run_on_wgmma() {
     assert_eq!(text.matches("wgmma.mma_async").count(), 2 * (8 + 4));
 }
 
-/// Without the hint, on sm_80, or with tiles wgmma cannot take (2 warps; BLOCK_M below 16 x
-/// warps), the forward's PTX is the one without the hint.
+/// Without `wgmma` asked for, on sm_80, or with tiles wgmma cannot take (2 warps; BLOCK_M below 16 x
+/// warps), the forward's PTX is the one on `mma.sync`.
 #[test]
-fn attention_without_the_hint_or_eligible_tiles_is_unchanged() {
+fn attention_without_wgmma_or_eligible_tiles_is_unchanged() {
     for (bm, bn, d, warps, stages) in ATTENTION_TILES {
         let plain = flash_attention(DType::BF16, bm, bn, d);
-        let hinted = with_wgmma(plain.clone());
         assert_eq!(
-            ptx(&hinted, 80, warps, stages),
+            wgmma_ptx(&plain, 80, warps, stages),
             ptx(&plain, 80, warps, stages)
         );
         assert!(!ptx(&plain, 90, warps, stages).contains("wgmma"));
     }
     for (bm, bn, d, warps, stages) in [(64, 64, 64, 2, 2), (64, 64, 128, 8, 2)] {
         let plain = flash_attention(DType::BF16, bm, bn, d);
-        let hinted = with_wgmma(plain.clone());
         assert_eq!(
-            ptx(&hinted, 90, warps, stages),
+            wgmma_ptx(&plain, 90, warps, stages),
             ptx(&plain, 90, warps, stages),
             "{bm}x{bn} D={d} {warps}w"
         );
@@ -317,10 +311,11 @@ fn attention_wgmma_tiles_assemble_without_spills() {
     let dir = std::env::temp_dir().join(format!("tegula-wgattn-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     for (bm, bn, d, warps, stages) in ATTENTION_TILES {
-        let k = with_wgmma(flash_attention_with_lse(DType::BF16, bm, bn, d));
+        let k = flash_attention_with_lse(DType::BF16, bm, bn, d);
         let options = CompileOptions {
             num_warps: warps,
             num_stages: stages,
+            mma: MmaChoice::Wgmma,
         };
         let c = compile(&k, &Target { sm: 90 }, &options).unwrap();
         assert!(c.ptx.contains("wgmma.mma_async"));

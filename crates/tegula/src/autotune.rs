@@ -68,10 +68,7 @@ impl Config {
     }
 
     pub fn launch_config(&self) -> LaunchConfig {
-        LaunchConfig {
-            num_warps: self.num_warps,
-            num_stages: self.num_stages,
-        }
+        LaunchConfig::new(self.num_warps, self.num_stages)
     }
 }
 

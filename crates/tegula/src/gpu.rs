@@ -105,6 +105,7 @@ pub fn compile_specialized(
     let options = CompileOptions {
         num_warps: config.num_warps,
         num_stages: config.num_stages,
+        mma: config.mma,
     };
     Ok(tegula_ptx::compile(
         &specialize(traced, args),
@@ -160,10 +161,11 @@ impl Gpu {
         config: LaunchConfig,
     ) -> Result<Arc<GpuKernel>> {
         let key = format!(
-            "{key}|{}|w{}s{}",
+            "{key}|{}|w{}s{}{}",
             fact_bits(args),
             config.num_warps,
-            config.num_stages
+            config.num_stages,
+            config.mma
         );
         if let Some(k) = self.cache().get(&key) {
             return Ok(k.clone());

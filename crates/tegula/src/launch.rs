@@ -7,6 +7,7 @@ use crate::device::Storage;
 use crate::tensor::Tensor;
 use std::marker::PhantomData;
 use tegula_ir::{DType, Element, Kernel, TraceError};
+pub use tegula_ptx::MmaChoice;
 
 /// Names a pointer parameter in a kernel signature: `x: Ptr<f32>`. Inside the body the
 /// parameter is a pointer tile; the launcher takes a `&Tensor<f32>`.
@@ -58,20 +59,37 @@ impl From<(u32, u32, u32)> for Grid {
     }
 }
 
-/// How the GPU runs each program: warps per program and software-pipelining depth. The
-/// interpreter ignores both.
+/// How the GPU runs each program: warps per program, software-pipelining depth and the
+/// tensor-core instructions its dots may use. The interpreter ignores all three.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct LaunchConfig {
     pub num_warps: u32,
     pub num_stages: u32,
+    /// [`MmaChoice::Auto`]: the compiler's (Hopper's `wgmma` where its plan can place a dot).
+    pub mma: MmaChoice,
+}
+
+impl LaunchConfig {
+    /// `num_warps` warps and `num_stages` stages, the compiler's choice of tensor-core
+    /// instructions.
+    pub const fn new(num_warps: u32, num_stages: u32) -> LaunchConfig {
+        LaunchConfig {
+            num_warps,
+            num_stages,
+            mma: MmaChoice::Auto,
+        }
+    }
+
+    /// The same config with tensor-core instructions `mma`.
+    pub const fn with_mma(self, mma: MmaChoice) -> LaunchConfig {
+        LaunchConfig { mma, ..self }
+    }
 }
 
 impl Default for LaunchConfig {
+    /// 4 warps, 3 stages, the compiler's choice of tensor-core instructions.
     fn default() -> Self {
-        LaunchConfig {
-            num_warps: 4,
-            num_stages: 3,
-        }
+        LaunchConfig::new(4, 3)
     }
 }
 

@@ -36,13 +36,15 @@ pub use autotune::{Autotuner, Config, Tuning};
 pub use device::{Backend, Device, RecordedLaunch};
 pub use error::{Error, Result};
 pub use gpu::{compile_specialized, specialize, GpuKernel};
-pub use launch::{Grid, KernelArg, Launch, LaunchConfig, Ptr, ScalarArg, TensorArg};
+pub use launch::{Grid, KernelArg, Launch, LaunchConfig, MmaChoice, Ptr, ScalarArg, TensorArg};
 pub use tegula_ir as ir;
 pub use tegula_macros::kernel;
 pub use tensor::Tensor;
 
 /// Everything kernels and their callers need: `use tegula::prelude::*;`.
 pub mod prelude {
-    pub use crate::{kernel, Device, Grid, LaunchConfig, Ptr, ScalarArg, Tensor, TensorArg};
+    pub use crate::{
+        kernel, Device, Grid, LaunchConfig, MmaChoice, Ptr, ScalarArg, Tensor, TensorArg,
+    };
     pub use tegula_ir::prelude::*;
 }

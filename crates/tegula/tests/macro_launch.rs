@@ -122,10 +122,7 @@ fn generic_kernel_specializes_per_type_and_constant() -> tegula::Result<()> {
     axpy::launch_with::<f32, 64>(
         &dev,
         n.div_ceil(64),
-        LaunchConfig {
-            num_warps: 2,
-            num_stages: 1,
-        },
+        LaunchConfig::new(2, 1),
         &x,
         &y,
         -1.0f32,

@@ -111,13 +111,6 @@ pub(crate) fn constant(c: Constant, dtype: DType, shape: Shape, loc: Loc) -> Til
     emit1(Op::Const(c), vec![], TileType::tile(dtype, shape), loc)
 }
 
-/// Asks the GPU lowering to run this kernel's eligible pipelined `dot`s on Hopper's `wgmma`
-/// (sm_90a; see `tegula-ptx`'s `lower/wgmma.rs`). Only a lowering choice: the result is the
-/// same, and the interpreter ignores it.
-pub fn prefer_wgmma() {
-    with_state(|s| s.kernel.hints.wgmma = true)
-}
-
 /// Declares the parameters of a kernel being traced.
 pub struct Params {
     _private: (),

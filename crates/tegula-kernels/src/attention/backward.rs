@@ -30,7 +30,7 @@ use super::contract::{
     strides_i32, visible_keys, visible_scores, Dims,
 };
 use super::forward::{
-    compare_bounded, forward, has_ragged_queries, parse_shape, wgmma_runs, worse, LOG2E,
+    compare_bounded, forward, has_ragged_queries, mma_of, parse_shape, wgmma_runs, worse, LOG2E,
 };
 use super::{reference, AttentionOptions};
 use crate::check;
@@ -251,13 +251,7 @@ pub fn attn_bwd_dkdv<T: Element>(
     #[constexpr] head_dim: usize,
     #[constexpr] block_m: usize,
     #[constexpr] block_n: usize,
-    #[constexpr] wgmma: bool,
 ) {
-    if wgmma {
-        // A lowering choice only (`AttentionOptions::wgmma`): Hopper's wgmma for the dots
-        // whose B streams through the pipeline's slots (tegula-ptx `lower/wgmma.rs`).
-        prefer_wgmma();
-    }
     let block_d = padded_head_dim(head_dim);
     let ragged_n_q = if ragged_queries { Some(n_q) } else { None };
     // Causal: key block 0 is swept by the most query blocks; the heaviest start first (see
@@ -925,7 +919,6 @@ fn resolve<T: Element>(
                     d,
                     r.block_m,
                     r.block_n,
-                    false
                 )?,
                 if atomic {
                     attn_bwd_dq_convert::trace::<T>(d, r.block_m)?
@@ -1019,11 +1012,13 @@ fn launch<T: Element>(
         ),
         None => (0, 1, 0),
     };
+    // Only the dK/dV kernel's dots may take `wgmma`; the others' stay on `mma.sync`.
+    let sync = options.config.with_mma(MmaChoice::Sync);
     if q_blocks > 0 && bh > 0 {
         attn_bwd_preprocess::launch_with::<T>(
             dev,
             (q_blocks, bh),
-            options.config,
+            sync,
             o,
             d_o,
             &delta,
@@ -1044,7 +1039,7 @@ fn launch<T: Element>(
         attn_bwd_dkdv::launch_with::<T>(
             dev,
             dkdv_grid,
-            options.config,
+            options.config.with_mma(mma_of(wgmma(options))),
             q,
             k,
             v,
@@ -1088,14 +1083,13 @@ fn launch<T: Element>(
             d,
             bm,
             bn,
-            wgmma(options),
         )?;
     }
     if let Some(s) = split {
         attn_bwd_dkdv_convert::launch_with::<T>(
             dev,
             (size_i32(OP, "split blocks", s.split_blocks)? as u32, 1),
-            options.config,
+            sync,
             &dkdv_acc,
             dk,
             dv,
@@ -1116,7 +1110,7 @@ fn launch<T: Element>(
         attn_bwd_dq_convert::launch_with::<T>(
             dev,
             (q_blocks, bh),
-            options.config,
+            sync,
             &dq_acc,
             dq,
             sdqz,
@@ -1132,7 +1126,7 @@ fn launch<T: Element>(
         attn_bwd_dq::launch_with::<T>(
             dev,
             (q_blocks, bh),
-            options.config,
+            sync,
             q,
             k,
             v,
@@ -1298,12 +1292,8 @@ pub(super) fn trace_entry(
     let (bm, bn) = (b.block_m, b.block_n);
     let split = backward_tail_split(&Device::cpu(), &dims, causal, bm, bn).is_some();
     match dtype {
-        DType::F16 => {
-            attn_bwd_dkdv::trace::<f16>(causal, atomic, split, ragged_q, d, bm, bn, false)
-        }
-        DType::BF16 => {
-            attn_bwd_dkdv::trace::<bf16>(causal, atomic, split, ragged_q, d, bm, bn, false)
-        }
-        _ => attn_bwd_dkdv::trace::<f32>(causal, atomic, split, ragged_q, d, bm, bn, false),
+        DType::F16 => attn_bwd_dkdv::trace::<f16>(causal, atomic, split, ragged_q, d, bm, bn),
+        DType::BF16 => attn_bwd_dkdv::trace::<bf16>(causal, atomic, split, ragged_q, d, bm, bn),
+        _ => attn_bwd_dkdv::trace::<f32>(causal, atomic, split, ragged_q, d, bm, bn),
     }
 }

@@ -94,12 +94,7 @@ pub fn attn_fwd<T: Element>(
     #[constexpr] head_dim: usize,
     #[constexpr] block_m: usize,
     #[constexpr] block_n: usize,
-    #[constexpr] wgmma: bool,
 ) {
-    if wgmma {
-        // A lowering choice only (Hopper's wgmma for both dots; `AttentionOptions::wgmma`).
-        prefer_wgmma();
-    }
     let block_d = padded_head_dim(head_dim);
     // Causal: query block i sees i + 1 key blocks, so the last blocks do the most work; they
     // start first, and light ones fill the tail (see `heavy_blocks_first`).
@@ -315,7 +310,6 @@ fn resolve<T: Element>(
                 dims.head_dim,
                 r.block_m,
                 r.block_n,
-                wgmma(&r),
             )?;
             Ok(Tuning::new(
                 "tegula_kernels::attention::forward",
@@ -359,7 +353,7 @@ fn launch<T: Element>(
     attn_fwd::launch_with::<T>(
         q.device(),
         grid,
-        options.config,
+        options.config.with_mma(mma_of(wgmma(options))),
         q,
         k,
         v,
@@ -389,8 +383,17 @@ fn launch<T: Element>(
         dims.head_dim,
         options.block_m,
         options.block_n,
-        wgmma(options),
     )
+}
+
+/// The tensor-core instructions of a launch that asks for `wgmma` or not: a held choice either
+/// way (the library's tuner offers both as candidates).
+pub(super) fn mma_of(wgmma: bool) -> MmaChoice {
+    if wgmma {
+        MmaChoice::Wgmma
+    } else {
+        MmaChoice::Sync
+    }
 }
 
 /// Whether a launch with `options` asks for `wgmma`: the option, or `TEGULA_WGMMA=1`.
@@ -552,10 +555,7 @@ pub(super) fn wgmma_runs(
             |&(block_m, block_n, num_warps, num_stages)| AttentionOptions {
                 block_m,
                 block_n,
-                config: tegula::LaunchConfig {
-                    num_warps,
-                    num_stages,
-                },
+                config: tegula::LaunchConfig::new(num_warps, num_stages),
                 wgmma: Some(true),
                 ..*options
             },
@@ -599,8 +599,8 @@ pub(super) fn trace_entry(
     let ragged_q = has_ragged_queries(dims.n_q, b.block_m);
     let (bm, bn) = (b.block_m, b.block_n);
     match dtype {
-        DType::F16 => attn_fwd::trace::<f16>(false, causal, ragged_k, ragged_q, d, bm, bn, false),
-        DType::BF16 => attn_fwd::trace::<bf16>(false, causal, ragged_k, ragged_q, d, bm, bn, false),
-        _ => attn_fwd::trace::<f32>(false, causal, ragged_k, ragged_q, d, bm, bn, false),
+        DType::F16 => attn_fwd::trace::<f16>(false, causal, ragged_k, ragged_q, d, bm, bn),
+        DType::BF16 => attn_fwd::trace::<bf16>(false, causal, ragged_k, ragged_q, d, bm, bn),
+        _ => attn_fwd::trace::<f32>(false, causal, ragged_k, ragged_q, d, bm, bn),
     }
 }

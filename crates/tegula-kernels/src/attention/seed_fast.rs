@@ -66,10 +66,7 @@ impl SeedOptions {
             // D = 128 with 32 bytes spilled (4 warps: 24 and 644 bytes). Measured on the H200
             // (1024 x 4096 x 64): 4 warps 0.059 ms against 0.065 for 8, despite the small
             // spill; at D = 128 8 warps.
-            config: LaunchConfig {
-                num_warps: if d > 64 { 8 } else { 4 },
-                num_stages: 1,
-            },
+            config: LaunchConfig::new(if d > 64 { 8 } else { 4 }, 1),
         }
     }
 
@@ -335,10 +332,7 @@ fn launch(
     seed_combine_kernel::launch_with(
         dev,
         m.div_ceil(rows),
-        LaunchConfig {
-            num_warps: 4,
-            num_stages: 1,
-        },
+        LaunchConfig::new(4, 1),
         &o_part,
         &lse_part,
         out,

@@ -52,10 +52,7 @@ fn with(options: &AttentionOptions, bm: usize, bn: usize, w: u32, s: u32) -> Att
         block_m: pick(options.block_m, bm),
         block_n: pick(options.block_n, bn),
         config: if options.config == AUTO_LAUNCH {
-            LaunchConfig {
-                num_warps: w,
-                num_stages: s,
-            }
+            LaunchConfig::new(w, s)
         } else {
             options.config
         },

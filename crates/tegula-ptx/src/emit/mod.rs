@@ -89,7 +89,7 @@ pub(crate) struct Lower<'k> {
     pub axis: AxisAnalysis,
     pub num_warps: u32,
     pub sm: u32,
-    /// The kernel asks for `wgmma` ([`tegula_ir::KernelHints`]) and the target has it (sm_90a).
+    /// The options allow `wgmma` ([`crate::MmaChoice`]) and the target has it (sm_90a).
     pub wgmma: bool,
     /// Shared memory one block may use on this target (the opt-in limit; the launch asks for
     /// it as dynamic shared memory).
@@ -170,7 +170,12 @@ fn is_anchored(op: &Op) -> bool {
 }
 
 impl<'k> Lower<'k> {
-    pub fn new(k: &'k Kernel, num_warps: u32, sm: u32) -> Lower<'k> {
+    pub fn new(
+        k: &'k Kernel,
+        target: &crate::Target,
+        options: &crate::CompileOptions,
+    ) -> Lower<'k> {
+        let (num_warps, sm) = (options.num_warps, target.sm);
         let mut b = Builder::new();
         let (tid, lane, warp) = b.in_prologue(|b| {
             let tid = b.op("mov.u32", RegClass::B32, vec![Arg::Sym("%tid.x".into())]);
@@ -184,8 +189,8 @@ impl<'k> Lower<'k> {
             axis: AxisAnalysis::run(k),
             num_warps,
             sm,
-            wgmma: k.hints.wgmma && sm >= 90,
-            max_shared: crate::Target { sm }.max_shared_bytes(),
+            wgmma: options.mma.allows_wgmma() && target.has_wgmma(),
+            max_shared: target.max_shared_bytes(),
             read_values: k
                 .walk()
                 .into_iter()
@@ -223,7 +228,7 @@ impl<'k> Lower<'k> {
             policies: HashMap::default(),
             loc: Loc::UNKNOWN,
             mma: mma::MmaState::new(k),
-            num_stages: 1,
+            num_stages: options.num_stages,
             smem_shift: Vec::new(),
             pipe: Default::default(),
             packed_halves: HashMap::default(),

@@ -1,0 +1,133 @@
+//! The GPU architectures the backend emits for, and every hardware number and rule the
+//! planning passes read: shared memory per block and per SM, the register file, thread and
+//! block limits, which tensor-core instructions exist and the shapes and shared-memory rows
+//! they take, and the PTX version of the module. One place, so that nothing above the
+//! compiler restates them; what the compiler decided from them is in the plan's
+//! [`crate::Report`].
+
+/// The GPU architecture to emit for: `sm` = 80 (A100), 86 (A10, RTX 30), 89 (L4, RTX 40), 90
+/// (H100, H200). Other values of 80 and above are read as the nearest of these below them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Target {
+    pub sm: u32,
+}
+
+/// Registers a thread may hold (ptxas's ceiling); 255 are allocated as 256.
+pub const MAX_REGISTERS_PER_THREAD: u32 = 255;
+
+/// 32-bit registers in one SM's register file (every architecture from sm_80 to sm_90).
+pub const REGISTERS_PER_SM: u32 = 64 * 1024;
+
+/// Shared memory the hardware keeps for itself per resident block.
+pub const SHARED_RESERVED_PER_BLOCK: u32 = 1024;
+
+impl Target {
+    /// The target of a device of compute capability `major.minor`: sm_90a for Hopper and newer
+    /// (sm_90 code runs on them), the device's own for Ampere and Ada.
+    pub fn for_compute_capability(major: u32, minor: u32) -> Target {
+        let sm = 10 * major + minor;
+        Target {
+            sm: if sm >= 90 { 90 } else { sm.max(80) },
+        }
+    }
+
+    /// `.target` of the module: `sm_90a` on Hopper (needed for wgmma and setmaxnreg).
+    pub fn target_name(&self) -> String {
+        if self.sm == 90 {
+            "sm_90a".into()
+        } else {
+            format!("sm_{}", self.sm)
+        }
+    }
+
+    /// `.version` of the module: 8.0 has every instruction used and loads on the H200's driver;
+    /// sm_90 modules say 8.1 for the vector `red.global.add.v{2,4}.f32`.
+    pub fn ptx_version(&self) -> &'static str {
+        if self.sm >= 90 {
+            "8.1"
+        } else {
+            "8.0"
+        }
+    }
+
+    /// Shared memory one block may use, opted in to beyond the default 48 KB: 227 KB on
+    /// Hopper, 163 KB on A100 (sm_80, sm_87), 99 KB on the other Ampere and Ada parts.
+    pub fn max_shared_bytes(&self) -> u32 {
+        match self.sm {
+            90.. => 227 * 1024,
+            80 | 87 => 163 * 1024,
+            _ => 99 * 1024,
+        }
+    }
+
+    /// Shared memory of one SM, the per-block reserve included.
+    pub fn shared_bytes_per_sm(&self) -> u32 {
+        self.max_shared_bytes() + SHARED_RESERVED_PER_BLOCK
+    }
+
+    /// Threads one SM holds at once.
+    pub fn max_threads_per_sm(&self) -> u32 {
+        match self.sm {
+            86 | 89 => 1536,
+            _ => 2048,
+        }
+    }
+
+    /// Blocks one SM holds at once.
+    pub fn max_blocks_per_sm(&self) -> u32 {
+        match self.sm {
+            86 => 16,
+            89 => 24,
+            _ => 32,
+        }
+    }
+
+    /// Whether Hopper's asynchronous warpgroup MMA (`wgmma.mma_async`) exists.
+    pub fn has_wgmma(&self) -> bool {
+        self.sm >= 90
+    }
+
+    /// Whether a `wgmma` covers an f16/bf16 dot of `m x n x k` over `warps` warps: the warps
+    /// form warpgroups of 4 along M, each with 16 rows a warp in every `16 x warps`-row
+    /// block, and one instruction covers N (8 to 256, multiples of 8) and 16 of K.
+    pub fn wgmma_takes_shape(&self, m: u32, n: u32, k: u32, warps: u32) -> bool {
+        self.has_wgmma()
+            && warps.is_multiple_of(4)
+            && m.is_multiple_of(16 * warps)
+            && (8..=256).contains(&n)
+            && n.is_multiple_of(8)
+            && k.is_multiple_of(16)
+    }
+
+    /// Whether `wgmma`'s descriptors read shared-memory rows of `bytes`: 64 (the 64-byte
+    /// swizzle) or a multiple of 128 (the 128-byte swizzle, panels past 128).
+    pub fn wgmma_reads_rows_of(&self, bytes: u32) -> bool {
+        bytes == 64 || (bytes >= 128 && bytes.is_multiple_of(128))
+    }
+
+    /// Blocks of `threads` threads that fit on one SM by shared memory (`shared_bytes` a
+    /// block) and by the thread and block limits; at least 1.
+    pub fn blocks_per_sm_by_shared(&self, shared_bytes: u32, threads: u32) -> u32 {
+        let by_shared =
+            self.shared_bytes_per_sm() / (shared_bytes + SHARED_RESERVED_PER_BLOCK).max(1);
+        by_shared
+            .min(self.max_threads_per_sm() / threads.max(1))
+            .min(self.max_blocks_per_sm())
+            .max(1)
+    }
+
+    /// Blocks of `threads` threads whose threads may each hold `registers` registers
+    /// (allocated in multiples of 8), from the register file; at least 1.
+    pub fn blocks_per_sm_by_registers(&self, registers: u32, threads: u32) -> u32 {
+        let per_thread = registers
+            .clamp(1, MAX_REGISTERS_PER_THREAD)
+            .next_multiple_of(8);
+        (REGISTERS_PER_SM / (per_thread * threads.max(1))).max(1)
+    }
+}
+
+impl std::fmt::Display for Target {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.target_name())
+    }
+}
