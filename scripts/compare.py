@@ -32,7 +32,7 @@ OPS = [
     ("rms_norm", "TB/s", "RMS norm [M, N]"),
     ("vector_add", "TB/s", "Vector add [N]"),
     ("attention_fwd_f32_single_head", "TFLOP/s",
-     "The seed walkthrough's FlashAttention: fp32, one head, Q [M, D], K and V [N, D], IEEE dots [M, N, D]"),
+     "Single-head f32 attention: Q [M, D], K and V [N, D], within 2e-3 of float64 [M, N, D]"),
 ]
 RATE_KEY = {"TB/s": "tbps", "TFLOP/s": "tflops"}
 
@@ -171,8 +171,8 @@ def markdown(records, meta, ceilings):
         "# Benchmarks",
         "",
         "Written by `scripts/compare.sh` (GPU calls of `tegula bench` and `peers.py`, joined by "
-        "`scripts/compare.py`). Do not edit by hand; the reasoning behind the numbers is in "
-        "`docs/perf-notes.md`.",
+        "`scripts/compare.py`). Do not edit by hand; what each kernel does and why its defaults "
+        "are what they are is in `docs/performance.md`.",
         "",
         f"- date: {meta['date']}",
         f"- GPU: {meta['gpu']}",
@@ -197,6 +197,14 @@ def markdown(records, meta, ceilings):
         "cases, tegula only) times the same rotating calls queued one after another after a "
         "single clear: the rate a stream of such calls sustains, beside a copy of the same bytes "
         "timed so. The peers and the ratios use the per-sample figure.",
+        "",
+        "Peers (measured by `peers.py`, which lives beside a checkout in `../shared/peers`): "
+        "`cublas` (cuBLAS through `torch.mv` / `torch.matmul`), `cudnn` and `fa2` (PyTorch's "
+        "`scaled_dot_product_attention` on its cuDNN and FlashAttention-2 backends), `triton` (a "
+        "Hopper Triton FlashAttention forward with tensor descriptors, autotuned), `sdpa` "
+        "(`scaled_dot_product_attention` in fp32), `seed-triton` (Triton kernels printed in the "
+        "project's founding documents: a GEMV with one row per program and the single-head fp32 "
+        "FlashAttention with 16 x 16 blocks) and `torch` (a device-to-device copy).",
         "",
     ]
     if ceilings:

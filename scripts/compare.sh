@@ -18,7 +18,7 @@
 # that tuned the attention sweep, which alone takes minutes; the full run may not fit one call);
 # TUNE_FIRST=1 (PART=tc or all) tunes matmul and attention before peers.py runs, so that
 # minutes of tuning at full load do not sit between the peers' timings and tegula's (timings
-# right after them ran up to 5% slow; docs/perf-notes.md, session 9).
+# right after them ran up to 5% slow; docs/archive/findings.md, "Measuring").
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/compare-out}
@@ -99,7 +99,7 @@ else
         bench layer_norm_backward
         bench rms_norm
         bench vector_add --dtype fp32
-        bench attention_seed --dtype fp32
+        bench attention_single_head_f32 --dtype fp32
     fi
 fi
 

@@ -23,11 +23,11 @@ use tegula_kernels::{gemv, matmul, norm, softmax, vector_add};
 #[derive(clap::Args, Debug)]
 pub struct BenchArgs {
     /// copy, vector_add, softmax, layer_norm, layer_norm_backward, rms_norm, gemv, matmul,
-    /// attention, attention_backward, attention_seed (f32), or `all`.
+    /// attention, attention_backward, attention_single_head_f32 (f32), or `all`.
     pub kernel: String,
     /// Problem size, repeatable: `--shape 4096,4096 --shape 8192,8192`. Dimensions: copy and
     /// vector_add N; softmax, layer_norm, rms_norm and gemv M,N; matmul M,N,K; attention and
-    /// attention_backward B,H,N,D; attention_seed M,N,D. The default is a sweep over peers.py's
+    /// attention_backward B,H,N,D; attention_single_head_f32 M,N,D. The default is a sweep over peers.py's
     /// shapes.
     #[arg(long)]
     pub shape: Vec<String>,
@@ -57,8 +57,8 @@ pub struct BenchArgs {
     /// `PROGRAMS_PER_SM` (above 0: the pipelined one-tile kernels) and `UNROLL` (blocks a trip
     /// of the looping kernels) for softmax, layer_norm and rms_norm (`BLOCK_M=0`: the looping
     /// kernels); `BLOCK_M`, `BLOCK_N`,
-    /// `SPLITS`, `TF32X3=0|1` for attention_seed's fast path, `WALKTHROUGH=1` for the
-    /// walkthrough's kernel as written; `BLOCK_M`, `BLOCK_N`, `warps`, `stages` for
+    /// `SPLITS`, `TF32X3=0|1` for attention_single_head_f32's fast path, `BASIC=1` for its
+    /// basic 16x16 IEEE kernel; `BLOCK_M`, `BLOCK_N`, `warps`, `stages` for
     /// attention and attention_backward (and `WGMMA`: the forward, or the backward's dK/dV
     /// kernel, on wgmma); `BLOCK_M`,
     /// `BLOCK_N`, `BLOCK_K`, `GROUP_M`,
@@ -174,7 +174,7 @@ const KERNELS: &[(&str, &str, &[&[usize]])] = &[
         ],
     ),
     (
-        "attention_seed",
+        "attention_single_head_f32",
         "M,N,D",
         &[
             &[7, 13, 8],
@@ -191,7 +191,7 @@ fn op_of(kernel: &'static str) -> &'static str {
     match kernel {
         "attention" => "attention_fwd",
         "attention_backward" => "attention_bwd",
-        "attention_seed" => "attention_fwd_f32_single_head",
+        "attention_single_head_f32" => "attention_fwd_f32_single_head",
         k => k,
     }
 }
@@ -308,7 +308,7 @@ pub fn run(args: BenchArgs) -> Result<bool> {
         let dtype = match &args.dtype {
             Some(d) => parse_dtype(d).ok_or_else(|| invalid(format!("--dtype {d}")))?,
             None if kernel == "gemv" || kernel == "copy" => DType::F16,
-            None if kernel == "attention_seed" => DType::F32,
+            None if kernel == "attention_single_head_f32" => DType::F32,
             None => DType::BF16,
         };
         // Streaming kernels are also timed back to back (`batch_ms`), beside a copy timed so.
@@ -773,11 +773,11 @@ fn bench_typed<T: Element>(
                 })?
             }
         }
-        "attention_seed" => {
-            // The walkthrough's contract: f32, one head, Q [M, D], K and V [N, D].
+        "attention_single_head_f32" => {
+            // The contract: f32, one head, Q [M, D], K and V [N, D].
             if T::DTYPE != DType::F32 {
                 return Err(invalid(
-                    "attention_seed runs in f32 only (--dtype fp32)".into(),
+                    "attention_single_head_f32 runs in f32 only (--dtype fp32)".into(),
                 ));
             }
             let (m, n, d) = (shape[0], shape[1], shape[2]);
@@ -788,19 +788,19 @@ fn bench_typed<T: Element>(
             let v = dev.randn::<f32>([n, d])?;
             let o = dev.empty::<f32>([m, d])?;
             match config {
-                // The walkthrough's kernel as written.
-                Some(c) if c.get("WALKTHROUGH").unwrap_or(0) != 0 => measure(dev, options, || {
-                    attention::seed_attention_into(&q, &k, &v, &o)
+                // The basic 16x16 IEEE kernel.
+                Some(c) if c.get("BASIC").unwrap_or(0) != 0 => measure(dev, options, || {
+                    attention::single_head_f32_basic_into(&q, &k, &v, &o)
                 })?,
                 Some(c) => {
-                    let seed = seed_config(dev, c, (m, n, d))?;
-                    eprintln!("attention_seed: {seed:?}");
+                    let pinned = single_head_config(dev, c, (m, n, d))?;
+                    eprintln!("attention_single_head_f32: {pinned:?}");
                     measure(dev, options, || {
-                        attention::seed_attention_fast_with(&q, &k, &v, &o, &seed)
+                        attention::single_head_f32_with(&q, &k, &v, &o, &pinned)
                     })?
                 }
                 None => measure(dev, options, || {
-                    attention::seed_attention_fast_into(&q, &k, &v, &o)
+                    attention::single_head_f32_into(&q, &k, &v, &o)
                 })?,
             }
         }
@@ -860,14 +860,14 @@ pub(crate) fn matmul_config(c: &Config) -> Result<matmul::MatmulConfig> {
     })
 }
 
-/// The seed fast path's options from `--config`: `BLOCK_M`, `BLOCK_N`, `SPLITS`, `TF32X3`
-/// (0 or 1), `warps` and `stages` override the shape's defaults.
-fn seed_config(
+/// The single-head attention's options from `--config`: `BLOCK_M`, `BLOCK_N`, `SPLITS`,
+/// `TF32X3` (0 or 1), `warps` and `stages` override the shape's defaults.
+fn single_head_config(
     dev: &Device,
     c: &Config,
     (m, n, d): (usize, usize, usize),
-) -> Result<attention::SeedOptions> {
-    let mut o = attention::seed_options(dev, m, n, d);
+) -> Result<attention::SingleHeadOptions> {
+    let mut o = attention::single_head_f32_options(dev, m, n, d);
     let size = |name: &str, default: usize| -> Result<usize> {
         match c.get(name) {
             Some(v) => usize::try_from(v).map_err(|_| invalid(format!("--config {name}={v}"))),

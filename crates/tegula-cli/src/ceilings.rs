@@ -1,7 +1,6 @@
 //! The device's ceilings, against which `tegula bench` prints its figures: copy bandwidth
-//! measured by tegula on the device, and the matmul peak (the datasheet until tegula has a
-//! tensor-core matmul fast enough to measure it with). Cached per device and driver in
-//! `ceilings.json` beside the autotune cache.
+//! measured by tegula on the device, and the matmul peak (the datasheet's dense tensor-core
+//! rate). Cached per device and driver in `ceilings.json` beside the autotune cache.
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -82,8 +81,8 @@ pub fn ceilings(dev: &Device, remeasure: bool) -> tegula::Result<Option<Ceilings
         mma16_tflops: sheet.map(|s| s.0),
         fp32_tflops: sheet.map(|s| s.1),
         compute_how: if sheet.is_some() {
-            "datasheet (dense, the wgmma rate); mma.sync's ceiling on Hopper is about 2/3 of it \
-             (621 TFLOP/s measured), so kernels whose dots run on mma.sync stop near 63%"
+            "datasheet (dense, the wgmma rate); mma.sync's ceiling on Hopper is about two thirds \
+             of it, so kernels whose dots run on mma.sync stop near that share"
                 .into()
         } else {
             "unknown part: no datasheet figure".into()
@@ -130,7 +129,7 @@ pub struct CopyRate {
 /// timed as the benchmarks are: each sample queued behind the L2 clear, the source rotating
 /// through copies that add up to at least 1 GiB. It is the roof of a memory-bound case of the
 /// same size: the launch ramp, the grid's tail and the dirty lines the clear leaves weigh more
-/// the fewer bytes move (a copy of 67 MB reaches about 77% of the 1 GiB figure on an H200).
+/// the fewer bytes move (docs/performance.md, "How performance is measured").
 pub fn copy_bandwidth_moving(dev: &Device, bytes_moved: usize) -> tegula::Result<CopyRate> {
     let Some(rt) = dev.cuda_runtime() else {
         return Err(tegula::Error::Invalid {

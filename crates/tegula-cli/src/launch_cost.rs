@@ -23,8 +23,8 @@ fn ms(since: Instant) -> f64 {
 }
 
 /// The SM count recorded calls size their grids for (persistent kernels pass trips per
-/// program as arguments, whose facts the specialization reads): an H200's.
-const H200_SMS: usize = 132;
+/// program as arguments, whose facts the specialization reads): a Hopper H100/H200's.
+const RECORDING_SMS: usize = 132;
 
 /// The kernels `launch-cost` measures, each at the shape a user would launch (in the order of
 /// the library entry's `--shape` dimensions).
@@ -61,7 +61,7 @@ pub fn record(
     dtype: DType,
     config: Option<&Config>,
 ) -> Result<Vec<RecordedLaunch>> {
-    let dev = Device::recording(H200_SMS);
+    let dev = Device::recording(RECORDING_SMS);
     call_typed(&dev, name, shape, dtype, config)?;
     Ok(dev.take_recorded())
 }
@@ -353,7 +353,7 @@ mod tests {
         let m = record("matmul", &[256, 512, 128], DType::F16, Some(&mm)).unwrap();
         assert_eq!((m[0].config.num_warps, m[0].config.num_stages), (8, 3));
         // A kernel with no recorded host call says so, as does a config nothing would read.
-        assert!(record("attention_seed", &[35, 67, 32], DType::F32, None).is_err());
+        assert!(record("attention_single_head_f32", &[35, 67, 32], DType::F32, None).is_err());
         assert!(record("vector_add", &[1000], DType::F32, Some(&mm)).is_err());
     }
 }

@@ -147,7 +147,7 @@ mod tests {
 
     #[test]
     fn blames_fatal_parse_errors() {
-        // As the H200's driver (580) reported a misplaced `.extern .shared`.
+        // As driver 580 reports a misplaced `.extern .shared`.
         let log = "ptxas application ptx input, line 53; fatal   : Parsing error near '.shared': syntax error\n\
             ptxas fatal   : Ptx assembly aborted due to errors";
         assert_eq!(blamed_ptx_line(log), Some(53));

@@ -1,8 +1,10 @@
-//! FlashAttention: the seed walkthrough's single-head kernel, the batched forward, and the
-//! backward, structured like Triton's fused-attention tutorial (06).
+//! FlashAttention: the single-head f32 attention, the batched forward, and the backward,
+//! structured like Triton's fused-attention tutorial (06).
 //!
-//! - `seed`: the walkthrough's contract: Q `[M, D]`, K and V `[N, D]`, f32, contiguous, one
-//!   head, `input_precision = "ieee"`, blocks of 16 rows.
+//! - [`single_head_f32`] / [`single_head_f32_into`]: Q `[M, D]`, K and V `[N, D]`, f32,
+//!   contiguous, one head, within rtol = atol = 2e-3 of float64 (3xTF32 dots, keys split over
+//!   programs); [`single_head_f32_basic`] is the same contract by the textbook kernel (blocks
+//!   of 16 rows, `input_precision = "ieee"`).
 //! - [`forward`] / [`forward_into`]: Q `[B, H, Nq, D]`, K and V `[B, Hkv, Nk, D]` described by
 //!   strides (any strides with unit stride on D, so `[B, N, H, D]` buffers passed as
 //!   `transpose(1, 2)` views need no copy), `Hkv` dividing `H` (grouped-query and multi-query
@@ -30,8 +32,8 @@ mod backward;
 mod contract;
 mod forward;
 pub mod reference;
-mod seed;
-mod seed_fast;
+mod single_head;
+mod single_head_basic;
 mod tuning;
 
 pub use backward::{
@@ -39,10 +41,13 @@ pub use backward::{
 };
 pub use contract::{padded_head_dim, Dims, MAX_HEAD_DIM};
 pub use forward::{forward, forward_config, forward_into};
-pub use seed::{seed_attention, seed_attention_into, SEED_BLOCK};
-pub use seed_fast::{
-    seed_attention_fast, seed_attention_fast_into, seed_attention_fast_with, seed_options,
-    SeedOptions,
+pub use single_head::{
+    single_head_f32, single_head_f32_into, single_head_f32_options, single_head_f32_with,
+    SingleHeadOptions,
+};
+pub use single_head_basic::{
+    single_head_f32_basic, single_head_f32_basic_into, SINGLE_HEAD_BASIC_BLOCK,
+    SINGLE_HEAD_TOLERANCE,
 };
 pub use tuning::{backward_candidates, forward_candidates, key};
 
@@ -52,8 +57,8 @@ pub mod kernels {
         attn_bwd_dkdv, attn_bwd_dkdv_convert, attn_bwd_dq, attn_bwd_preprocess,
     };
     pub use super::forward::attn_fwd;
-    pub use super::seed::flash_attention_fwd_kernel;
-    pub use super::seed_fast::{seed_combine_kernel, seed_split_kernel};
+    pub use super::single_head::{single_head_combine_kernel, single_head_split_kernel};
+    pub use super::single_head_basic::single_head_basic_kernel;
 }
 
 use crate::tuned::{AUTO, AUTO_LAUNCH};
@@ -114,19 +119,18 @@ impl AttentionOptions {
 /// Dimensions of the batched entries, in `--shape` order. `CAUSAL` is 0 or 1.
 const BATCHED_DIMS: &[&str] = &["B", "H", "HKV", "NQ", "NK", "D", "CAUSAL"];
 
-/// The walkthrough's kernel (library name `attention_seed`).
-pub fn seed_entry() -> LibraryKernel {
+/// The single-head f32 attention (library name `attention_single_head_f32`).
+pub fn single_head_entry() -> LibraryKernel {
     LibraryKernel {
-        name: "attention_seed",
-        about:
-            "FlashAttention forward of the seed walkthrough's contract: Q [M,D], K,V [N,D], f32; \
-                the fast path (large blocks, keys split over programs) and the walkthrough's \
-                16x16 kernel as written",
+        name: "attention_single_head_f32",
+        about: "FlashAttention forward of one head in f32: Q [M,D], K,V [N,D]; the fast path \
+                (large blocks, 3xTF32 dots, keys split over programs) and the basic 16x16 \
+                IEEE kernel",
         dims: &["M", "N", "D"],
         default_shape: &[35, 67, 32],
         dtypes: &[DType::F32],
-        check: seed::check_entry,
-        trace: seed::trace_entry,
+        check: single_head::check_entry,
+        trace: single_head::trace_entry,
     }
 }
 

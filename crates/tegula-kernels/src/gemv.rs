@@ -1,11 +1,11 @@
-//! Matrix-vector product `y = A x` (seed chapter, section 4.5), with f32 accumulation.
+//! Matrix-vector product `y = A x`, with f32 accumulation.
 //!
-//! The seed's contract is `A` `[M, N]` row-major f16, `x` `[N]` f16, `y` `[M]` f32; this kernel
-//! also takes bf16 (and f32) inputs and any strides for `A`, `x` and `y`, passed as arguments,
+//! The reference contract is `A` `[M, N]` row-major f16, `x` `[N]` f16, `y` `[M]` f32 (the
+//! classic Triton GEMV, one row per program); this kernel also takes bf16 (and f32) inputs and any strides for `A`, `x` and `y`, passed as arguments,
 //! so a transposed or sliced view of `A` works without a copy. Each program owns `block_m` rows
 //! and walks across the columns in `block_n` chunks, masking the ragged edges, accumulating
 //! products in an f32 tile that is reduced once at the end. With `block_m = 1` this is the
-//! seed's program (one row per program); the host wrapper picks a taller, narrower tile when
+//! classic program (one row per program); the host wrapper picks a taller, narrower tile when
 //! `A` is column-major so that the loads run along the contiguous axis.
 
 use crate::check;
@@ -81,8 +81,8 @@ const DTYPES: &[DType] = &[DType::F16, DType::BF16, DType::F32];
 const LOAD_BYTES: usize = 16;
 
 /// Loads of A in flight per thread per loop step on the one-warp-a-row path: eight 16-byte
-/// loads (4 KB a warp). On the H200 (fp16, back to back, 2026-11-30) 14336x4096 streamed 4.04
-/// TB/s at eight against 3.90 at four; 8192^2 and 4096x14336 4.00-4.07 at either.
+/// loads (4 KB a warp). Eight streamed faster than four for many short rows (14336 x 4096)
+/// and the same elsewhere (docs/performance.md, "GEMV").
 const LOADS_PER_STEP: usize = 8;
 
 /// Warps per program on the row-major path.
@@ -110,11 +110,10 @@ const CPU_SMS: usize = 4;
 ///
 /// Row-major `A` of 16-bit elements whose rows are a multiple of 4096 columns, with few rows
 /// (`WIDE_MAX_ROWS`) or long ones (`WIDE_MIN_COLS`): one row a program of 4 warps, 4096
-/// columns a step (a cross-warp reduction a row). On the H200 (fp16, 2026-11-30) 2.46 TB/s at
-/// 4096^2 and 3.95 at 16384^2 against 2.38 and 3.91 for one warp a row. With more rows of
-/// fewer columns, one warp a row streams faster back to back (14336x4096: 4.04 TB/s against
-/// 3.52; 8192^2: 4.00 against 3.79; per sample behind an L2 clear 3.47 against 3.40 and equal
-/// at 8192^2). Other row-major `A`: one warp per row. `BLOCK_N` is what one warp covers with
+/// columns a step (a cross-warp reduction a row), which runs a little ahead of one warp a row
+/// at those shapes. With more rows of fewer columns, one warp a row streams faster, above all
+/// back to back (docs/performance.md, "GEMV"). Other row-major `A`: one warp per row.
+/// `BLOCK_N` is what one warp covers with
 /// one 16-byte load per lane (256 columns of f16/bf16, 128 of f32), so the blocked layout puts
 /// the warps along the rows and each row is reduced with shuffles inside its warp: no shared
 /// memory, no barrier. `BLOCK_M` is the number of warps, and `UNROLL` gives each thread
@@ -243,8 +242,8 @@ pub fn reference(a: &[f64], x: &[f64], m: usize, n: usize) -> Vec<f64> {
 }
 
 /// Tolerances `(atol, rtol)` against the float64 product. Products of f16/bf16 inputs are exact
-/// in f32, so only the f32 summation errs: the seed's `atol 1e-3, rtol 1e-4` hold up to a few
-/// thousand columns of unit-normal data. f32 inputs round each product too.
+/// in f32, so only the f32 summation errs: the reference contract's `atol 1e-3, rtol 1e-4`
+/// hold up to a few thousand columns of unit-normal data. f32 inputs round each product too.
 pub fn tolerance(dtype: DType) -> (f64, f64) {
     match dtype {
         DType::F32 => (2e-3, 1e-4),
@@ -300,7 +299,7 @@ fn trace_entry(shape: &[usize], dtype: DType) -> std::result::Result<Kernel, Tra
 pub fn entry() -> LibraryKernel {
     LibraryKernel {
         name: "gemv",
-        about: "y = A x with f32 accumulation (the seed's GEMV), strided A",
+        about: "y = A x with f32 accumulation, f16/bf16/f32 inputs, strided A",
         dims: &["M", "N"],
         default_shape: &[37, 1031],
         dtypes: &[DType::F16, DType::BF16, DType::F32],

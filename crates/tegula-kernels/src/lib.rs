@@ -59,7 +59,7 @@ pub fn library() -> Vec<LibraryKernel> {
         norm::rms_norm_entry(),
         gemv::entry(),
         matmul::entry(),
-        attention::seed_entry(),
+        attention::single_head_entry(),
         attention::forward_entry(),
         attention::backward_entry(),
     ]

@@ -4,9 +4,9 @@
 //! with an f32 accumulator (`dot`). Masks cover any M, N, K. A and B are addressed through
 //! strides, so row- and column-major inputs (and transposed or sliced views) work without copies.
 //!
-//! Program order: the 1-D program id is mapped to tiles in groups of `group_m` tile-rows
-//! (seed section 4.4.2): consecutive programs sweep down a column of `group_m` tiles before
-//! moving right, so the A rows and B columns they read stay in L2 across the group.
+//! Program order: the 1-D program id is mapped to tiles in groups of `group_m` tile-rows:
+//! consecutive programs sweep down a column of `group_m` tiles before moving right, so the A
+//! rows and B columns they read stay in L2 across the group.
 //!
 //! Inputs are f16, bf16 or f32; the output dtype is the caller's choice (`Tensor<O>` for any
 //! float `O`): the f32 accumulator is rounded once when stored. [`matmul`] returns f32.
@@ -114,7 +114,8 @@ pub struct MatmulConfig {
     /// tuner's (one program a tile, and `Some(1)` twins of large tiles: [`candidates`]).
     /// Persistent grids copy the next tile's first stages while this tile's store runs (the
     /// compiler pipelines the tile loop, a block then needs the slots plus the store's
-    /// exchange in shared memory; perf-notes "mm9").
+    /// exchange in shared memory; docs/performance.md, "Loop nests pipelined across the outer
+    /// loop").
     pub persistent: Option<usize>,
     /// Hopper's `wgmma` for the k-loop's dot (sm_90a, f16/bf16, pipelined; tegula-ptx's
     /// `lower/wgmma.rs` says which tiles qualify, others keep `mma.sync`): `Some(true)` asks
@@ -317,12 +318,12 @@ fn pipelined(p: &MatmulProblem) -> bool {
 ///   cut them to fewer stages: a duplicate);
 /// - a persistent twin (one program a SM walking tiles, the next tile's first stages copied
 ///   during this tile's store) of every pipelined 8-warp config of at least 128 x 128 whose
-///   slots and output exchange fit in shared memory together: on the H200 (2026-11-30) such
-///   twins ran 1-3% ahead of their one-program-a-tile configs at 4096^3 and 8192^3;
+///   slots and output exchange fit in shared memory together (such twins can run a little
+///   ahead of their one-program-a-tile configs: docs/performance.md, "Matmul");
 /// - on a device with `wgmma` (Hopper), a wgmma twin of every pipelined config (and
 ///   persistent twin) whose tiles the wgmma lowering takes (`wgmma_twin_fits`), and of
-///   those with BLOCK_K 32 one at 6 stages, where a k-tile stays in flight: on the H200
-///   (2026-12-01) 256x128x64 at 4 stages ran 1.37x its mma.sync twin at 4096^3 (687 TFLOP/s).
+///   those with BLOCK_K 32 one at 6 stages, where a k-tile stays in flight (docs/performance.md,
+///   "wgmma and its k-tile in flight").
 ///
 /// The default is 64 x 64 x 32 with 4 warps and 3 stages, each block clamped to the
 /// dimension's range: fast on the interpreter and sound on every GPU.

@@ -639,27 +639,25 @@ pub const UNROLL: &str = "UNROLL";
 
 /// Layer norm's forward config for rows of `n`: the one-tile kernel without the prefetch up to
 /// 4096 columns (as RMS norm: 8 warps at 4096), the looping kernel beyond (the one-tile kernel
-/// at 16384 columns takes 119 registers: one program a SM). The looping kernel reads a row
-/// twice since the statistics take one pass (`shifted_moments`). On the H200 (bf16, 4096 x
-/// 4096) the one tile measured 1.84 TB/s at 74 registers (3 programs a SM; two slow-path
-/// `1 / sqrt` chains, masks on every element) against 2.61 pipelined; without masks
-/// (`whole` rows), divisions or `w`/`b` held during the load it takes 40 registers (6
-/// programs a SM, 48 KB of `x` in flight) and measured 2.96 TB/s (91% of a same-size copy).
-/// At 4 warps it measured 3.08 (94%), but its PTX is half as long again (727 lines against
-/// 491) and its cold first launch took 55-60 ms of driver JIT where 8 warps take 22-35.
+/// at 16384 columns takes about 119 registers: one program a SM). The looping kernel reads a
+/// row twice since the statistics take one pass (`shifted_moments`). The one tile is what it
+/// is by being lean: without masks (`whole` rows), divisions, square roots or `w`/`b` held
+/// during the load it takes about 40 registers, so six programs share an SM and keep 48 KB of
+/// `x` in flight; with them (74 registers, 3 programs a SM) it lost to the pipelined kernel.
+/// 4 warps stream slightly faster than 8 but make the PTX half as long again and double the
+/// first launch's driver JIT, so 8 (docs/performance.md, "Layer norm forward").
 pub fn layer_norm_config(n: usize) -> Config {
     row_config(n, 4096)
 }
 
 /// RMS norm's forward config for rows of `n`: one tile without the prefetch up to 4096 columns
-/// (2.92 TB/s against 2.76 and 2.66 pipelined at two and four programs per SM), the looping
-/// kernel beyond. Its second pass over a row reads it back from L2, so the rows in flight on
-/// the GPU must fit there with room to spare (the H200 reports 60 MB). At 8 warps and 4 blocks
-/// of 2048 a trip (40 registers, 6 programs a SM, 792 rows) it measured 98% and 97% of a
-/// same-size copy at 8192 and 16384 columns (the pipelined kernel: 80% and 88%), but 83% at
-/// 32768, where those rows are 52 MB and Nsight Compute counts 55 MB read twice from DRAM.
-/// There 16 warps and blocks of 4096 (54 registers, 2 programs a SM, 17 MB of rows) measured
-/// 97% (session 7, `docs/perf-notes.md`).
+/// (ahead of the pipelined kernel at two and four programs per SM), the looping kernel
+/// beyond. Its second pass over a row reads it back from L2, so the rows in flight on the GPU
+/// (programs a SM x SMs x row bytes) must fit there with room to spare. At 8 warps and 4
+/// blocks of 2048 a trip (about 40 registers, 6 programs a SM) they do up to 16384 columns;
+/// at 32768 the same 6 programs a SM hold most of a 60 MB L2 in rows and the second pass goes
+/// back to DRAM, so 16 warps and blocks of 4096 (2 programs a SM) there (docs/performance.md,
+/// "RMS norm").
 pub fn rms_norm_config(n: usize) -> Config {
     let c = row_config(n, 4096);
     if check::next_pow2(n, 16) <= 16384 {

@@ -17,9 +17,9 @@ use tegula::prelude::*;
 use tegula::Result;
 
 /// The largest row held in one tile by default. Longer rows loop over blocks of
-/// [`ONLINE_BLOCK`] columns: on the H200 (bf16, 4096 x 32768) the online path with per-lane
-/// statistics and four blocks a trip measured 3.55 TB/s against 3.39 for one tile of 32768
-/// (16 warps, 124 registers; the online path before its per-lane statistics: 2.82).
+/// [`ONLINE_BLOCK`] columns: past this length the online path, with per-lane statistics and
+/// four blocks a trip, streams faster than one tile of the row (which takes 16 warps and
+/// about 124 registers a thread at 32768 columns; docs/performance.md, "Softmax").
 pub const MAX_BLOCK: usize = 16384;
 
 /// The online path's block of columns (at most the single-tile limit): 8 values a thread at
@@ -200,8 +200,8 @@ pub fn softmax_into_blocked<T: Element>(
 }
 
 /// Elements of a tile per thread on the single-tile path: 32 values are four 16-byte loads of
-/// bf16 per thread. Measured on the H200 at 4096x4096: 4 warps (32 a thread) 2.85 TB/s, 8
-/// warps 2.77, 16 warps 2.20 (more warps per row make the row's reductions slower).
+/// bf16 per thread. Fewer a thread means more warps a row, whose reductions then cost more
+/// (docs/performance.md, "Softmax").
 const ELEMS_PER_THREAD: usize = 32;
 
 /// The launch config for rows of `cols` elements with single tiles up to `max_block`:
@@ -210,8 +210,6 @@ const ELEMS_PER_THREAD: usize = 32;
 pub fn config(cols: usize, max_block: usize) -> Config {
     let block = check::next_pow2(cols, 16);
     if block > max_block {
-        // The online kernel before its per-lane statistics and unrolled trips (a reduction
-        // round a block) measured 2.82 TB/s at 4096x32768 with 16 warps and blocks of 8192.
         let online = max_block.min(ONLINE_BLOCK);
         let warps = (online / (32 * 8)).clamp(4, 8) as u32;
         return Config::new(warps, 1)
@@ -222,9 +220,9 @@ pub fn config(cols: usize, max_block: usize) -> Config {
     let block_m = (2048 / block).clamp(1, 16);
     // At most 16 warps: 1024 threads would cap a thread at 64 registers.
     let warps = (block * block_m / (32 * ELEMS_PER_THREAD)).clamp(4, 16) as u32;
-    // One tile without the prefetch: on the H200 (bf16, 4096 rows) it measured 3.23 TB/s at
-    // 4096 columns (pipelined 2.67-2.90) and 3.77 at 16384 (3.30-3.39); the pipelined kernel
-    // stays available through `PROGRAMS_PER_SM`.
+    // One tile without the prefetch: the pipelined kernel (a persistent grid prefetching the
+    // next rows) lost to it at every row length; it stays available through
+    // `PROGRAMS_PER_SM`.
     Config::new(warps, 1)
         .with("BLOCK", block as i64)
         .with("BLOCK_M", block_m as i64)

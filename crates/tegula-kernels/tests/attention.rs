@@ -1,4 +1,4 @@
-//! FlashAttention (seed walkthrough, batched forward, backward) against float64 references on
+//! FlashAttention (single-head f32, batched forward, backward) against float64 references on
 //! fresh random inputs, property-style over shapes, and the contract errors.
 //!
 //! Tolerances: outputs and gradients use `check::tolerance(dtype)` as
@@ -7,7 +7,7 @@
 //! and dS to f16/bf16 before their dots, as FlashAttention does, moves an element by a unit
 //! roundoff of that sum, which is far more than `|want|` for gradient elements that cancel to
 //! near zero. The logsumexp is f32 from f32 accumulation for every input dtype, so it uses the
-//! f32 tolerance relative to `|want|`; the seed uses the walkthrough's rtol = atol = 2e-3
+//! f32 tolerance relative to `|want|`; the single-head f32 attention uses its contract's rtol = atol = 2e-3
 //! relative to `|want|` (and must also stay below 1e-5 absolute, as f32 with exact `ieee` dots
 //! does).
 
@@ -206,17 +206,17 @@ fn causal(on: bool) -> AttentionOptions {
     }
 }
 
-// --- the seed walkthrough ----------------------------------------------------------------
+// --- the single-head f32 attention, basic kernel -------------------------------------------
 
 #[test]
-fn seed_walkthrough_cases_match_float64_softmax() {
+fn single_head_basic_cases_match_float64_softmax() {
     let dev = Device::cpu();
     let mut worst = 0.0f64;
     for (m, n, d) in [(7, 13, 8), (35, 67, 32), (64, 129, 128)] {
         let q = dev.randn::<f32>([m, d]).unwrap();
         let k = dev.randn::<f32>([n, d]).unwrap();
         let v = dev.randn::<f32>([n, d]).unwrap();
-        let out = attention::seed_attention(&q, &k, &v).unwrap();
+        let out = attention::single_head_f32_basic(&q, &k, &v).unwrap();
         let want = reference::attention(
             &q.to_f64_vec().unwrap(),
             &k.to_f64_vec().unwrap(),
@@ -226,48 +226,48 @@ fn seed_walkthrough_cases_match_float64_softmax() {
             1.0 / (d as f64).sqrt(),
         );
         let err = assert_close(
-            &format!("seed ({m},{n},{d})"),
+            &format!("single head ({m},{n},{d})"),
             &out.to_f64_vec().unwrap(),
             &want.out,
             (2e-3, 2e-3),
         );
-        println!("seed ({m},{n},{d}): max abs error {err:.3e}");
+        println!("single head ({m},{n},{d}): max abs error {err:.3e}");
         worst = worst.max(err);
     }
-    // Exact f32 products and f32 sums: far inside the walkthrough's tolerance.
-    assert!(worst < 1e-5, "seed max error {worst:e}");
+    // Exact f32 products and f32 sums: far inside the contract's tolerance.
+    assert!(worst < 1e-5, "single head max error {worst:e}");
 }
 
 #[test]
-fn seed_contract_errors() {
+fn single_head_contract_errors() {
     let dev = Device::cpu();
     let q = dev.randn::<f32>([5, 8]).unwrap();
     let k = dev.randn::<f32>([9, 8]).unwrap();
     let v = dev.randn::<f32>([9, 8]).unwrap();
     let bad_d = dev.randn::<f32>([9, 6]).unwrap();
     assert!(matches!(
-        attention::seed_attention(&q, &bad_d, &v),
+        attention::single_head_f32_basic(&q, &bad_d, &v),
         Err(Error::Shape { .. })
     ));
     let kt = dev.randn::<f32>([8, 9]).unwrap().transpose(0, 1).unwrap();
     assert!(matches!(
-        attention::seed_attention(&q, &kt, &v),
+        attention::single_head_f32_basic(&q, &kt, &v),
         Err(Error::Stride { .. })
     ));
     let out = q.clone();
     assert!(matches!(
-        attention::seed_attention_into(&q, &k, &v, &out),
+        attention::single_head_f32_basic_into(&q, &k, &v, &out),
         Err(Error::Aliasing { .. })
     ));
     let other = Device::cpu();
     let v_other = other.randn::<f32>([9, 8]).unwrap();
     assert!(matches!(
-        attention::seed_attention(&q, &k, &v_other),
+        attention::single_head_f32_basic(&q, &k, &v_other),
         Err(Error::Device { .. })
     ));
     let empty = dev.randn::<f32>([0, 8]).unwrap();
     assert!(matches!(
-        attention::seed_attention(&q, &empty, &empty),
+        attention::single_head_f32_basic(&q, &empty, &empty),
         Err(Error::Shape { .. })
     ));
 }
@@ -1028,11 +1028,15 @@ fn backward_contract_errors() {
 #[test]
 fn library_entries_check_and_trace() {
     let dev = Device::cpu();
-    for name in ["attention_seed", "attention", "attention_backward"] {
+    for name in [
+        "attention_single_head_f32",
+        "attention",
+        "attention_backward",
+    ] {
         let entry = tegula_kernels::find(name).unwrap();
         for &dtype in entry.dtypes {
             let shape: Vec<usize> = match name {
-                "attention_seed" => vec![19, 23, 24],
+                "attention_single_head_f32" => vec![19, 23, 24],
                 _ => vec![1, 2, 1, 13, 21, 24, 1],
             };
             let report = (entry.check)(&dev, &shape, dtype).unwrap();
@@ -1071,7 +1075,7 @@ fn tail_split_keeps_full_waves_and_covers_every_block() {
         assert_eq!(s.programs(), s.whole_programs + s.split_blocks * s.slices);
     }
     assert!(splits > 0, "no grid was split");
-    // The H200's case: 4096 programs of 64 steps on 132 SMs leave a last wave of 4.
+    // 132 SMs at [4, 32, 4096, 128]: 4096 programs of 64 steps leave a last wave of 4.
     let h200 = TailSplit::choose(4096, 132, 64, 1).expect("the 4k grid's tail is split");
     assert_eq!(h200.whole_programs, 31 * 132);
 }

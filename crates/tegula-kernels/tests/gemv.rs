@@ -1,4 +1,4 @@
-//! GEMV against float64 on fresh random inputs: the seed's contract (f16 row-major), bf16 and
+//! GEMV against float64 on fresh random inputs: the reference contract (f16 row-major), bf16 and
 //! f32, transposed and sliced views of A, strided x and y, and the contract errors.
 
 use half::{bf16, f16};
@@ -43,7 +43,7 @@ fn shapes() -> Vec<(usize, usize)> {
 fn all_layouts<T: Element>(dev: &Device) {
     for (m, n) in shapes() {
         let x = dev.randn::<T>([n]).unwrap();
-        // Row-major, the seed's contract.
+        // Row-major, the reference contract.
         check_case(&dev.randn::<T>([m, n]).unwrap(), &x);
         // Column-major: the transpose of an [N, M] buffer.
         check_case(
@@ -54,8 +54,8 @@ fn all_layouts<T: Element>(dev: &Device) {
 }
 
 #[test]
-fn seed_contract_f16_row_major() {
-    // The seed's own size, 4096 x 4096, is too big for a quick interpreter test; 256 x 4096
+fn reference_contract_f16_row_major() {
+    // The reference size, 4096 x 4096, is too big for a quick interpreter test; 256 x 4096
     // keeps its column count (four full 1024-wide chunks, the mask always true).
     let dev = Device::cpu();
     check_case(

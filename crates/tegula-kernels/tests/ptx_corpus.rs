@@ -178,15 +178,15 @@ fn row_cases<T: Element>(corpus: &mut Corpus, (m, n): (usize, usize)) {
 }
 
 fn single_head_cases(corpus: &mut Corpus, (m, n, d): (usize, usize, usize)) {
+    corpus.record(format!("single_head_f32_basic {m}x{n}x{d}"), |dev| {
+        let q = dev.randn::<f32>([m, d])?;
+        let (k, v) = (dev.randn::<f32>([n, d])?, dev.randn::<f32>([n, d])?);
+        attention::single_head_f32_basic(&q, &k, &v).map(|_| ())
+    });
     corpus.record(format!("single_head_f32 {m}x{n}x{d}"), |dev| {
         let q = dev.randn::<f32>([m, d])?;
         let (k, v) = (dev.randn::<f32>([n, d])?, dev.randn::<f32>([n, d])?);
-        attention::seed_attention(&q, &k, &v).map(|_| ())
-    });
-    corpus.record(format!("single_head_f32_fast {m}x{n}x{d}"), |dev| {
-        let q = dev.randn::<f32>([m, d])?;
-        let (k, v) = (dev.randn::<f32>([n, d])?, dev.randn::<f32>([n, d])?);
-        attention::seed_attention_fast(&q, &k, &v).map(|_| ())
+        attention::single_head_f32(&q, &k, &v).map(|_| ())
     });
 }
 

@@ -366,7 +366,10 @@ fn hopper_adds_wgmma_twins_to_the_forward() {
             .iter()
             .any(|t| (t.block_m, t.block_n, t.config) == (bm, bn, launch(w, s)))
     };
-    assert!(has(128, 128, 8, 2), "the H200's fastest 1k tile");
+    assert!(
+        has(128, 128, 8, 2),
+        "the tile the tuner picks at 1k on Hopper"
+    );
     assert!(has(128, 64, 8, 3));
     assert!(
         !has(128, 64, 4, 2),
@@ -418,7 +421,10 @@ fn hopper_adds_wgmma_twins_to_the_backward() {
             .iter()
             .any(|t| (t.block_m, t.block_n, t.config) == (bm, bn, launch(w, s)))
     };
-    assert!(has(64, 128, 8, 2), "the H200's fastest wgmma tile");
+    assert!(
+        has(64, 128, 8, 2),
+        "the wgmma tile the tuner picks on Hopper"
+    );
     assert!(has(64, 64, 4, 2));
     assert!(!has(128, 64, 8, 2), "8 rows a warp");
     assert!(

@@ -178,7 +178,10 @@ fn hopper_adds_wgmma_twins_of_the_tiles_the_lowering_takes() {
             ..MatmulConfig::fixed(bm, bn, bk)
         })
     };
-    assert!(has(128, 256, 64, 8, 3, 0), "the H200's best wgmma tile");
+    assert!(
+        has(128, 256, 64, 8, 3, 0),
+        "the wgmma tile the tuner picks on Hopper"
+    );
     assert!(
         has(128, 128, 32, 8, 4, 1),
         "persistent twins get wgmma twins"

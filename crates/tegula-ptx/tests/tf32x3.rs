@@ -21,7 +21,7 @@ fn ptx(k: &Kernel, sm: u32, warps: u32) -> String {
 }
 
 /// A one-block attention step in f32 with `precision` on both dots: `S = Q K^T`, `P = exp2(S -
-/// rowmax)`, `O = P V` (the seed fast path's loop body without the loop).
+/// rowmax)`, `O = P V` (the single-head f32 attention's loop body without the loop).
 fn attention_block(precision: InputPrecision, bm: usize, bn: usize, d: usize) -> Kernel {
     trace("attention_block", |p| {
         let (q, kp, vp, o) = (

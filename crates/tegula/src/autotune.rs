@@ -581,9 +581,10 @@ fn valid_ms(ms: f64) -> bool {
 /// The winner among `timed` (each candidate's sweep timing, at least one). The candidates
 /// within [`CONFIRM_WITHIN`] of the best (at most [`CONFIRM_AT_MOST`]) are timed again under
 /// [`confirming`], with the full budget, and ranked by that timing alone. The sweep's quick
-/// budget can misrank configs: at 4k causal, a 64x64 forward timed 1.66 ms in the sweep and
-/// 1.77 ms under the full budget, while a 128x128 config timed 1.68 and 1.69. A close
-/// candidate whose second timing fails drops out.
+/// budget can misrank configs: a config can time several percent faster under it than under
+/// the full budget while its neighbour times the same under both (the causal attention
+/// forward at 4k; docs/performance.md, "The autotuner and its twins"). A close candidate whose
+/// second timing fails drops out.
 fn confirm_close_candidates(
     timed: &[(Config, f64)],
     bench: &mut impl FnMut(&Config) -> Result<f64>,

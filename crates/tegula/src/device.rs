@@ -129,7 +129,7 @@ impl RecordedLaunch {
     }
 }
 
-/// A device: the interpreter now, the GPU when the CUDA backend is present. Cloning shares it.
+/// A device: the CPU interpreter, or a GPU through the CUDA backend. Cloning shares it.
 #[derive(Clone)]
 pub struct Device {
     inner: Arc<Inner>,
@@ -145,7 +145,7 @@ impl Device {
     /// [`Device::take_recorded`]): host tensors that are never computed on, the interpreter's
     /// (untuned) configs. For seeing what a library call would compile at a shape too large to
     /// interpret, without a GPU. `sm_count` is the GPU's the calls should size their grids
-    /// for (132 on an H200; see [`Device::sm_count`]).
+    /// for (132 on an H100 or H200; see [`Device::sm_count`]).
     pub fn recording(sm_count: usize) -> Device {
         Device::with_backend(Backend::Interpreter, None, Some(sm_count))
     }

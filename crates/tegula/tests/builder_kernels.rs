@@ -125,7 +125,7 @@ fn row_softmax_matches_float64() {
     }
 }
 
-/// The seed's GEMV: A [M, N] f16 row-major, x f16, y f32; one program per row.
+/// The reference GEMV: A [M, N] f16 row-major, x f16, y f32; one program per row.
 fn gemv(block: usize) -> Result<Kernel, TraceError> {
     trace("gemv", |p| {
         let a = p.ptr("a", DType::F16);
@@ -146,7 +146,7 @@ fn gemv(block: usize) -> Result<Kernel, TraceError> {
 }
 
 #[test]
-fn gemv_matches_float64_with_seed_tolerances() {
+fn gemv_matches_float64_with_reference_tolerances() {
     let dev = Device::cpu();
     for (m, n, block) in [
         (37usize, 1031usize, 256usize),
@@ -171,7 +171,7 @@ fn gemv_matches_float64_with_seed_tolerances() {
         );
         for r in 0..m {
             let want: f64 = (0..n).map(|c| av[r * n + c] * xv[c]).sum();
-            // The seed's check: rtol 1e-4, atol 1e-3 against the float64 result.
+            // The reference contract's check: rtol 1e-4, atol 1e-3 against the float64 result.
             assert!(
                 (yv[r] - want).abs() <= 1e-3 + 1e-4 * want.abs(),
                 "row {r}: {} vs {want}",

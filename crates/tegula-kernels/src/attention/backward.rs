@@ -1211,8 +1211,8 @@ fn check_typed<T: Element>(dev: &Device, shape: &[usize]) -> Result<CheckReport>
     let mut runs = vec![options];
     let mut label = format!("{} causal={causal}", dims.describe());
     if dev.has_wgmma() && matches!(T::DTYPE, DType::F16 | DType::BF16) {
-        // The dK/dV kernel's dots on wgmma at the tiles the H200 tunes and one warpgroup,
-        // besides the tuned run; outputs poisoned.
+        // The dK/dV kernel's dots on wgmma at the tiles the tuner picks on Hopper and at one
+        // warpgroup, besides the tuned run; outputs poisoned.
         runs.extend(wgmma_runs(&options, &WGMMA_CHECKED));
         label += &format!(", {} wgmma tiles", WGMMA_CHECKED.len());
     }

@@ -1,4 +1,6 @@
-//! Host-side contract checks shared by the attention wrappers, and small kernel-body helpers.
+//! Host-side contract checks shared by the attention wrappers (the batched forward and
+//! backward, and both kernels of the single-head f32 attention), and small kernel-body
+//! helpers.
 
 use super::AttentionOptions;
 use crate::check;
@@ -22,7 +24,7 @@ pub struct Dims {
 }
 
 impl Dims {
-    /// One head of `m` queries over `n` keys of `head_dim` (the seed walkthrough's contract).
+    /// One head of `m` queries over `n` keys of `head_dim` (the single-head f32 attention).
     pub fn single_head(m: usize, n: usize, head_dim: usize) -> Dims {
         Dims {
             batch: 1,
@@ -260,6 +262,52 @@ pub fn size_i32(op: &str, name: &str, n: usize) -> Result<i32> {
     check::as_i32(op, name, n)
 }
 
+/// The library name of the single-head f32 attention, in its errors.
+pub const SINGLE_HEAD_OP: &str = "attention_single_head_f32";
+
+/// The single-head f32 attention's contract, shared by its fast path and its basic kernel:
+/// Q `[M, D]`, K and V `[N, D]` with `M, N, D >= 1`, all contiguous, on one device; `out`
+/// `[M, D]`, contiguous, sharing no memory with the inputs. Returns `(M, N, D)`.
+pub fn check_single_head(
+    q: &Tensor<f32>,
+    k: &Tensor<f32>,
+    v: &Tensor<f32>,
+    out: &Tensor<f32>,
+) -> Result<(usize, usize, usize)> {
+    const OP: &str = SINGLE_HEAD_OP;
+    for (name, t) in [("q", q), ("k", k), ("v", v), ("out", out)] {
+        if t.rank() != 2 || t.shape().contains(&0) {
+            return Err(Error::Shape {
+                op: OP.into(),
+                message: format!(
+                    "`{name}` must be a non-empty matrix ([rows, D]), got shape {:?}",
+                    t.shape()
+                ),
+            });
+        }
+        check::expect_contiguous(OP, name, t)?;
+        check::expect_same_device(OP, q, t)?;
+    }
+    let (m, d) = (q.shape()[0], q.shape()[1]);
+    let n = k.shape()[0];
+    check::expect_shape(OP, "k", k, &[n, d])?;
+    check::expect_shape(OP, "v", v, &[n, d])?;
+    check::expect_shape(OP, "out", out, &[m, d])?;
+    for (name, t) in [("q", q), ("k", k), ("v", v)] {
+        check::expect_no_alias(OP, ("out", out), (name, t))?;
+    }
+    Ok((m, n, d))
+}
+
+/// The single-head output shape `[M, D]` for `q` (zeros for a malformed `q`, which
+/// [`check_single_head`] then rejects).
+pub fn single_head_out_shape(q: &Tensor<f32>) -> [usize; 2] {
+    [
+        q.shape().first().copied().unwrap_or(0),
+        q.shape().get(1).copied().unwrap_or(0),
+    ]
+}
+
 // --- kernel-body helpers (plain Rust over tiles: they inline into the trace) ----------------
 
 /// The feature mask `offs_d < head_dim` as a row, or `None` when `head_dim` fills the padded
@@ -333,9 +381,8 @@ pub fn dot_precision<T: Element>() -> InputPrecision {
 /// The `(block, head)` a program of a causal grid `(blocks, heads)` works on, block 0 the
 /// heaviest (most key steps). The GPU starts programs in launch order, axis 0 fastest. Taken
 /// in that order, the last heads' heaviest blocks start in the last wave and run nearly alone
-/// (on the H200 this order made the causal dK/dV kernel 2-3% faster at 4k; see
-/// docs/perf-notes.md, session 8). This order hands out block 0 of a group of heads, then
-/// block 1 of the group, and so on. Every group's heaviest programs start first and its
+/// (docs/performance.md, "Causal grids"). This order hands out block 0 of a group of heads,
+/// then block 1 of the group, and so on. Every group's heaviest programs start first and its
 /// lightest fill the tail. The programs in flight still span only the group's heads, whose
 /// K/V (forward) or Q/dO and dQ rows (backward) stay in L2. A group is up to 8 heads, about
 /// 512 programs: between 2 and 4 waves of the kernels' usual occupancy.

@@ -121,9 +121,8 @@ fn grid(
 ///   memory) exceed 227 KB (the lowering cuts those to fewer).
 ///
 /// On a device with `wgmma` (`wgmma_device`), each pipelined candidate whose tiles the wgmma
-/// lowering takes gets a wgmma twin (`wgmma_twin_fits`): on the H200 (2026-12-01, bf16) the
-/// forward on wgmma ran 1.14-1.41x FlashAttention-2 from 1k to 16k keys, where mma.sync ran
-/// 0.99-1.15x.
+/// lowering takes gets a wgmma twin (`wgmma_twin_fits`), and the timings choose between the
+/// two lowerings per shape (docs/performance.md, "The autotuner and its twins").
 ///
 /// The default is BLOCK_M 64, BLOCK_N 64, 4 warps, 2 stages, clamped to the lengths
 /// (`mma.sync`).
@@ -196,8 +195,9 @@ fn wgmma_twin_fits(dims: &Dims, dtype: DType, c: &AttentionOptions) -> bool {
 /// blocks (the lowering would cut them to 2 otherwise).
 ///
 /// On a device with `wgmma` (`wgmma_device`), each pipelined candidate whose tiles the dK/dV
-/// kernel's wgmma lowering takes gets a wgmma twin (`backward_wgmma_twin_fits`): on the H200
-/// (2026-12-01, bf16, `[4,32,4096,128]`) 64x128 8w on wgmma ran 1.35x its mma.sync twin.
+/// kernel's wgmma lowering takes gets a wgmma twin (`backward_wgmma_twin_fits`), and the
+/// timings choose between the two lowerings per shape (docs/performance.md, "Attention
+/// backward").
 ///
 /// The default is BLOCK_M 32, BLOCK_N 64, 4 warps, 2 stages, clamped to the lengths
 /// (`mma.sync`).

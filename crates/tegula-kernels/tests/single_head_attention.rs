@@ -1,13 +1,12 @@
-//! The fast path of the seed walkthrough's contract (`seed_attention_fast*`) on the
-//! interpreter against float64 on fresh random inputs with odd sizes: one split (the output
+//! The single-head f32 attention (`attention::single_head_f32*`) on the interpreter against float64 on fresh random inputs with odd sizes: one split (the output
 //! written directly) and several (partials combined), IEEE and 3xTF32 dots.
 
 use tegula::ir::InputPrecision;
 use tegula::{Device, Error, LaunchConfig, Tensor};
-use tegula_kernels::attention::{self, reference, Dims, SeedOptions};
+use tegula_kernels::attention::{self, reference, Dims, SingleHeadOptions};
 
-/// The walkthrough's tolerance.
-const TOLERANCE: (f64, f64) = (2e-3, 2e-3);
+/// The contract's tolerance.
+const TOLERANCE: (f64, f64) = attention::SINGLE_HEAD_TOLERANCE;
 
 fn inputs(dev: &Device, m: usize, n: usize, d: usize) -> [Tensor<f32>; 3] {
     [
@@ -33,7 +32,7 @@ fn want(qkv: &[Tensor<f32>; 3]) -> Vec<f64> {
     .out
 }
 
-/// The largest `|got - want|`, after asserting the walkthrough's elementwise tolerance.
+/// The largest `|got - want|`, after asserting the contract's elementwise tolerance.
 fn max_error(label: &str, got: &[f64], want: &[f64]) -> f64 {
     assert_eq!(got.len(), want.len(), "{label}");
     let (atol, rtol) = TOLERANCE;
@@ -54,8 +53,8 @@ fn options(
     block_n: usize,
     splits: usize,
     precision: InputPrecision,
-) -> SeedOptions {
-    SeedOptions {
+) -> SingleHeadOptions {
+    SingleHeadOptions {
         block_m,
         block_n,
         splits,
@@ -64,10 +63,10 @@ fn options(
     }
 }
 
-fn run(qkv: &[Tensor<f32>; 3], o: &SeedOptions) -> Vec<f64> {
+fn run(qkv: &[Tensor<f32>; 3], o: &SingleHeadOptions) -> Vec<f64> {
     let dev = qkv[0].device();
     let out = dev.empty::<f32>(qkv[0].shape().to_vec()).unwrap();
-    attention::seed_attention_fast_with(&qkv[0], &qkv[1], &qkv[2], &out, o).unwrap();
+    attention::single_head_f32_with(&qkv[0], &qkv[1], &qkv[2], &out, o).unwrap();
     out.to_f64_vec().unwrap()
 }
 
@@ -97,28 +96,28 @@ fn one_split_and_many_match_float64() {
 #[test]
 fn default_options_split_keys_when_query_blocks_leave_sms_idle() {
     // 1024 queries in blocks of 64 are 16 programs: the keys split about 264 / 16 ways.
-    let o = SeedOptions::for_shape(1024, 4096, 64, 132);
+    let o = SingleHeadOptions::for_shape(1024, 4096, 64, 132);
     assert_eq!((o.block_m, o.block_n), (64, 64));
     assert!(o.splits >= 16 && 16 * o.splits >= 132, "{o:?}");
     // Enough query blocks: no split.
-    let o = SeedOptions::for_shape(64 * 200, 4096, 128, 132);
+    let o = SingleHeadOptions::for_shape(64 * 200, 4096, 128, 132);
     assert_eq!(o.splits, 1, "{o:?}");
     // Never more splits than key blocks.
-    let o = SeedOptions::for_shape(16, 40, 32, 132);
+    let o = SingleHeadOptions::for_shape(16, 40, 32, 132);
     assert_eq!(o.splits, 1, "{o:?}");
 }
 
 #[test]
-fn default_path_matches_float64_and_the_walkthrough() {
+fn default_path_matches_float64_and_the_basic_kernel() {
     let dev = Device::cpu();
     for (m, n, d) in [(7, 13, 8), (35, 67, 32), (65, 129, 128)] {
         let qkv = inputs(&dev, m, n, d);
-        let fast = attention::seed_attention_fast(&qkv[0], &qkv[1], &qkv[2]).unwrap();
-        let walk = attention::seed_attention(&qkv[0], &qkv[1], &qkv[2]).unwrap();
+        let fast = attention::single_head_f32(&qkv[0], &qkv[1], &qkv[2]).unwrap();
+        let basic = attention::single_head_f32_basic(&qkv[0], &qkv[1], &qkv[2]).unwrap();
         let w = want(&qkv);
         let label = format!("default M={m} N={n} D={d}");
         let err = max_error(&label, &fast.to_f64_vec().unwrap(), &w);
-        max_error("walkthrough", &walk.to_f64_vec().unwrap(), &w);
+        max_error("basic", &basic.to_f64_vec().unwrap(), &w);
         assert!(err < 1e-5, "{label}: {err:e}");
     }
 }
@@ -133,13 +132,13 @@ fn bad_options_are_typed_errors() {
         options(16, 256, 1, InputPrecision::Ieee),
         options(16, 16, 1, InputPrecision::Tf32),
     ] {
-        let r = attention::seed_attention_fast_with(&qkv[0], &qkv[1], &qkv[2], &out, &o);
+        let r = attention::single_head_f32_with(&qkv[0], &qkv[1], &qkv[2], &out, &o);
         assert!(matches!(r, Err(Error::Invalid { .. })), "{o:?}: {r:?}");
     }
-    // The contract's checks are the walkthrough's.
+    // The contract's checks are shared with the basic kernel.
     let alias = qkv[0].clone();
     assert!(matches!(
-        attention::seed_attention_fast_into(&qkv[0], &qkv[1], &qkv[2], &alias),
+        attention::single_head_f32_into(&qkv[0], &qkv[1], &qkv[2], &alias),
         Err(Error::Aliasing { .. })
     ));
 }

@@ -1,6 +1,7 @@
-//! A fast path for the seed walkthrough's contract (Q `[M, D]`, K and V `[N, D]`, f32, one
-//! head, the walkthrough's tolerance): the same online softmax as [`super::seed`], with larger
-//! blocks, `D` specialized, exp2 with the scale folded in, and the key range split over
+//! The single-head f32 attention: Q `[M, D]`, K and V `[N, D]`, f32, contiguous, one head,
+//! `softmax(Q K^T / sqrt(D)) V` within rtol = atol = 2e-3 of float64. The same online softmax
+//! as the basic kernel ([`super::single_head_basic`]), with larger blocks, `D` specialized,
+//! exp2 with the scale folded in, 3xTF32 tensor-core dots by default, and the key range split over
 //! programs when the query blocks alone leave SMs idle (flash-decoding).
 //!
 //! With `S` splits, program `(i, s)` runs the online softmax of query block `i` over the keys
@@ -9,22 +10,26 @@
 //! `L = log2(sum_s 2^L_s)` (computed online, like the softmax itself). With one split the first
 //! kernel writes the output directly.
 
-use super::contract::{and_mask, feature_mask, padded_head_dim};
+use super::contract::{
+    and_mask, check_single_head, feature_mask, padded_head_dim, single_head_out_shape,
+    SINGLE_HEAD_OP as OP,
+};
 use super::forward::LOG2E;
+use super::single_head_basic::{single_head_f32_basic, SINGLE_HEAD_TOLERANCE};
+use super::{reference, Dims};
 use crate::check;
-use tegula::ir::{InputPrecision, Kernel, TraceError};
+use crate::CheckReport;
+use tegula::ir::{DType, InputPrecision, Kernel, TraceError};
 use tegula::prelude::*;
 use tegula::Result;
 
-const OP: &str = "attention_seed";
-
-/// SMs assumed when the device does not say (the interpreter): an H100/H200.
+/// SMs assumed when the device does not say (the interpreter): a Hopper part's 132.
 const DEFAULT_SMS: usize = 132;
 
-/// How the fast path runs. [`SeedOptions::for_shape`] picks them from the shape; set fields
-/// to override (the bench's `--config`).
+/// How the single-head attention runs. [`SingleHeadOptions::for_shape`] picks them from the
+/// shape; set fields to override (the bench's `--config`).
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub struct SeedOptions {
+pub struct SingleHeadOptions {
     /// Query rows per program (a power of two, 16 to 128).
     pub block_m: usize,
     /// Key rows per inner step (a power of two, 16 to 128).
@@ -39,14 +44,14 @@ pub struct SeedOptions {
     pub config: LaunchConfig,
 }
 
-impl SeedOptions {
+impl SingleHeadOptions {
     /// The default for `m` queries, `n` keys and head dim `d` on a GPU of `sms` SMs: blocks of
-    /// 64 queries and 64 keys (32 keys past D = 64), and enough key splits that the programs fill every SM about
+    /// 64 queries and 64 keys, and enough key splits that the programs fill every SM about
     /// twice (none when the query blocks already do).
-    pub fn for_shape(m: usize, n: usize, d: usize, sms: usize) -> SeedOptions {
+    pub fn for_shape(m: usize, n: usize, d: usize, sms: usize) -> SingleHeadOptions {
         let block_m = check::next_pow2(m, 16).min(64);
-        // Measured on the H200 (1024 x 4096, 3xTF32, 17 splits): 64 keys a block beat 32 at
-        // D = 128 too (0.117 ms against 0.130).
+        // 64 keys a block at every D: at D = 128 they ran ahead of 32 (docs/performance.md,
+        // "Single-head f32 attention").
         let block_n = 64;
         let query_blocks = m.div_ceil(block_m);
         let key_blocks = n.div_ceil(block_n);
@@ -55,17 +60,15 @@ impl SeedOptions {
         } else {
             (2 * sms).div_ceil(query_blocks).min(key_blocks)
         };
-        SeedOptions {
+        SingleHeadOptions {
             block_m,
             block_n,
             splits,
             // 3xTF32 on tensor cores: about f32's accuracy (max error against float64 on the
             // interpreter as IEEE's, about 2e-7 to 5e-7 at D = 64, 128), far more throughput.
             precision: InputPrecision::Tf32x3,
-            // ptxas (sm_90a, 3xTF32): 8 warps hold D = 64 in 255 registers without spills and
-            // D = 128 with 32 bytes spilled (4 warps: 24 and 644 bytes). Measured on the H200
-            // (1024 x 4096 x 64): 4 warps 0.059 ms against 0.065 for 8, despite the small
-            // spill; at D = 128 8 warps.
+            // 4 warps up to D = 64 (ahead of 8 there despite a small spill), 8 beyond, where
+            // 4 warps spill heavily (docs/performance.md, "Single-head f32 attention").
             config: LaunchConfig::new(if d > 64 { 8 } else { 4 }, 1),
         }
     }
@@ -84,7 +87,7 @@ impl SeedOptions {
 /// logsumexp to `lse_ptr[s]` (`[splits, m]`); without, the output to `o_ptr` (`[m, head_dim]`)
 /// and nothing to `lse_ptr`.
 #[tegula::kernel]
-pub fn seed_split_kernel(
+pub fn single_head_split_kernel(
     q_ptr: Ptr<f32>,
     k_ptr: Ptr<f32>,
     v_ptr: Ptr<f32>,
@@ -151,10 +154,10 @@ pub fn seed_split_kernel(
     }
 }
 
-/// Combines the partials of [`seed_split_kernel`]: per row, the log-sum-exp weighted mean of
+/// Combines the partials of [`single_head_split_kernel`]: per row, the log-sum-exp weighted mean of
 /// the `splits` partial outputs, computed online (running maximum of the logsumexps).
 #[tegula::kernel]
-pub fn seed_combine_kernel(
+pub fn single_head_combine_kernel(
     o_part_ptr: Ptr<f32>,
     lse_part_ptr: Ptr<f32>,
     out_ptr: Ptr<f32>,
@@ -201,45 +204,43 @@ fn combine_rows(head_dim: usize) -> usize {
     (512 / padded_head_dim(head_dim)).max(1)
 }
 
-/// `softmax(Q K^T / sqrt(D)) V` into `out` by the fast path with the options chosen for the
-/// shape ([`SeedOptions::for_shape`]). Same contract as [`super::seed_attention_into`].
-pub fn seed_attention_fast_into(
+/// `softmax(Q K^T / sqrt(D)) V` into `out`, with the options chosen for the shape
+/// ([`SingleHeadOptions::for_shape`]). Contract: Q `[M, D]`, K and V `[N, D]` with
+/// `M, N, D >= 1`, all f32, contiguous, on one device; `out` is `[M, D]`, contiguous, and
+/// shares no memory with the inputs.
+pub fn single_head_f32_into(
     q: &Tensor<f32>,
     k: &Tensor<f32>,
     v: &Tensor<f32>,
     out: &Tensor<f32>,
 ) -> Result<()> {
-    let (m, n, d) = super::seed::check_contract(q, k, v, out)?;
-    let options = SeedOptions::for_shape(m, n, d, check::sm_count(q.device(), DEFAULT_SMS));
+    let (m, n, d) = check_single_head(q, k, v, out)?;
+    let options = SingleHeadOptions::for_shape(m, n, d, check::sm_count(q.device(), DEFAULT_SMS));
     launch(q, k, v, out, &options, (m, n, d))
 }
 
-/// [`seed_attention_fast_into`] with every option given.
-pub fn seed_attention_fast_with(
+/// [`single_head_f32_into`] with every option given.
+pub fn single_head_f32_with(
     q: &Tensor<f32>,
     k: &Tensor<f32>,
     v: &Tensor<f32>,
     out: &Tensor<f32>,
-    options: &SeedOptions,
+    options: &SingleHeadOptions,
 ) -> Result<()> {
-    let dims = super::seed::check_contract(q, k, v, out)?;
+    let dims = check_single_head(q, k, v, out)?;
     launch(q, k, v, out, options, dims)
 }
 
-/// The fast path's result in a new `[M, D]` tensor.
-pub fn seed_attention_fast(
-    q: &Tensor<f32>,
-    k: &Tensor<f32>,
-    v: &Tensor<f32>,
-) -> Result<Tensor<f32>> {
-    let out = q.device().empty::<f32>(super::seed::out_shape(q))?;
-    seed_attention_fast_into(q, k, v, &out)?;
+/// `softmax(Q K^T / sqrt(D)) V` in a new `[M, D]` tensor (see [`single_head_f32_into`]).
+pub fn single_head_f32(q: &Tensor<f32>, k: &Tensor<f32>, v: &Tensor<f32>) -> Result<Tensor<f32>> {
+    let out = q.device().empty::<f32>(single_head_out_shape(q))?;
+    single_head_f32_into(q, k, v, &out)?;
     Ok(out)
 }
 
-/// The options [`seed_attention_fast_into`] uses for these inputs on `dev`.
-pub fn seed_options(dev: &Device, m: usize, n: usize, d: usize) -> SeedOptions {
-    SeedOptions::for_shape(m, n, d, check::sm_count(dev, DEFAULT_SMS))
+/// The options [`single_head_f32_into`] uses for these inputs on `dev`.
+pub fn single_head_f32_options(dev: &Device, m: usize, n: usize, d: usize) -> SingleHeadOptions {
+    SingleHeadOptions::for_shape(m, n, d, check::sm_count(dev, DEFAULT_SMS))
 }
 
 fn invalid(message: String) -> tegula::Error {
@@ -254,7 +255,7 @@ fn launch(
     k: &Tensor<f32>,
     v: &Tensor<f32>,
     out: &Tensor<f32>,
-    options: &SeedOptions,
+    options: &SingleHeadOptions,
     (m, n, d): (usize, usize, usize),
 ) -> Result<()> {
     for (name, b) in [("block_m", options.block_m), ("block_n", options.block_n)] {
@@ -287,7 +288,7 @@ fn launch(
     let kps = check::as_i32(OP, "keys per split", keys_per_split)?;
     if splits == 1 {
         // `lse_ptr` is not written without `partial`; `out` stands in for it.
-        return seed_split_kernel::launch_with(
+        return single_head_split_kernel::launch_with(
             dev,
             grid,
             options.config,
@@ -309,7 +310,7 @@ fn launch(
     }
     let o_part = dev.empty::<f32>([splits, m, d])?;
     let lse_part = dev.empty::<f32>([splits, m])?;
-    seed_split_kernel::launch_with(
+    single_head_split_kernel::launch_with(
         dev,
         grid,
         options.config,
@@ -329,7 +330,7 @@ fn launch(
         true,
     )?;
     let rows = combine_rows(d);
-    seed_combine_kernel::launch_with(
+    single_head_combine_kernel::launch_with(
         dev,
         m.div_ceil(rows),
         LaunchConfig::new(4, 1),
@@ -343,15 +344,68 @@ fn launch(
     )
 }
 
-/// The split kernel as the fast path launches it for `(m, n, d)` (default options, 132 SMs).
+/// The split kernel as [`single_head_f32_into`] launches it for `(m, n, d)` (default options,
+/// 132 SMs).
 pub(super) fn trace_split(m: usize, n: usize, d: usize) -> std::result::Result<Kernel, TraceError> {
-    let o = SeedOptions::for_shape(m, n, d, DEFAULT_SMS);
+    let o = SingleHeadOptions::for_shape(m, n, d, DEFAULT_SMS);
     let partial = o.key_ranges(n).1 > 1;
-    seed_split_kernel::trace(
+    single_head_split_kernel::trace(
         d,
         o.block_m,
         o.block_n,
         o.precision == InputPrecision::Tf32x3,
         partial,
     )
+}
+
+/// Checks both paths on fresh random inputs: the fast path as launched for the shape, and the
+/// basic kernel; the worse of the two is reported.
+pub(super) fn check_entry(dev: &Device, shape: &[usize], _dtype: DType) -> Result<CheckReport> {
+    let dim = |i: usize, default: usize| shape.get(i).copied().unwrap_or(default);
+    let (m, n, d) = (dim(0, 35), dim(1, 67), dim(2, 32));
+    let q = dev.randn::<f32>([m, d])?;
+    let k = dev.randn::<f32>([n, d])?;
+    let v = dev.randn::<f32>([n, d])?;
+    let fast = single_head_f32(&q, &k, &v)?;
+    let basic = single_head_f32_basic(&q, &k, &v)?;
+    let dims = Dims::single_head(m, n, d);
+    let scale = 1.0 / (d as f64).sqrt();
+    let want = reference::attention(
+        &q.to_f64_vec()?,
+        &k.to_f64_vec()?,
+        &v.to_f64_vec()?,
+        dims,
+        false,
+        scale,
+    );
+    // The contract's elementwise check: rtol relative to |want|.
+    let options = single_head_f32_options(dev, m, n, d);
+    let report = |label: String, got: &Tensor<f32>| -> Result<CheckReport> {
+        Ok(check::compare(
+            OP,
+            label,
+            DType::F32,
+            &got.to_f64_vec()?,
+            &want.out,
+            SINGLE_HEAD_TOLERANCE,
+        ))
+    };
+    let fast = report(
+        format!(
+            "M={m} N={n} D={d} fast {}x{} splits {}",
+            options.block_m, options.block_n, options.splits
+        ),
+        &fast,
+    )?;
+    let basic = report(format!("M={m} N={n} D={d} basic"), &basic)?;
+    Ok(super::forward::worse(fast, basic))
+}
+
+/// The fast path's split kernel as it launches for the shape (what `tegula bench` times).
+pub(super) fn trace_entry(
+    shape: &[usize],
+    _dtype: DType,
+) -> std::result::Result<Kernel, TraceError> {
+    let dim = |i: usize, default: usize| shape.get(i).copied().unwrap_or(default);
+    trace_split(dim(0, 35), dim(1, 67), dim(2, 32))
 }

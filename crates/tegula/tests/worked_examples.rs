@@ -1,4 +1,7 @@
-//! The worked examples of the seed chapter (sections 4.7 and 4.8) as kernels on the interpreter.
+//! Two worked examples of attention, small enough to check by hand, as kernels on the
+//! interpreter: one query over four tokens (the softmax weights and the weighted sum of the
+//! values), and the online softmax over two blocks of keys where the second block raises the
+//! running maximum.
 
 use tegula::ir::builder::{self as tl, trace};
 use tegula::ir::{DType, InputPrecision, Kernel, TraceError};
