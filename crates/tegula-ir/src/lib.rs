@@ -23,6 +23,7 @@ pub mod op;
 pub mod passes;
 mod print;
 pub mod types;
+pub mod uses;
 pub mod verify;
 
 pub use dtype::{DType, Element};

@@ -34,6 +34,7 @@ mod emit;
 pub mod layout;
 pub mod mma_layout;
 mod options;
+pub mod plan;
 pub mod ptx;
 pub mod ptxas;
 mod target;
@@ -187,7 +188,9 @@ pub fn compile(
         )));
     }
     check_shapes(kernel)?;
-    let mut lw = emit::Lower::new(kernel, target, options);
+    let cx = plan::Context::new(kernel, target, options);
+    let plan = plan::Plan::build(&cx);
+    let mut lw = emit::Lower::new(&cx, &plan);
     lw.lower_kernel()?;
     let entry = format!("tg_{}", sanitize(&kernel.name));
     let shared_bytes = lw.smem_bytes.div_ceil(16) * 16;

@@ -51,49 +51,14 @@ pub(super) fn vec_suffix(n: u32) -> String {
 }
 
 impl Lower<'_> {
-    /// The vector width of a load, store or atomic.
+    /// The vector width of a load, store or atomic (the plan's).
     pub(crate) fn access_vec(&self, inst: Inst) -> u32 {
-        let d = &self.k.insts[inst];
-        let ptr = d.args[0];
-        let ty = self.k.ty(ptr);
-        let mask = match d.op {
-            Op::Load { has_mask: true, .. } => Some(d.args[1]),
-            Op::Store { has_mask: true, .. } => Some(d.args[2]),
-            Op::Load { .. } | Op::Store { .. } => None,
-            _ => return 1,
-        };
-        if ty.shape.is_scalar() {
-            return 1;
-        }
-        let es = ty.dtype().size_bytes() as u64;
-        let info = self.axis.get(self.k, ptr);
-        let last = *ty.shape.dims().last().unwrap_or(&1) as u64;
-        let mut vec = info
-            .last_contiguity()
-            .min(info.last_divisibility() / es)
-            .min(16 / es)
-            .min(last)
-            .max(1);
-        if let Some(m) = mask {
-            vec = vec.min(self.axis.get(self.k, m).last_constancy()).max(1);
-        }
-        let mut vec = 1u64 << (63 - vec.leading_zeros());
-        if es == 1 && vec < 4 {
-            vec = 1;
-        }
-        vec as u32
+        self.plan.layouts.access(inst).vec
     }
 
-    /// The layout a load, store or atomic runs in.
+    /// The layout a load, store or atomic runs in (the plan's).
     pub(crate) fn access_layout(&self, inst: Inst) -> Layout {
-        let shape = self.k.ty(self.k.insts[inst].args[0]).shape;
-        if matches!(self.k.insts[inst].op, Op::Atomic { .. }) {
-            return self.atomic_layout(inst);
-        }
-        if let Some(l) = self.broadcast_load_layout(inst) {
-            return l;
-        }
-        Layout::blocked(&shape, self.access_vec(inst), self.num_warps)
+        self.plan.layouts.access(inst).layout.clone()
     }
 
     fn cache_suffix(&mut self, cache: CacheModifier, store: bool) -> &'static str {
@@ -484,7 +449,7 @@ impl Lower<'_> {
         let owner = self.owner(&l, &pty.shape);
         if let Some(op) = op.filter(|_| self.result_unused(inst)) {
             if let Some(suffix) = self.red_rule(op, dt, sem) {
-                let vec = self.red_vec(inst, &l) as usize;
+                let vec = self.plan.layouts.access(inst).red_vec as usize;
                 let deltas = self.address_deltas(d.args[0], &l);
                 self.lower_red(
                     &l,
@@ -552,27 +517,10 @@ impl Lower<'_> {
         Ok(())
     }
 
-    /// An atomic runs in its value's layout when that comes from an anchored op, so a dot's
-    /// accumulator adds into memory from the registers that hold it (no conversion through
-    /// shared memory); otherwise in a blocked layout, with vector runs where `red` allows them.
-    fn atomic_layout(&self, inst: Inst) -> Layout {
-        let d = &self.k.insts[inst];
-        let shape = self.k.ty(d.args[0]).shape;
-        if !shape.is_scalar() && self.k.ty(d.args[1]).shape == shape {
-            let (l, strong) = self.natural(d.args[1]);
-            if strong && l.sliced.is_empty() {
-                return l;
-            }
-        }
-        let blocked = Layout::blocked(&shape, 4, self.num_warps);
-        let vec = self.red_vec(inst, &blocked);
-        Layout::blocked(&shape, vec, self.num_warps)
-    }
-
     /// True when no live instruction reads the atomic's result (the old values), so it can be
     /// a `red`, which returns nothing and needs no exchange between replicas.
     fn result_unused(&self, inst: Inst) -> bool {
-        !self.read_values.contains(&self.k.insts[inst].results[0])
+        !self.cx.uses.is_read(self.k.insts[inst].results[0])
     }
 
     /// The `red` opcode suffix for an atomic whose result is unused: the `atom` operation where
@@ -582,42 +530,6 @@ impl Lower<'_> {
             return None;
         }
         self.atom_rule(op, d)
-    }
-
-    /// Elements one `red.global.add.v{2,4}.f32` covers in layout `l` (1: a scalar `red`): the
-    /// thread's contiguous run along the last axis, as far as the pointers are contiguous and
-    /// 8/16-byte aligned and the mask is constant over it. Vector `red` is sm_90 (PTX 8.1) only.
-    fn red_vec(&self, inst: Inst, l: &Layout) -> u32 {
-        let d = &self.k.insts[inst];
-        let (shape, dt) = (self.k.ty(d.args[0]).shape, self.k.ty(d.args[0]).dtype());
-        let add_f32 = matches!(
-            d.op,
-            Op::Atomic {
-                op: AtomicOp::Add,
-                ..
-            }
-        ) && dt == DType::F32;
-        if !add_f32 || self.sm < 90 || shape.is_scalar() || !l.sliced.is_empty() {
-            return 1;
-        }
-        let last = shape.rank() - 1;
-        if l.interleaved[last] || !self.result_unused(inst) {
-            return 1;
-        }
-        let info = self.axis.get(self.k, d.args[0]);
-        let mut vec = (l.spt[last] as u64)
-            .min(shape.dims()[last] as u64)
-            .min(info.last_contiguity())
-            .min(info.last_divisibility() / 4)
-            .min(4);
-        if let Op::Atomic { has_mask: true, .. } = d.op {
-            vec = vec.min(self.axis.get(self.k, d.args[2]).last_constancy());
-        }
-        match vec {
-            4.. => 4,
-            2 | 3 => 2,
-            _ => 1,
-        }
     }
 
     /// `red` for an atomic whose result is unused: one instruction per `vec` contiguous

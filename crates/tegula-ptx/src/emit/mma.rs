@@ -14,52 +14,11 @@
 use super::{Lower, Vals, R};
 use crate::layout::{Layout, RegGeometry};
 use crate::mma_layout::{self as ml, MmaKind, Role, Stage};
+pub(crate) use crate::plan::dots::MmaPlan;
 use crate::ptx::{Arg, Reg, RegClass};
 use crate::HOISTED_OPERAND_REGS;
 use std::collections::{HashMap, HashSet};
-use tegula_ir::{Block, DType, InputPrecision, Inst, Kernel, Op, Shape, Value, ValueDef};
-
-/// How one dot maps onto tensor-core instructions.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct MmaPlan {
-    pub kind: MmaKind,
-    pub m: u32,
-    pub n: u32,
-    pub k: u32,
-    pub wm: u32,
-    pub wn: u32,
-    /// `Tf32x3`: f32 operands are staged unrounded and each mma step splits them into tf32
-    /// parts and issues three mmas ([`Lower::mma_tf32x3`]).
-    pub split_tf32: bool,
-    /// A `wgmma` candidate (`wgmma.rs`): all warps along M (`wn = 1`), each warpgroup owning
-    /// 64 rows of every `16 * wm` rows. Runs on `wgmma` when the pipeline also finds B (and A,
-    /// unless it comes in registers) in its slots (`PipeState::wgmma_dots`); otherwise
-    /// `mma.sync` with these warps.
-    pub wgmma: bool,
-}
-
-impl MmaPlan {
-    fn operand_layout(&self, role: Role) -> Layout {
-        match role {
-            Role::A => ml::operand_a(self.kind, self.wm),
-            Role::B => ml::operand_b(self.kind, self.wn),
-        }
-    }
-
-    fn operand_shape(&self, role: Role) -> Shape {
-        let (r, c) = match role {
-            Role::A => (self.m, self.k),
-            Role::B => (self.k, self.n),
-        };
-        Shape::new(&[r as usize, c as usize]).expect("rank 2")
-    }
-
-    /// Where a thread holds the operand's elements.
-    pub(super) fn operand_geometry(&self, role: Role) -> RegGeometry {
-        self.operand_layout(role)
-            .geometry(&self.operand_shape(role))
-    }
-}
+use tegula_ir::{Block, Inst, Kernel, Op, Shape, Value, ValueDef};
 
 /// The 32-bit words of one thread's operand fragment for one `mma.sync` (m16n8k16 or
 /// m16n8k8): A's 16 rows x K take 4, B's K x 8 columns take 2.
@@ -95,8 +54,6 @@ type WriteKey = (Reg, Layout, Vec<u32>, bool, Stage, u32, u32);
 /// Per-kernel state of the tensor-core lowering.
 #[derive(Default)]
 pub(crate) struct MmaState {
-    /// Dots that feed, or are fed by, another dot's A operand.
-    chained: HashSet<Inst>,
     /// Shared-memory write addresses (per thread).
     write_addr: HashMap<WriteKey, Reg>,
     /// `ldmatrix` lane addresses per (shared array base, stage, wm, wn, operand M or N, chunk
@@ -134,46 +91,9 @@ pub(crate) struct SharedOperand {
     pub shift: Option<Reg>,
 }
 
-impl MmaState {
-    pub fn new(k: &Kernel) -> MmaState {
-        let mut chained = HashSet::new();
-        for inst in k.walk() {
-            if !matches!(k.insts[inst].op, Op::Dot { .. }) {
-                continue;
-            }
-            if let Some(src) = dot_source(k, k.insts[inst].args[0], 12) {
-                chained.insert(inst);
-                chained.insert(src);
-            }
-        }
-        MmaState {
-            chained,
-            ..Default::default()
-        }
-    }
-}
-
-/// The dot whose result `v` is computed from by same-shape elementwise ops, if any.
-fn dot_source(k: &Kernel, v: Value, depth: u32) -> Option<Inst> {
-    let inst = k.def_inst(v)?;
-    let d = &k.insts[inst];
-    match d.op {
-        Op::Dot { .. } => Some(inst),
-        ref op if op.is_elementwise() && depth > 0 => {
-            let shape = k.ty(v).shape;
-            d.args
-                .iter()
-                .filter(|&&a| k.ty(a).shape == shape)
-                .find_map(|&a| dot_source(k, a, depth - 1))
-        }
-        _ => None,
-    }
-}
-
 /// Registers a thread needs to hold an operand's fragments.
 pub(super) fn fragment_registers(plan: &MmaPlan, role: Role) -> u32 {
-    let per_thread = plan.operand_geometry(role).count as u32;
-    per_thread * plan.kind.elem_bytes() / 4
+    plan.fragment_registers(role)
 }
 
 /// `i` as a shift amount.
@@ -217,55 +137,9 @@ fn operand_stage(plan: &MmaPlan, role: Role, src_k_major: bool, offset: u32) -> 
 }
 
 impl Lower<'_> {
-    /// The tensor-core plan of a dot, or `None` when it goes through FMA (f32 `ieee`, f64,
-    /// integers, non-f32 accumulators). f32 `tf32x3` runs as three tf32 mmas per step.
+    /// The tensor-core plan of a dot (the plan's), or `None` when it goes through FMA.
     pub(crate) fn mma_plan(&self, inst: Inst) -> Option<MmaPlan> {
-        let d = &self.k.insts[inst];
-        let Op::Dot { precision } = d.op else {
-            return None;
-        };
-        let (aty, bty, cty) = (
-            self.k.ty(d.args[0]),
-            self.k.ty(d.args[1]),
-            self.k.ty(d.args[2]),
-        );
-        let kind = match (aty.dtype(), precision) {
-            (DType::F16, _) => MmaKind::F16,
-            (DType::BF16, _) => MmaKind::BF16,
-            (DType::F32, InputPrecision::Tf32 | InputPrecision::Tf32x3) => MmaKind::Tf32,
-            _ => return None,
-        };
-        if cty.dtype() != DType::F32 || bty.dtype() != aty.dtype() {
-            return None;
-        }
-        let (m, k, n) = (
-            aty.shape.dim(0) as u32,
-            aty.shape.dim(1) as u32,
-            bty.shape.dim(1) as u32,
-        );
-        if m < 16 || n < 8 || k < kind.k_step() {
-            return None;
-        }
-        let chained = self.mma.chained.contains(&inst);
-        // A chained dot's plan with all warps along M is the one `warps_for` gives it whenever
-        // `wgmma_candidate` holds (M a multiple of 16 x warps), so the accumulator of Q K^T is
-        // still P's A layout.
-        let wgmma = self.wgmma_candidate(inst, kind, m, n, k);
-        let (wm, wn) = if wgmma {
-            (self.num_warps, 1)
-        } else {
-            ml::warps_for(m, n, self.num_warps, chained)
-        };
-        Some(MmaPlan {
-            kind,
-            m,
-            n,
-            k,
-            wm,
-            wn,
-            split_tf32: precision == InputPrecision::Tf32x3,
-            wgmma,
-        })
+        self.plan.dots.mma(inst)
     }
 
     pub(crate) fn lower_mma(&mut self, inst: Inst, plan: MmaPlan) -> R<()> {

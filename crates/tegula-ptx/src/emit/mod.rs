@@ -45,8 +45,9 @@ mod store_rows;
 pub mod types;
 mod wgmma;
 
-use crate::analysis::axis_info::AxisAnalysis;
 use crate::layout::Layout;
+pub(crate) use crate::plan::is_anchored;
+use crate::plan::{Context, Plan};
 use crate::ptx::{Arg, Builder, HoistPoint, Reg, RegClass, SMEM};
 use crate::PtxError;
 use tegula_ir::fast_hash::{HashMap, HashSet};
@@ -85,33 +86,18 @@ pub const CONVERT_SCRATCH: u32 = 48 * 1024;
 
 pub(crate) struct Lower<'k> {
     pub k: &'k Kernel,
+    /// The kernel's analyses, target and options.
+    pub cx: &'k Context<'k>,
+    /// What the planning passes decided; read only.
+    pub plan: &'k Plan,
     pub b: Builder,
-    pub axis: AxisAnalysis,
     pub num_warps: u32,
     pub sm: u32,
-    /// The options allow `wgmma` ([`crate::MmaChoice`]) and the target has it (sm_90a).
-    pub wgmma: bool,
     /// Shared memory one block may use on this target (the opt-in limit; the launch asks for
     /// it as dynamic shared memory).
     pub max_shared: u32,
-    /// Every value a live instruction reads (an atomic whose result is not among them can be a
-    /// `red`).
-    read_values: HashSet<Value>,
-    /// The live instructions reading each value, each with the operand position it reads.
-    users: HashMap<Value, Vec<(Inst, usize)>>,
-    /// Memo of [`Lower::broadcast_load_layout`], and the loads it is being asked about (a use
-    /// chain that leads back to its own load gets no answer instead of recursing).
-    broadcast_loads: std::cell::RefCell<HashMap<Inst, Option<Layout>>>,
-    broadcast_loads_open: std::cell::RefCell<HashSet<Inst>>,
+    /// The layouts of the anchored values defined so far (the layout their registers are in).
     anchors: HashMap<Value, Layout>,
-    /// Sums a loop carries as per-thread partials (`reduce.rs`, `loop_partial_sum`): lowered
-    /// within each thread only, in their operand's layout given here, followed at once by
-    /// the carried value's update (the value the loop yields).
-    partial_sums: HashMap<Inst, (Layout, Value)>,
-    /// Layouts assumed for block arguments while choosing loop-carried layouts.
-    assumed: HashMap<Value, (Layout, bool)>,
-    /// Memo of [`Lower::natural`]; cleared whenever an anchor or an assumption changes.
-    natural_memo: std::cell::RefCell<HashMap<Value, (Layout, bool)>>,
     invariant: HashMap<Value, bool>,
     /// Loop invariants lowered in the kernel prologue: usable everywhere.
     global: HashMap<(Value, Layout), Vals>,
@@ -148,33 +134,9 @@ pub(crate) struct Lower<'k> {
     packed_halves: HashMap<Reg, (Reg, bool)>,
 }
 
-/// Whether an op is lowered in program order with a layout of its own.
-fn is_anchored(op: &Op) -> bool {
-    matches!(
-        op,
-        Op::Load { .. }
-            | Op::Store { .. }
-            | Op::Atomic { .. }
-            | Op::AtomicCas { .. }
-            | Op::Reduce { .. }
-            | Op::Scan { .. }
-            | Op::Dot { .. }
-            | Op::For
-            | Op::If
-            | Op::While
-            | Op::Print { .. }
-            | Op::Assert { .. }
-            | Op::Yield
-            | Op::Condition
-    )
-}
-
 impl<'k> Lower<'k> {
-    pub fn new(
-        k: &'k Kernel,
-        target: &crate::Target,
-        options: &crate::CompileOptions,
-    ) -> Lower<'k> {
+    pub fn new(cx: &'k Context<'k>, plan: &'k Plan) -> Lower<'k> {
+        let (k, target, options) = (cx.k, &cx.target, &cx.options);
         let (num_warps, sm) = (options.num_warps, target.sm);
         let mut b = Builder::new();
         let (tid, lane, warp) = b.in_prologue(|b| {
@@ -185,32 +147,13 @@ impl<'k> Lower<'k> {
         });
         Lower {
             k,
+            cx,
+            plan,
             b,
-            axis: AxisAnalysis::run(k),
             num_warps,
             sm,
-            wgmma: options.mma.allows_wgmma() && target.has_wgmma(),
             max_shared: target.max_shared_bytes(),
-            read_values: k
-                .walk()
-                .into_iter()
-                .flat_map(|i| k.insts[i].args.iter().copied())
-                .collect(),
-            users: {
-                let mut users: HashMap<Value, Vec<(Inst, usize)>> = HashMap::default();
-                for i in k.walk() {
-                    for (pos, &a) in k.insts[i].args.iter().enumerate() {
-                        users.entry(a).or_default().push((i, pos));
-                    }
-                }
-                users
-            },
-            broadcast_loads: Default::default(),
-            broadcast_loads_open: Default::default(),
             anchors: HashMap::default(),
-            partial_sums: HashMap::default(),
-            assumed: HashMap::default(),
-            natural_memo: Default::default(),
             invariant: HashMap::default(),
             global: HashMap::default(),
             straight_line: HashMap::default(),
@@ -227,7 +170,7 @@ impl<'k> Lower<'k> {
             smem_bytes: 0,
             policies: HashMap::default(),
             loc: Loc::UNKNOWN,
-            mma: mma::MmaState::new(k),
+            mma: mma::MmaState::default(),
             num_stages: options.num_stages,
             smem_shift: Vec::new(),
             pipe: Default::default(),
@@ -351,8 +294,12 @@ impl<'k> Lower<'k> {
         } else {
             l.clone()
         };
+        debug_assert!(
+            l.is_scalar() || self.natural(v) == (l.clone(), true),
+            "{v} defined in {l:?}, planned in {:?}",
+            self.natural(v)
+        );
         self.anchors.insert(v, l.clone());
-        self.natural_memo.borrow_mut().clear();
         let s = self.current_scope();
         self.scopes[s].defined.insert(v);
         self.remember(v, &l, regs);
@@ -453,171 +400,10 @@ impl<'k> Lower<'k> {
 
     // --- layouts -------------------------------------------------------------------------
 
-    /// The canonical layout of a shape when nothing asks for another.
-    pub fn canonical(&self, shape: &Shape) -> Layout {
-        Layout::blocked(shape, 1, self.num_warps)
-    }
-
     /// The layout `v` is cheapest in, and whether it comes from an anchored op (strong) rather
-    /// than the shape's default (weak).
+    /// than the shape's default (weak): the plan's ([`crate::plan::layouts`]).
     pub fn natural(&self, v: Value) -> (Layout, bool) {
-        if let Some(r) = self.natural_memo.borrow().get(&v) {
-            return r.clone();
-        }
-        let r = self.natural_uncached(v);
-        self.natural_memo.borrow_mut().insert(v, r.clone());
-        r
-    }
-
-    fn natural_uncached(&self, v: Value) -> (Layout, bool) {
-        let ty = self.k.ty(v);
-        if ty.shape.is_scalar() {
-            return (Layout::scalar(), true);
-        }
-        if let Some(l) = self.anchors.get(&v) {
-            return (l.clone(), true);
-        }
-        if let Some(a) = self.assumed.get(&v) {
-            return a.clone();
-        }
-        let weak = (self.canonical(&ty.shape), false);
-        let (inst, idx) = match self.k.values[v].def {
-            ValueDef::Result(i, idx) => (i, idx),
-            _ => return weak,
-        };
-        let d = &self.k.insts[inst];
-        match &d.op {
-            Op::Load { .. } | Op::Atomic { .. } | Op::AtomicCas { .. } => {
-                (self.access_layout(inst), true)
-            }
-            Op::Reduce { axis, .. } => (self.natural(d.args[0]).0.slice(*axis as usize), true),
-            Op::Scan { axis, .. } => (
-                Layout::chunked(&ty.shape, *axis as usize, self.num_warps),
-                true,
-            ),
-            Op::Dot { .. } => (self.dot_layout(inst), true),
-            Op::For => {
-                let body = d.regions[0];
-                let carried = self.k.blocks[body].args[1 + idx];
-                let yielded = self.terminator_args(body).get(idx).copied();
-                match yielded.and_then(|y| self.loop_partial_sum(body, carried, y)) {
-                    Some(sum) => (self.partial_sum_layout(&sum), true),
-                    None => self.carried_natural(body, d.args[3 + idx], idx),
-                }
-            }
-            Op::While => self.carried_natural(d.regions[1], d.args[idx], idx),
-            Op::If => {
-                let then = self.k.blocks[d.regions[0]].insts.last().copied();
-                match then {
-                    Some(y) => self.natural(self.k.insts[y].args[idx]),
-                    None => weak,
-                }
-            }
-            Op::Broadcast | Op::MultipleOf { .. } | Op::MaxContiguous { .. } => {
-                let (l, s) = self.natural(d.args[0]);
-                if s {
-                    (l, true)
-                } else {
-                    weak
-                }
-            }
-            Op::ExpandDims { axis } => {
-                let (l, s) = self.natural(d.args[0]);
-                match (s, l.unslice(*axis as usize)) {
-                    (true, Some(u)) => (u, true),
-                    _ => weak,
-                }
-            }
-            op if op.is_elementwise() => {
-                for &a in &d.args {
-                    if self.k.ty(a).shape.rank() == ty.shape.rank() {
-                        let (l, s) = self.natural(a);
-                        if s {
-                            return (l, true);
-                        }
-                    }
-                }
-                weak
-            }
-            _ => weak,
-        }
-    }
-
-    /// The layout a rank-1 load runs in when every use broadcasts it into a tensor-core
-    /// accumulator: the slice of that accumulator layout. Each thread then loads the elements
-    /// its accumulator rows or columns combine with (8 lanes and every warp along the other
-    /// axis load the same ones: cache hits) and no conversion follows; a blocked load would be
-    /// converted through shared memory with a barrier on each side (the attention backward's
-    /// lse and delta rows: 4 of its 7 barriers a step). The uses may pass through rank-1
-    /// elementwise ops, `expand_dims` and `broadcast` and must end in rank-2 elementwise ops
-    /// whose other operand's natural layout is an mma accumulator, the same one for all.
-    /// `None` otherwise (blocked consumers keep the blocked load).
-    pub(crate) fn broadcast_load_layout(&self, inst: Inst) -> Option<Layout> {
-        if let Some(r) = self.broadcast_loads.borrow().get(&inst) {
-            return r.clone();
-        }
-        let d = &self.k.insts[inst];
-        if !matches!(d.op, Op::Load { .. }) || self.k.ty(d.results[0]).shape.rank() != 1 {
-            return None;
-        }
-        if !self.broadcast_loads_open.borrow_mut().insert(inst) {
-            return None;
-        }
-        let mut found = None;
-        let ok = self.accumulator_uses(d.results[0], None, &mut found);
-        self.broadcast_loads_open.borrow_mut().remove(&inst);
-        let r = if ok { found } else { None };
-        self.broadcast_loads.borrow_mut().insert(inst, r.clone());
-        r
-    }
-
-    /// Walks the uses of `v` for [`Lower::broadcast_load_layout`]: `axis` is the axis
-    /// `expand_dims` inserted (once `v` is rank 2). Records the slice each final use asks for
-    /// in `found`; false when a use is of another kind or asks for a different slice.
-    fn accumulator_uses(&self, v: Value, axis: Option<usize>, found: &mut Option<Layout>) -> bool {
-        let Some(users) = self.users.get(&v) else {
-            return true;
-        };
-        for &(u, _) in users {
-            let d = &self.k.insts[u];
-            let ok = match (&d.op, axis) {
-                (op, None) if op.is_elementwise() && d.results.len() == 1 => {
-                    self.k.ty(d.results[0]).shape.rank() == 1
-                        && self.accumulator_uses(d.results[0], None, found)
-                }
-                (Op::ExpandDims { axis: a }, None) => {
-                    self.k.ty(d.results[0]).shape.rank() == 2
-                        && self.accumulator_uses(d.results[0], Some(*a as usize), found)
-                }
-                (Op::Broadcast, Some(_)) => self.accumulator_uses(d.results[0], axis, found),
-                (op, Some(a)) if op.is_elementwise() => {
-                    let other = d.args.iter().copied().find(|&o| {
-                        o != v && self.k.ty(o).shape.rank() == 2 && {
-                            let (l, strong) = self.natural(o);
-                            strong && l == crate::mma_layout::accumulator(l.wpc[0], l.wpc[1])
-                        }
-                    });
-                    match other {
-                        Some(o) => {
-                            let slice = self.natural(o).0.slice(a);
-                            match found {
-                                Some(f) => *f == slice,
-                                None => {
-                                    *found = Some(slice);
-                                    true
-                                }
-                            }
-                        }
-                        None => false,
-                    }
-                }
-                _ => false,
-            };
-            if !ok {
-                return false;
-            }
-        }
-        true
+        self.plan.layouts.natural(v)
     }
 
     /// How many consecutive registers of a rank-1 value in `l` hold consecutive elements (the
@@ -631,23 +417,6 @@ impl<'k> Lower<'k> {
             return 1;
         }
         l.spt[p].min(g.parent[p]).max(1)
-    }
-
-    /// The layout a loop's carried value `idx` will take (the rule of `carried_layouts`): what
-    /// the body yields when an anchored op produces it, else the initial value's layout. A loop
-    /// nested in another's body is asked this before it is lowered: its result, yielded by the
-    /// outer loop, then takes the inner loop's accumulator layout (an mma layout, say), so the
-    /// value crosses no layout at either end of the inner loop.
-    fn carried_natural(&self, body: Block, init: Value, idx: usize) -> (Layout, bool) {
-        if let Some(&y) = self.k.blocks[body].insts.last() {
-            if let Some(&yielded) = self.k.insts[y].args.get(idx) {
-                let (l, strong) = self.natural(yielded);
-                if strong {
-                    return (l, true);
-                }
-            }
-        }
-        self.natural(init)
     }
 
     // --- thread geometry -----------------------------------------------------------------
@@ -920,38 +689,6 @@ impl<'k> Lower<'k> {
             .unwrap_or_default()
     }
 
-    /// Layouts of loop-carried values: the layout the body produces them in when that comes
-    /// from an anchored op, else the layout of the initial value.
-    fn carried_layouts(
-        &mut self,
-        block_args: &[Value],
-        inits: &[Value],
-        yields: &[Value],
-    ) -> Vec<Layout> {
-        let provisional: Vec<(Layout, bool)> = inits.iter().map(|&v| self.natural(v)).collect();
-        for (&a, l) in block_args.iter().zip(&provisional) {
-            self.assumed.insert(a, l.clone());
-        }
-        self.natural_memo.borrow_mut().clear();
-        let out = yields
-            .iter()
-            .zip(&provisional)
-            .map(|(&y, p)| {
-                let (l, strong) = self.natural(y);
-                if strong {
-                    l
-                } else {
-                    p.0.clone()
-                }
-            })
-            .collect();
-        for a in block_args {
-            self.assumed.remove(a);
-        }
-        self.natural_memo.borrow_mut().clear();
-        out
-    }
-
     /// Fresh registers holding a copy of `vals`.
     fn copy_regs(&mut self, vals: &[Reg]) -> Vals {
         vals.iter()
@@ -996,18 +733,10 @@ impl<'k> Lower<'k> {
         let bargs = self.k.blocks[body].args.clone();
         let inits = &d.args[3..];
         let yields = self.terminator_args(body);
-        let mut layouts = self.carried_layouts(&bargs[1..], inits, &yields);
+        let layouts = self.plan.layouts.carried(inst).to_vec();
         // Row sums folded into a carried value (the online softmax's `l * alpha + sum(p)`)
-        // reduce across threads once, after the loop (see `loop_partial_sum`).
-        let partial: Vec<Option<(Inst, Layout)>> = (0..inits.len())
-            .map(|i| self.loop_partial_sum(body, bargs[1 + i], yields[i]))
-            .collect();
-        for (i, sum) in partial.iter().enumerate() {
-            if let Some(sum) = sum {
-                layouts[i] = self.partial_sum_layout(sum);
-                self.partial_sums.insert(sum.0, (sum.1.clone(), yields[i]));
-            }
-        }
+        // reduce across threads once, after the loop (rule *partial sum*).
+        let partial = self.plan.layouts.loop_partials(inst).to_vec();
         let (lo, hi, step) = (
             self.scalar(d.args[0])?,
             self.scalar(d.args[1])?,
@@ -1088,7 +817,7 @@ impl<'k> Lower<'k> {
         let (before, after) = (d.regions[0], d.regions[1]);
         let yields = self.terminator_args(after);
         let bargs = self.k.blocks[after].args.clone();
-        let layouts = self.carried_layouts(&bargs, &d.args, &yields);
+        let layouts = self.plan.layouts.carried(inst).to_vec();
         let mut carried = Vec::new();
         for (&init, l) in d.args.iter().zip(&layouts) {
             let v = self.get(init, l)?;
@@ -1135,18 +864,7 @@ impl<'k> Lower<'k> {
         let (then_b, else_b) = (d.regions[0], d.regions[1]);
         let then_y = self.terminator_args(then_b);
         let else_y = self.terminator_args(else_b);
-        let layouts: Vec<Layout> = then_y
-            .iter()
-            .zip(&else_y)
-            .map(|(&t, &e)| {
-                let (lt, st) = self.natural(t);
-                if st {
-                    lt
-                } else {
-                    self.natural(e).0
-                }
-            })
-            .collect();
+        let layouts = self.plan.layouts.carried(inst).to_vec();
         let results: Vec<Vals> = d
             .results
             .iter()

@@ -721,7 +721,7 @@ impl Lower<'_> {
             let value = self.k.insts[li].results[0];
             let ty = self.k.ty(value);
             let word = matches!(ty.dtype(), DType::F32 | DType::I32 | DType::U32);
-            if ty.shape.rank() != 1 || !word || self.broadcast_load_layout(li).is_none() {
+            if ty.shape.rank() != 1 || !word || !self.plan.layouts.access(li).broadcast {
                 continue;
             }
             let vec = self.access_vec(li);
@@ -785,7 +785,7 @@ impl Lower<'_> {
             (plan.kind == kind).then_some(if pos == 0 { Role::A } else { Role::B })
         };
         let mut reads = Vec::new();
-        for &(user, pos) in self.users.get(&src)? {
+        for &(user, pos) in self.cx.uses.users(src)? {
             if let Some(role) = dot_role(user, pos) {
                 reads.push((role, role == Role::A));
                 continue;
@@ -794,7 +794,7 @@ impl Lower<'_> {
             if !matches!(&d.op, Op::Permute { perm } if perm[..] == [1, 0]) {
                 return None;
             }
-            for &(dot, pos) in self.users.get(&d.results[0])? {
+            for &(dot, pos) in self.cx.uses.users(d.results[0])? {
                 let role = dot_role(dot, pos)?;
                 reads.push((role, role != Role::A));
             }

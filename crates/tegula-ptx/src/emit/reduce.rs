@@ -13,9 +13,10 @@
 use super::convert::Remap;
 use super::{Lower, Vals, R};
 use crate::layout::Layout;
+use crate::plan::layouts::PartialSum;
 use crate::ptx::{Arg, Reg, RegClass, Ty};
 use std::collections::HashSet;
-use tegula_ir::{BinaryOp, Block, Constant, DType, Inst, Op, ReduceOp, Rounding, Value, ValueDef};
+use tegula_ir::{BinaryOp, Constant, DType, Inst, Op, ReduceOp, Rounding, Value, ValueDef};
 
 /// The dtype reductions and scans of `d` accumulate in.
 fn acc_dtype(d: DType) -> DType {
@@ -53,13 +54,6 @@ struct PendingReduce {
     /// One partial per output element the thread holds.
     parts: Vec<Partial>,
 }
-
-/// The most loop-carried elements a thread (f32 registers, roughly) with which a loop keeps
-/// its row sums as per-thread partials ([`Lower::loop_partial_sum`]). Measured on the H200
-/// (2026-11-30, perf-notes "fa7"): the forward's loop at 64 carried elements a thread (D=64
-/// 128x64 4 warps; D=128 64x64 4 warps) gained 1-2%, at 128 (D=128 128x64 4 warps, already at
-/// 255 registers) it lost 2.3% to the partials' spills.
-const PARTIAL_SUM_MAX_CARRIED: usize = 96;
 
 impl Lower<'_> {
     fn widen_acc(&mut self, d: DType, x: Reg) -> Reg {
@@ -185,8 +179,8 @@ impl Lower<'_> {
         if self.lookup(self.k.insts[inst].results[0], &out_l).is_some() {
             return Ok(());
         }
-        if let Some((operand, update)) = self.partial_sums.get(&inst).cloned() {
-            return self.lower_partial_sum(inst, &operand, update);
+        if let Some(sum) = self.plan.layouts.partial_sum(inst).cloned() {
+            return self.lower_partial_sum(inst, &sum.operand, sum.update);
         }
         let group = self.fusable_reductions(inst, &l);
         let mut pending = Vec::with_capacity(group.len());
@@ -248,7 +242,7 @@ impl Lower<'_> {
             };
             let ox = od.args[0];
             if oop.is_arg()
-                || self.partial_sums.contains_key(&other)
+                || self.plan.layouts.partial_sum(other).is_some()
                 || oaxis != *axis
                 || self.k.ty(ox).shape != shape
                 || !self.ready(ox, &pending, &mut HashSet::new())
@@ -542,129 +536,7 @@ impl Lower<'_> {
 
     // --- row sums carried as per-thread partials across a loop -------------------------
 
-    /// Whether the `for` loop with body `body` can carry `carried` (a block argument, yielded
-    /// as `yielded`) as per-thread partial sums: `yielded` is
-    /// `carried * b + sum(x, axis)`, `b * carried + ..`, `fma(carried, b, sum(..))` or
-    /// `carried + sum(x, axis)`, in f32, where `carried`, the product and the sum are used by
-    /// nothing else, the sum is in the body itself, and its cross-thread part is not empty.
-    /// Then each step needs only the thread's own part of the sum: the partials `q_t` of the
-    /// threads the sum combines satisfy `sum_t q_t' = (sum_t q_t) * b + sum(x)` because `b` is
-    /// one value per element of the result, the same for all of them (it has the result's
-    /// shape). The shuffles and the round across warps run once, on the loop's result
-    /// ([`Lower::finish_partial_sum`]). Floats: this reassociates the sum.
-    /// Returns the sum and the layout of its operand; the loop carries the value in that
-    /// layout's slice (where the sum leaves its result), whatever its initial value's layout.
-    /// Left out when the loop already carries more than [`PARTIAL_SUM_MAX_CARRIED`] elements
-    /// a thread (see there).
-    pub(crate) fn loop_partial_sum(
-        &self,
-        body: Block,
-        carried: Value,
-        yielded: Value,
-    ) -> Option<(Inst, Layout)> {
-        let threads = self.num_warps as usize * 32;
-        let carried_per_thread: usize = self.k.blocks[body].args[1..]
-            .iter()
-            .map(|&a| self.k.ty(a).shape.numel().div_ceil(threads))
-            .sum();
-        if carried_per_thread > PARTIAL_SUM_MAX_CARRIED {
-            return None;
-        }
-        let only_user = |v: Value| -> Option<Inst> {
-            match self.users.get(&v).map(Vec::as_slice) {
-                Some(&[(u, _)]) => Some(u),
-                _ => None,
-            }
-        };
-        let ty = self.k.ty(carried);
-        if ty.dtype() != DType::F32 || ty.shape.is_scalar() {
-            return None;
-        }
-        let update = self.k.def_inst(yielded)?;
-        let terminator = *self.k.blocks[body].insts.last()?;
-        if only_user(yielded)? != terminator {
-            return None;
-        }
-        // The sum and the term that carries `carried` over, in either order.
-        let ud = &self.k.insts[update];
-        let (sum, carried_term) = match (&ud.op, ud.args.as_slice()) {
-            (Op::Binary(BinaryOp::Add), &[a, b]) => {
-                if self.is_sum(a).is_some() {
-                    (a, b)
-                } else {
-                    (b, a)
-                }
-            }
-            // `carried` is one of the factors, once.
-            (Op::Fma, &[a, b, c]) if (a == carried) != (b == carried) => (c, carried),
-            _ => return None,
-        };
-        let reduce = self.is_sum(sum)?;
-        if only_user(sum)? != update || !self.k.blocks[body].insts.contains(&reduce) {
-            return None;
-        }
-        // `carried` is read once in the loop: by the update itself (`carried + sum`, the fma)
-        // or by a product `carried * b` that only the update reads.
-        let carried_user = only_user(carried)?;
-        if carried_term != carried {
-            let product = self.k.def_inst(carried_term)?;
-            if !matches!(self.k.insts[product].op, Op::Binary(BinaryOp::Mul))
-                || carried_user != product
-                || only_user(carried_term)? != update
-            {
-                return None;
-            }
-        } else if carried_user != update {
-            return None;
-        }
-        let x = self.k.insts[reduce].args[0];
-        let Op::Reduce { axis, .. } = self.k.insts[reduce].op else {
-            unreachable!("is_sum found a reduction")
-        };
-        let xty = self.k.ty(x);
-        if xty.dtype() != DType::F32 {
-            return None;
-        }
-        let operand = self.natural(x).0;
-        if !Self::crosses_threads(&operand, &xty.shape, axis as usize) {
-            return None;
-        }
-        Some((reduce, operand))
-    }
-
-    /// The layout a loop carries a partial sum in: the slice of the sum's operand layout.
-    pub(crate) fn partial_sum_layout(&self, (reduce, operand): &(Inst, Layout)) -> Layout {
-        let Op::Reduce { axis, .. } = self.k.insts[*reduce].op else {
-            unreachable!("a reduction")
-        };
-        operand.slice(axis as usize)
-    }
-
-    /// The `sum` reduction that defines `v`, if one does.
-    fn is_sum(&self, v: Value) -> Option<Inst> {
-        let inst = self.k.def_inst(v)?;
-        matches!(
-            self.k.insts[inst].op,
-            Op::Reduce {
-                op: ReduceOp::Sum,
-                ..
-            }
-        )
-        .then_some(inst)
-    }
-
-    /// Whether a reduction over `axis` of an operand of `shape` in layout `l` combines
-    /// elements of different threads (lanes or warps).
-    fn crosses_threads(l: &Layout, shape: &tegula_ir::Shape, axis: usize) -> bool {
-        let p = l.kept()[axis];
-        let pp = l.geometry(shape).parent[p];
-        // The conditions of steps 2 and 3 (`reduce_across_lanes`, `reduce_across_warps`).
-        let lanes = l.tpw[p] > 1 && l.spt[p] < pp;
-        let warps = l.wpc[p].min((pp / (l.tpw[p] * l.spt[p])).max(1)) > 1;
-        lanes || warps
-    }
-
-    /// A sum carried as partials ([`Lower::loop_partial_sum`]), inside the loop: only the
+    /// A sum carried as partials ([`crate::plan::layouts::PartialSum`]), inside the loop: only the
     /// thread's own part; the result holds one partial per element of the sliced layout, and
     /// its only user is the carried value's `update`, computed right here (not where the
     /// loop yields it), so that the sum's registers are not held across what follows.
@@ -686,7 +558,9 @@ impl Lower<'_> {
     /// or `init` itself when the initial value is +0.0 everywhere.
     pub(crate) fn partial_sum_init(
         &mut self,
-        (reduce, operand): &(Inst, Layout),
+        PartialSum {
+            reduce, operand, ..
+        }: &PartialSum,
         init_value: Value,
         init: &[Reg],
     ) -> Vals {
@@ -732,7 +606,9 @@ impl Lower<'_> {
     /// (shuffles across lanes, a round across warps), once, on the partials `parts`.
     pub(crate) fn finish_partial_sum(
         &mut self,
-        (reduce, operand): &(Inst, Layout),
+        PartialSum {
+            reduce, operand, ..
+        }: &PartialSum,
         parts: &[Reg],
     ) -> R<Vals> {
         let Op::Reduce { axis, .. } = self.k.insts[*reduce].op else {

@@ -62,7 +62,7 @@ use super::{Lower, R};
 use crate::mma_layout::{self as ml, MmaKind, Role, Stage};
 use crate::ptx::{Arg, Reg, RegClass};
 use tegula_ir::fast_hash::HashMap;
-use tegula_ir::{Inst, Op, Value};
+use tegula_ir::{Inst, Value};
 
 use super::mma::{MmaPlan, SharedOperand};
 
@@ -127,42 +127,6 @@ fn register_a_counters(rb: usize, kk: usize, j: usize, e: usize) -> [usize; 2] {
 }
 
 impl Lower<'_> {
-    /// Whether a dot of these sizes may run on `wgmma` (see the module doc); the pipeline
-    /// decides whether its operands are in slots a descriptor can read.
-    /// A dot whose B is not streamed (see [`Self::wgmma_operands_placed`]) is no candidate:
-    /// `mma.sync` with all warps along M would be a poor plan for it.
-    pub(crate) fn wgmma_candidate(&self, dot: Inst, kind: MmaKind, m: u32, n: u32, k: u32) -> bool {
-        self.wgmma
-            && matches!(kind, MmaKind::F16 | MmaKind::BF16)
-            && self.wgmma_operands_placed(dot)
-            && crate::wgmma_takes_shape(m, n, k, self.num_warps, self.num_stages)
-    }
-
-    /// Whether B of `dot` is a load (or its `.trans()`) in the dot's own block with 4-, 8- or
-    /// 16-byte accesses (what the pipeline copies into slots; `pipeline.rs`, `plan_pipeline`,
-    /// decides the rest), and A is either such a load or not loaded in that block at all: a
-    /// value in registers (FlashAttention's P, computed from the previous dot's accumulator,
-    /// or its loop-invariant Q), which the register form of `wgmma` reads.
-    fn wgmma_operands_placed(&self, dot: Inst) -> bool {
-        let d = &self.k.insts[dot];
-        let block = self.k.blocks.iter().find(|(_, b)| b.insts.contains(&dot));
-        let Some((_, block)) = block else {
-            return false;
-        };
-        let load_here = |operand: Value| {
-            let (src, _) = self.untransposed(operand);
-            self.k
-                .def_inst(src)
-                .filter(|&li| matches!(self.k.insts[li].op, Op::Load { .. }))
-                .filter(|li| block.insts.contains(li))
-        };
-        let streamed = |operand: Value| {
-            load_here(operand).is_some_and(|li| matches!(self.access_vec(li) * 2, 4 | 8 | 16))
-        };
-        let (a, b) = (d.args[0], d.args[1]);
-        streamed(b) && (streamed(a) || load_here(a).is_none())
-    }
-
     /// `dot` on `wgmma` when the pipeline placed its operands for it; `false` (nothing
     /// emitted) otherwise, and the dot goes to `mma.sync` with the same warps.
     pub(crate) fn lower_wgmma(&mut self, inst: Inst, plan: MmaPlan) -> R<bool> {

@@ -1,0 +1,87 @@
+//! Planning: every decision the GPU backend makes about a kernel, made before any PTX is
+//! written, and kept as data in a [`Plan`] that the emitter (`emit/`) only reads.
+//!
+//! The passes, in order (each reads the kernel, the [`Context`] and the decisions of the
+//! passes before it):
+//!
+//! 1. [`dots`]: how each `dot` maps onto the hardware: FMA, `mma.sync` with its warp grid, or
+//!    a `wgmma` candidate ([`dots::MmaPlan`]);
+//! 2. [`layouts`]: the layout of every anchored value (loads, reductions, scans, dots, atomics,
+//!    loop-carried values and control-flow results), the vector width of every memory access,
+//!    the sums a loop carries as per-thread partials, and from those the cheapest layout of
+//!    every free value ([`layouts::LayoutPlan`]).
+//!
+//! Free values are not placed once and for all: the emitter still materializes them in
+//! whatever layout their consumer asks for (rematerialization without conversions); the plan
+//! says which layout each one is cheapest in, from its anchored operands.
+
+pub mod dots;
+pub mod layouts;
+
+use crate::analysis::axis_info::AxisAnalysis;
+use crate::{CompileOptions, Target};
+use tegula_ir::uses::Uses;
+use tegula_ir::{Kernel, Op};
+
+/// What every planning pass reads: the kernel, the target and options, and the analyses of
+/// the kernel that do not depend on any decision.
+pub struct Context<'k> {
+    pub k: &'k Kernel,
+    pub target: Target,
+    pub options: CompileOptions,
+    pub axis: AxisAnalysis,
+    pub uses: Uses,
+}
+
+impl<'k> Context<'k> {
+    pub fn new(k: &'k Kernel, target: &Target, options: &CompileOptions) -> Context<'k> {
+        Context {
+            k,
+            target: *target,
+            options: *options,
+            axis: AxisAnalysis::run(k),
+            uses: Uses::new(k),
+        }
+    }
+
+    pub fn num_warps(&self) -> u32 {
+        self.options.num_warps
+    }
+}
+
+/// Whether an op is lowered in program order with a layout of its own (anchored), rather than
+/// materialized in each consumer's layout (free).
+pub fn is_anchored(op: &Op) -> bool {
+    matches!(
+        op,
+        Op::Load { .. }
+            | Op::Store { .. }
+            | Op::Atomic { .. }
+            | Op::AtomicCas { .. }
+            | Op::Reduce { .. }
+            | Op::Scan { .. }
+            | Op::Dot { .. }
+            | Op::For
+            | Op::If
+            | Op::While
+            | Op::Print { .. }
+            | Op::Assert { .. }
+            | Op::Yield
+            | Op::Condition
+    )
+}
+
+/// Every decision about one kernel.
+pub struct Plan {
+    pub dots: dots::DotPlans,
+    pub layouts: layouts::LayoutPlan,
+}
+
+impl Plan {
+    /// Runs the planning passes in order.
+    pub fn build(cx: &Context<'_>) -> Plan {
+        let dots = dots::plan(cx);
+        let layouts = layouts::plan(cx, &dots);
+        Plan { dots, layouts }
+    }
+}
