@@ -140,16 +140,6 @@ fn sanitize(s: &str) -> String {
         .collect()
 }
 
-/// Loop-invariant dot operands (FlashAttention's Q; K and V of its backward) whose fragments
-/// take at most this many registers a thread together are loaded once before the loop and
-/// held in registers. Larger ones are written to shared memory once before the loop and read
-/// again with `ldmatrix` at each use, as FlashAttention-2 does: holding 64 registers (a 128 x
-/// 128 bf16 Q over 4 warps) beside a 128-register accumulator spills, while re-reading it costs
-/// one `ldmatrix.x4` per 16 rows x 16 columns a step. Counted and kept for a loop at the
-/// kernel's top level with the dots of the loops nested in it (the shared memory stays
-/// reserved for the rest of the kernel).
-pub const HOISTED_OPERAND_REGS: u32 = 32;
-
 /// Whether `wgmma` takes an f16/bf16 dot of `m x n x k` in a loop pipelined over `stages`
 /// stages with `warps` warps on sm_90a ([`Target::wgmma_takes_shape`], and at least two
 /// stages: the operands come from pipeline slots).
@@ -162,12 +152,7 @@ pub fn wgmma_reads_rows_of(bytes: u32) -> bool {
     Target { sm: 90 }.wgmma_reads_rows_of(bytes)
 }
 
-/// A `wgmma` k-tile stays in flight while the next is issued only when the pipeline's copies
-/// still run this many elements of K ahead (`S - 2` slots of BLOCK_K): on the H200 (bf16,
-/// 4096^3 and 8192^3) 128x256x64 and 256x128x64 at 4 stages (128 ahead) ran 2-12% faster in
-/// flight than waiting each k-tile, while at 3 stages (64 ahead) and at BLOCK_K 32 with 4
-/// stages (64) they ran 7-22% slower: the copies no longer hid the global latency.
-pub const WGMMA_IN_FLIGHT_MIN_K_AHEAD: u32 = 128;
+pub use plan::pipeline::{HOISTED_OPERAND_REGS, WGMMA_IN_FLIGHT_MIN_K_AHEAD};
 
 /// Lowers `kernel` to a PTX module for `target`.
 pub fn compile(

@@ -15,10 +15,12 @@ use super::{Lower, Vals, R};
 use crate::layout::{Layout, RegGeometry};
 use crate::mma_layout::{self as ml, MmaKind, Role, Stage};
 pub(crate) use crate::plan::dots::MmaPlan;
+use crate::plan::dots::{operand_stage, staging_source};
+use crate::plan::pipeline::Resident;
 use crate::ptx::{Arg, Reg, RegClass};
-use crate::HOISTED_OPERAND_REGS;
 use std::collections::{HashMap, HashSet};
-use tegula_ir::{Block, Inst, Kernel, Op, Shape, Value, ValueDef};
+use tegula_ir::uses::region_values;
+use tegula_ir::{Inst, Op, Shape, Value};
 
 /// The 32-bit words of one thread's operand fragment for one `mma.sync` (m16n8k16 or
 /// m16n8k8): A's 16 rows x K take 4, B's K x 8 columns take 2.
@@ -91,49 +93,9 @@ pub(crate) struct SharedOperand {
     pub shift: Option<Reg>,
 }
 
-/// Registers a thread needs to hold an operand's fragments.
-pub(super) fn fragment_registers(plan: &MmaPlan, role: Role) -> u32 {
-    plan.fragment_registers(role)
-}
-
 /// `i` as a shift amount.
 fn log2(i: u32) -> i64 {
     i.trailing_zeros() as i64
-}
-
-/// The value staged for operand `v` and whether its row-major order is K-major: `x` of
-/// `x.trans()` is staged directly (its row-major order is the operand transposed). Stored
-/// K-major means A as [m][k], B as [n][k]; a source's own row-major order is K-major for an
-/// untransposed A and a transposed B.
-fn staging_source(k: &Kernel, v: Value, role: Role) -> (Value, bool) {
-    let (src, permuted) = match k.def_inst(v).map(|i| &k.insts[i]) {
-        Some(di) if matches!(&di.op, Op::Permute { perm } if perm[..] == [1, 0]) => {
-            (di.args[0], true)
-        }
-        _ => (v, false),
-    };
-    (src, (role == Role::A) != permuted)
-}
-
-/// The shared-memory stage of an operand whose source is K-major or not, at byte `offset`,
-/// and whether writing it transposes the source (tf32 is always stored K-major).
-fn operand_stage(plan: &MmaPlan, role: Role, src_k_major: bool, offset: u32) -> (Stage, bool) {
-    let k_major = src_k_major || plan.kind == MmaKind::Tf32;
-    let (outer, k) = match role {
-        Role::A => (plan.m, plan.k),
-        Role::B => (plan.n, plan.k),
-    };
-    let (rows, cols) = if k_major { (outer, k) } else { (k, outer) };
-    let st = Stage {
-        role,
-        kind: plan.kind,
-        rows,
-        cols,
-        k_major,
-        offset,
-        panel_major: false,
-    };
-    (st, k_major != src_k_major)
 }
 
 impl Lower<'_> {
@@ -314,12 +276,6 @@ impl Lower<'_> {
         }
         self.b
             .op("mov.b32", RegClass::B32, vec![Arg::Vec(el.to_vec())])
-    }
-
-    /// Whether the loop-invariant operand `v` stays resident in shared memory for `role` (see
-    /// [`HOISTED_OPERAND_REGS`]).
-    pub(crate) fn is_resident(&self, v: Value, role: Role) -> bool {
-        self.mma.resident.contains_key(&(v, role))
     }
 
     /// Where operand `v` is in this iteration's pipeline slot, when the dot reads it from
@@ -851,16 +807,26 @@ impl Lower<'_> {
         }
     }
 
-    /// Before the loop over `body`: the operands of its dots that are defined outside the loop.
-    /// In a loop at the kernel's top level, those of every dot in the loop nest may stay
-    /// resident in shared memory ([`Self::keep_invariants_resident`]); the others of the dots
-    /// directly in `body` are loaded here and stay in registers for every iteration (a nested
-    /// loop hoists those of its own dots before it starts).
-    pub(crate) fn hoist_dot_operands(&mut self, body: Block) -> R<()> {
-        let inside = self.region_values(body);
-        if self.scopes.len() <= 1 {
-            self.keep_invariants_resident(body, &inside)?;
+    /// Before `for` loop `inst`: the operands of its dots that are defined outside the loop.
+    /// Those the plan keeps resident in shared memory (rule *resident operands*) are written
+    /// after the loop's first pipeline copies ([`Self::write_resident_operands`]); the others
+    /// of the dots directly in the body are loaded here and stay in registers for every
+    /// iteration (a nested loop hoists those of its own dots before it starts).
+    pub(crate) fn hoist_dot_operands(&mut self, inst: Inst) -> R<()> {
+        let plan = self.plan;
+        let body = self.k.insts[inst].regions[0];
+        let residents = plan
+            .pipelines
+            .of(inst)
+            .map_or(&[][..], |l| &l.residents[..]);
+        for r in residents {
+            let saved = self.loc;
+            self.loc = self.k.insts[r.dot].loc;
+            let kept = self.stay_resident(r);
+            self.loc = saved;
+            kept?;
         }
+        let inside = region_values(self.k, body);
         let dots: Vec<Inst> = self.k.blocks[body]
             .insts
             .iter()
@@ -888,106 +854,47 @@ impl Lower<'_> {
         Ok(())
     }
 
-    /// Before a loop at the kernel's top level: when the operands that the dots of the loop
-    /// nest (`body` and every loop or branch inside it) read from outside the loop would hold
-    /// more than [`HOISTED_OPERAND_REGS`] registers a thread together as fragments, each stays
-    /// resident in shared memory (as long as it fits), written once here. FlashAttention's
-    /// backward is the case of the nest: K and V of its key block are read by the dots of a
-    /// query-block sweep nested in a sweep over the heads, 32 registers each at 128 keys over
-    /// 8 warps, K a second time as a B operand, beside 128 registers of dK and dV accumulators.
-    /// Operands already in registers in their operand layout are left there.
-    fn keep_invariants_resident(&mut self, body: Block, inside: &HashSet<Value>) -> R<()> {
-        let mut candidates: Vec<(Value, Role, MmaPlan, Inst)> = Vec::new();
-        for inst in self.dots_within(body) {
-            let Some(plan) = self.mma_plan(inst) else {
-                continue;
+    /// Keeps a loop-invariant operand in shared memory for the rest of the kernel as the plan
+    /// placed it (later scratch uses go after it); dots read it with `ldmatrix` at each use.
+    /// The write itself waits for [`Lower::write_resident_operands`], after the loop's first
+    /// pipeline copies are issued, so that the operand's global load and those copies are in
+    /// flight together.
+    fn stay_resident(&mut self, r: &Resident) -> R<()> {
+        let (v, role) = (r.value, r.role);
+        if r.as_loaded {
+            let other = match role {
+                Role::A => Role::B,
+                Role::B => Role::A,
             };
-            let args = self.k.insts[inst].args.clone();
-            for (v, role) in [(args[0], Role::A), (args[1], Role::B)] {
-                let ol = plan.operand_layout(role);
-                let known = candidates.iter().any(|c| (c.0, c.1) == (v, role));
-                if known
-                    || inside.contains(&v)
-                    || self.mma.resident.contains_key(&(v, role))
-                    || self.natural(v).0 == ol
-                    || self.lookup(v, &ol).is_some()
-                {
-                    continue;
-                }
-                candidates.push((v, role, plan, inst));
-            }
-        }
-        let registers: u32 = candidates
-            .iter()
-            .map(|(_, role, plan, _)| fragment_registers(plan, *role))
-            .sum();
-        if registers <= HOISTED_OPERAND_REGS {
+            let so = *self
+                .mma
+                .resident
+                .get(&(v, other))
+                .expect("the plan keeps the other role's copy");
+            let so = SharedOperand {
+                stage: r.stage,
+                ..so
+            };
+            self.mma.resident.insert((v, role), so);
             return Ok(());
         }
-        for (v, role, plan, inst) in candidates {
-            let saved = self.loc;
-            self.loc = self.k.insts[inst].loc;
-            let kept = self.stay_resident(v, role, &plan);
-            self.loc = saved;
-            kept?;
-        }
-        Ok(())
-    }
-
-    /// The dots in `block` and in the regions nested in it, in program order.
-    fn dots_within(&self, block: Block) -> Vec<Inst> {
-        let mut out = Vec::new();
-        for &i in &self.k.blocks[block].insts {
-            if matches!(self.k.insts[i].op, Op::Dot { .. }) {
-                out.push(i);
-            }
-            for &r in &self.k.insts[i].regions {
-                out.extend(self.dots_within(r));
-            }
-        }
-        out
-    }
-
-    /// Keeps the loop-invariant operand `v` in shared memory for the rest of the kernel
-    /// (later scratch uses go after it); dots read it with `ldmatrix` at each use. The write
-    /// itself waits for [`Lower::write_resident_operands`], after the loop's first pipeline
-    /// copies are issued, so that the operand's global load and those copies are in flight
-    /// together. False (nothing emitted) when it does not fit.
-    fn stay_resident(&mut self, v: Value, role: Role, plan: &MmaPlan) -> R<bool> {
-        let (src, src_k_major) = staging_source(self.k, v, role);
-        let (mut st, transpose) = operand_stage(plan, role, src_k_major, 0);
-        if let Some(so) = self.resident_as_loaded(v, role, &st, transpose) {
-            self.mma.resident.insert((v, role), so);
-            return Ok(true);
-        }
         let shift = self.reserved_shared();
-        // An A a `wgmma` may read with a descriptor (`wgmma.rs`): K-major, rows of 64 bytes or
-        // multiples of 128 (panels past 128), 1024-byte aligned; the backward's K and V.
-        let row_bytes = st.cols * st.kind.elem_bytes();
-        let wgmma_a = plan.wgmma
-            && role == Role::A
-            && st.k_major
-            && shift.is_multiple_of(1024)
-            && (row_bytes == 64 || row_bytes.is_multiple_of(128));
-        st.panel_major = wgmma_a && row_bytes > 128;
-        let align = if wgmma_a { 1024 } else { 128 };
-        let bytes = st.bytes().div_ceil(align) * align;
-        if shift + bytes > self.max_shared {
-            return Ok(false);
-        }
+        let (src, _) = staging_source(self.k, v, role);
         let (sl, _) = self.natural(src);
         let regs = self.get(src, &sl)?;
         let shape = self.k.ty(src).shape;
-        let base = self.smem(bytes);
+        let base = self.smem(r.bytes);
+        let round_tf32 = !self.mma_plan(r.dot).is_some_and(|p| p.split_tf32);
         self.mma.pending_resident.push(ResidentWrite {
             smem: base,
             regs,
             layout: sl,
             shape,
-            transpose,
-            stage: st,
-            round_tf32: !plan.split_tf32,
+            transpose: r.transpose,
+            stage: r.stage,
+            round_tf32,
         });
+        let bytes = r.bytes;
         let rest = self.b.in_prologue(|b| {
             b.op(
                 "add.s32",
@@ -998,14 +905,14 @@ impl Lower<'_> {
         self.smem_shift.push((rest, shift + bytes));
         let so = SharedOperand {
             base,
-            stage: st,
+            stage: r.stage,
             shift: None,
         };
         self.mma.resident.insert((v, role), so);
-        if wgmma_a {
+        if r.wgmma {
             self.mma.wgmma_resident.insert(v);
         }
-        Ok(true)
+        Ok(())
     }
 
     /// Where the loop-invariant A operand `v` is resident in shared memory in a layout a
@@ -1015,36 +922,6 @@ impl Lower<'_> {
             return None;
         }
         self.mma.resident.get(&(v, Role::A)).copied()
-    }
-
-    /// The copy of `v` already resident for its other role, when both roles read it as it was
-    /// loaded (row-major, swizzled by its row length only, not transposed by the write):
-    /// FlashAttention's backward reads K as A of `K Q^T` (plain `ldmatrix`) and as B of
-    /// `dS K` (`.trans`) from one copy. `st` and `transpose`: the stage this role would write.
-    fn resident_as_loaded(
-        &self,
-        v: Value,
-        role: Role,
-        st: &Stage,
-        transpose: bool,
-    ) -> Option<SharedOperand> {
-        let other = match role {
-            Role::A => Role::B,
-            Role::B => Role::A,
-        };
-        let so = *self.mma.resident.get(&(v, other))?;
-        let (_, other_src_k_major) = staging_source(self.k, v, other);
-        let other_as_loaded = so.stage.k_major == other_src_k_major;
-        let same_tile =
-            (so.stage.kind, so.stage.rows, so.stage.cols) == (st.kind, st.rows, st.cols);
-        (!transpose && other_as_loaded && same_tile).then_some(SharedOperand {
-            stage: Stage {
-                role,
-                k_major: st.k_major,
-                ..so.stage
-            },
-            ..so
-        })
     }
 
     /// Writes the resident operands [`Self::stay_resident`] kept back, then a barrier.
@@ -1072,21 +949,5 @@ impl Lower<'_> {
             );
         }
         self.barrier();
-    }
-
-    /// Every value defined in `block` or its nested regions (block arguments included).
-    fn region_values(&self, block: Block) -> HashSet<Value> {
-        let mut out = HashSet::new();
-        let mut stack = vec![block];
-        while let Some(b) = stack.pop() {
-            out.extend(self.k.blocks[b].args.iter().copied());
-            for &i in &self.k.blocks[b].insts {
-                out.extend(self.k.insts[i].results.iter().copied());
-                stack.extend(self.k.insts[i].regions.iter().copied());
-            }
-        }
-        // Parameters are never inside.
-        out.retain(|&v| !matches!(self.k.values[v].def, ValueDef::Param(_)));
-        out
     }
 }

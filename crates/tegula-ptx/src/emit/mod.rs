@@ -124,8 +124,6 @@ pub(crate) struct Lower<'k> {
     pub loc: Loc,
     /// Tensor-core lowering state (`mma.rs`).
     mma: mma::MmaState,
-    /// Software pipelining depth (`pipeline.rs`).
-    pub num_stages: u32,
     /// Scratch base and offset while pipeline buffers occupy the start of the buffer.
     smem_shift: Vec<(Reg, u32)>,
     pipe: pipeline::PipeState,
@@ -171,7 +169,6 @@ impl<'k> Lower<'k> {
             policies: HashMap::default(),
             loc: Loc::UNKNOWN,
             mma: mma::MmaState::default(),
-            num_stages: options.num_stages,
             smem_shift: Vec::new(),
             pipe: Default::default(),
             packed_halves: HashMap::default(),
@@ -614,7 +611,7 @@ impl<'k> Lower<'k> {
     /// The alignment the scratch buffer is declared with: 1024 bytes when `wgmma` reads
     /// pipeline slots (its swizzle pattern repeats every 1024 bytes of address), else 128.
     pub fn shared_alignment(&self) -> u32 {
-        if self.pipe.wgmma_dots.is_empty() {
+        if !self.plan.pipelines.any_wgmma() {
             128
         } else {
             1024
@@ -752,7 +749,7 @@ impl<'k> Lower<'k> {
             carried.push(self.copy_regs(&v));
         }
         let iv = self.copy_regs(&[lo])[0];
-        self.hoist_dot_operands(body)?;
+        self.hoist_dot_operands(inst)?;
         let piped = self.pipeline_prologue(inst, iv, hi, step)?;
         // Without a pipeline the resident operands are written here.
         self.write_resident_operands(false);

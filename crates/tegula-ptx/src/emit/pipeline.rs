@@ -44,56 +44,18 @@
 //! (`Target::max_shared_bytes`), compilation retries with one stage fewer.
 
 use super::types::{class_of, mem_ty};
-use super::{is_anchored, Lower, R};
+use super::{Lower, R};
 use crate::layout::Layout;
-use crate::mma_layout::{MmaKind, Role, Stage};
+use crate::mma_layout::{Role, Stage};
 use crate::ptx::{Arg, Reg, RegClass};
-use std::collections::{HashMap, HashSet};
-use tegula_ir::{BinaryOp, Block, Constant, DType, Elem, Inst, Op, Value, ValueDef};
+use std::collections::HashMap;
+use tegula_ir::fast_hash::HashSet;
+use tegula_ir::{Block, Elem, Inst, Op, Value};
 
-use super::mma::{fragment_registers, MmaPlan, SharedOperand};
-
-/// The most registers [`Lower::boundary_registers`] may count for the fragments to cross the
-/// tile boundary ([`BoundaryFragments`]): 255 a thread, less 15 that the estimate leaves out
-/// (loop counter, slot offsets, address strides, ldmatrix addresses, masks). Calibrated with
-/// ptxas 12.9 (sm_90a) on the bf16 tuner grid at 4096^3: every config estimated at <= 240
-/// compiles without spills (the largest, 128x128x64 at 4 warps, to 255 registers; 256x128x64
-/// at 8 warps, 236, to 254), while 256x64x64 at 4 warps (244) spills 4 bytes.
-const BOUNDARY_MAX_REGISTERS: u32 = 240;
-
-/// One pipelined load.
-#[derive(Clone, Debug)]
-struct PipeLoad {
-    inst: Inst,
-    value: Value,
-    /// Its place within a slot (rows x cols of the loaded tile, swizzled), as its first dot
-    /// reads it.
-    stage: Stage,
-    /// How each dot operand that reads it does: (role, K-major). The slot holds the loaded
-    /// tile row-major, swizzled by its row length only, so every reader's `ldmatrix` (plain
-    /// when K is the stored column, `.trans` when K is the stored row) finds it there.
-    reads: Vec<(Role, bool)>,
-    layout: Layout,
-    vec: u32,
-}
-
-/// A rank-1 load staged beside the tiles (see the module doc): each slot holds its elements
-/// in order in a region of its own, copied by the threads of a blocked layout and read at its
-/// first use straight into the layout its uses take (an mma accumulator's slice).
-#[derive(Clone, Debug)]
-struct RowLoad {
-    inst: Inst,
-    value: Value,
-    /// Byte offset of its region within a slot.
-    offset: u32,
-    /// The copies: `vec` elements each, in a blocked layout (replicas copy nothing).
-    copy: Layout,
-    vec: u32,
-}
-
-/// A loop's pipelined loads, its staged rank-1 loads, its stages and the bytes of one slot
-/// (`plan_pipeline`).
-type PipePlan = (Vec<PipeLoad>, Vec<RowLoad>, u32, u32);
+use super::mma::{MmaPlan, SharedOperand};
+use crate::analysis::affine::{affine_form, Coef};
+use crate::plan::pipeline::{PipeLoad, RowLoad};
+use tegula_ir::uses::region_values;
 
 /// The pipeline of one loop being lowered.
 #[derive(Clone, Debug)]
@@ -215,93 +177,6 @@ enum GroupAddrs {
     Chained { first: Reg, step: Reg, count: usize },
 }
 
-/// How an integer or pointer tile depends on the induction variable and on its element's
-/// coordinates: `value = v0 + iv * c_iv + sum(coord[d] * c_d)`, every coefficient the same
-/// for all elements and iterations (pointer coefficients in bytes).
-#[derive(Clone, Debug, PartialEq)]
-struct AffineForm {
-    iv: Coef,
-    axes: Vec<Coef>,
-    /// The value itself, when it is the same known constant for every element and iteration.
-    known: Option<i64>,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq)]
-enum Coef {
-    Zero,
-    Const(i64),
-    Runtime,
-}
-
-impl Coef {
-    fn add(self, o: Coef, sign: i64) -> Coef {
-        match (self, o) {
-            (a, Coef::Zero) => a,
-            (Coef::Zero, Coef::Const(b)) => Coef::Const(sign * b),
-            (Coef::Const(a), Coef::Const(b)) => {
-                a.checked_add(sign * b).map_or(Coef::Runtime, |c| {
-                    if c == 0 {
-                        Coef::Zero
-                    } else {
-                        Coef::Const(c)
-                    }
-                })
-            }
-            _ => Coef::Runtime,
-        }
-    }
-
-    fn scale(self, k: Option<i64>) -> Coef {
-        match (self, k) {
-            (Coef::Zero, _) | (_, Some(0)) => Coef::Zero,
-            (Coef::Const(a), Some(b)) => a.checked_mul(b).map_or(Coef::Runtime, Coef::Const),
-            _ => Coef::Runtime,
-        }
-    }
-}
-
-impl AffineForm {
-    /// A value the same for every element and iteration.
-    fn uniform(rank: usize, known: Option<i64>) -> AffineForm {
-        AffineForm {
-            iv: Coef::Zero,
-            axes: vec![Coef::Zero; rank],
-            known,
-        }
-    }
-
-    fn is_uniform(&self) -> bool {
-        self.iv == Coef::Zero && self.axes.iter().all(|&c| c == Coef::Zero)
-    }
-
-    fn combine(&self, o: &AffineForm, sign: i64) -> Option<AffineForm> {
-        if self.axes.len() != o.axes.len() {
-            return None;
-        }
-        Some(AffineForm {
-            iv: self.iv.add(o.iv, sign),
-            axes: self
-                .axes
-                .iter()
-                .zip(&o.axes)
-                .map(|(a, b)| a.add(*b, sign))
-                .collect(),
-            known: self
-                .known
-                .zip(o.known)
-                .and_then(|(a, b)| a.checked_add(sign * b)),
-        })
-    }
-
-    fn scale(&self, k: Option<i64>) -> AffineForm {
-        AffineForm {
-            iv: self.iv.scale(k),
-            axes: self.axes.iter().map(|c| c.scale(k)).collect(),
-            known: self.known.zip(k).and_then(|(a, b)| a.checked_mul(b)),
-        }
-    }
-}
-
 /// A refill not yet issued: the loop's induction variable, bound and step, and how many value
 /// scopes were open at the top of the iteration (the body's scope is the last of them).
 #[derive(Clone, Copy, Debug)]
@@ -314,34 +189,9 @@ struct DeferredRefill {
 
 #[derive(Default)]
 pub(crate) struct PipeState {
-    /// Dots that run on `wgmma` (both operands in slots it can read, see `wgmma.rs`), and
-    /// the loads whose slots they read (their waits add a proxy fence).
-    pub wgmma_dots: HashSet<Inst>,
-    pub wgmma_loads: HashSet<Inst>,
-    /// `wgmma` dots whose k-tile stays in flight while the next one is issued: the
-    /// accumulator is a loop-carried value only this dot reads, written in place, and the
-    /// pipeline's refill, which lags two iterations ([`Pipe::lag`]), still copies
-    /// [`crate::WGMMA_IN_FLIGHT_MIN_K_AHEAD`] elements of K ahead.
-    pub wgmma_in_flight: HashSet<Inst>,
-    /// `wgmma` dots whose accumulator is a loop-carried value only this dot reads: written in
-    /// place (no copy of the carried registers first), in flight or not.
-    pub wgmma_in_place: HashSet<Inst>,
     active: Vec<Pipe>,
     /// The nests pipelined across their outer loop, innermost last.
     nests: Vec<Nest>,
-}
-
-/// Whether `v` is the constant zero (a constant or a splat of one).
-fn is_zero(k: &tegula_ir::Kernel, v: Value) -> bool {
-    let Some(i) = k.def_inst(v) else {
-        return false;
-    };
-    match &k.insts[i].op {
-        Op::Const(Constant::Int(0)) => true,
-        Op::Const(Constant::Float(f)) => *f == 0.0 && f.is_sign_positive(),
-        Op::Splat | Op::Broadcast => is_zero(k, k.insts[i].args[0]),
-        _ => false,
-    }
 }
 
 impl Lower<'_> {
@@ -349,457 +199,6 @@ impl Lower<'_> {
         self.pipe.active.iter().any(|p| {
             p.loads.iter().any(|l| l.inst == inst) || p.rows.iter().any(|r| r.inst == inst)
         })
-    }
-
-    /// Whether instruction `li` is a load that `cp.async` copies can stand in for, a stage
-    /// ahead: not volatile, masked elements read zero (the copies zero-fill them), and its
-    /// pointer and mask depend only on `iv` and values from outside the loop (`inside`).
-    fn streamable_load(&self, li: Inst, iv: Value, inside: &HashSet<Value>) -> bool {
-        let d = &self.k.insts[li];
-        let Op::Load {
-            has_mask,
-            has_other,
-            volatile,
-            ..
-        } = d.op
-        else {
-            return false;
-        };
-        let masked_read_zero = !has_mask || !has_other || is_zero(self.k, d.args[2]);
-        !volatile
-            && masked_read_zero
-            && self.depends_on_iv_only(d.args[0], iv, inside)
-            && (!has_mask || self.depends_on_iv_only(d.args[1], iv, inside))
-    }
-
-    /// Whether `v` depends only on `iv`, free ops and values defined outside `inside`.
-    fn depends_on_iv_only(&self, v: Value, iv: Value, inside: &HashSet<Value>) -> bool {
-        self.depends_on_ivs_only(v, &[iv], inside)
-    }
-
-    /// Whether `v` depends only on the induction variables `ivs`, free ops and values defined
-    /// outside `inside`.
-    fn depends_on_ivs_only(&self, v: Value, ivs: &[Value], inside: &HashSet<Value>) -> bool {
-        if ivs.contains(&v) || !inside.contains(&v) {
-            return true;
-        }
-        match self.k.values[v].def {
-            ValueDef::Result(i, _) => {
-                let d = &self.k.insts[i];
-                !is_anchored(&d.op)
-                    && !matches!(d.op, Op::Reshape | Op::Permute { .. })
-                    && d.args
-                        .iter()
-                        .all(|&a| self.depends_on_ivs_only(a, ivs, inside))
-            }
-            _ => false,
-        }
-    }
-
-    /// `v` as an affine form of the induction variable `iv` and of its element's coordinates
-    /// (see [`AffineForm`]); `None` when it is not one (or not provably).
-    fn affine_form(&self, v: Value, iv: Value, inside: &HashSet<Value>) -> Option<AffineForm> {
-        let ty = self.k.ty(v);
-        let rank = ty.shape.rank();
-        if v == iv {
-            return Some(AffineForm {
-                iv: Coef::Const(1),
-                axes: vec![],
-                known: None,
-            });
-        }
-        // A scalar from outside the loop (a parameter, a program id, ...) is the same for
-        // every element and iteration.
-        let outer_scalar = !inside.contains(&v) && rank == 0;
-        let Some(i) = self.k.def_inst(v) else {
-            return outer_scalar.then(|| AffineForm::uniform(0, None));
-        };
-        let d = &self.k.insts[i];
-        let arg = |j: usize| self.affine_form(d.args[j], iv, inside);
-        match &d.op {
-            Op::Const(Constant::Int(c)) => Some(AffineForm::uniform(rank, Some(*c))),
-            Op::Arange { .. } => Some(AffineForm {
-                iv: Coef::Zero,
-                axes: vec![Coef::Const(1)],
-                known: None,
-            }),
-            Op::Splat => {
-                let a = arg(0)?;
-                Some(AffineForm {
-                    axes: vec![Coef::Zero; rank],
-                    ..a
-                })
-            }
-            Op::Broadcast => {
-                let a = arg(0)?;
-                let src = self.k.ty(d.args[0]).shape;
-                // A stretched size-1 axis repeats one element.
-                let axes = (a.axes.iter().zip(src.dims()))
-                    .map(|(&c, &n)| if n == 1 { Coef::Zero } else { c })
-                    .collect();
-                Some(AffineForm { axes, ..a })
-            }
-            Op::ExpandDims { axis } => {
-                let mut a = arg(0)?;
-                let axis = *axis as usize;
-                (axis <= a.axes.len()).then(|| {
-                    a.axes.insert(axis, Coef::Zero);
-                    a
-                })
-            }
-            Op::MultipleOf { .. } | Op::MaxContiguous { .. } => arg(0),
-            // Integer widening or narrowing: taken as exact, as the address arithmetic of
-            // every load assumes offsets that do not wrap.
-            Op::Cast { .. } if ty.dtype().is_int() && self.k.ty(d.args[0]).dtype().is_int() => {
-                arg(0)
-            }
-            Op::Binary(BinaryOp::Add) => arg(0)?.combine(&arg(1)?, 1),
-            Op::Binary(BinaryOp::Sub) => arg(0)?.combine(&arg(1)?, -1),
-            Op::Binary(BinaryOp::Mul) => {
-                let (a, b) = (arg(0)?, arg(1)?);
-                if a.is_uniform() {
-                    Some(b.scale(a.known))
-                } else if b.is_uniform() {
-                    Some(a.scale(b.known))
-                } else {
-                    None
-                }
-            }
-            Op::AddPtr => {
-                let bytes = self.k.ty(d.args[0]).dtype().size_bytes() as i64;
-                let offset = arg(1)?.scale(Some(bytes));
-                let mut p = arg(0)?.combine(&offset, 1)?;
-                p.known = None;
-                Some(p)
-            }
-            _ => outer_scalar.then(|| AffineForm::uniform(0, None)),
-        }
-    }
-
-    /// The loads of `for_inst`'s body worth pipelining, with their slot layout.
-    fn plan_pipeline(&mut self, for_inst: Inst) -> Option<PipePlan> {
-        if self.num_stages < 2 {
-            return None;
-        }
-        let body = self.k.insts[for_inst].regions[0];
-        let iv = self.k.blocks[body].args[0];
-        if self.k.ty(iv).dtype().bits() > 32 {
-            return None;
-        }
-        let inside = self.region_values_of(body);
-        let mut loads = Vec::new();
-        let mut offset = 0u32;
-        let body_insts: HashSet<Inst> = self.k.blocks[body].insts.iter().copied().collect();
-        for &dot in &self.k.blocks[body].insts {
-            if !matches!(self.k.insts[dot].op, Op::Dot { .. }) {
-                continue;
-            }
-            let Some(plan) = self.mma_plan(dot) else {
-                continue;
-            };
-            if plan.kind == MmaKind::Tf32 {
-                continue;
-            }
-            for (pos, role) in [(0, Role::A), (1, Role::B)] {
-                let operand = self.k.insts[dot].args[pos];
-                let (src, permuted) = self.untransposed(operand);
-                let Some(li) = self.k.def_inst(src) else {
-                    continue;
-                };
-                // A load read by several dots has one slot; its first dot placed it.
-                if !body_insts.contains(&li) || loads.iter().any(|l: &PipeLoad| l.inst == li) {
-                    continue;
-                }
-                let Some(reads) = self.dot_reads(src, &body_insts, plan.kind) else {
-                    continue;
-                };
-                if !self.streamable_load(li, iv, &inside) {
-                    continue;
-                }
-                let dt = self.k.ty(src).dtype();
-                if !matches!(dt, DType::F16 | DType::BF16) {
-                    continue;
-                }
-                let vec = self.access_vec(li);
-                if !matches!(vec * 2, 4 | 8 | 16) {
-                    continue;
-                }
-                let shape = self.k.ty(src).shape;
-                let stage = Stage {
-                    role,
-                    kind: plan.kind,
-                    rows: shape.dim(0) as u32,
-                    cols: shape.dim(1) as u32,
-                    k_major: (role == Role::A) != permuted,
-                    offset,
-                    panel_major: false,
-                };
-                // wgmma's swizzle is anchored at 1024-byte boundaries (`wgmma.rs`).
-                let align = if plan.wgmma { 1024 } else { 128 };
-                offset += stage.bytes().div_ceil(align) * align;
-                loads.push(PipeLoad {
-                    inst: li,
-                    value: src,
-                    stage,
-                    reads,
-                    layout: self.access_layout(li),
-                    vec,
-                });
-            }
-        }
-        if loads.is_empty() {
-            return None;
-        }
-        // The slots must leave room for other scratch uses (checked again at the end of
-        // compilation, which retries with fewer stages), after what is reserved already (a
-        // resident dot operand).
-        // Fewer stages, then fewer loads, until the slots fit.
-        let room = self.max_shared.saturating_sub(self.reserved_shared());
-        let mut stages = self.num_stages;
-        while stages > 2 && stages * offset > room {
-            stages -= 1;
-        }
-        while stages * offset > room && loads.len() > 1 {
-            let last = loads.pop().expect("a load");
-            offset = last.stage.offset;
-        }
-        if stages * offset > room {
-            return None;
-        }
-        let (rows, mut slot_bytes) = self.plan_row_loads(body, &inside, offset, stages, room);
-        // Slots of wgmma tiles start at multiples of 1024 bytes, also when row loads (the
-        // backward's lse and delta) follow the tiles in each slot.
-        let wgmma_slots = offset.is_multiple_of(1024)
-            && self.k.blocks[body]
-                .insts
-                .iter()
-                .any(|&i| self.mma_plan(i).is_some_and(|p| p.wgmma));
-        if wgmma_slots && stages * slot_bytes.next_multiple_of(1024) <= room {
-            slot_bytes = slot_bytes.next_multiple_of(1024);
-        }
-        self.plan_wgmma_slots(body, &mut loads, slot_bytes, stages);
-        Some((loads, rows, stages, slot_bytes))
-    }
-
-    /// A dot operand's loaded source: `(x, true)` for `x.trans()` (a 2-D permute), else
-    /// `(operand, false)`.
-    pub(super) fn untransposed(&self, operand: Value) -> (Value, bool) {
-        match self.k.def_inst(operand).map(|i| &self.k.insts[i]) {
-            Some(d) if matches!(&d.op, Op::Permute { perm } if perm[..] == [1, 0]) => {
-                (d.args[0], true)
-            }
-            _ => (operand, false),
-        }
-    }
-
-    /// Marks the body's `wgmma` candidate dots (`wgmma.rs`) that can read their operands from
-    /// this pipeline's slots: B's slot, and A's unless A is not loaded in the body (it comes in
-    /// registers: FlashAttention's P and Q), A read K-major, each slot starting at a multiple
-    /// of 1024 bytes in every slot, with rows of 64 bytes or at least 128 (those wider than
-    /// 128 are stored panel-major, set here; other dots may read the slot too); and
-    /// those of them that can stay in flight into the next iteration
-    /// ([`PipeState::wgmma_in_flight`]).
-    fn plan_wgmma_slots(
-        &mut self,
-        body: Block,
-        loads: &mut [PipeLoad],
-        slot_bytes: u32,
-        stages: u32,
-    ) {
-        if !slot_bytes.is_multiple_of(1024) || !self.reserved_shared().is_multiple_of(1024) {
-            return;
-        }
-        let body_insts: HashSet<Inst> = self.k.blocks[body].insts.iter().copied().collect();
-        for dot in self.k.blocks[body].insts.clone() {
-            if !matches!(self.k.insts[dot].op, Op::Dot { .. }) {
-                continue;
-            }
-            if !self.mma_plan(dot).is_some_and(|p| p.wgmma) {
-                continue;
-            }
-            let mut slots = Vec::new();
-            let mut placed = true;
-            for (pos, role) in [(0, Role::A), (1, Role::B)] {
-                let operand = self.k.insts[dot].args[pos];
-                let (src, permuted) = self.untransposed(operand);
-                let k_major = (role == Role::A) != permuted;
-                let Some(i) = loads.iter().position(|l| l.value == src) else {
-                    // Not in a slot: only an A in registers, not loaded in the body.
-                    let loaded_here = self.k.def_inst(src).is_some_and(|li| {
-                        body_insts.contains(&li) && matches!(self.k.insts[li].op, Op::Load { .. })
-                    });
-                    // A resident A (a Q too large for registers) stays on `mma.sync`, which
-                    // reads it from shared memory a k-step at a time; wgmma's register form
-                    // would hold all of it across the loop (D = 256: 268 bytes of spills).
-                    // Unless it is resident in a layout wgmma's descriptors read (the
-                    // backward's K and V): then wgmma reads it there.
-                    let resident =
-                        self.is_resident(operand, role) && self.wgmma_resident_a(operand).is_none();
-                    placed &= role == Role::A && !loaded_here && !resident;
-                    continue;
-                };
-                let st = &loads[i].stage;
-                let readable = crate::wgmma_reads_rows_of(st.cols * st.kind.elem_bytes());
-                // Other dots may read the slot too, either way (FlashAttention's backward: Q is
-                // B K-major of `K Q^T` and B N-major of `dS^T Q`): another `wgmma` through its
-                // own descriptor, `mma.sync` through `ldmatrix`, which reads panels as well.
-                if !loads[i].reads.contains(&(role, k_major))
-                    || !st.offset.is_multiple_of(1024)
-                    || !readable
-                    || (role == Role::A && !k_major)
-                {
-                    placed = false;
-                    continue;
-                }
-                slots.push(i);
-            }
-            if placed {
-                for i in slots {
-                    let st = &mut loads[i].stage;
-                    st.panel_major = st.cols * st.kind.elem_bytes() > 128;
-                    self.pipe.wgmma_loads.insert(loads[i].inst);
-                }
-                self.pipe.wgmma_dots.insert(dot);
-                let k_ahead = (stages - 2) * self.mma_plan(dot).map_or(0, |p| p.k);
-                if self.accumulates_in_place(body, dot) {
-                    self.pipe.wgmma_in_place.insert(dot);
-                    if k_ahead >= crate::WGMMA_IN_FLIGHT_MIN_K_AHEAD {
-                        self.pipe.wgmma_in_flight.insert(dot);
-                    }
-                }
-            }
-        }
-    }
-
-    /// Whether `dot`'s accumulator is a value carried by the loop of `body` that nothing but
-    /// this dot reads, and the dot's result is what the loop carries on in its place: the
-    /// accumulator's registers can then be written in place, and stay the `wgmma`'s own
-    /// until a later `wait_group` (no copy reads them in between).
-    fn accumulates_in_place(&self, body: Block, dot: Inst) -> bool {
-        let d = &self.k.insts[dot];
-        let acc = d.args[2];
-        let carried = &self.k.blocks[body].args[1..];
-        let Some(pos) = carried.iter().position(|&v| v == acc) else {
-            return false;
-        };
-        let yields = self.k.blocks[body]
-            .insts
-            .last()
-            .map(|&t| self.k.insts[t].args.clone())
-            .unwrap_or_default();
-        let uses = self
-            .k
-            .insts
-            .iter()
-            .filter(|(_, i)| i.args.contains(&acc))
-            .count();
-        yields.get(pos) == Some(&d.results[0]) && uses == 1
-    }
-
-    /// The rank-1 loads of a pipelined loop's body staged beside its tiles, placed after
-    /// `tile_bytes` in each slot, while `stages` slots fit in `room`, and the bytes of one slot.
-    /// A load qualifies when its uses broadcast it into an mma accumulator (its layout is that
-    /// accumulator's slice, `broadcast_load_layout`), its elements are 4 bytes, its pointer and
-    /// mask depend on the induction variable and values from outside the loop only, and a
-    /// masked element may read zero (copies of masked elements zero-fill): a load with another
-    /// `other` stays a global load.
-    fn plan_row_loads(
-        &self,
-        body: Block,
-        inside: &HashSet<Value>,
-        tile_bytes: u32,
-        stages: u32,
-        room: u32,
-    ) -> (Vec<RowLoad>, u32) {
-        let iv = self.k.blocks[body].args[0];
-        let mut rows = Vec::new();
-        let mut offset = tile_bytes;
-        for &li in &self.k.blocks[body].insts {
-            if !self.streamable_load(li, iv, inside) {
-                continue;
-            }
-            let value = self.k.insts[li].results[0];
-            let ty = self.k.ty(value);
-            let word = matches!(ty.dtype(), DType::F32 | DType::I32 | DType::U32);
-            if ty.shape.rank() != 1 || !word || !self.plan.layouts.access(li).broadcast {
-                continue;
-            }
-            let vec = self.access_vec(li);
-            if !matches!(vec, 1 | 2 | 4) {
-                continue;
-            }
-            let n = ty.shape.dim(0) as u32;
-            let bytes = (n * 4).div_ceil(16) * 16;
-            if stages * (offset + bytes).div_ceil(128) * 128 > room {
-                break;
-            }
-            rows.push(RowLoad {
-                inst: li,
-                value,
-                offset,
-                copy: Layout::blocked(&ty.shape, vec, self.num_warps),
-                vec,
-            });
-            offset += bytes;
-        }
-        (rows, offset.div_ceil(128) * 128)
-    }
-
-    /// Bytes at the start of the scratch buffer held by enclosing pipelines and resident dot
-    /// operands (scratch uses now start after them).
-    pub(crate) fn reserved_shared(&self) -> u32 {
-        self.smem_shift.last().map_or(0, |&(_, bytes)| bytes)
-    }
-
-    /// Every value defined in `block` or its nested regions.
-    fn region_values_of(&self, block: Block) -> HashSet<Value> {
-        let mut out = HashSet::new();
-        let mut stack = vec![block];
-        while let Some(b) = stack.pop() {
-            out.extend(self.k.blocks[b].args.iter().copied());
-            for &i in &self.k.blocks[b].insts {
-                out.extend(self.k.insts[i].results.iter().copied());
-                stack.extend(self.k.insts[i].regions.iter().copied());
-            }
-        }
-        out
-    }
-
-    /// How the dots read `src` (a load's value in the loop body), as (role, K-major) per
-    /// operand, when every use of it is an operand of an f16/bf16 tensor-core dot of `kind`
-    /// directly in the body, as is or through `.trans()` (whose uses are such operands too);
-    /// `None` when some use is not (the value is then needed in registers).
-    fn dot_reads(
-        &self,
-        src: Value,
-        body_insts: &HashSet<Inst>,
-        kind: MmaKind,
-    ) -> Option<Vec<(Role, bool)>> {
-        // The role of operand `pos` of `user` when it is a dot operand read from the slot.
-        let dot_role = |user: Inst, pos: usize| {
-            let is_dot = matches!(self.k.insts[user].op, Op::Dot { .. });
-            if !is_dot || pos > 1 || !body_insts.contains(&user) {
-                return None;
-            }
-            let plan = self.mma_plan(user)?;
-            (plan.kind == kind).then_some(if pos == 0 { Role::A } else { Role::B })
-        };
-        let mut reads = Vec::new();
-        for &(user, pos) in self.cx.uses.users(src)? {
-            if let Some(role) = dot_role(user, pos) {
-                reads.push((role, role == Role::A));
-                continue;
-            }
-            let d = &self.k.insts[user];
-            if !matches!(&d.op, Op::Permute { perm } if perm[..] == [1, 0]) {
-                return None;
-            }
-            for &(dot, pos) in self.cx.uses.users(d.results[0])? {
-                let role = dot_role(dot, pos)?;
-                reads.push((role, role != Role::A));
-            }
-        }
-        Some(reads)
     }
 
     /// Before the loop: plans the pipeline and fills the first `S - lag` slots (or, for the inner
@@ -812,25 +211,27 @@ impl Lower<'_> {
         hi: Reg,
         step: Reg,
     ) -> R<bool> {
-        let nest = self
-            .pipe
-            .nests
-            .last()
-            .filter(|n| n.inner == for_inst)
-            .cloned();
-        let (loads, rows, stages, slot_bytes, base) = match nest {
-            Some(n) => (n.loads, n.rows, n.stages, n.slot_bytes, n.base),
-            None => {
-                let Some((loads, rows, stages, slot_bytes)) = self.plan_pipeline(for_inst) else {
-                    return Ok(false);
-                };
-                let base = self.reserve_slots(stages * slot_bytes);
-                (loads, rows, stages, slot_bytes, base)
-            }
+        let plan = self.plan;
+        let Some(lp) = plan.pipelines.of(for_inst) else {
+            return Ok(false);
         };
-        let nested = self.pipe.nests.last().is_some_and(|n| n.inner == for_inst);
+        let Some(pp) = &lp.pipeline else {
+            return Ok(false);
+        };
+        let nested = lp.nested;
+        let base = if nested {
+            self.pipe.nests.last().expect("the enclosing nest").base
+        } else {
+            self.reserve_slots(pp.stages * pp.slot_bytes)
+        };
+        let (loads, rows, stages, slot_bytes, lag) = (
+            pp.loads.clone(),
+            pp.rows.clone(),
+            pp.stages,
+            pp.slot_bytes,
+            pp.lag,
+        );
         let body = self.k.insts[for_inst].regions[0];
-        let lag = self.pipeline_lag(body);
         let read_off = self.imm(RegClass::B32, Arg::Imm(0));
         let write_off = self.imm(
             RegClass::B32,
@@ -862,7 +263,7 @@ impl Lower<'_> {
         } else {
             iv
         };
-        let inside = self.region_values_of(body);
+        let inside = region_values(self.k, body);
         for pl in &pipe.loads {
             let carried = self.carry_addrs(pl, pipe.iv, first_refill, step, &inside)?;
             pipe.carried.push(carried);
@@ -887,22 +288,10 @@ impl Lower<'_> {
         // A resident dot operand's write (its global load was issued before the barrier
         // above) goes after the first copies, so that both are in flight together.
         self.write_resident_operands(true);
-        self.boundary_prologue()?;
-        Ok(true)
-    }
-
-    /// The [`Pipe::lag`] of the loop with this body: 2 when one of its dots is a `wgmma` in
-    /// flight into the next iteration, else 1.
-    fn pipeline_lag(&self, body: Block) -> u32 {
-        let in_flight = self.k.blocks[body]
-            .insts
-            .iter()
-            .any(|i| self.pipe.wgmma_in_flight.contains(i));
-        if in_flight {
-            2
-        } else {
-            1
+        if let Some(dot) = lp.boundary {
+            self.boundary_prologue(dot);
         }
+        Ok(true)
     }
 
     /// `total` bytes of slots at the start of the free scratch buffer (after enclosing
@@ -924,77 +313,26 @@ impl Lower<'_> {
         base
     }
 
+    /// Bytes at the start of the scratch buffer held by enclosing pipelines and resident dot
+    /// operands (scratch uses now start after them).
+    pub(crate) fn reserved_shared(&self) -> u32 {
+        self.smem_shift.last().map_or(0, |&(_, bytes)| bytes)
+    }
+
     fn release_slots(&mut self) {
         self.smem_shift.pop();
     }
 
-    /// Before the loop, when the fragments cross the tile boundary (see
+    /// Before the loop, when `dot`'s fragments cross the tile boundary (see
     /// [`BoundaryFragments`]): the first slot's wait and barrier, and its k-step 0 fragments.
-    fn boundary_prologue(&mut self) -> R<()> {
+    fn boundary_prologue(&mut self, dot: Inst) {
         let pipe = self.pipe.active.last().expect("a pipeline").clone();
-        let Some(dot) = self.boundary_dot(&pipe) else {
-            return Ok(());
-        };
         self.wait_for_slot(&pipe);
         let words = self
             .first_kstep_fragments(dot, pipe.read_off, None)
-            .expect("boundary_dot checked the operands");
+            .expect("the plan found both operands in the slots");
         self.pipe.active.last_mut().expect("a pipeline").boundary =
             Some(BoundaryFragments { dot, words });
-        Ok(())
-    }
-
-    /// The dot whose first fragments may be loaded across the tile boundary: the body's only
-    /// dot, with both operands in this pipeline's slots and at least two k-steps, and no other
-    /// instruction of the body that may use shared memory (the pipelined loads aside).
-    fn boundary_dot(&mut self, pipe: &Pipe) -> Option<Inst> {
-        let mut dot = None;
-        for &i in &self.k.blocks[pipe.body].insts {
-            let op = &self.k.insts[i].op;
-            match op {
-                Op::Dot { .. } if dot.is_none() => dot = Some(i),
-                Op::Load { .. } if pipe.loads.iter().any(|l| l.inst == i) => {}
-                Op::Yield => {}
-                _ if is_anchored(op) || !self.k.insts[i].regions.is_empty() => return None,
-                _ => {}
-            }
-        }
-        let dot = dot?;
-        let plan = self.mma_plan(dot)?;
-        if self.pipe.wgmma_dots.contains(&dot)
-            || plan.k / plan.kind.k_step() < 2
-            || plan.split_tf32
-            || self.boundary_registers(pipe, &plan) > BOUNDARY_MAX_REGISTERS
-        {
-            return None;
-        }
-        let args = self.k.insts[dot].args.clone();
-        let both_piped = [(args[0], Role::A), (args[1], Role::B)]
-            .into_iter()
-            .all(|(v, role)| self.slot_operand(v, role, &plan).is_some());
-        both_piped.then_some(dot)
-    }
-
-    /// An estimate of the registers a thread holds in the loop when the fragments cross the
-    /// tile boundary: the f32 accumulators, three k-steps of operand fragments (the next
-    /// tile's first, carried, and the current and next k-step's, double-buffered within the
-    /// tile) and one per `cp.async` copy (its source or destination address).
-    fn boundary_registers(&self, pipe: &Pipe, plan: &MmaPlan) -> u32 {
-        let accumulators = plan.m * plan.n / (32 * self.num_warps);
-        let k_steps = plan.k / plan.kind.k_step();
-        let kstep_words: u32 = [Role::A, Role::B]
-            .into_iter()
-            .map(|role| fragment_registers(plan, role) / k_steps)
-            .sum();
-        let copies: u32 = pipe
-            .loads
-            .iter()
-            .map(|pl| {
-                let shape = self.k.ty(pl.value).shape;
-                pl.layout.geometry(&shape).count as u32 / pl.vec
-            })
-            .sum();
-        accumulators + 3 * kstep_words + copies
     }
 
     /// The k-step 0 fragments `dot` finds in registers at the top of an iteration, when they
@@ -1017,7 +355,7 @@ impl Lower<'_> {
         self.wait_for_slot(&pipe);
         let next = self.next_slot(&pipe, pipe.read_off, None);
         self.first_kstep_fragments(dot, next, Some(&words))
-            .expect("boundary_dot checked the operands");
+            .expect("the plan found both operands in the slots");
         Ok(())
     }
 
@@ -1129,7 +467,7 @@ impl Lower<'_> {
         if pipe
             .loads
             .iter()
-            .any(|l| self.pipe.wgmma_loads.contains(&l.inst))
+            .any(|l| self.plan.pipelines.wgmma_loads.contains(&l.inst))
         {
             // The copies wrote through the generic proxy; wgmma reads through the async one.
             self.b.emit("fence.proxy.async.shared::cta", vec![]);
@@ -1202,14 +540,21 @@ impl Lower<'_> {
     /// the inner loop's slots and copies the outer loop's first iteration's first stages.
     /// Returns whether it did.
     pub(crate) fn nest_prologue(&mut self, for_inst: Inst, iv: Reg, hi: Reg, step: Reg) -> R<bool> {
-        let Some((inner, (loads, rows, stages, slot_bytes))) = self.nest_inner_loop(for_inst)
-        else {
+        let plan = self.plan;
+        let Some(np) = plan.pipelines.of(for_inst).and_then(|l| l.nest.as_ref()) else {
             return Ok(false);
         };
+        let (inner, loads, rows, stages, slot_bytes, lag) = (
+            np.inner,
+            np.pipe.loads.clone(),
+            np.pipe.rows.clone(),
+            np.pipe.stages,
+            np.pipe.slot_bytes,
+            np.pipe.lag,
+        );
         let body = self.k.insts[for_inst].regions[0];
         let outer_iv = self.k.blocks[body].args[0];
         let base = self.reserve_slots(stages * slot_bytes);
-        let lag = self.pipeline_lag(self.k.insts[inner].regions[0]);
         let nest = Nest {
             inner,
             outer_iv,
@@ -1287,59 +632,6 @@ impl Lower<'_> {
         Ok(())
     }
 
-    /// The inner loop of `outer`'s body and its pipeline plan, when the nest can be pipelined
-    /// across `outer` (the preconditions of [`Nest`]).
-    fn nest_inner_loop(&mut self, outer: Inst) -> Option<(Inst, PipePlan)> {
-        let body = self.k.insts[outer].regions[0];
-        let outer_iv = self.k.blocks[body].args[0];
-        if self.k.ty(outer_iv).dtype().bits() > 32 {
-            return None;
-        }
-        let mut loops = self.k.blocks[body]
-            .insts
-            .iter()
-            .copied()
-            .filter(|&i| matches!(self.k.insts[i].op, Op::For));
-        let inner = loops.next()?;
-        if loops.next().is_some() {
-            return None;
-        }
-        let outer_inside = self.region_values_of(body);
-        let d = self.k.insts[inner].clone();
-        let inner_body = d.regions[0];
-        let inner_iv = self.k.blocks[inner_body].args[0];
-        let bounds_ok = d.args[..3]
-            .iter()
-            .all(|&v| self.depends_on_ivs_only(v, &[outer_iv], &outer_inside));
-        // Every dot operand loaded in the inner body (through a transpose): no resident operand
-        // takes scratch the inner loop's prologue would write.
-        let inner_inside = self.region_values_of(inner_body);
-        let operand_inside = |s: &Self, v: Value| {
-            let v = match s.k.def_inst(v).map(|i| &s.k.insts[i]) {
-                Some(t) if matches!(t.op, Op::Permute { .. }) => t.args[0],
-                _ => v,
-            };
-            inner_inside.contains(&v)
-        };
-        let operands_ok = self.k.blocks[inner_body].insts.iter().all(|&i| {
-            let t = &self.k.insts[i];
-            !matches!(t.op, Op::Dot { .. }) || t.args[..2].iter().all(|&v| operand_inside(self, v))
-        });
-        if !bounds_ok || !operands_ok {
-            return None;
-        }
-        let plan = self.plan_pipeline(inner)?;
-        let ivs = [outer_iv, inner_iv];
-        let insts = plan.0.iter().map(|pl| pl.inst);
-        let addrs_ok = insts.chain(plan.1.iter().map(|r| r.inst)).all(|li| {
-            let t = &self.k.insts[li];
-            let has_mask = matches!(t.op, Op::Load { has_mask: true, .. });
-            self.depends_on_ivs_only(t.args[0], &ivs, &outer_inside)
-                && (!has_mask || self.depends_on_ivs_only(t.args[1], &ivs, &outer_inside))
-        });
-        addrs_ok.then_some((inner, plan))
-    }
-
     /// Copies iteration `it`'s tiles (when `valid`) into the slot at byte offset `slot`.
     /// The prologue's copies: iteration `start + s * step` into slot `s` for `s` in
     /// `0..stages - lag`, each only while it is below `hi` and, with `guard`, where it holds.
@@ -1403,7 +695,7 @@ impl Lower<'_> {
         inside: &HashSet<Value>,
     ) -> R<Option<CarriedAddrs>> {
         let ptr = self.k.insts[pl.inst].args[0];
-        let Some(form) = self.affine_form(ptr, iv_value, inside) else {
+        let Some(form) = affine_form(self.k, ptr, iv_value, inside) else {
             return Ok(None);
         };
         let [rows, cols] = form.axes[..] else {

@@ -130,7 +130,7 @@ impl Lower<'_> {
     /// `dot` on `wgmma` when the pipeline placed its operands for it; `false` (nothing
     /// emitted) otherwise, and the dot goes to `mma.sync` with the same warps.
     pub(crate) fn lower_wgmma(&mut self, inst: Inst, plan: MmaPlan) -> R<bool> {
-        if !self.pipe.wgmma_dots.contains(&inst) {
+        if !self.plan.pipelines.wgmma_dots.contains(&inst) {
             return Ok(false);
         }
         let d = self.k.insts[inst].clone();
@@ -160,8 +160,8 @@ impl Lower<'_> {
         let init = self.get(c, &acc_l)?;
         // In flight into the next iteration: the carried registers themselves (a copy would
         // read them before the wait); likewise whenever nothing else reads them.
-        let in_flight = self.pipe.wgmma_in_flight.contains(&inst);
-        let acc = if in_flight || self.pipe.wgmma_in_place.contains(&inst) {
+        let in_flight = self.plan.pipelines.wgmma_in_flight.contains(&inst);
+        let acc = if in_flight || self.plan.pipelines.wgmma_in_place.contains(&inst) {
             init
         } else {
             self.copy_regs(&init)

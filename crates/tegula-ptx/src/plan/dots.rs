@@ -20,7 +20,7 @@
 use super::layouts::access_vec;
 use super::Context;
 use crate::layout::{Layout, RegGeometry};
-use crate::mma_layout::{self as ml, MmaKind, Role};
+use crate::mma_layout::{self as ml, MmaKind, Role, Stage};
 use tegula_ir::fast_hash::{HashMap, HashSet};
 use tegula_ir::{DType, InputPrecision, Inst, Kernel, Op, Shape, Value};
 
@@ -217,4 +217,39 @@ pub fn untransposed(k: &Kernel, operand: Value) -> (Value, bool) {
         Some(d) if matches!(&d.op, Op::Permute { perm } if perm[..] == [1, 0]) => (d.args[0], true),
         _ => (operand, false),
     }
+}
+
+/// The value staged for operand `v` and whether its row-major order is K-major: `x` of
+/// `x.trans()` is staged directly (its row-major order is the operand transposed). Stored
+/// K-major means A as [m][k], B as [n][k]; a source's own row-major order is K-major for an
+/// untransposed A and a transposed B.
+pub fn staging_source(k: &Kernel, v: Value, role: Role) -> (Value, bool) {
+    let (src, permuted) = match k.def_inst(v).map(|i| &k.insts[i]) {
+        Some(di) if matches!(&di.op, Op::Permute { perm } if perm[..] == [1, 0]) => {
+            (di.args[0], true)
+        }
+        _ => (v, false),
+    };
+    (src, (role == Role::A) != permuted)
+}
+
+/// The shared-memory stage of an operand whose source is K-major or not, at byte `offset`,
+/// and whether writing it transposes the source (tf32 is always stored K-major).
+pub fn operand_stage(plan: &MmaPlan, role: Role, src_k_major: bool, offset: u32) -> (Stage, bool) {
+    let k_major = src_k_major || plan.kind == MmaKind::Tf32;
+    let (outer, k) = match role {
+        Role::A => (plan.m, plan.k),
+        Role::B => (plan.n, plan.k),
+    };
+    let (rows, cols) = if k_major { (outer, k) } else { (k, outer) };
+    let st = Stage {
+        role,
+        kind: plan.kind,
+        rows,
+        cols,
+        k_major,
+        offset,
+        panel_major: false,
+    };
+    (st, k_major != src_k_major)
 }

@@ -9,7 +9,11 @@
 //! 2. [`layouts`]: the layout of every anchored value (loads, reductions, scans, dots, atomics,
 //!    loop-carried values and control-flow results), the vector width of every memory access,
 //!    the sums a loop carries as per-thread partials, and from those the cheapest layout of
-//!    every free value ([`layouts::LayoutPlan`]).
+//!    every free value ([`layouts::LayoutPlan`]);
+//! 3. [`pipeline`]: per loop, the software pipeline (which loads stream through shared-memory
+//!    slots, how many stages, what rides along, which dots read their slots on `wgmma`, nests
+//!    and fragments across the tile boundary) and the dot operands kept resident in shared
+//!    memory ([`pipeline::Pipelines`]).
 //!
 //! Free values are not placed once and for all: the emitter still materializes them in
 //! whatever layout their consumer asks for (rematerialization without conversions); the plan
@@ -17,6 +21,7 @@
 
 pub mod dots;
 pub mod layouts;
+pub mod pipeline;
 
 use crate::analysis::axis_info::AxisAnalysis;
 use crate::{CompileOptions, Target};
@@ -75,6 +80,7 @@ pub fn is_anchored(op: &Op) -> bool {
 pub struct Plan {
     pub dots: dots::DotPlans,
     pub layouts: layouts::LayoutPlan,
+    pub pipelines: pipeline::Pipelines,
 }
 
 impl Plan {
@@ -82,6 +88,11 @@ impl Plan {
     pub fn build(cx: &Context<'_>) -> Plan {
         let dots = dots::plan(cx);
         let layouts = layouts::plan(cx, &dots);
-        Plan { dots, layouts }
+        let pipelines = pipeline::plan(cx, &dots, &layouts);
+        Plan {
+            dots,
+            layouts,
+            pipelines,
+        }
     }
 }
