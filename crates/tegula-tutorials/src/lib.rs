@@ -17,6 +17,7 @@
 //! | module | Triton tutorial |
 //! | --- | --- |
 //! | [`t01_vector_add`] | 01 vector addition |
+//! | [`t02_fused_softmax`] | 02 fused softmax (persistent programs sized by occupancy) |
 //! | [`t03_matmul`] | 03 matrix multiplication (grouped order, autotuned, leaky ReLU) |
 //! | [`t04_low_memory_dropout`] | 04 low-memory dropout (mask and seeded Philox) |
 //! | [`t05_layer_norm`] | 05 layer norm forward and backward (locked partial sums) |
@@ -29,6 +30,7 @@
 pub mod common;
 pub mod desc;
 pub mod t01_vector_add;
+pub mod t02_fused_softmax;
 
 use tegula::ir::DType;
 use tegula::{Device, Result};
@@ -103,6 +105,7 @@ impl Tutorial {
 pub fn tutorials() -> Vec<Tutorial> {
     let mut all = Vec::new();
     all.extend(t01_vector_add::tutorials());
+    all.extend(t02_fused_softmax::tutorials());
     all
 }
 
