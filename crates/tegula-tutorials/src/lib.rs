@@ -31,6 +31,7 @@ pub mod common;
 pub mod desc;
 pub mod t01_vector_add;
 pub mod t02_fused_softmax;
+pub mod t03_matmul;
 
 use tegula::ir::DType;
 use tegula::{Device, Result};
@@ -106,6 +107,7 @@ pub fn tutorials() -> Vec<Tutorial> {
     let mut all = Vec::new();
     all.extend(t01_vector_add::tutorials());
     all.extend(t02_fused_softmax::tutorials());
+    all.extend(t03_matmul::tutorials());
     all
 }
 
