@@ -32,6 +32,7 @@ pub mod desc;
 pub mod t01_vector_add;
 pub mod t02_fused_softmax;
 pub mod t03_matmul;
+pub mod t05_layer_norm;
 
 use tegula::ir::DType;
 use tegula::{Device, Result};
@@ -108,6 +109,7 @@ pub fn tutorials() -> Vec<Tutorial> {
     all.extend(t01_vector_add::tutorials());
     all.extend(t02_fused_softmax::tutorials());
     all.extend(t03_matmul::tutorials());
+    all.extend(t05_layer_norm::tutorials());
     all
 }
 
