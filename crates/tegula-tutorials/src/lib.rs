@@ -34,6 +34,7 @@ pub mod t02_fused_softmax;
 pub mod t03_matmul;
 pub mod t05_layer_norm;
 pub mod t08_grouped_gemm;
+pub mod t09_persistent_matmul;
 
 use tegula::ir::DType;
 use tegula::{Device, Result};
@@ -112,6 +113,7 @@ pub fn tutorials() -> Vec<Tutorial> {
     all.extend(t03_matmul::tutorials());
     all.extend(t05_layer_norm::tutorials());
     all.extend(t08_grouped_gemm::tutorials());
+    all.extend(t09_persistent_matmul::tutorials());
     all
 }
 
