@@ -33,6 +33,7 @@ pub mod t01_vector_add;
 pub mod t02_fused_softmax;
 pub mod t03_matmul;
 pub mod t05_layer_norm;
+pub mod t06_fused_attention;
 pub mod t08_grouped_gemm;
 pub mod t09_persistent_matmul;
 
@@ -112,6 +113,7 @@ pub fn tutorials() -> Vec<Tutorial> {
     all.extend(t02_fused_softmax::tutorials());
     all.extend(t03_matmul::tutorials());
     all.extend(t05_layer_norm::tutorials());
+    all.extend(t06_fused_attention::tutorials());
     all.extend(t08_grouped_gemm::tutorials());
     all.extend(t09_persistent_matmul::tutorials());
     all
