@@ -32,6 +32,7 @@ pub mod desc;
 pub mod t01_vector_add;
 pub mod t02_fused_softmax;
 pub mod t03_matmul;
+pub mod t04_low_memory_dropout;
 pub mod t05_layer_norm;
 pub mod t06_fused_attention;
 pub mod t08_grouped_gemm;
@@ -112,6 +113,7 @@ pub fn tutorials() -> Vec<Tutorial> {
     all.extend(t01_vector_add::tutorials());
     all.extend(t02_fused_softmax::tutorials());
     all.extend(t03_matmul::tutorials());
+    all.extend(t04_low_memory_dropout::tutorials());
     all.extend(t05_layer_norm::tutorials());
     all.extend(t06_fused_attention::tutorials());
     all.extend(t08_grouped_gemm::tutorials());
