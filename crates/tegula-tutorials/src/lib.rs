@@ -35,6 +35,7 @@ pub mod t03_matmul;
 pub mod t04_low_memory_dropout;
 pub mod t05_layer_norm;
 pub mod t06_fused_attention;
+pub mod t07_extern_functions;
 pub mod t08_grouped_gemm;
 pub mod t09_persistent_matmul;
 
@@ -116,6 +117,7 @@ pub fn tutorials() -> Vec<Tutorial> {
     all.extend(t04_low_memory_dropout::tutorials());
     all.extend(t05_layer_norm::tutorials());
     all.extend(t06_fused_attention::tutorials());
+    all.extend(t07_extern_functions::tutorials());
     all.extend(t08_grouped_gemm::tutorials());
     all.extend(t09_persistent_matmul::tutorials());
     all
