@@ -38,6 +38,7 @@ pub mod t06_fused_attention;
 pub mod t07_extern_functions;
 pub mod t08_grouped_gemm;
 pub mod t09_persistent_matmul;
+pub mod t11_programmatic_dependent_launch;
 
 use tegula::ir::DType;
 use tegula::{Device, Result};
@@ -120,6 +121,7 @@ pub fn tutorials() -> Vec<Tutorial> {
     all.extend(t07_extern_functions::tutorials());
     all.extend(t08_grouped_gemm::tutorials());
     all.extend(t09_persistent_matmul::tutorials());
+    all.extend(t11_programmatic_dependent_launch::tutorials());
     all
 }
 
