@@ -549,7 +549,10 @@ pub fn check_typed<T: Element>(
             .flat_map(|(row, (mu, r))| {
                 row.iter()
                     .zip(wv.iter().zip(&bv))
-                    .map(|(v, (w, b))| ((v - mu) * r * w).abs() + b.abs())
+                    .map(
+                        |(v, (w, b))| // x - mean cancels: the statistics' errors scale with |x|
+                        (v.abs() + mu.abs()) * r * w.abs() + b.abs(),
+                    )
                     .collect::<Vec<_>>()
             })
             .collect();
