@@ -102,6 +102,24 @@ pub struct Tutorial {
 }
 
 impl Tutorial {
+    /// The launches one benchmarked call makes at `shape`, recorded instead of run, as a GPU
+    /// of `sm_count` SMs would get them (the interpreter's untuned configs): their Tile IR,
+    /// and the PTX `RecordedLaunch::compile` makes of it, with no GPU (what `tegula ptx` and
+    /// `tegula launch-cost` show for library kernels). The inputs are host tensors of the full
+    /// size; the launches that prepare them (a forward before a backward) are left out.
+    pub fn record(
+        &self,
+        shape: &[usize],
+        dtype: DType,
+        sm_count: usize,
+    ) -> Result<Vec<tegula::RecordedLaunch>> {
+        let dev = Device::recording(sm_count);
+        let mut bench = (self.bench)(&dev, shape, dtype)?;
+        dev.take_recorded();
+        (bench.launch)()?;
+        Ok(dev.take_recorded())
+    }
+
     /// The name the Triton harness prints (`03-matmul`), to join its `TRITON <name> <shape>
     /// <ms>` lines with tegula's.
     pub fn triton_name(&self) -> &'static str {

@@ -57,8 +57,9 @@ pub fn add_kernel<T: Element>(
 ) {
     // There are multiple 'programs' processing different data. We identify which program
     // we are here:
-    let pid = program_id(0); // We use a 1D launch grid so axis is 0.
-                             // This program will process inputs that are offset from the initial data.
+    // We use a 1D launch grid so axis is 0.
+    let pid = program_id(0);
+    // This program will process inputs that are offset from the initial data.
     let block_start = pid * BLOCK_SIZE;
     let offsets = block_start + arange(0, BLOCK_SIZE as i64);
     // Create a mask to guard memory operations against out-of-bounds accesses.

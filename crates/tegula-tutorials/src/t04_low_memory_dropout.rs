@@ -17,7 +17,7 @@
 //! | --- | --- |
 //! | `tl.where(x_keep, a, b)` with an int32 `x_keep` | `select(x_keep.cast(DType::I1), a, b)`: tegula's `select` takes an i1 condition, and the cast is Triton's implicit one (`x != 0`) |
 //! | `x / (1 - p)` with a float scalar `p` | the same |
-//! | `tl.rand(seed, offsets)` | [`rand`], a port of `triton.language.random` over tiles |
+//! | `tl.rand(seed, offsets)` | [`rand()`], a port of `triton.language.random` over tiles |
 //! | `math.umulhi(a, b)` | [`umulhi`]: the u32 operands widened to u64, multiplied, shifted |
 //! | `x.to(tl.uint32, bitcast=True)` | `x.bitcast::<u32>()` |
 //! | `tl.static_range(n_rounds)` | a Rust `for` loop (unrolled at trace time) |

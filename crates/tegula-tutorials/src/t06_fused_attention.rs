@@ -227,8 +227,9 @@ pub fn _attn_fwd(
     let mut acc = zeros::<f32>([BLOCK_M, HEAD_DIM]);
     // load scales
     let mut qk_scale = sm_scale;
-    qk_scale *= 1.44269504; // 1/log(2)
-                            // load q: it will stay in SRAM throughout
+    // 1/log(2)
+    qk_scale *= 1.44269504;
+    // load q: it will stay in SRAM throughout
     let q = desc_q.load((qo_offset_y, 0));
     // stage 1: off-band
     // For causal = True, STAGE = 3 and _attn_fwd_inner gets 1 as its STAGE
@@ -1008,7 +1009,7 @@ pub fn attention_backward(
 }
 
 /// Float64 attention of one problem (`[Z, H, N, D]` row-major vectors), with the magnitudes
-/// that bound a correct fp16 kernel's error (see [`reference`]).
+/// that bound a correct fp16 kernel's error (see [`reference()`]).
 pub struct Reference {
     pub o: Vec<f64>,
     /// Base-2 logsumexp `[Z, H, N]` (what the kernel stores in `M`).
@@ -1144,7 +1145,7 @@ const U: f64 = 1.0 / 2048.0;
 
 /// Runs the forward (and with `backward` the backward) on fresh unit-normal inputs of
 /// `[Z, H, N_CTX, HEAD_DIM]` and compares with float64: each element within twice its error
-/// magnitude (see [`reference`]) plus f32 and `exp2` slack.
+/// magnitude (see [`reference()`]) plus f32 and `exp2` slack.
 pub fn check_with(
     dev: &Device,
     dims: [usize; 4],

@@ -121,3 +121,27 @@ fn benches_prepare_and_launch_on_the_interpreter() -> tegula::Result<()> {
     }
     Ok(())
 }
+
+#[test]
+fn every_entry_records_its_launches() -> tegula::Result<()> {
+    for t in tegula_tutorials::tutorials() {
+        let launches = t.record(t.default_shape, t.dtypes[0], 132)?;
+        assert!(!launches.is_empty(), "{}", t.name);
+        for l in &launches {
+            assert!(l.grid.num_programs() > 0, "{} {}", t.name, l.name);
+        }
+    }
+    // The attention backward's call is its three kernels, without the forward that prepared
+    // its inputs.
+    let t = tegula_tutorials::find("06-attention-bwd").expect("registered");
+    let names: Vec<&str> = t
+        .record(t.default_shape, t.dtypes[0], 132)?
+        .iter()
+        .map(|l| l.name)
+        .collect();
+    assert_eq!(
+        names,
+        ["_scale_kernel", "_attn_bwd_preprocess", "_attn_bwd"]
+    );
+    Ok(())
+}
