@@ -1,0 +1,151 @@
+//! Triton's tutorials, ported to tegula line by line.
+//!
+//! Each module is one tutorial of Triton 3.6 (the kernels are in
+//! `peers/triton_tutorials/triton_tutorials.py`, verbatim) and reads as a chapter of a porting
+//! guide: what the Triton code does, what maps to what, what differs and why. A port keeps the
+//! tutorial's structure: the same program order, the same pointer arithmetic (pointer tiles
+//! carried through loops and advanced, as Triton writes them), the same loops, the same helper
+//! functions and the same autotune candidates and keys. Where tegula lacks a builtin, the port
+//! says so in a comment starting `// workaround:` and does the smallest honest thing instead.
+//!
+//! Each tutorial has host functions shaped like the tutorial's Python ones (allocate, grid,
+//! launch), returning typed errors, a float64 reference, and an entry in [`tutorials`]: the
+//! name the Triton harness prints (`tutorial-03-matmul` for its `03-matmul`), the shapes it
+//! benchmarks with its shape strings, a check on fresh random inputs against float64, and a
+//! benchmark that prepares inputs and hands back one launch to time.
+//!
+//! | module | Triton tutorial |
+//! | --- | --- |
+//! | [`t01_vector_add`] | 01 vector addition |
+//! | [`t02_fused_softmax`] | 02 fused softmax (persistent programs sized by occupancy) |
+//! | [`t03_matmul`] | 03 matrix multiplication (grouped order, autotuned, leaky ReLU) |
+//! | [`t04_low_memory_dropout`] | 04 low-memory dropout (mask and seeded Philox) |
+//! | [`t05_layer_norm`] | 05 layer norm forward and backward (locked partial sums) |
+//! | [`t06_fused_attention`] | 06 fused attention forward and backward |
+//! | [`t07_extern_functions`] | 07 extern functions (`libdevice.asin`) |
+//! | [`t08_grouped_gemm`] | 08 grouped GEMM (and its descriptor variant) |
+//! | [`t09_persistent_matmul`] | 09 persistent matmul (naive, persistent, descriptor variants) |
+//! | [`t11_programmatic_dependent_launch`] | 11 programmatic dependent launch (without PDL) |
+
+pub mod common;
+pub mod desc;
+pub mod t01_vector_add;
+pub mod t02_fused_softmax;
+pub mod t03_matmul;
+pub mod t04_low_memory_dropout;
+pub mod t05_layer_norm;
+pub mod t06_fused_attention;
+pub mod t07_extern_functions;
+pub mod t08_grouped_gemm;
+pub mod t09_persistent_matmul;
+pub mod t11_programmatic_dependent_launch;
+
+use tegula::ir::DType;
+use tegula::{Device, Result};
+
+/// The outcome of a port run on fresh random inputs against a float64 reference (the fields
+/// of the kernel library's report of the same name).
+#[derive(Clone, Debug)]
+pub struct CheckReport {
+    pub kernel: String,
+    /// The problem size, e.g. `M=37 N=131`.
+    pub shape: String,
+    pub dtype: DType,
+    pub max_abs_err: f64,
+    /// The largest `|got - want| / (atol + rtol * magnitude)`; at most 1 passes.
+    pub worst_ratio: f64,
+    pub atol: f64,
+    pub rtol: f64,
+}
+
+impl CheckReport {
+    pub fn passed(&self) -> bool {
+        self.worst_ratio <= 1.0
+    }
+}
+
+/// A shape the Triton harness benchmarks: its shape string (`4096x4096x4096`, `n=134217728`,
+/// `Z4H32N4096D64`) and the sizes in the order of [`Tutorial::dims`].
+#[derive(Clone, Copy, Debug)]
+pub struct BenchShape {
+    pub label: &'static str,
+    pub dims: &'static [usize],
+}
+
+/// One prepared benchmark case: the work it does and a closure that launches it once on
+/// inputs made beforehand (the first call may compile and autotune; time the calls after).
+pub struct Bench {
+    /// Floating-point operations of one launch (0 for pure data movement).
+    pub flops: f64,
+    /// The fewest bytes one launch must move: each input read once, each output written once.
+    pub bytes: f64,
+    pub launch: Box<dyn FnMut() -> Result<()>>,
+}
+
+/// One benchmark of a ported tutorial, for the CLI and the GPU check.
+pub struct Tutorial {
+    /// `tutorial-` and the name the Triton harness prints, e.g. `tutorial-06-attention-fwd`.
+    pub name: &'static str,
+    pub about: &'static str,
+    /// Dimension names, in the order shapes list them (e.g. `["M", "N", "K"]`).
+    pub dims: &'static [&'static str],
+    /// A small problem size, for checks on the interpreter.
+    pub default_shape: &'static [usize],
+    /// The shapes the Triton harness benchmarks.
+    pub bench_shapes: &'static [BenchShape],
+    /// Supported dtypes, the harness's first.
+    pub dtypes: &'static [DType],
+    /// Runs the port on fresh random inputs and compares with a float64 reference.
+    pub check: fn(&Device, &[usize], DType) -> Result<CheckReport>,
+    /// Prepares inputs of a shape and returns one launch to time.
+    pub bench: fn(&Device, &[usize], DType) -> Result<Bench>,
+}
+
+impl Tutorial {
+    /// The launches one benchmarked call makes at `shape`, recorded instead of run, as a GPU
+    /// of `sm_count` SMs would get them (the interpreter's untuned configs): their Tile IR,
+    /// and the PTX `RecordedLaunch::compile` makes of it, with no GPU (what `tegula ptx` and
+    /// `tegula launch-cost` show for library kernels). The inputs are host tensors of the full
+    /// size; the launches that prepare them (a forward before a backward) are left out.
+    pub fn record(
+        &self,
+        shape: &[usize],
+        dtype: DType,
+        sm_count: usize,
+    ) -> Result<Vec<tegula::RecordedLaunch>> {
+        let dev = Device::recording(sm_count);
+        let mut bench = (self.bench)(&dev, shape, dtype)?;
+        dev.take_recorded();
+        (bench.launch)()?;
+        Ok(dev.take_recorded())
+    }
+
+    /// The name the Triton harness prints (`03-matmul`), to join its `TRITON <name> <shape>
+    /// <ms>` lines with tegula's.
+    pub fn triton_name(&self) -> &'static str {
+        self.name.strip_prefix("tutorial-").unwrap_or(self.name)
+    }
+}
+
+/// Every ported tutorial benchmark, in the tutorials' order.
+pub fn tutorials() -> Vec<Tutorial> {
+    let mut all = Vec::new();
+    all.extend(t01_vector_add::tutorials());
+    all.extend(t02_fused_softmax::tutorials());
+    all.extend(t03_matmul::tutorials());
+    all.extend(t04_low_memory_dropout::tutorials());
+    all.extend(t05_layer_norm::tutorials());
+    all.extend(t06_fused_attention::tutorials());
+    all.extend(t07_extern_functions::tutorials());
+    all.extend(t08_grouped_gemm::tutorials());
+    all.extend(t09_persistent_matmul::tutorials());
+    all.extend(t11_programmatic_dependent_launch::tutorials());
+    all
+}
+
+/// Looks a tutorial up by name (`tutorial-03-matmul`, or the harness's `03-matmul`).
+pub fn find(name: &str) -> Option<Tutorial> {
+    tutorials()
+        .into_iter()
+        .find(|t| t.name == name || t.triton_name() == name)
+}

@@ -1,0 +1,88 @@
+//! Tutorial 03 on the interpreter: odd M, N, K (the modulo row indices and the K mask), both
+//! activations, the tutorial's small configs and the tuner's default.
+
+use tegula::prelude::*;
+use tegula_tutorials::t03_matmul::{check_with, get_cuda_autotune_config, matmul_with};
+
+/// The tutorial's configs with BLOCK_SIZE_K 32 and tiles of at most 64 x 64 (quick to
+/// interpret).
+fn small_configs() -> Vec<tegula::autotune::Config> {
+    get_cuda_autotune_config()
+        .into_iter()
+        .filter(|c| {
+            c.get("BLOCK_SIZE_M").unwrap() * c.get("BLOCK_SIZE_N").unwrap() <= 64 * 64
+                && c.get("BLOCK_SIZE_K") == Some(32)
+        })
+        .collect()
+}
+
+#[test]
+fn small_configs_match_float64_at_odd_shapes() -> tegula::Result<()> {
+    let dev = Device::cpu();
+    let configs = small_configs();
+    assert_eq!(
+        configs.len(),
+        3,
+        "(128, 32, 32), (64, 32, 32) and (32, 64, 32)"
+    );
+    for meta in &configs {
+        for (m, n, k) in [(37, 131, 77), (1, 17, 5), (100, 64, 96)] {
+            for activation in ["", "leaky_relu"] {
+                let r = check_with(&dev, (m, n, k), activation, Some(meta))?;
+                assert!(r.passed(), "{meta}: {r:?}");
+            }
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn the_tuned_default_matches_float64() -> tegula::Result<()> {
+    // On the interpreter the tuner gives the list's first config, 128 x 256 x 64.
+    let r = check_with(&Device::cpu(), (131, 67, 45), "leaky_relu", None)?;
+    assert!(r.passed(), "{r:?}");
+    Ok(())
+}
+
+#[test]
+fn leaky_relu_changes_negative_outputs() -> tegula::Result<()> {
+    let dev = Device::cpu();
+    let meta = &small_configs()[0];
+    let a = dev.randn::<f16>([33, 40])?;
+    let b = dev.randn::<f16>([40, 35])?;
+    let plain = matmul_with(&a, &b, "", meta)?.to_f64_vec()?;
+    let leaky = matmul_with(&a, &b, "leaky_relu", meta)?.to_f64_vec()?;
+    let negative = plain.iter().filter(|v| **v < -0.5).count();
+    assert!(negative > 50);
+    for (p, l) in plain.iter().zip(&leaky) {
+        if *p >= 0.0 {
+            assert_eq!(p, l);
+        } else {
+            assert!((l - 0.01 * p).abs() <= 1e-3 * p.abs() + 1e-4, "{p} {l}");
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn contract_errors_are_typed() -> tegula::Result<()> {
+    let dev = Device::cpu();
+    let a = dev.randn::<f16>([16, 32])?;
+    let b = dev.randn::<f16>([31, 16])?;
+    let meta = &small_configs()[0];
+    assert!(matches!(
+        matmul_with(&a, &b, "", meta),
+        Err(tegula::Error::Shape { .. })
+    ));
+    let b = dev.randn::<f16>([32, 16])?;
+    assert!(matches!(
+        matmul_with(&a, &b, "gelu", meta),
+        Err(tegula::Error::Invalid { .. })
+    ));
+    let at = dev.randn::<f16>([32, 16])?.transpose(0, 1)?;
+    assert!(matches!(
+        matmul_with(&at, &b, "", meta),
+        Err(tegula::Error::Stride { .. })
+    ));
+    Ok(())
+}

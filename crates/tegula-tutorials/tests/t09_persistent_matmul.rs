@@ -1,0 +1,91 @@
+//! Tutorial 09 on the interpreter: every variant at odd shapes (clamped edge rows, the K mask,
+//! descriptor bounds), the persistent grids walking several tiles a program (two SMs on the
+//! interpreter), and both epilogues of the persistent descriptor kernels.
+
+use tegula::prelude::*;
+use tegula_tutorials::t09_persistent_matmul::{
+    check_with, inputs, matmul_tma_persistent_get_configs, matmul_with, split, Variant,
+};
+
+#[test]
+fn every_variant_matches_float64_at_odd_shapes() -> tegula::Result<()> {
+    let dev = Device::cpu();
+    for variant in Variant::ALL {
+        // 3 x 2 tiles of 128 x 128 for two programs; K = 77 is two ragged k-tiles of 64.
+        for mnk in [(257, 131, 77), (5, 3, 200)] {
+            let r = check_with(&dev, variant, mnk, None)?;
+            assert!(r.passed(), "{r:?}");
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn both_epilogues_and_wide_tiles() -> tegula::Result<()> {
+    let dev = Device::cpu();
+    let configs = matmul_tma_persistent_get_configs();
+    // BN 256, BK 128, with and without the subtile epilogue.
+    let picked: Vec<_> = configs
+        .iter()
+        .filter(|c| {
+            c.get("BLOCK_SIZE_N") == Some(256)
+                && c.get("BLOCK_SIZE_K") == Some(128)
+                && c.num_stages == 2
+                && c.num_warps == 8
+        })
+        .collect();
+    assert_eq!(picked.len(), 2);
+    for meta in picked {
+        for variant in [Variant::TmaPersistent, Variant::DescriptorPersistent] {
+            let r = check_with(&dev, variant, (300, 520, 130), Some(meta))?;
+            assert!(r.passed(), "{meta}: {r:?}");
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn split_takes_the_halves_of_the_last_axis() -> tegula::Result<()> {
+    // The tl.split stand-in, through a kernel: [4, 8] -> reshape [4, 2, 4] -> permute ->
+    // split, as the subtile epilogue does.
+    #[tegula::kernel]
+    fn split_kernel(x: Ptr<f32>, lo: Ptr<f32>, hi: Ptr<f32>) {
+        let rows = arange(0, 4).col();
+        let cols = arange(0, 8).row();
+        let v = load_unmasked(x + rows * 8 + cols);
+        let (a, b) = split(v.reshape([4, 2, 4]).permute(&[0, 2, 1]));
+        let out = rows * 4 + arange(0, 4).row();
+        store_unmasked(lo + out, a);
+        store_unmasked(hi + out, b);
+    }
+    let dev = Device::cpu();
+    let x = dev.randn::<f32>([4, 8])?;
+    let (lo, hi) = (dev.empty::<f32>([4, 4])?, dev.empty::<f32>([4, 4])?);
+    split_kernel::launch(&dev, 1u32, &x, &lo, &hi)?;
+    let xv = x.to_vec()?;
+    for r in 0..4 {
+        for c in 0..4 {
+            assert_eq!(lo.to_vec()?[r * 4 + c], xv[r * 8 + c]);
+            assert_eq!(hi.to_vec()?[r * 4 + c], xv[r * 8 + 4 + c]);
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn contract_errors_are_typed() -> tegula::Result<()> {
+    let dev = Device::cpu();
+    let (a, b_t) = inputs(&dev, (32, 48, 40))?;
+    let meta = &tegula_tutorials::t09_persistent_matmul::matmul_get_configs()[0];
+    // The descriptor variants take B as [N, K]; the naive one as [K, N].
+    assert!(matches!(
+        matmul_with(Variant::Naive, &a, &b_t, meta),
+        Err(tegula::Error::Shape { .. })
+    ));
+    let b_view = dev.randn::<f16>([40, 48])?.transpose(0, 1)?; // [48, 40], strides (1, 48)
+    assert!(matches!(
+        matmul_with(Variant::DescriptorPersistent, &a, &b_view, meta),
+        Err(tegula::Error::Stride { .. })
+    ));
+    Ok(())
+}
