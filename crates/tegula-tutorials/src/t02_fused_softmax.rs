@@ -131,10 +131,7 @@ pub fn softmax_programs<T: Element>(x: &Tensor<T>, y: &Tensor<T>) -> Result<Soft
     let Some(info) = dev.cuda_runtime().map(|rt| rt.device_info()) else {
         return Ok(SoftmaxPlan {
             block_size: BLOCK_SIZE,
-            config: LaunchConfig {
-                num_warps,
-                num_stages: 2,
-            },
+            config: LaunchConfig::new(num_warps, 2),
             num_programs: INTERPRETER_PROGRAMS.min(n_rows.max(1) as usize),
         });
     };
@@ -146,10 +143,7 @@ pub fn softmax_programs<T: Element>(x: &Tensor<T>, y: &Tensor<T>) -> Result<Soft
     );
     // Number of software pipelining stages.
     let num_stages = if SIZE_SMEM > 200000 { 4 } else { 2 };
-    let config = LaunchConfig {
-        num_warps,
-        num_stages,
-    };
+    let config = LaunchConfig::new(num_warps, num_stages);
     // pre-compile kernel to get register usage and compute thread occupancy.
     let trace = || softmax_kernel::trace::<T>(BLOCK_SIZE);
     let (s_in, s_out) = (x.strides()[0] as i32, y.strides()[0] as i32);

@@ -968,10 +968,7 @@ pub fn attention_backward_into(
     _attn_bwd::launch_with(
         dev,
         grid,
-        LaunchConfig {
-            num_warps: NUM_WARPS,
-            num_stages: NUM_STAGES,
-        },
+        LaunchConfig::new(NUM_WARPS, NUM_STAGES),
         q,
         &bufs.arg_k,
         v,
