@@ -1,5 +1,6 @@
 //! `Device`: where tensors live and kernels run, with the cache of traced specializations.
 
+use crate::compiler;
 use crate::error::{Error, Result};
 use crate::gpu::{self, Gpu, GpuBuffer};
 use crate::launch::{KernelArg, Launch};
@@ -111,7 +112,7 @@ struct Inner {
 pub struct RecordedLaunch {
     pub name: &'static str,
     pub key: String,
-    /// Traced and canonicalized, before the argument facts (see [`gpu::specialize`]).
+    /// Traced and canonicalized, before the argument facts (see [`crate::specialize`]).
     pub kernel: Arc<Kernel>,
     pub args: Vec<KernelArg>,
     pub grid: crate::Grid,
@@ -124,8 +125,8 @@ pub struct RecordedLaunch {
 impl RecordedLaunch {
     /// The PTX a GPU launch with these arguments and this config compiles for `target`
     /// (tensors of a recording device count as fresh, 256-byte aligned GPU allocations).
-    pub fn compile(&self, target: &tegula_ptx::Target) -> Result<tegula_ptx::Compiled> {
-        gpu::compile_specialized(&self.kernel, &self.args, self.config, target)
+    pub fn compile(&self, target: &compiler::Target) -> Result<compiler::Compiled> {
+        compiler::compile_launch(&self.kernel, &self.args, self.config, target)
     }
 }
 
@@ -507,6 +508,24 @@ impl Device {
             gpu.runtime.synchronize()?;
         }
         Ok(())
+    }
+
+    /// What the compiler decides for a launch, without running it: the [`compiler::Report`]
+    /// of its specialization (per loop its pipeline stages and why fewer than asked, per dot
+    /// its instructions, shared memory and occupancy). On a GPU the compiled kernel's (cached
+    /// like a launch's); elsewhere a compile for [`compiler::DEFAULT_TARGET`] (sm_90a).
+    pub fn plan(&self, launch: &Launch<'_>) -> Result<compiler::Report> {
+        if self.inner.gpu.is_some() {
+            return Ok(self.compiled(launch)?.compiled.report.clone());
+        }
+        let kernel = self.specialize(launch)?;
+        let compiled = compiler::compile_launch(
+            &kernel,
+            &launch.args,
+            launch.config,
+            &compiler::DEFAULT_TARGET,
+        )?;
+        Ok(compiled.report)
     }
 
     /// The compiled PTX and resource report of a launch's specialization (GPU devices only).

@@ -1,13 +1,14 @@
 //! The CUDA side of a [`crate::Device`]: specialization facts, PTX lowering, module load and
 //! launch. Everything here runs only when a driver and a GPU are present.
 
+use crate::compiler::{self, fact_bits};
 use crate::error::{Error, Result};
 use crate::launch::{KernelArg, LaunchConfig};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use tegula_cuda::{CudaRuntime, DeviceBuffer, KernelParam, LoadedKernel};
 use tegula_ir::{DType, Kernel};
-use tegula_ptx::{CompileOptions, Compiled, ParamAbi, Target};
+use tegula_ptx::{Compiled, ParamAbi, Target};
 
 /// A kernel specialization compiled and loaded on one GPU.
 pub struct GpuKernel {
@@ -36,92 +37,12 @@ pub struct Gpu {
     l2_scratch: std::sync::OnceLock<DeviceBuffer>,
 }
 
-/// Integer arguments equal to 1 (unit strides): their parameters become the constant 1, as in
-/// Triton, so address arithmetic folds and contiguity shows.
-pub fn unit_arguments(args: &[KernelArg]) -> Vec<bool> {
-    args.iter()
-        .map(|a| matches!(a, KernelArg::Int { value: 1, .. }))
-        .collect()
-}
-
-/// Triton's specialization facts: which pointer arguments are 16-byte aligned and which integer
-/// arguments are multiples of 16. They are part of the cache key and feed vectorization.
-pub fn divisibility_facts(args: &[KernelArg]) -> Vec<bool> {
-    args.iter()
-        .map(|a| match a {
-            KernelArg::Tensor {
-                storage,
-                offset,
-                dtype,
-                ..
-            } => {
-                // Host storage (a recording device's tensors) stands for a fresh GPU
-                // allocation, which the driver aligns to 256 bytes: base 0.
-                let base = storage.device_address().unwrap_or(0);
-                (base + (offset * dtype.size_bytes()) as u64).is_multiple_of(16)
-            }
-            KernelArg::Int { value, .. } => value.rem_euclid(16) == 0,
-            KernelArg::Float { .. } => false,
-        })
-        .collect()
-}
-
-/// The facts of [`specialize`] as a cache-key part: `1` per aligned/divisible argument, then
-/// `1` per unit argument (`1100|0001`).
-pub fn fact_bits(args: &[KernelArg]) -> String {
-    let bits = |v: Vec<bool>| -> String { v.iter().map(|&f| if f { '1' } else { '0' }).collect() };
-    format!(
-        "{}|{}",
-        bits(divisibility_facts(args)),
-        bits(unit_arguments(args))
-    )
-}
-
-/// The kernel a launch with `args` compiles: the traced kernel with the divisibility facts of
-/// its parameters set and its unit integer parameters bound to 1 (the one place this
-/// specialization is written; `tegula launch-cost` and `tegula ptx` use it too).
-pub fn specialize(traced: &Kernel, args: &[KernelArg]) -> Kernel {
-    let mut kernel = traced.clone();
-    for (param, fact) in kernel.params.iter_mut().zip(divisibility_facts(args)) {
-        param.facts.divisible_by_16 = fact;
-    }
-    let ones = unit_arguments(args);
-    if ones.contains(&true) {
-        for (i, _) in ones.iter().enumerate().filter(|(_, &one)| one) {
-            tegula_ir::passes::bind_scalar_param(&mut kernel, i, tegula_ir::Constant::Int(1));
-        }
-        tegula_ir::passes::canonicalize(&mut kernel);
-    }
-    kernel
-}
-
-/// The PTX a launch with `args` and `config` compiles for `target`.
-pub fn compile_specialized(
-    traced: &Kernel,
-    args: &[KernelArg],
-    config: LaunchConfig,
-    target: &Target,
-) -> Result<Compiled> {
-    let options = CompileOptions {
-        num_warps: config.num_warps,
-        num_stages: config.num_stages,
-        mma: config.mma,
-    };
-    Ok(tegula_ptx::compile(
-        &specialize(traced, args),
-        target,
-        &options,
-    )?)
-}
-
 impl Gpu {
     pub fn new(ordinal: usize) -> Result<Gpu> {
         let runtime = CudaRuntime::new(ordinal)?;
         let sm = runtime.device_info().sm();
         // sm_90a unlocks Hopper's instructions; anything newer runs sm_90 code as well.
-        let target = Target {
-            sm: if sm >= 90 { 90 } else { sm.max(80) },
-        };
+        let target = Target::for_compute_capability(sm / 10, sm % 10);
         Ok(Gpu {
             runtime,
             target,
@@ -170,7 +91,11 @@ impl Gpu {
         if let Some(k) = self.cache().get(&key) {
             return Ok(k.clone());
         }
-        let compiled = compile_specialized(traced, args, config, &self.target)?;
+        let compiled = compiler::compile_launch(traced, args, config, &self.target)?;
+        // Said once per specialization (compiled kernels are cached by this key).
+        for warning in compiled.report.stage_warnings() {
+            eprintln!("tegula: warning: {warning}");
+        }
         let source_map = |line: usize| source_line_of(&compiled.ptx, line);
         let loaded = self
             .runtime

@@ -26,6 +26,7 @@
 //! ```
 
 pub mod autotune;
+pub mod compiler;
 mod device;
 mod error;
 mod gpu;
@@ -33,9 +34,10 @@ mod launch;
 mod tensor;
 
 pub use autotune::{Autotuner, Config, Tuning};
+pub use compiler::{specialize, Report};
 pub use device::{Backend, Device, RecordedLaunch};
 pub use error::{Error, Result};
-pub use gpu::{compile_specialized, specialize, GpuKernel};
+pub use gpu::GpuKernel;
 pub use launch::{Grid, KernelArg, Launch, LaunchConfig, MmaChoice, Ptr, ScalarArg, TensorArg};
 pub use tegula_ir as ir;
 pub use tegula_macros::kernel;
