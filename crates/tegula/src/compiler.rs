@@ -1,11 +1,13 @@
 //! The compile pipeline, in one place: a traced kernel (already canonicalized by
 //! [`crate::Device::specialize`]) is specialized on its launch's arguments (Triton's
-//! divisibility facts, unit integers bound and folded), verified, planned and emitted as PTX
-//! for a target. Every path that compiles a kernel comes here: a GPU launch, the recording
+//! divisibility facts, unit integers bound and folded), its loops' affine recurrences are
+//! expressed in their counters ([`tegula_ir::passes::affine_recurrences`]), and it is
+//! verified, planned and emitted as PTX for a target. Every path that compiles a kernel comes here: a GPU launch, the recording
 //! device (`tegula ptx`, `tegula launch-cost`), `Device::plan` and the CLI's `plan`.
 //!
 //! ```text
-//! traced Kernel --specialize(args)--> Kernel --verify--> tegula_ptx::compile
+//! traced Kernel --specialize(args), affine_recurrences, canonicalize--> Kernel
+//!                --verify--> tegula_ptx::compile
 //!                                                         (plan: dots, layouts, pipelines
 //!                                                          -> emit -> Compiled + Report)
 //! ```
@@ -67,10 +69,13 @@ pub fn specialize(traced: &Kernel, args: &[KernelArg]) -> Result<Kernel> {
         param.facts.divisible_by_16 = fact;
     }
     let ones = unit_arguments(args);
-    if ones.contains(&true) {
-        for (i, _) in ones.iter().enumerate().filter(|(_, &one)| one) {
-            tegula_ir::passes::bind_scalar_param(&mut kernel, i, tegula_ir::Constant::Int(1));
-        }
+    for (i, _) in ones.iter().enumerate().filter(|(_, &one)| one) {
+        tegula_ir::passes::bind_scalar_param(&mut kernel, i, tegula_ir::Constant::Int(1));
+    }
+    // Pointers and offsets a loop advances by a constant become functions of its counter, so
+    // that the software pipeline can compute them a few iterations ahead.
+    let rewrote = tegula_ir::passes::affine_recurrences(&mut kernel);
+    if ones.contains(&true) || rewrote {
         tegula_ir::passes::canonicalize(&mut kernel);
         verify(&kernel)?;
     }
