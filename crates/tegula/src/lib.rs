@@ -27,6 +27,7 @@
 
 pub mod autotune;
 mod device;
+pub mod env;
 mod error;
 mod gpu;
 mod launch;

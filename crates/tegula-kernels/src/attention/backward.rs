@@ -833,21 +833,7 @@ fn check_backward<T: Element>(
     dv: &Tensor<T>,
     options: &AttentionOptions,
 ) -> Result<Dims> {
-    let dims = check_qkv(OP, q, k, v)?;
-    expect_block_sizes(OP, options)?;
-    for (name, t) in [("o", o), ("d_o", d_o)] {
-        check::expect_shape(OP, name, t, &dims.q_shape())?;
-        check::expect_unit_last_stride(OP, name, t)?;
-        check::expect_same_device(OP, q, t)?;
-    }
-    check::expect_shape(OP, "lse", lse, &dims.lse_shape())?;
-    check::expect_same_device(OP, q, lse)?;
-    if !lse.is_contiguous() {
-        return Err(Error::Stride {
-            op: OP.into(),
-            message: format!("`lse` must be contiguous, got strides {:?}", lse.strides()),
-        });
-    }
+    let dims = check_inputs(q, k, v, o, d_o, lse, options)?;
     let inputs = [("q", q), ("k", k), ("v", v), ("o", o), ("d_o", d_o)];
     check_output(OP, "dq", dq, &dims.q_shape(), q, &inputs)?;
     check_output(OP, "dk", dk, &dims.kv_shape(), q, &inputs)?;
@@ -1169,7 +1155,45 @@ fn launch<T: Element>(
     Ok(())
 }
 
-/// The backward in new contiguous tensors (see [`backward_into`] for the contract).
+/// The contract on the inputs and the options.
+fn check_inputs<T: Element>(
+    q: &Tensor<T>,
+    k: &Tensor<T>,
+    v: &Tensor<T>,
+    o: &Tensor<T>,
+    d_o: &Tensor<T>,
+    lse: &Tensor<f32>,
+    options: &AttentionOptions,
+) -> Result<Dims> {
+    let dims = check_qkv(OP, q, k, v)?;
+    expect_block_sizes(OP, options)?;
+    softmax_scale(OP, options, dims.head_dim)?;
+    for (name, t) in [("o", o), ("d_o", d_o)] {
+        check::expect_shape(OP, name, t, &dims.q_shape())?;
+        check::expect_unit_last_stride(OP, name, t)?;
+        check::expect_same_device(OP, ("q", q), (name, t))?;
+    }
+    check::expect_shape(OP, "lse", lse, &dims.lse_shape())?;
+    check::expect_same_device(OP, ("q", q), ("lse", lse))?;
+    if !lse.is_contiguous() {
+        return Err(Error::Stride {
+            op: OP.into(),
+            message: format!("`lse` must be contiguous, got strides {:?}", lse.strides()),
+        });
+    }
+    for (name, t) in [("q", q), ("k", k), ("v", v), ("o", o), ("d_o", d_o)] {
+        strides_i32::<3, T>(OP, name, t)?;
+    }
+    strides_i32::<1, f32>(OP, "lse", lse)?;
+    size_i32(OP, "B * H", dims.batch * dims.heads)?;
+    size_i32(OP, "B * Hkv", dims.batch * dims.kv_heads)?;
+    size_i32(OP, "Nq", dims.n_q)?;
+    size_i32(OP, "Nk", dims.n_k)?;
+    Ok(dims)
+}
+
+/// The backward in new contiguous tensors (see [`backward_into`] for the contract); the inputs
+/// and options are checked before the gradients are allocated.
 #[allow(clippy::too_many_arguments)]
 pub fn backward<T: Element>(
     q: &Tensor<T>,
@@ -1180,7 +1204,9 @@ pub fn backward<T: Element>(
     lse: &Tensor<f32>,
     options: &AttentionOptions,
 ) -> Result<Gradients<T>> {
-    let dims = check_qkv(OP, q, k, v)?;
+    let dims = check_inputs(q, k, v, o, d_o, lse, options)?;
+    check::expect_i32_output(OP, "dq", &dims.q_shape())?;
+    check::expect_i32_output(OP, "dk", &dims.kv_shape())?;
     let dev = q.device();
     let grads = Gradients {
         dq: dev.zeros::<T>(dims.q_shape())?,

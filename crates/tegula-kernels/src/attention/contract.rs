@@ -173,13 +173,13 @@ pub fn check_qkv<T: Element>(
     }
     for (name, t) in [("q", q), ("k", k), ("v", v)] {
         check::expect_unit_last_stride(op, name, t)?;
-        check::expect_same_device(op, q, t)?;
+        check::expect_same_device(op, ("q", q), (name, t))?;
     }
     Ok(dims)
 }
 
 /// An output: the expected shape, unit stride on the last axis, elements that do not overlap
-/// each other, same device as `like`, and no memory shared with any of `inputs`.
+/// each other, same device as `like` (the query, `q`), and no memory shared with any of `inputs`.
 pub fn check_output<O: Element, T: Element>(
     op: &str,
     name: &str,
@@ -190,7 +190,7 @@ pub fn check_output<O: Element, T: Element>(
 ) -> Result<()> {
     check::expect_shape(op, name, out, shape)?;
     check::expect_unit_last_stride(op, name, out)?;
-    check::expect_same_device(op, like, out)?;
+    check::expect_same_device(op, ("q", like), (name, out))?;
     expect_distinct_elements(op, name, out)?;
     for &(input_name, input) in inputs {
         check::expect_no_alias(op, (name, out), (input_name, input))?;

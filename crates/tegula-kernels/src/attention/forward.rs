@@ -249,8 +249,7 @@ fn check_forward<T: Element>(
     lse: &Tensor<f32>,
     options: &AttentionOptions,
 ) -> Result<Dims> {
-    let dims = check_qkv(OP, q, k, v)?;
-    expect_block_sizes(OP, options)?;
+    let dims = check_inputs(q, k, v, options)?;
     let inputs = [("q", q), ("k", k), ("v", v)];
     check_output(OP, "out", out, &dims.q_shape(), q, &inputs)?;
     check_output(OP, "lse", lse, &dims.lse_shape(), q, &inputs)?;
@@ -261,11 +260,24 @@ fn check_forward<T: Element>(
             message: format!("`lse` must be contiguous, got strides {:?}", lse.strides()),
         });
     }
+    strides_i32::<3, T>(OP, "out", out)?;
+    strides_i32::<1, f32>(OP, "lse", lse)?;
+    Ok(dims)
+}
+
+/// The contract on the inputs and the options.
+fn check_inputs<T: Element>(
+    q: &Tensor<T>,
+    k: &Tensor<T>,
+    v: &Tensor<T>,
+    options: &AttentionOptions,
+) -> Result<Dims> {
+    let dims = check_qkv(OP, q, k, v)?;
+    expect_block_sizes(OP, options)?;
     softmax_scale(OP, options, dims.head_dim)?;
-    for (name, t) in [("q", q), ("k", k), ("v", v), ("out", out)] {
+    for (name, t) in [("q", q), ("k", k), ("v", v)] {
         strides_i32::<3, T>(OP, name, t)?;
     }
-    strides_i32::<1, f32>(OP, "lse", lse)?;
     size_i32(OP, "B * H", dims.batch * dims.heads)?;
     size_i32(OP, "Nk", dims.n_k)?;
     size_i32(OP, "Nq", dims.n_q)?;
@@ -399,14 +411,16 @@ fn wgmma(options: &AttentionOptions) -> bool {
 }
 
 /// Attention in new tensors: the output `[B, H, Nq, D]` (input dtype, contiguous) and the
-/// logsumexp `[B, H, Nq]` (f32, natural log). See [`forward_into`] for the contract.
+/// logsumexp `[B, H, Nq]` (f32, natural log). See [`forward_into`] for the contract; the
+/// inputs and options are checked before the outputs are allocated.
 pub fn forward<T: Element>(
     q: &Tensor<T>,
     k: &Tensor<T>,
     v: &Tensor<T>,
     options: &AttentionOptions,
 ) -> Result<(Tensor<T>, Tensor<f32>)> {
-    let dims = check_qkv(OP, q, k, v)?;
+    let dims = check_inputs(q, k, v, options)?;
+    check::expect_i32_output(OP, "out", &dims.q_shape())?;
     let out = q.device().empty::<T>(dims.q_shape())?;
     let lse = q.device().empty::<f32>(dims.lse_shape())?;
     forward_into(q, k, v, &out, &lse, options)?;

@@ -120,27 +120,48 @@ pub(super) fn check_contract(
     v: &Tensor<f32>,
     out: &Tensor<f32>,
 ) -> Result<(usize, usize, usize)> {
-    for (name, t) in [("q", q), ("k", k), ("v", v), ("out", out)] {
-        if t.rank() != 2 || t.shape().contains(&0) {
-            return Err(tegula::Error::Shape {
-                op: OP.into(),
-                message: format!(
-                    "`{name}` must be a non-empty matrix ([rows, D]), got shape {:?}",
-                    t.shape()
-                ),
-            });
-        }
-        check::expect_contiguous(OP, name, t)?;
-        check::expect_same_device(OP, q, t)?;
+    let (m, n, d) = check_inputs(q, k, v)?;
+    check_matrix("out", out, q)?;
+    check::expect_shape(OP, "out", out, &[m, d])?;
+    for (name, t) in [("q", q), ("k", k), ("v", v)] {
+        check::expect_no_alias(OP, ("out", out), (name, t))?;
+    }
+    Ok((m, n, d))
+}
+
+/// A non-empty contiguous matrix on `q`'s device.
+fn check_matrix(name: &str, t: &Tensor<f32>, q: &Tensor<f32>) -> Result<()> {
+    if t.rank() != 2 || t.shape().contains(&0) {
+        return Err(tegula::Error::Shape {
+            op: OP.into(),
+            message: format!(
+                "`{name}` must be a non-empty matrix ([rows, D]), got shape {:?}",
+                t.shape()
+            ),
+        });
+    }
+    check::expect_contiguous(OP, name, t)?;
+    check::expect_same_device(OP, ("q", q), (name, t))
+}
+
+/// The contract on the inputs (shared with the fast path); returns `(M, N, D)`.
+pub(super) fn check_inputs(
+    q: &Tensor<f32>,
+    k: &Tensor<f32>,
+    v: &Tensor<f32>,
+) -> Result<(usize, usize, usize)> {
+    for (name, t) in [("q", q), ("k", k), ("v", v)] {
+        check_matrix(name, t, q)?;
     }
     let (m, d) = (q.shape()[0], q.shape()[1]);
     let n = k.shape()[0];
     check::expect_shape(OP, "k", k, &[n, d])?;
     check::expect_shape(OP, "v", v, &[n, d])?;
-    check::expect_shape(OP, "out", out, &[m, d])?;
-    for (name, t) in [("q", q), ("k", k), ("v", v)] {
-        check::expect_no_alias(OP, ("out", out), (name, t))?;
-    }
+    check::as_i32(OP, "M", m)?;
+    check::as_i32(OP, "N", n)?;
+    check::as_i32(OP, "D", d)?;
+    check::expect_i32_extent(OP, "q", q)?;
+    check::expect_i32_extent(OP, "k", k)?;
     Ok((m, n, d))
 }
 
@@ -152,8 +173,10 @@ pub(super) fn out_shape(q: &Tensor<f32>) -> [usize; 2] {
     ]
 }
 
-/// `softmax(Q K^T / sqrt(D)) V` in a new `[M, D]` tensor (see [`seed_attention_into`]).
+/// `softmax(Q K^T / sqrt(D)) V` in a new `[M, D]` tensor (see [`seed_attention_into`]); the
+/// inputs are checked before the output is allocated.
 pub fn seed_attention(q: &Tensor<f32>, k: &Tensor<f32>, v: &Tensor<f32>) -> Result<Tensor<f32>> {
+    check_inputs(q, k, v)?;
     let out = q.device().empty::<f32>(out_shape(q))?;
     seed_attention_into(q, k, v, &out)?;
     Ok(out)

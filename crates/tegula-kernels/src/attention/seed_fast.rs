@@ -229,12 +229,14 @@ pub fn seed_attention_fast_with(
     launch(q, k, v, out, options, dims)
 }
 
-/// The fast path's result in a new `[M, D]` tensor.
+/// The fast path's result in a new `[M, D]` tensor; the inputs are checked before the output
+/// is allocated.
 pub fn seed_attention_fast(
     q: &Tensor<f32>,
     k: &Tensor<f32>,
     v: &Tensor<f32>,
 ) -> Result<Tensor<f32>> {
+    super::seed::check_inputs(q, k, v)?;
     let out = q.device().empty::<f32>(super::seed::out_shape(q))?;
     seed_attention_fast_into(q, k, v, &out)?;
     Ok(out)
