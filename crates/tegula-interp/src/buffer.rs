@@ -108,7 +108,7 @@ pub(crate) fn try_vec<T>(len: usize, what: &str) -> Result<Vec<T>, InterpError> 
     v.try_reserve_exact(len)
         .map_err(|_| InterpError::OutOfMemory {
             what: what.to_string(),
-            bytes: len as u128 * std::mem::size_of::<T>() as u128,
+            bytes: (len as u64).saturating_mul(std::mem::size_of::<T>() as u64),
         })?;
     Ok(v)
 }
@@ -138,7 +138,7 @@ impl Buffer {
         };
         let words = words.ok_or_else(|| InterpError::OutOfMemory {
             what: format!("a buffer of {len} {dtype}"),
-            bytes: len as u128 * dtype.size_bytes() as u128,
+            bytes: (len as u64).saturating_mul(dtype.size_bytes() as u64),
         })?;
         Ok(Buffer { dtype, words })
     }

@@ -86,7 +86,8 @@ pub enum InterpError {
     },
     /// The host could not allocate memory (a buffer, a copy, or the race check's table).
     #[error("out of host memory: {what} needs {bytes} bytes")]
-    OutOfMemory { what: String, bytes: u128 },
+    /// `bytes` saturates at `u64::MAX`.
+    OutOfMemory { what: String, bytes: u64 },
     /// A program could not allocate one of its tiles.
     #[error(
         "out of host memory in kernel `{kernel}` at {loc}, program {}: a tile of {ty} needs \
@@ -98,7 +99,7 @@ pub enum InterpError {
         loc: Loc,
         pid: [u32; 3],
         ty: String,
-        bytes: u128,
+        bytes: u64,
     },
     #[error("buffer holds {buffer}, {requested} requested")]
     DTypeMismatch { buffer: DType, requested: DType },

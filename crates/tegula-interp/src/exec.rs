@@ -154,7 +154,7 @@ fn bind(
                 }
                 if offset
                     .checked_add(*len)
-                    .map_or(true, |end| end > buffer.len())
+                    .is_none_or(|end| end > buffer.len())
                 {
                     return Err(mismatch(format!(
                         "a view inside the buffer of {} elements",
@@ -710,7 +710,7 @@ fn reserve(ty: tegula_ir::TileType) -> OpResult<()> {
     } else {
         8
     };
-    let bytes = n as u128 * per as u128;
+    let bytes = (n as u64).saturating_mul(per as u64);
     let mut probe: Vec<u8> = Vec::new();
     match usize::try_from(bytes) {
         Ok(b) if probe.try_reserve_exact(b).is_ok() => Ok(()),

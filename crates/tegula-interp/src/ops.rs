@@ -26,7 +26,7 @@ pub(crate) enum Fault {
     },
     /// A tile of the result type needs more host memory than the host gives (`bytes`).
     OutOfMemory {
-        bytes: u128,
+        bytes: u64,
     },
     DivisionByZero,
     ZeroStep,

@@ -47,7 +47,9 @@ fn here() -> u32 {
 /// that asked for them, not panics ("dimension too large for u32" before).
 #[test]
 fn oversized_tiles_are_trace_errors_at_the_users_line() {
-    let cases: Vec<(&str, Box<dyn Fn() -> u32>)> = vec![
+    // Each case asks for an oversized tile and returns the line that asked.
+    type Case = Box<dyn Fn() -> u32>;
+    let cases: Vec<(&str, Case)> = vec![
         (
             "zeros",
             Box::new(|| {

@@ -116,7 +116,7 @@ pub(crate) fn host_vec<T>(n: usize, op: &str) -> Result<Vec<T>> {
     v.try_reserve_exact(n).map_err(|_| Error::OutOfMemory {
         op: op.to_string(),
         device: "the host".into(),
-        bytes: n as u128 * std::mem::size_of::<T>() as u128,
+        bytes: (n as u64).saturating_mul(std::mem::size_of::<T>() as u64),
     })?;
     Ok(v)
 }
@@ -358,7 +358,7 @@ impl Device {
         let out_of_memory = || Error::OutOfMemory {
             op: op.to_string(),
             device: self.name(),
-            bytes: bytes as u128,
+            bytes: bytes as u64,
         };
         let storage = match &self.inner.gpu {
             None => Storage::Host(Arc::new(

@@ -61,7 +61,8 @@ pub enum Error {
     OutOfMemory {
         op: String,
         device: String,
-        bytes: u128,
+        /// Saturates at `u64::MAX`.
+        bytes: u64,
     },
 
     /// An output tensor shares memory with an input.

@@ -214,7 +214,7 @@ impl<T: Element> Tensor<T> {
     /// A view of `len` elements of axis `axis` starting at `start`.
     pub fn narrow(&self, axis: usize, start: usize, len: usize) -> Result<Tensor<T>> {
         let end = start.checked_add(len);
-        if axis >= self.rank() || end.map_or(true, |end| end > self.shape[axis]) {
+        if axis >= self.rank() || end.is_none_or(|end| end > self.shape[axis]) {
             let end = end.map_or_else(|| format!("{start} + {len}"), |e| e.to_string());
             return Err(Error::Shape {
                 op: "narrow".into(),

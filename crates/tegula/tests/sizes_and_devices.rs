@@ -53,7 +53,7 @@ fn allocations_the_host_cannot_meet_are_typed_errors() {
     assert!(matches!(e, Error::OutOfMemory { .. }), "{e}");
     let msg = e.to_string();
     assert!(msg.contains("zeros: out of memory on cpu#"), "{msg}");
-    assert!(msg.contains(&(1u128 << 46).to_string()), "{msg}");
+    assert!(msg.contains(&(1u64 << 46).to_string()), "{msg}");
     let e = dev.empty::<u8>([1usize << 46]).unwrap_err();
     assert!(matches!(e, Error::OutOfMemory { .. }), "{e}");
 }
