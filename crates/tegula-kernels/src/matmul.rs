@@ -480,8 +480,20 @@ fn resolve<T: Element, O: Element>(
     c: &Tensor<O>,
     config: MatmulConfig,
 ) -> Result<MatmulConfig> {
+    resolve_then(a, b, c, config, |c| Ok(*c))
+}
+
+/// `then` with the config [`chosen_config`] says; a tuned config that fails in `then` is
+/// dropped from the autotune cache and chosen again ([`tuned::run`]).
+fn resolve_then<T: Element, O: Element, R>(
+    a: &Tensor<T>,
+    b: &Tensor<T>,
+    c: &Tensor<O>,
+    config: MatmulConfig,
+    mut then: impl FnMut(&MatmulConfig) -> Result<R>,
+) -> Result<R> {
     if !config.is_tuned() {
-        return Ok(config);
+        return then(&config);
     }
     let p = MatmulProblem::of::<T, O>(a, b);
     // Held fields select their own entry (GROUP_M 8 is every default's).
@@ -503,7 +515,7 @@ fn resolve<T: Element, O: Element>(
         + &tuned::held_suffix(&held, config.launch)
         + tuned::held_wgmma_suffix(config.wgmma);
     let dev = a.device();
-    let chosen = tuned::choose(
+    tuned::run(
         dev,
         "tegula_kernels::matmul",
         &key,
@@ -532,8 +544,8 @@ fn resolve<T: Element, O: Element>(
             let c_cfg = MatmulConfig::from_tuner(t, &config)?;
             median_ms(dev, || launch(a, b, c, &c_cfg))
         },
-    )?;
-    MatmulConfig::from_tuner(&chosen, &config)
+        |t| then(&MatmulConfig::from_tuner(t, &config)?),
+    )
 }
 
 /// `C = A B` into `c`, with tiles, warps and stages chosen by the autotuner.
@@ -561,8 +573,7 @@ pub fn matmul_into_with<T: Element, O: Element>(
     if a.shape()[0] == 0 || b.shape()[1] == 0 {
         return Ok(());
     }
-    let config = resolve(a, b, c, config)?;
-    launch(a, b, c, &config)
+    resolve_then(a, b, c, config, |config| launch(a, b, c, config))
 }
 
 fn check_operands<T: Element, O: Element>(

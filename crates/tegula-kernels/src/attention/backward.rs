@@ -795,8 +795,8 @@ pub fn backward_into<T: Element>(
     options: &AttentionOptions,
 ) -> Result<()> {
     let dims = check_backward(q, k, v, o, d_o, lse, dq, dk, dv, options)?;
-    let options = resolve(q, k, v, o, d_o, lse, dq, dk, dv, options, &dims)?;
-    launch(q, k, v, o, d_o, lse, dq, dk, dv, &options, &dims)
+    let run = |opts: &AttentionOptions| launch(q, k, v, o, d_o, lse, dq, dk, dv, opts, &dims);
+    resolve_then(q, k, v, o, d_o, lse, dq, dk, dv, options, &dims, run)
 }
 
 /// The options [`backward_into`] launches with for these tensors: `options` when every block
@@ -877,8 +877,28 @@ fn resolve<T: Element>(
     options: &AttentionOptions,
     dims: &Dims,
 ) -> Result<AttentionOptions> {
+    resolve_then(q, k, v, o, d_o, lse, dq, dk, dv, options, dims, |o| Ok(*o))
+}
+
+/// `then` with the options [`backward_config`] says; a tuned config that fails in `then` is
+/// dropped from the autotune cache and chosen again ([`tuned::run`]).
+#[allow(clippy::too_many_arguments)]
+fn resolve_then<T: Element, R>(
+    q: &Tensor<T>,
+    k: &Tensor<T>,
+    v: &Tensor<T>,
+    o: &Tensor<T>,
+    d_o: &Tensor<T>,
+    lse: &Tensor<f32>,
+    dq: &Tensor<T>,
+    dk: &Tensor<T>,
+    dv: &Tensor<T>,
+    options: &AttentionOptions,
+    dims: &Dims,
+    mut then: impl FnMut(&AttentionOptions) -> Result<R>,
+) -> Result<R> {
     if !options.is_tuned() && options.wgmma.is_some() {
-        return Ok(*options);
+        return then(options);
     }
     let held = [("block_m", options.block_m), ("block_n", options.block_n)];
     let strategy = DqStrategy::choose(dims);
@@ -889,7 +909,7 @@ fn resolve<T: Element>(
         tuned::held_suffix(&held, options.config)
     ) + tuned::held_wgmma_suffix(options.wgmma);
     let dev = q.device();
-    let chosen = tuned::choose(
+    tuned::run(
         dev,
         "tegula_kernels::attention::backward",
         &key,
@@ -932,8 +952,8 @@ fn resolve<T: Element>(
                 launch(q, k, v, o, d_o, lse, dq, dk, dv, &opts, dims)
             })
         },
-    )?;
-    options.with_tuned(&chosen)
+        |c| then(&options.with_tuned(c)?),
+    )
 }
 
 /// Whether the dK/dV kernel asks for `wgmma` (`AttentionOptions::wgmma`, held or a tuner

@@ -221,8 +221,9 @@ pub fn forward_into<T: Element>(
     if dims.n_q == 0 || dims.batch * dims.heads == 0 {
         return Ok(());
     }
-    let options = resolve(q, k, v, out, lse, options, &dims)?;
-    launch(q, k, v, out, lse, &options, &dims)
+    resolve_then(q, k, v, out, lse, options, &dims, |o| {
+        launch(q, k, v, out, lse, o, &dims)
+    })
 }
 
 /// The options [`forward_into`] launches with for these tensors: `options` when every block
@@ -294,8 +295,24 @@ fn resolve<T: Element>(
     options: &AttentionOptions,
     dims: &Dims,
 ) -> Result<AttentionOptions> {
+    resolve_then(q, k, v, out, lse, options, dims, |o| Ok(*o))
+}
+
+/// `then` with the options [`forward_config`] says; a tuned config that fails in `then` is
+/// dropped from the autotune cache and chosen again ([`tuned::run`]).
+#[allow(clippy::too_many_arguments)]
+fn resolve_then<T: Element, R>(
+    q: &Tensor<T>,
+    k: &Tensor<T>,
+    v: &Tensor<T>,
+    out: &Tensor<T>,
+    lse: &Tensor<f32>,
+    options: &AttentionOptions,
+    dims: &Dims,
+    mut then: impl FnMut(&AttentionOptions) -> Result<R>,
+) -> Result<R> {
     if !options.is_tuned() && options.wgmma.is_some() {
-        return Ok(*options);
+        return then(options);
     }
     let held = [("block_m", options.block_m), ("block_n", options.block_n)];
     let mut key =
@@ -310,7 +327,7 @@ fn resolve<T: Element>(
         key += tuned::held_wgmma_suffix(held);
     }
     let dev = q.device();
-    let chosen = tuned::choose(
+    tuned::run(
         dev,
         "tegula_kernels::attention::forward",
         &key,
@@ -340,8 +357,8 @@ fn resolve<T: Element>(
             let o = options.with_tuned(c)?;
             median_ms(dev, || launch(q, k, v, out, lse, &o, dims))
         },
-    )?;
-    options.with_tuned(&chosen)
+        |c| then(&options.with_tuned(c)?),
+    )
 }
 
 /// Launches the forward with every option set, on checked tensors.
