@@ -229,6 +229,25 @@ pub(crate) fn descriptor_address(desc: u64, mn: u32, k: u32, k_major: bool) -> u
     linear ^ (((linear >> 7) & (width / 16 - 1)) << 4)
 }
 
+/// PTX `max.f32`: the non-NaN operand when one is NaN, and +0 of two zeros in either order
+/// (as the H200 does; Rust's `f32::max` may return either zero, by operand order).
+pub(crate) fn max_f32(a: f32, b: f32) -> f32 {
+    if a == 0.0 && b == 0.0 {
+        f32::from_bits(a.to_bits() & b.to_bits())
+    } else {
+        a.max(b)
+    }
+}
+
+/// PTX `min.f32`: the non-NaN operand when one is NaN, and -0 of two zeros in either order.
+pub(crate) fn min_f32(a: f32, b: f32) -> f32 {
+    if a == 0.0 && b == 0.0 {
+        f32::from_bits(a.to_bits() | b.to_bits())
+    } else {
+        a.min(b)
+    }
+}
+
 pub(crate) fn f32v(x: u64) -> f32 {
     f32::from_bits(x as u32)
 }
@@ -677,15 +696,11 @@ impl<'p> Machine<'p> {
                     "mul" => f(1) * f(2),
                     "div" => f(1) / f(2),
                     "fma" => f(1).mul_add(f(2), f(3)),
-                    "max" if op.contains("NaN") => {
-                        if f(1).is_nan() || f(2).is_nan() {
-                            f32::NAN
-                        } else {
-                            f(1).max(f(2))
-                        }
+                    "max" | "min" if op.contains("NaN") && (f(1).is_nan() || f(2).is_nan()) => {
+                        f32::NAN
                     }
-                    "max" => f(1).max(f(2)),
-                    "min" => f(1).min(f(2)),
+                    "max" => max_f32(f(1), f(2)),
+                    "min" => min_f32(f(1), f(2)),
                     "neg" => -f(1),
                     "abs" => f(1).abs(),
                     "ex2" => f(1).exp2(),
@@ -1166,4 +1181,22 @@ pub(crate) fn run_cta(
         },
     };
     m.run(gmem);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What `max.f32`/`min.f32` of two zeros give on the H200 (sm_90, checked with
+    /// hand-written PTX): +0 and -0, whatever the order.
+    #[test]
+    fn max_and_min_of_signed_zeros_do_not_depend_on_the_order() {
+        for (a, b) in [(0.0f32, -0.0f32), (-0.0, 0.0)] {
+            assert_eq!(max_f32(a, b).to_bits(), 0);
+            assert_eq!(min_f32(a, b).to_bits(), 0x8000_0000);
+        }
+        assert_eq!(max_f32(f32::NAN, 1.0), 1.0);
+        assert_eq!(min_f32(-1.0, f32::NAN), -1.0);
+        assert_eq!(max_f32(-0.0, -0.0).to_bits(), 0x8000_0000);
+    }
 }
