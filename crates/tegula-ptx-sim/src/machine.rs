@@ -199,9 +199,10 @@ impl<'a> WgmmaForm<'a> {
 
 /// The shared address holding element (`mn`, `k`) of a wgmma operand from its descriptor,
 /// per the PTX ISA's matrix descriptor and canonical layouts (the reading of
-/// `lower/wgmma.rs`'s `hardware_address`, confirmed on the H200 by tegula-ptx's `tests/gpu_wgmma_probe.rs`): start
-/// address >> 4 in bits 0-13, leading byte offset >> 4 in 16-29, stride byte offset >> 4 in
-/// 32-45, base offset in 49-51 (0 here), swizzle in 62-63 (1: 128 bytes, 2: 64, 3: 32).
+/// `lower/wgmma.rs`'s `hardware_address`, confirmed on the H200 by tegula-ptx's
+/// `tests/gpu_wgmma_probe.rs`): start address >> 4 in bits 0-13, leading byte offset >> 4 in
+/// 16-29, stride byte offset >> 4 in 32-45, base offset in 49-51 (0 here), swizzle in 62-63
+/// (1: 128 bytes, 2: 64, 3: 32).
 /// K-major (`k_major`): 8 rows of `width` bytes (the swizzle's row) hold 8 rows of M/N, the
 /// stride offset moves 8 rows. MN-major: a row of `width` bytes holds `width / 2` elements
 /// along M/N, 8 such rows are 8 k, the stride offset moves 8 k and the leading offset the
