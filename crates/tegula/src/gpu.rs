@@ -168,28 +168,5 @@ fn kernel_param(abi: &ParamAbi, arg: &KernelArg) -> Result<KernelParam> {
     })
 }
 
-/// Raw bytes of host elements, as device memory holds them (little endian, i1 as one byte).
-pub fn to_bytes<T: tegula_ir::Element>(data: &[T]) -> Vec<u8> {
-    let size = T::DTYPE.size_bytes();
-    let mut out = Vec::with_capacity(data.len() * size);
-    for v in data {
-        out.extend_from_slice(&v.to_bits().to_le_bytes()[..size]);
-    }
-    out
-}
-
-/// Host elements from raw device bytes.
-pub fn from_bytes<T: tegula_ir::Element>(bytes: &[u8]) -> Vec<T> {
-    let size = T::DTYPE.size_bytes();
-    bytes
-        .chunks_exact(size)
-        .map(|c| {
-            let mut b = [0u8; 8];
-            b[..size].copy_from_slice(c);
-            T::from_bits(u64::from_le_bytes(b))
-        })
-        .collect()
-}
-
 /// Device memory of one tensor.
 pub type GpuBuffer = Arc<DeviceBuffer>;

@@ -28,6 +28,7 @@
 pub mod autotune;
 pub mod compiler;
 mod device;
+pub mod env;
 mod error;
 mod gpu;
 mod launch;
