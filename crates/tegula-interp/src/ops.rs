@@ -117,7 +117,7 @@ fn float_binary(op: BinaryOp, d: DType, x: &[f64], y: &[f64]) -> OpResult<Vec<f6
         Min => zip_f(x, y, fmin),
         MaxNan => zip_f(x, y, fmax_nan),
         MinNan => zip_f(x, y, fmin_nan),
-        And | Or | Xor | Shl | Shr => return invalid(format!("{} on floats", op.name())),
+        And | Or | Xor | Shl | Shr | UMulHi => return invalid(format!("{} on floats", op.name())),
     };
     round_slice(d, &mut out);
     Ok(out)
@@ -160,6 +160,14 @@ fn int_binary(op: BinaryOp, d: DType, x: &[i64], y: &[i64]) -> OpResult<Vec<i64>
             }
         }),
         Shr => zip_i(x, y, |a, b| a >> (b as u64).min(63)),
+        // The high half of the unsigned product of the bit patterns (wrapped to the dtype).
+        UMulHi if bits == 64 => zip_i(x, y, |a, b| {
+            (((a as u64 as u128) * (b as u64 as u128)) >> 64) as i64
+        }),
+        UMulHi => zip_i(x, y, |a, b| {
+            let m = (1u64 << bits) - 1;
+            ((((a as u64) & m) * ((b as u64) & m)) >> bits) as i64
+        }),
         Max | MaxNan if unsigned => zip_i(x, y, |a, b| (a as u64).max(b as u64) as i64),
         Min | MinNan if unsigned => zip_i(x, y, |a, b| (a as u64).min(b as u64) as i64),
         Max | MaxNan => zip_i(x, y, i64::max),

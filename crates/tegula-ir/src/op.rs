@@ -50,6 +50,10 @@ pub enum BinaryOp {
     /// Floats: NaN if either operand is NaN (PTX `max.NaN`).
     MaxNan,
     MinNan,
+    /// Integers of 32 or 64 bits: the high half of the full product of the operands' bit
+    /// patterns read as unsigned (Triton's `umulhi`, PTX `mul.hi.u32`/`mul.hi.u64`), whatever
+    /// the dtype's signedness.
+    UMulHi,
 }
 
 impl BinaryOp {
@@ -70,13 +74,14 @@ impl BinaryOp {
             Min => "min",
             MaxNan => "max.nan",
             MinNan => "min.nan",
+            UMulHi => "umulhi",
         }
     }
 
     /// Bit ops and shifts accept integers only.
     pub fn int_only(self) -> bool {
         use BinaryOp::*;
-        matches!(self, And | Or | Xor | Shl | Shr)
+        matches!(self, And | Or | Xor | Shl | Shr | UMulHi)
     }
 }
 

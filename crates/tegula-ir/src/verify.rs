@@ -15,7 +15,7 @@
 use crate::dtype::DType;
 use crate::error::VerifyError;
 use crate::kernel::{Block, EntityRef, Inst, InstData, Kernel, Value, ValueDef};
-use crate::op::{AtomicOp, Constant, Op};
+use crate::op::{AtomicOp, BinaryOp, Constant, Op};
 use crate::types::{Elem, TileType};
 
 /// Checks every invariant of `kernel`; the error names the first offending instruction.
@@ -772,6 +772,12 @@ impl Check<'_> {
                 if b.int_only() && self.arg(0).dtype().is_float() {
                     return self.fail(format!(
                         "`{name}` needs integer operands, got {}",
+                        self.arg(0)
+                    ));
+                }
+                if *b == BinaryOp::UMulHi && !matches!(self.arg(0).dtype().bits(), 32 | 64) {
+                    return self.fail(format!(
+                        "`umulhi` needs 32- or 64-bit integers, got {}",
                         self.arg(0)
                     ));
                 }

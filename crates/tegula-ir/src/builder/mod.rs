@@ -9,6 +9,7 @@
 mod block_ptr;
 mod control;
 mod ops;
+mod random;
 mod tile;
 
 pub use block_ptr::{make_block_ptr, BlockPtr, Padding};
@@ -17,6 +18,7 @@ pub use control::{
     Named, RustBool,
 };
 pub use ops::*;
+pub use random::*;
 pub use tile::{IntoOperand, Operand, Tile};
 
 use crate::dtype::DType;

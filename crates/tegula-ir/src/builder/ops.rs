@@ -217,16 +217,28 @@ pub fn minimum_nan(a: impl IntoOperand, b: impl IntoOperand) -> Tile {
 }
 
 /// `a` where `cond` is true, else `b` (Triton's `tl.where`), broadcast to one shape.
+///
+/// - `cond`: an i1 tile, or an integer or float tile that counts as true where it is nonzero
+///   (converted by `cond != 0`, as Triton casts a condition to int1; a NaN is true).
+/// - `a`, `b`: tiles or Rust literals, promoted to one dtype (docs/semantics.md).
 #[track_caller]
 pub fn select(cond: Tile, a: impl IntoOperand, b: impl IntoOperand) -> Tile {
-    let loc = Loc::caller();
-    if cond.dtype() != DType::I1 || cond.is_ptr() {
+    select_at(cond, a.into_operand(), b.into_operand(), Loc::caller())
+}
+
+pub(crate) fn select_at(cond: Tile, a: Operand, b: Operand, loc: Loc) -> Tile {
+    if cond.is_ptr() {
         report(
             loc,
-            format!("select needs an i1 condition, got {}", cond.ty()),
+            format!(
+                "select needs an i1 or a number condition, got {}",
+                cond.ty()
+            ),
         );
     }
-    let (x, y) = unify(a.into_operand(), b.into_operand(), "select", loc);
+    // A numeric condition is true where nonzero (Triton casts it to int1): `cond != 0`.
+    let cond = cond.cast_at(DType::I1, Default::default(), loc);
+    let (x, y) = unify(a, b, "select", loc);
     let shape = Shape::broadcast(cond.shape(), x.shape());
     let Some(shape) = shape else {
         report(
@@ -250,6 +262,23 @@ pub fn select(cond: Tile, a: impl IntoOperand, b: impl IntoOperand) -> Tile {
         x.ty(),
         loc,
     )
+}
+
+/// The high half of the full product of two 32- or 64-bit integers, their bits read as
+/// unsigned (`tl.umulhi`): `(a as u64 * b as u64) >> 32` for 32-bit operands. The operands are
+/// promoted to one dtype first; the result has that dtype (a signed result holds the bits).
+/// One `mul.hi.u32` / `mul.hi.u64` on the GPU.
+#[track_caller]
+pub fn umulhi(a: impl IntoOperand, b: impl IntoOperand) -> Tile {
+    let loc = Loc::caller();
+    let t = binary(BinaryOp::UMulHi, a.into_operand(), b.into_operand(), loc);
+    if !t.dtype().is_int() || !matches!(t.dtype().bits(), 32 | 64) {
+        report(
+            loc,
+            format!("umulhi needs 32- or 64-bit integers, got {}", t.ty()),
+        );
+    }
+    t
 }
 
 /// `a * b + c` rounded once.

@@ -354,7 +354,7 @@ impl Tile {
         }
     }
 
-    fn compare(self, op: CmpOp, other: Operand, loc: Loc) -> Tile {
+    pub(crate) fn compare(self, op: CmpOp, other: Operand, loc: Loc) -> Tile {
         let (x, y) = unify(Operand::Tile(self), other, op.name(), loc);
         emit1(
             Op::Compare(op),

@@ -40,6 +40,8 @@ fn binary_rule(op: BinaryOp, t: Ty) -> Option<String> {
         (Min, _) => format!("min{t}"),
         (MaxNan, Ty::F32) => "max.NaN.f32".into(),
         (MinNan, Ty::F32) => "min.NaN.f32".into(),
+        (UMulHi, Ty::S32 | Ty::U32) => "mul.hi.u32".into(),
+        (UMulHi, Ty::S64 | Ty::U64) => "mul.hi.u64".into(),
         (MaxNan, _) if !float => format!("max{t}"),
         (MinNan, _) if !float => format!("min{t}"),
         _ => return None,

@@ -1,0 +1,55 @@
+//! The language ops a Triton user expects (random numbers, libdevice-style math, barriers,
+//! pointer casts, hints) lower to PTX that `ptxas` assembles for sm_80 and sm_90a.
+//! ptxas comes from $TEGULA_PTXAS, `.tools/nvcc` (scripts/ptxas.sh) or PATH; without one the
+//! test fails rather than passing silently.
+
+use std::path::PathBuf;
+use tegula_ir::prelude::*;
+use tegula_ir::Kernel;
+use tegula_ptx::{compile, CompileOptions, Target};
+
+fn ptxas() -> PathBuf {
+    tegula_ptx::ptxas::find()
+        .expect("ptxas not found: run scripts/ptxas.sh (or set TEGULA_PTXAS) before this test")
+}
+
+/// Compiles `k` for sm_80 and sm_90a, assembles both, and returns the sm_80 PTX.
+fn assemble(name: &str, k: &Kernel) -> String {
+    let dir = std::env::temp_dir().join(format!("tegula-language-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut first = None;
+    for sm in [80, 90] {
+        let opts = CompileOptions {
+            num_warps: 4,
+            num_stages: 1,
+        };
+        let c = compile(k, &Target { sm }, &opts).unwrap_or_else(|e| panic!("{name}: {e}"));
+        tegula_ptx::ptxas::assemble(&ptxas(), &c.ptx, sm, &dir, &format!("{name}_sm{sm}"))
+            .unwrap_or_else(|e| panic!("{name} sm_{sm}: {e}"));
+        first.get_or_insert(c.ptx);
+    }
+    first.unwrap()
+}
+
+#[test]
+fn random_kernels_assemble() {
+    let k = trace("random", |p| {
+        let (out, seed) = (p.ptr("out", DType::F32), p.scalar("seed", DType::I64));
+        let ints = p.ptr("ints", DType::U32);
+        let offs = program_id(0) * 256 + arange(0, 256);
+        store_unmasked(out + offs, rand(seed, offs) + randn(seed, offs));
+        let [a, b, c, d] = randint4x(seed, offs.cast(DType::I64));
+        store_unmasked(ints + offs, a ^ b ^ c ^ d);
+    })
+    .unwrap();
+    let ptx = assemble("random", &k);
+    assert!(ptx.contains("mul.hi.u32"), "umulhi lowers to mul.hi.u32");
+    let k = trace("umulhi64", |p| {
+        let (x, y) = (p.ptr("x", DType::U64), p.ptr("y", DType::I64));
+        let o = arange(0, 128);
+        let v = umulhi(load_unmasked(x + o), load_unmasked(x + o));
+        store_unmasked(y + o, v.cast(DType::I64));
+    })
+    .unwrap();
+    assert!(assemble("umulhi64", &k).contains("mul.hi.u64"));
+}
