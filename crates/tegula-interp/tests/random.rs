@@ -2,6 +2,8 @@
 //! known-answer vectors, an independent implementation written here from the Philox spec, and
 //! Triton's definitions of the float conversions.
 
+#![allow(clippy::needless_range_loop)]
+
 mod common;
 use common::*;
 use std::sync::Arc;

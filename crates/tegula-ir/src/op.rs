@@ -50,6 +50,12 @@ pub enum BinaryOp {
     /// Floats: NaN if either operand is NaN (PTX `max.NaN`).
     MaxNan,
     MinNan,
+    /// Floats: `atan2(a, b)`, the angle of the point `(b, a)`, in `[-pi, pi]`.
+    Atan2,
+    /// Floats: `a` to the power `b` (C99's `pow`, special values included).
+    Pow,
+    /// Floats: `sqrt(a^2 + b^2)` without overflow or underflow in between.
+    Hypot,
     /// Integers of 32 or 64 bits: the high half of the full product of the operands' bit
     /// patterns read as unsigned (Triton's `umulhi`, PTX `mul.hi.u32`/`mul.hi.u64`), whatever
     /// the dtype's signedness.
@@ -75,7 +81,26 @@ impl BinaryOp {
             MaxNan => "max.nan",
             MinNan => "min.nan",
             UMulHi => "umulhi",
+            Atan2 => "atan2",
+            Pow => "pow",
+            Hypot => "hypot",
         }
+    }
+
+    /// The math library's ops accept floats only.
+    pub fn float_only(self) -> bool {
+        self.libm().is_some()
+    }
+
+    /// The function of `crate::mathlib` that computes this op on f32 (and f16/bf16).
+    pub fn libm(self) -> Option<crate::mathlib::Fn2> {
+        use crate::mathlib::Fn2;
+        Some(match self {
+            BinaryOp::Atan2 => Fn2::Atan2,
+            BinaryOp::Pow => Fn2::Pow,
+            BinaryOp::Hypot => Fn2::Hypot,
+            _ => return None,
+        })
     }
 
     /// Bit ops and shifts accept integers only.
@@ -104,6 +129,28 @@ pub enum UnaryOp {
     Tanh,
     Floor,
     Ceil,
+    /// Round to the nearest integer, halfway cases away from zero (C's `round`).
+    Round,
+    /// Round to the nearest integer, halfway cases to even (C's `rint`, `nearbyint`).
+    Rint,
+    /// Round toward zero (C's `trunc`).
+    Trunc,
+    Asin,
+    Acos,
+    Atan,
+    Sinh,
+    Cosh,
+    Asinh,
+    Acosh,
+    Atanh,
+    /// `log(1 + x)`, accurate near 0.
+    Log1p,
+    /// `exp(x) - 1`, accurate near 0.
+    Expm1,
+    /// The inverse of `erf` on (-1, 1).
+    Erfinv,
+    /// The real cube root.
+    Cbrt,
 }
 
 impl UnaryOp {
@@ -125,7 +172,43 @@ impl UnaryOp {
             Tanh => "tanh",
             Floor => "floor",
             Ceil => "ceil",
+            Round => "round",
+            Rint => "rint",
+            Trunc => "trunc",
+            Asin => "asin",
+            Acos => "acos",
+            Atan => "atan",
+            Sinh => "sinh",
+            Cosh => "cosh",
+            Asinh => "asinh",
+            Acosh => "acosh",
+            Atanh => "atanh",
+            Log1p => "log1p",
+            Expm1 => "expm1",
+            Erfinv => "erfinv",
+            Cbrt => "cbrt",
         }
+    }
+
+    /// The function of `crate::mathlib` that computes this op on f32 (and f16/bf16).
+    pub fn libm(self) -> Option<crate::mathlib::Fn1> {
+        use crate::mathlib::Fn1;
+        use UnaryOp::*;
+        Some(match self {
+            Asin => Fn1::Asin,
+            Acos => Fn1::Acos,
+            Atan => Fn1::Atan,
+            Sinh => Fn1::Sinh,
+            Cosh => Fn1::Cosh,
+            Asinh => Fn1::Asinh,
+            Acosh => Fn1::Acosh,
+            Atanh => Fn1::Atanh,
+            Log1p => Fn1::Log1p,
+            Expm1 => Fn1::Expm1,
+            Erfinv => Fn1::Erfinv,
+            Cbrt => Fn1::Cbrt,
+            _ => return None,
+        })
     }
 
     /// Transcendental and rounding ops accept floats only.

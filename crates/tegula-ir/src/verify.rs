@@ -775,6 +775,12 @@ impl Check<'_> {
                         self.arg(0)
                     ));
                 }
+                if b.float_only() && !self.arg(0).dtype().is_float() {
+                    return self.fail(format!(
+                        "`{name}` needs float operands, got {}",
+                        self.arg(0)
+                    ));
+                }
                 if *b == BinaryOp::UMulHi && !matches!(self.arg(0).dtype().bits(), 32 | 64) {
                     return self.fail(format!(
                         "`umulhi` needs 32- or 64-bit integers, got {}",

@@ -53,3 +53,57 @@ fn random_kernels_assemble() {
     .unwrap();
     assert!(assemble("umulhi64", &k).contains("mul.hi.u64"));
 }
+
+/// Every math-library op of a dtype, summed into one stored value.
+fn math_kernel(dt: DType) -> Kernel {
+    trace(&format!("math_{dt}"), |p| {
+        let (x, y, out) = (p.ptr("x", dt), p.ptr("y", dt), p.ptr("out", dt));
+        let o = program_id(0) * 128 + arange(0, 128);
+        let (a, b) = (load_unmasked(x + o), load_unmasked(y + o));
+        let mut acc = asin(a) + acos(a) + atan(a) + sinh(a) + cosh(a) + asinh(a);
+        acc += acosh(a) + atanh(a) + log1p(a) + expm1(a) + erfinv(a) + cbrt(a);
+        acc += atan2(a, b) + pow(a, b) + hypot(a, b) + fmod(a, b) + copysign(a, b);
+        acc += round(a) + rint(b) + trunc(a) + nearbyint(b);
+        let flags = isnan(a) | isinf(b) | signbit(a) | isfinite(b);
+        store_unmasked(out + o, select(flags, acc, 0.0));
+    })
+    .unwrap()
+}
+
+#[test]
+fn math_kernels_assemble() {
+    for dt in [DType::F32, DType::F16, DType::BF16] {
+        let ptx = assemble(&format!("math_{dt}"), &math_kernel(dt));
+        assert!(ptx.contains("fma.rn.f64") && ptx.contains("cvt.rn.f32.f64"));
+        assert!(
+            !ptx.contains(".approx.f64"),
+            "the math library uses no approximations"
+        );
+    }
+    // f64: the exact ops lower; the transcendental ones are refused with a clear error.
+    let k = trace("round_f64", |p| {
+        let (x, out) = (p.ptr("x", DType::F64), p.ptr("out", DType::F64));
+        let o = arange(0, 128);
+        let a = load_unmasked(x + o);
+        let v = round(a) + rint(a) + trunc(a) + copysign(a, -1.0);
+        store_unmasked(out + o, select(isnan(a) | signbit(a), 0.0, v));
+    })
+    .unwrap();
+    assemble("round_f64", &k);
+    let k = trace("asin_f64", |p| {
+        let (x, out) = (p.ptr("x", DType::F64), p.ptr("out", DType::F64));
+        let o = arange(0, 128);
+        store_unmasked(out + o, asin(load_unmasked(x + o)));
+    })
+    .unwrap();
+    let e = compile(
+        &k,
+        &Target { sm: 80 },
+        &CompileOptions {
+            num_warps: 4,
+            num_stages: 1,
+        },
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("asin"), "{e}");
+}

@@ -8,6 +8,7 @@
 
 mod block_ptr;
 mod control;
+mod math;
 mod ops;
 mod random;
 mod tile;
@@ -17,6 +18,7 @@ pub use control::{
     for_range, if_else, if_then, scalar, static_range, while_any, while_loop, Carry, Condition,
     Named, RustBool,
 };
+pub use math::*;
 pub use ops::*;
 pub use random::*;
 pub use tile::{IntoOperand, Operand, Tile};

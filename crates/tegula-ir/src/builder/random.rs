@@ -254,7 +254,7 @@ pub fn rand4x(seed: impl IntoOperand, offset: Tile) -> [Tile; 4] {
 #[track_caller]
 pub fn pair_uniform_to_normal(u1: Tile, u2: Tile) -> (Tile, Tile) {
     let u1 = maximum(1.0e-7f32, u1);
-    let th = 6.283185307179586 * u2;
+    let th = std::f64::consts::TAU * u2;
     let r = sqrt(-2.0 * log(u1));
     (r * cos(th), r * sin(th))
 }

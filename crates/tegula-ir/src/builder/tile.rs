@@ -199,6 +199,15 @@ pub(crate) fn binary(op: BinaryOp, a: Operand, b: Operand, loc: Loc) -> Tile {
             loc,
             format!("`{}` needs integer operands, got {}", op.name(), x.ty),
         );
+    } else if op.float_only() && !d.is_float() {
+        report(
+            loc,
+            format!(
+                "`{}` needs float operands, got {} (convert with `.to::<f32>()`)",
+                op.name(),
+                x.ty
+            ),
+        );
     }
     emit1(Op::Binary(op), vec![x.value, y.value], x.ty, loc)
 }
@@ -385,15 +394,21 @@ impl Tile {
     /// Reinterprets the bits as `T`, which must have the same width.
     #[track_caller]
     pub fn bitcast<T: Element>(self) -> Tile {
-        let loc = Loc::caller();
-        if self.is_ptr() || self.dtype().bits() != T::DTYPE.bits() {
-            report(loc, format!("cannot bitcast {} to {}", self.ty, T::DTYPE));
+        self.bitcast_at(T::DTYPE, Loc::caller())
+    }
+
+    pub(crate) fn bitcast_at(self, to: DType, loc: Loc) -> Tile {
+        if self.is_ptr() || self.dtype().bits() != to.bits() {
+            report(loc, format!("cannot bitcast {} to {to}", self.ty));
+            return self;
+        }
+        if self.dtype() == to {
             return self;
         }
         emit1(
             Op::Bitcast,
             vec![self.value],
-            self.ty.with_elem(Elem::Scalar(T::DTYPE)),
+            self.ty.with_elem(Elem::Scalar(to)),
             loc,
         )
     }

@@ -372,6 +372,10 @@ impl Lower<'_> {
         let (x, y) = (self.widen(d, a), self.widen(d, b));
         let r = match (op, t) {
             (BinaryOp::Rem, Ty::F32 | Ty::F64) => self.fmod(t, x, y),
+            (BinaryOp::Atan2 | BinaryOp::Pow | BinaryOp::Hypot, Ty::F32) => {
+                let f = op.libm().expect("a library function");
+                self.libm2_f32(f, x, y)
+            }
             (BinaryOp::MaxNan | BinaryOp::MinNan, Ty::F64) => {
                 let m = if op == BinaryOp::MaxNan {
                     "max.f64"
@@ -510,6 +514,9 @@ impl Lower<'_> {
             UnaryOp::Abs => self.b.op(format!("abs{t}"), class, vec![x.into()]),
             UnaryOp::Floor => self.b.op(format!("cvt.rmi{t}{t}"), class, vec![x.into()]),
             UnaryOp::Ceil => self.b.op(format!("cvt.rpi{t}{t}"), class, vec![x.into()]),
+            UnaryOp::Rint => self.b.op(format!("cvt.rni{t}{t}"), class, vec![x.into()]),
+            UnaryOp::Trunc => self.b.op(format!("cvt.rzi{t}{t}"), class, vec![x.into()]),
+            UnaryOp::Round if float => self.round_half_away(t, x),
             _ if t == Ty::F32 => self.math_f32(op, x)?,
             UnaryOp::Sqrt if t == Ty::F64 => self.b.op("sqrt.rn.f64", class, vec![x.into()]),
             UnaryOp::Rsqrt if t == Ty::F64 => self.b.op("rsqrt.approx.f64", class, vec![x.into()]),

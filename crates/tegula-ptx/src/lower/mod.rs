@@ -35,6 +35,7 @@ mod convert;
 mod convert_pieces;
 mod dot;
 mod elementwise;
+mod libm;
 mod math;
 mod memory;
 mod mma;
