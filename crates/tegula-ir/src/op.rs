@@ -417,7 +417,8 @@ pub enum Op {
     /// `(x) -> y`: value conversion to the result's dtype. Float to int truncates toward zero
     /// and saturates; `rounding` applies to float results that lose precision.
     Cast { rounding: Rounding },
-    /// `(x) -> y`: reinterpret the bits as another dtype of the same width.
+    /// `(x) -> y`: reinterpret the bits as another dtype of the same width; also between a
+    /// pointer tile and an i64/u64 tile of one shape (its addresses: `int_to_ptr`, `to_int`).
     Bitcast,
     /// `(ptr, offset: int) -> ptr`: advance a pointer by `offset` elements of its pointee.
     AddPtr,
@@ -474,11 +475,20 @@ pub enum Op {
     Condition,
 
     // --- hints and debugging -------------------------------------------------------------
-    /// `(x) -> x`: the compiler may assume every element of `x` is a multiple of `n`.
-    MultipleOf { n: u32 },
-    /// `(x) -> x`: the compiler may assume runs of `n` consecutive elements along the last
-    /// axis are contiguous (each the previous plus one).
-    MaxContiguous { n: u32 },
+    /// `(x) -> x`: the compiler may assume the elements of `x` are multiples of `n[i]` along
+    /// axis `i` (the first element of each contiguous run along the axis, for an offset
+    /// tile); one entry per axis (one for a scalar).
+    MultipleOf { n: Vec<u32> },
+    /// `(x) -> x`: the compiler may assume runs of `n[i]` consecutive elements along axis
+    /// `i` are contiguous (each the previous plus one); one entry per axis (one for a scalar).
+    MaxContiguous { n: Vec<u32> },
+    /// `(cond: i1) -> ()`: the compiler may assume every element of `cond` is true
+    /// (`tl.assume`). The interpreter checks it and reports `message` where it is false; the
+    /// GPU emits nothing.
+    Assume { message: String },
+    /// `() -> ()`: every thread of the program waits here for all the others (`bar.sync` on
+    /// the GPU, `tl.debug_barrier`); a no-op on the interpreter, whose program is one thread.
+    Barrier,
     /// `(values..) -> ()`: prints values with a prefix, per program. The interpreter prints a
     /// line per program; the GPU a line per element, `pid (x, y, z) idx (i..) prefix value..`,
     /// through `vprintf` (docs/semantics.md, "Printing").
@@ -543,6 +553,8 @@ impl Op {
             Op::MaxContiguous { .. } => "max_contiguous".into(),
             Op::Print { .. } => "print".into(),
             Op::Assert { .. } => "assert".into(),
+            Op::Assume { .. } => "assume".into(),
+            Op::Barrier => "debug_barrier".into(),
         }
     }
 
@@ -560,6 +572,8 @@ impl Op {
                 | Op::AtomicCas { .. }
                 | Op::Print { .. }
                 | Op::Assert { .. }
+                | Op::Assume { .. }
+                | Op::Barrier
                 | Op::Yield
                 | Op::Condition
         ) || (matches!(self, Op::Load { volatile: true, .. }))

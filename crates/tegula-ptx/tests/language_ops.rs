@@ -107,3 +107,35 @@ fn math_kernels_assemble() {
     .unwrap_err();
     assert!(e.to_string().contains("asin"), "{e}");
 }
+
+#[test]
+fn barrier_pointers_hints_and_shape_ops_assemble() {
+    let k = trace("lang", |p| {
+        let (x, y) = (p.ptr("x", DType::F32), p.ptr("y", DType::F32));
+        let table = p.ptr("table", DType::I64);
+        let n = p.scalar("n", DType::I32);
+        let rows = arange(0, 16).col() * 64;
+        let offs = multiple_of(
+            max_contiguous(rows + arange(0, 64).row(), [1, 64]),
+            [64, 16],
+        );
+        assume(n.gt(0));
+        let v = load_unmasked(x + offs);
+        store_unmasked(y + offs, v * 2.0);
+        debug_barrier();
+        let o = arange(0, 64);
+        let base = int_to_ptr::<f32>(load_unmasked(table + o % 2));
+        let w = load_masked(base + o, o.lt(n));
+        let (a, b) = split(join(w, w + 1.0));
+        let il = interleave(a, b);
+        store_unmasked(
+            y + arange(0, 128),
+            select(o.col() % 2, il.reshape([64, 2]), 0.0).reshape([128]),
+        );
+        store_unmasked(table + o, (y + o).to_int());
+        atomic_add(y + o, 1.0, None);
+    })
+    .unwrap();
+    let ptx = assemble("lang", &k);
+    assert!(ptx.contains("bar.sync"), "debug_barrier is a bar.sync");
+}

@@ -413,6 +413,34 @@ impl Tile {
         )
     }
 
+    /// The addresses of a pointer tile as an i64 tile (Triton's `ptr.to(tl.int64)`): device
+    /// addresses on the GPU, the interpreter's addresses there (docs/semantics.md); in both,
+    /// the difference of two addresses into one buffer is their distance in bytes.
+    #[track_caller]
+    pub fn to_int(self) -> Tile {
+        self.ptr_to_int_at(Loc::caller())
+    }
+
+    pub(crate) fn ptr_to_int_at(self, loc: Loc) -> Tile {
+        if !self.is_ptr() {
+            report(loc, format!("to_int needs a pointer tile, got {}", self.ty));
+            return self;
+        }
+        emit1(
+            Op::Bitcast,
+            vec![self.value],
+            self.ty.with_elem(Elem::Scalar(DType::I64)),
+            loc,
+        )
+    }
+
+    /// The same addresses as pointers to `T` (Triton's `ptr.to(tl.pointer_type(T))`).
+    #[track_caller]
+    pub fn cast_ptr<T: Element>(self) -> Tile {
+        let loc = Loc::caller();
+        super::ops::int_to_ptr_at(self.ptr_to_int_at(loc), T::DTYPE, loc)
+    }
+
     /// `self < other`, elementwise (an i1 tile).
     #[track_caller]
     pub fn lt(self, other: impl IntoOperand) -> Tile {

@@ -216,6 +216,8 @@ impl Lower<'_> {
                     .map(|&x| self.cast(from, ty.dtype(), *rounding, x))
                     .collect()
             }
+            // A pointer is its 64-bit address in a b64 register, as an i64/u64 is.
+            Op::Bitcast if ty.is_ptr() || arg_ty(0).is_ptr() => self.get(d.args[0], l),
             Op::Bitcast => {
                 let a = self.get(d.args[0], l)?;
                 let from = arg_ty(0).dtype();

@@ -165,6 +165,7 @@ fn is_anchored(op: &Op) -> bool {
             | Op::While
             | Op::Print { .. }
             | Op::Assert { .. }
+            | Op::Barrier
             | Op::Yield
             | Op::Condition
     )
@@ -902,6 +903,10 @@ impl<'k> Lower<'k> {
             Op::While => self.lower_while(inst),
             Op::Assert { .. } => self.lower_assert(inst),
             Op::Print { .. } => self.lower_print(inst),
+            Op::Barrier => {
+                self.b.emit("bar.sync", vec![Arg::Imm(0)]);
+                Ok(())
+            }
             Op::Yield | Op::Condition => Ok(()),
             other => Err(self.invalid(format!("`{}` is not anchored", other.name()))),
         }
