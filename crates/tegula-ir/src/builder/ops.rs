@@ -48,10 +48,28 @@ pub fn num_programs(axis: usize) -> Tile {
     )
 }
 
-/// `[start, start + 1, .., end - 1]` as an i32 tile. `end - start` must be a power of two, as
-/// in Triton, since tiles map onto threads and registers in powers of two.
+/// A Rust integer known at trace time (a literal or a constexpr of any integer type), where an
+/// op takes a trace-time integer: `arange(0, block)` with `block: usize`.
+pub trait ConstInt: Copy {
+    /// The value as i64 (u64 and usize values above `i64::MAX` saturate).
+    fn to_i64(self) -> i64;
+}
+
+macro_rules! const_int {
+    ($($t:ty),*) => {$(impl ConstInt for $t {
+        fn to_i64(self) -> i64 {
+            i64::try_from(self).unwrap_or(i64::MAX)
+        }
+    })*};
+}
+const_int!(i8, i16, i32, i64, isize, u8, u16, u32, u64, usize);
+
+/// `[start, start + 1, .., end - 1]` as an i32 tile (`tl.arange`). `end - start` must be a
+/// power of two, as in Triton, since tiles map onto threads and registers in powers of two.
+/// The bounds are Rust integers of any type: literals, `usize` constexprs (`arange(0, block)`).
 #[track_caller]
-pub fn arange(start: i64, end: i64) -> Tile {
+pub fn arange(start: impl ConstInt, end: impl ConstInt) -> Tile {
+    let (start, end) = (start.to_i64(), end.to_i64());
     let loc = Loc::caller();
     let n = end - start;
     if n <= 0 || !(n as u64).is_power_of_two() {
