@@ -74,7 +74,8 @@ pub struct LoopReport {
     pub boundary_fragments: bool,
     /// Loop-invariant dot operands kept in shared memory before it.
     pub resident_operands: usize,
-    /// Why it has fewer stages than asked (or none).
+    /// Why it has fewer stages than asked (or none), or which of its dot operands' loads are
+    /// not streamed and why.
     pub why: Option<String>,
 }
 
@@ -425,7 +426,8 @@ impl fmt::Display for Report {
             }
             if let Some(why) = &l.why {
                 if l.candidate || l.stages > 1 {
-                    writeln!(f, "{pad}  why: {why}")?;
+                    let what = if l.stages > 1 { "left out" } else { "why" };
+                    writeln!(f, "{pad}  {what}: {why}")?;
                 }
             }
         }
