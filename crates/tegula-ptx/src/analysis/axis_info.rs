@@ -334,7 +334,7 @@ impl AxisAnalysis {
                 let c = (0..rank)
                     .map(|i| {
                         let g = gcd(gcd(a.contiguity[i], b.divisibility[i]), a.divisibility[i]);
-                        if b.constancy[i] % a.contiguity[i].max(1) == 0 {
+                        if b.constancy[i].is_multiple_of(a.contiguity[i].max(1)) {
                             g.max(1)
                         } else {
                             1
