@@ -150,6 +150,8 @@ pub struct LoopPlan {
     pub residents: Vec<Resident>,
     /// Why it has no pipeline (or a shallower one than asked), for the report.
     pub note: Option<String>,
+    /// It has fewer stages than asked because more would not fit in shared memory.
+    pub shared_cut: bool,
 }
 
 /// The pipeline decisions of one kernel.
@@ -329,6 +331,7 @@ impl Planner<'_, '_> {
         };
         if let Some(pipe) = &piped {
             if pipe.stages < self.cx.options.num_stages && !lp.nested {
+                lp.shared_cut = true;
                 lp.note = Some(format!(
                     "{} stages of {} bytes: {} stages would exceed the {} bytes of shared memory left",
                     pipe.stages,
