@@ -614,7 +614,7 @@ fn launch<T: Element, O: Element>(
         programs,
         config
             .launch
-            .with_mma(if config.wgmma == Some(true) || tuned::wgmma_forced() {
+            .with_mma(if tuned::held_wgmma(config.wgmma) == Some(true) {
                 MmaChoice::Wgmma
             } else {
                 MmaChoice::Sync

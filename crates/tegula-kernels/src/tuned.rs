@@ -143,16 +143,26 @@ pub(crate) fn cx(n: usize) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
 }
 
-/// `TEGULA_WGMMA=1`: every matmul and attention forward launch asks for `wgmma` (to check
-/// that path everywhere).
+/// `TEGULA_WGMMA=1`: every matmul and attention launch asks for `wgmma` (to check that path
+/// everywhere), as if each had held `wgmma: Some(true)`.
 pub(crate) fn wgmma_forced() -> bool {
     std::env::var("TEGULA_WGMMA").is_ok_and(|v| v == "1")
 }
 
-/// A held `wgmma` choice appended to a key (`,WGMMA=1` or `,WGMMA=0`): it selects its own
-/// winner. `None` (the tuner's twins) adds nothing.
+/// The `wgmma` choice a launch holds: the caller's, or `Some(true)` under `TEGULA_WGMMA=1`.
+pub(crate) fn held_wgmma(wgmma: Option<bool>) -> Option<bool> {
+    if wgmma_forced() {
+        Some(true)
+    } else {
+        wgmma
+    }
+}
+
+/// A held `wgmma` choice ([`held_wgmma`]) appended to a key (`,WGMMA=1` or `,WGMMA=0`): it
+/// selects its own winner, so candidates timed on `wgmma` under `TEGULA_WGMMA=1` never answer a
+/// later plain call. `None` (the tuner's twins) adds nothing.
 pub(crate) fn held_wgmma_suffix(wgmma: Option<bool>) -> &'static str {
-    match wgmma {
+    match held_wgmma(wgmma) {
         Some(true) => ",WGMMA=1",
         Some(false) => ",WGMMA=0",
         None => "",

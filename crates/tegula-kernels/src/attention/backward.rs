@@ -983,7 +983,7 @@ pub fn backward_adds_a_kernel<T: Element>(
 /// Whether the dK/dV kernel asks for `wgmma` (`AttentionOptions::wgmma`, held or a tuner
 /// twin on Hopper; f32 dots never take it).
 fn wgmma(options: &AttentionOptions) -> bool {
-    options.wgmma == Some(true)
+    tuned::held_wgmma(options.wgmma) == Some(true)
 }
 
 /// Launches the three kernels with every option set, on checked tensors.

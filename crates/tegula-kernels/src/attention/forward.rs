@@ -314,12 +314,7 @@ fn resolve_then<T: Element, R>(
         super::key(dims, T::DTYPE, options.causal) + &tuned::held_suffix(&held, options.config);
     if matches!(T::DTYPE, DType::F16 | DType::BF16) {
         // f32 dots never take wgmma: for them the choice changes nothing.
-        let held = if wgmma(options) {
-            Some(true)
-        } else {
-            options.wgmma
-        };
-        key += tuned::held_wgmma_suffix(held);
+        key += tuned::held_wgmma_suffix(options.wgmma);
     }
     let dev = q.device();
     tuned::run(
@@ -453,7 +448,7 @@ pub fn forward_adds_a_kernel<T: Element>(
 
 /// Whether a launch with `options` asks for `wgmma`: the option, or `TEGULA_WGMMA=1`.
 fn wgmma(options: &AttentionOptions) -> bool {
-    options.wgmma == Some(true) || tuned::wgmma_forced()
+    tuned::held_wgmma(options.wgmma) == Some(true)
 }
 
 /// Attention in new tensors: the output `[B, H, Nq, D]` (input dtype, contiguous) and the
