@@ -26,6 +26,22 @@
 //! | [`t08_grouped_gemm`] | 08 grouped GEMM (and its descriptor variant) |
 //! | [`t09_persistent_matmul`] | 09 persistent matmul (naive, persistent, descriptor variants) |
 //! | [`t11_programmatic_dependent_launch`] | 11 programmatic dependent launch (without PDL) |
+//!
+//! The ports use tegula's builtins where Triton uses its own: `tl.rand` (04), `libdevice.asin`
+//! (07), `tl.assume` (03), `tl.debug_barrier` (05), int-to-pointer casts (08), `tl.split` and
+//! `tl.join` (06, 09), `tl.where` on an integer condition (04), per-axis `tl.multiple_of` (08),
+//! `tl.load` without `other` (`load_masked`), and `@triton.jit` helpers with run-time loops
+//! (`#[tegula::func]`, 06). The workarounds left, each at a `// workaround:` comment:
+//!
+//! | Triton | where | what the port does |
+//! | --- | --- | --- |
+//! | tensor descriptors (`tl.make_tensor_descriptor`, `TensorDescriptor`) | 06, 08 (TMA variant), 09 (TMA and descriptor variants) | block pointers at each load's offsets ([`desc`]) |
+//! | `tl.range(.., num_stages=)` | 02 | the launch's `num_stages` |
+//! | `tl.range(.., warp_specialize=, flatten=)` | 06, 09 | a plain `range` loop; the host accepts the flags |
+//! | fp8 dtypes (`tl.float8e5`, `tl.float8e4nv`) | 06, 08, 09 | the fp16 path only |
+//! | PDL (`gdc_wait`, `gdc_launch_dependents`, `launch_pdl`) | 11 | the kernel without PDL; the host refuses `launch_pdl` |
+//! | torch arithmetic on the host (`k * (sm_scale * RCP_LN2)`) | 06 | a small kernel |
+//! | host addresses as integers on the interpreter | 08 | byte offsets into one buffer per operand, on the interpreter only |
 
 pub mod common;
 pub mod desc;

@@ -34,17 +34,15 @@
 //! | `TensorDescriptor.from_tensor(a, block)` + `pre_hook` | the tensor's pointer and strides as arguments; the kernel makes the descriptor with the config's block |
 //! | `desc.load([i, j])`, `desc.store([i, j], v)` | [`crate::desc::TensorDescriptor`] |
 //! | `tl.reshape`, `tl.permute` | `.reshape(..)`, `.permute(&[..])` |
-//! | `tl.split(acc)` | a workaround (see below) |
+//! | `acc.reshape(..).permute(..).split()` | `split(acc.reshape(..).permute(&[..]))` |
 //!
 //! # What differs
 //!
 //! The loop options `flatten=` and `warp_specialize=` of `tl.range` have no tegula
 //! counterpart (both are scheduling choices that leave the result alone); the ports loop
-//! plainly and the host functions accept `warp_specialize` without effect. `tl.split` is
-//! missing: the subtile epilogue takes the halves of the size-2 last axis with a masked sum
-//! over that axis, which adds an exact zero to each element. Tensor descriptors are block
-//! pointers ([`crate::desc`]). fp8 inputs and outputs (`tl.float8e4nv`) are not ported: tegula
-//! has no fp8 dtype. The persistent kernels take `NUM_SMS` from the device; on the
+//! plainly and the host functions accept `warp_specialize` without effect. Tensor descriptors
+//! are block pointers ([`crate::desc`]). fp8 inputs and outputs (`tl.float8e4nv`) are not
+//! ported: tegula has no fp8 dtype. The persistent kernels take `NUM_SMS` from the device; on the
 //! interpreter, which has no SMs, [`INTERPRETER_SMS`], so that its programs walk several tiles.
 #![allow(non_snake_case)]
 
@@ -330,17 +328,6 @@ pub fn matmul_kernel_persistent(
         let c = accumulator.to::<f16>();
         store(c_ptrs, c, c_mask);
     }
-}
-
-/// `tl.split` of a tile whose last axis has size 2: its two halves along that axis.
-// workaround: tl.split is missing; each half is a sum over the size-2 axis of the tile with
-// the other half masked to zero (x + 0 is exact).
-pub fn split(x: Tile) -> (Tile, Tile) {
-    let rank = x.shape().rank();
-    let half = arange(0, 2);
-    let first = sum(select(half.eq(0), x, 0.0), rank - 1);
-    let second = sum(select(half.eq(1), x, 0.0), rank - 1);
-    (first, second)
 }
 
 #[tegula::kernel]

@@ -53,8 +53,8 @@ pub fn add_kernel(
         // launch it has nothing to wait for, and the host never makes one.
     }
 
-    let x = load(x_ptr + offsets, mask, 0);
-    let y = load(y_ptr + offsets, mask, 0);
+    let x = load_masked(x_ptr + offsets, mask);
+    let y = load_masked(y_ptr + offsets, mask);
     if USE_GDC {
         // GDC launch dependents hints the runtime system to launch dependent kernels.
         // workaround: tl.extra.cuda.gdc_launch_dependents (griddepcontrol.launch_dependents)

@@ -4,7 +4,7 @@
 
 use tegula::prelude::*;
 use tegula_tutorials::t09_persistent_matmul::{
-    check_with, inputs, matmul_tma_persistent_get_configs, matmul_with, split, Variant,
+    check_with, inputs, matmul_tma_persistent_get_configs, matmul_with, Variant,
 };
 
 #[test]
@@ -46,8 +46,8 @@ fn both_epilogues_and_wide_tiles() -> tegula::Result<()> {
 
 #[test]
 fn split_takes_the_halves_of_the_last_axis() -> tegula::Result<()> {
-    // The tl.split stand-in, through a kernel: [4, 8] -> reshape [4, 2, 4] -> permute ->
-    // split, as the subtile epilogue does.
+    // split through a kernel: [4, 8] -> reshape [4, 2, 4] -> permute -> split, as the subtile
+    // epilogue does.
     #[tegula::kernel]
     fn split_kernel(x: Ptr<f32>, lo: Ptr<f32>, hi: Ptr<f32>) {
         let rows = arange(0, 4).col();
