@@ -176,3 +176,36 @@ fn the_split_join_branch_matches_float64() -> tegula::Result<()> {
     }
     Ok(())
 }
+
+/// The launches `name`'s host function makes at `shape` for a GPU of 132 SMs (the untuned
+/// first config), compiled for sm_90: their plans.
+fn plans(
+    name: &str,
+    shape: &[usize],
+) -> tegula::Result<Vec<(tegula::RecordedLaunch, tegula::Report)>> {
+    let t = tegula_tutorials::find(name).expect("registered");
+    let target = tegula::compiler::Target::for_compute_capability(9, 0);
+    t.record(shape, t.dtypes[0], 132)?
+        .into_iter()
+        .map(|l| {
+            let report = l.compile(&target)?.report;
+            Ok((l, report))
+        })
+        .collect()
+}
+
+#[test]
+fn the_forward_key_loops_are_pipelined_at_the_configs_stages_on_sm_90() -> tegula::Result<()> {
+    // Non-causal: one loop over the keys; causal: the off-band and the on-band stage's.
+    for (name, loops) in [("06-attention-fwd", 1), ("06-attention-fwd-causal", 2)] {
+        let plans = plans(name, &[1, 2, 1024, 64])?;
+        let (launch, report) = &plans[0];
+        let key_loops: Vec<_> = report.loops.iter().filter(|l| l.candidate).collect();
+        assert_eq!(key_loops.len(), loops, "{report}");
+        for l in key_loops {
+            assert_eq!(l.asked, launch.config.num_stages, "{report}");
+            assert_eq!(l.stages, l.asked, "{name}: {:?}\n{report}", l.why);
+        }
+    }
+    Ok(())
+}
