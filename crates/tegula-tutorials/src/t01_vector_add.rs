@@ -42,7 +42,7 @@
 #![allow(non_snake_case)]
 
 use crate::common;
-use crate::{Bench, BenchShape, CheckReport, Tutorial};
+use crate::{Bench, BenchShape, CheckReport, Port};
 use tegula::ir::DType;
 use tegula::prelude::*;
 use tegula::Result;
@@ -154,6 +154,7 @@ fn bench_typed<T: Element>(dev: &Device, shape: &[usize]) -> Result<Bench> {
     Ok(Bench {
         flops: n as f64,
         bytes: 3.0 * n as f64 * s,
+        input_copies: 1,
         launch: Box::new(move || add_into(&x, &y, &output)),
     })
 }
@@ -167,8 +168,8 @@ fn bench(dev: &Device, shape: &[usize], dtype: DType) -> Result<Bench> {
 }
 
 /// The registry entry: the harness's `01-vector-add` at `n=134217728`, fp32.
-pub fn tutorials() -> Vec<Tutorial> {
-    vec![Tutorial {
+pub fn tutorials() -> Vec<Port> {
+    vec![Port {
         name: "tutorial-01-vector-add",
         about: "output = x + y, BLOCK_SIZE 1024 elements a program",
         dims: &["n"],

@@ -47,7 +47,7 @@
 #![allow(non_snake_case)]
 
 use crate::common::{self, config, cx};
-use crate::{Bench, BenchShape, CheckReport, Tutorial};
+use crate::{Bench, BenchShape, CheckReport, Port};
 use tegula::autotune::{median_ms, Config, Tuning};
 use tegula::ir::{DType, Kernel, TraceError};
 use tegula::prelude::*;
@@ -413,6 +413,7 @@ fn bench_with(dev: &Device, shape: &[usize], activation: &'static str) -> Result
     Ok(Bench {
         flops: 2.0 * (m * n * k) as f64,
         bytes: 2.0 * (m * k + k * n + m * n) as f64,
+        input_copies: 1,
         launch: Box::new(move || {
             let meta = tuned_config(&a, &b, &c, activation)?;
             matmul_launch(&a, &b, &c, activation, &meta)
@@ -434,9 +435,9 @@ const SHAPES: &[BenchShape] = &[BenchShape {
 }];
 
 /// The registry entries: the harness's `03-matmul` and `03-matmul-leaky-relu` at 4096^3, fp16.
-pub fn tutorials() -> Vec<Tutorial> {
+pub fn tutorials() -> Vec<Port> {
     vec![
-        Tutorial {
+        Port {
             name: "tutorial-03-matmul",
             about: "C = A B (fp16 in, f32 accumulation, fp16 out), grouped order, autotuned",
             dims: &["M", "N", "K"],
@@ -446,7 +447,7 @@ pub fn tutorials() -> Vec<Tutorial> {
             check: check_plain,
             bench: bench_plain,
         },
-        Tutorial {
+        Port {
             name: "tutorial-03-matmul-leaky-relu",
             about: "tutorial 03's matmul with ACTIVATION=\"leaky_relu\" fused",
             dims: &["M", "N", "K"],

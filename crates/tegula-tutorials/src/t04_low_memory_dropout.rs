@@ -32,7 +32,7 @@
 #![allow(clippy::excessive_precision)]
 
 use crate::common;
-use crate::{Bench, BenchShape, CheckReport, Tutorial};
+use crate::{Bench, BenchShape, CheckReport, Port};
 use tegula::ir::DType;
 use tegula::prelude::*;
 use tegula::Result;
@@ -235,13 +235,14 @@ fn bench(dev: &Device, shape: &[usize], _dtype: DType) -> Result<Bench> {
         // compare and divide per element (Philox's integer rounds not counted)
         flops: 2.0 * n as f64,
         bytes: 8.0 * n as f64,
+        input_copies: 1,
         launch: Box::new(move || seeded_dropout_into(&x, &output, 0.5, 123)),
     })
 }
 
 /// The registry entry: the harness's `04-seeded-dropout` at `n=16777216`, p 0.5, seed 123.
-pub fn tutorials() -> Vec<Tutorial> {
-    vec![Tutorial {
+pub fn tutorials() -> Vec<Port> {
+    vec![Port {
         name: "tutorial-04-seeded-dropout",
         about: "dropout with the mask drawn in the kernel (Philox 4x32-10, tl.rand's bits)",
         dims: &["n"],

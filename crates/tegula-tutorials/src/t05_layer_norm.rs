@@ -53,7 +53,7 @@
 #![allow(non_snake_case)]
 
 use crate::common::{self, next_power_of_2};
-use crate::{Bench, BenchShape, CheckReport, Tutorial};
+use crate::{Bench, BenchShape, CheckReport, Port};
 use tegula::ir::DType;
 use tegula::prelude::*;
 use tegula::{LaunchConfig, Result};
@@ -656,6 +656,7 @@ fn bench_typed<T: Element>(dev: &Device, shape: &[usize], backward: bool) -> Res
             flops: 8.0 * mn,
             // x read, y written, w and b read, mean and rstd written
             bytes: 2.0 * mn * s + 2.0 * nf * s + 8.0 * mf,
+            input_copies: 1,
             launch: Box::new(move || {
                 layer_norm_fwd_into(&x, &w, &b, EPS, &y, &mean, &rstd).map(|_| ())
             }),
@@ -669,6 +670,7 @@ fn bench_typed<T: Element>(dev: &Device, shape: &[usize], backward: bool) -> Res
         flops: 10.0 * mn,
         // dy and x read, dx written; w, mean and rstd read; dw and db written
         bytes: 3.0 * mn * s + 3.0 * nf * s + 8.0 * mf,
+        input_copies: 1,
         launch: Box::new(move || layer_norm_bwd_into(&ctx, &dy, &dx, &dw, &db)),
     })
 }
@@ -696,9 +698,9 @@ const SHAPES: &[BenchShape] = &[BenchShape {
 
 /// The registry entries: the harness's `05-layer-norm-fwd` and `05-layer-norm-bwd` at
 /// 4096 x 8192, fp16.
-pub fn tutorials() -> Vec<Tutorial> {
+pub fn tutorials() -> Vec<Port> {
     vec![
-        Tutorial {
+        Port {
             name: "tutorial-05-layer-norm-fwd",
             about: "layer norm forward: three passes over a row (mean, variance, normalize)",
             dims: &["M", "N"],
@@ -708,7 +710,7 @@ pub fn tutorials() -> Vec<Tutorial> {
             check: check_fwd,
             bench: bench_fwd,
         },
-        Tutorial {
+        Port {
             name: "tutorial-05-layer-norm-bwd",
             about: "layer norm backward: dx, and dw/db summed through locked partial rows",
             dims: &["M", "N"],

@@ -71,7 +71,7 @@
 
 use crate::common::{self, config, cx};
 use crate::desc::{make_tensor_descriptor, TensorDescriptor};
-use crate::{Bench, BenchShape, CheckReport, Tutorial};
+use crate::{Bench, BenchShape, CheckReport, Port};
 use tegula::autotune::{median_ms, Config, Tuning};
 use tegula::ir::DType;
 use tegula::prelude::*;
@@ -1243,6 +1243,7 @@ fn bench_with(dev: &Device, shape: &[usize], causal: bool, backward: bool) -> Re
             flops: fwd_flops,
             // q, k, v read; o and M written
             bytes: 4.0 * qkv + lse,
+            input_copies: 1,
             launch: Box::new(move || {
                 attention_fwd_into(&q, &k, &v, &o, &M, causal, SM_SCALE, false).map(|_| ())
             }),
@@ -1256,6 +1257,7 @@ fn bench_with(dev: &Device, shape: &[usize], causal: bool, backward: bool) -> Re
         flops: 2.5 * fwd_flops,
         // q, k, v, o, dO, M read; dq, dk, dv written
         bytes: 8.0 * qkv + lse,
+        input_copies: 1,
         launch: Box::new(move || attention_backward_into(&ctx, &d_o, &bufs)),
     })
 }
@@ -1280,7 +1282,7 @@ entry_fns! {
 
 /// The registry entries: the harness's `06-attention-fwd`, `-fwd-causal`, `-bwd`,
 /// `-bwd-causal` at `Z4H32N4096D64`, fp16, `sm_scale = 1.3`.
-pub fn tutorials() -> Vec<Tutorial> {
+pub fn tutorials() -> Vec<Port> {
     const SHAPES: &[BenchShape] = &[BenchShape {
         label: "Z4H32N4096D64",
         dims: &[4, 32, 4096, 64],
@@ -1289,7 +1291,7 @@ pub fn tutorials() -> Vec<Tutorial> {
         fn(&Device, &[usize], DType) -> Result<CheckReport>,
         fn(&Device, &[usize], DType) -> Result<Bench>,
     );
-    let entry = |name, about, (check, bench): Fns| Tutorial {
+    let entry = |name, about, (check, bench): Fns| Port {
         name,
         about,
         dims: &["Z", "H", "N_CTX", "HEAD_DIM"],

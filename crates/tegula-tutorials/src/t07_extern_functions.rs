@@ -30,7 +30,7 @@
 #![allow(non_snake_case)]
 
 use crate::common;
-use crate::{Bench, BenchShape, CheckReport, Tutorial};
+use crate::{Bench, BenchShape, CheckReport, Port};
 use tegula::ir::DType;
 use tegula::prelude::*;
 use tegula::Result;
@@ -107,13 +107,14 @@ fn bench(dev: &Device, shape: &[usize], _dtype: DType) -> Result<Bench> {
         // does more)
         flops: 12.0 * n as f64,
         bytes: 8.0 * n as f64,
+        input_copies: 1,
         launch: Box::new(move || asin_into(&x, &out)),
     })
 }
 
 /// The registry entry: the harness's `07-extern-asin` at `n=16777216`, fp32.
-pub fn tutorials() -> Vec<Tutorial> {
-    vec![Tutorial {
+pub fn tutorials() -> Vec<Port> {
+    vec![Port {
         name: "tutorial-07-extern-asin",
         about: "y = asin(x) elementwise (libdevice in Triton; tegula's correctly rounded builtin)",
         dims: &["n"],

@@ -57,7 +57,7 @@
 
 use crate::common::{self, config, cx};
 use crate::desc::make_tensor_descriptor;
-use crate::{Bench, BenchShape, CheckReport, Tutorial};
+use crate::{Bench, BenchShape, CheckReport, Port};
 use tegula::autotune::{median_ms, Config, Tuning};
 use tegula::ir::DType;
 use tegula::prelude::*;
@@ -795,6 +795,7 @@ fn bench_with(dev: &Device, shape: &[usize], tma: bool) -> Result<Bench> {
     Ok(Bench {
         flops,
         bytes,
+        input_copies: 1,
         launch: Box::new(move || {
             if tma {
                 grouped_matmul_tma(&group)
@@ -824,8 +825,8 @@ const BATCHES: &[BenchShape] = &[BenchShape {
 
 /// The registry entries: the harness's `08-grouped-gemm-square` and `-batches` (four fp16
 /// products each), and its `08-grouped-gemm-tma-*` extras (the descriptor variant).
-pub fn tutorials() -> Vec<Tutorial> {
-    let entry = |name, about, bench_shapes, tma: bool| Tutorial {
+pub fn tutorials() -> Vec<Port> {
+    let entry = |name, about, bench_shapes, tma: bool| Port {
         name,
         about,
         dims: &["G", "M", "N", "K"],

@@ -48,7 +48,7 @@
 
 use crate::common::{self, config, cx};
 use crate::desc::make_tensor_descriptor;
-use crate::{Bench, BenchShape, CheckReport, Tutorial};
+use crate::{Bench, BenchShape, CheckReport, Port};
 use tegula::autotune::{median_ms, Config, Tuning};
 use tegula::ir::{DType, Kernel, TraceError};
 use tegula::prelude::*;
@@ -843,6 +843,7 @@ fn bench_variant(dev: &Device, shape: &[usize], variant: Variant) -> Result<Benc
     Ok(Bench {
         flops: 2.0 * (m * n * k) as f64,
         bytes: 2.0 * (m * k + n * k + m * n) as f64,
+        input_copies: 1,
         launch: Box::new(move || {
             let meta = tuned_config(variant, &a, &b, &c, false)?;
             launch(variant, &a, &b, &c, &meta)
@@ -871,7 +872,7 @@ entry_fns! {
 
 /// The registry entries: the harness's `09-matmul-naive`, `-persistent`,
 /// `-descriptor-persistent` and its extras `-tma`, `-tma-persistent`, at 8192x8192x512 fp16.
-pub fn tutorials() -> Vec<Tutorial> {
+pub fn tutorials() -> Vec<Port> {
     const SHAPES: &[BenchShape] = &[BenchShape {
         label: "8192x8192x512",
         dims: &[8192, 8192, 512],
@@ -880,7 +881,7 @@ pub fn tutorials() -> Vec<Tutorial> {
         fn(&Device, &[usize], DType) -> Result<CheckReport>,
         fn(&Device, &[usize], DType) -> Result<Bench>,
     );
-    let entry = |name, about, (check, bench): Fns| Tutorial {
+    let entry = |name, about, (check, bench): Fns| Port {
         name,
         about,
         dims: &["M", "N", "K"],

@@ -27,7 +27,7 @@
 #![allow(non_snake_case)]
 
 use crate::common;
-use crate::{Bench, BenchShape, CheckReport, Tutorial};
+use crate::{Bench, BenchShape, CheckReport, Port};
 use tegula::ir::DType;
 use tegula::prelude::*;
 use tegula::Result;
@@ -143,13 +143,14 @@ fn bench(dev: &Device, shape: &[usize], _dtype: DType) -> Result<Bench> {
     Ok(Bench {
         flops: n as f64,
         bytes: 12.0 * n as f64,
+        input_copies: 1,
         launch: Box::new(move || add_into(&x, &y, &output, false)),
     })
 }
 
 /// The registry entry: the harness's `11-pdl-add-nogdc` at `n=16777216`, fp32.
-pub fn tutorials() -> Vec<Tutorial> {
-    vec![Tutorial {
+pub fn tutorials() -> Vec<Port> {
+    vec![Port {
         name: "tutorial-11-pdl-add-nogdc",
         about: "tutorial 11's add without grid-dependency control (no PDL in tegula)",
         dims: &["n"],

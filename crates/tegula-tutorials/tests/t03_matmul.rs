@@ -95,7 +95,7 @@ fn plans(
 ) -> tegula::Result<Vec<(tegula::RecordedLaunch, tegula::Report)>> {
     let t = tegula_tutorials::find(name).expect("registered");
     let target = tegula::compiler::Target::for_compute_capability(9, 0);
-    t.record(shape, t.dtypes[0], 132)?
+    t.record(shape, t.dtypes[0], None, 132)?
         .into_iter()
         .map(|l| {
             let report = l.compile(&target)?.report;
