@@ -553,7 +553,7 @@ pub fn attention() -> BenchSpec {
     }
 }
 
-/// `attention_backward`: as [`attention`] (peers.py's `attention_bwd`).
+/// `attention_backward`: as [`attention()`] (peers.py's `attention_bwd`).
 pub fn attention_backward() -> BenchSpec {
     BenchSpec {
         op: "attention_bwd",

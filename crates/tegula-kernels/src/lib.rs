@@ -1,10 +1,10 @@
 //! tegula's kernel library: each kernel written with `#[tegula::kernel]`, with a host wrapper
 //! that checks its input contract and returns typed errors, a check against a float64
-//! reference used by tests and by `tegula run`, and a benchmark ([`bench`]).
+//! reference used by tests and by `tegula run`, and a benchmark ([`bench`](mod@bench)).
 //!
 //! [`library`] gives the library's entries of the registry ([`tegula::registry`]), which the
 //! `tegula` command reads beside the tutorials' ports. Each kernel module describes its kernel
-//! as a [`LibraryKernel`] (name, dimensions, dtypes, check, trace); [`bench`] adds the
+//! as a [`LibraryKernel`] (name, dimensions, dtypes, check, trace); [`bench`](mod@bench) adds the
 //! benchmark (FLOPs, bytes, peers.py's shapes, the realistic shape, a prepared launch).
 
 pub mod attention;
