@@ -321,7 +321,7 @@ fn pipelined(p: &MatmulProblem) -> bool {
 ///   persistent twin), and of those with BLOCK_K 32 one at 6 stages, where a k-tile stays in
 ///   flight (docs/performance.md, "wgmma and its k-tile in flight").
 ///
-/// The compiler's plans prune the rest before any timing ([`tuned::plan_or_prune`], through
+/// The compiler's plans prune the rest before any timing (`tuned::plan_or_prune`, through
 /// [`adds_a_kernel`]): candidates whose stages shared memory cuts (another candidate's
 /// kernel) and wgmma twins none of whose dots the plan puts on wgmma.
 ///
@@ -415,7 +415,7 @@ pub fn candidates(p: &MatmulProblem, fixed: &MatmulConfig) -> Vec<MatmulConfig> 
 
 /// Whether the tuner also times `c` on a persistent grid: pipelined, 8 warps, at least
 /// 128 x 128 (whether its slots and the store's exchange fit in shared memory together is the
-/// compiler's to say: a twin whose stages it cuts is pruned, see [`tuned::plan_or_prune`]).
+/// compiler's to say: a twin whose stages it cuts is pruned, see `tuned::plan_or_prune`).
 fn persistent_twin_fits(p: &MatmulProblem, c: &MatmulConfig) -> bool {
     let tile = c.block_m * c.block_n;
     pipelined(p) && c.launch.num_warps == 8 && c.launch.num_stages >= 2 && tile >= 128 * 128
@@ -427,7 +427,7 @@ fn persistent_twin_fits(p: &MatmulProblem, c: &MatmulConfig) -> bool {
 const IN_FLIGHT_STAGES_K32: u32 = 6;
 
 /// Whether the launch of `config` on these operands adds a kernel to the tuner's candidates
-/// (see [`tuned::plan_or_prune`]); `Ok(false)` when its plan is another candidate's.
+/// (see `tuned::plan_or_prune`); `Ok(false)` when its plan is another candidate's.
 pub fn adds_a_kernel<T: Element, O: Element>(
     a: &Tensor<T>,
     b: &Tensor<T>,

@@ -122,7 +122,7 @@ fn grid(
 /// the timings choose between the two lowerings per shape (docs/performance.md, "The autotuner
 /// and its twins"). The compiler's plans prune before any timing: candidates whose stages
 /// shared memory cuts, wgmma twins with no dot on wgmma (`tuned::plan_or_prune`), and those
-/// [`forward_plan_fits`] refuses (the 160-value bound where Q stays in registers).
+/// `forward_plan_fits` refuses (the 160-value bound where Q stays in registers).
 ///
 /// The default is BLOCK_M 64, BLOCK_N 64, 4 warps, 2 stages, clamped to the lengths
 /// (`mma.sync`).
