@@ -18,3 +18,10 @@ echo "== cargo doc (broken or private links are errors)"
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --quiet
 echo "== cargo test"
 cargo test --workspace
+echo "== link check: tegula beside cudarc with dynamic-linking, and with dynamic-loading"
+# Two crates outside the workspace (ci/link-check), each asking cudarc for one loading feature,
+# checked one at a time so their features never unify. `cargo check` compiles but does not
+# link: a full build with dynamic-linking also needs libcuda.so at link time, which CI has not.
+for crate in link-check-dynamic-linking link-check-dynamic-loading; do
+  (cd ci/link-check && CARGO_TARGET_DIR="$PWD/../../target" cargo check --quiet -p "$crate")
+done

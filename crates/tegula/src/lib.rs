@@ -37,6 +37,9 @@ pub use device::{Backend, Device, RecordedLaunch};
 pub use error::{Error, Result};
 pub use gpu::{compile_specialized, specialize, GpuKernel};
 pub use launch::{Grid, KernelArg, Launch, LaunchConfig, MmaChoice, Ptr, ScalarArg, TensorArg};
+/// The CUDA runtime crate, and through it the cudarc tegula is built with
+/// (`tegula::cuda::cudarc`), for interop with other cudarc users.
+pub use tegula_cuda as cuda;
 pub use tegula_ir as ir;
 pub use tegula_macros::kernel;
 pub use tensor::Tensor;
