@@ -16,6 +16,8 @@ echo "== cargo clippy"
 cargo clippy --workspace --all-targets --quiet -- -D warnings
 echo "== cargo doc (broken or private links are errors)"
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --quiet
+echo "== cargo package (every published crate; offline, no build: README.md, \"Releasing\")"
+cargo package --workspace --exclude tegula-tutorials --no-verify --allow-dirty --offline --quiet
 echo "== cargo test"
 cargo test --workspace
 echo "== link check: tegula beside cudarc with dynamic-linking, and with dynamic-loading"
