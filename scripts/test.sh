@@ -20,6 +20,15 @@ echo "== cargo package (every published crate; offline, no build: README.md, \"R
 cargo package --workspace --exclude tegula-tutorials --no-verify --allow-dirty --offline --quiet
 echo "== cargo test"
 cargo test --workspace
+echo "== DLPack with a real producer and consumer: NumPy on the CPU (scripts/dlpack_torch.py)"
+# The same script runs PyTorch on a GPU machine; here NumPy stands in (installed under .tools).
+if [ ! -d .tools/numpy/numpy ]; then
+  python3 -m pip install --quiet --disable-pip-version-check --target .tools/numpy numpy
+fi
+cargo build --quiet -p tegula --example dlpack_torch
+dlpack_log=$(PYTHONPATH=.tools/numpy python3 scripts/dlpack_torch.py --framework numpy \
+  --lib target/debug/examples/libdlpack_torch.so) || { echo "$dlpack_log"; exit 1; }
+echo "$dlpack_log" | tail -1
 echo "== link check: tegula beside cudarc with dynamic-linking, and with dynamic-loading"
 # Two crates outside the workspace (ci/link-check), each asking cudarc for one loading feature,
 # checked one at a time so their features never unify. `cargo check` compiles but does not

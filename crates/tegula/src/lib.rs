@@ -27,6 +27,7 @@
 
 pub mod autotune;
 mod device;
+pub mod dlpack;
 mod error;
 mod gpu;
 mod launch;
