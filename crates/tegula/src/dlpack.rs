@@ -226,6 +226,49 @@ impl ManagedTensor {
         NonNull::new(ptr).map(|ptr| ManagedTensor { ptr })
     }
 
+    /// A managed tensor over memory that `owner` keeps alive (or that the caller keeps alive
+    /// some other way, with `owner` a `Box::new(())`): the DLPack form of any library's
+    /// buffer, for [`Tensor::from_dlpack`]. The deleter drops `owner` and the struct; `shape`
+    /// and `strides` (in elements; `None` for row-major) are copied.
+    ///
+    /// # Safety
+    /// As for [`ManagedTensor::from_raw`]: `data` (on `device`) is valid for every element the
+    /// view reaches until `owner` is dropped, which the tensor made from it does when its last
+    /// view drops; nobody else writes the memory meanwhile without ordering with tegula.
+    pub unsafe fn from_parts(
+        data: *mut c_void,
+        device: DLDevice,
+        dtype: DType,
+        shape: &[i64],
+        strides: Option<&[i64]>,
+        owner: Box<dyn std::any::Any + Send + Sync>,
+    ) -> ManagedTensor {
+        let mut ctx = Box::new(PartsContext {
+            shape: shape.to_vec(),
+            strides: strides.map(<[i64]>::to_vec),
+            _owner: owner,
+        });
+        let managed = Box::new(DLManagedTensor {
+            dl_tensor: DLTensor {
+                data,
+                device,
+                ndim: shape.len() as i32,
+                dtype: dl_dtype(dtype),
+                shape: ctx.shape.as_mut_ptr(),
+                strides: ctx
+                    .strides
+                    .as_mut()
+                    .map_or(std::ptr::null_mut(), |s| s.as_mut_ptr()),
+                byte_offset: 0,
+            },
+            manager_ctx: Box::into_raw(ctx).cast(),
+            deleter: Some(delete_parts),
+        });
+        ManagedTensor {
+            ptr: NonNull::from(Box::leak(managed)),
+        }
+    }
+
     /// Gives up ownership: whoever takes the pointer must call its deleter once (a consumer such
     /// as `torch.utils.dlpack.from_dlpack` does).
     pub fn into_raw(self) -> *mut DLManagedTensor {
@@ -286,6 +329,28 @@ impl Drop for ManagedTensor {
                 deleter(self.ptr.as_ptr());
             }
         }
+    }
+}
+
+/// What a [`ManagedTensor::from_parts`] owns.
+struct PartsContext {
+    shape: Vec<i64>,
+    strides: Option<Vec<i64>>,
+    _owner: Box<dyn std::any::Any + Send + Sync>,
+}
+
+/// The deleter of [`ManagedTensor::from_parts`].
+///
+/// # Safety
+/// `managed` is null or a pointer made by `from_parts`, not deleted before.
+unsafe extern "C" fn delete_parts(managed: *mut DLManagedTensor) {
+    if managed.is_null() {
+        return;
+    }
+    // SAFETY: `from_parts` made both boxes; the deleter runs once.
+    unsafe {
+        let managed = Box::from_raw(managed);
+        drop(Box::from_raw(managed.manager_ctx.cast::<PartsContext>()));
     }
 }
 

@@ -5,7 +5,7 @@
 use half::{bf16, f16};
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use tegula::dlpack::{
     self, device_type, DLDataType, DLDevice, DLManagedTensor, DLTensor, DlpackError, ManagedTensor,
 };
@@ -327,4 +327,31 @@ fn a_managed_tensor_dropped_unused_calls_its_deleter() {
     // SAFETY: the pointer came from into_raw just above, owned by nobody else.
     drop(unsafe { ManagedTensor::from_raw(raw) });
     assert_eq!(dlpack::live_exports(), before);
+}
+
+#[test]
+fn from_parts_wraps_a_buffer_and_drops_its_owner() {
+    let _g = serial();
+    let dev = Device::cpu();
+    // The owner is the memory itself: a boxed slice that the deleter drops.
+    let mut data: Box<[f32]> = (0..8).map(|i| i as f32).collect();
+    let ptr = data.as_mut_ptr();
+    struct Owned(#[allow(dead_code)] Box<[f32]>, Arc<()>);
+    let alive = Arc::new(());
+    // SAFETY: `data` moves into the owner, which lives until the deleter runs.
+    let m = unsafe {
+        ManagedTensor::from_parts(
+            ptr.cast(),
+            CPU,
+            DType::F32,
+            &[2, 2],
+            Some(&[4, 2]),
+            Box::new(Owned(data, alive.clone())),
+        )
+    };
+    let t = Tensor::<f32>::from_dlpack(&dev, m).unwrap();
+    assert_eq!(t.to_vec().unwrap(), vec![0.0, 2.0, 4.0, 6.0]);
+    assert_eq!(Arc::strong_count(&alive), 2);
+    drop(t);
+    assert_eq!(Arc::strong_count(&alive), 1, "the owner was dropped");
 }
