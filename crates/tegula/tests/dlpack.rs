@@ -336,7 +336,8 @@ fn from_parts_wraps_a_buffer_and_drops_its_owner() {
     // The owner is the memory itself: a boxed slice that the deleter drops.
     let mut data: Box<[f32]> = (0..8).map(|i| i as f32).collect();
     let ptr = data.as_mut_ptr();
-    struct Owned(#[allow(dead_code)] Box<[f32]>, Arc<()>);
+    #[allow(dead_code)] // held for their drops
+    struct Owned(Box<[f32]>, Arc<()>);
     let alive = Arc::new(());
     // SAFETY: `data` moves into the owner, which lives until the deleter runs.
     let m = unsafe {
