@@ -17,7 +17,7 @@ cargo clippy --workspace --all-targets --quiet -- -D warnings
 echo "== cargo doc (broken or private links are errors)"
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --quiet
 echo "== cargo package (every published crate; offline, no build: README.md, \"Releasing\")"
-cargo package --workspace --exclude tegula-tutorials --no-verify --allow-dirty --offline --quiet
+cargo package --workspace --exclude tegula-ptx-sim --no-verify --allow-dirty --offline --quiet
 echo "== cargo test"
 cargo test --workspace
 echo "== DLPack with a real producer and consumer: NumPy on the CPU (scripts/dlpack_torch.py)"

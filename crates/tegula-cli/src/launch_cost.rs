@@ -24,7 +24,7 @@ fn ms(since: Instant) -> f64 {
 
 /// The SM count recorded calls size their grids for (persistent kernels pass trips per
 /// program as arguments, whose facts the specialization reads): a Hopper H100/H200's.
-const RECORDING_SMS: usize = 132;
+pub const RECORDING_SMS: usize = 132;
 
 /// The kernels `launch-cost` measures, each at the shape a user would launch (in the order of
 /// the library entry's `--shape` dimensions).
@@ -165,7 +165,7 @@ const JIT_REPEATS: usize = 4;
 /// launch its host wrapper makes.
 fn first_launch(dev: &Device, name: &str, dtype: DType, shape: &[usize]) -> Result<()> {
     let launches = record(name, shape, dtype, None)?;
-    let target = tegula_ptx::Target { sm: 90 };
+    let target = tegula::compiler::DEFAULT_TARGET;
     for launch in &launches {
         let trace_ms = launch.trace_ms;
         let t = Instant::now();

@@ -1,8 +1,9 @@
 //! `tegula run`, `tegula ir`, `tegula ptx` and `tegula check`: the kernel library from the
 //! command line.
 
+use tegula::compiler::{Compiled, Target};
 use tegula::ir::DType;
-use tegula::{Device, Error, Result};
+use tegula::{Device, Error, LaunchConfig, Result};
 use tegula_kernels::{CheckReport, LibraryKernel};
 
 /// The library kernel called `name`, or an error listing the names.
@@ -112,21 +113,58 @@ pub fn ir(name: &str, shape: Option<&str>, dtype: Option<&str>) -> Result<()> {
     Ok(())
 }
 
-/// `tegula ptx`: the PTX for sm_90a and its resource report from ptxas, when one is found.
-/// Kernels `tegula launch-cost` knows are compiled as their host wrapper's GPU launch compiles
-/// them (its arguments' facts and config; by default at the realistic shape), with `config`
-/// (`tegula bench --config` syntax) pinning the wrapper's config; the others are traced at the
-/// shape with no argument facts, `config` giving their warps and stages.
-pub fn ptx(
+/// `--target sm_80|sm_86|sm_89|sm_90` (or the bare number), default sm_90a.
+pub fn target_of(text: Option<&str>) -> Result<Target> {
+    let Some(text) = text else {
+        return Ok(tegula::compiler::DEFAULT_TARGET);
+    };
+    let digits = text.trim().trim_start_matches("sm_").trim_end_matches('a');
+    match digits.parse::<u32>() {
+        Ok(sm) if sm >= 80 => Ok(Target::for_compute_capability(sm / 10, sm % 10)),
+        _ => Err(Error::Invalid {
+            op: "tegula".into(),
+            message: format!("--target {text}: expected sm_80, sm_86, sm_89 or sm_90"),
+        }),
+    }
+}
+
+/// The kernels a library or tutorial call compiles, as `tegula ptx` and `tegula plan` show
+/// them. Kernels `tegula launch-cost` knows and the tutorials are compiled as their host
+/// wrapper's GPU launch compiles them (its arguments' facts and config; by default at the
+/// realistic or first benchmark shape), with `config` (`tegula bench --config` syntax)
+/// pinning a library wrapper's config; the others are traced at the shape with no argument
+/// facts, `config` giving their warps and stages.
+fn compile_call(
     name: &str,
     shape: Option<&str>,
     dtype: Option<&str>,
     config: Option<&str>,
-) -> Result<()> {
-    let k = find(name)?;
+    target: &Target,
+) -> Result<Vec<Compiled>> {
     let config = config.map(crate::bench::parse_config).transpose()?;
-    let target = tegula_ptx::Target { sm: 90 };
-    let mut compiled = Vec::new();
+    if let Some(t) = tegula_tutorials::find(name) {
+        let dtype = match dtype {
+            Some(d) => DType::from_name(d)
+                .filter(|d| t.dtypes.contains(d))
+                .ok_or_else(|| Error::Invalid {
+                    op: format!("tegula {name}"),
+                    message: format!("--dtype {d}: not one of the tutorial's dtypes"),
+                })?,
+            None => t.dtypes[0],
+        };
+        let dims = match shape {
+            Some(text) => parse_dims(name, text, t.dims.len())?,
+            None => t
+                .bench_shapes
+                .first()
+                .map_or(t.default_shape, |s| s.dims)
+                .to_vec(),
+        };
+        eprintln!("// {name} {dims:?} {dtype} as its host function launches it");
+        let launches = t.record(&dims, dtype, crate::launch_cost::RECORDING_SMS)?;
+        return launches.iter().map(|l| l.compile(target)).collect();
+    }
+    let k = find(name)?;
     if let Some((realistic_dtype, realistic_shape)) = crate::launch_cost::realistic(name) {
         let dtype = match dtype {
             Some(_) => dtype_of(&k, dtype)?,
@@ -141,40 +179,71 @@ pub fn ptx(
             describe_shape(&k, &shape),
             dtype
         );
-        for launch in crate::launch_cost::record(name, &shape, dtype, config.as_ref())? {
-            compiled.push(launch.compile(&target)?);
-        }
-    } else {
-        let (shape, dtype) = (shape_of(&k, shape)?, dtype_of(&k, dtype)?);
-        eprintln!(
-            "// {} {} traced without argument facts",
-            describe_shape(&k, &shape),
-            dtype
-        );
-        let mut kernel = (k.trace)(&shape, dtype)?;
-        tegula::ir::passes::canonicalize(&mut kernel);
-        let options = match config {
-            Some(c) => tegula_ptx::CompileOptions {
-                num_warps: c.num_warps,
-                num_stages: c.num_stages,
-                mma: Default::default(),
-            },
-            None => tegula_ptx::CompileOptions {
-                num_warps: 4,
-                num_stages: 1,
-                mma: Default::default(),
-            },
-        };
-        compiled.push(tegula_ptx::compile(&kernel, &target, &options)?);
+        let launches = crate::launch_cost::record(name, &shape, dtype, config.as_ref())?;
+        return launches.iter().map(|l| l.compile(target)).collect();
     }
-    for c in &compiled {
-        print_ptx(c)?;
+    let (shape, dtype) = (shape_of(&k, shape)?, dtype_of(&k, dtype)?);
+    eprintln!(
+        "// {} {} traced without argument facts",
+        describe_shape(&k, &shape),
+        dtype
+    );
+    let mut kernel = (k.trace)(&shape, dtype)?;
+    tegula::ir::passes::canonicalize(&mut kernel);
+    let launch = match config {
+        Some(c) => c.launch_config(),
+        None => LaunchConfig::new(4, 1),
+    };
+    Ok(vec![tegula::compiler::compile(&kernel, launch, target)?])
+}
+
+fn parse_dims(name: &str, text: &str, count: usize) -> Result<Vec<usize>> {
+    let dims: std::result::Result<Vec<usize>, _> =
+        text.split([',', 'x']).map(|d| d.trim().parse()).collect();
+    match dims {
+        Ok(d) if d.len() == count => Ok(d),
+        _ => Err(Error::Invalid {
+            op: format!("tegula {name}"),
+            message: format!("--shape {text}: expected {count} numbers like 37,1031"),
+        }),
+    }
+}
+
+/// `tegula ptx`: the PTX of a call's kernels and their resource report from ptxas, when one
+/// is found (see [`compile_call`]).
+pub fn ptx(
+    name: &str,
+    shape: Option<&str>,
+    dtype: Option<&str>,
+    config: Option<&str>,
+    target: Option<&str>,
+) -> Result<()> {
+    let target = target_of(target)?;
+    for c in &compile_call(name, shape, dtype, config, &target)? {
+        print_ptx(c, &target)?;
+    }
+    Ok(())
+}
+
+/// `tegula plan`: what the compiler decided for a call's kernels (see [`compile_call`]): per
+/// loop its pipeline stages and why fewer than asked, per dot its instructions and operand
+/// homes, shared memory and occupancy.
+pub fn plan(
+    name: &str,
+    shape: Option<&str>,
+    dtype: Option<&str>,
+    config: Option<&str>,
+    target: Option<&str>,
+) -> Result<()> {
+    let target = target_of(target)?;
+    for c in &compile_call(name, shape, dtype, config, &target)? {
+        print!("{}", c.report);
     }
     Ok(())
 }
 
 /// Prints one kernel's PTX, then its size, threads, shared memory and ptxas report on stderr.
-fn print_ptx(compiled: &tegula_ptx::Compiled) -> Result<()> {
+fn print_ptx(compiled: &Compiled, target: &Target) -> Result<()> {
     print!("{}", compiled.ptx);
     eprintln!(
         "// entry {}: {} threads, {} bytes of shared memory, {} PTX lines",
@@ -187,7 +256,8 @@ fn print_ptx(compiled: &tegula_ptx::Compiled) -> Result<()> {
         Some(ptxas) => {
             let dir = std::env::temp_dir().join(format!("tegula-ptx-{}", std::process::id()));
             std::fs::create_dir_all(&dir).map_err(io_error)?;
-            let assembled = tegula_ptx::ptxas::assemble(&ptxas, &compiled.ptx, 90, &dir, "kernel");
+            let assembled =
+                tegula_ptx::ptxas::assemble(&ptxas, &compiled.ptx, target.sm, &dir, "kernel");
             let _ = std::fs::remove_dir_all(&dir);
             match assembled {
                 Ok(a) => eprint!("{}", a.log),

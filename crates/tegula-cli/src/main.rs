@@ -59,6 +59,24 @@ enum Command {
         /// traced without a host call).
         #[arg(long)]
         config: Option<String>,
+        /// The GPU architecture: sm_80, sm_86, sm_89 or sm_90 (default sm_90a).
+        #[arg(long)]
+        target: Option<String>,
+    },
+    /// What the compiler decides for a library kernel or a tutorial port, as its host call
+    /// compiles it: per loop the pipeline stages it got (and why fewer than asked, at the
+    /// source line), per dot the instructions it runs on and where its operands come from,
+    /// shared memory and occupancy. Takes the options of `tegula ptx`.
+    Plan {
+        kernel: String,
+        #[arg(long)]
+        shape: Option<String>,
+        #[arg(long)]
+        dtype: Option<String>,
+        #[arg(long)]
+        config: Option<String>,
+        #[arg(long)]
+        target: Option<String>,
     },
     /// Check every library kernel (every dtype, default and odd shapes) on the default device
     /// against float64 references: the GPU check when a GPU is present.
@@ -128,11 +146,27 @@ fn main() -> ExitCode {
             shape,
             dtype,
             config,
+            target,
         } => library::ptx(
             &kernel,
             shape.as_deref(),
             dtype.as_deref(),
             config.as_deref(),
+            target.as_deref(),
+        )
+        .map(|()| true),
+        Command::Plan {
+            kernel,
+            shape,
+            dtype,
+            config,
+            target,
+        } => library::plan(
+            &kernel,
+            shape.as_deref(),
+            dtype.as_deref(),
+            config.as_deref(),
+            target.as_deref(),
         )
         .map(|()| true),
         Command::Check { filter } => library::check_all(filter.as_deref()),

@@ -55,6 +55,17 @@ pub enum CudaError {
     WrongContext { what: &'static str },
 }
 
+impl CudaError {
+    /// Whether the driver ran out of device memory (`CUDA_ERROR_OUT_OF_MEMORY`).
+    pub fn is_out_of_memory(&self) -> bool {
+        matches!(
+            self,
+            CudaError::Driver { code, .. }
+                if *code == sys::cudaError_enum::CUDA_ERROR_OUT_OF_MEMORY as i32
+        )
+    }
+}
+
 /// A PTX JIT failure, pointing at the PTX line the log blames and the kernel source line behind it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct JitError {

@@ -463,7 +463,10 @@ impl CudaRuntime {
         if let Some(sizes) = &kernel.param_sizes {
             check_params(name, sizes, params)?;
         }
-        check_launch_shape(name, grid, block, kernel.resources.max_threads_per_block)?;
+        let shape = check_launch_shape(name, grid, block, kernel.resources.max_threads_per_block)?;
+        if shape == LaunchShape::Empty {
+            return Ok(());
+        }
         self.ensure_dynamic_shared(kernel, shared_bytes)?;
         self.inner
             .ctx
@@ -621,23 +624,36 @@ impl CudaRuntime {
     }
 }
 
-/// Launch shapes the driver would reject with a bare `CUDA_ERROR_INVALID_VALUE`.
+/// What a checked launch shape asks for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum LaunchShape {
+    /// A grid with a zero along some axis: no programs. The launch runs nothing and succeeds
+    /// (the arguments and the block are still checked), as on the interpreter and as Triton's
+    /// launcher does; the driver, which would refuse it, is not called.
+    Empty,
+    /// Programs to run.
+    Programs,
+}
+
+/// Launch shapes the driver would reject with a bare `CUDA_ERROR_INVALID_VALUE` are errors;
+/// an empty grid is [`LaunchShape::Empty`].
 fn check_launch_shape(
     kernel: &str,
     grid: [u32; 3],
     block: [u32; 3],
     max_threads: u32,
-) -> Result<(), CudaError> {
+) -> Result<LaunchShape, CudaError> {
     let fail = |message: String| {
         Err(CudaError::Launch {
             kernel: kernel.to_string(),
             message,
         })
     };
-    if grid.contains(&0) || block.contains(&0) {
-        return fail(format!("empty launch: grid {grid:?}, block {block:?}"));
+    if block.contains(&0) {
+        return fail(format!("empty block: {block:?}"));
     }
-    if grid[0] > i32::MAX as u32 || grid[1] > 65535 || grid[2] > 65535 {
+    // A grid with a zero axis is empty (the launch runs nothing), whatever the other axes.
+    if !grid.contains(&0) && (grid[0] > i32::MAX as u32 || grid[1] > 65535 || grid[2] > 65535) {
         return fail(format!(
             "grid {grid:?} exceeds the limits [2^31-1, 65535, 65535]"
         ));
@@ -648,7 +664,11 @@ fn check_launch_shape(
             "block {block:?} has {threads} threads; this kernel allows at most {max_threads} per block (and z <= 64)"
         ));
     }
-    Ok(())
+    Ok(if grid.contains(&0) {
+        LaunchShape::Empty
+    } else {
+        LaunchShape::Programs
+    })
 }
 
 /// Start/stop events on a runtime's stream; `elapsed_ms` waits for the stop event.
@@ -737,13 +757,41 @@ mod tests {
     }
 
     #[test]
+    fn out_of_memory_is_told_apart() {
+        let oom = CudaError::Driver {
+            call: "cuMemAlloc",
+            code: 2,
+            message: "out of memory".into(),
+        };
+        assert!(oom.is_out_of_memory());
+        let other = CudaError::Driver {
+            call: "cuMemAlloc",
+            code: 1,
+            message: "invalid value".into(),
+        };
+        assert!(!other.is_out_of_memory());
+    }
+
+    #[test]
     fn launch_shapes_are_checked() {
-        assert!(check_launch_shape("k", [4, 1, 1], [128, 1, 1], 1024).is_ok());
+        assert_eq!(
+            check_launch_shape("k", [4, 1, 1], [128, 1, 1], 1024).ok(),
+            Some(LaunchShape::Programs)
+        );
         assert!(check_launch_shape("k", [1 << 31, 1, 1], [1, 1, 1], 1024).is_err());
         assert!(check_launch_shape("k", [(1 << 31) - 1, 65535, 65535], [32, 32, 1], 1024).is_ok());
-        let e = check_launch_shape("softmax", [4, 0, 1], [128, 1, 1], 1024).unwrap_err();
+        // An empty grid is no error: the launch runs nothing (the interpreter's rule too).
+        for grid in [[4, 0, 1], [0, 1, 1], [1, 1, 0], [0, 70000, 1]] {
+            assert_eq!(
+                check_launch_shape("softmax", grid, [128, 1, 1], 1024).ok(),
+                Some(LaunchShape::Empty),
+                "{grid:?}"
+            );
+        }
+        // An empty block is.
+        let e = check_launch_shape("softmax", [0, 1, 1], [0, 1, 1], 1024).unwrap_err();
         assert!(
-            e.to_string().starts_with("kernel `softmax`: empty launch"),
+            e.to_string().starts_with("kernel `softmax`: empty block"),
             "{e}"
         );
         let e = check_launch_shape("k", [4, 1, 1], [256, 2, 1], 384).unwrap_err();

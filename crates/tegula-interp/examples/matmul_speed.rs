@@ -62,18 +62,9 @@ fn main() {
         );
         let bc = Arc::new(Buffer::zeroed(DType::F32, m * n));
         let args = [
-            Arg::Ptr {
-                buffer: ba,
-                offset: 0,
-            },
-            Arg::Ptr {
-                buffer: bb,
-                offset: 0,
-            },
-            Arg::Ptr {
-                buffer: bc.clone(),
-                offset: 0,
-            },
+            Arg::ptr(&ba),
+            Arg::ptr(&bb),
+            Arg::ptr(&bc),
             Arg::Int(n as i64),
             Arg::Int(k as i64),
         ];

@@ -13,7 +13,8 @@ use tegula_ir::{DType, Element};
 
 /// One element's storage: an atomic integer holding the element's bits.
 pub(crate) trait Word: Send + Sync + Sized {
-    fn zeroed(len: usize) -> Box<[Self]>;
+    /// `len` zero words, or `None` when the host cannot allocate them.
+    fn try_zeroed(len: usize) -> Option<Box<[Self]>>;
     fn get(&self) -> u64;
     fn set(&self, bits: u64);
     /// Replaces the bits with `f(old)` atomically and returns the old bits.
@@ -25,8 +26,11 @@ pub(crate) trait Word: Send + Sync + Sized {
 macro_rules! word {
     ($atomic:ty, $prim:ty) => {
         impl Word for $atomic {
-            fn zeroed(len: usize) -> Box<[Self]> {
-                (0..len).map(|_| <$atomic>::new(0)).collect()
+            fn try_zeroed(len: usize) -> Option<Box<[Self]>> {
+                let mut v = Vec::new();
+                v.try_reserve_exact(len).ok()?;
+                v.extend((0..len).map(|_| <$atomic>::new(0)));
+                Some(v.into_boxed_slice())
             }
             #[inline(always)]
             fn get(&self) -> u64 {
@@ -122,16 +126,46 @@ impl std::fmt::Debug for Buffer {
     }
 }
 
+/// A host vector of `len` elements' capacity, or [`InterpError::OutOfMemory`] naming `what`
+/// (fallible allocation: a request the host cannot meet is an error, not an abort).
+pub(crate) fn try_vec<T>(len: usize, what: &str) -> Result<Vec<T>, InterpError> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(len)
+        .map_err(|_| InterpError::OutOfMemory {
+            what: what.to_string(),
+            bytes: (len as u64).saturating_mul(std::mem::size_of::<T>() as u64),
+        })?;
+    Ok(v)
+}
+
 impl Buffer {
     /// `len` zero elements of `dtype`.
+    ///
+    /// # Panics
+    /// When the host cannot allocate them (see [`Buffer::try_zeroed`]).
     pub fn zeroed(dtype: DType, len: usize) -> Buffer {
+        match Buffer::try_zeroed(dtype, len) {
+            Ok(b) => b,
+            Err(e) => panic!("{e}"),
+        }
+    }
+
+    /// `len` zero elements of `dtype`, or [`InterpError::OutOfMemory`] when the host cannot
+    /// allocate them (the allocation is fallible: no abort, no "capacity overflow" panic).
+    /// On a host that overcommits memory, a request it grants may still run out when the
+    /// zeros are written.
+    pub fn try_zeroed(dtype: DType, len: usize) -> Result<Buffer, InterpError> {
         let words = match dtype.size_bytes() {
-            1 => Words::W8(Slab::Owned(Word::zeroed(len))),
-            2 => Words::W16(Slab::Owned(Word::zeroed(len))),
-            4 => Words::W32(Slab::Owned(Word::zeroed(len))),
-            _ => Words::W64(Slab::Owned(Word::zeroed(len))),
+            1 => Word::try_zeroed(len).map(|w| Words::W8(Slab::Owned(w))),
+            2 => Word::try_zeroed(len).map(|w| Words::W16(Slab::Owned(w))),
+            4 => Word::try_zeroed(len).map(|w| Words::W32(Slab::Owned(w))),
+            _ => Word::try_zeroed(len).map(|w| Words::W64(Slab::Owned(w))),
         };
-        Buffer { dtype, words }
+        let words = words.ok_or_else(|| InterpError::OutOfMemory {
+            what: format!("a buffer of {len} {dtype}"),
+            bytes: (len as u64).saturating_mul(dtype.size_bytes() as u64),
+        })?;
+        Ok(Buffer { dtype, words })
     }
 
     /// A buffer over `len` elements of `dtype` at `ptr`, memory that another owner lends (a
@@ -190,12 +224,23 @@ impl Buffer {
     }
 
     /// A buffer holding a copy of `data`.
+    ///
+    /// # Panics
+    /// When the host cannot allocate it (see [`Buffer::try_from_slice`]).
     pub fn from_slice<T: Element>(data: &[T]) -> Buffer {
-        let b = Buffer::zeroed(T::DTYPE, data.len());
+        match Buffer::try_from_slice(data) {
+            Ok(b) => b,
+            Err(e) => panic!("{e}"),
+        }
+    }
+
+    /// A buffer holding a copy of `data`, or [`InterpError::OutOfMemory`].
+    pub fn try_from_slice<T: Element>(data: &[T]) -> Result<Buffer, InterpError> {
+        let b = Buffer::try_zeroed(T::DTYPE, data.len())?;
         for (i, x) in data.iter().enumerate() {
             b.write_bits(i, x.to_bits());
         }
-        b
+        Ok(b)
     }
 
     /// A buffer of `dtype` from f64 values: floats round to nearest even (exactly, including
@@ -224,9 +269,9 @@ impl Buffer {
                 requested: T::DTYPE,
             });
         }
-        Ok((0..self.len())
-            .map(|i| T::from_bits(self.read_bits(i)))
-            .collect())
+        let mut out = try_vec(self.len(), &format!("a copy of a buffer of {}", self.dtype))?;
+        out.extend((0..self.len()).map(|i| T::from_bits(self.read_bits(i))));
+        Ok(out)
     }
 
     /// The elements as f64 (exact for every dtype but 64-bit integers beyond 2^53).

@@ -24,9 +24,10 @@ pub enum InterpError {
         expected: String,
         got: String,
     },
+    /// An access outside the view a pointer argument was given ([`crate::Arg::Ptr`]).
     #[error(
-        "out-of-bounds {op} in kernel `{kernel}` at {loc}, program {}: element {index} of a \
-         buffer of {len} elements",
+        "out-of-bounds {op} in kernel `{kernel}` at {loc}, program {}: element {index} of \
+         argument `{arg}`, a view of {len} elements",
         fmt_pid(.pid)
     )]
     OutOfBounds {
@@ -35,18 +36,25 @@ pub enum InterpError {
         op: &'static str,
         loc: Loc,
         pid: [u32; 3],
+        /// The pointer parameter the access went through.
+        arg: String,
+        /// The element, counted from the start of the argument's view.
         index: i64,
+        /// The elements of the view.
         len: usize,
     },
     #[error(
-        "write-write race in kernel `{kernel}` at {loc}: element {index} written by programs {} \
-         and {}",
+        "write-write race in kernel `{kernel}` at {loc}: element {index} of argument `{arg}` \
+         written by programs {} and {}",
         fmt_pid(.first),
         fmt_pid(.second)
     )]
     Race {
         kernel: String,
         loc: Loc,
+        /// The pointer parameter of the second store.
+        arg: String,
+        /// The element, counted from the start of that argument's view.
         index: usize,
         first: [u32; 3],
         second: [u32; 3],
@@ -75,6 +83,23 @@ pub enum InterpError {
         message: String,
         loc: Loc,
         pid: [u32; 3],
+    },
+    /// The host could not allocate memory (a buffer, a copy, or the race check's table).
+    #[error("out of host memory: {what} needs {bytes} bytes")]
+    /// `bytes` saturates at `u64::MAX`.
+    OutOfMemory { what: String, bytes: u64 },
+    /// A program could not allocate one of its tiles.
+    #[error(
+        "out of host memory in kernel `{kernel}` at {loc}, program {}: a tile of {ty} needs \
+         {bytes} bytes",
+        fmt_pid(.pid)
+    )]
+    TileOutOfMemory {
+        kernel: String,
+        loc: Loc,
+        pid: [u32; 3],
+        ty: String,
+        bytes: u64,
     },
     #[error("buffer holds {buffer}, {requested} requested")]
     DTypeMismatch { buffer: DType, requested: DType },

@@ -1,8 +1,8 @@
 //! Running a kernel: argument binding, the grid, and one program's walk over the IR.
 
-use crate::buffer::Buffer;
+use crate::buffer::{try_vec, Buffer};
 use crate::error::InterpError;
-use crate::memory::{self, Memory, Slot, NO_WRITER};
+use crate::memory::{self, Memory, Slot, View, NO_WRITER};
 use crate::ops::{self, invalid, Fault, OpResult};
 use crate::round::*;
 use crate::value::{row_major, Data, Ptr};
@@ -16,8 +16,17 @@ use tegula_ir::{Block, Constant, DType, Elem, InstData, Kernel, Op, Rounding, Va
 /// A kernel argument, in parameter order.
 #[derive(Clone, Debug)]
 pub enum Arg {
-    /// A pointer `offset` elements into `buffer` (whose dtype must be the pointee's).
-    Ptr { buffer: Arc<Buffer>, offset: usize },
+    /// A pointer to element `offset` of `buffer` (whose dtype must be the pointee's), through
+    /// which the kernel may reach elements `offset .. offset + len` and no others: the view of
+    /// the buffer it was given. An access outside that view is an out-of-bounds error naming
+    /// the parameter and the index relative to `offset`, even where the buffer goes on (a
+    /// 10-element view of a 100-element buffer does not reach element 10). [`Arg::ptr`] is
+    /// the whole buffer, [`Arg::view`] a part of it.
+    Ptr {
+        buffer: Arc<Buffer>,
+        offset: usize,
+        len: usize,
+    },
     /// An integer scalar (u64 parameters take the bit pattern), or a float parameter's value.
     Int(i64),
     /// A float scalar, rounded to the parameter's dtype.
@@ -25,11 +34,34 @@ pub enum Arg {
 }
 
 impl Arg {
+    /// A pointer to the first element of `buffer` that may reach all of it.
+    pub fn ptr(buffer: &Arc<Buffer>) -> Arg {
+        Arg::Ptr {
+            buffer: buffer.clone(),
+            offset: 0,
+            len: buffer.len(),
+        }
+    }
+
+    /// A pointer to element `offset` of `buffer` that may reach elements `offset .. offset +
+    /// len` (see [`Arg::Ptr`]).
+    pub fn view(buffer: &Arc<Buffer>, offset: usize, len: usize) -> Arg {
+        Arg::Ptr {
+            buffer: buffer.clone(),
+            offset,
+            len,
+        }
+    }
+
     fn describe(&self) -> String {
         match self {
-            Arg::Ptr { buffer, offset } => {
+            Arg::Ptr {
+                buffer,
+                offset,
+                len,
+            } => {
                 format!(
-                    "a buffer of {} {} (offset {offset})",
+                    "a view of {len} elements at offset {offset} of a buffer of {} {}",
                     buffer.len(),
                     buffer.dtype()
                 )
@@ -52,7 +84,9 @@ pub struct Options {
 /// Runs `kernel` over `grid` (x, y, z program counts) with `args`.
 ///
 /// Programs run in parallel unless `options.sequential`. When several programs fail, the error
-/// of the first one in grid order (x fastest, then y, then z) is returned.
+/// of the first one in grid order (x fastest, then y, then z) is returned. A grid with no
+/// programs (a zero along any axis) runs nothing and returns `Ok` once the arguments are
+/// checked, as on the GPU (see `docs/semantics.md`, "Launches").
 pub fn run(
     kernel: &Kernel,
     grid: [u32; 3],
@@ -93,7 +127,10 @@ fn bind(
             got: args.len(),
         });
     }
-    let mut mem = Memory { slots: Vec::new() };
+    let mut mem = Memory {
+        slots: Vec::new(),
+        views: Vec::new(),
+    };
     let mut params = Vec::with_capacity(args.len());
     for (index, (p, a)) in kernel.params.iter().zip(args).enumerate() {
         let mismatch = |expected: String| InterpError::ArgMismatch {
@@ -104,13 +141,23 @@ fn bind(
             got: a.describe(),
         };
         let value = match (p.ty.elem, a) {
-            (Elem::Ptr(d), Arg::Ptr { buffer, offset }) => {
+            (
+                Elem::Ptr(d),
+                Arg::Ptr {
+                    buffer,
+                    offset,
+                    len,
+                },
+            ) => {
                 if buffer.dtype() != d {
                     return Err(mismatch(format!("a buffer of {d}")));
                 }
-                if *offset > buffer.len() {
+                if offset
+                    .checked_add(*len)
+                    .is_none_or(|end| end > buffer.len())
+                {
                     return Err(mismatch(format!(
-                        "an offset of at most {} (the buffer length)",
+                        "a view inside the buffer of {} elements",
                         buffer.len()
                     )));
                 }
@@ -122,21 +169,30 @@ fn bind(
                 {
                     Some(s) => s,
                     None => {
-                        let len = buffer.len();
-                        let writers = options
-                            .check_races
-                            .then(|| (0..len).map(|_| AtomicU32::new(NO_WRITER)).collect());
+                        let writers = if options.check_races {
+                            let n = buffer.len();
+                            let mut t = try_vec(n, "the race check's table of writers")?;
+                            t.extend((0..n).map(|_| AtomicU32::new(NO_WRITER)));
+                            Some(t.into_boxed_slice())
+                        } else {
+                            None
+                        };
                         mem.slots.push(Slot {
                             buffer: buffer.clone(),
-                            len,
                             writers,
                         });
                         mem.slots.len() - 1
                     }
                 };
+                mem.views.push(View {
+                    slot,
+                    base: *offset,
+                    len: *len,
+                    param: index,
+                });
                 Data::P(vec![Ptr {
-                    buf: slot as u32,
-                    off: *offset as i64,
+                    view: (mem.views.len() - 1) as u32,
+                    off: 0,
                 }])
             }
             (Elem::Ptr(d), _) => return Err(mismatch(format!("a pointer to {d} (Arg::Ptr)"))),
@@ -201,21 +257,43 @@ impl<'a> Program<'a> {
     /// The error `f` raised by `inst`, with the kernel, line and program id.
     fn error(&self, f: Fault, inst: &InstData) -> InterpError {
         let (kernel, loc, pid) = (self.k.name.clone(), inst.loc, self.pid);
+        let param = |p: usize| self.k.params[p].name.clone();
         match f {
-            Fault::OutOfBounds { op, index, len } => InterpError::OutOfBounds {
+            Fault::OutOfBounds {
+                op,
+                param: p,
+                index,
+                len,
+            } => InterpError::OutOfBounds {
                 kernel,
                 op,
                 loc,
                 pid,
+                arg: param(p),
                 index,
                 len,
             },
-            Fault::Race { index, other } => InterpError::Race {
+            Fault::Race {
+                param: p,
+                index,
+                other,
+            } => InterpError::Race {
                 kernel,
                 loc,
+                arg: param(p),
                 index,
                 first: unlinearize(self.grid, other as u64),
                 second: pid,
+            },
+            Fault::OutOfMemory { bytes } => InterpError::TileOutOfMemory {
+                kernel,
+                loc,
+                pid,
+                ty: inst
+                    .results
+                    .first()
+                    .map_or_else(String::new, |&r| self.k.ty(r).to_string()),
+                bytes,
             },
             Fault::DivisionByZero => InterpError::DivisionByZero { kernel, loc, pid },
             Fault::ZeroStep => InterpError::ZeroStep { kernel, loc, pid },
@@ -381,6 +459,7 @@ impl<'a> Program<'a> {
         };
         let d = ty.dtype();
         let n = ty.numel();
+        reserve(ty)?;
         let data = match &inst.op {
             Op::ProgramId { axis } => Data::I(vec![self.axis(&self.pid, *axis)? as i64]),
             Op::NumPrograms { axis } => Data::I(vec![self.axis(&self.grid, *axis)? as i64]),
@@ -414,7 +493,12 @@ impl<'a> Program<'a> {
             }
             Op::Binary(op) => ops::binary(*op, d, &*arg(0)?, &*arg(1)?)?,
             Op::Unary(op) => ops::unary(*op, d, &*arg(0)?)?,
-            Op::Compare(op) => ops::compare(*op, arg_ty(0).dtype(), &*arg(0)?, &*arg(1)?)?,
+            Op::Compare(op) => ops::compare(
+                *op,
+                arg_ty(0).dtype(),
+                &self.absolute(arg(0)?),
+                &self.absolute(arg(1)?),
+            )?,
             Op::Select => ops::select(&*arg(0)?, &*arg(1)?, &*arg(2)?)?,
             Op::Fma => ops::fma(d, &*arg(0)?, &*arg(1)?, &*arg(2)?)?,
             Op::Cast { rounding } => ops::cast(arg_ty(0).dtype(), d, *rounding, &*arg(0)?)?,
@@ -424,7 +508,7 @@ impl<'a> Program<'a> {
                     p.iter()
                         .zip(o)
                         .map(|(p, &o)| Ptr {
-                            buf: p.buf,
+                            view: p.view,
                             off: p.off.wrapping_add(o),
                         })
                         .collect(),
@@ -510,6 +594,25 @@ impl<'a> Program<'a> {
         Ok(())
     }
 
+    /// Pointers as (buffer, element of the buffer) pairs, in `Ptr`'s fields, for comparing
+    /// pointers into different views of one buffer by address; other values unchanged.
+    fn absolute(&self, d: Rc<Data>) -> Rc<Data> {
+        match &*d {
+            Data::P(p) => Rc::new(Data::P(
+                p.iter()
+                    .map(|p| {
+                        let v = &self.mem.views[p.view as usize];
+                        Ptr {
+                            view: v.slot as u32,
+                            off: (v.base as i64).wrapping_add(p.off),
+                        }
+                    })
+                    .collect(),
+            )),
+            _ => d,
+        }
+    }
+
     fn axis(&self, v: &[u32; 3], axis: u8) -> OpResult<u32> {
         match v.get(axis as usize) {
             Some(&x) => Ok(x),
@@ -543,7 +646,11 @@ impl<'a> Program<'a> {
                 let mut line = format!("pid ({x}, {y}, {z}) {prefix}");
                 for &v in &inst.args {
                     line.push(' ');
-                    line.push_str(&format_value(self.k.ty(v).dtype(), &*self.val(v)?));
+                    let names = |view: u32| {
+                        let param = self.mem.views[view as usize].param;
+                        self.k.params[param].name.as_str()
+                    };
+                    line.push_str(&format_value(self.k.ty(v).dtype(), &*self.val(v)?, names));
                 }
                 eprintln!("{line}");
                 Ok(())
@@ -585,14 +692,40 @@ fn constant(c: Constant, d: DType, n: usize) -> Data {
     }
 }
 
-fn format_value(d: DType, v: &Data) -> String {
+/// The tiles an op makes smaller than this many elements are not checked against host memory
+/// before the op runs (they cost at most a few MB).
+const RESERVE_MIN_ELEMENTS: usize = 1 << 18;
+
+/// Checks that the host can hold a tile of `ty` before an op builds one: a fallible
+/// reservation of its size (8 bytes an element, 16 a pointer), released at once. A tile the
+/// host cannot hold is then an error at the op's line, not an abort. It checks one tile at a
+/// time, not the sum of the tiles a program keeps alive.
+fn reserve(ty: tegula_ir::TileType) -> OpResult<()> {
+    let n = ty.numel();
+    if n < RESERVE_MIN_ELEMENTS {
+        return Ok(());
+    }
+    let per = if ty.is_ptr() {
+        std::mem::size_of::<Ptr>()
+    } else {
+        8
+    };
+    let bytes = (n as u64).saturating_mul(per as u64);
+    let mut probe: Vec<u8> = Vec::new();
+    match usize::try_from(bytes) {
+        Ok(b) if probe.try_reserve_exact(b).is_ok() => Ok(()),
+        _ => Err(Fault::OutOfMemory { bytes }),
+    }
+}
+
+fn format_value<'n>(d: DType, v: &Data, names: impl Fn(u32) -> &'n str) -> String {
     let items: Vec<String> = match v {
         Data::F(x) => x.iter().map(|a| format!("{a}")).collect(),
         Data::I(x) if is_unsigned(d) => x.iter().map(|&a| format!("{}", a as u64)).collect(),
         Data::I(x) => x.iter().map(|a| format!("{a}")).collect(),
         Data::P(x) => x
             .iter()
-            .map(|p| format!("buf{}+{}", p.buf, p.off))
+            .map(|p| format!("{}+{}", names(p.view), p.off))
             .collect(),
     };
     if items.len() == 1 {

@@ -1,4 +1,9 @@
 //! Loads, stores and atomics on pointer tiles, with bounds checks and the optional race check.
+//!
+//! A pointer element names the pointer argument it was derived from (its [`View`]) and an
+//! offset from the start of that view. Every active lane is checked against its view's
+//! extent, not against the whole buffer: a kernel given a 10-element view of a 100-element
+//! buffer may not touch element 10, even though the buffer has one.
 
 use crate::buffer::{with_words, Buffer, Word, Words};
 use crate::ops::{fmax, fmin, invalid, Fault, OpResult};
@@ -14,14 +19,33 @@ pub(crate) const NO_WRITER: u32 = u32::MAX;
 /// One distinct argument buffer.
 pub(crate) struct Slot {
     pub buffer: Arc<Buffer>,
-    pub len: usize,
     /// The linear id of the program that last stored each element (only when checking races).
     pub writers: Option<Box<[AtomicU32]>>,
 }
 
-/// The buffers a run can reach; pointer elements index `slots`.
+/// One pointer argument: elements `base .. base + len` of the buffer in `slots[slot]`.
+pub(crate) struct View {
+    pub slot: usize,
+    pub base: usize,
+    pub len: usize,
+    /// The parameter's index, for messages.
+    pub param: usize,
+}
+
+/// The buffers a run can reach, and the views its pointer arguments were given; pointer
+/// elements index `views`.
 pub(crate) struct Memory {
     pub slots: Vec<Slot>,
+    pub views: Vec<View>,
+}
+
+impl Memory {
+    /// The buffer element a pointer lane addresses (after [`check_bounds`]).
+    #[inline(always)]
+    fn element(&self, p: Ptr) -> (&Slot, usize) {
+        let v = &self.views[p.view as usize];
+        (&self.slots[v.slot], v.base + p.off as usize)
+    }
 }
 
 #[inline(always)]
@@ -32,7 +56,7 @@ fn active(mask: Option<&[i64]>, lane: usize) -> bool {
     }
 }
 
-/// Checks every active lane against its buffer's extent; masked-off lanes may point anywhere.
+/// Checks every active lane against its view's extent; masked-off lanes may point anywhere.
 fn check_bounds(
     mem: &Memory,
     op: &'static str,
@@ -41,12 +65,13 @@ fn check_bounds(
 ) -> OpResult<()> {
     for (lane, p) in ptrs.iter().enumerate() {
         if active(mask, lane) {
-            let len = mem.slots[p.buf as usize].len;
-            if p.off < 0 || p.off as u64 >= len as u64 {
+            let view = &mem.views[p.view as usize];
+            if p.off < 0 || p.off as u64 >= view.len as u64 {
                 return Err(Fault::OutOfBounds {
                     op,
+                    param: view.param,
                     index: p.off,
-                    len,
+                    len: view.len,
                 });
             }
         }
@@ -54,13 +79,17 @@ fn check_bounds(
     Ok(())
 }
 
-/// The buffer every lane points into, if there is one (the common case, which gets the
-/// monomorphic loops below).
-fn single_buffer(ptrs: &[Ptr]) -> Option<u32> {
-    let first = ptrs.first()?.buf;
-    ptrs.iter().all(|p| p.buf == first).then_some(first)
+/// The view every lane points into, if there is one (the common case, which gets the
+/// monomorphic loops below): its buffer's words from the view's start.
+fn single_view<'m>(mem: &'m Memory, ptrs: &[Ptr]) -> Option<(&'m View, &'m Slot)> {
+    let first = ptrs.first()?.view;
+    ptrs.iter().all(|p| p.view == first).then(|| {
+        let v = &mem.views[first as usize];
+        (v, &mem.slots[v.slot])
+    })
 }
 
+/// `out[lane] = dec(w[lane's offset])` for the active lanes; `w` starts at the view's start.
 fn gather<W: Word, T>(
     w: &[W],
     ptrs: &[Ptr],
@@ -94,28 +123,30 @@ pub(crate) fn load(
 ) -> OpResult {
     check_bounds(mem, "load", ptrs, mask)?;
     let n = ptrs.len();
-    let single = single_buffer(ptrs).map(|b| mem.slots[b as usize].buffer.words());
+    let view = single_view(mem, ptrs);
+    let base = view.map_or(0, |(v, _)| v.base);
+    let single = view.map(|(_, s)| s.buffer.words());
     if d.is_float() {
         let mut out = match other {
             Some(Data::F(o)) => o.clone(),
             _ => vec![0.0; n],
         };
         match (single, d) {
-            (Some(Words::W16(w)), DType::F16) => gather(w, ptrs, mask, &mut out, |b| {
+            (Some(Words::W16(w)), DType::F16) => gather(&w[base..], ptrs, mask, &mut out, |b| {
                 half::f16::from_bits(b as u16).to_f64()
             }),
-            (Some(Words::W16(w)), _) => gather(w, ptrs, mask, &mut out, |b| {
+            (Some(Words::W16(w)), _) => gather(&w[base..], ptrs, mask, &mut out, |b| {
                 half::bf16::from_bits(b as u16).to_f64()
             }),
-            (Some(Words::W32(w)), _) => {
-                gather(w, ptrs, mask, &mut out, |b| f32::from_bits(b as u32) as f64)
-            }
-            (Some(Words::W64(w)), _) => gather(w, ptrs, mask, &mut out, f64::from_bits),
+            (Some(Words::W32(w)), _) => gather(&w[base..], ptrs, mask, &mut out, |b| {
+                f32::from_bits(b as u32) as f64
+            }),
+            (Some(Words::W64(w)), _) => gather(&w[base..], ptrs, mask, &mut out, f64::from_bits),
             _ => {
                 for (lane, p) in ptrs.iter().enumerate() {
                     if active(mask, lane) {
-                        let b = &mem.slots[p.buf as usize].buffer;
-                        out[lane] = float_from_bits(d, b.read_bits(p.off as usize));
+                        let (slot, index) = mem.element(*p);
+                        out[lane] = float_from_bits(d, slot.buffer.read_bits(index));
                     }
                 }
             }
@@ -127,26 +158,28 @@ pub(crate) fn load(
             _ => vec![0; n],
         };
         match (single, d) {
-            (Some(Words::W8(w)), DType::I1) => gather(w, ptrs, mask, &mut out, |b| (b & 1) as i64),
+            (Some(Words::W8(w)), DType::I1) => {
+                gather(&w[base..], ptrs, mask, &mut out, |b| (b & 1) as i64)
+            }
             (Some(Words::W8(w)), DType::I8) => {
-                gather(w, ptrs, mask, &mut out, |b| b as u8 as i8 as i64)
+                gather(&w[base..], ptrs, mask, &mut out, |b| b as u8 as i8 as i64)
             }
             (Some(Words::W16(w)), DType::I16) => {
-                gather(w, ptrs, mask, &mut out, |b| b as u16 as i16 as i64)
+                gather(&w[base..], ptrs, mask, &mut out, |b| b as u16 as i16 as i64)
             }
             (Some(Words::W32(w)), DType::I32) => {
-                gather(w, ptrs, mask, &mut out, |b| b as u32 as i32 as i64)
+                gather(&w[base..], ptrs, mask, &mut out, |b| b as u32 as i32 as i64)
             }
             // Unsigned (and 64-bit) values are the zero-extended bits.
-            (Some(Words::W8(w)), _) => gather(w, ptrs, mask, &mut out, |b| b as i64),
-            (Some(Words::W16(w)), _) => gather(w, ptrs, mask, &mut out, |b| b as i64),
-            (Some(Words::W32(w)), _) => gather(w, ptrs, mask, &mut out, |b| b as i64),
-            (Some(Words::W64(w)), _) => gather(w, ptrs, mask, &mut out, |b| b as i64),
+            (Some(Words::W8(w)), _) => gather(&w[base..], ptrs, mask, &mut out, |b| b as i64),
+            (Some(Words::W16(w)), _) => gather(&w[base..], ptrs, mask, &mut out, |b| b as i64),
+            (Some(Words::W32(w)), _) => gather(&w[base..], ptrs, mask, &mut out, |b| b as i64),
+            (Some(Words::W64(w)), _) => gather(&w[base..], ptrs, mask, &mut out, |b| b as i64),
             _ => {
                 for (lane, p) in ptrs.iter().enumerate() {
                     if active(mask, lane) {
-                        let b = &mem.slots[p.buf as usize].buffer;
-                        out[lane] = int_from_bits(d, b.read_bits(p.off as usize));
+                        let (slot, index) = mem.element(*p);
+                        out[lane] = int_from_bits(d, slot.buffer.read_bits(index));
                     }
                 }
             }
@@ -155,21 +188,35 @@ pub(crate) fn load(
     }
 }
 
-/// Records that program `me` writes element `index`; a different earlier writer is a race.
+/// Records that program `me` writes element `index` of the buffer (through lane `p`); a
+/// different earlier writer is a race, reported at `p`'s view-relative index.
 #[inline(always)]
-fn claim(writers: Option<&[AtomicU32]>, index: usize, me: u32) -> OpResult<()> {
+fn claim(
+    mem: &Memory,
+    writers: Option<&[AtomicU32]>,
+    index: usize,
+    p: Ptr,
+    me: u32,
+) -> OpResult<()> {
     if let Some(t) = writers {
         let prev = t[index].swap(me, Ordering::Relaxed);
         if prev != NO_WRITER && prev != me {
-            return Err(Fault::Race { index, other: prev });
+            return Err(Fault::Race {
+                param: mem.views[p.view as usize].param,
+                index: p.off as usize,
+                other: prev,
+            });
         }
     }
     Ok(())
 }
 
+/// Writes the active lanes into `w`, the words of one view's buffer from the buffer's start
+/// (`base` is the view's start).
 #[allow(clippy::too_many_arguments)]
 fn scatter<W: Word, T: Copy>(
-    w: &[W],
+    mem: &Memory,
+    (w, base): (&[W], usize),
     writers: Option<&[AtomicU32]>,
     me: u32,
     ptrs: &[Ptr],
@@ -179,8 +226,8 @@ fn scatter<W: Word, T: Copy>(
 ) -> OpResult<()> {
     for (lane, (p, &v)) in ptrs.iter().zip(vals).enumerate() {
         if active(mask, lane) {
-            let index = p.off as usize;
-            claim(writers, index, me)?;
+            let index = base + p.off as usize;
+            claim(mem, writers, index, *p, me)?;
             w[index].set(enc(v));
         }
     }
@@ -198,13 +245,12 @@ pub(crate) fn store(
     mask: Option<&[i64]>,
 ) -> OpResult<()> {
     check_bounds(mem, "store", ptrs, mask)?;
-    let Some(b) = single_buffer(ptrs) else {
-        // Lanes in several buffers: element by element.
+    let Some((view, slot)) = single_view(mem, ptrs) else {
+        // Lanes in several views: element by element.
         for (lane, p) in ptrs.iter().enumerate() {
             if active(mask, lane) {
-                let slot = &mem.slots[p.buf as usize];
-                let index = p.off as usize;
-                claim(slot.writers.as_deref(), index, me)?;
+                let (slot, index) = mem.element(*p);
+                claim(mem, slot.writers.as_deref(), index, *p, me)?;
                 let bits = match vals {
                     Data::F(v) => float_to_bits(d, v[lane]),
                     Data::I(v) => int_to_bits(d, v[lane]),
@@ -215,24 +261,39 @@ pub(crate) fn store(
         }
         return Ok(());
     };
-    let slot = &mem.slots[b as usize];
-    let wr = slot.writers.as_deref();
+    let (wr, base) = (slot.writers.as_deref(), view.base);
     match (slot.buffer.words(), vals, d) {
-        (Words::W16(w), Data::F(v), DType::F16) => scatter(w, wr, me, ptrs, mask, v, |x| {
-            half::f16::from_f64(x).to_bits() as u64
-        }),
-        (Words::W16(w), Data::F(v), _) => scatter(w, wr, me, ptrs, mask, v, |x| {
-            half::bf16::from_f64(x).to_bits() as u64
-        }),
-        (Words::W32(w), Data::F(v), _) => {
-            scatter(w, wr, me, ptrs, mask, v, |x| (x as f32).to_bits() as u64)
+        (Words::W16(w), Data::F(v), DType::F16) => {
+            scatter(mem, (&w[..], base), wr, me, ptrs, mask, v, |x| {
+                half::f16::from_f64(x).to_bits() as u64
+            })
         }
-        (Words::W64(w), Data::F(v), _) => scatter(w, wr, me, ptrs, mask, v, f64::to_bits),
+        (Words::W16(w), Data::F(v), _) => {
+            scatter(mem, (&w[..], base), wr, me, ptrs, mask, v, |x| {
+                half::bf16::from_f64(x).to_bits() as u64
+            })
+        }
+        (Words::W32(w), Data::F(v), _) => {
+            scatter(mem, (&w[..], base), wr, me, ptrs, mask, v, |x| {
+                (x as f32).to_bits() as u64
+            })
+        }
+        (Words::W64(w), Data::F(v), _) => {
+            scatter(mem, (&w[..], base), wr, me, ptrs, mask, v, f64::to_bits)
+        }
         // Canonical integers: the low bits are the stored bits.
-        (Words::W8(w), Data::I(v), _) => scatter(w, wr, me, ptrs, mask, v, |x| x as u64),
-        (Words::W16(w), Data::I(v), _) => scatter(w, wr, me, ptrs, mask, v, |x| x as u64),
-        (Words::W32(w), Data::I(v), _) => scatter(w, wr, me, ptrs, mask, v, |x| x as u64),
-        (Words::W64(w), Data::I(v), _) => scatter(w, wr, me, ptrs, mask, v, |x| x as u64),
+        (Words::W8(w), Data::I(v), _) => {
+            scatter(mem, (&w[..], base), wr, me, ptrs, mask, v, |x| x as u64)
+        }
+        (Words::W16(w), Data::I(v), _) => {
+            scatter(mem, (&w[..], base), wr, me, ptrs, mask, v, |x| x as u64)
+        }
+        (Words::W32(w), Data::I(v), _) => {
+            scatter(mem, (&w[..], base), wr, me, ptrs, mask, v, |x| x as u64)
+        }
+        (Words::W64(w), Data::I(v), _) => {
+            scatter(mem, (&w[..], base), wr, me, ptrs, mask, v, |x| x as u64)
+        }
         _ => invalid(format!("store of mismatched values into a {d} buffer")),
     }
 }
@@ -307,10 +368,9 @@ pub(crate) fn atomic(
 }
 
 fn rmw(mem: &Memory, p: Ptr, f: &impl Fn(u64) -> u64) -> u64 {
-    let b = &mem.slots[p.buf as usize].buffer;
-    with_words!(b.words(), |w| Word::read_modify_write(
-        &w[p.off as usize],
-        f
+    let (slot, index) = mem.element(p);
+    with_words!(slot.buffer.words(), |w| Word::read_modify_write(
+        &w[index], f
     ))
 }
 
@@ -331,12 +391,10 @@ pub(crate) fn atomic_cas(
     };
     let mut old_bits = Vec::with_capacity(ptrs.len());
     for (lane, p) in ptrs.iter().enumerate() {
-        let b = &mem.slots[p.buf as usize].buffer;
+        let (slot, index) = mem.element(*p);
         let (e, n) = (enc(cmp, lane), enc(vals, lane));
-        old_bits.push(with_words!(b.words(), |w| Word::compare_swap(
-            &w[p.off as usize],
-            e,
-            n
+        old_bits.push(with_words!(slot.buffer.words(), |w| Word::compare_swap(
+            &w[index], e, n
         )));
     }
     Ok(if d.is_float() {

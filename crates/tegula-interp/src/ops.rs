@@ -10,14 +10,23 @@ use tegula_ir::{BinaryOp, CmpOp, DType, InputPrecision, ReduceOp, Rounding, Unar
 /// Why an op could not produce its result; the executor adds kernel, line and program id.
 #[derive(Debug)]
 pub(crate) enum Fault {
+    /// `index` (relative to the view) of pointer parameter `param`, whose view has `len`
+    /// elements.
     OutOfBounds {
         op: &'static str,
+        param: usize,
         index: i64,
         len: usize,
     },
+    /// Element `index` of parameter `param`'s view was stored by program `other` too.
     Race {
+        param: usize,
         index: usize,
         other: u32,
+    },
+    /// A tile of the result type needs more host memory than the host gives (`bytes`).
+    OutOfMemory {
+        bytes: u64,
     },
     DivisionByZero,
     ZeroStep,
@@ -235,8 +244,10 @@ pub(crate) fn compare(op: CmpOp, d: DType, a: &Data, b: &Data) -> OpResult {
             Ok(Data::I(cmp(op, &xu, &yu)))
         }
         (Data::I(x), Data::I(y)) => Ok(Data::I(cmp(op, x, y))),
+        // Pointers arrive as (buffer, element of the buffer) pairs (the executor's
+        // `absolute`), so views of one buffer compare by address.
         (Data::P(x), Data::P(y)) => {
-            let key = |p: &crate::value::Ptr| ((p.buf as i128) << 64) + p.off as i128;
+            let key = |p: &crate::value::Ptr| ((p.view as i128) << 64) + p.off as i128;
             let xk: Vec<i128> = x.iter().map(key).collect();
             let yk: Vec<i128> = y.iter().map(key).collect();
             Ok(Data::I(cmp(op, &xk, &yk)))

@@ -3,15 +3,16 @@
 //! The dtype and shape live in the IR (`Kernel::ty`), not here, so reshapes and hints are free.
 //! Floats are f64 holding values exactly representable in their dtype (rounded after every op);
 //! integers are i64 wrapped to their width (sign-extended when signed, zero-extended when
-//! unsigned, u64 as its bit pattern, i1 as 0/1); pointers are (buffer, element offset) pairs.
+//! unsigned, u64 as its bit pattern, i1 as 0/1); pointers are (argument, element offset) pairs.
 
 use tegula_ir::MAX_RANK;
 
-/// One pointer element: an argument buffer and an element offset from its start (which may be
-/// anything until the pointer is dereferenced).
+/// One pointer element: the pointer argument it derives from (an index into the run's views)
+/// and an element offset from the start of that argument's view (which may be anything until
+/// the pointer is dereferenced).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Ptr {
-    pub buf: u32,
+    pub view: u32,
     pub off: i64,
 }
 

@@ -33,7 +33,7 @@ pub use kernel::{
     ValueDef,
 };
 pub use op::*;
-pub use types::{Elem, Shape, TileType, MAX_RANK};
+pub use types::{Elem, IntoShape, Shape, TileType, MAX_RANK, MAX_TILE_ELEMENTS};
 
 /// Everything a kernel body needs: `use tegula_ir::prelude::*;`.
 pub mod prelude {

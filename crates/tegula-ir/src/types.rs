@@ -6,6 +6,11 @@ use std::fmt;
 /// Largest tile rank.
 pub const MAX_RANK: usize = 4;
 
+/// The most elements a tile may hold: each dimension and the element count are below 2^32
+/// (the GPU lowering indexes tile elements with 32-bit integers). A larger shape is a trace
+/// error at the line that asked for it.
+pub const MAX_TILE_ELEMENTS: u64 = u32::MAX as u64;
+
 /// A static tile shape of rank 0 (a scalar) to [`MAX_RANK`]. `Copy`, so tiles can be too.
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Shape {
@@ -19,19 +24,42 @@ impl Shape {
         dims: [0; MAX_RANK],
     };
 
-    /// `None` when the rank exceeds [`MAX_RANK`] or a dimension does not fit in `u32`.
+    /// `None` when the rank exceeds [`MAX_RANK`], or the element count exceeds
+    /// [`MAX_TILE_ELEMENTS`] (so does every dimension). [`Shape::check`] says which.
     pub fn new(dims: &[usize]) -> Option<Shape> {
+        Shape::check(dims).ok()
+    }
+
+    /// [`Shape::new`] with the reason for a refusal, in words for a trace error.
+    pub fn check(dims: &[usize]) -> Result<Shape, String> {
         if dims.len() > MAX_RANK {
-            return None;
+            return Err(format!(
+                "a tile has at most {MAX_RANK} dimensions, got {dims:?}"
+            ));
         }
         let mut s = Shape {
             rank: dims.len() as u8,
             dims: [0; MAX_RANK],
         };
+        let mut numel: u64 = 1;
         for (slot, &d) in s.dims.iter_mut().zip(dims) {
-            *slot = u32::try_from(d).ok()?;
+            let fits = u64::try_from(d)
+                .ok()
+                .filter(|&d| d <= MAX_TILE_ELEMENTS)
+                .and_then(|d| numel.checked_mul(d))
+                .filter(|&n| n <= MAX_TILE_ELEMENTS);
+            match fits {
+                Some(n) => numel = n,
+                None => {
+                    return Err(format!(
+                        "a tile of shape {dims:?} has more than {MAX_TILE_ELEMENTS} (2^32 - 1) \
+                         elements"
+                    ))
+                }
+            }
+            *slot = d as u32;
         }
-        Some(s)
+        Ok(s)
     }
 
     pub fn rank(&self) -> usize {
@@ -129,14 +157,48 @@ impl fmt::Display for Shape {
 
 macro_rules! shape_from_array {
     ($($n:literal),*) => {$(
+        /// # Panics
+        /// When the shape holds more than [`MAX_TILE_ELEMENTS`] elements. The builder's
+        /// functions take [`IntoShape`] instead, which makes that a trace error.
         impl From<[usize; $n]> for Shape {
+            #[track_caller]
             fn from(d: [usize; $n]) -> Shape {
-                Shape::new(&d).expect("dimension too large for u32")
+                match Shape::check(&d) {
+                    Ok(s) => s,
+                    Err(e) => panic!("{e}"),
+                }
             }
         }
     )*};
 }
 shape_from_array!(0, 1, 2, 3, 4);
+
+/// A tile shape as the builder's functions take it (`full`, `zeros`, `broadcast_to`,
+/// `reshape`): a [`Shape`] or an array of `usize`. The conversion is checked where the kernel
+/// asks for it: a shape of more than [`MAX_RANK`] axes or [`MAX_TILE_ELEMENTS`] elements is a
+/// trace error at that line, not a panic.
+pub trait IntoShape {
+    /// The shape, or why it is not one.
+    fn into_shape(self) -> Result<Shape, String>;
+}
+
+impl IntoShape for Shape {
+    fn into_shape(self) -> Result<Shape, String> {
+        Ok(self)
+    }
+}
+
+impl<const N: usize> IntoShape for [usize; N] {
+    fn into_shape(self) -> Result<Shape, String> {
+        Shape::check(&self)
+    }
+}
+
+impl IntoShape for &[usize] {
+    fn into_shape(self) -> Result<Shape, String> {
+        Shape::check(self)
+    }
+}
 
 /// What one element of a tile is: a number, or a pointer to numbers in global memory.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -245,5 +307,18 @@ mod tests {
         assert_eq!(t.to_string(), "f32[16, 64]");
         assert_eq!(TileType::ptr(DType::F16).to_string(), "ptr<f16>");
         assert_eq!(Shape::new(&[1, 2, 3, 4, 5]), None);
+    }
+
+    #[test]
+    fn element_counts_of_two_to_the_32_are_refused() {
+        assert!(Shape::new(&[1 << 16, (1 << 16) - 1]).is_some());
+        assert_eq!(Shape::new(&[1 << 16, 1 << 16]), None);
+        assert_eq!(Shape::new(&[1 << 32]), None);
+        assert_eq!(Shape::new(&[usize::MAX, 2]), None);
+        // A zero dimension does not excuse a dimension that is too large by itself.
+        assert_eq!(Shape::new(&[0, 1 << 32]), None);
+        assert!(Shape::check(&[1 << 20, 1 << 20])
+            .unwrap_err()
+            .contains("2^32 - 1"));
     }
 }

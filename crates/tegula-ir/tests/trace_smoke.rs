@@ -36,3 +36,81 @@ fn shape_error_names_line() {
     assert!(e.loc.file.ends_with("trace_smoke.rs"), "{e}");
     assert_eq!(e.loc.line, 32);
 }
+
+/// The line of the caller, for comparing with a trace error's `loc`.
+#[track_caller]
+fn here() -> u32 {
+    std::panic::Location::caller().line()
+}
+
+/// Tiles of 2^32 elements or more (or a dimension that large) are trace errors at the line
+/// that asked for them, not panics ("dimension too large for u32" before).
+#[test]
+fn oversized_tiles_are_trace_errors_at_the_users_line() {
+    // Each case asks for an oversized tile and returns the line that asked.
+    type Case = Box<dyn Fn() -> u32>;
+    let cases: Vec<(&str, Case)> = vec![
+        (
+            "zeros",
+            Box::new(|| {
+                let line = here();
+                let _ = zeros::<f32>([1usize << 32]);
+                line + 1
+            }),
+        ),
+        (
+            "full 2-D",
+            Box::new(|| {
+                let line = here();
+                let _ = full::<f32>([1 << 16, 1 << 16], 1.0);
+                line + 1
+            }),
+        ),
+        (
+            "reshape",
+            Box::new(|| {
+                let a = arange(0, 16);
+                let line = here();
+                let _ = a.reshape([16, 1 << 32]);
+                line + 1
+            }),
+        ),
+        (
+            "broadcast_to",
+            Box::new(|| {
+                let a = arange(0, 16).col();
+                let line = here();
+                let _ = a.broadcast_to([16, usize::MAX]);
+                line + 1
+            }),
+        ),
+        (
+            "arange",
+            Box::new(|| {
+                let line = here();
+                let _ = arange(0, 1 << 33);
+                line + 1
+            }),
+        ),
+        (
+            "broadcast of two operands",
+            Box::new(|| {
+                let a = zeros::<f32>([1 << 16, 1]);
+                let b = zeros::<f32>([1, 1 << 16]);
+                let line = here();
+                let _ = a + b;
+                line + 1
+            }),
+        ),
+    ];
+    for (what, body) in cases {
+        let line = std::cell::Cell::new(0);
+        let e = trace("big", |_| line.set(body())).unwrap_err();
+        assert!(e.loc.file.ends_with("trace_smoke.rs"), "{what}: {e}");
+        assert_eq!(e.loc.line, line.get(), "{what}: {e}");
+        assert!(
+            e.message.contains("2^32 - 1") || e.message.contains("does not fit in i32"),
+            "{what}: {e}"
+        );
+    }
+}

@@ -115,17 +115,21 @@ pub fn expect_contiguous<T: Element>(op: &str, name: &str, t: &Tensor<T>) -> Res
     Ok(())
 }
 
-/// Tensors must live on one device.
+/// Tensors must live on one device; the error names both tensors and their devices
+/// (`` `y` is on cpu#2 (interpreter, 2 threads), `x` on cpu#1 (interpreter, 2 threads) ``).
 pub fn expect_same_device<A: Element, B: Element>(
     op: &str,
-    a: &Tensor<A>,
-    b: &Tensor<B>,
+    (a_name, a): (&str, &Tensor<A>),
+    (b_name, b): (&str, &Tensor<B>),
 ) -> Result<()> {
     if a.device().id() != b.device().id() {
         return Err(Error::Device {
             op: op.to_string(),
-            first: a.device().name(),
-            second: b.device().name(),
+            message: format!(
+                "`{b_name}` is on {}, `{a_name}` on {}",
+                b.device().name(),
+                a.device().name()
+            ),
         });
     }
     Ok(())
@@ -144,6 +148,25 @@ pub fn expect_no_alias<A: Element, B: Element>(
             input: input.0.to_string(),
         });
     }
+    Ok(())
+}
+
+/// A new contiguous output of `shape`, checked before it is allocated: its elements must be
+/// countable and their offsets fit the i32 the kernels compute with. Allocating wrappers call
+/// it (after checking every input) so that a call they refuse allocates nothing.
+pub fn expect_i32_output(op: &str, name: &str, shape: &[usize]) -> Result<()> {
+    let numel = shape
+        .iter()
+        .try_fold(1usize, |n, &d| n.checked_mul(d))
+        .ok_or_else(|| Error::TooLarge {
+            op: op.to_string(),
+            message: format!("`{name}` of shape {shape:?} has more than usize::MAX elements"),
+        })?;
+    as_i32(
+        op,
+        &format!("the largest offset into `{name}`"),
+        numel.saturating_sub(1),
+    )?;
     Ok(())
 }
 

@@ -165,17 +165,12 @@ pub fn gemv_into_with<T: Element>(
     y: &Tensor<f32>,
     config: &Config,
 ) -> Result<()> {
-    check::expect_dtype_in::<T>(OP, "a", DTYPES)?;
-    check::expect_rank(OP, "a", a, 2)?;
+    check_inputs(a, x)?;
     let (m, n) = (a.shape()[0], a.shape()[1]);
-    check::expect_shape(OP, "x", x, &[n])?;
     check::expect_shape(OP, "y", y, &[m])?;
-    check::expect_same_device(OP, a, x)?;
-    check::expect_same_device(OP, a, y)?;
+    check::expect_same_device(OP, ("a", a), ("y", y))?;
     check::expect_no_alias(OP, ("y", y), ("a", a))?;
     check::expect_no_alias(OP, ("y", y), ("x", x))?;
-    check::expect_i32_extent(OP, "a", a)?;
-    check::expect_i32_extent(OP, "x", x)?;
     check::expect_i32_extent(OP, "y", y)?;
     let (block_m, block_n) = (config.usize("BLOCK_M")?, config.usize("BLOCK_N")?);
     let unroll = config.get("UNROLL").unwrap_or(1);
@@ -226,9 +221,24 @@ pub fn gemv_into_with<T: Element>(
     )
 }
 
-/// `A x` in a new f32 vector; see [`gemv_into`].
-pub fn gemv<T: Element>(a: &Tensor<T>, x: &Tensor<T>) -> Result<Tensor<f32>> {
+/// The contract on the inputs.
+fn check_inputs<T: Element>(a: &Tensor<T>, x: &Tensor<T>) -> Result<()> {
+    check::expect_dtype_in::<T>(OP, "a", DTYPES)?;
     check::expect_rank(OP, "a", a, 2)?;
+    let (m, n) = (a.shape()[0], a.shape()[1]);
+    check::expect_shape(OP, "x", x, &[n])?;
+    check::expect_same_device(OP, ("a", a), ("x", x))?;
+    check::expect_i32_extent(OP, "a", a)?;
+    check::expect_i32_extent(OP, "x", x)?;
+    check::as_i32(OP, "M", m)?;
+    check::as_i32(OP, "N", n)?;
+    Ok(())
+}
+
+/// `A x` in a new f32 vector; see [`gemv_into`]. The inputs are checked before the output is
+/// allocated.
+pub fn gemv<T: Element>(a: &Tensor<T>, x: &Tensor<T>) -> Result<Tensor<f32>> {
+    check_inputs(a, x)?;
     let y = a.device().empty::<f32>([a.shape()[0]])?;
     gemv_into(a, x, &y)?;
     Ok(y)

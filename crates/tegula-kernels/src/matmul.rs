@@ -469,8 +469,20 @@ fn resolve<T: Element, O: Element>(
     c: &Tensor<O>,
     config: MatmulConfig,
 ) -> Result<MatmulConfig> {
+    resolve_then(a, b, c, config, |c| Ok(*c))
+}
+
+/// `then` with the config [`chosen_config`] says; a tuned config that fails in `then` is
+/// dropped from the autotune cache and chosen again ([`tuned::run`]).
+fn resolve_then<T: Element, O: Element, R>(
+    a: &Tensor<T>,
+    b: &Tensor<T>,
+    c: &Tensor<O>,
+    config: MatmulConfig,
+    mut then: impl FnMut(&MatmulConfig) -> Result<R>,
+) -> Result<R> {
     if !config.is_tuned() {
-        return Ok(config);
+        return then(&config);
     }
     let p = MatmulProblem::of::<T, O>(a, b);
     // Held fields select their own entry (GROUP_M 8 is every default's).
@@ -492,7 +504,7 @@ fn resolve<T: Element, O: Element>(
         + &tuned::held_suffix(&held, config.launch)
         + tuned::held_wgmma_suffix(config.wgmma);
     let dev = a.device();
-    let chosen = tuned::choose(
+    tuned::run(
         dev,
         "tegula_kernels::matmul",
         &key,
@@ -520,8 +532,8 @@ fn resolve<T: Element, O: Element>(
             let c_cfg = MatmulConfig::from_tuner(t, &config)?;
             median_ms(dev, || launch(a, b, c, &c_cfg))
         },
-    )?;
-    MatmulConfig::from_tuner(&chosen, &config)
+        |t| then(&MatmulConfig::from_tuner(t, &config)?),
+    )
 }
 
 /// `C = A B` into `c`, with tiles, warps and stages chosen by the autotuner.
@@ -549,8 +561,7 @@ pub fn matmul_into_with<T: Element, O: Element>(
     if a.shape()[0] == 0 || b.shape()[1] == 0 {
         return Ok(());
     }
-    let config = resolve(a, b, c, config)?;
-    launch(a, b, c, &config)
+    resolve_then(a, b, c, config, |config| launch(a, b, c, config))
 }
 
 fn check_operands<T: Element, O: Element>(
@@ -559,22 +570,29 @@ fn check_operands<T: Element, O: Element>(
     c: &Tensor<O>,
     config: &MatmulConfig,
 ) -> Result<()> {
-    check::expect_dtype_in::<T>(OP, "a", DTYPES)?;
+    check_inputs(a, b, config)?;
     check::expect_dtype_in::<O>(OP, "c", &[DType::F16, DType::BF16, DType::F32, DType::F64])?;
+    let (m, n) = (a.shape()[0], b.shape()[1]);
+    check::expect_shape(OP, "c", c, &[m, n])?;
+    check::expect_same_device(OP, ("a", a), ("c", c))?;
+    check::expect_no_alias(OP, ("c", c), ("a", a))?;
+    check::expect_no_alias(OP, ("c", c), ("b", b))?;
+    check::expect_i32_extent(OP, "c", c)?;
+    Ok(())
+}
+
+/// The contract on the inputs and the config.
+fn check_inputs<T: Element>(a: &Tensor<T>, b: &Tensor<T>, config: &MatmulConfig) -> Result<()> {
+    check::expect_dtype_in::<T>(OP, "a", DTYPES)?;
     config.validate()?;
     check::expect_rank(OP, "a", a, 2)?;
     check::expect_rank(OP, "b", b, 2)?;
     let (m, k) = (a.shape()[0], a.shape()[1]);
     let n = b.shape()[1];
     check::expect_shape(OP, "b", b, &[k, n])?;
-    check::expect_shape(OP, "c", c, &[m, n])?;
-    check::expect_same_device(OP, a, b)?;
-    check::expect_same_device(OP, a, c)?;
-    check::expect_no_alias(OP, ("c", c), ("a", a))?;
-    check::expect_no_alias(OP, ("c", c), ("b", b))?;
+    check::expect_same_device(OP, ("a", a), ("b", b))?;
     check::expect_i32_extent(OP, "a", a)?;
     check::expect_i32_extent(OP, "b", b)?;
-    check::expect_i32_extent(OP, "c", c)?;
     check::as_i32(OP, "M", m)?;
     check::as_i32(OP, "N", n)?;
     check::as_i32(OP, "K", k)?;
@@ -640,11 +658,13 @@ pub fn persistent_programs(dev: &Device, tiles: usize, per_sm: usize) -> usize {
     check::persistent_grid(tiles, sms * per_sm).0
 }
 
-/// `A B` in a new contiguous f32 tensor; see [`matmul_into`].
+/// `A B` in a new contiguous f32 tensor; see [`matmul_into`]. The inputs are checked before
+/// the output is allocated.
 pub fn matmul<T: Element>(a: &Tensor<T>, b: &Tensor<T>) -> Result<Tensor<f32>> {
-    check::expect_rank(OP, "a", a, 2)?;
-    check::expect_rank(OP, "b", b, 2)?;
-    let c = a.device().empty::<f32>([a.shape()[0], b.shape()[1]])?;
+    check_inputs(a, b, &MatmulConfig::default())?;
+    let shape = [a.shape()[0], b.shape()[1]];
+    check::expect_i32_output(OP, "c", &shape)?;
+    let c = a.device().empty::<f32>(shape)?;
     matmul_into(a, b, &c)?;
     Ok(c)
 }

@@ -80,10 +80,15 @@ pub fn layer_norm_fwd<T: Element>(
         }
     }
     let (centre, r) = shifted_moments(sum(acc1, 0), sum(acc2, 0), inv_n, eps);
-    let row_mean = shift + centre;
-    store_unmasked(mean + row, row_mean);
+    store_unmasked(mean + row, shift + centre);
     store_unmasked(rstd + row, r);
-    // Three instructions an element (sub, mul, fma) besides the conversions: at rows of 32768
+    // `(x - mean) * rstd` as `(x - shift) * rstd - centre * rstd`: `x - shift` is exact (both
+    // are values of the row, within a factor of two of each other for any row whose spread
+    // is below its mean), and `centre * rstd` is order 1. The mean rounded to f32 would put
+    // up to half an ulp of the mean into every element (5e-4 at a mean of 1e4: 0.5% of a
+    // standard deviation of 0.1), as the one-tile kernels never did.
+    let neg_centre_r = -(centre * r);
+    // Three instructions an element (sub, fma, fma) besides the conversions: at rows of 32768
     // the loops issue about half the SM's instruction slots, so each one counts.
     for start in range(0, n, block * unroll) {
         let blocks = row_blocks(start, offsets, block, n, unroll);
@@ -99,7 +104,8 @@ pub fn layer_norm_fwd<T: Element>(
             .collect();
         for ((v, wv, bv), &(cols, mask)) in loads.into_iter().zip(&blocks) {
             let (v, wv, bv) = (v.to::<f32>(), wv.to::<f32>(), bv.to::<f32>());
-            store_streamed(y_row + cols, fma((v - row_mean) * r, wv, bv), mask);
+            let xhat = fma(v - shift, r, neg_centre_r);
+            store_streamed(y_row + cols, fma(xhat, wv, bv), mask);
         }
     }
 }
@@ -766,21 +772,14 @@ pub fn layer_norm_into_with<T: Element>(
     config: &Config,
 ) -> Result<()> {
     const OP: &str = "layer_norm";
-    check::expect_dtype_in::<T>(OP, "x", DTYPES)?;
-    check::expect_rank(OP, "x", x, 2)?;
+    check_layer_norm_inputs(x, w, b, eps)?;
     let (m, n) = (x.shape()[0], x.shape()[1]);
-    expect_rows(OP, "x", x, &[m, n])?;
     expect_rows(OP, "y", y, &[m, n])?;
-    expect_vector(OP, "w", w, n)?;
-    expect_vector(OP, "b", b, n)?;
     expect_vector(OP, "mean", mean, m)?;
     expect_vector(OP, "rstd", rstd, m)?;
-    expect_eps(OP, eps)?;
-    check::expect_same_device(OP, x, y)?;
-    check::expect_same_device(OP, x, w)?;
-    check::expect_same_device(OP, x, b)?;
-    check::expect_same_device(OP, x, mean)?;
-    check::expect_same_device(OP, x, rstd)?;
+    check::expect_same_device(OP, ("x", x), ("y", y))?;
+    check::expect_same_device(OP, ("x", x), ("mean", mean))?;
+    check::expect_same_device(OP, ("x", x), ("rstd", rstd))?;
     for (name, input) in [("x", x), ("w", w), ("b", b)] {
         check::expect_no_alias(OP, ("y", y), (name, input))?;
         check::expect_no_alias(OP, ("mean", mean), (name, input))?;
@@ -819,14 +818,39 @@ pub fn layer_norm_into_with<T: Element>(
     )
 }
 
-/// Layer norm forward of `x` `[M, N]` with weight `w` and bias `b` `[N]`; see [`layer_norm_into`].
+/// The contract of [`layer_norm_into`] on its inputs.
+fn check_layer_norm_inputs<T: Element>(
+    x: &Tensor<T>,
+    w: &Tensor<T>,
+    b: &Tensor<T>,
+    eps: f32,
+) -> Result<()> {
+    const OP: &str = "layer_norm";
+    check::expect_dtype_in::<T>(OP, "x", DTYPES)?;
+    check::expect_rank(OP, "x", x, 2)?;
+    let (m, n) = (x.shape()[0], x.shape()[1]);
+    expect_rows(OP, "x", x, &[m, n])?;
+    expect_vector(OP, "w", w, n)?;
+    expect_vector(OP, "b", b, n)?;
+    expect_eps(OP, eps)?;
+    check::expect_same_device(OP, ("x", x), ("w", w))?;
+    check::expect_same_device(OP, ("x", x), ("b", b))?;
+    check::as_i32(OP, "M", m)?;
+    check::as_i32(OP, "N", n)?;
+    row_stride(OP, x)?;
+    Ok(())
+}
+
+/// Layer norm forward of `x` `[M, N]` with weight `w` and bias `b` `[N]`; see
+/// [`layer_norm_into`]. The inputs are checked before the outputs are allocated.
 pub fn layer_norm<T: Element>(
     x: &Tensor<T>,
     w: &Tensor<T>,
     b: &Tensor<T>,
     eps: f32,
 ) -> Result<LayerNormOutput<T>> {
-    check::expect_rank("layer_norm", "x", x, 2)?;
+    check_layer_norm_inputs(x, w, b, eps)?;
+    check::expect_i32_output("layer_norm", "y", x.shape())?;
     let dev = x.device();
     let out = LayerNormOutput {
         y: dev.empty::<T>(x.shape())?,
@@ -853,8 +877,8 @@ const DWDB_BLOCK: (usize, usize) = (16, 64);
 /// `mean`, `rstd`, computes `dx` `[M, N]`, `dw` and `db` `[N]`.
 ///
 /// Contract as in [`layer_norm_into`]: `x`, `dy` have unit column stride, `w`, `mean`, `rstd`
-/// are contiguous; the results are new contiguous tensors. Deterministic: the same inputs give
-/// the same bits.
+/// are contiguous; the results are new contiguous tensors, allocated once every input is
+/// checked. Deterministic: the same inputs give the same bits.
 pub fn layer_norm_backward<T: Element>(
     dy: &Tensor<T>,
     x: &Tensor<T>,
@@ -871,10 +895,15 @@ pub fn layer_norm_backward<T: Element>(
     expect_vector(OP, "w", w, n)?;
     expect_vector(OP, "mean", mean, m)?;
     expect_vector(OP, "rstd", rstd, m)?;
-    check::expect_same_device(OP, x, dy)?;
-    check::expect_same_device(OP, x, w)?;
-    check::expect_same_device(OP, x, mean)?;
-    check::expect_same_device(OP, x, rstd)?;
+    check::expect_same_device(OP, ("x", x), ("dy", dy))?;
+    check::expect_same_device(OP, ("x", x), ("w", w))?;
+    check::expect_same_device(OP, ("x", x), ("mean", mean))?;
+    check::expect_same_device(OP, ("x", x), ("rstd", rstd))?;
+    let (mi, ni) = (check::as_i32(OP, "M", m)?, check::as_i32(OP, "N", n)?);
+    let (xs, dys) = (row_stride(OP, x)?, row_stride(OP, dy)?);
+    check::expect_i32_output(OP, "dx", &[m, n])?;
+    let groups = m.div_ceil(ROWS_PER_GROUP);
+    check::expect_i32_output(OP, "partial sums", &[groups, n])?;
     let dev = x.device();
     let grads = LayerNormGrads {
         dx: dev.empty::<T>([m, n])?,
@@ -884,9 +913,7 @@ pub fn layer_norm_backward<T: Element>(
     if m == 0 || n == 0 {
         return Ok(grads);
     }
-    let (mi, ni) = (check::as_i32(OP, "M", m)?, check::as_i32(OP, "N", n)?);
-    let (xs, dys) = (row_stride(OP, x)?, row_stride(OP, dy)?);
-    let dxs = row_stride(OP, &grads.dx)?;
+    let dxs = ni; // `dx` is contiguous
     layer_norm_bwd_dx::launch::<T>(
         dev,
         m,
@@ -903,10 +930,8 @@ pub fn layer_norm_backward<T: Element>(
         row_block(n),
     )?;
 
-    let groups = m.div_ceil(ROWS_PER_GROUP);
     let dw_partial = dev.empty::<f32>([groups, n])?;
     let db_partial = dev.empty::<f32>([groups, n])?;
-    check::expect_i32_extent(OP, "partial sums", &dw_partial)?;
     let (bm, bn) = DWDB_BLOCK;
     let col_blocks = n.div_ceil(bn) as u32;
     layer_norm_bwd_dwdb::launch::<T>(
@@ -964,15 +989,10 @@ pub fn rms_norm_into_with<T: Element>(
     config: &Config,
 ) -> Result<()> {
     const OP: &str = "rms_norm";
-    check::expect_dtype_in::<T>(OP, "x", DTYPES)?;
-    check::expect_rank(OP, "x", x, 2)?;
+    check_rms_norm_inputs(x, w, eps)?;
     let (m, n) = (x.shape()[0], x.shape()[1]);
-    expect_rows(OP, "x", x, &[m, n])?;
     expect_rows(OP, "y", y, &[m, n])?;
-    expect_vector(OP, "w", w, n)?;
-    expect_eps(OP, eps)?;
-    check::expect_same_device(OP, x, y)?;
-    check::expect_same_device(OP, x, w)?;
+    check::expect_same_device(OP, ("x", x), ("y", y))?;
     check::expect_no_alias(OP, ("y", y), ("x", x))?;
     check::expect_no_alias(OP, ("y", y), ("w", w))?;
     let (block, block_m) = blocks(OP, config, n)?;
@@ -1000,8 +1020,27 @@ pub fn rms_norm_into_with<T: Element>(
     rms_norm_fwd::launch_with::<T>(dev, m, lc, x, y, w, xs, ys, ni, eps, block, unroll)
 }
 
-/// RMS norm of `x` `[M, N]` with weight `w` `[N]` in a new tensor; see [`rms_norm_into`].
+/// The contract of [`rms_norm_into`] on its inputs.
+fn check_rms_norm_inputs<T: Element>(x: &Tensor<T>, w: &Tensor<T>, eps: f32) -> Result<()> {
+    const OP: &str = "rms_norm";
+    check::expect_dtype_in::<T>(OP, "x", DTYPES)?;
+    check::expect_rank(OP, "x", x, 2)?;
+    let (m, n) = (x.shape()[0], x.shape()[1]);
+    expect_rows(OP, "x", x, &[m, n])?;
+    expect_vector(OP, "w", w, n)?;
+    expect_eps(OP, eps)?;
+    check::expect_same_device(OP, ("x", x), ("w", w))?;
+    check::as_i32(OP, "M", m)?;
+    check::as_i32(OP, "N", n)?;
+    row_stride(OP, x)?;
+    Ok(())
+}
+
+/// RMS norm of `x` `[M, N]` with weight `w` `[N]` in a new tensor; see [`rms_norm_into`]. The
+/// inputs are checked before the output is allocated.
 pub fn rms_norm<T: Element>(x: &Tensor<T>, w: &Tensor<T>, eps: f32) -> Result<Tensor<T>> {
+    check_rms_norm_inputs(x, w, eps)?;
+    check::expect_i32_output("rms_norm", "y", x.shape())?;
     let y = x.device().empty::<T>(x.shape())?;
     rms_norm_into(x, w, eps, &y)?;
     Ok(y)

@@ -232,14 +232,11 @@ pub fn config(cols: usize, max_block: usize) -> Config {
 /// [`softmax_into`] with an explicit config (see [`config`]): `BLOCK_M` 0 takes the online
 /// path over blocks of `BLOCK` columns; otherwise `BLOCK` must cover the row.
 pub fn softmax_into_with<T: Element>(x: &Tensor<T>, y: &Tensor<T>, config: &Config) -> Result<()> {
-    check::expect_dtype_in::<T>(OP, "x", DTYPES)?;
-    check::expect_rank(OP, "x", x, 2)?;
+    check_input(x)?;
     check::expect_shape(OP, "y", y, x.shape())?;
-    check::expect_unit_last_stride(OP, "x", x)?;
     check::expect_unit_last_stride(OP, "y", y)?;
-    check::expect_same_device(OP, x, y)?;
+    check::expect_same_device(OP, ("x", x), ("y", y))?;
     check::expect_no_alias(OP, ("y", y), ("x", x))?;
-    check::expect_i32_extent(OP, "x", x)?;
     check::expect_i32_extent(OP, "y", y)?;
     let (block, block_m) = (config.usize("BLOCK")?, config.usize("BLOCK_M")?);
     let unroll = norm::loop_unroll(OP, config)?;
@@ -278,8 +275,22 @@ pub fn softmax_into_with<T: Element>(x: &Tensor<T>, y: &Tensor<T>, config: &Conf
     }
 }
 
-/// The softmax of each row of `x` in a new contiguous tensor (see [`softmax_into`]).
+/// The contract on the input.
+fn check_input<T: Element>(x: &Tensor<T>) -> Result<()> {
+    check::expect_dtype_in::<T>(OP, "x", DTYPES)?;
+    check::expect_rank(OP, "x", x, 2)?;
+    check::expect_unit_last_stride(OP, "x", x)?;
+    check::expect_i32_extent(OP, "x", x)?;
+    check::as_i32(OP, "rows", x.shape()[0])?;
+    check::as_i32(OP, "cols", x.shape()[1])?;
+    Ok(())
+}
+
+/// The softmax of each row of `x` in a new contiguous tensor (see [`softmax_into`]). The
+/// input is checked before the output is allocated.
 pub fn softmax<T: Element>(x: &Tensor<T>) -> Result<Tensor<T>> {
+    check_input(x)?;
+    check::expect_i32_output(OP, "y", x.shape())?;
     let y = x.device().empty::<T>(x.shape())?;
     softmax_into(x, &y)?;
     Ok(y)

@@ -1,11 +1,12 @@
 //! How the library's matmul and attention wrappers pick a config with the autotuner.
 //!
-//! A wrapper whose caller left tile sizes or warps/stages at [`AUTO`] asks `choose` for the
+//! A wrapper whose caller left tile sizes or warps/stages at [`AUTO`] asks `run` to launch the
 //! config of its key (the shape bucket that selects a config). The first call per key and
 //! device in a process builds the [`Tuning`] (tracing the reference config, whose printed Tile
 //! IR is the source hash) and asks [`Autotuner::global`]: the cached winner, the default, or a
 //! fresh timing of every candidate. Later calls find the answer in this module's memo, so a
-//! wrapper called in a loop neither traces nor touches the cache file again.
+//! wrapper called in a loop neither traces nor touches the cache file again. A config that
+//! fails to launch (a corrupt or stale cache entry) is dropped and chosen again.
 //!
 //! On a GPU, the choice is said once per key on stderr (`tegula bench` relies on this to show
 //! which config won); on the interpreter the tuner returns the first candidate, silently.
@@ -66,24 +67,37 @@ fn memo() -> &'static Mutex<HashMap<String, Config>> {
     MEMO.get_or_init(|| Mutex::new(HashMap::new()))
 }
 
-/// The config of `kernel` for `key` on `dev`: from this process's memo, else from the tuner,
-/// which gets the request that `tuning` builds (called only here, on a miss) and times
-/// candidates with `bench` when it has to.
-pub(crate) fn choose<'a>(
+/// `launch` with the config of `kernel` for `key` on `dev`: from this process's memo, else
+/// from the tuner, which gets the request that `tuning` builds (called only here, on a miss)
+/// and times candidates with `bench` when it has to (a wrapper that only wants the config
+/// passes a `launch` that returns it). A config that fails to launch (it does not
+/// trace, compile or launch: a corrupt or stale autotune cache entry) is dropped from the memo
+/// and from the cache, with a note, and the choice is made again (retuned on a GPU in `full`
+/// mode) before `launch` runs once more ([`Autotuner::tune_and_run`]).
+pub(crate) fn run<'a, R>(
     dev: &Device,
     kernel: &str,
     key: &str,
     tuning: impl FnOnce() -> Result<Tuning<'a>>,
     bench: impl FnMut(&Config) -> Result<f64>,
-) -> Result<Config> {
+    mut launch: impl FnMut(&Config) -> Result<R>,
+) -> Result<R> {
     let memo_key = format!("{kernel}|{key}|{:?}", dev.backend());
     let lock = || memo().lock().unwrap_or_else(|p| p.into_inner());
-    if let Some(hit) = lock().get(&memo_key) {
-        return Ok(hit.clone());
+    let hit = lock().get(&memo_key).cloned();
+    if let Some(hit) = hit {
+        match launch(&hit) {
+            Err(e) if tegula::autotune::may_blame_config(&e) => {
+                // Ran before in this process (or was only chosen): ask the tuner again, which
+                // checks its cache entry the same way.
+                lock().remove(&memo_key);
+            }
+            done => return done,
+        }
     }
     let tuning = tuning()?;
     let target = Target::of(dev);
-    let tuned = Autotuner::global().tune_for(&target, &tuning, bench)?;
+    let (tuned, result) = Autotuner::global().tune_and_run(&target, &tuning, bench, &mut launch)?;
     if target.tunable {
         let how = match tuned.source {
             Source::Tuned { ms, timed } => {
@@ -104,7 +118,7 @@ pub(crate) fn choose<'a>(
         }
     }
     lock().insert(memo_key, tuned.config.clone());
-    Ok(tuned.config)
+    Ok(result)
 }
 
 /// `n` as an `i64` constexpr value (block sizes are small).

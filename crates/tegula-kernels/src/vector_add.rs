@@ -32,24 +32,31 @@ const OP: &str = "vector_add";
 /// contiguous and live on one device; `out` shares no memory with `x` or `y`. Integer dtypes
 /// wrap on overflow; floats round once in `T`.
 pub fn vector_add_into<T: Element>(x: &Tensor<T>, y: &Tensor<T>, out: &Tensor<T>) -> Result<()> {
-    check::expect_shape(OP, "y", y, x.shape())?;
+    let n = check_inputs(x, y)?;
     check::expect_shape(OP, "out", out, x.shape())?;
-    check::expect_contiguous(OP, "x", x)?;
-    check::expect_contiguous(OP, "y", y)?;
     check::expect_contiguous(OP, "out", out)?;
-    check::expect_same_device(OP, x, y)?;
-    check::expect_same_device(OP, x, out)?;
+    check::expect_same_device(OP, ("x", x), ("out", out))?;
     check::expect_no_alias(OP, ("out", out), ("x", x))?;
     check::expect_no_alias(OP, ("out", out), ("y", y))?;
-    let n = check::as_i32(OP, "numel", x.numel())?;
     if n == 0 {
         return Ok(());
     }
     add_kernel::launch::<T>(x.device(), x.numel().div_ceil(BLOCK), x, y, out, n, BLOCK)
 }
 
-/// `x + y` in a new tensor (see [`vector_add_into`] for the contract).
+/// The contract on the inputs; the element count as the kernel's i32.
+fn check_inputs<T: Element>(x: &Tensor<T>, y: &Tensor<T>) -> Result<i32> {
+    check::expect_shape(OP, "y", y, x.shape())?;
+    check::expect_contiguous(OP, "x", x)?;
+    check::expect_contiguous(OP, "y", y)?;
+    check::expect_same_device(OP, ("x", x), ("y", y))?;
+    check::as_i32(OP, "numel", x.numel())
+}
+
+/// `x + y` in a new tensor (see [`vector_add_into`] for the contract). The inputs are checked
+/// before the output is allocated.
 pub fn vector_add<T: Element>(x: &Tensor<T>, y: &Tensor<T>) -> Result<Tensor<T>> {
+    check_inputs(x, y)?;
     let out = x.device().empty::<T>(x.shape())?;
     vector_add_into(x, y, &out)?;
     Ok(out)

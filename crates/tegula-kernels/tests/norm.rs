@@ -593,3 +593,50 @@ fn check_configs_against_float64(
         assert_close(&format!("rms {what}"), DType::BF16, &f64s(&y), &y_rms, bf);
     }
 }
+
+/// f32 rows of mean 1e4 and standard deviation 0.1: the looping kernel (rows over
+/// `MAX_BLOCK`, or `BLOCK_M` 0) normalizes as accurately as the one-tile and pipelined
+/// kernels. It subtracted the mean rounded to f32 (half an ulp of 1e4 is 5e-3 standard
+/// deviations) and lost two digits of `y` (4.5e-3 against 6e-5); it now subtracts the shift
+/// (exact) and the centre separately, as the other two do. (What is left is f32 summation in
+/// the statistics, which the interpreter does in index order: larger for longer tiles.)
+#[test]
+fn the_looping_kernel_is_as_accurate_as_the_others_at_a_large_mean() {
+    let data: Vec<f32> = Device::cpu()
+        .randn::<f32>([MAX_BLOCK + 3])
+        .unwrap()
+        .to_vec()
+        .unwrap()
+        .into_iter()
+        .map(|v| 1e4 + 0.1 * v)
+        .collect();
+    // Rows of 1031 (every path) and one row longer than MAX_BLOCK (whose default config is
+    // the looping kernel).
+    for (m, n) in [(3, 1031), (1, MAX_BLOCK + 3)] {
+        let x = &data[..m * n];
+        let mut paths = forward_paths(n);
+        if n > MAX_BLOCK {
+            let default = tegula_kernels::norm::layer_norm_config(n);
+            assert_eq!(default.get("BLOCK_M"), Some(0), "{default}");
+            paths.push(default);
+        }
+        let (mut looping, mut others) = (Vec::new(), Vec::new());
+        for c in paths {
+            let (y_err, rstd_err) = layer_norm_errors(x, m, n, &c);
+            assert!(rstd_err < 1e-4, "{n} columns, {c}: rstd error {rstd_err:e}");
+            if c.get("BLOCK_M") == Some(0) {
+                looping.push((c.to_string(), y_err));
+            } else {
+                others.push((c.to_string(), y_err));
+            }
+        }
+        let others_worst = others.iter().map(|e| e.1).fold(0.0, f64::max);
+        for (what, err) in &looping {
+            assert!(
+                *err <= 4.0 * others_worst.max(1e-6),
+                "{n} columns, {what}: y error {err:e}; the one-tile and pipelined kernels: \
+                 {others:?}"
+            );
+        }
+    }
+}

@@ -40,6 +40,7 @@ pub mod ptxas;
 mod target;
 
 pub use options::{CompileOptions, MmaChoice};
+pub use plan::report::{DotKind, DotReport, LoopReport, OperandHome, Report};
 pub use target::Target;
 
 use ptx::ParamDecl;
@@ -80,6 +81,8 @@ pub struct Compiled {
     /// Threads per block: `32 * num_warps`.
     pub num_threads: u32,
     pub params: Vec<ParamAbi>,
+    /// What the compiler decided, for the kernel's author.
+    pub report: plan::report::Report,
 }
 
 /// Why a kernel could not be lowered; points at the user's source line.
@@ -154,17 +157,32 @@ pub fn wgmma_reads_rows_of(bytes: u32) -> bool {
 
 pub use plan::pipeline::{HOISTED_OPERAND_REGS, WGMMA_IN_FLIGHT_MIN_K_AHEAD};
 
-/// Lowers `kernel` to a PTX module for `target`.
-pub fn compile(
+/// The decisions the compiler makes for `kernel` on `target` with `options`, before any PTX
+/// is written; [`Plan::report`] says them for the kernel's author (without the shared memory
+/// that only emission knows: [`compile`]'s report has it).
+pub fn plan(
     kernel: &Kernel,
     target: &Target,
     options: &CompileOptions,
-) -> Result<Compiled, PtxError> {
+) -> Result<Report, PtxError> {
+    check_options(kernel, target, options)?;
+    let cx = plan::Context::new(kernel, target, options);
+    Ok(plan::Plan::build(&cx).report(&cx))
+}
+
+fn check_options(
+    kernel: &Kernel,
+    target: &Target,
+    options: &CompileOptions,
+) -> Result<(), PtxError> {
     let w = options.num_warps;
     if !w.is_power_of_two() || w > 32 {
         return Err(PtxError::Options(format!(
             "num_warps must be a power of two from 1 to 32, got {w}"
         )));
+    }
+    if options.num_stages == 0 {
+        return Err(PtxError::Options("num_stages must be at least 1".into()));
     }
     if target.sm < 80 {
         return Err(PtxError::Options(format!(
@@ -172,7 +190,62 @@ pub fn compile(
             target.sm
         )));
     }
-    check_shapes(kernel)?;
+    check_shapes(kernel)
+}
+
+/// Lowers `kernel` to a PTX module for `target`: plans it ([`plan`]), then emits the plan.
+/// When the kernel's shared memory exceeds the target's, it is compiled again with one
+/// pipeline stage fewer (pipeline slots sit below the scratch buffer's other uses), and the
+/// report says so.
+pub fn compile(
+    kernel: &Kernel,
+    target: &Target,
+    options: &CompileOptions,
+) -> Result<Compiled, PtxError> {
+    check_options(kernel, target, options)?;
+    let mut stages = options.num_stages;
+    loop {
+        let attempt = CompileOptions {
+            num_stages: stages,
+            ..*options
+        };
+        match compile_once(kernel, target, &attempt)? {
+            Ok(mut compiled) => {
+                if stages < options.num_stages {
+                    compiled.report.stages_asked = options.num_stages;
+                    for l in &mut compiled.report.loops {
+                        l.asked = options.num_stages;
+                    }
+                    compiled.report.stage_cut = Some(format!(
+                        "with {} stages its shared memory exceeds the {} bytes sm_{} allows a \
+                         block",
+                        stages + 1,
+                        target.max_shared_bytes(),
+                        target.sm
+                    ));
+                }
+                return Ok(compiled);
+            }
+            Err(_) if stages > 1 => stages -= 1,
+            Err(needed) => {
+                return Err(PtxError::Options(format!(
+                    "kernel `{}` needs {needed} bytes of shared memory; sm_{} allows {} a block",
+                    kernel.name,
+                    target.sm,
+                    target.max_shared_bytes()
+                )))
+            }
+        }
+    }
+}
+
+/// One plan and emission; `Err(bytes)` when the shared memory it needs exceeds the target's.
+fn compile_once(
+    kernel: &Kernel,
+    target: &Target,
+    options: &CompileOptions,
+) -> Result<Result<Compiled, u32>, PtxError> {
+    let w = options.num_warps;
     let cx = plan::Context::new(kernel, target, options);
     let plan = plan::Plan::build(&cx);
     let mut lw = emit::Lower::new(&cx, &plan);
@@ -180,24 +253,7 @@ pub fn compile(
     let entry = format!("tg_{}", sanitize(&kernel.name));
     let shared_bytes = lw.smem_bytes.div_ceil(16) * 16;
     if shared_bytes > target.max_shared_bytes() {
-        if options.num_stages > 1 {
-            // Pipeline buffers sit below the scratch buffer's other uses in their loop: with
-            // fewer stages they fit.
-            return compile(
-                kernel,
-                target,
-                &CompileOptions {
-                    num_stages: options.num_stages - 1,
-                    ..*options
-                },
-            );
-        }
-        return Err(PtxError::Options(format!(
-            "kernel `{}` needs {shared_bytes} bytes of shared memory; sm_{} allows {} a block",
-            kernel.name,
-            target.sm,
-            target.max_shared_bytes()
-        )));
+        return Ok(Err(shared_bytes));
     }
     let params: Vec<ParamDecl> = (0..kernel.params.len())
         .map(|i| ParamDecl {
@@ -214,14 +270,19 @@ pub fn compile(
             ptx::SMEM
         ));
     }
+    let min_blocks = min_blocks_per_sm(kernel, shared_bytes, target, 32 * w);
     let ptx = lw.b.finish(
         target.ptx_version(),
         &target.target_name(),
         &entry,
         &params,
         32 * w,
-        min_blocks_per_sm(kernel, shared_bytes, target, 32 * w),
+        min_blocks,
     );
+    let mut report = plan.report(&cx);
+    report.shared_bytes = shared_bytes;
+    report.blocks_per_sm = target.blocks_per_sm_by_shared(shared_bytes, 32 * w);
+    report.min_blocks_per_sm = min_blocks;
     let abi = kernel
         .params
         .iter()
@@ -237,13 +298,14 @@ pub fn compile(
             },
         })
         .collect();
-    Ok(Compiled {
+    Ok(Ok(Compiled {
         ptx,
         entry,
         shared_bytes,
         num_threads: 32 * w,
         params: abi,
-    })
+        report,
+    }))
 }
 
 /// Layouts need power-of-two dimensions.

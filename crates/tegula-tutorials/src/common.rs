@@ -84,8 +84,11 @@ pub fn expect_same_device<A: Element, B: Element>(
     }
     Err(Error::Device {
         op: op.to_string(),
-        first: a.device().name(),
-        second: b.device().name(),
+        message: format!(
+            "the tensors are on different devices: {} and {}",
+            a.device().name(),
+            b.device().name()
+        ),
     })
 }
 

@@ -5,7 +5,10 @@
 //! and hands the tuner a closure that times one candidate. The winner is stored per
 //! (kernel, source hash, key, device, driver) in a JSON file, `$TEGULA_CACHE_DIR/autotune.json`
 //! (default: the user cache dir's `tegula/autotune.json`), so later processes reuse it without
-//! timing. `TEGULA_AUTOTUNE=off|cached|full` chooses how much work a miss costs:
+//! timing. The key also holds the compiler ([`COMPILER`]: the version and a build-time hash of
+//! the tracer, the IR passes, the specialization and the PTX lowering) and a hash of the whole
+//! candidate list, so neither another compiler's winner nor one picked from another list is
+//! reused. `TEGULA_AUTOTUNE=off|cached|full` chooses how much work a miss costs:
 //!
 //! - `off`: the default config (the first candidate that pruning keeps), no timing;
 //! - `cached`: the cached winner if there is one, else the default, no timing;
@@ -16,6 +19,13 @@
 //! Candidates whose benchmark fails (the PTX backend refuses them, shared memory or registers
 //! run out, the driver will not launch them) are dropped with a note; a kernel fault stops
 //! tuning, since the CUDA context is then unusable.
+//!
+//! The cache survives its own corruption: a file that does not parse is ignored (and
+//! rewritten by the next tuning); a stored config that is not among the candidates is dropped
+//! with a note; and through [`Autotuner::tune_and_run`], a stored config that fails to trace,
+//! compile or launch is dropped with a note and the choice is made again (retuned in `full`
+//! mode). Writers of one file take a lock file beside it (`autotune.json.lock`), so concurrent
+//! tuners (processes or threads) merge their entries instead of losing them.
 
 use crate::device::{Backend, Device};
 use crate::error::{Error, Result};
@@ -150,6 +160,12 @@ impl Target {
     }
 }
 
+/// The compiler a config is tuned for, part of every cache key: `tegula-ptx <version>+src.<hash>`,
+/// where the hash is FNV-1a over the sources of `tegula-ir/src`, `tegula-ptx/src` and
+/// `tegula/src/gpu.rs` at build time (`build.rs`). A build without those sources beside it
+/// says `+src.unhashed` and is then told apart by its version only.
+pub const COMPILER: &str = env!("TEGULA_COMPILER_ID");
+
 /// A stable 64-bit FNV-1a hash of `text` as 16 hex digits (stable across Rust versions, unlike
 /// `std`'s hasher, since it names cache entries on disk).
 pub fn source_hash(text: &str) -> String {
@@ -172,6 +188,9 @@ pub struct Tuning<'a> {
     /// The argument values that select a config, e.g. `M=4096,N=4096,f16`.
     pub key: String,
     pub configs: Vec<Config>,
+    /// A hash of `configs` (all of them, in order): a winner picked from another list is not
+    /// reused.
+    pub candidates_hash: String,
     prune: Option<Prune<'a>>,
 }
 
@@ -184,10 +203,12 @@ impl<'a> Tuning<'a> {
         key: impl Into<String>,
         configs: Vec<Config>,
     ) -> Tuning<'a> {
+        let listed: Vec<String> = configs.iter().map(Config::to_string).collect();
         Tuning {
             kernel: kernel.to_string(),
             source_hash: source_hash(source),
             key: key.into(),
+            candidates_hash: source_hash(&listed.join(";")),
             configs,
             prune: None,
         }
@@ -210,10 +231,17 @@ impl<'a> Tuning<'a> {
             .collect()
     }
 
+    /// `kernel|source|compiler|candidates|key|device|driver`.
     fn cache_key(&self, target: &Target) -> String {
         format!(
-            "{}|{}|{}|{}|{}",
-            self.kernel, self.source_hash, self.key, target.device, target.driver_version
+            "{}|{}|{}|{}|{}|{}|{}",
+            self.kernel,
+            self.source_hash,
+            COMPILER,
+            self.candidates_hash,
+            self.key,
+            target.device,
+            target.driver_version
         )
     }
 }
@@ -245,6 +273,10 @@ pub struct Tuned {
 struct Entry {
     kernel: String,
     source_hash: String,
+    /// [`COMPILER`] when it was tuned.
+    compiler: String,
+    /// [`Tuning::candidates_hash`].
+    candidates_hash: String,
     key: String,
     device: String,
     driver_version: i32,
@@ -260,7 +292,8 @@ struct CacheFile {
     entries: BTreeMap<String, Entry>,
 }
 
-const CACHE_VERSION: u32 = 1;
+/// 2: entries hold the compiler and the candidate list's hash (and the key both).
+const CACHE_VERSION: u32 = 2;
 
 /// The autotuner: an in-process memo over the on-disk cache.
 pub struct Autotuner {
@@ -353,7 +386,15 @@ impl Autotuner {
         }
         let key = tuning.cache_key(target);
         if let Some((config, ms)) = self.lookup(&key) {
-            return Ok(answer(config, Source::Cached { ms }));
+            if tuning.configs.contains(&config) {
+                return Ok(answer(config, Source::Cached { ms }));
+            }
+            self.forget(
+                target,
+                tuning,
+                &config,
+                "it is not one of the kernel's candidates",
+            );
         }
         if self.mode == Mode::Cached || candidates.len() <= 1 {
             return Ok(answer(default, Source::Default));
@@ -394,6 +435,8 @@ impl Autotuner {
             Entry {
                 kernel: tuning.kernel.clone(),
                 source_hash: tuning.source_hash.clone(),
+                compiler: COMPILER.to_string(),
+                candidates_hash: tuning.candidates_hash.clone(),
                 key: tuning.key.clone(),
                 device: target.device.clone(),
                 driver_version: target.driver_version,
@@ -412,6 +455,64 @@ impl Autotuner {
             },
             dropped,
         })
+    }
+
+    /// [`Autotuner::tune_for`], then `run` with the chosen config (the launch the config is
+    /// for). When the config came from the cache and `run` fails (it no longer traces,
+    /// compiles or launches: a corrupt, hand-edited or stale entry; see [`may_blame_config`]),
+    /// the entry is dropped with a note and the choice is made again (retuned in `full` mode,
+    /// the default otherwise), and `run` runs once more. Errors of a config that was not
+    /// cached, and errors no config causes, are returned as they are.
+    pub fn tune_and_run<R>(
+        &self,
+        target: &Target,
+        tuning: &Tuning<'_>,
+        mut bench: impl FnMut(&Config) -> Result<f64>,
+        mut run: impl FnMut(&Config) -> Result<R>,
+    ) -> Result<(Tuned, R)> {
+        let tuned = self.tune_for(target, tuning, &mut bench)?;
+        match run(&tuned.config) {
+            Ok(r) => Ok((tuned, r)),
+            Err(e) if matches!(tuned.source, Source::Cached { .. }) && may_blame_config(&e) => {
+                let why = e.to_string();
+                let first = why.lines().next().unwrap_or("");
+                self.forget(
+                    target,
+                    tuning,
+                    &tuned.config,
+                    &format!("it failed: {first}"),
+                );
+                let again = self.tune_for(target, tuning, &mut bench)?;
+                let r = run(&again.config)?;
+                Ok((again, r))
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Drops the stored winner of `tuning` on `target` (this process's memo and the file),
+    /// with a note saying `why`, so that the next request tunes again.
+    pub fn forget(&self, target: &Target, tuning: &Tuning<'_>, config: &Config, why: &str) {
+        let key = tuning.cache_key(target);
+        lock(&self.memo).remove(&key);
+        self.note(format!(
+            "tegula: the autotune cache's config {config} for {} [{}] was dropped: {why}; \
+             choosing again",
+            tuning.kernel, tuning.key
+        ));
+        let Some(path) = &self.path else { return };
+        let _guard = FileLock::acquire(path);
+        let Some(mut file) = self.read_file() else {
+            return;
+        };
+        if file.entries.remove(&key).is_some() {
+            if let Err(e) = write_atomically(path, &file) {
+                self.note(format!(
+                    "tegula: could not write the autotune cache {}: {e}",
+                    path.display()
+                ));
+            }
+        }
     }
 
     fn progress_bar(&self, tuning: &Tuning<'_>, n: usize) -> indicatif::ProgressBar {
@@ -442,11 +543,13 @@ impl Autotuner {
         memo.get(key).cloned()
     }
 
-    /// Adds the entry to the memo and the file: read, merge, write a temporary file, rename
-    /// (so a reader never sees half a file and concurrent writers lose at most an entry).
+    /// Adds the entry to the memo and the file: under the file's lock, read, merge, write a
+    /// temporary file, rename (so a reader never sees half a file, and concurrent writers
+    /// merge their entries).
     fn store(&self, key: &str, entry: Entry) {
         lock(&self.memo).insert(key.to_string(), (entry.config.clone(), entry.ms));
         let Some(path) = &self.path else { return };
+        let _guard = FileLock::acquire(path);
         let mut file = self.read_file().unwrap_or_default();
         file.version = CACHE_VERSION;
         file.entries.insert(key.to_string(), entry);
@@ -513,10 +616,90 @@ pub fn default_cache_path() -> Option<PathBuf> {
     }
 }
 
+/// Whether a config could be the cause of `e`: a trace, lowering, interpreter, argument or
+/// driver error (a launch the driver refuses, shared memory it will not give), or a config
+/// the wrapper calls invalid. Not a kernel fault (the CUDA context is then unusable: nothing
+/// should run again), nor errors about the tensors or memory, which every config meets.
+pub fn may_blame_config(e: &Error) -> bool {
+    match e {
+        Error::Cuda(c) => !c.is_kernel_fault(),
+        Error::Trace(_)
+        | Error::Ptx(_)
+        | Error::Interp(_)
+        | Error::Arguments { .. }
+        | Error::Invalid { .. } => true,
+        Error::Shape { .. }
+        | Error::DType { .. }
+        | Error::Stride { .. }
+        | Error::Device { .. }
+        | Error::Aliasing { .. }
+        | Error::Dlpack(_)
+        | Error::TooLarge { .. }
+        | Error::OutOfMemory { .. } => false,
+    }
+}
+
 /// Errors after which timing more candidates is pointless: a kernel fault leaves the CUDA
 /// context unusable.
 fn is_fatal(e: &Error) -> bool {
     matches!(e, Error::Cuda(c) if c.is_kernel_fault())
+}
+
+/// A lock file beside the cache (`autotune.json.lock`), held while a writer reads, merges and
+/// replaces the file. Made with `create_new` (atomic on local file systems); a lock older than
+/// [`FileLock::STALE`] is taken to be left by a dead process and broken. If the lock cannot be
+/// had within [`FileLock::WAIT`], the writer goes on without it (at worst an entry of a
+/// concurrent writer is lost, as before locking): the cache is an optimisation, never a reason
+/// to stop.
+struct FileLock {
+    path: Option<PathBuf>,
+}
+
+impl FileLock {
+    const WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+    const STALE: std::time::Duration = std::time::Duration::from_secs(30);
+
+    fn acquire(cache: &Path) -> FileLock {
+        let path = cache.with_extension("json.lock");
+        if let Some(dir) = path.parent() {
+            let _ = std::fs::create_dir_all(dir);
+        }
+        let start = std::time::Instant::now();
+        loop {
+            match std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(&path)
+            {
+                Ok(_) => return FileLock { path: Some(path) },
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                    let stale = std::fs::metadata(&path)
+                        .and_then(|m| m.modified())
+                        .ok()
+                        .and_then(|t| t.elapsed().ok())
+                        .is_some_and(|age| age > Self::STALE);
+                    if stale {
+                        let _ = std::fs::remove_file(&path);
+                        continue;
+                    }
+                    if start.elapsed() > Self::WAIT {
+                        return FileLock { path: None };
+                    }
+                    std::thread::sleep(std::time::Duration::from_millis(2));
+                }
+                // An unwritable directory: no lock, and the write reports the failure.
+                Err(_) => return FileLock { path: None },
+            }
+        }
+    }
+}
+
+impl Drop for FileLock {
+    fn drop(&mut self) {
+        if let Some(p) = &self.path {
+            let _ = std::fs::remove_file(p);
+        }
+    }
 }
 
 fn write_atomically(path: &Path, file: &CacheFile) -> std::io::Result<()> {
@@ -524,7 +707,10 @@ fn write_atomically(path: &Path, file: &CacheFile) -> std::io::Result<()> {
         std::fs::create_dir_all(dir)?;
     }
     let text = serde_json::to_string_pretty(file).map_err(std::io::Error::other)?;
-    let tmp = path.with_extension(format!("json.tmp{}", std::process::id()));
+    // Unique per process and per write, so that writers never share a temporary file.
+    static WRITES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = WRITES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let tmp = path.with_extension(format!("json.tmp{}.{n}", std::process::id()));
     let mut f = std::fs::File::create(&tmp)?;
     f.write_all(text.as_bytes())?;
     f.sync_all()?;

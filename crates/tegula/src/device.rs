@@ -1,5 +1,6 @@
 //! `Device`: where tensors live and kernels run, with the cache of traced specializations.
 
+use crate::compiler;
 use crate::error::{Error, Result};
 use crate::gpu::{self, Gpu, GpuBuffer};
 use crate::launch::{KernelArg, Launch};
@@ -64,17 +65,31 @@ impl Storage {
         }
     }
 
+    /// Every element of the buffer, copied to the host (host memory allocated fallibly).
     pub(crate) fn read_all<T: Element>(&self) -> Result<Vec<T>> {
         match self {
-            Storage::Host(b) => Ok(b.to_vec::<T>()?),
+            Storage::Host(b) => {
+                let mut out = host_vec(b.len(), "to_vec")?;
+                out.extend((0..b.len()).map(|i| T::from_bits(b.read_bits(i))));
+                Ok(out)
+            }
             Storage::Cuda { buffer, runtime } => {
-                let mut bytes = vec![0u8; buffer.len()];
+                let mut bytes = host_vec::<u8>(buffer.len(), "to_vec")?;
+                bytes.resize(buffer.len(), 0);
                 runtime.dtoh(buffer, &mut bytes)?;
-                Ok(gpu::from_bytes(&bytes))
+                let size = T::DTYPE.size_bytes();
+                let mut out = host_vec(bytes.len() / size, "to_vec")?;
+                out.extend(bytes.chunks_exact(size).map(|c| {
+                    let mut b = [0u8; 8];
+                    b[..size].copy_from_slice(c);
+                    T::from_bits(u64::from_le_bytes(b))
+                }));
+                Ok(out)
             }
         }
     }
 
+    /// Overwrites the first `data.len()` elements of the buffer.
     pub(crate) fn write_all<T: Element>(&self, data: &[T]) -> Result<()> {
         match self {
             Storage::Host(b) => {
@@ -83,15 +98,59 @@ impl Storage {
                 }
                 Ok(())
             }
-            Storage::Cuda { buffer, runtime } => Ok(runtime.htod(buffer, &gpu::to_bytes(data))?),
+            Storage::Cuda { buffer, runtime } => {
+                let size = T::DTYPE.size_bytes();
+                let mut bytes = host_vec::<u8>(data.len().saturating_mul(size), "copy to the GPU")?;
+                for v in data {
+                    bytes.extend_from_slice(&v.to_bits().to_le_bytes()[..size]);
+                }
+                Ok(runtime.htod(buffer, &bytes)?)
+            }
         }
     }
+}
+
+/// An empty host vector with room for `n` elements, or [`Error::OutOfMemory`] (the
+/// allocation is fallible: a request the host cannot meet is an error, never an abort).
+pub(crate) fn host_vec<T>(n: usize, op: &str) -> Result<Vec<T>> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(n).map_err(|_| Error::OutOfMemory {
+        op: op.to_string(),
+        device: "the host".into(),
+        bytes: (n as u64).saturating_mul(std::mem::size_of::<T>() as u64),
+    })?;
+    Ok(v)
+}
+
+/// The elements of `shape`, or [`Error::TooLarge`] when the product overflows `usize`.
+pub(crate) fn checked_numel(op: &str, shape: &[usize]) -> Result<usize> {
+    shape
+        .iter()
+        .try_fold(1usize, |n, &d| n.checked_mul(d))
+        .ok_or_else(|| Error::TooLarge {
+            op: op.to_string(),
+            message: format!("shape {shape:?} has more than usize::MAX elements"),
+        })
+}
+
+/// The bytes of `n` elements of `T`, or [`Error::TooLarge`].
+fn checked_bytes<T: Element>(op: &str, shape: &[usize], n: usize) -> Result<usize> {
+    n.checked_mul(T::DTYPE.size_bytes())
+        .ok_or_else(|| Error::TooLarge {
+            op: op.to_string(),
+            message: format!(
+                "shape {shape:?} of {} has more than usize::MAX bytes",
+                T::DTYPE
+            ),
+        })
 }
 
 static NEXT_DEVICE_ID: AtomicU64 = AtomicU64::new(1);
 
 struct Inner {
     id: u64,
+    /// What [`Device::name`] says, made once.
+    name: Arc<str>,
     backend: Backend,
     gpu: Option<Gpu>,
     /// Traced specializations by `name|key|argument types`.
@@ -103,6 +162,8 @@ struct Inner {
     recorded_sms: usize,
     /// Seeds `randn`/`rand` so every call draws fresh numbers.
     seed: AtomicU64,
+    /// Tensors allocated so far (see [`Device::allocations`]).
+    allocations: AtomicU64,
 }
 
 /// A launch that a recording device ([`Device::recording`]) kept instead of running: what a
@@ -111,7 +172,7 @@ struct Inner {
 pub struct RecordedLaunch {
     pub name: &'static str,
     pub key: String,
-    /// Traced and canonicalized, before the argument facts (see [`gpu::specialize`]).
+    /// Traced and canonicalized, before the argument facts (see [`crate::specialize`]).
     pub kernel: Arc<Kernel>,
     pub args: Vec<KernelArg>,
     pub grid: crate::Grid,
@@ -124,8 +185,8 @@ pub struct RecordedLaunch {
 impl RecordedLaunch {
     /// The PTX a GPU launch with these arguments and this config compiles for `target`
     /// (tensors of a recording device count as fresh, 256-byte aligned GPU allocations).
-    pub fn compile(&self, target: &tegula_ptx::Target) -> Result<tegula_ptx::Compiled> {
-        gpu::compile_specialized(&self.kernel, &self.args, self.config, target)
+    pub fn compile(&self, target: &compiler::Target) -> Result<compiler::Compiled> {
+        compiler::compile_launch(&self.kernel, &self.args, self.config, target)
     }
 }
 
@@ -201,10 +262,27 @@ impl Device {
 
     /// `recording_sms`: record launches (for a GPU of that many SMs) instead of running them.
     fn with_backend(backend: Backend, gpu: Option<Gpu>, recording_sms: Option<usize>) -> Device {
-        let check = std::env::var("TEGULA_CHECK_RACES").is_ok_and(|v| v == "1");
+        let check = crate::env::bool_var("TEGULA_CHECK_RACES", false);
+        let id = NEXT_DEVICE_ID.fetch_add(1, Ordering::Relaxed);
+        let name = match (backend, &gpu, recording_sms) {
+            (Backend::Cuda(ordinal), gpu, _) => format!(
+                "cuda:{ordinal}#{id} ({})",
+                gpu.as_ref()
+                    .map(|g| g.runtime.device_info().name.clone())
+                    .unwrap_or_default()
+            ),
+            (Backend::Interpreter, _, Some(sms)) => {
+                format!("recording#{id} (records launches for a GPU of {sms} SMs)")
+            }
+            (Backend::Interpreter, _, None) => format!(
+                "cpu#{id} (interpreter, {} threads)",
+                std::thread::available_parallelism().map_or(1, |n| n.get())
+            ),
+        };
         Device {
             inner: Arc::new(Inner {
-                id: NEXT_DEVICE_ID.fetch_add(1, Ordering::Relaxed),
+                id,
+                name: name.into(),
                 backend,
                 gpu,
                 kernels: Mutex::new(HashMap::new()),
@@ -212,6 +290,7 @@ impl Device {
                 recorded: recording_sms.map(|_| Mutex::new(Vec::new())),
                 recorded_sms: recording_sms.unwrap_or(0),
                 seed: AtomicU64::new(rand::random()),
+                allocations: AtomicU64::new(0),
             }),
         }
     }
@@ -259,60 +338,80 @@ impl Device {
         self.inner.id
     }
 
-    /// A short description for messages: `cpu (interpreter, 2 threads)`.
+    /// A short description for messages, with the device's [`id`](Device::id) after `#` so
+    /// that two devices of one kind read apart: `cpu#2 (interpreter, 2 threads)`,
+    /// `cuda:0#1 (NVIDIA H200)`, `recording#3 (records launches for a GPU of 132 SMs)`.
     pub fn name(&self) -> String {
-        match self.inner.backend {
-            Backend::Interpreter => format!(
-                "cpu (interpreter, {} threads)",
-                std::thread::available_parallelism().map_or(1, |n| n.get())
-            ),
-            Backend::Cuda(ordinal) => {
-                let name = self
-                    .cuda_runtime()
-                    .map(|r| r.device_info().name.clone())
-                    .unwrap_or_default();
-                format!("cuda:{ordinal} ({name})")
-            }
-        }
+        self.inner.name.to_string()
+    }
+
+    /// [`Device::name`] shared, for kernel arguments to carry.
+    pub(crate) fn name_shared(&self) -> Arc<str> {
+        self.inner.name.clone()
+    }
+
+    /// How many tensors this device has allocated (views and clones share their tensor's
+    /// memory and do not count). For tests and diagnostics: a host wrapper that refuses its
+    /// arguments allocates nothing.
+    pub fn allocations(&self) -> u64 {
+        self.inner.allocations.load(Ordering::Relaxed)
     }
 
     /// Turns on the interpreter's write-write race check between programs (also
-    /// `TEGULA_CHECK_RACES=1`).
+    /// `TEGULA_CHECK_RACES=1`, or `true`/`on`/`yes`: see [`crate::env::parse_bool`]).
     pub fn set_check_races(&self, on: bool) {
         self.inner.check_races.store(on, Ordering::Relaxed);
     }
 
     /// A new tensor: zeros on the interpreter; on the GPU zeros when `zeroed`, else bytes the
     /// caller overwrites at once (a memset of hundreds of MB is not free).
-    fn alloc<T: Element>(&self, shape: Vec<usize>, zeroed: bool) -> Result<Tensor<T>> {
-        let n: usize = shape.iter().product();
+    ///
+    /// The element and byte counts are checked ([`Error::TooLarge`]) and every allocation is
+    /// fallible: memory the host or the GPU cannot give is [`Error::OutOfMemory`].
+    fn alloc<T: Element>(&self, op: &str, shape: Vec<usize>, zeroed: bool) -> Result<Tensor<T>> {
+        let n = checked_numel(op, &shape)?;
+        let bytes = checked_bytes::<T>(op, &shape, n)?;
+        let out_of_memory = || Error::OutOfMemory {
+            op: op.to_string(),
+            device: self.name(),
+            bytes: bytes as u64,
+        };
         let storage = match &self.inner.gpu {
-            None => Storage::Host(Arc::new(Buffer::zeroed(T::DTYPE, n))),
+            None => Storage::Host(Arc::new(
+                Buffer::try_zeroed(T::DTYPE, n).map_err(|_| out_of_memory())?,
+            )),
             Some(gpu) => {
-                let bytes = n * T::DTYPE.size_bytes();
                 let buffer = if zeroed {
-                    gpu.runtime.alloc(bytes)?
+                    gpu.runtime.alloc(bytes)
                 } else {
-                    gpu.runtime.alloc_uninit(bytes)?
+                    gpu.runtime.alloc_uninit(bytes)
                 };
+                let buffer = buffer.map_err(|e| {
+                    if e.is_out_of_memory() {
+                        out_of_memory()
+                    } else {
+                        Error::Cuda(e)
+                    }
+                })?;
                 Storage::Cuda {
                     buffer: Arc::new(buffer),
                     runtime: gpu.runtime.clone(),
                 }
             }
         };
+        self.inner.allocations.fetch_add(1, Ordering::Relaxed);
         Ok(Tensor::from_storage(self.clone(), storage, shape))
     }
 
     /// A tensor of zeros.
     pub fn zeros<T: Element>(&self, shape: impl Into<Vec<usize>>) -> Result<Tensor<T>> {
-        self.alloc(shape.into(), true)
+        self.alloc("zeros", shape.into(), true)
     }
 
     /// A tensor whose contents do not matter: zeros on the interpreter, all bits set (NaN for
     /// floats, -1 for integers) on the GPU, so that a kernel that forgets to write shows it.
     pub fn empty<T: Element>(&self, shape: impl Into<Vec<usize>>) -> Result<Tensor<T>> {
-        let t = self.alloc::<T>(shape.into(), false)?;
+        let t = self.alloc::<T>("empty", shape.into(), false)?;
         if let Storage::Cuda { buffer, runtime } = &t.storage {
             runtime.memset_d8(buffer, 0xff)?;
         }
@@ -321,8 +420,15 @@ impl Device {
 
     /// A tensor filled with `value`.
     pub fn full<T: Element>(&self, shape: impl Into<Vec<usize>>, value: T) -> Result<Tensor<T>> {
-        let t = self.alloc::<T>(shape.into(), false)?;
-        t.copy_from_slice(&vec![value; t.numel()])?;
+        let t = self.alloc::<T>("full", shape.into(), false)?;
+        match &t.storage {
+            Storage::Host(b) => (0..b.len()).for_each(|i| b.write_bits(i, value.to_bits())),
+            Storage::Cuda { .. } => {
+                let mut data = host_vec(t.numel(), "full")?;
+                data.resize(t.numel(), value);
+                t.storage.write_all(&data)?;
+            }
+        }
         Ok(t)
     }
 
@@ -333,24 +439,16 @@ impl Device {
         shape: impl Into<Vec<usize>>,
     ) -> Result<Tensor<T>> {
         let shape = shape.into();
-        let n: usize = shape.iter().product();
+        let n = checked_numel("from_slice", &shape)?;
         if n != data.len() {
             return Err(Error::Shape {
                 op: "from_slice".into(),
                 message: format!("{} values for shape {shape:?} ({n} elements)", data.len()),
             });
         }
-        match &self.inner.gpu {
-            None => {
-                let storage = Storage::Host(Arc::new(Buffer::from_slice(data)));
-                Ok(Tensor::from_storage(self.clone(), storage, shape))
-            }
-            Some(_) => {
-                let t = self.alloc::<T>(shape, false)?;
-                t.storage.write_all(data)?;
-                Ok(t)
-            }
-        }
+        let t = self.alloc::<T>("from_slice", shape, false)?;
+        t.storage.write_all(data)?;
+        Ok(t)
     }
 
     fn next_seed(&self) -> u64 {
@@ -372,9 +470,9 @@ impl Device {
     ) -> Result<Tensor<T>> {
         let shape = shape.into();
         let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
-        let data: Vec<T> = (0..shape.iter().product::<usize>())
-            .map(|_| T::from_f64(StandardNormal.sample(&mut rng)))
-            .collect();
+        let n = checked_numel("randn", &shape)?;
+        let mut data = host_vec(n, "randn")?;
+        data.extend((0..n).map(|_| T::from_f64(StandardNormal.sample(&mut rng))));
         self.from_slice(&data, shape)
     }
 
@@ -387,9 +485,9 @@ impl Device {
     ) -> Result<Tensor<T>> {
         let shape = shape.into();
         let mut rng = rand::rngs::StdRng::seed_from_u64(self.next_seed());
-        let data: Vec<T> = (0..shape.iter().product::<usize>())
-            .map(|_| T::from_f64(rng.gen_range(lo..hi)))
-            .collect();
+        let n = checked_numel("rand_uniform", &shape)?;
+        let mut data = host_vec(n, "rand_uniform")?;
+        data.extend((0..n).map(|_| T::from_f64(rng.gen_range(lo..hi))));
         self.from_slice(&data, shape)
     }
 
@@ -426,17 +524,7 @@ impl Device {
         let start = std::time::Instant::now();
         let kernel = self.specialize(&launch)?;
         let trace_ms = start.elapsed().as_secs_f64() * 1e3;
-        for arg in &launch.args {
-            if let KernelArg::Tensor { device, .. } = arg {
-                if *device != self.id() {
-                    return Err(Error::Device {
-                        op: format!("launch of `{}`", launch.name),
-                        first: format!("device #{device}"),
-                        second: self.name(),
-                    });
-                }
-            }
-        }
+        check_devices(&kernel, &launch, self)?;
         if let Some(recorded) = &self.inner.recorded {
             let r = RecordedLaunch {
                 name: launch.name,
@@ -457,27 +545,7 @@ impl Device {
                 gpu.launch(&k, launch.grid.0, &launch.args)
             }
             None => {
-                let args: Vec<Arg> = launch
-                    .args
-                    .iter()
-                    .map(|a| match a {
-                        KernelArg::Tensor {
-                            storage: Storage::Host(b),
-                            offset,
-                            ..
-                        } => Ok(Arg::Ptr {
-                            buffer: b.clone(),
-                            offset: *offset,
-                        }),
-                        KernelArg::Tensor { .. } => Err(Error::Device {
-                            op: format!("launch of `{}`", launch.name),
-                            first: "a GPU tensor".into(),
-                            second: self.name(),
-                        }),
-                        KernelArg::Int { value, .. } => Ok(Arg::Int(*value)),
-                        KernelArg::Float { value, .. } => Ok(Arg::Float(*value)),
-                    })
-                    .collect::<Result<_>>()?;
+                let args = interpreter_args(&kernel, &launch, self)?;
                 let options = tegula_interp::Options {
                     check_races: self.inner.check_races.load(Ordering::Relaxed),
                     ..Default::default()
@@ -524,6 +592,24 @@ impl Device {
         Ok(())
     }
 
+    /// What the compiler decides for a launch, without running it: the [`compiler::Report`]
+    /// of its specialization (per loop its pipeline stages and why fewer than asked, per dot
+    /// its instructions, shared memory and occupancy). On a GPU the compiled kernel's (cached
+    /// like a launch's); elsewhere a compile for [`compiler::DEFAULT_TARGET`] (sm_90a).
+    pub fn plan(&self, launch: &Launch<'_>) -> Result<compiler::Report> {
+        if self.inner.gpu.is_some() {
+            return Ok(self.compiled(launch)?.compiled.report.clone());
+        }
+        let kernel = self.specialize(launch)?;
+        let compiled = compiler::compile_launch(
+            &kernel,
+            &launch.args,
+            launch.config,
+            &compiler::DEFAULT_TARGET,
+        )?;
+        Ok(compiled.report)
+    }
+
     /// The compiled PTX and resource report of a launch's specialization (GPU devices only).
     pub fn compiled(&self, launch: &Launch<'_>) -> Result<Arc<gpu::GpuKernel>> {
         let kernel = self.specialize(launch)?;
@@ -538,6 +624,66 @@ impl Device {
             launch.config,
         )
     }
+}
+
+/// Every tensor argument must be on `dev`; the error names the parameter and both devices.
+fn check_devices(kernel: &Kernel, launch: &Launch<'_>, dev: &Device) -> Result<()> {
+    for (i, arg) in launch.args.iter().enumerate() {
+        if let KernelArg::Tensor {
+            device,
+            device_name,
+            ..
+        } = arg
+        {
+            if *device != dev.id() {
+                return Err(Error::Device {
+                    op: format!("launch of `{}`", launch.name),
+                    message: format!(
+                        "argument `{}` is on {device_name}, the launch is on {}",
+                        param_name(kernel, i),
+                        dev.name()
+                    ),
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The name of parameter `i` of `kernel`, or `#i` past its parameters.
+fn param_name(kernel: &Kernel, i: usize) -> String {
+    kernel
+        .params
+        .get(i)
+        .map_or_else(|| format!("#{i}"), |p| p.name.clone())
+}
+
+/// The interpreter's arguments for a launch on `dev`: each tensor a view of its buffer that
+/// reaches the elements the tensor's view spans ([`Tensor::extent`]), no further.
+fn interpreter_args(kernel: &Kernel, launch: &Launch<'_>, dev: &Device) -> Result<Vec<Arg>> {
+    launch
+        .args
+        .iter()
+        .enumerate()
+        .map(|(i, a)| match a {
+            KernelArg::Tensor {
+                storage: Storage::Host(b),
+                offset,
+                extent,
+                ..
+            } => Ok(Arg::view(b, *offset, *extent)),
+            KernelArg::Tensor { device_name, .. } => Err(Error::Device {
+                op: format!("launch of `{}`", launch.name),
+                message: format!(
+                    "argument `{}` is GPU memory of {device_name}, the launch is on {}",
+                    param_name(kernel, i),
+                    dev.name()
+                ),
+            }),
+            KernelArg::Int { value, .. } => Ok(Arg::Int(*value)),
+            KernelArg::Float { value, .. } => Ok(Arg::Float(*value)),
+        })
+        .collect()
 }
 
 /// Arguments must match the traced parameters in number, kind and dtype.

@@ -44,12 +44,25 @@ pub enum Error {
     #[error("{op}: {message}")]
     Stride { op: String, message: String },
 
-    /// Tensors live on different devices.
-    #[error("{op}: tensors are on different devices ({first} and {second})")]
-    Device {
+    /// Tensors live on different devices, or a tensor is not on the launch's device. The
+    /// message names the arguments and the devices (`cpu#2 (interpreter, 2 threads)`: each
+    /// device's name carries its [`crate::Device::id`]).
+    #[error("{op}: {message}")]
+    Device { op: String, message: String },
+
+    /// A size does not fit: the elements or bytes of a shape, or an index range, overflow
+    /// `usize`.
+    #[error("{op}: {message}")]
+    TooLarge { op: String, message: String },
+
+    /// The device (or the host, for the interpreter and for copies to the host) could not
+    /// allocate `bytes`.
+    #[error("{op}: out of memory on {device}: {bytes} bytes requested")]
+    OutOfMemory {
         op: String,
-        first: String,
-        second: String,
+        device: String,
+        /// Saturates at `u64::MAX`.
+        bytes: u64,
     },
 
     /// An output tensor shares memory with an input.

@@ -1,13 +1,14 @@
 //! The CUDA side of a [`crate::Device`]: specialization facts, PTX lowering, module load and
 //! launch. Everything here runs only when a driver and a GPU are present.
 
+use crate::compiler::{self, fact_bits};
 use crate::error::{Error, Result};
 use crate::launch::{KernelArg, LaunchConfig};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use tegula_cuda::{CudaRuntime, DeviceBuffer, KernelParam, LoadedKernel};
 use tegula_ir::{DType, Kernel};
-use tegula_ptx::{CompileOptions, Compiled, ParamAbi, Target};
+use tegula_ptx::{Compiled, ParamAbi, Target};
 
 /// A kernel specialization compiled and loaded on one GPU.
 pub struct GpuKernel {
@@ -36,84 +37,6 @@ pub struct Gpu {
     l2_scratch: std::sync::OnceLock<DeviceBuffer>,
 }
 
-/// Integer arguments equal to 1 (unit strides): their parameters become the constant 1, as in
-/// Triton, so address arithmetic folds and contiguity shows.
-pub fn unit_arguments(args: &[KernelArg]) -> Vec<bool> {
-    args.iter()
-        .map(|a| matches!(a, KernelArg::Int { value: 1, .. }))
-        .collect()
-}
-
-/// Triton's specialization facts: which pointer arguments are 16-byte aligned and which integer
-/// arguments are multiples of 16. They are part of the cache key and feed vectorization.
-pub fn divisibility_facts(args: &[KernelArg]) -> Vec<bool> {
-    args.iter()
-        .map(|a| match a {
-            KernelArg::Tensor {
-                storage,
-                offset,
-                dtype,
-                ..
-            } => {
-                // Host storage (a recording device's tensors) stands for a fresh GPU
-                // allocation, which the driver aligns to 256 bytes: base 0.
-                let base = storage.device_address().unwrap_or(0);
-                (base + (offset * dtype.size_bytes()) as u64).is_multiple_of(16)
-            }
-            KernelArg::Int { value, .. } => value.rem_euclid(16) == 0,
-            KernelArg::Float { .. } => false,
-        })
-        .collect()
-}
-
-/// The facts of [`specialize`] as a cache-key part: `1` per aligned/divisible argument, then
-/// `1` per unit argument (`1100|0001`).
-pub fn fact_bits(args: &[KernelArg]) -> String {
-    let bits = |v: Vec<bool>| -> String { v.iter().map(|&f| if f { '1' } else { '0' }).collect() };
-    format!(
-        "{}|{}",
-        bits(divisibility_facts(args)),
-        bits(unit_arguments(args))
-    )
-}
-
-/// The kernel a launch with `args` compiles: the traced kernel with the divisibility facts of
-/// its parameters set and its unit integer parameters bound to 1 (the one place this
-/// specialization is written; `tegula launch-cost` and `tegula ptx` use it too).
-pub fn specialize(traced: &Kernel, args: &[KernelArg]) -> Kernel {
-    let mut kernel = traced.clone();
-    for (param, fact) in kernel.params.iter_mut().zip(divisibility_facts(args)) {
-        param.facts.divisible_by_16 = fact;
-    }
-    let ones = unit_arguments(args);
-    if ones.contains(&true) {
-        for (i, _) in ones.iter().enumerate().filter(|(_, &one)| one) {
-            tegula_ir::passes::bind_scalar_param(&mut kernel, i, tegula_ir::Constant::Int(1));
-        }
-        tegula_ir::passes::canonicalize(&mut kernel);
-    }
-    kernel
-}
-
-/// The PTX a launch with `args` and `config` compiles for `target`.
-pub fn compile_specialized(
-    traced: &Kernel,
-    args: &[KernelArg],
-    config: LaunchConfig,
-    target: &Target,
-) -> Result<Compiled> {
-    let options = CompileOptions {
-        num_warps: config.num_warps,
-        num_stages: config.num_stages,
-        mma: config.mma,
-    };
-    Ok(tegula_ptx::compile(
-        &specialize(traced, args),
-        target,
-        &options,
-    )?)
-}
-
 impl Gpu {
     pub fn new(ordinal: usize) -> Result<Gpu> {
         Ok(Gpu::with_runtime(CudaRuntime::new(ordinal)?))
@@ -123,9 +46,7 @@ impl Gpu {
     pub fn with_runtime(runtime: CudaRuntime) -> Gpu {
         let sm = runtime.device_info().sm();
         // sm_90a unlocks Hopper's instructions; anything newer runs sm_90 code as well.
-        let target = Target {
-            sm: if sm >= 90 { 90 } else { sm.max(80) },
-        };
+        let target = Target::for_compute_capability(sm / 10, sm % 10);
         Gpu {
             runtime,
             target,
@@ -174,7 +95,11 @@ impl Gpu {
         if let Some(k) = self.cache().get(&key) {
             return Ok(k.clone());
         }
-        let compiled = compile_specialized(traced, args, config, &self.target)?;
+        let compiled = compiler::compile_launch(traced, args, config, &self.target)?;
+        // Said once per specialization (compiled kernels are cached by this key).
+        for warning in compiled.report.stage_warnings() {
+            eprintln!("tegula: warning: {warning}");
+        }
         let source_map = |line: usize| source_line_of(&compiled.ptx, line);
         let loaded = self
             .runtime
@@ -245,29 +170,6 @@ fn kernel_param(abi: &ParamAbi, arg: &KernelArg) -> Result<KernelParam> {
         },
         _ => return Err(mismatch()),
     })
-}
-
-/// Raw bytes of host elements, as device memory holds them (little endian, i1 as one byte).
-pub fn to_bytes<T: tegula_ir::Element>(data: &[T]) -> Vec<u8> {
-    let size = T::DTYPE.size_bytes();
-    let mut out = Vec::with_capacity(data.len() * size);
-    for v in data {
-        out.extend_from_slice(&v.to_bits().to_le_bytes()[..size]);
-    }
-    out
-}
-
-/// Host elements from raw device bytes.
-pub fn from_bytes<T: tegula_ir::Element>(bytes: &[u8]) -> Vec<T> {
-    let size = T::DTYPE.size_bytes();
-    bytes
-        .chunks_exact(size)
-        .map(|c| {
-            let mut b = [0u8; 8];
-            b[..size].copy_from_slice(c);
-            T::from_bits(u64::from_le_bytes(b))
-        })
-        .collect()
 }
 
 /// Device memory of one tensor.

@@ -101,7 +101,12 @@ pub enum KernelArg {
         dtype: DType,
         storage: Storage,
         offset: usize,
+        /// The elements from `offset` the view spans ([`Tensor::extent`]): what the kernel
+        /// may reach through this argument (the interpreter checks it).
+        extent: usize,
+        /// The tensor's [`crate::Device::id`] and name.
         device: u64,
+        device_name: std::sync::Arc<str>,
     },
     Int {
         dtype: DType,
@@ -143,7 +148,9 @@ impl<T: Element> TensorArg<T> for &Tensor<T> {
             dtype: T::DTYPE,
             storage: self.storage.clone(),
             offset: self.offset(),
+            extent: self.extent(),
             device: self.device.id(),
+            device_name: self.device.name_shared(),
         }
     }
 }

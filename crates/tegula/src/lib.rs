@@ -26,17 +26,20 @@
 //! ```
 
 pub mod autotune;
+pub mod compiler;
 mod device;
 pub mod dlpack;
+pub mod env;
 mod error;
 mod gpu;
 mod launch;
 mod tensor;
 
 pub use autotune::{Autotuner, Config, Tuning};
+pub use compiler::{specialize, Report};
 pub use device::{Backend, Device, RecordedLaunch};
 pub use error::{Error, Result};
-pub use gpu::{compile_specialized, specialize, GpuKernel};
+pub use gpu::GpuKernel;
 pub use launch::{Grid, KernelArg, Launch, LaunchConfig, MmaChoice, Ptr, ScalarArg, TensorArg};
 /// The CUDA runtime crate, and through it the cudarc tegula is built with
 /// (`tegula::cuda::cudarc`), for interop with other cudarc users.

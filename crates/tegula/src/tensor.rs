@@ -1,6 +1,6 @@
 //! `Tensor<T>`: a typed view (shape, strides in elements, offset) of device memory.
 
-use crate::device::{Device, Storage};
+use crate::device::{checked_numel, host_vec, Device, Storage};
 use crate::error::{Error, Result};
 use std::marker::PhantomData;
 use tegula_ir::{DType, Element};
@@ -83,6 +83,7 @@ impl<T: Element> Tensor<T> {
         self.offset
     }
 
+    /// The number of elements. (Every constructor checks that it fits in `usize`.)
     pub fn numel(&self) -> usize {
         self.shape.iter().product()
     }
@@ -122,6 +123,16 @@ impl<T: Element> Tensor<T> {
         Some((self.offset, self.offset + last))
     }
 
+    /// The view's extent: how many buffer elements from [`Tensor::offset`] its elements
+    /// span, `1 + sum((shape[i] - 1) * strides[i])`, or 0 when it is empty. A kernel given
+    /// this tensor may reach exactly these elements (the interpreter checks every access
+    /// against them). For a contiguous view it is [`Tensor::numel`]; for a strided view it
+    /// includes the gaps between its rows (`narrow(1, 0, 10)` of a `[100, 100]` tensor spans
+    /// 9 * 100 + 10 elements), which the check does not tell apart from the view's own.
+    pub fn extent(&self) -> usize {
+        self.span().map_or(0, |(first, last)| last - first + 1)
+    }
+
     /// True when the two views may touch a common element (same buffer, overlapping spans).
     pub fn overlaps<U: Element>(&self, other: &Tensor<U>) -> bool {
         if !self.storage.same_buffer(&other.storage) {
@@ -134,8 +145,8 @@ impl<T: Element> Tensor<T> {
     }
 
     /// Buffer index of every logical element, row-major.
-    fn element_indices(&self) -> Vec<usize> {
-        let mut out = Vec::with_capacity(self.numel());
+    fn element_indices(&self) -> Result<Vec<usize>> {
+        let mut out = host_vec(self.numel(), "element indices")?;
         let mut idx = vec![0usize; self.rank()];
         for _ in 0..self.numel() {
             let at: usize = self.offset
@@ -153,13 +164,24 @@ impl<T: Element> Tensor<T> {
                 idx[ax] = 0;
             }
         }
-        out
+        Ok(out)
     }
 
-    /// Copies the logical elements to the host, row-major.
+    /// Copies the logical elements to the host, row-major. Host memory is allocated
+    /// fallibly: a copy the host cannot hold is [`Error::OutOfMemory`].
     pub fn to_vec(&self) -> Result<Vec<T>> {
-        let all: Vec<T> = self.storage.read_all()?;
-        Ok(self.element_indices().into_iter().map(|i| all[i]).collect())
+        let indices = self.element_indices()?;
+        let mut out = host_vec(indices.len(), "to_vec")?;
+        match &self.storage {
+            Storage::Host(b) => {
+                out.extend(indices.into_iter().map(|i| T::from_bits(b.read_bits(i))))
+            }
+            Storage::Cuda { .. } => {
+                let all: Vec<T> = self.storage.read_all()?;
+                out.extend(indices.into_iter().map(|i| all[i]));
+            }
+        }
+        Ok(out)
     }
 
     /// The logical elements as f64, row-major (for comparing with float64 references).
@@ -180,8 +202,15 @@ impl<T: Element> Tensor<T> {
                 ),
             });
         }
+        let indices = self.element_indices()?;
+        if let Storage::Host(b) = &self.storage {
+            for (i, &v) in indices.into_iter().zip(data) {
+                b.write_bits(i, v.to_bits());
+            }
+            return Ok(());
+        }
         let mut all: Vec<T> = self.storage.read_all()?;
-        for (i, &v) in self.element_indices().into_iter().zip(data) {
+        for (i, &v) in indices.into_iter().zip(data) {
             all[i] = v;
         }
         self.storage.write_all(&all)
@@ -203,12 +232,13 @@ impl<T: Element> Tensor<T> {
 
     /// A view of `len` elements of axis `axis` starting at `start`.
     pub fn narrow(&self, axis: usize, start: usize, len: usize) -> Result<Tensor<T>> {
-        if axis >= self.rank() || start + len > self.shape[axis] {
+        let end = start.checked_add(len);
+        if axis >= self.rank() || end.is_none_or(|end| end > self.shape[axis]) {
+            let end = end.map_or_else(|| format!("{start} + {len}"), |e| e.to_string());
             return Err(Error::Shape {
                 op: "narrow".into(),
                 message: format!(
-                    "axis {axis}, elements {start}..{} of shape {:?}",
-                    start + len,
+                    "axis {axis}, elements {start}..{end} of shape {:?}",
                     self.shape
                 ),
             });
@@ -222,7 +252,7 @@ impl<T: Element> Tensor<T> {
     /// The same elements in another shape; the tensor must be contiguous.
     pub fn reshape(&self, shape: impl Into<Vec<usize>>) -> Result<Tensor<T>> {
         let shape = shape.into();
-        if shape.iter().product::<usize>() != self.numel() {
+        if checked_numel("reshape", &shape)? != self.numel() {
             return Err(Error::Shape {
                 op: "reshape".into(),
                 message: format!("cannot reshape {:?} to {shape:?}", self.shape),

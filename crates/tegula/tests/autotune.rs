@@ -558,3 +558,195 @@ fn close_candidates_are_timed_again_with_the_full_budget() {
     assert_eq!(got.config.get("BLOCK"), Some(3));
     assert_eq!(again.into_inner(), [1, 2, 3, 4]);
 }
+
+/// A bench that times like [`fake_bench`] but fails for BLOCK=128, the way a config that no
+/// longer compiles fails.
+fn bench_without_128(c: &Config) -> tegula::Result<f64> {
+    match c.get("BLOCK") {
+        Some(128) => Err(broken()),
+        Some(32) => Ok(4.0),
+        Some(64) => Ok(2.25),
+        _ => Ok(3.0),
+    }
+}
+
+fn broken() -> Error {
+    Error::Invalid {
+        op: "launch".into(),
+        message: "BLOCK=128 no longer compiles".into(),
+    }
+}
+
+/// A stored winner that fails when it runs (it no longer traces, compiles or launches) is
+/// dropped with a note and tuned again; before, every later call of that shape failed until
+/// the file was deleted.
+#[test]
+fn a_stored_config_that_fails_to_run_is_dropped_and_retuned() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = Tuning::new("k", IR_V1, "N=4096,f16", configs());
+    let calls = Cell::new(0);
+    Autotuner::new(Some(cache_file(&dir)), Mode::Full)
+        .tune_for(&gpu(), &t, fake_bench(&calls))
+        .unwrap();
+
+    // A later process: BLOCK=128 is stored, and now fails.
+    let tuner = Autotuner::new(Some(cache_file(&dir)), Mode::Full);
+    let ran = std::cell::RefCell::new(Vec::new());
+    let (tuned, result) = tuner
+        .tune_and_run(&gpu(), &t, bench_without_128, |c| {
+            ran.borrow_mut().push(c.get("BLOCK").unwrap());
+            match c.get("BLOCK") {
+                Some(128) => Err(broken()),
+                Some(b) => Ok(b),
+                None => unreachable!(),
+            }
+        })
+        .unwrap();
+    assert_eq!(*ran.borrow(), vec![128, 64]);
+    assert_eq!(result, 64);
+    assert!(matches!(tuned.source, Source::Tuned { .. }), "{tuned:?}");
+    assert_eq!(tuned.dropped.len(), 1);
+    let notes = tuner.notes();
+    assert_eq!(notes.len(), 1, "{notes:?}");
+    assert!(
+        notes[0].contains("BLOCK=128") && notes[0].contains("no longer compiles"),
+        "{notes:?}"
+    );
+    // The file now holds the new winner: a third process reuses it.
+    let third = Autotuner::new(Some(cache_file(&dir)), Mode::Cached)
+        .tune_for(&gpu(), &t, |_| panic!("cached must not time"))
+        .unwrap();
+    assert_eq!(third.config.get("BLOCK"), Some(64));
+
+    // A config that was tuned now (not cached) and fails is the caller's error, as it is.
+    let fresh = Autotuner::new(None, Mode::Full);
+    let e = fresh
+        .tune_and_run(&gpu(), &t, fake_bench(&calls), |_| Err::<(), _>(broken()))
+        .unwrap_err();
+    assert!(e.to_string().contains("no longer compiles"), "{e}");
+}
+
+/// A well-formed entry that holds a config the kernel does not offer (a hand edit, or a file
+/// from a build whose key collided) is dropped with a note and tuned again.
+#[test]
+fn a_stored_config_that_is_not_a_candidate_is_dropped() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = Tuning::new("k", IR_V1, "N=4096,f16", configs());
+    let calls = Cell::new(0);
+    Autotuner::new(Some(cache_file(&dir)), Mode::Full)
+        .tune_for(&gpu(), &t, fake_bench(&calls))
+        .unwrap();
+    let path = cache_file(&dir);
+    let text = std::fs::read_to_string(&path).unwrap();
+    let edited = text.replace("\"BLOCK\": 128", "\"BLOCK\": 7");
+    assert_ne!(text, edited);
+    std::fs::write(&path, edited).unwrap();
+
+    let tuner = Autotuner::new(Some(path.clone()), Mode::Full);
+    let got = tuner.tune_for(&gpu(), &t, fake_bench(&calls)).unwrap();
+    assert_eq!(got.config.get("BLOCK"), Some(128));
+    assert!(matches!(got.source, Source::Tuned { .. }));
+    assert!(
+        tuner.notes()[0].contains("BLOCK=7") && tuner.notes()[0].contains("not one of"),
+        "{:?}",
+        tuner.notes()
+    );
+    // In `cached` mode the broken entry is dropped too: the default, not BLOCK=7.
+    std::fs::write(&path, text.replace("\"BLOCK\": 128", "\"BLOCK\": 7")).unwrap();
+    let cached = Autotuner::new(Some(path), Mode::Cached)
+        .tune_for(&gpu(), &t, |_| panic!("cached must not time"))
+        .unwrap();
+    assert_eq!(cached.source, Source::Default);
+    assert_eq!(cached.config, configs()[0]);
+}
+
+/// The key holds the compiler and the candidate list: a winner picked from another list is
+/// not reused.
+#[test]
+fn the_key_holds_the_compiler_and_the_candidate_list() {
+    let dir = tempfile::tempdir().unwrap();
+    let tuner = Autotuner::new(Some(cache_file(&dir)), Mode::Full);
+    let calls = Cell::new(0);
+    let t = Tuning::new("k", IR_V1, "N=4096,f16", configs());
+    tuner.tune_for(&gpu(), &t, fake_bench(&calls)).unwrap();
+    assert_eq!(calls.get(), 4);
+    // One more candidate: a new list, a new entry (timed again).
+    let mut more = configs();
+    more.push(Config::new(4, 2).with("BLOCK", 128));
+    let t2 = Tuning::new("k", IR_V1, "N=4096,f16", more);
+    assert_ne!(t.candidates_hash, t2.candidates_hash);
+    tuner.tune_for(&gpu(), &t2, fake_bench(&calls)).unwrap();
+    assert_eq!(
+        calls.get(),
+        4 + 5 + 2,
+        "timed the new list (and confirmed the two 128s)"
+    );
+
+    let text = std::fs::read_to_string(cache_file(&dir)).unwrap();
+    let json: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(json["version"], 2);
+    let entries = json["entries"].as_object().unwrap();
+    assert_eq!(entries.len(), 2);
+    for (key, e) in entries {
+        assert_eq!(e["compiler"], tegula::autotune::COMPILER);
+        assert!(key.contains(tegula::autotune::COMPILER), "{key}");
+        assert!(
+            key.contains(e["candidates_hash"].as_str().unwrap()),
+            "{key}"
+        );
+    }
+    assert!(
+        tegula::autotune::COMPILER.starts_with("tegula-ptx ")
+            && tegula::autotune::COMPILER.contains("+src."),
+        "{}",
+        tegula::autotune::COMPILER
+    );
+    // A file of the previous version (no compiler in its keys) is ignored with a note.
+    let old = dir.path().join("old.json");
+    std::fs::write(&old, text.replace("\"version\": 2", "\"version\": 1")).unwrap();
+    let tuner = Autotuner::new(Some(old), Mode::Cached);
+    let got = tuner.tune_for(&gpu(), &t, |_| panic!()).unwrap();
+    assert_eq!(got.source, Source::Default);
+    assert!(
+        tuner.notes()[0].contains("version 1"),
+        "{:?}",
+        tuner.notes()
+    );
+}
+
+/// Tuners writing one file at once (processes, here threads with a tuner each) merge their
+/// entries under the file's lock: none is lost, and the file always parses.
+#[test]
+fn concurrent_writers_keep_every_entry() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = cache_file(&dir);
+    let (writers, keys) = (8, 6);
+    std::thread::scope(|s| {
+        for w in 0..writers {
+            let path = path.clone();
+            s.spawn(move || {
+                let tuner = Autotuner::new(Some(path.clone()), Mode::Full);
+                for k in 0..keys {
+                    let t = Tuning::new("k", IR_V1, format!("writer={w},key={k}"), configs());
+                    let calls = Cell::new(0);
+                    tuner.tune_for(&gpu(), &t, fake_bench(&calls)).unwrap();
+                    // A reader between writes never sees half a file.
+                    let text = std::fs::read_to_string(&path).unwrap();
+                    serde_json::from_str::<serde_json::Value>(&text).unwrap();
+                }
+                assert!(tuner.notes().is_empty(), "{:?}", tuner.notes());
+            });
+        }
+    });
+    let text = std::fs::read_to_string(&path).unwrap();
+    let json: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(json["entries"].as_object().unwrap().len(), writers * keys);
+    assert!(!path.with_extension("json.lock").exists());
+    let leftovers: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name())
+        .filter(|n| n != "autotune.json")
+        .collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+}

@@ -60,14 +60,14 @@ fn recorded_launch_compiles_the_gpu_specialization() -> tegula::Result<()> {
     let recorded = dev.take_recorded();
     assert_eq!(recorded.len(), 2);
 
-    let aligned = tegula::specialize(&recorded[0].kernel, &recorded[0].args);
+    let aligned = tegula::specialize(&recorded[0].kernel, &recorded[0].args)?;
     let facts: Vec<bool> = aligned
         .params
         .iter()
         .map(|p| p.facts.divisible_by_16)
         .collect();
     assert_eq!(facts, [true, true, true, false]);
-    let target = tegula_ptx::Target { sm: 90 };
+    let target = tegula::compiler::Target { sm: 90 };
     let aligned_ptx = recorded[0].compile(&target)?.ptx;
     let shifted_ptx = recorded[1].compile(&target)?.ptx;
     // Stride 1 is bound, so x's addresses are contiguous: 4-wide loads when aligned only.

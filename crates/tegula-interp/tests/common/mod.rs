@@ -7,10 +7,7 @@ use tegula_ir::prelude::*;
 use tegula_ir::Kernel;
 
 pub fn ptr(b: &Arc<Buffer>) -> Arg {
-    Arg::Ptr {
-        buffer: b.clone(),
-        offset: 0,
-    }
+    Arg::ptr(b)
 }
 
 pub fn buf<T: Element>(data: &[T]) -> Arc<Buffer> {

@@ -23,7 +23,7 @@ use crate::dtype::DType;
 use crate::error::TraceError;
 use crate::kernel::{Block, Kernel, Loc, Value};
 use crate::op::{Constant, Op};
-use crate::types::{Shape, TileType};
+use crate::types::{IntoShape, Shape, TileType};
 use std::cell::RefCell;
 
 /// The state of one trace in progress.
@@ -105,6 +105,15 @@ pub(crate) fn in_new_block<R>(arg_types: &[TileType], f: impl FnOnce(&[Tile]) ->
     let r = f(&args);
     with_state(|s| s.blocks.pop());
     (block, r)
+}
+
+/// `shape` as a [`Shape`], or a trace error at `loc` (and a scalar shape, so the trace goes
+/// on to its end) when it has too many axes or elements.
+pub(crate) fn shape_at(shape: impl IntoShape, loc: Loc) -> Shape {
+    shape.into_shape().unwrap_or_else(|message| {
+        report(loc, message);
+        Shape::SCALAR
+    })
 }
 
 pub(crate) fn constant(c: Constant, dtype: DType, shape: Shape, loc: Loc) -> Tile {

@@ -1,14 +1,14 @@
 //! The tile operations a kernel body calls, named after `triton.language`.
 
 use super::tile::{binary, broadcast_pair, materialize, to_tile, unify};
-use super::{constant, emit, emit1, report, IntoOperand, Operand, Tile};
+use super::{constant, emit, emit1, report, shape_at, IntoOperand, Operand, Tile};
 use crate::dtype::{DType, Element};
 use crate::kernel::Loc;
 use crate::op::{
     AtomicOp, BinaryOp, CacheModifier, Constant, EvictionPolicy, InputPrecision, MemSem, Op,
     ReduceOp, UnaryOp,
 };
-use crate::types::{Elem, Shape, TileType};
+use crate::types::{Elem, IntoShape, Shape, TileType};
 
 // --- indices -----------------------------------------------------------------------------
 
@@ -63,26 +63,26 @@ pub fn arange(start: i64, end: i64) -> Tile {
     if i32::try_from(start).is_err() || i32::try_from(end).is_err() {
         report(loc, format!("arange({start}, {end}) does not fit in i32"));
     }
-    let n = n.max(1) as usize;
+    let n = usize::try_from(n.max(1)).unwrap_or(usize::MAX);
     emit1(
         Op::Arange { start, end },
         vec![],
-        TileType::tile(DType::I32, Shape::from([n])),
+        TileType::tile(DType::I32, shape_at([n], loc)),
         loc,
     )
 }
 
 /// A tile of `shape` filled with `value`, of the dtype of `T`.
 #[track_caller]
-pub fn full<T: Element>(shape: impl Into<Shape>, value: impl IntoOperand) -> Tile {
+pub fn full<T: Element>(shape: impl IntoShape, value: impl IntoOperand) -> Tile {
     full_dtype(shape, T::DTYPE, value)
 }
 
 /// A tile of `shape` filled with `value`, of `dtype`.
 #[track_caller]
-pub fn full_dtype(shape: impl Into<Shape>, dtype: DType, value: impl IntoOperand) -> Tile {
+pub fn full_dtype(shape: impl IntoShape, dtype: DType, value: impl IntoOperand) -> Tile {
     let loc = Loc::caller();
-    let shape = shape.into();
+    let shape = shape_at(shape, loc);
     let c = match value.into_operand() {
         Operand::Int(v) if dtype.is_float() => Constant::Float(v as f64),
         Operand::Int(v) => Constant::Int(v),
@@ -105,7 +105,7 @@ pub fn full_dtype(shape: impl Into<Shape>, dtype: DType, value: impl IntoOperand
 
 /// A tile of `shape` filled with zeros of the dtype of `T`.
 #[track_caller]
-pub fn zeros<T: Element>(shape: impl Into<Shape>) -> Tile {
+pub fn zeros<T: Element>(shape: impl IntoShape) -> Tile {
     full_dtype(shape, T::DTYPE, 0)
 }
 
@@ -713,7 +713,7 @@ fn dot_at(a: Tile, b: Tile, acc: Option<Tile>, precision: InputPrecision, loc: L
             ),
         );
     }
-    let out_shape = Shape::from([m, n]);
+    let out_shape = shape_at([m, n], loc);
     let acc_dtype = if a.dtype().is_int() {
         DType::I32
     } else if a.dtype() == DType::F64 {

@@ -1,10 +1,10 @@
 //! [`Tile`], the symbolic value a kernel body computes with, and its operators.
 
-use super::{constant, defining_op, emit1, report};
+use super::{constant, defining_op, emit1, report, shape_at};
 use crate::dtype::{DType, Element};
 use crate::kernel::{Loc, Value};
 use crate::op::{BinaryOp, CmpOp, Constant, Op, Rounding, UnaryOp};
-use crate::types::{Elem, Shape, TileType};
+use crate::types::{Elem, IntoShape, Shape, TileType};
 
 /// A tile of static shape (rank 0 is a scalar) of numbers or pointers, during a trace.
 ///
@@ -169,6 +169,19 @@ pub(crate) fn unify(a: Operand, b: Operand, what: &str, loc: Loc) -> (Tile, Tile
 pub(crate) fn broadcast_pair(a: Tile, b: Tile, what: &str, loc: Loc) -> (Tile, Tile) {
     match Shape::broadcast(a.shape(), b.shape()) {
         Some(s) => (a.broadcast_at(s, loc), b.broadcast_at(s, loc)),
+        None if broadcastable(a.shape(), b.shape()) => {
+            report(
+                loc,
+                format!(
+                    "{what} of {} and {}: the broadcast tile has more than {} (2^32 - 1) \
+                     elements",
+                    a.ty,
+                    b.ty,
+                    crate::types::MAX_TILE_ELEMENTS
+                ),
+            );
+            (a, a)
+        }
         None => {
             report(
                 loc,
@@ -180,6 +193,15 @@ pub(crate) fn broadcast_pair(a: Tile, b: Tile, what: &str, loc: Loc) -> (Tile, T
             (a, a)
         }
     }
+}
+
+/// Whether numpy's rules pair every axis of `a` and `b` (whatever the size of the result).
+fn broadcastable(a: Shape, b: Shape) -> bool {
+    let (da, db) = (a.dims(), b.dims());
+    da.iter()
+        .rev()
+        .zip(db.iter().rev())
+        .all(|(&x, &y)| x == y || x == 1 || y == 1)
 }
 
 /// `a op b` after promotion and broadcasting; pointer arithmetic for `ptr + int`.
@@ -446,15 +468,22 @@ impl Tile {
 
     /// Broadcasts to `shape` (size-1 axes stretch; missing leading axes are added).
     #[track_caller]
-    pub fn broadcast_to(self, shape: impl Into<Shape>) -> Tile {
-        self.broadcast_at(shape.into(), Loc::caller())
+    pub fn broadcast_to(self, shape: impl IntoShape) -> Tile {
+        let loc = Loc::caller();
+        self.broadcast_at(shape_at(shape, loc), loc)
     }
 
     /// The same elements (row-major order) in another shape of equal size.
     #[track_caller]
-    pub fn reshape(self, shape: impl Into<Shape>) -> Tile {
+    pub fn reshape(self, shape: impl IntoShape) -> Tile {
         let loc = Loc::caller();
-        let shape = shape.into();
+        let shape = match shape.into_shape() {
+            Ok(s) => s,
+            Err(message) => {
+                report(loc, message);
+                return self;
+            }
+        };
         if shape.numel() != self.shape().numel() {
             report(
                 loc,

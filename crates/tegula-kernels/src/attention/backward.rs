@@ -789,8 +789,8 @@ pub fn backward_into<T: Element>(
     options: &AttentionOptions,
 ) -> Result<()> {
     let dims = check_backward(q, k, v, o, d_o, lse, dq, dk, dv, options)?;
-    let options = resolve(q, k, v, o, d_o, lse, dq, dk, dv, options, &dims)?;
-    launch(q, k, v, o, d_o, lse, dq, dk, dv, &options, &dims)
+    let run = |opts: &AttentionOptions| launch(q, k, v, o, d_o, lse, dq, dk, dv, opts, &dims);
+    resolve_then(q, k, v, o, d_o, lse, dq, dk, dv, options, &dims, run)
 }
 
 /// The options [`backward_into`] launches with for these tensors: `options` when every block
@@ -827,21 +827,7 @@ fn check_backward<T: Element>(
     dv: &Tensor<T>,
     options: &AttentionOptions,
 ) -> Result<Dims> {
-    let dims = check_qkv(OP, q, k, v)?;
-    expect_block_sizes(OP, options)?;
-    for (name, t) in [("o", o), ("d_o", d_o)] {
-        check::expect_shape(OP, name, t, &dims.q_shape())?;
-        check::expect_unit_last_stride(OP, name, t)?;
-        check::expect_same_device(OP, q, t)?;
-    }
-    check::expect_shape(OP, "lse", lse, &dims.lse_shape())?;
-    check::expect_same_device(OP, q, lse)?;
-    if !lse.is_contiguous() {
-        return Err(Error::Stride {
-            op: OP.into(),
-            message: format!("`lse` must be contiguous, got strides {:?}", lse.strides()),
-        });
-    }
+    let dims = check_inputs(q, k, v, o, d_o, lse, options)?;
     let inputs = [("q", q), ("k", k), ("v", v), ("o", o), ("d_o", d_o)];
     check_output(OP, "dq", dq, &dims.q_shape(), q, &inputs)?;
     check_output(OP, "dk", dk, &dims.kv_shape(), q, &inputs)?;
@@ -885,8 +871,28 @@ fn resolve<T: Element>(
     options: &AttentionOptions,
     dims: &Dims,
 ) -> Result<AttentionOptions> {
+    resolve_then(q, k, v, o, d_o, lse, dq, dk, dv, options, dims, |o| Ok(*o))
+}
+
+/// `then` with the options [`backward_config`] says; a tuned config that fails in `then` is
+/// dropped from the autotune cache and chosen again ([`tuned::run`]).
+#[allow(clippy::too_many_arguments)]
+fn resolve_then<T: Element, R>(
+    q: &Tensor<T>,
+    k: &Tensor<T>,
+    v: &Tensor<T>,
+    o: &Tensor<T>,
+    d_o: &Tensor<T>,
+    lse: &Tensor<f32>,
+    dq: &Tensor<T>,
+    dk: &Tensor<T>,
+    dv: &Tensor<T>,
+    options: &AttentionOptions,
+    dims: &Dims,
+    mut then: impl FnMut(&AttentionOptions) -> Result<R>,
+) -> Result<R> {
     if !options.is_tuned() && options.wgmma.is_some() {
-        return Ok(*options);
+        return then(options);
     }
     let held = [("block_m", options.block_m), ("block_n", options.block_n)];
     let strategy = DqStrategy::choose(dims);
@@ -897,7 +903,7 @@ fn resolve<T: Element>(
         tuned::held_suffix(&held, options.config)
     ) + tuned::held_wgmma_suffix(options.wgmma);
     let dev = q.device();
-    let chosen = tuned::choose(
+    tuned::run(
         dev,
         "tegula_kernels::attention::backward",
         &key,
@@ -939,8 +945,8 @@ fn resolve<T: Element>(
                 launch(q, k, v, o, d_o, lse, dq, dk, dv, &opts, dims)
             })
         },
-    )?;
-    options.with_tuned(&chosen)
+        |c| then(&options.with_tuned(c)?),
+    )
 }
 
 /// Whether the dK/dV kernel asks for `wgmma` (`AttentionOptions::wgmma`, held or a tuner
@@ -1163,7 +1169,45 @@ fn launch<T: Element>(
     Ok(())
 }
 
-/// The backward in new contiguous tensors (see [`backward_into`] for the contract).
+/// The contract on the inputs and the options.
+fn check_inputs<T: Element>(
+    q: &Tensor<T>,
+    k: &Tensor<T>,
+    v: &Tensor<T>,
+    o: &Tensor<T>,
+    d_o: &Tensor<T>,
+    lse: &Tensor<f32>,
+    options: &AttentionOptions,
+) -> Result<Dims> {
+    let dims = check_qkv(OP, q, k, v)?;
+    expect_block_sizes(OP, options)?;
+    softmax_scale(OP, options, dims.head_dim)?;
+    for (name, t) in [("o", o), ("d_o", d_o)] {
+        check::expect_shape(OP, name, t, &dims.q_shape())?;
+        check::expect_unit_last_stride(OP, name, t)?;
+        check::expect_same_device(OP, ("q", q), (name, t))?;
+    }
+    check::expect_shape(OP, "lse", lse, &dims.lse_shape())?;
+    check::expect_same_device(OP, ("q", q), ("lse", lse))?;
+    if !lse.is_contiguous() {
+        return Err(Error::Stride {
+            op: OP.into(),
+            message: format!("`lse` must be contiguous, got strides {:?}", lse.strides()),
+        });
+    }
+    for (name, t) in [("q", q), ("k", k), ("v", v), ("o", o), ("d_o", d_o)] {
+        strides_i32::<3, T>(OP, name, t)?;
+    }
+    strides_i32::<1, f32>(OP, "lse", lse)?;
+    size_i32(OP, "B * H", dims.batch * dims.heads)?;
+    size_i32(OP, "B * Hkv", dims.batch * dims.kv_heads)?;
+    size_i32(OP, "Nq", dims.n_q)?;
+    size_i32(OP, "Nk", dims.n_k)?;
+    Ok(dims)
+}
+
+/// The backward in new contiguous tensors (see [`backward_into`] for the contract); the inputs
+/// and options are checked before the gradients are allocated.
 #[allow(clippy::too_many_arguments)]
 pub fn backward<T: Element>(
     q: &Tensor<T>,
@@ -1174,7 +1218,9 @@ pub fn backward<T: Element>(
     lse: &Tensor<f32>,
     options: &AttentionOptions,
 ) -> Result<Gradients<T>> {
-    let dims = check_qkv(OP, q, k, v)?;
+    let dims = check_inputs(q, k, v, o, d_o, lse, options)?;
+    check::expect_i32_output(OP, "dq", &dims.q_shape())?;
+    check::expect_i32_output(OP, "dk", &dims.kv_shape())?;
     let dev = q.device();
     let grads = Gradients {
         dq: dev.zeros::<T>(dims.q_shape())?,

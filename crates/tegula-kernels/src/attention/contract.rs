@@ -175,13 +175,13 @@ pub fn check_qkv<T: Element>(
     }
     for (name, t) in [("q", q), ("k", k), ("v", v)] {
         check::expect_unit_last_stride(op, name, t)?;
-        check::expect_same_device(op, q, t)?;
+        check::expect_same_device(op, ("q", q), (name, t))?;
     }
     Ok(dims)
 }
 
 /// An output: the expected shape, unit stride on the last axis, elements that do not overlap
-/// each other, same device as `like`, and no memory shared with any of `inputs`.
+/// each other, same device as `like` (the query, `q`), and no memory shared with any of `inputs`.
 pub fn check_output<O: Element, T: Element>(
     op: &str,
     name: &str,
@@ -192,7 +192,7 @@ pub fn check_output<O: Element, T: Element>(
 ) -> Result<()> {
     check::expect_shape(op, name, out, shape)?;
     check::expect_unit_last_stride(op, name, out)?;
-    check::expect_same_device(op, like, out)?;
+    check::expect_same_device(op, ("q", like), (name, out))?;
     expect_distinct_elements(op, name, out)?;
     for &(input_name, input) in inputs {
         check::expect_no_alias(op, (name, out), (input_name, input))?;
@@ -274,29 +274,45 @@ pub fn check_single_head(
     v: &Tensor<f32>,
     out: &Tensor<f32>,
 ) -> Result<(usize, usize, usize)> {
-    const OP: &str = SINGLE_HEAD_OP;
-    for (name, t) in [("q", q), ("k", k), ("v", v), ("out", out)] {
-        if t.rank() != 2 || t.shape().contains(&0) {
-            return Err(Error::Shape {
-                op: OP.into(),
-                message: format!(
-                    "`{name}` must be a non-empty matrix ([rows, D]), got shape {:?}",
-                    t.shape()
-                ),
-            });
-        }
-        check::expect_contiguous(OP, name, t)?;
-        check::expect_same_device(OP, q, t)?;
+    let (m, n, d) = check_single_head_inputs(q, k, v)?;
+    check_single_head_matrix("out", out, q)?;
+    check::expect_shape(SINGLE_HEAD_OP, "out", out, &[m, d])?;
+    for (name, t) in [("q", q), ("k", k), ("v", v)] {
+        check::expect_no_alias(SINGLE_HEAD_OP, ("out", out), (name, t))?;
+    }
+    Ok((m, n, d))
+}
+
+/// The single-head contract on the inputs alone (checked before an output is allocated);
+/// returns `(M, N, D)`.
+pub fn check_single_head_inputs(
+    q: &Tensor<f32>,
+    k: &Tensor<f32>,
+    v: &Tensor<f32>,
+) -> Result<(usize, usize, usize)> {
+    for (name, t) in [("q", q), ("k", k), ("v", v)] {
+        check_single_head_matrix(name, t, q)?;
     }
     let (m, d) = (q.shape()[0], q.shape()[1]);
     let n = k.shape()[0];
-    check::expect_shape(OP, "k", k, &[n, d])?;
-    check::expect_shape(OP, "v", v, &[n, d])?;
-    check::expect_shape(OP, "out", out, &[m, d])?;
-    for (name, t) in [("q", q), ("k", k), ("v", v)] {
-        check::expect_no_alias(OP, ("out", out), (name, t))?;
-    }
+    check::expect_shape(SINGLE_HEAD_OP, "k", k, &[n, d])?;
+    check::expect_shape(SINGLE_HEAD_OP, "v", v, &[n, d])?;
     Ok((m, n, d))
+}
+
+/// A non-empty contiguous matrix on `q`'s device.
+fn check_single_head_matrix(name: &str, t: &Tensor<f32>, q: &Tensor<f32>) -> Result<()> {
+    if t.rank() != 2 || t.shape().contains(&0) {
+        return Err(Error::Shape {
+            op: SINGLE_HEAD_OP.into(),
+            message: format!(
+                "`{name}` must be a non-empty matrix ([rows, D]), got shape {:?}",
+                t.shape()
+            ),
+        });
+    }
+    check::expect_contiguous(SINGLE_HEAD_OP, name, t)?;
+    check::expect_same_device(SINGLE_HEAD_OP, ("q", q), (name, t))
 }
 
 /// The single-head output shape `[M, D]` for `q` (zeros for a malformed `q`, which

@@ -216,8 +216,9 @@ pub fn forward_into<T: Element>(
     if dims.n_q == 0 || dims.batch * dims.heads == 0 {
         return Ok(());
     }
-    let options = resolve(q, k, v, out, lse, options, &dims)?;
-    launch(q, k, v, out, lse, &options, &dims)
+    resolve_then(q, k, v, out, lse, options, &dims, |o| {
+        launch(q, k, v, out, lse, o, &dims)
+    })
 }
 
 /// The options [`forward_into`] launches with for these tensors: `options` when every block
@@ -244,8 +245,7 @@ fn check_forward<T: Element>(
     lse: &Tensor<f32>,
     options: &AttentionOptions,
 ) -> Result<Dims> {
-    let dims = check_qkv(OP, q, k, v)?;
-    expect_block_sizes(OP, options)?;
+    let dims = check_inputs(q, k, v, options)?;
     let inputs = [("q", q), ("k", k), ("v", v)];
     check_output(OP, "out", out, &dims.q_shape(), q, &inputs)?;
     check_output(OP, "lse", lse, &dims.lse_shape(), q, &inputs)?;
@@ -256,11 +256,24 @@ fn check_forward<T: Element>(
             message: format!("`lse` must be contiguous, got strides {:?}", lse.strides()),
         });
     }
+    strides_i32::<3, T>(OP, "out", out)?;
+    strides_i32::<1, f32>(OP, "lse", lse)?;
+    Ok(dims)
+}
+
+/// The contract on the inputs and the options.
+fn check_inputs<T: Element>(
+    q: &Tensor<T>,
+    k: &Tensor<T>,
+    v: &Tensor<T>,
+    options: &AttentionOptions,
+) -> Result<Dims> {
+    let dims = check_qkv(OP, q, k, v)?;
+    expect_block_sizes(OP, options)?;
     softmax_scale(OP, options, dims.head_dim)?;
-    for (name, t) in [("q", q), ("k", k), ("v", v), ("out", out)] {
+    for (name, t) in [("q", q), ("k", k), ("v", v)] {
         strides_i32::<3, T>(OP, name, t)?;
     }
-    strides_i32::<1, f32>(OP, "lse", lse)?;
     size_i32(OP, "B * H", dims.batch * dims.heads)?;
     size_i32(OP, "Nk", dims.n_k)?;
     size_i32(OP, "Nq", dims.n_q)?;
@@ -277,8 +290,24 @@ fn resolve<T: Element>(
     options: &AttentionOptions,
     dims: &Dims,
 ) -> Result<AttentionOptions> {
+    resolve_then(q, k, v, out, lse, options, dims, |o| Ok(*o))
+}
+
+/// `then` with the options [`forward_config`] says; a tuned config that fails in `then` is
+/// dropped from the autotune cache and chosen again ([`tuned::run`]).
+#[allow(clippy::too_many_arguments)]
+fn resolve_then<T: Element, R>(
+    q: &Tensor<T>,
+    k: &Tensor<T>,
+    v: &Tensor<T>,
+    out: &Tensor<T>,
+    lse: &Tensor<f32>,
+    options: &AttentionOptions,
+    dims: &Dims,
+    mut then: impl FnMut(&AttentionOptions) -> Result<R>,
+) -> Result<R> {
     if !options.is_tuned() && options.wgmma.is_some() {
-        return Ok(*options);
+        return then(options);
     }
     let held = [("block_m", options.block_m), ("block_n", options.block_n)];
     let mut key =
@@ -293,7 +322,7 @@ fn resolve<T: Element>(
         key += tuned::held_wgmma_suffix(held);
     }
     let dev = q.device();
-    let chosen = tuned::choose(
+    tuned::run(
         dev,
         "tegula_kernels::attention::forward",
         &key,
@@ -322,8 +351,8 @@ fn resolve<T: Element>(
             let o = options.with_tuned(c)?;
             median_ms(dev, || launch(q, k, v, out, lse, &o, dims))
         },
-    )?;
-    options.with_tuned(&chosen)
+        |c| then(&options.with_tuned(c)?),
+    )
 }
 
 /// Launches the forward with every option set, on checked tensors.
@@ -402,14 +431,16 @@ fn wgmma(options: &AttentionOptions) -> bool {
 }
 
 /// Attention in new tensors: the output `[B, H, Nq, D]` (input dtype, contiguous) and the
-/// logsumexp `[B, H, Nq]` (f32, natural log). See [`forward_into`] for the contract.
+/// logsumexp `[B, H, Nq]` (f32, natural log). See [`forward_into`] for the contract; the
+/// inputs and options are checked before the outputs are allocated.
 pub fn forward<T: Element>(
     q: &Tensor<T>,
     k: &Tensor<T>,
     v: &Tensor<T>,
     options: &AttentionOptions,
 ) -> Result<(Tensor<T>, Tensor<f32>)> {
-    let dims = check_qkv(OP, q, k, v)?;
+    let dims = check_inputs(q, k, v, options)?;
+    check::expect_i32_output(OP, "out", &dims.q_shape())?;
     let out = q.device().empty::<T>(dims.q_shape())?;
     let lse = q.device().empty::<f32>(dims.lse_shape())?;
     forward_into(q, k, v, &out, &lse, options)?;

@@ -11,8 +11,8 @@
 //! kernel writes the output directly.
 
 use super::contract::{
-    and_mask, check_single_head, feature_mask, padded_head_dim, single_head_out_shape,
-    SINGLE_HEAD_OP as OP,
+    and_mask, check_single_head, check_single_head_inputs, feature_mask, padded_head_dim,
+    single_head_out_shape, SINGLE_HEAD_OP as OP,
 };
 use super::forward::LOG2E;
 use super::single_head_basic::{single_head_f32_basic, SINGLE_HEAD_TOLERANCE};
@@ -231,8 +231,10 @@ pub fn single_head_f32_with(
     launch(q, k, v, out, options, dims)
 }
 
-/// `softmax(Q K^T / sqrt(D)) V` in a new `[M, D]` tensor (see [`single_head_f32_into`]).
+/// `softmax(Q K^T / sqrt(D)) V` in a new `[M, D]` tensor (see [`single_head_f32_into`]); the
+/// inputs are checked before the output is allocated.
 pub fn single_head_f32(q: &Tensor<f32>, k: &Tensor<f32>, v: &Tensor<f32>) -> Result<Tensor<f32>> {
+    check_single_head_inputs(q, k, v)?;
     let out = q.device().empty::<f32>(single_head_out_shape(q))?;
     single_head_f32_into(q, k, v, &out)?;
     Ok(out)

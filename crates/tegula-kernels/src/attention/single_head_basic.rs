@@ -5,7 +5,9 @@
 //! `input_precision = "ieee"`; natural `exp`. The fast path of the same contract is
 //! [`super::single_head`].
 
-use super::contract::{check_single_head, single_head_out_shape, SINGLE_HEAD_OP as OP};
+use super::contract::{
+    check_single_head, check_single_head_inputs, single_head_out_shape, SINGLE_HEAD_OP as OP,
+};
 use crate::check;
 use tegula::prelude::*;
 use tegula::Result;
@@ -118,6 +120,7 @@ pub fn single_head_f32_basic(
     k: &Tensor<f32>,
     v: &Tensor<f32>,
 ) -> Result<Tensor<f32>> {
+    check_single_head_inputs(q, k, v)?;
     let out = q.device().empty::<f32>(single_head_out_shape(q))?;
     single_head_f32_basic_into(q, k, v, &out)?;
     Ok(out)

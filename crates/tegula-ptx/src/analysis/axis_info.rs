@@ -197,8 +197,17 @@ impl AxisAnalysis {
             Op::AddPtr => {
                 let (p, o) = (arg(0), arg(1));
                 let es = ty.dtype().size_bytes() as u64;
+                // Contiguous runs of either side survive where the other is constant (a
+                // uniform base plus contiguous offsets, or a contiguous pointer tile advanced
+                // by a uniform offset), as for integer `add`.
+                let contiguity = (0..rank)
+                    .map(|i| {
+                        gcd(p.contiguity[i], o.constancy[i])
+                            .max(gcd(p.constancy[i], o.contiguity[i]))
+                    })
+                    .collect();
                 AxisInfo {
-                    contiguity: o.contiguity.clone(),
+                    contiguity,
                     divisibility: p
                         .divisibility
                         .iter()

@@ -173,9 +173,18 @@ pub fn plan(cx: &Context<'_>, dots: &DotPlans) -> LayoutPlan {
         out: LayoutPlan::default(),
     };
     p.walk(cx.k.body);
-    // Every value's layout against the final anchors.
+    // Every live value's layout against the final anchors (the arena also holds values that
+    // passes orphaned).
     p.memo.borrow_mut().clear();
-    let natural = cx.k.values.keys().map(|v| (v, p.natural(v))).collect();
+    let k = cx.k;
+    let mut live: Vec<Value> = k.params.iter().map(|param| param.value).collect();
+    for inst in k.walk() {
+        live.extend(k.insts[inst].results.iter().copied());
+        for &r in &k.insts[inst].regions {
+            live.extend(k.blocks[r].args.iter().copied());
+        }
+    }
+    let natural = live.into_iter().map(|v| (v, p.natural(v))).collect();
     for inst in cx.k.walk() {
         if matches!(
             cx.k.insts[inst].op,

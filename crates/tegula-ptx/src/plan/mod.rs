@@ -22,6 +22,7 @@
 pub mod dots;
 pub mod layouts;
 pub mod pipeline;
+pub mod report;
 
 use crate::analysis::axis_info::AxisAnalysis;
 use crate::{CompileOptions, Target};

@@ -1,4 +1,6 @@
-//! Kernels shared by the tensor-core tests (`tests/mma.rs`, `tests/mma_sim.rs`).
+//! Kernels shared by the tensor-core tests (`mma.rs`, `mma_sim.rs`, `mma_sim_wgmma.rs`,
+//! `wgmma.rs`, `hoisting.rs`, `pipeline_shared_load.rs`, `tf32x3.rs`). Every kernel here is
+//! used by at least one of them; each test binary uses a part (hence the allow).
 #![allow(dead_code)]
 
 use tegula_ir::prelude::*;

@@ -1,7 +1,5 @@
-//! Probe of Hopper's `wgmma.mma_async` on a real device (not a test: CI has no GPU).
-//!
-//! Before tegula lowers dots to wgmma, this pins down on the GPU the facts that lowering relies
-//! on, with hand-written PTX (sm_90a, one warpgroup of 128 threads, bf16 in, f32 accumulate):
+//! Hopper's `wgmma.mma_async` on a real device: the facts the wgmma lowering (`lower/wgmma.rs`)
+//! and the PTX simulator's `descriptor_address` rely on, pinned down on the GPU with hand-written PTX (sm_90a, one warpgroup of 128 threads, bf16 in, f32 accumulate):
 //! - the shared-memory layout of a swizzled tile (128-byte and 64-byte swizzle) written with
 //!   ordinary `st.shared` from a row-major global matrix;
 //! - the 64-bit matrix descriptor: start address >> 4 (bits 0-13), leading byte offset >> 4
@@ -14,14 +12,18 @@
 //! - the accumulator map: register d[i] of lane (g = lane / 4, t = lane % 4) of warp w is
 //!   row 16w + g + 8 ((i >> 1) & 1), column 8 (i >> 2) + 2t + (i & 1).
 //!
-//! Each variant compares with an f64 reference and prints PASS/FAIL; on a FAIL it names the
-//! first wrong (row, col) and which reference element the value equals, if any, to tell a layout
-//! mix-up from garbage. N-major variants that fail are retried with LBO and SBO swapped (the
-//! ISA's wording for MN-major operands is easy to misread). Then timed loops on resident tiles
-//! compare wgmma's rate with mma.sync's. Exits non-zero if any variant fails.
+//! On the GPU (`wgmma_variants_match_float64_on_the_gpu`), each variant compares with an f64
+//! reference and prints PASS/FAIL; on a FAIL it names the first wrong (row, col) and which
+//! reference element the value equals, if any, to tell a layout mix-up from garbage. N-major
+//! variants that fail are retried with LBO and SBO swapped (the ISA's wording for MN-major
+//! operands is easy to misread); any failure fails the test.
+//! `wgmma_and_mma_sync_rates_on_the_gpu` times loops on resident tiles and prints wgmma's rate
+//! beside mma.sync's (a measurement: it asserts nothing about speed).
 //!
-//! `cargo run --release -p tegula-cuda --example wgmma_probe` runs it;
-//! `... -- --print-ptx DIR` writes every kernel's PTX to DIR (no GPU needed) for ptxas.
+//! Both need an sm_90 GPU and are ignored otherwise: `TEGULA_GPU_TESTS=1 cargo test --release
+//! -p tegula-ptx --test gpu_wgmma_probe -- --ignored` (the README's tests section). Without a
+//! GPU, the model of the ISA's layouts and ptxas's assembly of every probe kernel run as
+//! ordinary tests here.
 
 use std::fmt::Write as _;
 use tegula_cuda::{CudaRuntime, KernelParam};
@@ -780,15 +782,6 @@ fn all_kernels() -> Vec<(String, String)> {
     kernels
 }
 
-fn print_ptx(dir: &std::path::Path) -> Result<(), Error> {
-    std::fs::create_dir_all(dir)?;
-    for (name, ptx) in all_kernels() {
-        std::fs::write(dir.join(format!("{name}.ptx")), ptx)?;
-    }
-    println!("PTX written to {}", dir.display());
-    Ok(())
-}
-
 /// Times `launch` (after one warm-up), best of five, in milliseconds.
 fn best_ms(
     rt: &CudaRuntime,
@@ -803,18 +796,39 @@ fn best_ms(
     Ok(best)
 }
 
-fn main() -> Result<(), Error> {
-    let args: Vec<String> = std::env::args().collect();
-    if let Some(i) = args.iter().position(|a| a == "--print-ptx") {
-        let dir = args.get(i + 1).ok_or("--print-ptx needs a directory")?;
-        return print_ptx(std::path::Path::new(dir));
-    }
-    let rt = CudaRuntime::new(0)?;
+/// The GPU's runtime, after checking that the GPU tests were asked for (`TEGULA_GPU_TESTS=1`)
+/// and that the GPU has wgmma (sm_90): otherwise the test fails, saying which.
+fn hopper() -> CudaRuntime {
+    let asked = std::env::var("TEGULA_GPU_TESTS").is_ok_and(|v| {
+        matches!(
+            v.trim().to_ascii_lowercase().as_str(),
+            "1" | "true" | "on" | "yes"
+        )
+    });
+    assert!(
+        asked,
+        "GPU tests run with TEGULA_GPU_TESTS=1 on a machine with a GPU: \
+         TEGULA_GPU_TESTS=1 cargo test -- --ignored"
+    );
+    let rt = CudaRuntime::new(0).unwrap_or_else(|e| panic!("TEGULA_GPU_TESTS=1, but no GPU: {e}"));
     let info = rt.device_info();
     println!(
         "{} (sm_{}{}), {} SMs",
         info.name, info.compute_capability.0, info.compute_capability.1, info.sm_count
     );
+    assert!(
+        info.compute_capability.0 >= 9,
+        "wgmma needs sm_90 or newer, this GPU is sm_{}{}",
+        info.compute_capability.0,
+        info.compute_capability.1
+    );
+    rt
+}
+
+#[test]
+#[ignore = "needs a GPU: TEGULA_GPU_TESTS=1 cargo test -- --ignored"]
+fn wgmma_variants_match_float64_on_the_gpu() -> Result<(), Error> {
+    let rt = hopper();
     let mut failed = Vec::new();
     for v in variants() {
         let (a, b) = (v.a_tile(), v.b_tile());
@@ -843,7 +857,19 @@ fn main() -> Result<(), Error> {
             }
         }
     }
+    if failed.is_empty() {
+        println!("all wgmma variants passed");
+        Ok(())
+    } else {
+        Err(format!("wgmma variants failed: {}", failed.join(", ")).into())
+    }
+}
 
+#[test]
+#[ignore = "needs a GPU: TEGULA_GPU_TESTS=1 cargo test -- --ignored"]
+fn wgmma_and_mma_sync_rates_on_the_gpu() -> Result<(), Error> {
+    let rt = hopper();
+    let info = rt.device_info();
     // Timed loops: FLOP per block and launch, TFLOP/s for the chip and per SM.
     let sms = info.sm_count;
     let out = rt.alloc(sms as usize * 1024 * 4)?;
@@ -885,17 +911,11 @@ fn main() -> Result<(), Error> {
         tflops(flops, ms),
         tflops(flops, ms) / sms as f64
     );
-
-    if failed.is_empty() {
-        println!("all wgmma variants passed");
-        Ok(())
-    } else {
-        Err(format!("wgmma variants failed: {}", failed.join(", ")).into())
-    }
+    Ok(())
 }
 
-#[cfg(test)]
-mod tests {
+/// The probe's kernels and layouts without a GPU.
+mod model {
     use super::*;
     use std::collections::HashMap;
 

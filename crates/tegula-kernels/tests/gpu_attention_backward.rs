@@ -1,17 +1,29 @@
-//! Differential test of the attention backward: runs the three backward kernels one by one
-//! (and through `backward()`), and small kernels isolating the constructs they use (transposed
-//! dot operands, a cast score tile as the next dot's operand, a masked row vector broadcast
-//! along either axis of a score tile, four dots per iteration with carried accumulators, nested
-//! loops bounded by `minimum`), on the GPU and on the interpreter with the same host-built
-//! inputs, and prints the largest difference per output (`BAD` past 1% of the output's scale).
+//! The attention backward on the GPU against the interpreter, with the same host-built inputs:
+//! the library's `attention::backward` (and `forward`) at small shapes that straddle blocks,
+//! with GQA, causal masks, one and four warps, f32, f16 and bf16, with held 16x16 blocks and
+//! with the tuner's choice; and small kernels isolating the constructs the backward uses
+//! (transposed dot operands, a cast score tile as the next dot's operand, a masked row vector
+//! broadcast along either axis of a score tile, four dots per iteration with carried
+//! accumulators, nested loops bounded by `minimum`). Each output's largest difference is
+//! printed; past 1% of the output's scale it fails the test.
 //!
-//! Needs a GPU: `cargo build --release -p tegula-kernels --example attn_bwd_gpu_diff`, then run
-//! `target/release/examples/attn_bwd_gpu_diff [minimal|full]` there (no argument: both).
+//! Ignored without a GPU (CI has none): `TEGULA_GPU_TESTS=1 cargo test --release -p
+//! tegula-kernels --test gpu_attention_backward -- --ignored` (the README's tests section).
+//! Asked to run without `TEGULA_GPU_TESTS=1` or without a GPU, the tests fail, saying which.
 
 use tegula::prelude::*;
 use tegula::Result;
-use tegula_kernels::attention::kernels::{attn_bwd_dkdv, attn_bwd_dq, attn_bwd_preprocess};
-use tegula_kernels::attention::{forward, Dims};
+use tegula_kernels::attention::{self, AttentionOptions, Dims};
+
+/// The GPU, after checking that the GPU tests were asked for; otherwise the test fails.
+fn gpu() -> Device {
+    assert!(
+        tegula::env::bool_var("TEGULA_GPU_TESTS", false),
+        "GPU tests run with TEGULA_GPU_TESTS=1 on a machine with a GPU: \
+         TEGULA_GPU_TESTS=1 cargo test -- --ignored"
+    );
+    Device::cuda(0).unwrap_or_else(|e| panic!("TEGULA_GPU_TESTS=1, but no GPU: {e}"))
+}
 
 /// Deterministic inputs (no dependency on the device's generator).
 struct Lcg(u64);
@@ -76,12 +88,9 @@ fn diff(
     ok
 }
 
-fn contiguous_strides(h: usize, n: usize, d: usize) -> [i32; 3] {
-    [(h * n * d) as i32, (n * d) as i32, d as i32]
-}
-
-/// The three backward kernels, launched one at a time on the same host inputs.
-fn full_kernels<T: Element>(gpu: &Device, dims: Dims, causal: bool, warps: u32) {
+/// Forward and backward of one case through the library's wrappers, on the GPU and on the
+/// interpreter; `false` if any output differs.
+fn wrappers_match<T: Element>(gpu: &Device, dims: Dims, causal: bool, warps: u32) -> bool {
     let Dims {
         batch: b,
         heads: h,
@@ -95,176 +104,110 @@ fn full_kernels<T: Element>(gpu: &Device, dims: Dims, causal: bool, warps: u32) 
     let k = rng.vec(b * hkv * n_k * d);
     let v = rng.vec(b * hkv * n_k * d);
     let d_o = rng.vec(b * h * n_q * d);
-    let (qs, ks) = (dims.q_shape(), dims.kv_shape());
-    // O and the logsumexp from the interpreter's forward, so both devices see the same.
-    let cpu = Device::cpu();
-    let options = tegula_kernels::attention::AttentionOptions {
+    let (qs, ks, ls) = (dims.q_shape(), dims.kv_shape(), dims.lse_shape());
+    let tuned = AttentionOptions {
         causal,
         ..Default::default()
     };
+    // O and the logsumexp from the interpreter's forward, so both devices see the same.
+    let cpu = Device::cpu();
     let (o, lse) = {
-        let (o, lse) = forward(
+        let (o, lse) = attention::forward(
             &up::<T>(&cpu, &q, &qs).unwrap(),
             &up::<T>(&cpu, &k, &ks).unwrap(),
             &up::<T>(&cpu, &v, &ks).unwrap(),
-            &options,
+            &tuned,
         )
         .unwrap();
         (o.to_f64_vec().unwrap(), lse.to_f64_vec().unwrap())
     };
-    let mut delta = vec![0.0; b * h * n_q];
-    for (r, dl) in delta.iter_mut().enumerate() {
-        *dl = (0..d)
-            .map(|j| T::from_f64(o[r * d + j]).to_f64() * T::from_f64(d_o[r * d + j]).to_f64())
-            .sum();
-    }
-    let sm_scale = 1.0 / (d as f32).sqrt();
-    let cfg = LaunchConfig::new(warps, 1);
-    let (bm, bn) = (16usize, 16usize);
+    let held = AttentionOptions {
+        block_m: 16,
+        block_n: 16,
+        config: LaunchConfig::new(warps, 1),
+        ..tuned
+    };
     let tag = format!(
         "{} {b}x{h}x{hkv} q{n_q} k{n_k} d{d} c{} w{warps}",
         T::DTYPE.name(),
         causal as u8
     );
-    let [sqz, sqh, sqm] = contiguous_strides(h, n_q, d);
-    let [skz, skh, skn] = contiguous_strides(hkv, n_k, d);
-    let qb = n_q.div_ceil(bm) as u32;
-    let kb = n_k.div_ceil(bn) as u32;
+    let mut ok = true;
+    for (what, options) in [("16x16", held), ("tuned", tuned)] {
+        ok &= diff(&format!("forward {what} {tag}"), gpu, |dev| {
+            let (out, lse) = attention::forward(
+                &up::<T>(dev, &q, &qs)?,
+                &up::<T>(dev, &k, &ks)?,
+                &up::<T>(dev, &v, &ks)?,
+                &options,
+            )?;
+            Ok(vec![("out", out.to_f64_vec()?), ("lse", lse.to_f64_vec()?)])
+        });
+        ok &= diff(&format!("backward {what} {tag}"), gpu, |dev| {
+            let g = attention::backward(
+                &up::<T>(dev, &q, &qs)?,
+                &up::<T>(dev, &k, &ks)?,
+                &up::<T>(dev, &v, &ks)?,
+                &up::<T>(dev, &o, &qs)?,
+                &up::<T>(dev, &d_o, &qs)?,
+                &up::<f32>(dev, &lse, &ls)?,
+                &options,
+            )?;
+            Ok(vec![
+                ("dq", g.dq.to_f64_vec()?),
+                ("dk", g.dk.to_f64_vec()?),
+                ("dv", g.dv.to_f64_vec()?),
+            ])
+        });
+    }
+    ok
+}
 
-    diff(&format!("preprocess {tag}"), gpu, |dev| {
-        let out = dev.zeros::<f32>([b * h * n_q])?;
-        attn_bwd_preprocess::launch_with::<T>(
-            dev,
-            (qb, (b * h) as u32),
-            cfg,
-            &up::<T>(dev, &o, &qs)?,
-            &up::<T>(dev, &d_o, &qs)?,
-            &out,
-            sqz,
-            sqh,
-            sqm,
-            sqz,
-            sqh,
-            sqm,
-            h as i32,
-            n_q as i32,
-            d,
-            bm,
-        )?;
-        Ok(vec![("delta", out.to_f64_vec()?)])
-    });
-    diff(&format!("dkdv {tag}"), gpu, |dev| {
-        let dk = dev.zeros::<T>(ks)?;
-        let dv = dev.zeros::<T>(ks)?;
-        attn_bwd_dkdv::launch_with::<T>(
-            dev,
-            (kb, (b * hkv) as u32),
-            cfg,
-            &up::<T>(dev, &q, &qs)?,
-            &up::<T>(dev, &k, &ks)?,
-            &up::<T>(dev, &v, &ks)?,
-            &up::<T>(dev, &d_o, &qs)?,
-            &up::<f32>(dev, &lse, &[b * h * n_q])?,
-            &up::<f32>(dev, &delta, &[b * h * n_q])?,
-            &dk,
-            &dv,
-            &dev.zeros::<f32>([1])?, // dQ sums: unused without atomic dQ
-            &dev.zeros::<f32>([1])?, // dK/dV partial sums: unused without a split tail
-            sqz,
-            sqh,
-            sqm,
-            skz,
-            skh,
-            skn,
-            skz,
-            skh,
-            skn,
-            sqz,
-            sqh,
-            sqm,
-            skz,
-            skh,
-            skn,
-            skz,
-            skh,
-            skn,
-            hkv as i32,
-            (h / hkv) as i32,
-            n_q as i32,
-            n_k as i32,
-            sm_scale,
-            0, // whole_programs, slices, slice_rows: no split tail
-            1,
-            0,
-            causal,
-            false,
-            false,
-            !n_q.is_multiple_of(bm), // ragged_queries
-            d,
-            bm,
-            bn,
-        )?;
-        Ok(vec![("dk", dk.to_f64_vec()?), ("dv", dv.to_f64_vec()?)])
-    });
-    diff(&format!("dq {tag}"), gpu, |dev| {
-        let dq = dev.zeros::<T>(qs)?;
-        attn_bwd_dq::launch_with::<T>(
-            dev,
-            (qb, (b * h) as u32),
-            cfg,
-            &up::<T>(dev, &q, &qs)?,
-            &up::<T>(dev, &k, &ks)?,
-            &up::<T>(dev, &v, &ks)?,
-            &up::<T>(dev, &d_o, &qs)?,
-            &up::<f32>(dev, &lse, &[b * h * n_q])?,
-            &up::<f32>(dev, &delta, &[b * h * n_q])?,
-            &dq,
-            sqz,
-            sqh,
-            sqm,
-            skz,
-            skh,
-            skn,
-            skz,
-            skh,
-            skn,
-            sqz,
-            sqh,
-            sqm,
-            sqz,
-            sqh,
-            sqm,
-            h as i32,
-            (h / hkv) as i32,
-            n_q as i32,
-            n_k as i32,
-            sm_scale,
-            causal,
-            d,
-            bm,
-            bn,
-        )?;
-        Ok(vec![("dq", dq.to_f64_vec()?)])
-    });
-    diff(&format!("backward() {tag}"), gpu, |dev| {
-        let g = tegula_kernels::attention::backward(
-            &up::<T>(dev, &q, &qs)?,
-            &up::<T>(dev, &k, &ks)?,
-            &up::<T>(dev, &v, &ks)?,
-            &up::<T>(dev, &o, &qs)?,
-            &up::<T>(dev, &d_o, &qs)?,
-            &up::<f32>(dev, &lse, &[b, h, n_q])?,
-            &tegula_kernels::attention::AttentionOptions {
-                config: cfg,
-                ..options
-            },
-        )?;
-        Ok(vec![
-            ("dq", g.dq.to_f64_vec()?),
-            ("dk", g.dk.to_f64_vec()?),
-            ("dv", g.dv.to_f64_vec()?),
-        ])
-    });
+#[test]
+#[ignore = "needs a GPU: TEGULA_GPU_TESTS=1 cargo test -- --ignored"]
+fn attention_backward_matches_the_interpreter_on_the_gpu() {
+    let gpu = gpu();
+    let dims = |b, h, hkv, n_q, n_k, d| Dims {
+        batch: b,
+        heads: h,
+        kv_heads: hkv,
+        n_q,
+        n_k,
+        head_dim: d,
+    };
+    let mut ok = true;
+    for (dm, causal, w) in [
+        (dims(1, 1, 1, 16, 16, 64), false, 4),
+        (dims(1, 1, 1, 16, 16, 64), false, 1),
+        (dims(1, 1, 1, 32, 16, 64), false, 4),
+        (dims(1, 2, 1, 16, 16, 64), false, 4),
+        (dims(1, 1, 1, 37, 53, 64), false, 4),
+        (dims(2, 4, 2, 37, 53, 64), false, 4),
+        (dims(2, 4, 2, 37, 53, 64), true, 4),
+    ] {
+        ok &= wrappers_match::<f32>(&gpu, dm, causal, w);
+    }
+    ok &= wrappers_match::<f16>(&gpu, dims(2, 4, 2, 37, 53, 64), true, 4);
+    ok &= wrappers_match::<bf16>(&gpu, dims(1, 1, 1, 16, 16, 64), false, 4);
+    assert!(
+        ok,
+        "the GPU differs from the interpreter (the BAD lines above)"
+    );
+}
+
+#[test]
+#[ignore = "needs a GPU: TEGULA_GPU_TESTS=1 cargo test -- --ignored"]
+fn the_backwards_constructs_match_the_interpreter_on_the_gpu() {
+    let gpu = gpu();
+    let mut ok = true;
+    for w in [4, 1] {
+        ok &= minimal::<f32>(&gpu, w);
+        ok &= minimal::<f16>(&gpu, w);
+    }
+    assert!(
+        ok,
+        "the GPU differs from the interpreter (the BAD lines above)"
+    );
 }
 
 // --- minimal kernels, one suspicious construct each ------------------------------------------
@@ -408,7 +351,8 @@ fn m_nested<T: Element>(
     store_unmasked(out + r.col() * d as i64 + c.row(), acc);
 }
 
-fn minimal<T: Element>(gpu: &Device, warps: u32) {
+fn minimal<T: Element>(gpu: &Device, warps: u32) -> bool {
+    let mut ok = true;
     let cfg = LaunchConfig::new(warps, 1);
     let (m, d) = (16usize, 64usize);
     let tag = format!("{} w{warps}", T::DTYPE.name());
@@ -418,7 +362,7 @@ fn minimal<T: Element>(gpu: &Device, warps: u32) {
     let p = rng.vec(m * m);
     let acc = rng.vec(m * d);
     let lse: Vec<f64> = rng.vec(m).iter().map(|x| x * 2.0).collect();
-    diff(&format!("m_dot_nt {tag}"), gpu, |dev| {
+    ok &= diff(&format!("m_dot_nt {tag}"), gpu, |dev| {
         let out = dev.zeros::<f32>([m * m])?;
         m_dot_nt::launch_with::<T>(
             dev,
@@ -432,7 +376,7 @@ fn minimal<T: Element>(gpu: &Device, warps: u32) {
         )?;
         Ok(vec![("s", out.to_f64_vec()?)])
     });
-    diff(&format!("m_dot_acc {tag}"), gpu, |dev| {
+    ok &= diff(&format!("m_dot_acc {tag}"), gpu, |dev| {
         let out = dev.zeros::<f32>([m * d])?;
         m_dot_acc::launch_with::<T>(
             dev,
@@ -448,7 +392,7 @@ fn minimal<T: Element>(gpu: &Device, warps: u32) {
         Ok(vec![("out", out.to_f64_vec()?)])
     });
     for n in [16, 13] {
-        diff(&format!("m_row_bcast n{n} {tag}"), gpu, |dev| {
+        ok &= diff(&format!("m_row_bcast n{n} {tag}"), gpu, |dev| {
             let (ot, o) = (dev.zeros::<f32>([m * m])?, dev.zeros::<f32>([m * m])?);
             m_row_bcast::launch_with::<T>(
                 dev,
@@ -469,7 +413,7 @@ fn minimal<T: Element>(gpu: &Device, warps: u32) {
     for n_q in [16usize, 32, 37] {
         let q = rng.vec(n_q * d);
         let dd = rng.vec(n_q * d);
-        diff(&format!("m_loop_dots nq{n_q} {tag}"), gpu, |dev| {
+        ok &= diff(&format!("m_loop_dots nq{n_q} {tag}"), gpu, |dev| {
             let (dk, dv) = (dev.zeros::<f32>([m * d])?, dev.zeros::<f32>([m * d])?);
             m_loop_dots::launch_with::<T>(
                 dev,
@@ -495,7 +439,7 @@ fn minimal<T: Element>(gpu: &Device, warps: u32) {
         (2, 37, 48),
     ] {
         let q = rng.vec(groups * n_q * d);
-        diff(
+        ok &= diff(
             &format!("m_nested g{groups} nq{n_q} mid{mid} {tag}"),
             gpu,
             |dev| {
@@ -517,39 +461,5 @@ fn minimal<T: Element>(gpu: &Device, warps: u32) {
             },
         );
     }
-}
-
-fn main() -> Result<()> {
-    let gpu = Device::cuda(0)?;
-    let only = std::env::args().nth(1).unwrap_or_default();
-    if only.is_empty() || only == "minimal" {
-        for w in [4, 1] {
-            minimal::<f32>(&gpu, w);
-            minimal::<f16>(&gpu, w);
-        }
-    }
-    if only.is_empty() || only == "full" {
-        let dims = |b, h, hkv, n_q, n_k, d| Dims {
-            batch: b,
-            heads: h,
-            kv_heads: hkv,
-            n_q,
-            n_k,
-            head_dim: d,
-        };
-        for (dm, causal, w) in [
-            (dims(1, 1, 1, 16, 16, 64), false, 4),
-            (dims(1, 1, 1, 16, 16, 64), false, 1),
-            (dims(1, 1, 1, 32, 16, 64), false, 4),
-            (dims(1, 2, 1, 16, 16, 64), false, 4),
-            (dims(1, 1, 1, 37, 53, 64), false, 4),
-            (dims(2, 4, 2, 37, 53, 64), false, 4),
-            (dims(2, 4, 2, 37, 53, 64), true, 4),
-        ] {
-            full_kernels::<f32>(&gpu, dm, causal, w);
-        }
-        full_kernels::<f16>(&gpu, dims(2, 4, 2, 37, 53, 64), true, 4);
-        full_kernels::<bf16>(&gpu, dims(1, 1, 1, 16, 16, 64), false, 4);
-    }
-    Ok(())
+    ok
 }

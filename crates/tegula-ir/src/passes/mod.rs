@@ -1,5 +1,7 @@
-//! Tile-level cleanup passes: dead-code elimination, common-subexpression elimination, and
-//! [`canonicalize`], which adds simple folds and runs all three to a fixed point.
+//! Tile-level passes: dead-code elimination, common-subexpression elimination, and
+//! [`canonicalize`], which adds simple folds and runs all three to a fixed point; and
+//! [`affine_recurrences`] (`recurrences.rs`), which expresses the pointers and offsets a loop
+//! advances by a constant as functions of its counter, for the GPU's software pipeline.
 //!
 //! The passes expect a kernel that verifies (they may panic on one that does not), and every
 //! pass keeps a verified kernel verified. Instructions are never deleted from the arena:
@@ -12,6 +14,9 @@ use crate::fast_hash::HashMap;
 use crate::kernel::{Block, EntityRef, Inst, Kernel, Value, ValueDef};
 use crate::op::{BinaryOp, Constant, Op};
 use crate::types::TileType;
+
+mod recurrences;
+pub use recurrences::affine_recurrences;
 
 /// Removes instructions whose results nothing needs.
 ///
@@ -215,7 +220,7 @@ fn cse_block(
     changed
 }
 
-fn rewrite_args(k: &mut Kernel, i: Inst, subst: &HashMap<Value, Value>) {
+pub(crate) fn rewrite_args(k: &mut Kernel, i: Inst, subst: &HashMap<Value, Value>) {
     if subst.is_empty() {
         return;
     }

@@ -1,10 +1,13 @@
-//! GPU check of tegula-cuda on a real device (not a test: CI has no GPU).
+//! GPU test of tegula-cuda on a real device: the driver paths that only a GPU can exercise
+//! (device info, JIT + cubin disk cache, checked launch, an empty grid that launches nothing,
+//! dynamic shared memory past 48 KB, fills/copies, cudarc interop on a second stream, event
+//! timing, a JIT error mapped to source, and, last (it breaks the context), a faulting kernel
+//! named at synchronize). One test, since the checks share a context and the last one breaks
+//! it; it fails at the first failed check.
 //!
-//! `cargo run --release -p tegula-cuda --example gpu_smoke` exercises the driver paths that only a GPU
-//! can: device info, JIT + cubin disk cache, checked launch, dynamic shared memory past 48 KB,
-//! fills/copies, cudarc interop on a second stream, event timing, a JIT error mapped to source,
-//! and, last (it breaks the context), a faulting kernel named at synchronize. Exits non-zero on
-//! the first failed check.
+//! Ignored without a GPU (CI has none): `TEGULA_GPU_TESTS=1 cargo test --release -p tegula-cuda
+//! --test gpu_smoke -- --ignored` runs it (see the README's tests section). Asked to run
+//! without `TEGULA_GPU_TESTS=1` or without a GPU, it fails, saying which.
 
 use std::sync::Arc;
 use tegula_cuda::cudarc::driver::{sys, CudaContext, CudaSlice};
@@ -157,7 +160,29 @@ fn loc_map(ptx: &str) -> impl Fn(usize) -> Option<String> + '_ {
     }
 }
 
-fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// Fails unless the GPU tests were asked for (`TEGULA_GPU_TESTS=1`) and a GPU is there.
+fn require_gpu() {
+    let asked = std::env::var("TEGULA_GPU_TESTS").is_ok_and(|v| {
+        matches!(
+            v.trim().to_ascii_lowercase().as_str(),
+            "1" | "true" | "on" | "yes"
+        )
+    });
+    assert!(
+        asked,
+        "GPU tests run with TEGULA_GPU_TESTS=1 on a machine with a GPU: \
+         TEGULA_GPU_TESTS=1 cargo test -- --ignored"
+    );
+    assert!(
+        CudaRuntime::is_available(),
+        "TEGULA_GPU_TESTS=1, but no CUDA driver and GPU are available"
+    );
+}
+
+#[test]
+#[ignore = "needs a GPU: TEGULA_GPU_TESTS=1 cargo test -- --ignored"]
+fn driver_paths_work_on_the_gpu() -> Result<(), Box<dyn std::error::Error>> {
+    require_gpu();
     check(CudaRuntime::is_available(), "is_available")?;
     let rt = CudaRuntime::new(0)?;
     let info = rt.device_info();
@@ -247,6 +272,19 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     check(
         max_err < 1e-6 && out.iter().all(|v| v.is_finite()),
         "saxpy matches the f64 reference",
+    )?;
+
+    // An empty grid launches nothing and succeeds (the interpreter's rule too).
+    rt.fill_u32(&dout, 0x7fc0_0000)?;
+    for empty in [[0, 1, 1], [4, 0, 1], [1, 1, 0]] {
+        rt.launch(&saxpy, empty, [256, 1, 1], 0, &args)?;
+    }
+    rt.synchronize()?;
+    let mut untouched = vec![0u8; n * 4];
+    rt.dtoh(&dout, &mut untouched)?;
+    check(
+        f32s(&untouched).iter().all(|v| v.is_nan()),
+        "an empty grid launches nothing",
     )?;
 
     // Argument checks before the driver sees them.

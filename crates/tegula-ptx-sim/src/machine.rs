@@ -1,0 +1,1203 @@
+//! The SIMT machine: one CTA at a time, every thread in lockstep, shared memory with the
+//! barrier and race checks, `cp.async` and `wgmma` asynchrony modeled at their latest.
+
+use crate::parse::{Ins, Opnd, Prog};
+use half::{bf16, f16};
+use std::collections::HashMap;
+
+/// Global memory: buffers at fixed, widely spaced addresses.
+pub(crate) struct Gmem {
+    pub(crate) bufs: Vec<Vec<u8>>,
+}
+
+pub(crate) const GBASE: u64 = 1 << 40;
+pub(crate) const GSPAN: u64 = 1 << 32;
+
+impl Gmem {
+    fn at(&mut self, addr: u64, n: usize) -> &mut [u8] {
+        let b = ((addr - GBASE) / GSPAN) as usize;
+        let off = ((addr - GBASE) % GSPAN) as usize;
+        let buf = &mut self.bufs[b];
+        assert!(
+            off + n <= buf.len(),
+            "global access out of bounds: buffer {b} offset {off}"
+        );
+        &mut buf[off..off + n]
+    }
+}
+
+/// One `cp.async` in flight: bytes to land in shared memory.
+#[derive(Clone)]
+pub(crate) struct Copy {
+    addr: u64,
+    data: Vec<u8>,
+}
+
+#[derive(Clone, Copy)]
+pub(crate) struct Access {
+    epoch: u32,
+    thread: u32,
+}
+
+/// The `thread` of [`Access`] for the reads of warpgroup `g`'s wgmmas (`u32::MAX` stands for
+/// several threads).
+pub(crate) fn wgmma_reader(g: usize) -> u32 {
+    u32::MAX - 1 - g as u32
+}
+
+/// Whether `a` is an access in `epoch` by someone other than thread `t` (or, a wgmma's read,
+/// other than `t`'s warpgroup: its own wait orders its threads after the read).
+pub(crate) fn by_another(a: Option<Access>, epoch: u32, t: usize) -> bool {
+    a.is_some_and(|a| a.epoch == epoch && a.thread != t as u32 && a.thread != wgmma_reader(t / 128))
+}
+
+pub(crate) struct Machine<'p> {
+    prog: &'p Prog,
+    threads: usize,
+    regs: Vec<Vec<u64>>,
+    smem: Vec<u8>,
+    /// Per shared byte: the last write and last read (thread u32::MAX: several threads).
+    writes: Vec<Option<Access>>,
+    reads: Vec<Option<Access>>,
+    epoch: u32,
+    pc: usize,
+    /// Per thread: cp.async copies of the open group, and committed groups not yet waited for.
+    open: Vec<Vec<Copy>>,
+    committed: Vec<Vec<Vec<Copy>>>,
+    params: HashMap<String, u64>,
+    ctaid: [u64; 3],
+    nctaid: [u64; 3],
+    /// Per shared byte: how many issued cp.async copies have not landed there yet.
+    copies_in_flight: Vec<u16>,
+    /// Per thread: `fence.proxy.async` executed so far; per shared byte: the writer's count
+    /// at the last write (the write is visible to wgmma once the writer's count is higher).
+    proxy_fences: Vec<u32>,
+    write_fences: Vec<u32>,
+    /// Per shared byte: how many pending wgmmas read it (writes are errors until they retire).
+    wgmma_reads: Vec<u16>,
+    /// Per warpgroup (when the kernel uses wgmma).
+    warpgroups: Vec<WarpgroupState>,
+}
+
+/// One issued `wgmma.mma_async` of a warpgroup: it runs when a `wgmma.wait_group` retires
+/// its group, reading its registers and shared memory then (the latest the hardware may).
+pub(crate) struct PendingMma {
+    pc: usize,
+    accumulate: bool,
+    /// Shared addresses of A's elements `[m][k]` (64 x 16; empty when A is in registers) and
+    /// B's `[k][n]` (16 x N), from the descriptors at issue.
+    a_addrs: Vec<u32>,
+    b_addrs: Vec<u32>,
+}
+
+/// The wgmma state of one warpgroup (4 warps, 128 threads).
+pub(crate) struct WarpgroupState {
+    uncommitted: Vec<PendingMma>,
+    /// Committed groups, oldest first.
+    committed: std::collections::VecDeque<Vec<PendingMma>>,
+    /// Per register: pending wgmmas using it as accumulator, as A fragment.
+    locked_d: Vec<u16>,
+    locked_a: Vec<u16>,
+    /// Per register: the step of the last access by an instruction other than wgmma; and the
+    /// step of the last `wgmma.fence` (which must separate the two).
+    touched: Vec<u64>,
+    fenced: u64,
+}
+
+impl WarpgroupState {
+    fn new(nregs: usize) -> Self {
+        WarpgroupState {
+            uncommitted: Vec::new(),
+            committed: Default::default(),
+            locked_d: vec![0; nregs],
+            locked_a: vec![0; nregs],
+            touched: vec![0; nregs],
+            fenced: 0,
+        }
+    }
+
+    fn pending(&self) -> impl Iterator<Item = &PendingMma> {
+        self.uncommitted
+            .iter()
+            .chain(self.committed.iter().flatten())
+    }
+}
+
+/// The shape and operands of a `wgmma.mma_async.sync.aligned.m64nNk16.f32.{bf16,f16}.*`.
+pub(crate) struct WgmmaForm<'a> {
+    n: usize,
+    bf16: bool,
+    d: &'a [usize],
+    /// A's registers (4 per thread) when A comes from registers, else None (a descriptor).
+    a_regs: Option<&'a [usize]>,
+    scale_a: f64,
+    scale_b: f64,
+    trans_a: bool,
+    trans_b: bool,
+}
+
+impl<'a> WgmmaForm<'a> {
+    /// Operands per the PTX ISA: `d, a-desc, b-desc, scale-d, imm-scale-a, imm-scale-b,
+    /// imm-trans-a, imm-trans-b` or, A from registers, `d, {a0..a3}, b-desc, scale-d,
+    /// imm-scale-a, imm-scale-b, imm-trans-b`.
+    fn of(ins: &'a Ins) -> Self {
+        let op = &ins.op;
+        let shape = op
+            .split('.')
+            .find(|p| p.starts_with("m64n"))
+            .unwrap_or_else(|| panic!("{op}: no m64nNk16 shape"));
+        let (n, k) = shape[4..].split_once('k').unwrap();
+        let n: usize = n.parse().unwrap();
+        assert!(
+            k == "16" && n.is_multiple_of(8) && (8..=256).contains(&n),
+            "{op}"
+        );
+        let bf16 = op.ends_with(".f32.bf16.bf16");
+        assert!(bf16 || op.ends_with(".f32.f16.f16"), "unsupported {op}");
+        let imm = |i: usize| match ins.args[i] {
+            Opnd::Imm(x) => x,
+            ref o => panic!("{op}: operand {i} is {o:?}, not an immediate"),
+        };
+        let Opnd::Vec(d) = &ins.args[0] else {
+            panic!("{op}: accumulator not a vector")
+        };
+        assert_eq!(d.len(), n / 2, "{op}: N/2 accumulator registers");
+        let a_regs = match &ins.args[1] {
+            Opnd::Vec(a) => {
+                assert_eq!(a.len(), 4, "{op}: four A registers");
+                Some(a.as_slice())
+            }
+            _ => None,
+        };
+        let (trans_a, trans_b) = if a_regs.is_some() {
+            assert_eq!(ins.args.len(), 7, "{op}: operands");
+            (0, imm(6))
+        } else {
+            assert_eq!(ins.args.len(), 8, "{op}: operands");
+            (imm(6), imm(7))
+        };
+        for (what, x) in [("imm-trans-a", trans_a), ("imm-trans-b", trans_b)] {
+            assert!(x == 0 || x == 1, "{op}: {what} {x}");
+        }
+        let scale = |i: usize| match imm(i) {
+            1 => 1.0,
+            -1 => -1.0,
+            x => panic!("{op}: imm-scale {x}"),
+        };
+        WgmmaForm {
+            n,
+            bf16,
+            d,
+            a_regs,
+            scale_a: scale(4),
+            scale_b: scale(5),
+            trans_a: trans_a == 1,
+            trans_b: trans_b == 1,
+        }
+    }
+}
+
+/// The shared address holding element (`mn`, `k`) of a wgmma operand from its descriptor,
+/// per the PTX ISA's matrix descriptor and canonical layouts (the reading of
+/// `lower/wgmma.rs`'s `hardware_address`, confirmed on the H200 by tegula-ptx's
+/// `tests/gpu_wgmma_probe.rs`): start address >> 4 in bits 0-13, leading byte offset >> 4 in
+/// 16-29, stride byte offset >> 4 in 32-45, base offset in 49-51 (0 here), swizzle in 62-63
+/// (1: 128 bytes, 2: 64, 3: 32).
+/// K-major (`k_major`): 8 rows of `width` bytes (the swizzle's row) hold 8 rows of M/N, the
+/// stride offset moves 8 rows. MN-major: a row of `width` bytes holds `width / 2` elements
+/// along M/N, 8 such rows are 8 k, the stride offset moves 8 k and the leading offset the
+/// next `width / 2` of M/N. The swizzle XORs address bits 4.. with bits 7.. (3, 2 or 1 bits).
+pub(crate) fn descriptor_address(desc: u64, mn: u32, k: u32, k_major: bool) -> u32 {
+    let field = |shift: u32| (((desc >> shift) & 0x3fff) << 4) as u32;
+    let (start, leading, stride) = (field(0), field(16), field(32));
+    let reserved = desc & (0b11 << 14 | 0b11 << 30 | 0x3ff << 46 | 0x3ff << 52);
+    assert_eq!(
+        reserved, 0,
+        "descriptor {desc:#x}: reserved bits or base offset set"
+    );
+    let width = match desc >> 62 {
+        1 => 128,
+        2 => 64,
+        3 => 32,
+        _ => panic!("descriptor {desc:#x}: no swizzle (interleaved layout) is not modeled"),
+    };
+    let linear = if k_major {
+        start + (mn % 8) * width + (mn / 8) * stride + 2 * k
+    } else {
+        let per_row = width / 2;
+        start + 2 * (mn % per_row) + (mn / per_row) * leading + (k % 8) * width + (k / 8) * stride
+    };
+    linear ^ (((linear >> 7) & (width / 16 - 1)) << 4)
+}
+
+/// PTX `max.f32`: the non-NaN operand when one is NaN, and +0 of two zeros in either order
+/// (as the H200 does; Rust's `f32::max` may return either zero, by operand order).
+pub(crate) fn max_f32(a: f32, b: f32) -> f32 {
+    if a == 0.0 && b == 0.0 {
+        f32::from_bits(a.to_bits() & b.to_bits())
+    } else {
+        a.max(b)
+    }
+}
+
+/// PTX `min.f32`: the non-NaN operand when one is NaN, and -0 of two zeros in either order.
+pub(crate) fn min_f32(a: f32, b: f32) -> f32 {
+    if a == 0.0 && b == 0.0 {
+        f32::from_bits(a.to_bits() | b.to_bits())
+    } else {
+        a.min(b)
+    }
+}
+
+pub(crate) fn f32v(x: u64) -> f32 {
+    f32::from_bits(x as u32)
+}
+pub(crate) fn bits(x: f32) -> u64 {
+    x.to_bits() as u64
+}
+
+/// cvt.rna.tf32.f32: round to 10 mantissa bits, ties away from zero.
+pub fn tf32(x: f32) -> f32 {
+    if !x.is_finite() {
+        return x;
+    }
+    f32::from_bits((x.to_bits() + 0x1000) & !0x1fff)
+}
+
+impl<'p> Machine<'p> {
+    fn val(&self, t: usize, a: &Opnd) -> u64 {
+        match a {
+            Opnd::Reg(r) => self.regs[t][*r],
+            Opnd::Imm(i) => *i as u64,
+            Opnd::Bits(b) => *b,
+            Opnd::Sym(s) => match s.as_str() {
+                "%tid.x" => t as u64,
+                "%ctaid.x" => self.ctaid[0],
+                "%ctaid.y" => self.ctaid[1],
+                "%ctaid.z" => self.ctaid[2],
+                "%nctaid.x" => self.nctaid[0],
+                "%nctaid.y" => self.nctaid[1],
+                "%nctaid.z" => self.nctaid[2],
+                p if self.prog.shared_syms.contains_key(p) => self.prog.shared_syms[p].0 as u64,
+                p => *self.params.get(p).unwrap_or_else(|| panic!("symbol {p}")),
+            },
+            other => panic!("no value for {other:?}"),
+        }
+    }
+
+    fn addr(&self, t: usize, a: &Opnd) -> u64 {
+        match a {
+            Opnd::Addr(b, off) => {
+                if let Opnd::Sym(s) = &**b {
+                    if !self.prog.shared_syms.contains_key(s) {
+                        return 0; // parameter space: handled by ld.param
+                    }
+                }
+                self.val(t, b).wrapping_add(*off as u64)
+            }
+            _ => panic!("not an address"),
+        }
+    }
+
+    fn set(&mut self, t: usize, a: &Opnd, v: u64) {
+        match a {
+            Opnd::Reg(r) => self.regs[t][*r] = v,
+            other => panic!("cannot write {other:?}"),
+        }
+    }
+
+    /// Records an access of `n` bytes at `addr` (a write of `data` when given); panics on a
+    /// race: a byte another thread wrote since the last barrier (unless a write stores the
+    /// same value), or a write over a byte another thread read since the last barrier.
+    fn smem_access(&mut self, t: usize, addr: u64, n: usize, data: Option<&[u8]>) {
+        let me = Access {
+            epoch: self.epoch,
+            thread: t as u32,
+        };
+        for (k, b) in (addr as usize..addr as usize + n).enumerate() {
+            assert!(b < self.smem.len(), "shared access out of bounds");
+            let other = |x: Option<Access>| by_another(x, self.epoch, t);
+            let same_value = data.is_some_and(|d| d[k] == self.smem[b]);
+            assert!(
+                !other(self.writes[b]) || same_value,
+                "shared byte {b} (thread {t}) written by thread {} without a barrier (pc {}: {:?})",
+                self.writes[b].unwrap().thread,
+                self.pc,
+                self.prog.code[self.pc]
+            );
+            if let Some(d) = data {
+                assert!(
+                    !other(self.reads[b]) || d[k] == self.smem[b],
+                    "shared byte {b} overwritten while another thread reads it (pc {})",
+                    self.pc
+                );
+                assert_eq!(
+                    self.wgmma_reads[b], 0,
+                    "shared byte {b} written (thread {t}, pc {}) while a pending wgmma reads it",
+                    self.pc
+                );
+                self.writes[b] = Some(me);
+                self.write_fences[b] = self.proxy_fences[t];
+                self.smem[b] = d[k];
+            } else {
+                assert!(
+                    self.copies_in_flight[b] == 0,
+                    "shared byte {b} read before its cp.async was waited for"
+                );
+                self.reads[b] = match self.reads[b] {
+                    Some(a) if a.epoch == self.epoch && a.thread != t as u32 => Some(Access {
+                        epoch: self.epoch,
+                        thread: u32::MAX,
+                    }),
+                    _ => Some(me),
+                };
+            }
+        }
+    }
+
+    fn run(&mut self, gmem: &mut Gmem) {
+        let mut pc = 0;
+        let mut steps = 0u64;
+        while pc < self.prog.code.len() {
+            steps += 1;
+            assert!(steps < 5_000_000, "runaway");
+            let ins = &self.prog.code[pc];
+            self.pc = pc;
+            pc += 1;
+            let active: Vec<bool> = (0..self.threads)
+                .map(|t| match ins.guard {
+                    None => true,
+                    Some((p, neg)) => (self.regs[t][p] != 0) != neg,
+                })
+                .collect();
+            let op = ins.op.as_str();
+            if self.prog.has_wgmma {
+                self.wgmma_register_checks(ins, &active, steps);
+            }
+            if op == "ret" {
+                self.assert_no_wgmma_pending();
+                return;
+            }
+            if op.starts_with("wgmma.") {
+                self.wgmma(ins, &active, steps);
+                continue;
+            }
+            if op.starts_with("fence.proxy.async") {
+                for (t, &on) in active.iter().enumerate() {
+                    if on {
+                        self.proxy_fences[t] += 1;
+                    }
+                }
+                continue;
+            }
+            if op.starts_with("bra") {
+                let taken = active[0];
+                assert!(active.iter().all(|&a| a == taken), "divergent branch");
+                if taken {
+                    let Opnd::Label(l) = &ins.args[0] else {
+                        panic!()
+                    };
+                    pc = self.prog.labels[l];
+                }
+                continue;
+            }
+            if op == "bar.sync" {
+                self.epoch += 1;
+                continue;
+            }
+            if op.starts_with("ldmatrix") {
+                self.ldmatrix(ins, &active);
+                continue;
+            }
+            if op.starts_with("mma.sync") {
+                self.mma(ins, &active);
+                continue;
+            }
+            if op.starts_with("shfl.sync.bfly") {
+                let src: Vec<u64> = (0..self.threads)
+                    .map(|t| self.val(t, &ins.args[1]))
+                    .collect();
+                for t in 0..self.threads {
+                    if active[t] {
+                        let m = self.val(t, &ins.args[2]) as usize;
+                        let v = src[(t & !31) | ((t & 31) ^ m)];
+                        self.set(t, &ins.args[0], v);
+                    }
+                }
+                continue;
+            }
+            for (t, &on) in active.iter().enumerate() {
+                if on {
+                    self.exec(t, ins, gmem);
+                }
+            }
+        }
+        self.assert_no_wgmma_pending();
+    }
+
+    fn exec(&mut self, t: usize, ins: &Ins, gmem: &mut Gmem) {
+        let op = ins.op.as_str();
+        let parts: Vec<&str> = op.split('.').collect();
+        let ty = *parts.last().unwrap();
+        let a = &ins.args;
+        let v = |m: &Self, i: usize| m.val(t, &a[i]);
+        // Packing and unpacking moves.
+        if parts[0] == "mov" {
+            match (&a[0], &a[1]) {
+                (Opnd::Vec(d), _) => {
+                    let x = v(self, 1);
+                    let w = if ty == "b64" { 32 } else { 16 };
+                    for (k, &r) in d.iter().enumerate() {
+                        self.regs[t][r] = (x >> (w * k)) & ((1u64 << w) - 1);
+                    }
+                }
+                (_, Opnd::Vec(s)) => {
+                    let w = if ty == "b64" { 32 } else { 16 };
+                    let x = s
+                        .iter()
+                        .enumerate()
+                        .fold(0u64, |acc, (k, &r)| acc | (self.regs[t][r] << (w * k)));
+                    self.set(t, &a[0], x);
+                }
+                _ => {
+                    let x = v(self, 1);
+                    let x = match ty {
+                        "b16" => x & 0xffff,
+                        "u32" | "b32" | "f32" | "s32" => x & 0xffff_ffff,
+                        _ => x,
+                    };
+                    self.set(t, &a[0], x);
+                }
+            }
+            return;
+        }
+        let width = |ty: &str| -> usize {
+            match ty {
+                "b16" | "u16" | "s16" => 2,
+                "b64" | "u64" | "s64" | "f64" => 8,
+                "u8" | "s8" => 1,
+                _ => 4,
+            }
+        };
+        let load = |m: &mut Self, g: &mut Gmem, shared: bool, addr: u64, n: usize| -> u64 {
+            let bytes: Vec<u8> = if shared {
+                m.smem_access(t, addr, n, None);
+                m.smem[addr as usize..addr as usize + n].to_vec()
+            } else {
+                g.at(addr, n).to_vec()
+            };
+            bytes
+                .iter()
+                .enumerate()
+                .fold(0u64, |acc, (k, &b)| acc | (b as u64) << (8 * k))
+        };
+        if parts[0] == "cp" {
+            match parts[2] {
+                "commit_group" => {
+                    let g = std::mem::take(&mut self.open[t]);
+                    self.committed[t].push(g);
+                }
+                "wait_group" | "wait_all" => {
+                    let keep = if parts[2] == "wait_all" {
+                        0
+                    } else {
+                        v(self, 0) as usize
+                    };
+                    let n = self.committed[t].len().saturating_sub(keep);
+                    let done: Vec<Vec<Copy>> = self.committed[t].drain(..n).collect();
+                    for c in done.into_iter().flatten() {
+                        let len = c.data.len();
+                        for b in c.addr as usize..c.addr as usize + len {
+                            self.copies_in_flight[b] -= 1;
+                        }
+                        self.smem_access(t, c.addr, len, Some(&c.data));
+                    }
+                }
+                _ => {
+                    // cp.async.{ca,cg}.shared.global [dst], [src], size, src_size
+                    let dst = self.addr(t, &a[0]);
+                    let src = self.addr(t, &a[1]);
+                    let (size, src_size) = (v(self, 2) as usize, v(self, 3) as usize);
+                    assert!(size == 4 || size == 8 || size == 16);
+                    assert_eq!(dst % size as u64, 0, "misaligned cp.async destination");
+                    // The copy may land any time from now: no other thread may be reading
+                    // these bytes since the last barrier.
+                    for b in dst as usize..dst as usize + size {
+                        assert!(
+                            !by_another(self.reads[b], self.epoch, t),
+                            "cp.async overwrites shared byte {b} another thread reads (pc {})",
+                            self.pc
+                        );
+                        assert_eq!(
+                            self.wgmma_reads[b], 0,
+                            "cp.async (pc {}) into shared byte {b}, which a pending wgmma reads",
+                            self.pc
+                        );
+                        self.copies_in_flight[b] += 1;
+                    }
+                    let mut data = vec![0u8; size];
+                    if src_size > 0 {
+                        assert_eq!(src % size as u64, 0, "misaligned cp.async source");
+                        data[..src_size].copy_from_slice(gmem.at(src, src_size));
+                    }
+                    self.open[t].push(Copy { addr: dst, data });
+                }
+            }
+            return;
+        }
+        match parts[0] {
+            "ld" if parts[1] == "param" => {
+                let Opnd::Addr(b, _) = &a[1] else { panic!() };
+                let Opnd::Sym(name) = &**b else { panic!() };
+                let x = self.params[name];
+                self.set(t, &a[0], x);
+            }
+            "ld" => {
+                let shared = parts[1] == "shared";
+                let vecn = parts
+                    .iter()
+                    .find_map(|p| p.strip_prefix('v').and_then(|n| n.parse::<usize>().ok()))
+                    .unwrap_or(1);
+                let w = width(ty);
+                let addr = self.addr(t, &a[1]);
+                match &a[0] {
+                    Opnd::Vec(regs) => {
+                        for (k, &r) in regs.iter().enumerate() {
+                            self.regs[t][r] = load(self, gmem, shared, addr + (k * w) as u64, w);
+                        }
+                    }
+                    d => {
+                        assert_eq!(vecn, 1);
+                        let x = load(self, gmem, shared, addr, w);
+                        self.set(t, d, x);
+                    }
+                }
+            }
+            "st" => {
+                let shared = parts[1] == "shared";
+                let w = width(ty);
+                let addr = self.addr(t, &a[0]);
+                let vals: Vec<u64> = match &a[1] {
+                    Opnd::Vec(regs) => regs.iter().map(|&r| self.regs[t][r]).collect(),
+                    s => vec![self.val(t, s)],
+                };
+                for (k, x) in vals.into_iter().enumerate() {
+                    let at = addr + (k * w) as u64;
+                    let bytes = x.to_le_bytes();
+                    if shared {
+                        self.smem_access(t, at, w, Some(&bytes[..w]));
+                    } else {
+                        gmem.at(at, w).copy_from_slice(&bytes[..w]);
+                    }
+                }
+            }
+            // `red.<sem>.gpu.global.add[.v2|.v4].f32 [addr], value(s)`: one f32 add per element.
+            "red" => {
+                assert!(parts.contains(&"add") && ty == "f32", "unsupported {op}");
+                let addr = self.addr(t, &a[0]);
+                let vals: Vec<u64> = match &a[1] {
+                    Opnd::Vec(regs) => regs.iter().map(|&r| self.regs[t][r]).collect(),
+                    s => vec![self.val(t, s)],
+                };
+                assert_eq!(addr % (4 * vals.len() as u64), 0, "misaligned {op}");
+                for (k, x) in vals.into_iter().enumerate() {
+                    let word = gmem.at(addr + 4 * k as u64, 4);
+                    let old = f32::from_le_bytes([word[0], word[1], word[2], word[3]]);
+                    word.copy_from_slice(&(old + f32v(x)).to_le_bytes());
+                }
+            }
+            "cvta" => {
+                let x = v(self, 1);
+                self.set(t, &a[0], x);
+            }
+            "cvt" => {
+                let x = v(self, 1);
+                let r = match op {
+                    "cvt.rn.bf16.f32" => bf16::from_f32(f32v(x)).to_bits() as u64,
+                    "cvt.rn.f16.f32" => f16::from_f32(f32v(x)).to_bits() as u64,
+                    "cvt.f32.bf16" => bits(bf16::from_bits(x as u16).to_f32()),
+                    "cvt.f32.f16" => bits(f16::from_bits(x as u16).to_f32()),
+                    "cvt.rna.tf32.f32" => bits(tf32(f32v(x))),
+                    "cvt.u32.u64" => x & 0xffff_ffff,
+                    "cvt.s64.s32" => x as u32 as i32 as i64 as u64,
+                    "cvt.rn.f32.s32" => bits(x as u32 as i32 as f32),
+                    other => panic!("unsupported {other}"),
+                };
+                self.set(t, &a[0], r);
+            }
+            "setp" => {
+                let (x, y) = (v(self, 1), v(self, 2));
+                let cmp = parts[1];
+                let r = match ty {
+                    "s32" => {
+                        let (x, y) = (x as u32 as i32, y as u32 as i32);
+                        match cmp {
+                            "lt" => x < y,
+                            "le" => x <= y,
+                            "gt" => x > y,
+                            "ge" => x >= y,
+                            "eq" => x == y,
+                            "ne" => x != y,
+                            c => panic!("{c}"),
+                        }
+                    }
+                    "u32" => {
+                        let (x, y) = (x as u32, y as u32);
+                        match cmp {
+                            "lt" => x < y,
+                            "le" => x <= y,
+                            "gt" => x > y,
+                            "ge" => x >= y,
+                            "eq" => x == y,
+                            "ne" => x != y,
+                            c => panic!("{c}"),
+                        }
+                    }
+                    "f32" => {
+                        let (x, y) = (f32v(x), f32v(y));
+                        match cmp {
+                            "lt" => x < y,
+                            "le" => x <= y,
+                            "gt" => x > y,
+                            "ge" => x >= y,
+                            "eq" => x == y,
+                            "ne" => x != y && !x.is_nan() && !y.is_nan(),
+                            "neu" => x != y || x.is_nan() || y.is_nan(),
+                            "nan" => x.is_nan() || y.is_nan(),
+                            c => panic!("{c}"),
+                        }
+                    }
+                    c => panic!("setp {c}"),
+                };
+                self.set(t, &a[0], r as u64);
+            }
+            "selp" => {
+                let r = if v(self, 3) != 0 {
+                    v(self, 1)
+                } else {
+                    v(self, 2)
+                };
+                self.set(t, &a[0], r);
+            }
+            _ if ty == "pred" => {
+                let r = match parts[0] {
+                    "and" => v(self, 1) & v(self, 2),
+                    "or" => v(self, 1) | v(self, 2),
+                    "xor" => v(self, 1) ^ v(self, 2),
+                    "not" => 1 - v(self, 1),
+                    o => panic!("{o}.pred"),
+                };
+                self.set(t, &a[0], r);
+            }
+            _ if ty == "f32" => {
+                let f = |i: usize| f32v(v(self, i));
+                let r = match parts[0] {
+                    "add" => f(1) + f(2),
+                    "sub" => f(1) - f(2),
+                    "mul" => f(1) * f(2),
+                    "div" => f(1) / f(2),
+                    "fma" => f(1).mul_add(f(2), f(3)),
+                    "max" | "min" if op.contains("NaN") && (f(1).is_nan() || f(2).is_nan()) => {
+                        f32::NAN
+                    }
+                    "max" => max_f32(f(1), f(2)),
+                    "min" => min_f32(f(1), f(2)),
+                    "neg" => -f(1),
+                    "abs" => f(1).abs(),
+                    "ex2" => f(1).exp2(),
+                    "lg2" => f(1).log2(),
+                    o => panic!("{o}.f32"),
+                };
+                self.set(t, &a[0], bits(r));
+            }
+            _ => {
+                // Integer ops on 32 or 64 bits.
+                let wide = op.contains("wide");
+                let is64 = matches!(ty, "s64" | "u64" | "b64") || wide;
+                let mask = if is64 { u64::MAX } else { 0xffff_ffff };
+                let sx = |x: u64| -> i64 {
+                    if matches!(ty, "s64" | "u64" | "b64") {
+                        x as i64
+                    } else {
+                        x as u32 as i32 as i64
+                    }
+                };
+                let (x, y) = (v(self, 1), if a.len() > 2 { v(self, 2) } else { 0 });
+                let r = match parts[0] {
+                    "add" => sx(x).wrapping_add(sx(y)) as u64,
+                    "sub" => sx(x).wrapping_sub(sx(y)) as u64,
+                    "mul" => sx(x).wrapping_mul(sx(y)) as u64,
+                    "mad" => sx(x).wrapping_mul(sx(y)).wrapping_add(sx(v(self, 3))) as u64,
+                    "and" => x & y,
+                    "or" => x | y,
+                    "xor" => x ^ y,
+                    "shl" => x << y,
+                    "shr" if ty.starts_with('s') => (sx(x) >> y) as u64,
+                    "shr" => (x & mask) >> y,
+                    "min" => sx(x).min(sx(y)) as u64,
+                    "max" => sx(x).max(sx(y)) as u64,
+                    // Tile indices of persistent kernels (division by zero panics here).
+                    "div" if ty.starts_with('u') => (x & mask) / (y & mask),
+                    "div" => sx(x).wrapping_div(sx(y)) as u64,
+                    "rem" if ty.starts_with('u') => (x & mask) % (y & mask),
+                    "rem" => sx(x).wrapping_rem(sx(y)) as u64,
+                    o => panic!("unsupported {o} ({op})"),
+                };
+                self.set(t, &a[0], r & mask);
+            }
+        }
+    }
+
+    /// The warpgroups (of 128 threads) with an active thread.
+    fn active_warpgroups(&self, active: &[bool]) -> Vec<usize> {
+        (0..self.warpgroups.len())
+            .filter(|&g| active.iter().skip(128 * g).take(128).any(|&a| a))
+            .collect()
+    }
+
+    /// Any instruction other than wgmma: the registers of a pending wgmma (its accumulator,
+    /// its A fragment) may not be accessed before the wait (the PTX ISA: undefined), and the
+    /// access is remembered so that a wgmma using them needs a `wgmma.fence` after it.
+    fn wgmma_register_checks(&mut self, ins: &Ins, active: &[bool], step: u64) {
+        if ins.op.starts_with("wgmma.") || ins.regs.is_empty() || self.warpgroups.is_empty() {
+            return;
+        }
+        for g in self.active_warpgroups(active) {
+            let wg = &mut self.warpgroups[g];
+            for &r in &ins.regs {
+                assert!(
+                    wg.locked_d[r] == 0 && wg.locked_a[r] == 0,
+                    "{} (pc {}: {}) accesses {}, a register of a wgmma not yet waited for",
+                    if wg.locked_d[r] > 0 {
+                        "accumulator"
+                    } else {
+                        "A fragment"
+                    },
+                    self.pc,
+                    ins.op,
+                    self.prog.reg_names[r]
+                );
+                wg.touched[r] = step;
+            }
+        }
+    }
+
+    fn assert_no_wgmma_pending(&self) {
+        for (g, wg) in self.warpgroups.iter().enumerate() {
+            assert!(
+                wg.pending().next().is_none(),
+                "warpgroup {g} exits with wgmmas not waited for"
+            );
+        }
+    }
+
+    /// `wgmma.fence`, `wgmma.commit_group`, `wgmma.wait_group N` and `wgmma.mma_async`: all
+    /// `.sync.aligned`, so every thread of each warpgroup executes them together.
+    fn wgmma(&mut self, ins: &Ins, active: &[bool], step: u64) {
+        assert!(
+            self.threads.is_multiple_of(128),
+            "wgmma with {} threads: not whole warpgroups",
+            self.threads
+        );
+        assert!(
+            active.iter().all(|&a| a),
+            "{} under a guard (pc {})",
+            ins.op,
+            self.pc
+        );
+        let op = ins.op.as_str();
+        for g in 0..self.threads / 128 {
+            match op {
+                "wgmma.fence.sync.aligned" => self.warpgroups[g].fenced = step,
+                "wgmma.commit_group.sync.aligned" => {
+                    let wg = &mut self.warpgroups[g];
+                    let group = std::mem::take(&mut wg.uncommitted);
+                    wg.committed.push_back(group);
+                }
+                "wgmma.wait_group.sync.aligned" => {
+                    let Opnd::Imm(keep) = ins.args[0] else {
+                        panic!("{op}: no immediate")
+                    };
+                    while self.warpgroups[g].committed.len() > keep as usize {
+                        let group = self.warpgroups[g].committed.pop_front().unwrap();
+                        for mma in group {
+                            self.retire_wgmma(g, mma);
+                        }
+                    }
+                }
+                _ if op.starts_with("wgmma.mma_async.sync.aligned.") => self.issue_wgmma(g, ins),
+                _ => panic!("unsupported {op}"),
+            }
+        }
+    }
+
+    /// Checks an issued wgmma of warpgroup `g` and queues it: the descriptors agree across the
+    /// warpgroup; its registers were fenced (`wgmma.fence`) after other instructions used
+    /// them and are not those of another pending wgmma (except the same accumulator of a
+    /// chain); the shared bytes it reads were written before a barrier, by threads that ran
+    /// `fence.proxy.async` since, with no cp.async into them in flight.
+    fn issue_wgmma(&mut self, g: usize, ins: &Ins) {
+        let form = WgmmaForm::of(ins);
+        let lanes = 128 * g..128 * (g + 1);
+        let uniform = |m: &Self, i: usize, what: &str| -> u64 {
+            let x = m.val(lanes.start, &ins.args[i]);
+            for t in lanes.clone() {
+                assert_eq!(
+                    m.val(t, &ins.args[i]),
+                    x,
+                    "{what} differs across warpgroup {g} (thread {t}, pc {})",
+                    m.pc
+                );
+            }
+            x
+        };
+        let b_desc = uniform(self, 2, "B's descriptor");
+        let a_desc = form
+            .a_regs
+            .is_none()
+            .then(|| uniform(self, 1, "A's descriptor"));
+        let accumulate = uniform(self, 3, "scale-d") != 0;
+        let name = |m: &Self, r: usize| m.prog.reg_names[r].clone();
+        let wg = &self.warpgroups[g];
+        for &r in form.d {
+            assert!(
+                wg.fenced > wg.touched[r],
+                "accumulator {} used by a wgmma (pc {}) without a wgmma.fence after its last access",
+                name(self, r),
+                self.pc
+            );
+            assert_eq!(
+                wg.locked_a[r],
+                0,
+                "accumulator {} is a pending A",
+                name(self, r)
+            );
+            if wg.locked_d[r] > 0 {
+                // A chain into the same accumulator is ordered by the hardware: same registers.
+                let same_chain = wg.pending().all(|p| {
+                    let other = WgmmaForm::of(&self.prog.code[p.pc]);
+                    !other.d.contains(&r) || other.d == form.d
+                });
+                assert!(
+                    same_chain,
+                    "accumulator {} shared with a pending wgmma of other registers",
+                    name(self, r)
+                );
+            }
+        }
+        for &r in form.a_regs.unwrap_or(&[]) {
+            assert!(
+                wg.fenced > wg.touched[r],
+                "A fragment {} used by a wgmma (pc {}) without a wgmma.fence after its last access",
+                name(self, r),
+                self.pc
+            );
+            assert_eq!(
+                wg.locked_d[r],
+                0,
+                "A fragment {} is a pending accumulator",
+                name(self, r)
+            );
+        }
+        let n = form.n as u32;
+        // A[m][k]: K-major unless imm-trans-a; B[k][n]: K-major unless imm-trans-b.
+        let a_addrs: Vec<u32> = match a_desc {
+            Some(desc) => (0..64 * 16)
+                .map(|i| descriptor_address(desc, i / 16, i % 16, !form.trans_a))
+                .collect(),
+            None => Vec::new(),
+        };
+        let b_addrs: Vec<u32> = (0..16 * n)
+            .map(|i| descriptor_address(b_desc, i % n, i / n, !form.trans_b))
+            .collect();
+        for &at in a_addrs.iter().chain(&b_addrs) {
+            for b in at as usize..at as usize + 2 {
+                assert!(
+                    b < self.smem.len(),
+                    "wgmma reads shared byte {b}: out of bounds"
+                );
+                assert_eq!(
+                    self.copies_in_flight[b], 0,
+                    "wgmma (pc {}) reads shared byte {b} while a cp.async into it is in flight",
+                    self.pc
+                );
+                let w = self.writes[b].unwrap_or_else(|| {
+                    panic!(
+                        "wgmma (pc {}) reads shared byte {b}, never written",
+                        self.pc
+                    )
+                });
+                assert!(
+                    w.epoch < self.epoch,
+                    "wgmma (pc {}) reads shared byte {b} written by thread {} without a barrier",
+                    self.pc,
+                    w.thread
+                );
+                assert!(
+                    self.proxy_fences[w.thread as usize] > self.write_fences[b],
+                    "wgmma (pc {}) reads shared byte {b}: thread {} wrote it and ran no \
+                     fence.proxy.async since",
+                    self.pc,
+                    w.thread
+                );
+                self.wgmma_reads[b] += 1;
+            }
+        }
+        let wg = &mut self.warpgroups[g];
+        for &r in form.d {
+            wg.locked_d[r] += 1;
+        }
+        for &r in form.a_regs.unwrap_or(&[]) {
+            wg.locked_a[r] += 1;
+        }
+        wg.uncommitted.push(PendingMma {
+            pc: self.pc,
+            accumulate,
+            a_addrs,
+            b_addrs,
+        });
+    }
+
+    /// Runs a retired wgmma of warpgroup `g`: D[64 x N] (+)= A[64 x 16] B[16 x N], exact
+    /// products summed in f64. Warp `w` of the group holds rows 16w..16w+15 of D in the
+    /// `mma.sync` m16n8 accumulator order per 8 columns (register i of lane (q, p): row
+    /// q + 8 ((i >> 1) & 1), column 8 (i >> 2) + 2p + (i & 1)), and, A from registers, rows
+    /// 16w.. of A in the `mma.sync` m16n8k16 A order.
+    fn retire_wgmma(&mut self, g: usize, mma: PendingMma) {
+        let ins = &self.prog.code[mma.pc];
+        let form = WgmmaForm::of(ins);
+        let n = form.n;
+        let elem = |bits: u16| -> f64 {
+            if form.bf16 {
+                bf16::from_bits(bits).to_f64()
+            } else {
+                f16::from_bits(bits).to_f64()
+            }
+        };
+        let smem_elem = |m: &Self, at: u32| {
+            elem(u16::from_le_bytes([
+                m.smem[at as usize],
+                m.smem[at as usize + 1],
+            ]))
+        };
+        let mut a = vec![[0f64; 16]; 64];
+        match form.a_regs {
+            None => {
+                for (i, &at) in mma.a_addrs.iter().enumerate() {
+                    a[i / 16][i % 16] = smem_elem(self, at);
+                }
+            }
+            Some(regs) => {
+                for l in 0..128 {
+                    let (w, q, p) = (l / 32, (l % 32) / 4, l % 4);
+                    for (j, &r) in regs.iter().enumerate() {
+                        let x = self.regs[128 * g + l][r];
+                        for h in 0..2 {
+                            a[16 * w + q + 8 * (j & 1)][2 * p + h + 8 * (j >> 1)] =
+                                elem((x >> (16 * h)) as u16);
+                        }
+                    }
+                }
+            }
+        }
+        let b: Vec<f64> = mma.b_addrs.iter().map(|&at| smem_elem(self, at)).collect();
+        for l in 0..128 {
+            let t = 128 * g + l;
+            let (w, q, p) = (l / 32, (l % 32) / 4, l % 4);
+            for (i, &r) in form.d.iter().enumerate() {
+                let row = 16 * w + q + 8 * ((i >> 1) & 1);
+                let col = 8 * (i >> 2) + 2 * p + (i & 1);
+                let s: f64 = (0..16).map(|k| a[row][k] * b[k * n + col]).sum();
+                let c = if mma.accumulate {
+                    f32v(self.regs[t][r]) as f64
+                } else {
+                    0.0
+                };
+                self.regs[t][r] = bits((c + form.scale_a * form.scale_b * s) as f32);
+            }
+        }
+        // The reads are done for this warpgroup; other threads' writes need a barrier first.
+        let reader = wgmma_reader(g);
+        for &at in mma.a_addrs.iter().chain(&mma.b_addrs) {
+            for b in at as usize..at as usize + 2 {
+                self.wgmma_reads[b] -= 1;
+                let several =
+                    self.reads[b].is_some_and(|a| a.epoch == self.epoch && a.thread != reader);
+                self.reads[b] = Some(Access {
+                    epoch: self.epoch,
+                    thread: if several { u32::MAX } else { reader },
+                });
+            }
+        }
+        let wg = &mut self.warpgroups[g];
+        for &r in form.d {
+            wg.locked_d[r] -= 1;
+        }
+        for &r in form.a_regs.unwrap_or(&[]) {
+            wg.locked_a[r] -= 1;
+        }
+    }
+
+    /// `ldmatrix.sync.aligned.m8n8.x{1,2,4}{.trans}.shared.b16`: lanes 8i..8i+7 give the row
+    /// addresses of matrix i; without .trans register i of lane l holds row l/4, elements
+    /// 2(l%4) and 2(l%4)+1 of matrix i; with .trans, elements (2(l%4), l/4) and (2(l%4)+1, l/4).
+    fn ldmatrix(&mut self, ins: &Ins, active: &[bool]) {
+        assert!(active.iter().all(|&a| a), "ldmatrix under a guard");
+        let trans = ins.op.contains(".trans");
+        let Opnd::Vec(dst) = &ins.args[0] else {
+            panic!()
+        };
+        for w in 0..self.threads / 32 {
+            let rows: Vec<u64> = (0..32)
+                .map(|l| self.addr(32 * w + l, &ins.args[1]))
+                .collect();
+            for (i, &d) in dst.iter().enumerate() {
+                for l in 0..32usize {
+                    let t = 32 * w + l;
+                    let half = |m: &mut Self, row: usize, col: usize| -> u64 {
+                        let at = rows[8 * i + row] + 2 * col as u64;
+                        assert_eq!(rows[8 * i + row] % 16, 0, "unaligned ldmatrix row");
+                        m.smem_access(32 * w + 8 * i + row, at, 2, None);
+                        u16::from_le_bytes([m.smem[at as usize], m.smem[at as usize + 1]]) as u64
+                    };
+                    let (q, p) = (l / 4, l % 4);
+                    let (h0, h1) = if trans {
+                        (half(self, 2 * p, q), half(self, 2 * p + 1, q))
+                    } else {
+                        (half(self, q, 2 * p), half(self, q, 2 * p + 1))
+                    };
+                    self.regs[t][d] = h0 | (h1 << 16);
+                }
+            }
+        }
+    }
+
+    /// `mma.sync.aligned.m16n8k16` / `m16n8k8` with the PTX ISA's fragment layouts; exact
+    /// products summed in f64.
+    fn mma(&mut self, ins: &Ins, active: &[bool]) {
+        assert!(active.iter().all(|&a| a), "mma under a guard");
+        let op = &ins.op;
+        let (k, tf32) = if op.contains("m16n8k8") {
+            (8, true)
+        } else {
+            (16, false)
+        };
+        let bf = op.contains("bf16");
+        let regs = |i: usize| match &ins.args[i] {
+            Opnd::Vec(v) => v.clone(),
+            _ => panic!(),
+        };
+        let (d, ar, br, cr) = (regs(0), regs(1), regs(2), regs(3));
+        let elem = |x: u64, h: usize| -> f64 {
+            if tf32 {
+                let v = f32v(x);
+                assert_eq!(v.to_bits() & 0x1fff, 0, "tf32 operand not rounded");
+                v as f64
+            } else {
+                let b = (x >> (16 * h)) as u16;
+                if bf {
+                    bf16::from_bits(b).to_f64()
+                } else {
+                    f16::from_bits(b).to_f64()
+                }
+            }
+        };
+        for w in 0..self.threads / 32 {
+            let mut a = [[0f64; 16]; 16];
+            let mut b = [[0f64; 8]; 16];
+            let mut c = [[0f64; 8]; 16];
+            for l in 0..32usize {
+                let t = 32 * w + l;
+                let (g, q) = (l / 4, l % 4);
+                for (j, &r) in ar.iter().enumerate() {
+                    let x = self.regs[t][r];
+                    if tf32 {
+                        a[g + 8 * (j & 1)][q + 4 * (j >> 1)] = elem(x, 0);
+                    } else {
+                        for h in 0..2 {
+                            a[g + 8 * (j & 1)][2 * q + h + 8 * (j >> 1)] = elem(x, h);
+                        }
+                    }
+                }
+                for (j, &r) in br.iter().enumerate() {
+                    let x = self.regs[t][r];
+                    if tf32 {
+                        b[q + 4 * j][g] = elem(x, 0);
+                    } else {
+                        for h in 0..2 {
+                            b[2 * q + h + 8 * j][g] = elem(x, h);
+                        }
+                    }
+                }
+                for (j, &r) in cr.iter().enumerate() {
+                    c[g + 8 * (j >> 1)][2 * q + (j & 1)] = f32v(self.regs[t][r]) as f64;
+                }
+            }
+            for l in 0..32usize {
+                let t = 32 * w + l;
+                let (g, q) = (l / 4, l % 4);
+                for (j, &r) in d.iter().enumerate() {
+                    let (row, col) = (g + 8 * (j >> 1), 2 * q + (j & 1));
+                    let s: f64 = (0..k).map(|kk| a[row][kk] * b[kk][col]).sum();
+                    self.regs[t][r] = bits((c[row][col] + s) as f32);
+                }
+            }
+        }
+    }
+}
+
+/// Runs one CTA (`ctaid` of `grid`) of `prog` with `threads` threads to its end.
+pub(crate) fn run_cta(
+    prog: &Prog,
+    gmem: &mut Gmem,
+    params: &HashMap<String, u64>,
+    threads: usize,
+    ctaid: [u64; 3],
+    grid: [u64; 3],
+) {
+    let mut m = Machine {
+        prog,
+        threads,
+        regs: vec![vec![0; prog.nregs]; threads],
+        smem: vec![0xAB; prog.shared.max(16)],
+        writes: vec![None; prog.shared.max(16)],
+        reads: vec![None; prog.shared.max(16)],
+        epoch: 0,
+        pc: 0,
+        open: vec![Vec::new(); threads],
+        committed: vec![Vec::new(); threads],
+        params: params.clone(),
+        ctaid,
+        nctaid: grid,
+        copies_in_flight: vec![0; prog.shared.max(16)],
+        proxy_fences: vec![0; threads],
+        write_fences: vec![0; prog.shared.max(16)],
+        wgmma_reads: vec![0; prog.shared.max(16)],
+        warpgroups: if prog.has_wgmma {
+            (0..threads.div_ceil(128))
+                .map(|_| WarpgroupState::new(prog.nregs))
+                .collect()
+        } else {
+            Vec::new()
+        },
+    };
+    m.run(gmem);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What `max.f32`/`min.f32` of two zeros give on the H200 (sm_90, checked with
+    /// hand-written PTX): +0 and -0, whatever the order.
+    #[test]
+    fn max_and_min_of_signed_zeros_do_not_depend_on_the_order() {
+        for (a, b) in [(0.0f32, -0.0f32), (-0.0, 0.0)] {
+            assert_eq!(max_f32(a, b).to_bits(), 0);
+            assert_eq!(min_f32(a, b).to_bits(), 0x8000_0000);
+        }
+        assert_eq!(max_f32(f32::NAN, 1.0), 1.0);
+        assert_eq!(min_f32(-1.0, f32::NAN), -1.0);
+        assert_eq!(max_f32(-0.0, -0.0).to_bits(), 0x8000_0000);
+    }
+}

@@ -1,0 +1,74 @@
+//! The device's GPU paths of sizes, allocation, views, device errors and empty grids (their
+//! interpreter halves are in `sizes_and_devices.rs`).
+//!
+//! Ignored without a GPU (CI has none): `TEGULA_GPU_TESTS=1 cargo test -p tegula --test
+//! gpu_device -- --ignored` (the README's tests section). Asked to run without
+//! `TEGULA_GPU_TESTS=1` or without a GPU, it fails, saying which.
+
+use tegula::prelude::*;
+use tegula::Error;
+
+fn gpu() -> Device {
+    assert!(
+        tegula::env::bool_var("TEGULA_GPU_TESTS", false),
+        "GPU tests run with TEGULA_GPU_TESTS=1 on a machine with a GPU: \
+         TEGULA_GPU_TESTS=1 cargo test -- --ignored"
+    );
+    Device::cuda(0).unwrap_or_else(|e| panic!("TEGULA_GPU_TESTS=1, but no GPU: {e}"))
+}
+
+#[tegula::kernel]
+fn copy(x: Ptr<f32>, y: Ptr<f32>, n: i32) {
+    let offs = program_id(0) * 16 + arange(0, 16);
+    let mask = offs.lt(n);
+    store(y + offs, load(x + offs, mask, 0.0), mask);
+}
+
+#[test]
+#[ignore = "needs a GPU: TEGULA_GPU_TESTS=1 cargo test -- --ignored"]
+fn sizes_memory_views_devices_and_empty_grids_on_the_gpu() {
+    let dev = gpu();
+    assert!(
+        dev.name().starts_with(&format!("cuda:0#{} (", dev.id())),
+        "{}",
+        dev.name()
+    );
+    // Sizes that overflow, and memory the GPU does not have: typed errors.
+    assert!(matches!(
+        dev.zeros::<f32>([1usize << 32, 1 << 32]),
+        Err(Error::TooLarge { .. })
+    ));
+    let e = dev.zeros::<f32>([1usize << 44]).unwrap_err();
+    assert!(matches!(e, Error::OutOfMemory { .. }), "{e}");
+    assert!(e.to_string().contains("out of memory on cuda:0#"), "{e}");
+    // Views read and write their own elements.
+    let data: Vec<f32> = (0..100).map(|i| i as f32).collect();
+    let t = dev.from_slice(&data, [10, 10]).unwrap();
+    let v = t.narrow(1, 2, 3).unwrap();
+    assert_eq!(v.to_vec().unwrap()[..3], [2.0, 3.0, 4.0]);
+    v.copy_from_slice(&[-1.0; 30]).unwrap();
+    let all = t.to_vec().unwrap();
+    assert_eq!(
+        (all[1], all[2], all[4], all[5], all[92]),
+        (1.0, -1.0, -1.0, 5.0, -1.0)
+    );
+    // An empty grid runs nothing, after the arguments are checked.
+    let x = dev.full::<f32>([32], 2.0).unwrap();
+    let y = dev.zeros::<f32>([32]).unwrap();
+    for grid in [[0u32, 1, 1], [2, 0, 1]] {
+        copy::launch(&dev, grid, &x, &y, 32).unwrap();
+    }
+    assert!(y.to_vec().unwrap().iter().all(|&v| v == 0.0));
+    copy::launch(&dev, 2u32, &x, &y, 32).unwrap();
+    assert_eq!(y.to_vec().unwrap(), vec![2.0; 32]);
+    // A GPU tensor in an interpreter launch (and the other way) names the argument.
+    let cpu = Device::cpu();
+    let z = cpu.zeros::<f32>([32]).unwrap();
+    for e in [
+        copy::launch(&cpu, 2u32, &x, &z, 32).unwrap_err(),
+        copy::launch(&dev, 2u32, &x, &z, 32).unwrap_err(),
+    ] {
+        assert!(matches!(e, Error::Device { .. }), "{e}");
+        assert!(e.to_string().contains("argument `"), "{e}");
+    }
+}
