@@ -55,3 +55,28 @@ pub mod prelude {
     };
     pub use tegula_ir::prelude::*;
 }
+
+/// The guide's chapters (`docs/guide`), compiled and run as doc tests: `cargo test -p tegula
+/// --doc guide`. Only when collecting doc tests, so the published crate, which does not hold
+/// `docs/`, builds without them.
+#[cfg(doctest)]
+mod guide {
+    #[doc = include_str!("../../../docs/guide/first-kernel.md")]
+    mod first_kernel {}
+    #[doc = include_str!("../../../docs/guide/tiles-masks-layouts.md")]
+    mod tiles_masks_layouts {}
+    #[doc = include_str!("../../../docs/guide/loops-and-pipelining.md")]
+    mod loops_and_pipelining {}
+    #[doc = include_str!("../../../docs/guide/tuning.md")]
+    mod tuning {}
+    #[doc = include_str!("../../../docs/guide/debugging.md")]
+    mod debugging {}
+    #[doc = include_str!("../../../docs/guide/reading-ptx.md")]
+    mod reading_ptx {}
+    #[doc = include_str!("../../../docs/guide/interop.md")]
+    mod interop {}
+    #[doc = include_str!("../../../docs/guide/ahead-of-time.md")]
+    mod ahead_of_time {}
+    #[doc = include_str!("../../../docs/guide/porting-from-triton.md")]
+    mod porting_from_triton {}
+}
