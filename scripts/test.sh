@@ -36,3 +36,9 @@ echo "== link check: tegula beside cudarc with dynamic-linking, and with dynamic
 for crate in link-check-dynamic-linking link-check-dynamic-loading; do
   (cd ci/link-check && CARGO_TARGET_DIR="$PWD/../../target" cargo check --quiet -p "$crate")
 done
+if [ "${TEGULA_SKIP_CANDLE:-0}" != 1 ]; then
+  echo "== tegula-candle (outside the workspace): fmt, clippy, tests against candle's own ops on the CPU"
+  # Its own workspace (candle-core takes minutes to build), sharing the target directory.
+  (cd integrations/tegula-candle && export CARGO_TARGET_DIR="$PWD/../../target" &&
+    cargo fmt --check && cargo clippy --all-targets --quiet -- -D warnings && cargo test --quiet)
+fi
