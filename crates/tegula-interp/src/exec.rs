@@ -502,6 +502,9 @@ impl<'a> Program<'a> {
             Op::Select => ops::select(&*arg(0)?, &*arg(1)?, &*arg(2)?)?,
             Op::Fma => ops::fma(d, &*arg(0)?, &*arg(1)?, &*arg(2)?)?,
             Op::Cast { rounding } => ops::cast(arg_ty(0).dtype(), d, *rounding, &*arg(0)?)?,
+            Op::Bitcast if arg_ty(0).is_ptr() || ty.is_ptr() => {
+                self.ptr_bitcast(arg_ty(0), ty, &*arg(0)?)?
+            }
             Op::Bitcast => ops::bitcast(arg_ty(0).dtype(), d, &*arg(0)?)?,
             Op::AddPtr => match (&*arg(0)?, &*arg(1)?) {
                 (Data::P(p), Data::I(o)) => Data::P(
@@ -613,6 +616,71 @@ impl<'a> Program<'a> {
         }
     }
 
+    /// Pointers as integers and back. An address is `(slot + 1) << 40` plus the byte offset
+    /// into the launch's `slot`-th buffer: differences of addresses into one buffer are byte
+    /// distances, as on the GPU, and an integer that is no address of this launch's buffers
+    /// is an error when it becomes a pointer.
+    fn ptr_bitcast(
+        &self,
+        from: tegula_ir::TileType,
+        to: tegula_ir::TileType,
+        x: &Data,
+    ) -> OpResult<Data> {
+        const SLOT: i64 = 1 << 40;
+        match x {
+            Data::P(p) => {
+                let size = from.dtype().size_bytes() as i64;
+                Ok(Data::I(
+                    p.iter()
+                        .map(|p| {
+                            let v = &self.mem.views[p.view as usize];
+                            let element = (v.base as i64).wrapping_add(p.off);
+                            ((v.slot as i64 + 1) * SLOT).wrapping_add(element.wrapping_mul(size))
+                        })
+                        .collect(),
+                ))
+            }
+            Data::I(v) => {
+                let d = to.dtype();
+                let size = d.size_bytes() as i64;
+                v.iter()
+                    .map(|&a| {
+                        let slot = a.wrapping_add(SLOT / 2).div_euclid(SLOT) - 1;
+                        let bad = || {
+                            Fault::Invalid(format!(
+                                "int_to_ptr: {a:#x} is not an address of this launch's buffers"
+                            ))
+                        };
+                        let s = usize::try_from(slot).map_err(|_| bad())?;
+                        let buffer = &self.mem.slots.get(s).ok_or_else(bad)?.buffer;
+                        let bytes = a - (slot + 1) * SLOT;
+                        if bytes % size != 0 || buffer.dtype().bits() != d.bits() {
+                            return Err(Fault::Invalid(format!(
+                                "int_to_ptr: {a:#x} is no {d} element of its buffer (of {})",
+                                buffer.dtype()
+                            )));
+                        }
+                        // The pointer belongs to the first argument viewing that buffer; its
+                        // accesses are checked against that view.
+                        let (view, v) = self
+                            .mem
+                            .views
+                            .iter()
+                            .enumerate()
+                            .find(|(_, v)| v.slot == s)
+                            .ok_or_else(bad)?;
+                        Ok(Ptr {
+                            view: view as u32,
+                            off: bytes / size - v.base as i64,
+                        })
+                    })
+                    .collect::<OpResult<Vec<_>>>()
+                    .map(Data::P)
+            }
+            Data::F(_) => invalid("int_to_ptr of floats"),
+        }
+    }
+
     fn axis(&self, v: &[u32; 3], axis: u8) -> OpResult<u32> {
         match v.get(axis as usize) {
             Some(&x) => Ok(x),
@@ -660,6 +728,15 @@ impl<'a> Program<'a> {
                 Data::I(_) => Err(Fault::Assert(message.clone())),
                 _ => invalid("assert condition is not i1"),
             },
+            // The compiler may rely on an assumption, so a false one is a bug the interpreter
+            // reports like a failed assertion.
+            Op::Assume { message } => match &*arg(0)? {
+                Data::I(c) if c.iter().all(|&c| c != 0) => Ok(()),
+                Data::I(_) => Err(Fault::Assert(format!("assumption violated: {message}"))),
+                _ => invalid("assumed condition is not i1"),
+            },
+            // One program is one thread of execution here: nothing to wait for.
+            Op::Barrier => Ok(()),
             op => invalid(format!("`{}` must produce a value", op.name())),
         }
     }

@@ -1,6 +1,8 @@
 //! Math functions std lacks. Accurate to a few f64 ulps, far below the f32/f16 rounding step
 //! that follows them.
 
+use tegula_ir::mathlib::{self, Fn1, Fn2};
+
 /// The error function: Maclaurin series for |x| < 2.5, continued fraction of erfc beyond.
 pub(crate) fn erf(x: f64) -> f64 {
     if x.is_nan() {
@@ -21,7 +23,7 @@ pub(crate) fn erf(x: f64) -> f64 {
             term *= -x2 / n;
             let add = term / (2.0 * n + 1.0);
             sum += add;
-            if add.abs() < 1e-17 * sum.abs() {
+            if add.abs() <= 1e-17 * sum.abs() {
                 break;
             }
         }
@@ -35,6 +37,43 @@ pub(crate) fn erf(x: f64) -> f64 {
     }
     let erfc = (-a * a).exp() / (f * std::f64::consts::PI.sqrt());
     (1.0 - erfc).copysign(x)
+}
+
+/// A math-library function on f64 values (std's, correctly rounded or nearly; erfinv refined
+/// by Newton's method on [`erf`] from the f32 algorithm's value).
+pub(crate) fn libm1_f64(f: Fn1, x: f64) -> f64 {
+    match f {
+        Fn1::Asin => x.asin(),
+        Fn1::Acos => x.acos(),
+        Fn1::Atan => x.atan(),
+        Fn1::Sinh => x.sinh(),
+        Fn1::Cosh => x.cosh(),
+        Fn1::Asinh => x.asinh(),
+        Fn1::Acosh => x.acosh(),
+        Fn1::Atanh => x.atanh(),
+        Fn1::Log1p => x.ln_1p(),
+        Fn1::Expm1 => x.exp_m1(),
+        Fn1::Cbrt => x.cbrt(),
+        Fn1::Erfinv => {
+            let mut y = mathlib::unary(&mut mathlib::Eval, Fn1::Erfinv, x);
+            if !y.is_finite() {
+                return y;
+            }
+            for _ in 0..4 {
+                y -= (erf(y) - x) / (std::f64::consts::FRAC_2_SQRT_PI * (-y * y).exp());
+            }
+            y
+        }
+    }
+}
+
+/// A binary math-library function on f64 values (std's).
+pub(crate) fn libm2_f64(f: Fn2) -> fn(f64, f64) -> f64 {
+    match f {
+        Fn2::Atan2 => f64::atan2,
+        Fn2::Pow => f64::powf,
+        Fn2::Hypot => f64::hypot,
+    }
 }
 
 #[cfg(test)]

@@ -5,6 +5,7 @@
 use crate::math::erf;
 use crate::round::*;
 use crate::value::Data;
+use tegula_ir::mathlib;
 use tegula_ir::{BinaryOp, CmpOp, DType, InputPrecision, ReduceOp, Rounding, UnaryOp};
 
 /// Why an op could not produce its result; the executor adds kernel, line and program id.
@@ -115,6 +116,18 @@ pub(crate) fn binary(op: BinaryOp, d: DType, a: &Data, b: &Data) -> OpResult {
 
 fn float_binary(op: BinaryOp, d: DType, x: &[f64], y: &[f64]) -> OpResult<Vec<f64>> {
     use BinaryOp::*;
+    if let Some(f) = op.libm() {
+        // f32/f16/bf16: the GPU's algorithm on f32 (tegula_ir::mathlib), rounded to `d`.
+        let mut out = if d == DType::F64 {
+            zip_f(x, y, crate::math::libm2_f64(f))
+        } else {
+            zip_f(x, y, |a, b| {
+                mathlib::eval2_f32(f, a as f32, b as f32) as f64
+            })
+        };
+        round_slice(d, &mut out);
+        return Ok(out);
+    }
     let mut out = match op {
         Add => zip_f(x, y, |a, b| a + b),
         Sub => zip_f(x, y, |a, b| a - b),
@@ -126,7 +139,9 @@ fn float_binary(op: BinaryOp, d: DType, x: &[f64], y: &[f64]) -> OpResult<Vec<f6
         Min => zip_f(x, y, fmin),
         MaxNan => zip_f(x, y, fmax_nan),
         MinNan => zip_f(x, y, fmin_nan),
-        And | Or | Xor | Shl | Shr => return invalid(format!("{} on floats", op.name())),
+        And | Or | Xor | Shl | Shr | UMulHi | Atan2 | Pow | Hypot => {
+            return invalid(format!("{} on floats", op.name()))
+        }
     };
     round_slice(d, &mut out);
     Ok(out)
@@ -169,6 +184,15 @@ fn int_binary(op: BinaryOp, d: DType, x: &[i64], y: &[i64]) -> OpResult<Vec<i64>
             }
         }),
         Shr => zip_i(x, y, |a, b| a >> (b as u64).min(63)),
+        // The high half of the unsigned product of the bit patterns (wrapped to the dtype).
+        UMulHi if bits == 64 => zip_i(x, y, |a, b| {
+            (((a as u64 as u128) * (b as u64 as u128)) >> 64) as i64
+        }),
+        UMulHi => zip_i(x, y, |a, b| {
+            let m = (1u64 << bits) - 1;
+            ((((a as u64) & m) * ((b as u64) & m)) >> bits) as i64
+        }),
+        Atan2 | Pow | Hypot => return invalid(format!("{} on integers", op.name())),
         Max | MaxNan if unsigned => zip_i(x, y, |a, b| (a as u64).max(b as u64) as i64),
         Min | MinNan if unsigned => zip_i(x, y, |a, b| (a as u64).min(b as u64) as i64),
         Max | MaxNan => zip_i(x, y, i64::max),
@@ -182,6 +206,19 @@ fn int_binary(op: BinaryOp, d: DType, x: &[i64], y: &[i64]) -> OpResult<Vec<i64>
 pub(crate) fn unary(op: UnaryOp, d: DType, x: &Data) -> OpResult {
     use UnaryOp::*;
     match x {
+        Data::F(v) if op.libm().is_some() => {
+            let f = op.libm().expect("a library function");
+            // f32/f16/bf16: the GPU's algorithm on f32 (tegula_ir::mathlib), rounded to `d`.
+            let mut out: Vec<f64> = if d == DType::F64 {
+                v.iter().map(|&a| crate::math::libm1_f64(f, a)).collect()
+            } else {
+                v.iter()
+                    .map(|&a| mathlib::eval_f32(f, a as f32) as f64)
+                    .collect()
+            };
+            round_slice(d, &mut out);
+            Ok(Data::F(out))
+        }
         Data::F(v) => {
             let f: fn(f64) -> f64 = match op {
                 Neg => |a| -a,
@@ -200,7 +237,12 @@ pub(crate) fn unary(op: UnaryOp, d: DType, x: &Data) -> OpResult {
                 Tanh => f64::tanh,
                 Floor => f64::floor,
                 Ceil => f64::ceil,
+                // Exact in every float dtype.
+                Round => f64::round,
+                Rint => f64::round_ties_even,
+                Trunc => f64::trunc,
                 Not => return invalid("not on floats"),
+                _ => return invalid(format!("{} has no f64 rule", op.name())),
             };
             let mut out: Vec<f64> = v.iter().map(|&a| f(a)).collect();
             round_slice(d, &mut out);

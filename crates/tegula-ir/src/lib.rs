@@ -19,6 +19,7 @@ pub mod dtype;
 pub mod error;
 pub mod fast_hash;
 pub mod kernel;
+pub mod mathlib;
 pub mod op;
 pub mod passes;
 mod print;

@@ -50,6 +50,16 @@ pub enum BinaryOp {
     /// Floats: NaN if either operand is NaN (PTX `max.NaN`).
     MaxNan,
     MinNan,
+    /// Floats: `atan2(a, b)`, the angle of the point `(b, a)`, in `[-pi, pi]`.
+    Atan2,
+    /// Floats: `a` to the power `b` (C99's `pow`, special values included).
+    Pow,
+    /// Floats: `sqrt(a^2 + b^2)` without overflow or underflow in between.
+    Hypot,
+    /// Integers of 32 or 64 bits: the high half of the full product of the operands' bit
+    /// patterns read as unsigned (Triton's `umulhi`, PTX `mul.hi.u32`/`mul.hi.u64`), whatever
+    /// the dtype's signedness.
+    UMulHi,
 }
 
 impl BinaryOp {
@@ -70,13 +80,33 @@ impl BinaryOp {
             Min => "min",
             MaxNan => "max.nan",
             MinNan => "min.nan",
+            UMulHi => "umulhi",
+            Atan2 => "atan2",
+            Pow => "pow",
+            Hypot => "hypot",
         }
+    }
+
+    /// The math library's ops accept floats only.
+    pub fn float_only(self) -> bool {
+        self.libm().is_some()
+    }
+
+    /// The function of `crate::mathlib` that computes this op on f32 (and f16/bf16).
+    pub fn libm(self) -> Option<crate::mathlib::Fn2> {
+        use crate::mathlib::Fn2;
+        Some(match self {
+            BinaryOp::Atan2 => Fn2::Atan2,
+            BinaryOp::Pow => Fn2::Pow,
+            BinaryOp::Hypot => Fn2::Hypot,
+            _ => return None,
+        })
     }
 
     /// Bit ops and shifts accept integers only.
     pub fn int_only(self) -> bool {
         use BinaryOp::*;
-        matches!(self, And | Or | Xor | Shl | Shr)
+        matches!(self, And | Or | Xor | Shl | Shr | UMulHi)
     }
 }
 
@@ -99,6 +129,28 @@ pub enum UnaryOp {
     Tanh,
     Floor,
     Ceil,
+    /// Round to the nearest integer, halfway cases away from zero (C's `round`).
+    Round,
+    /// Round to the nearest integer, halfway cases to even (C's `rint`, `nearbyint`).
+    Rint,
+    /// Round toward zero (C's `trunc`).
+    Trunc,
+    Asin,
+    Acos,
+    Atan,
+    Sinh,
+    Cosh,
+    Asinh,
+    Acosh,
+    Atanh,
+    /// `log(1 + x)`, accurate near 0.
+    Log1p,
+    /// `exp(x) - 1`, accurate near 0.
+    Expm1,
+    /// The inverse of `erf` on (-1, 1).
+    Erfinv,
+    /// The real cube root.
+    Cbrt,
 }
 
 impl UnaryOp {
@@ -120,7 +172,43 @@ impl UnaryOp {
             Tanh => "tanh",
             Floor => "floor",
             Ceil => "ceil",
+            Round => "round",
+            Rint => "rint",
+            Trunc => "trunc",
+            Asin => "asin",
+            Acos => "acos",
+            Atan => "atan",
+            Sinh => "sinh",
+            Cosh => "cosh",
+            Asinh => "asinh",
+            Acosh => "acosh",
+            Atanh => "atanh",
+            Log1p => "log1p",
+            Expm1 => "expm1",
+            Erfinv => "erfinv",
+            Cbrt => "cbrt",
         }
+    }
+
+    /// The function of `crate::mathlib` that computes this op on f32 (and f16/bf16).
+    pub fn libm(self) -> Option<crate::mathlib::Fn1> {
+        use crate::mathlib::Fn1;
+        use UnaryOp::*;
+        Some(match self {
+            Asin => Fn1::Asin,
+            Acos => Fn1::Acos,
+            Atan => Fn1::Atan,
+            Sinh => Fn1::Sinh,
+            Cosh => Fn1::Cosh,
+            Asinh => Fn1::Asinh,
+            Acosh => Fn1::Acosh,
+            Atanh => Fn1::Atanh,
+            Log1p => Fn1::Log1p,
+            Expm1 => Fn1::Expm1,
+            Erfinv => Fn1::Erfinv,
+            Cbrt => Fn1::Cbrt,
+            _ => return None,
+        })
     }
 
     /// Transcendental and rounding ops accept floats only.
@@ -329,7 +417,8 @@ pub enum Op {
     /// `(x) -> y`: value conversion to the result's dtype. Float to int truncates toward zero
     /// and saturates; `rounding` applies to float results that lose precision.
     Cast { rounding: Rounding },
-    /// `(x) -> y`: reinterpret the bits as another dtype of the same width.
+    /// `(x) -> y`: reinterpret the bits as another dtype of the same width; also between a
+    /// pointer tile and an i64/u64 tile of one shape (its addresses: `int_to_ptr`, `to_int`).
     Bitcast,
     /// `(ptr, offset: int) -> ptr`: advance a pointer by `offset` elements of its pointee.
     AddPtr,
@@ -386,11 +475,20 @@ pub enum Op {
     Condition,
 
     // --- hints and debugging -------------------------------------------------------------
-    /// `(x) -> x`: the compiler may assume every element of `x` is a multiple of `n`.
-    MultipleOf { n: u32 },
-    /// `(x) -> x`: the compiler may assume runs of `n` consecutive elements along the last
-    /// axis are contiguous (each the previous plus one).
-    MaxContiguous { n: u32 },
+    /// `(x) -> x`: the compiler may assume the elements of `x` are multiples of `n[i]` along
+    /// axis `i` (the first element of each contiguous run along the axis, for an offset
+    /// tile); one entry per axis (one for a scalar).
+    MultipleOf { n: Vec<u32> },
+    /// `(x) -> x`: the compiler may assume runs of `n[i]` consecutive elements along axis
+    /// `i` are contiguous (each the previous plus one); one entry per axis (one for a scalar).
+    MaxContiguous { n: Vec<u32> },
+    /// `(cond: i1) -> ()`: the compiler may assume every element of `cond` is true
+    /// (`tl.assume`). The interpreter checks it and reports `message` where it is false; the
+    /// GPU emits nothing.
+    Assume { message: String },
+    /// `() -> ()`: every thread of the program waits here for all the others (`bar.sync` on
+    /// the GPU, `tl.debug_barrier`); a no-op on the interpreter, whose program is one thread.
+    Barrier,
     /// `(values..) -> ()`: prints values with a prefix, per program. The interpreter prints a
     /// line per program; the GPU a line per element, `pid (x, y, z) idx (i..) prefix value..`,
     /// through `vprintf` (docs/semantics.md, "Printing").
@@ -455,6 +553,8 @@ impl Op {
             Op::MaxContiguous { .. } => "max_contiguous".into(),
             Op::Print { .. } => "print".into(),
             Op::Assert { .. } => "assert".into(),
+            Op::Assume { .. } => "assume".into(),
+            Op::Barrier => "debug_barrier".into(),
         }
     }
 
@@ -472,6 +572,8 @@ impl Op {
                 | Op::AtomicCas { .. }
                 | Op::Print { .. }
                 | Op::Assert { .. }
+                | Op::Assume { .. }
+                | Op::Barrier
                 | Op::Yield
                 | Op::Condition
         ) || (matches!(self, Op::Load { volatile: true, .. }))

@@ -308,7 +308,7 @@ impl Printer<'_> {
                 parts.push(format!("{prefix:?}"));
                 parts.extend(args.iter().map(|&v| self.name(v)));
             }
-            Op::Assert { message } => {
+            Op::Assert { message } | Op::Assume { message } => {
                 parts.extend(args.iter().map(|&v| self.name(v)));
                 parts.push(format!("{message:?}"));
             }
@@ -329,7 +329,10 @@ impl Printer<'_> {
                         rounding: Rounding::TowardZero,
                     } => parts.push("rounding=rtz".into()),
                     Op::Dot { precision } => parts.push(format!("precision={}", precision.name())),
-                    Op::MultipleOf { n } | Op::MaxContiguous { n } => parts.push(n.to_string()),
+                    Op::MultipleOf { n } | Op::MaxContiguous { n } => {
+                        let s: Vec<String> = n.iter().map(|v| v.to_string()).collect();
+                        parts.push(s.join(", "))
+                    }
                     _ => {}
                 }
             }

@@ -15,7 +15,7 @@
 use crate::dtype::DType;
 use crate::error::VerifyError;
 use crate::kernel::{Block, EntityRef, Inst, InstData, Kernel, Value, ValueDef};
-use crate::op::{AtomicOp, Constant, Op};
+use crate::op::{AtomicOp, BinaryOp, Constant, Op};
 use crate::types::{Elem, TileType};
 
 /// Checks every invariant of `kernel`; the error names the first offending instruction.
@@ -323,7 +323,8 @@ fn signature(op: &Op) -> Signature {
             results: Some(0),
             regions: 0,
         },
-        Op::Condition | Op::Assert { .. } => fixed("(cond)", 1, 0),
+        Op::Condition | Op::Assert { .. } | Op::Assume { .. } => fixed("(cond)", 1, 0),
+        Op::Barrier => fixed("()", 0, 0),
     }
 }
 
@@ -775,6 +776,18 @@ impl Check<'_> {
                         self.arg(0)
                     ));
                 }
+                if b.float_only() && !self.arg(0).dtype().is_float() {
+                    return self.fail(format!(
+                        "`{name}` needs float operands, got {}",
+                        self.arg(0)
+                    ));
+                }
+                if *b == BinaryOp::UMulHi && !matches!(self.arg(0).dtype().bits(), 32 | 64) {
+                    return self.fail(format!(
+                        "`umulhi` needs 32- or 64-bit integers, got {}",
+                        self.arg(0)
+                    ));
+                }
                 Ok(())
             }
             Unary(u) => {
@@ -808,6 +821,18 @@ impl Check<'_> {
                 self.same_types(&[0, 1, 2], true)?;
                 if self.arg(0).is_ptr() || !self.arg(0).dtype().is_float() {
                     return self.fail(format!("`fma` needs float operands, got {}", self.arg(0)));
+                }
+                Ok(())
+            }
+            Bitcast if self.arg(0).is_ptr() || self.res(0).is_ptr() => {
+                let (x, y) = (self.arg(0), self.res(0));
+                let int64 =
+                    |t: TileType| !t.is_ptr() && matches!(t.dtype(), DType::I64 | DType::U64);
+                if !(x.is_ptr() && int64(y) || int64(x) && y.is_ptr()) || x.shape != y.shape {
+                    return self.fail(format!(
+                        "a bitcast with pointers converts between a pointer tile and an i64 \
+                         or u64 tile of one shape, not {x} to {y}"
+                    ));
                 }
                 Ok(())
             }
@@ -955,13 +980,22 @@ impl Check<'_> {
                 }
                 self.expect_result(c, "the accumulator's type")
             }
-            MultipleOf { .. } | MaxContiguous { .. } => self.same_types(&[0], true),
+            MultipleOf { n } | MaxContiguous { n } => {
+                let rank = self.arg(0).shape.rank().max(1);
+                if n.len() != rank || n.contains(&0) {
+                    return self.fail(format!(
+                        "`{name}` needs one positive value per axis ({rank}), got {n:?}"
+                    ));
+                }
+                self.same_types(&[0], true)
+            }
             Condition => self.expect_arg(
                 0,
                 TileType::scalar(DType::I1),
                 "loop condition (a scalar i1)",
             ),
-            Assert { .. } => {
+            Barrier => Ok(()),
+            Assert { .. } | Assume { .. } => {
                 let c = self.arg(0);
                 if c.is_ptr() || c.dtype() != DType::I1 {
                     return self.fail(format!(

@@ -283,7 +283,7 @@ fn prints_param_facts_and_broken_kernels() {
     let ty = TileType::ptr(DType::BF16);
     let i = k.append(
         body,
-        Op::MultipleOf { n: 16 },
+        Op::MultipleOf { n: vec![16] },
         vec![x],
         &[ty],
         vec![],

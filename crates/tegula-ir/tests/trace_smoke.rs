@@ -88,7 +88,7 @@ fn oversized_tiles_are_trace_errors_at_the_users_line() {
             "arange",
             Box::new(|| {
                 let line = here();
-                let _ = arange(0, 1 << 33);
+                let _ = arange(0, 1i64 << 33);
                 line + 1
             }),
         ),

@@ -41,6 +41,54 @@ pub fn kernel(attr: TokenStream, item: TokenStream) -> TokenStream {
     generate(&f, &sig)
 }
 
+/// `#[tegula::func]`: the body rewritten as a kernel body, the function otherwise unchanged.
+pub fn func(attr: TokenStream, item: TokenStream) -> TokenStream {
+    if !attr.is_empty() {
+        return Error::new_spanned(attr, "#[tegula::func] takes no arguments").to_compile_error();
+    }
+    let mut f: ItemFn = match syn::parse2(item) {
+        Ok(f) => f,
+        Err(e) => {
+            return Error::new(e.span(), "#[tegula::func] applies to a free function")
+                .to_compile_error()
+        }
+    };
+    // Parameters that are not tiles are Rust values: conditions on them stay plain Rust.
+    let constexprs = f
+        .sig
+        .inputs
+        .iter()
+        .filter_map(|a| match a {
+            syn::FnArg::Typed(t) => Some(t),
+            syn::FnArg::Receiver(_) => None,
+        })
+        .filter(|t| !is_tile_type(&t.ty))
+        .filter_map(|t| match &*t.pat {
+            syn::Pat::Ident(i) => Some(i.ident.to_string()),
+            _ => None,
+        })
+        .chain(f.sig.generics.const_params().map(|c| c.ident.to_string()))
+        .collect();
+    let mut rewriter = Rewriter::new(constexprs);
+    rewriter.visit_block_mut(&mut f.block);
+    if let Some(e) = rewriter.errors.into_iter().reduce(|mut a, b| {
+        a.combine(b);
+        a
+    }) {
+        return e.to_compile_error();
+    }
+    quote!(#f)
+}
+
+/// `Tile`, `&Tile` or a path ending in `Tile`.
+fn is_tile_type(ty: &syn::Type) -> bool {
+    match ty {
+        syn::Type::Reference(r) => is_tile_type(&r.elem),
+        syn::Type::Path(p) => p.path.segments.last().is_some_and(|s| s.ident == "Tile"),
+        _ => false,
+    }
+}
+
 fn generate(f: &ItemFn, sig: &Signature) -> TokenStream {
     let name = &f.sig.ident;
     let name_str = name.to_string();

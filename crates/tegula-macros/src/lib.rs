@@ -33,5 +33,15 @@ pub fn kernel(attr: TokenStream, item: TokenStream) -> TokenStream {
     expand::kernel(attr.into(), item.into()).into()
 }
 
+/// A helper function over tiles whose body is rewritten like a kernel body, callable from
+/// kernels and from other `#[tegula::func]`s: `for .. in range(..)` becomes a run-time loop
+/// carrying the `let mut` variables assigned in it, `if`/`while` on a tile become IR regions,
+/// `static_range` unrolls. Parameters that are not `Tile`s are Rust values at trace time
+/// (constexprs of the helper). The function keeps its signature and may return values.
+#[proc_macro_attribute]
+pub fn func(attr: TokenStream, item: TokenStream) -> TokenStream {
+    expand::func(attr.into(), item.into()).into()
+}
+
 #[cfg(test)]
 mod tests;

@@ -1,25 +1,33 @@
 //! GPU lowering of tegula's Tile IR to PTX. Pure Rust: no CUDA is needed to build or test it;
 //! `ptxas` checks its output in CI (`scripts/ptxas.sh`, `tests/ptxas.rs`).
 //!
+//! The backend decides, then emits:
+//!
 //! ```text
-//! Kernel --axis_info--> contiguity / divisibility --layout--> blocked & slice layouts
-//!        --lower--> typed PTX instructions (ptx.rs) --print--> PTX text
+//! Kernel --analysis--> axis info (contiguity, divisibility), affine forms
+//!        --plan-----> dots (FMA | mma.sync | wgmma), layouts of anchored values,
+//!                     pipelines (streamed loads, stages, nests, resident operands)
+//!        --emit-----> typed PTX instructions (ptx.rs) --print--> PTX text + Report
 //! ```
 //!
-//! - [`axis_info`]: per-value contiguity, divisibility and constancy; they pick vector widths.
-//! - [`layout`]: which thread and register holds each tile element.
-//! - `lower`: on-demand lowering in the consumer's layout, conversions through shared memory,
-//!   loads/stores/atomics, reductions and scans, `dot` on tensor cores (`mma.sync`, `ldmatrix`;
-//!   `lower/mma.rs`) or through FMA, software pipelining with `cp.async` (`lower/pipeline.rs`),
-//!   loops and branches.
-//! - [`mma_layout`]: the tensor-core fragment layouts and the swizzled operand staging.
+//! - [`analysis`]: facts about values that no decision changes.
+//! - [`mod@plan`]: every decision, as data ([`plan::Plan`]), made before any code is written by
+//!   passes in a fixed order; [`plan::report`] says them for the kernel's author.
+//! - `emit` (private): carries a plan out. Values are lowered on demand in the layout their
+//!   consumer asks for (free values are materialized, anchored values converted through shared
+//!   memory), loads/stores/atomics, reductions and scans, `dot` on tensor cores or FMAs,
+//!   software pipelining with `cp.async`, loops and branches; it reads the plan and decides
+//!   nothing.
+//! - [`target`](Target): every hardware number and rule; [`CompileOptions`]: what a launch asks.
+//! - [`layout`], [`mma_layout`]: which thread and register holds each element; the tensor-core
+//!   fragment layouts and swizzled staging.
 //! - [`ptx`]: the typed instruction builder and printer.
 //!
 //! Semantics follow the IR docs (and so the interpreter): integer division truncates, shift
 //! amounts past the width clamp, float-to-int casts truncate and saturate with NaN -> 0, float
 //! `max`/`min` drop a NaN operand while reductions propagate it, f16/bf16 round once per op.
 //! Casts round correctly in every pair: conversions that need two roundings go through f32
-//! rounded to odd. The precision of math functions is in `lower/math.rs`.
+//! rounded to odd. The precision of math functions is in `emit/math.rs`.
 //!
 //! Not lowered yet (each gives [`PtxError::Unsupported`] with the source line):
 //! tiles with a dimension that is not a power of two, atomics on 8-bit, 16-bit integers and i1,
@@ -27,7 +35,7 @@
 //! an FMA `dot`, a reshape or a permute needing more shared memory than the target allows a
 //! block (`Target::max_shared_bytes`; other conversions go in slabs of 48 KB). `device_assert`
 //! lowers to `trap` (the message is not printed on the GPU); `device_print` to `vprintf` calls,
-//! one per element a thread owns (`lower/print.rs`).
+//! one per element a thread owns (`emit/print.rs`).
 
 pub mod analysis;
 mod emit;
@@ -158,7 +166,7 @@ pub fn wgmma_reads_rows_of(bytes: u32) -> bool {
 pub use plan::pipeline::{HOISTED_OPERAND_REGS, WGMMA_IN_FLIGHT_MIN_K_AHEAD};
 
 /// The decisions the compiler makes for `kernel` on `target` with `options`, before any PTX
-/// is written; [`Plan::report`] says them for the kernel's author (without the shared memory
+/// is written; [`plan::Plan::report`] says them for the kernel's author (without the shared memory
 /// that only emission knows: [`compile`]'s report has it).
 pub fn plan(
     kernel: &Kernel,
@@ -193,7 +201,7 @@ fn check_options(
     check_shapes(kernel)
 }
 
-/// Lowers `kernel` to a PTX module for `target`: plans it ([`plan`]), then emits the plan.
+/// Lowers `kernel` to a PTX module for `target`: plans it ([`plan()`]), then emits the plan.
 /// When the kernel's shared memory exceeds the target's, it is compiled again with one
 /// pipeline stage fewer (pipeline slots sit below the scratch buffer's other uses), and the
 /// report says so.

@@ -45,13 +45,13 @@ pub use launch::{Grid, KernelArg, Launch, LaunchConfig, MmaChoice, Ptr, ScalarAr
 /// (`tegula::cuda::cudarc`), for interop with other cudarc users.
 pub use tegula_cuda as cuda;
 pub use tegula_ir as ir;
-pub use tegula_macros::kernel;
+pub use tegula_macros::{func, kernel};
 pub use tensor::Tensor;
 
 /// Everything kernels and their callers need: `use tegula::prelude::*;`.
 pub mod prelude {
     pub use crate::{
-        kernel, Device, Grid, LaunchConfig, MmaChoice, Ptr, ScalarArg, Tensor, TensorArg,
+        func, kernel, Device, Grid, LaunchConfig, MmaChoice, Ptr, ScalarArg, Tensor, TensorArg,
     };
     pub use tegula_ir::prelude::*;
 }

@@ -548,3 +548,35 @@ where
     std::iter::successors(Some(lo), move |&i| Some(i + step))
         .take_while(move |&i| advances && i < hi)
 }
+
+/// The marker a plain Rust function's `range(..)` fails on: only `#[tegula::kernel]` and
+/// `#[tegula::func]` bodies have run-time loops.
+#[diagnostic::on_unimplemented(
+    message = "`for .. in range(..)` is a run-time loop only in a `#[tegula::kernel]` or \
+               `#[tegula::func]` body",
+    label = "this function is not rewritten by tegula's macros",
+    note = "mark the helper function `#[tegula::func]` (its `for .. in range(..)`, tile `if`s \
+            and `let mut` carried values then work as in a kernel), use `for_range(lo, hi, \
+            step, init, |i, carried| ..)`, or `static_range(..)` to unroll at trace time"
+)]
+pub trait InKernelOrFunc {}
+
+/// What `range(lo, hi, step)` means outside the macros: a compile error that says to mark the
+/// enclosing helper `#[tegula::func]`. Inside `#[tegula::kernel]` and `#[tegula::func]` bodies
+/// `for i in range(..)` (1 to 3 arguments) is rewritten into a run-time loop and never calls
+/// this.
+///
+/// ```compile_fail
+/// use tegula_ir::prelude::*;
+/// fn helper(n: Tile) -> Tile {
+///     let mut acc = n;
+///     for i in range(0, n, 1) {
+///         acc = acc + i;
+///     }
+///     acc
+/// }
+/// ```
+pub fn range<L: InKernelOrFunc, H, S>(lo: L, hi: H, step: S) -> std::iter::Empty<Tile> {
+    let _ = (lo, hi, step);
+    std::iter::empty()
+}

@@ -8,15 +8,19 @@
 
 mod block_ptr;
 mod control;
+mod math;
 mod ops;
+mod random;
 mod tile;
 
 pub use block_ptr::{make_block_ptr, BlockPtr, Padding};
 pub use control::{
-    for_range, if_else, if_then, scalar, static_range, while_any, while_loop, Carry, Condition,
-    Named, RustBool,
+    for_range, if_else, if_then, range, scalar, static_range, while_any, while_loop, Carry,
+    Condition, InKernelOrFunc, Named, RustBool,
 };
+pub use math::*;
 pub use ops::*;
+pub use random::*;
 pub use tile::{IntoOperand, Operand, Tile};
 
 use crate::dtype::DType;

@@ -48,10 +48,28 @@ pub fn num_programs(axis: usize) -> Tile {
     )
 }
 
-/// `[start, start + 1, .., end - 1]` as an i32 tile. `end - start` must be a power of two, as
-/// in Triton, since tiles map onto threads and registers in powers of two.
+/// A Rust integer known at trace time (a literal or a constexpr of any integer type), where an
+/// op takes a trace-time integer: `arange(0, block)` with `block: usize`.
+pub trait ConstInt: Copy {
+    /// The value as i64 (u64 and usize values above `i64::MAX` saturate).
+    fn to_i64(self) -> i64;
+}
+
+macro_rules! const_int {
+    ($($t:ty),*) => {$(impl ConstInt for $t {
+        fn to_i64(self) -> i64 {
+            i64::try_from(self).unwrap_or(i64::MAX)
+        }
+    })*};
+}
+const_int!(i8, i16, i32, i64, isize, u8, u16, u32, u64, usize);
+
+/// `[start, start + 1, .., end - 1]` as an i32 tile (`tl.arange`). `end - start` must be a
+/// power of two, as in Triton, since tiles map onto threads and registers in powers of two.
+/// The bounds are Rust integers of any type: literals, `usize` constexprs (`arange(0, block)`).
 #[track_caller]
-pub fn arange(start: i64, end: i64) -> Tile {
+pub fn arange(start: impl ConstInt, end: impl ConstInt) -> Tile {
+    let (start, end) = (start.to_i64(), end.to_i64());
     let loc = Loc::caller();
     let n = end - start;
     if n <= 0 || !(n as u64).is_power_of_two() {
@@ -217,16 +235,28 @@ pub fn minimum_nan(a: impl IntoOperand, b: impl IntoOperand) -> Tile {
 }
 
 /// `a` where `cond` is true, else `b` (Triton's `tl.where`), broadcast to one shape.
+///
+/// - `cond`: an i1 tile, or an integer or float tile that counts as true where it is nonzero
+///   (converted by `cond != 0`, as Triton casts a condition to int1; a NaN is true).
+/// - `a`, `b`: tiles or Rust literals, promoted to one dtype (docs/semantics.md).
 #[track_caller]
 pub fn select(cond: Tile, a: impl IntoOperand, b: impl IntoOperand) -> Tile {
-    let loc = Loc::caller();
-    if cond.dtype() != DType::I1 || cond.is_ptr() {
+    select_at(cond, a.into_operand(), b.into_operand(), Loc::caller())
+}
+
+pub(crate) fn select_at(cond: Tile, a: Operand, b: Operand, loc: Loc) -> Tile {
+    if cond.is_ptr() {
         report(
             loc,
-            format!("select needs an i1 condition, got {}", cond.ty()),
+            format!(
+                "select needs an i1 or a number condition, got {}",
+                cond.ty()
+            ),
         );
     }
-    let (x, y) = unify(a.into_operand(), b.into_operand(), "select", loc);
+    // A numeric condition is true where nonzero (Triton casts it to int1): `cond != 0`.
+    let cond = cond.cast_at(DType::I1, Default::default(), loc);
+    let (x, y) = unify(a, b, "select", loc);
     let shape = Shape::broadcast(cond.shape(), x.shape());
     let Some(shape) = shape else {
         report(
@@ -250,6 +280,23 @@ pub fn select(cond: Tile, a: impl IntoOperand, b: impl IntoOperand) -> Tile {
         x.ty(),
         loc,
     )
+}
+
+/// The high half of the full product of two 32- or 64-bit integers, their bits read as
+/// unsigned (`tl.umulhi`): `(a as u64 * b as u64) >> 32` for 32-bit operands. The operands are
+/// promoted to one dtype first; the result has that dtype (a signed result holds the bits).
+/// One `mul.hi.u32` / `mul.hi.u64` on the GPU.
+#[track_caller]
+pub fn umulhi(a: impl IntoOperand, b: impl IntoOperand) -> Tile {
+    let loc = Loc::caller();
+    let t = binary(BinaryOp::UMulHi, a.into_operand(), b.into_operand(), loc);
+    if !t.dtype().is_int() || !matches!(t.dtype().bits(), 32 | 64) {
+        report(
+            loc,
+            format!("umulhi needs 32- or 64-bit integers, got {}", t.ty()),
+        );
+    }
+    t
 }
 
 /// `a * b + c` rounded once.
@@ -769,21 +816,242 @@ pub fn broadcast(a: Tile, b: Tile) -> (Tile, Tile) {
 
 // --- hints and debugging -----------------------------------------------------------------
 
-/// Promises that every element of `x` is a multiple of `n` (`tl.multiple_of`).
-#[track_caller]
-pub fn multiple_of(x: Tile, n: u32) -> Tile {
-    emit1(Op::MultipleOf { n }, vec![x.value()], x.ty(), Loc::caller())
+/// Per-axis values of a compiler hint: one `u32` for every axis, or a list with one entry per
+/// axis (`[16, 1]`, `vec![..]`, `&[..]`).
+#[derive(Clone, Debug)]
+pub enum HintValues {
+    /// The same value for every axis ([`multiple_of`]) or the last axis ([`max_contiguous`]).
+    One(u32),
+    PerAxis(Vec<u32>),
 }
 
-/// Promises runs of `n` contiguous values along the last axis (`tl.max_contiguous`).
+impl From<u32> for HintValues {
+    fn from(n: u32) -> Self {
+        HintValues::One(n)
+    }
+}
+impl From<usize> for HintValues {
+    fn from(n: usize) -> Self {
+        HintValues::One(n as u32)
+    }
+}
+impl From<i32> for HintValues {
+    fn from(n: i32) -> Self {
+        HintValues::One(n.max(0) as u32)
+    }
+}
+impl<const N: usize> From<[u32; N]> for HintValues {
+    fn from(n: [u32; N]) -> Self {
+        HintValues::PerAxis(n.to_vec())
+    }
+}
+impl From<&[u32]> for HintValues {
+    fn from(n: &[u32]) -> Self {
+        HintValues::PerAxis(n.to_vec())
+    }
+}
+impl From<Vec<u32>> for HintValues {
+    fn from(n: Vec<u32>) -> Self {
+        HintValues::PerAxis(n)
+    }
+}
+
+fn hint_values(x: Tile, v: HintValues, what: &str, all_axes: bool, loc: Loc) -> Vec<u32> {
+    let rank = x.shape().rank().max(1);
+    let n = match v {
+        HintValues::One(n) if all_axes => vec![n; rank],
+        HintValues::One(n) => {
+            let mut v = vec![1; rank];
+            v[rank - 1] = n;
+            v
+        }
+        HintValues::PerAxis(v) => v,
+    };
+    if n.len() != rank || n.contains(&0) {
+        report(
+            loc,
+            format!(
+                "{what}: {n:?} must hold one positive value per axis of {} ({rank})",
+                x.ty()
+            ),
+        );
+        return vec![1; rank];
+    }
+    n
+}
+
+/// Promises that the elements of `x` are multiples of `n` along each axis (`tl.multiple_of`):
+/// for an offset tile, that the first element of each contiguous run is. `n` is one value for
+/// every axis or one per axis (`multiple_of(offs, [16, 1])`). A hint: the GPU lowering uses
+/// it for vector widths; nothing checks it.
 #[track_caller]
-pub fn max_contiguous(x: Tile, n: u32) -> Tile {
+pub fn multiple_of(x: Tile, n: impl Into<HintValues>) -> Tile {
+    let loc = Loc::caller();
+    let n = hint_values(x, n.into(), "multiple_of", true, loc);
+    emit1(Op::MultipleOf { n }, vec![x.value()], x.ty(), loc)
+}
+
+/// Promises runs of `n` contiguous values (each the previous plus one) along each axis
+/// (`tl.max_contiguous`). `n` is one value, for the last axis, or one per axis
+/// (`max_contiguous(offs, [1, 64])`). A hint, unchecked.
+#[track_caller]
+pub fn max_contiguous(x: Tile, n: impl Into<HintValues>) -> Tile {
+    let loc = Loc::caller();
+    let n = hint_values(x, n.into(), "max_contiguous", false, loc);
+    emit1(Op::MaxContiguous { n }, vec![x.value()], x.ty(), loc)
+}
+
+/// Tells the compiler that every element of `cond` is true (`tl.assume`); a numeric `cond`
+/// counts as true where nonzero. A hint for the GPU lowering, which emits nothing for it; the
+/// interpreter checks it and fails with "assumption violated" and the line where it is false.
+#[track_caller]
+pub fn assume(cond: Tile) {
+    let loc = Loc::caller();
+    if cond.is_ptr() {
+        report(loc, format!("assume needs a condition, got {}", cond.ty()));
+    }
+    let c = cond.cast_at(DType::I1, Default::default(), loc);
+    emit(
+        Op::Assume {
+            message: format!("{}:{}", loc.file, loc.line),
+        },
+        vec![c.value()],
+        &[],
+        vec![],
+        loc,
+    );
+}
+
+/// Makes every thread of the program wait here until all have arrived (`tl.debug_barrier`):
+/// `bar.sync 0` on the GPU. Memory writes of the program before it are visible to its
+/// threads after it (a CTA-scope barrier). A no-op on the interpreter, which runs a program as
+/// one thread in program order. See docs/semantics.md for ordering stores before atomics.
+#[track_caller]
+pub fn debug_barrier() {
+    emit(Op::Barrier, vec![], &[], vec![], Loc::caller());
+}
+
+/// A pointer tile to elements of `T` at the addresses held by the i64 (or u64) tile `addr`
+/// (Triton's `x.to(tl.pointer_type(T))`). On the GPU the addresses are device addresses; on
+/// the interpreter they are the addresses [`Tile::to_int`] gives (see docs/semantics.md): an
+/// integer that is not one is an error when the pointer is made.
+#[track_caller]
+pub fn int_to_ptr<T: Element>(addr: Tile) -> Tile {
+    int_to_ptr_at(addr, T::DTYPE, Loc::caller())
+}
+
+pub(crate) fn int_to_ptr_at(addr: Tile, d: DType, loc: Loc) -> Tile {
+    if addr.is_ptr() || !matches!(addr.dtype(), DType::I64 | DType::U64) {
+        report(
+            loc,
+            format!("int_to_ptr needs an i64 or u64 tile, got {}", addr.ty()),
+        );
+        return addr;
+    }
     emit1(
-        Op::MaxContiguous { n },
-        vec![x.value()],
-        x.ty(),
+        Op::Bitcast,
+        vec![addr.value()],
+        TileType::ptr(d).with_shape(addr.shape()),
+        loc,
+    )
+}
+
+/// Loads the elements `ptr` points to where `mask` is true (`tl.load(ptr, mask)` without
+/// `other`); masked-off elements read as zero on every backend (Triton leaves them
+/// undefined, so a portable kernel does not read them).
+#[track_caller]
+pub fn load_masked(ptr: Tile, mask: Tile) -> Tile {
+    load_at(
+        ptr,
+        LoadOptions {
+            mask: Some(mask),
+            ..Default::default()
+        },
         Loc::caller(),
     )
+}
+
+/// `a` and `b` (of one shape, after broadcasting and promotion) stacked along a new last axis
+/// of size 2 (`tl.join`): `join(a, b)[.., 0] == a`, `[.., 1] == b`.
+#[track_caller]
+pub fn join(a: impl IntoOperand, b: impl IntoOperand) -> Tile {
+    let loc = Loc::caller();
+    let (a, b) = unify(a.into_operand(), b.into_operand(), "join", loc);
+    join_at(a, b, loc)
+}
+
+fn join_at(a: Tile, b: Tile, loc: Loc) -> Tile {
+    let rank = a.shape().rank();
+    let mut dims: Vec<usize> = a.shape().dims().iter().map(|&d| d as usize).collect();
+    dims.push(2);
+    let Some(shape) = Shape::new(&dims) else {
+        report(
+            loc,
+            format!("join: {} has the largest rank already", a.ty()),
+        );
+        return a;
+    };
+    let (ea, eb) = (a.expand_dims_at(rank, loc), b.expand_dims_at(rank, loc));
+    let first = arange(0, 2).compare(crate::op::CmpOp::Eq, Operand::Int(0), loc);
+    select_at(
+        first.broadcast_at(shape, loc),
+        Operand::Tile(ea.broadcast_at(shape, loc)),
+        Operand::Tile(eb.broadcast_at(shape, loc)),
+        loc,
+    )
+}
+
+/// The two halves of a tile whose last axis has size 2 (`tl.split`), the inverse of [`join`]:
+/// `(x[.., 0], x[.., 1])`, each without the last axis. Exact for every dtype (pointers too).
+#[track_caller]
+pub fn split(x: Tile) -> (Tile, Tile) {
+    let loc = Loc::caller();
+    let rank = x.shape().rank();
+    if rank == 0 || x.shape().dim(rank - 1) != 2 {
+        report(
+            loc,
+            format!(
+                "split needs a tile whose last axis has size 2, got {}",
+                x.ty()
+            ),
+        );
+        return (x, x);
+    }
+    if x.is_ptr() {
+        let (a, b) = split(x.ptr_to_int_at(loc));
+        let d = x.dtype();
+        return (int_to_ptr_at(a, d, loc), int_to_ptr_at(b, d, loc));
+    }
+    let d = x.dtype();
+    let filler = if d.is_float() {
+        Operand::Float(-0.0)
+    } else {
+        Operand::Int(0)
+    };
+    let idx = arange(0, 2);
+    // Each half is a sum of its element and the identity (-0.0 keeps every float, -0.0 too).
+    let half = |which: i64| {
+        let keep = idx.compare(crate::op::CmpOp::Eq, Operand::Int(which), loc);
+        let v = select_at(keep, Operand::Tile(x), filler, loc);
+        reduce_at(v, ReduceOp::Sum, rank - 1, loc).cast_at(d, Default::default(), loc)
+    };
+    (half(0), half(1))
+}
+
+/// `a` and `b` interleaved along their last axis (`tl.interleave`): `[a0, b0, a1, b1, ..]`,
+/// the last axis twice as long; `join` followed by a reshape.
+#[track_caller]
+pub fn interleave(a: impl IntoOperand, b: impl IntoOperand) -> Tile {
+    let loc = Loc::caller();
+    let (a, b) = unify(a.into_operand(), b.into_operand(), "interleave", loc);
+    let j = join_at(a, b, loc);
+    let mut dims: Vec<usize> = a.shape().dims().iter().map(|&d| d as usize).collect();
+    match dims.last_mut() {
+        Some(last) => *last *= 2,
+        None => dims.push(2),
+    }
+    let shape = Shape::new(&dims).expect("rank of a");
+    emit1(Op::Reshape, vec![j.value()], j.ty().with_shape(shape), loc)
 }
 
 /// Prints `values` with `prefix` from every program (`tl.device_print`).

@@ -221,6 +221,15 @@ pub(crate) fn binary(op: BinaryOp, a: Operand, b: Operand, loc: Loc) -> Tile {
             loc,
             format!("`{}` needs integer operands, got {}", op.name(), x.ty),
         );
+    } else if op.float_only() && !d.is_float() {
+        report(
+            loc,
+            format!(
+                "`{}` needs float operands, got {} (convert with `.to::<f32>()`)",
+                op.name(),
+                x.ty
+            ),
+        );
     }
     emit1(Op::Binary(op), vec![x.value, y.value], x.ty, loc)
 }
@@ -376,7 +385,7 @@ impl Tile {
         }
     }
 
-    fn compare(self, op: CmpOp, other: Operand, loc: Loc) -> Tile {
+    pub(crate) fn compare(self, op: CmpOp, other: Operand, loc: Loc) -> Tile {
         let (x, y) = unify(Operand::Tile(self), other, op.name(), loc);
         emit1(
             Op::Compare(op),
@@ -407,17 +416,51 @@ impl Tile {
     /// Reinterprets the bits as `T`, which must have the same width.
     #[track_caller]
     pub fn bitcast<T: Element>(self) -> Tile {
-        let loc = Loc::caller();
-        if self.is_ptr() || self.dtype().bits() != T::DTYPE.bits() {
-            report(loc, format!("cannot bitcast {} to {}", self.ty, T::DTYPE));
+        self.bitcast_at(T::DTYPE, Loc::caller())
+    }
+
+    pub(crate) fn bitcast_at(self, to: DType, loc: Loc) -> Tile {
+        if self.is_ptr() || self.dtype().bits() != to.bits() {
+            report(loc, format!("cannot bitcast {} to {to}", self.ty));
+            return self;
+        }
+        if self.dtype() == to {
             return self;
         }
         emit1(
             Op::Bitcast,
             vec![self.value],
-            self.ty.with_elem(Elem::Scalar(T::DTYPE)),
+            self.ty.with_elem(Elem::Scalar(to)),
             loc,
         )
+    }
+
+    /// The addresses of a pointer tile as an i64 tile (Triton's `ptr.to(tl.int64)`): device
+    /// addresses on the GPU, the interpreter's addresses there (docs/semantics.md); in both,
+    /// the difference of two addresses into one buffer is their distance in bytes.
+    #[track_caller]
+    pub fn to_int(self) -> Tile {
+        self.ptr_to_int_at(Loc::caller())
+    }
+
+    pub(crate) fn ptr_to_int_at(self, loc: Loc) -> Tile {
+        if !self.is_ptr() {
+            report(loc, format!("to_int needs a pointer tile, got {}", self.ty));
+            return self;
+        }
+        emit1(
+            Op::Bitcast,
+            vec![self.value],
+            self.ty.with_elem(Elem::Scalar(DType::I64)),
+            loc,
+        )
+    }
+
+    /// The same addresses as pointers to `T` (Triton's `ptr.to(tl.pointer_type(T))`).
+    #[track_caller]
+    pub fn cast_ptr<T: Element>(self) -> Tile {
+        let loc = Loc::caller();
+        super::ops::int_to_ptr_at(self.ptr_to_int_at(loc), T::DTYPE, loc)
     }
 
     /// `self < other`, elementwise (an i1 tile).

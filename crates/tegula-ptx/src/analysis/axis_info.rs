@@ -182,15 +182,15 @@ impl AxisAnalysis {
             }
             Op::MultipleOf { n } => {
                 let mut a = arg(0);
-                for dv in &mut a.divisibility {
-                    *dv = (*dv).max(*n as u64 & (!(*n as u64) + 1));
+                for (dv, &n) in a.divisibility.iter_mut().zip(n) {
+                    *dv = (*dv).max(n as u64 & (!(n as u64) + 1));
                 }
                 a
             }
             Op::MaxContiguous { n } => {
                 let mut a = arg(0);
-                if let Some(c) = a.contiguity.last_mut() {
-                    *c = (*c).max(*n as u64);
+                for (c, &n) in a.contiguity.iter_mut().zip(n) {
+                    *c = (*c).max(n as u64);
                 }
                 a
             }

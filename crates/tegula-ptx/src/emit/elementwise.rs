@@ -40,6 +40,8 @@ fn binary_rule(op: BinaryOp, t: Ty) -> Option<String> {
         (Min, _) => format!("min{t}"),
         (MaxNan, Ty::F32) => "max.NaN.f32".into(),
         (MinNan, Ty::F32) => "min.NaN.f32".into(),
+        (UMulHi, Ty::S32 | Ty::U32) => "mul.hi.u32".into(),
+        (UMulHi, Ty::S64 | Ty::U64) => "mul.hi.u64".into(),
         (MaxNan, _) if !float => format!("max{t}"),
         (MinNan, _) if !float => format!("min{t}"),
         _ => return None,
@@ -214,6 +216,8 @@ impl Lower<'_> {
                     .map(|&x| self.cast(from, ty.dtype(), *rounding, x))
                     .collect()
             }
+            // A pointer is its 64-bit address in a b64 register, as an i64/u64 is.
+            Op::Bitcast if ty.is_ptr() || arg_ty(0).is_ptr() => self.get(d.args[0], l),
             Op::Bitcast => {
                 let a = self.get(d.args[0], l)?;
                 let from = arg_ty(0).dtype();
@@ -370,6 +374,10 @@ impl Lower<'_> {
         let (x, y) = (self.widen(d, a), self.widen(d, b));
         let r = match (op, t) {
             (BinaryOp::Rem, Ty::F32 | Ty::F64) => self.fmod(t, x, y),
+            (BinaryOp::Atan2 | BinaryOp::Pow | BinaryOp::Hypot, Ty::F32) => {
+                let f = op.libm().expect("a library function");
+                self.libm2_f32(f, x, y)
+            }
             (BinaryOp::MaxNan | BinaryOp::MinNan, Ty::F64) => {
                 let m = if op == BinaryOp::MaxNan {
                     "max.f64"
@@ -508,6 +516,9 @@ impl Lower<'_> {
             UnaryOp::Abs => self.b.op(format!("abs{t}"), class, vec![x.into()]),
             UnaryOp::Floor => self.b.op(format!("cvt.rmi{t}{t}"), class, vec![x.into()]),
             UnaryOp::Ceil => self.b.op(format!("cvt.rpi{t}{t}"), class, vec![x.into()]),
+            UnaryOp::Rint => self.b.op(format!("cvt.rni{t}{t}"), class, vec![x.into()]),
+            UnaryOp::Trunc => self.b.op(format!("cvt.rzi{t}{t}"), class, vec![x.into()]),
+            UnaryOp::Round if float => self.round_half_away(t, x),
             _ if t == Ty::F32 => self.math_f32(op, x)?,
             UnaryOp::Sqrt if t == Ty::F64 => self.b.op("sqrt.rn.f64", class, vec![x.into()]),
             UnaryOp::Rsqrt if t == Ty::F64 => self.b.op("rsqrt.approx.f64", class, vec![x.into()]),

@@ -14,9 +14,11 @@
 //! | tanh  | `tanh.approx.f32` (sm_75+)             | ~2^-11 relative (the GPU's fast tanh)   |
 //! | erf   | |x|<1: Taylor series in x^2 (11 terms); else Abramowitz-Stegun 7.1.26 | ~2e-7 absolute |
 //! | floor, ceil | `cvt.rmi` / `cvt.rpi`            | exact                                   |
+//! | rint, trunc, round | `cvt.rni`, `cvt.rzi`; round: trunc + 1 where `|x - trunc x| >= 1/2` | exact |
+//! | asin .. cbrt, atan2, pow, hypot | `tegula_ir::mathlib` in f64 (`libm.rs`), rounded once | correctly rounded but ~2^-20 ulp of halfway; erfinv 2.5 ulp; the interpreter's bits |
 
 use super::{Lower, R};
-use crate::ptx::{Arg, Reg, RegClass};
+use crate::ptx::{Arg, Reg, RegClass, Ty};
 use tegula_ir::UnaryOp;
 
 const LOG2_E: f32 = std::f32::consts::LOG2_E;
@@ -52,8 +54,42 @@ impl Lower<'_> {
             }
             UnaryOp::Tanh => self.f("tanh.approx.f32", vec![x.into()]),
             UnaryOp::Erf => self.erf(x),
-            other => return Err(self.unsupported(format!("`{}` on f32", other.name()))),
+            other => match other.libm() {
+                Some(f) => self.libm1_f32(f, x),
+                None => return Err(self.unsupported(format!("`{}` on f32", other.name()))),
+            },
         })
+    }
+
+    /// C's `round`: the nearest integer, halfway cases away from zero (`t` is f32 or f64).
+    /// `x - trunc(x)` is exact, so the comparison with 1/2 is too.
+    pub(crate) fn round_half_away(&mut self, t: Ty, x: Reg) -> Reg {
+        let c = x.class;
+        let (half, one) = if t == Ty::F64 {
+            (Arg::F64(0.5), Arg::F64(1.0))
+        } else {
+            (Arg::F32(0.5), Arg::F32(1.0))
+        };
+        let tr = self.b.op(format!("cvt.rzi{t}{t}"), c, vec![x.into()]);
+        let d = self
+            .b
+            .op(format!("sub.rn{t}"), c, vec![x.into(), tr.into()]);
+        let ad = self.b.op(format!("abs{t}"), c, vec![d.into()]);
+        let up = self
+            .b
+            .op(format!("setp.ge{t}"), RegClass::Pred, vec![ad.into(), half]);
+        let one = self.imm(c, one);
+        let s = self
+            .b
+            .op(format!("copysign{t}"), c, vec![x.into(), one.into()]);
+        let bumped = self
+            .b
+            .op(format!("add.rn{t}"), c, vec![tr.into(), s.into()]);
+        self.b.op(
+            format!("selp{t}"),
+            c,
+            vec![bumped.into(), tr.into(), up.into()],
+        )
     }
 
     /// `x - k * 2pi` with `k = round(x / 2pi)`, with 2pi split in two for accuracy.

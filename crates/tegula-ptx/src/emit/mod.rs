@@ -35,6 +35,7 @@ mod convert;
 mod convert_pieces;
 mod dot;
 mod elementwise;
+mod libm;
 mod math;
 mod memory;
 mod mma;
@@ -672,6 +673,10 @@ impl<'k> Lower<'k> {
             Op::While => self.lower_while(inst),
             Op::Assert { .. } => self.lower_assert(inst),
             Op::Print { .. } => self.lower_print(inst),
+            Op::Barrier => {
+                self.b.emit("bar.sync", vec![Arg::Imm(0)]);
+                Ok(())
+            }
             Op::Yield | Op::Condition => Ok(()),
             other => Err(self.invalid(format!("`{}` is not anchored", other.name()))),
         }

@@ -221,7 +221,7 @@ pub fn untransposed(k: &Kernel, operand: Value) -> (Value, bool) {
 
 /// The value staged for operand `v` and whether its row-major order is K-major: `x` of
 /// `x.trans()` is staged directly (its row-major order is the operand transposed). Stored
-/// K-major means A as [m][k], B as [n][k]; a source's own row-major order is K-major for an
+/// K-major means A as `[m][k]`, B as `[n][k]`; a source's own row-major order is K-major for an
 /// untransposed A and a transposed B.
 pub fn staging_source(k: &Kernel, v: Value, role: Role) -> (Value, bool) {
     let (src, permuted) = match k.def_inst(v).map(|i| &k.insts[i]) {

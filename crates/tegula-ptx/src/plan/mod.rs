@@ -72,6 +72,7 @@ pub fn is_anchored(op: &Op) -> bool {
             | Op::While
             | Op::Print { .. }
             | Op::Assert { .. }
+            | Op::Barrier
             | Op::Yield
             | Op::Condition
     )

@@ -1,0 +1,258 @@
+//! The math library's f32 results against float64 references, in units in the last place of
+//! the f32 result, over dense inputs (a stride through every f32 bit pattern, uniform samples
+//! of the interesting ranges) and edge values (zeros, subnormals, 1, -1, infinities, NaN,
+//! the largest finite values). The interpreter evaluates exactly these functions, and the GPU
+//! the same operations, so the bounds hold on both; docs/semantics.md lists them.
+
+use tegula_ir::mathlib::{eval2_f32, eval_f32, Fn1, Fn2};
+
+/// The distance from `got` to the exact `want`, in ulps of f32 at `want` (subnormal ulps below
+/// the normal range); 0 when both are the same infinity or both NaN, infinite when one is NaN.
+fn ulps(got: f32, want: f64) -> f64 {
+    if want.is_nan() || got.is_nan() {
+        return if want.is_nan() && got.is_nan() {
+            0.0
+        } else {
+            f64::INFINITY
+        };
+    }
+    let wf = want as f32;
+    if wf.is_infinite() || got.is_infinite() {
+        // Past f32's range: the result must be the same infinity (or the largest finite value
+        // when the exact value is within half an ulp of it).
+        if got == wf {
+            return 0.0;
+        }
+        let top = f32::MAX as f64 * if want < 0.0 { -1.0 } else { 1.0 };
+        return (got as f64 - top).abs() / 2f64.powi(104) + 1.0;
+    }
+    let e = if want == 0.0 {
+        -126
+    } else {
+        want.abs().log2().floor().max(-126.0) as i32
+    };
+    (got as f64 - want).abs() / 2f64.powi(e - 23)
+}
+
+fn edges() -> Vec<f32> {
+    let mut v = vec![
+        0.0,
+        -0.0,
+        f32::from_bits(1),
+        -f32::from_bits(1),
+        f32::from_bits(0x007F_FFFF),
+        f32::MIN_POSITIVE,
+        1.0,
+        -1.0,
+        0.5,
+        -0.5,
+        2.0,
+        1.0 - f32::EPSILON / 2.0,
+        1.0 + f32::EPSILON,
+        -1.0 + f32::EPSILON / 2.0,
+        f32::MAX,
+        f32::MIN,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        f32::NAN,
+        1e-30,
+        1e30,
+        88.72,
+        89.5,
+        -103.9,
+        -88.0,
+        10.0,
+        100.0,
+    ];
+    v.extend(v.clone().iter().map(|x| -x));
+    v
+}
+
+/// A stride through every finite f32 of both signs, plus uniform samples of [-4, 4].
+fn dense() -> Vec<f32> {
+    let mut v = Vec::new();
+    let mut bits = 0u32;
+    while bits < 0x7F80_0000 {
+        let x = f32::from_bits(bits);
+        v.push(x);
+        v.push(-x);
+        bits += 4093;
+    }
+    let mut s = 0x1234_5678_9ABC_DEF0u64;
+    let samples = 200_000;
+    for _ in 0..samples {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        v.push(((s >> 11) as f64 / (1u64 << 53) as f64 * 8.0 - 4.0) as f32);
+    }
+    v.extend(edges());
+    v
+}
+
+fn erf64(x: f64) -> f64 {
+    // Series below 2.5, continued fraction of erfc above (as the interpreter's erf).
+    let a = x.abs();
+    if a >= 6.0 {
+        return 1f64.copysign(x);
+    }
+    if a < 2.5 {
+        let x2 = a * a;
+        let (mut term, mut sum, mut n) = (a, a, 0.0);
+        loop {
+            n += 1.0;
+            term *= -x2 / n;
+            let add = term / (2.0 * n + 1.0);
+            sum += add;
+            if add.abs() <= 1e-17 * sum.abs() || n > 200.0 {
+                break;
+            }
+        }
+        return (sum * std::f64::consts::FRAC_2_SQRT_PI).copysign(x);
+    }
+    let mut f = a;
+    for k in (1..=60).rev() {
+        f = a + (k as f64 / 2.0) / f;
+    }
+    (1.0 - (-a * a).exp() / (f * std::f64::consts::PI.sqrt())).copysign(x)
+}
+
+/// erfinv in f64 by Newton's method on erf from a close start.
+fn erfinv64(x: f64, start: f64) -> f64 {
+    if x.abs() >= 1.0 || x.is_nan() || !start.is_finite() {
+        return if x.abs() == 1.0 {
+            f64::INFINITY.copysign(x)
+        } else {
+            f64::NAN
+        };
+    }
+    let mut y = start;
+    for _ in 0..4 {
+        let d = (erf64(y) - x) / (std::f64::consts::FRAC_2_SQRT_PI * (-y * y).exp());
+        y -= d;
+    }
+    y
+}
+
+fn reference(f: Fn1, x: f64) -> f64 {
+    match f {
+        Fn1::Asin => x.asin(),
+        Fn1::Acos => x.acos(),
+        Fn1::Atan => x.atan(),
+        Fn1::Sinh => x.sinh(),
+        Fn1::Cosh => x.cosh(),
+        Fn1::Asinh => x.asinh(),
+        Fn1::Acosh => x.acosh(),
+        Fn1::Atanh => x.atanh(),
+        Fn1::Log1p => x.ln_1p(),
+        Fn1::Expm1 => x.exp_m1(),
+        Fn1::Cbrt => x.cbrt(),
+        Fn1::Erfinv => unreachable!(),
+    }
+}
+
+/// The largest error of `f` over the inputs, and the input where it occurs.
+fn worst1(f: Fn1, xs: &[f32]) -> (f64, f32) {
+    let mut worst = (0.0, 0.0f32);
+    for &x in xs {
+        let got = eval_f32(f, x);
+        let want = if f == Fn1::Erfinv {
+            erfinv64(x as f64, got as f64)
+        } else {
+            reference(f, x as f64)
+        };
+        let e = ulps(got, want);
+        if e > worst.0 || e.is_nan() {
+            worst = (e, x);
+        }
+    }
+    worst
+}
+
+#[test]
+fn unary_functions_within_their_ulp_bounds() {
+    let xs = dense();
+    let bounds = [
+        (Fn1::Asin, 0.5001),
+        (Fn1::Acos, 0.5001),
+        (Fn1::Atan, 0.5001),
+        (Fn1::Sinh, 0.5001),
+        (Fn1::Cosh, 0.5001),
+        (Fn1::Asinh, 0.5001),
+        (Fn1::Acosh, 0.5001),
+        (Fn1::Atanh, 0.5001),
+        (Fn1::Log1p, 0.5001),
+        (Fn1::Expm1, 0.5001),
+        (Fn1::Cbrt, 0.5001),
+        (Fn1::Erfinv, 2.5),
+    ];
+    let mut report = Vec::new();
+    for (f, bound) in bounds {
+        let (e, x) = worst1(f, &xs);
+        report.push(format!("{f:?}: {e:.4} ulp at {x:e}"));
+        assert!(
+            e <= bound,
+            "{f:?}: {e} ulp at {x:e} (bound {bound})\n{report:#?}"
+        );
+    }
+    eprintln!("{}", report.join("\n"));
+}
+
+fn reference2(f: Fn2, x: f64, y: f64) -> f64 {
+    match f {
+        Fn2::Atan2 => x.atan2(y),
+        Fn2::Pow => x.powf(y),
+        Fn2::Hypot => x.hypot(y),
+    }
+}
+
+#[test]
+fn binary_functions_within_their_ulp_bounds() {
+    let mut xs = edges();
+    let mut s = 0x0F1E_2D3C_4B5A_6978u64;
+    let mut next = || {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        s
+    };
+    let mut pairs: Vec<(f32, f32)> = Vec::new();
+    for &a in &xs {
+        for &b in &xs {
+            pairs.push((a, b));
+        }
+    }
+    let samples = 300_000;
+    for _ in 0..samples {
+        // Random bit patterns (every magnitude) and moderate values.
+        let a = f32::from_bits(next() as u32);
+        let b = f32::from_bits(next() as u32);
+        pairs.push((a, b));
+        let u = ((next() >> 11) as f64 / (1u64 << 53) as f64 * 20.0 - 10.0) as f32;
+        let v = ((next() >> 11) as f64 / (1u64 << 53) as f64 * 20.0 - 10.0) as f32;
+        pairs.push((u, v));
+        pairs.push((u.abs(), v.round()));
+    }
+    xs.clear();
+    let mut report = Vec::new();
+    for (f, bound) in [
+        (Fn2::Atan2, 0.5001),
+        (Fn2::Pow, 0.5001),
+        (Fn2::Hypot, 0.5001),
+    ] {
+        let mut worst = (0.0, (0.0f32, 0.0f32));
+        for &(a, b) in &pairs {
+            let got = eval2_f32(f, a, b);
+            let e = ulps(got, reference2(f, a as f64, b as f64));
+            if e > worst.0 {
+                worst = (e, (a, b));
+            }
+        }
+        report.push(format!("{f:?}: {:.4} ulp at {:?}", worst.0, worst.1));
+        assert!(
+            worst.0 <= bound,
+            "{f:?}: {worst:?} (bound {bound})\n{report:#?}"
+        );
+    }
+    eprintln!("{}", report.join("\n"));
+}

@@ -1,0 +1,143 @@
+//! The language ops a Triton user expects (random numbers, libdevice-style math, barriers,
+//! pointer casts, hints) lower to PTX that `ptxas` assembles for sm_80 and sm_90a.
+//! ptxas comes from $TEGULA_PTXAS, `.tools/nvcc` (scripts/ptxas.sh) or PATH; without one the
+//! test fails rather than passing silently.
+
+use std::path::PathBuf;
+use tegula_ir::prelude::*;
+use tegula_ir::Kernel;
+use tegula_ptx::{compile, CompileOptions, Target};
+
+fn ptxas() -> PathBuf {
+    tegula_ptx::ptxas::find()
+        .expect("ptxas not found: run scripts/ptxas.sh (or set TEGULA_PTXAS) before this test")
+}
+
+/// Compiles `k` for sm_80 and sm_90a, assembles both, and returns the sm_80 PTX.
+fn assemble(name: &str, k: &Kernel) -> String {
+    let dir = std::env::temp_dir().join(format!("tegula-language-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut first = None;
+    for sm in [80, 90] {
+        let opts = CompileOptions {
+            num_warps: 4,
+            num_stages: 1,
+            mma: tegula_ptx::MmaChoice::Sync,
+        };
+        let c = compile(k, &Target { sm }, &opts).unwrap_or_else(|e| panic!("{name}: {e}"));
+        tegula_ptx::ptxas::assemble(&ptxas(), &c.ptx, sm, &dir, &format!("{name}_sm{sm}"))
+            .unwrap_or_else(|e| panic!("{name} sm_{sm}: {e}"));
+        first.get_or_insert(c.ptx);
+    }
+    first.unwrap()
+}
+
+#[test]
+fn random_kernels_assemble() {
+    let k = trace("random", |p| {
+        let (out, seed) = (p.ptr("out", DType::F32), p.scalar("seed", DType::I64));
+        let ints = p.ptr("ints", DType::U32);
+        let offs = program_id(0) * 256 + arange(0, 256);
+        store_unmasked(out + offs, rand(seed, offs) + randn(seed, offs));
+        let [a, b, c, d] = randint4x(seed, offs.cast(DType::I64));
+        store_unmasked(ints + offs, a ^ b ^ c ^ d);
+    })
+    .unwrap();
+    let ptx = assemble("random", &k);
+    assert!(ptx.contains("mul.hi.u32"), "umulhi lowers to mul.hi.u32");
+    let k = trace("umulhi64", |p| {
+        let (x, y) = (p.ptr("x", DType::U64), p.ptr("y", DType::I64));
+        let o = arange(0, 128);
+        let v = umulhi(load_unmasked(x + o), load_unmasked(x + o));
+        store_unmasked(y + o, v.cast(DType::I64));
+    })
+    .unwrap();
+    assert!(assemble("umulhi64", &k).contains("mul.hi.u64"));
+}
+
+/// Every math-library op of a dtype, summed into one stored value.
+fn math_kernel(dt: DType) -> Kernel {
+    trace(&format!("math_{dt}"), |p| {
+        let (x, y, out) = (p.ptr("x", dt), p.ptr("y", dt), p.ptr("out", dt));
+        let o = program_id(0) * 128 + arange(0, 128);
+        let (a, b) = (load_unmasked(x + o), load_unmasked(y + o));
+        let mut acc = asin(a) + acos(a) + atan(a) + sinh(a) + cosh(a) + asinh(a);
+        acc += acosh(a) + atanh(a) + log1p(a) + expm1(a) + erfinv(a) + cbrt(a);
+        acc += atan2(a, b) + pow(a, b) + hypot(a, b) + fmod(a, b) + copysign(a, b);
+        acc += round(a) + rint(b) + trunc(a) + nearbyint(b);
+        let flags = isnan(a) | isinf(b) | signbit(a) | isfinite(b);
+        store_unmasked(out + o, select(flags, acc, 0.0));
+    })
+    .unwrap()
+}
+
+#[test]
+fn math_kernels_assemble() {
+    for dt in [DType::F32, DType::F16, DType::BF16] {
+        let ptx = assemble(&format!("math_{dt}"), &math_kernel(dt));
+        assert!(ptx.contains("fma.rn.f64") && ptx.contains("cvt.rn.f32.f64"));
+        assert!(
+            !ptx.contains(".approx.f64"),
+            "the math library uses no approximations"
+        );
+    }
+    // f64: the exact ops lower; the transcendental ones are refused with a clear error.
+    let k = trace("round_f64", |p| {
+        let (x, out) = (p.ptr("x", DType::F64), p.ptr("out", DType::F64));
+        let o = arange(0, 128);
+        let a = load_unmasked(x + o);
+        let v = round(a) + rint(a) + trunc(a) + copysign(a, -1.0);
+        store_unmasked(out + o, select(isnan(a) | signbit(a), 0.0, v));
+    })
+    .unwrap();
+    assemble("round_f64", &k);
+    let k = trace("asin_f64", |p| {
+        let (x, out) = (p.ptr("x", DType::F64), p.ptr("out", DType::F64));
+        let o = arange(0, 128);
+        store_unmasked(out + o, asin(load_unmasked(x + o)));
+    })
+    .unwrap();
+    let e = compile(
+        &k,
+        &Target { sm: 80 },
+        &CompileOptions {
+            num_warps: 4,
+            num_stages: 1,
+            mma: tegula_ptx::MmaChoice::Sync,
+        },
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("asin"), "{e}");
+}
+
+#[test]
+fn barrier_pointers_hints_and_shape_ops_assemble() {
+    let k = trace("lang", |p| {
+        let (x, y) = (p.ptr("x", DType::F32), p.ptr("y", DType::F32));
+        let table = p.ptr("table", DType::I64);
+        let n = p.scalar("n", DType::I32);
+        let rows = arange(0, 16).col() * 64;
+        let offs = multiple_of(
+            max_contiguous(rows + arange(0, 64).row(), [1, 64]),
+            [64, 16],
+        );
+        assume(n.gt(0));
+        let v = load_unmasked(x + offs);
+        store_unmasked(y + offs, v * 2.0);
+        debug_barrier();
+        let o = arange(0, 64);
+        let base = int_to_ptr::<f32>(load_unmasked(table + o % 2));
+        let w = load_masked(base + o, o.lt(n));
+        let (a, b) = split(join(w, w + 1.0));
+        let il = interleave(a, b);
+        store_unmasked(
+            y + arange(0, 128),
+            select(o.col() % 2, il.reshape([64, 2]), 0.0).reshape([128]),
+        );
+        store_unmasked(table + o, (y + o).to_int());
+        atomic_add(y + o, 1.0, None);
+    })
+    .unwrap();
+    let ptx = assemble("lang", &k);
+    assert!(ptx.contains("bar.sync"), "debug_barrier is a bar.sync");
+}

@@ -1,0 +1,209 @@
+//! GPU check of the language ops against the interpreter, bit for bit: every math-library
+//! function over a stride through all f32 bit patterns (and f16/bf16 samples), Philox
+//! random numbers, the rounding family, pointer round trips and a barrier.
+//!
+//!     cargo run --release -p tegula --example language_gpu_check
+//!
+//! Prints one line per check and exits non-zero on a mismatch. Needs a GPU.
+
+use tegula::prelude::*;
+
+#[tegula::kernel]
+fn unary_op<T: Element>(x: Ptr<T>, y: Ptr<T>, n: i32, #[constexpr] which: u32) {
+    let offs = program_id(0) * 256 + arange(0, 256);
+    let mask = offs.lt(n);
+    let a = load(x + offs, mask, 0.0);
+    let r = match which {
+        0 => asin(a),
+        1 => acos(a),
+        2 => atan(a),
+        3 => sinh(a),
+        4 => cosh(a),
+        5 => asinh(a),
+        6 => acosh(a),
+        7 => atanh(a),
+        8 => log1p(a),
+        9 => expm1(a),
+        10 => erfinv(a),
+        11 => cbrt(a),
+        12 => round(a),
+        13 => rint(a),
+        14 => trunc(a),
+        15 => copysign(2.0, a),
+        16 => select(isnan(a) | isinf(a) | signbit(a), 1.0, 0.0),
+        _ => a,
+    };
+    store(y + offs, r, mask);
+}
+
+#[tegula::kernel]
+fn binary_op(x: Ptr<f32>, z: Ptr<f32>, y: Ptr<f32>, n: i32, #[constexpr] which: u32) {
+    let offs = program_id(0) * 256 + arange(0, 256);
+    let mask = offs.lt(n);
+    let a = load(x + offs, mask, 0.0);
+    let b = load(z + offs, mask, 0.0);
+    let r = match which {
+        0 => atan2(a, b),
+        1 => pow(a, b),
+        2 => hypot(a, b),
+        _ => fmod(a, b),
+    };
+    store(y + offs, r, mask);
+}
+
+#[tegula::kernel]
+fn random(w: Ptr<u32>, u: Ptr<f32>, g: Ptr<f32>, seed: i64, n: i32) {
+    let offs = program_id(0) * 256 + arange(0, 256);
+    let mask = offs.lt(n);
+    let [a, b, c, d] = randint4x(seed, offs);
+    store(w + offs * 4, a, mask);
+    store(w + offs * 4 + 1, b, mask);
+    store(w + offs * 4 + 2, c, mask);
+    store(w + offs * 4 + 3, d, mask);
+    store(u + offs, rand(seed, offs), mask);
+    store(g + offs, randn(seed, offs), mask);
+}
+
+#[tegula::kernel]
+fn pointers(x: Ptr<f32>, y: Ptr<f32>, d: Ptr<i64>) {
+    let o = arange(0, 256);
+    store_unmasked(y + o, o.to::<f32>());
+    debug_barrier();
+    let back = int_to_ptr::<f32>((y + (255 - o)).to_int());
+    let v = load_unmasked(back);
+    let (p, q) = split(join(v, load_unmasked(x + o)));
+    store_unmasked(x + o, p + q);
+    store_unmasked(d + o, (y + o).to_int() - y.to_int());
+}
+
+fn same(a: f32, b: f32) -> bool {
+    a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan())
+}
+
+fn main() -> tegula::Result<()> {
+    let gpu = Device::cuda(0)?;
+    let cpu = Device::cpu();
+    let mut failed = 0;
+    let mut xs: Vec<f32> = Vec::new();
+    let mut bits = 0u32;
+    while bits < 0x7F80_0000 {
+        xs.push(f32::from_bits(bits));
+        xs.push(-f32::from_bits(bits));
+        bits += 509;
+    }
+    xs.extend([
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        f32::NAN,
+        0.5,
+        -0.5,
+        1.0,
+        -1.0,
+    ]);
+    let n = xs.len();
+    let grid = (n as u32).div_ceil(256);
+    let names = [
+        "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh", "log1p", "expm1",
+        "erfinv", "cbrt", "round", "rint", "trunc", "copysign", "classify",
+    ];
+    for (which, name) in names.iter().enumerate() {
+        let mut out = Vec::new();
+        for dev in [&gpu, &cpu] {
+            let x = dev.from_slice(&xs, [n])?;
+            let y = dev.empty::<f32>([n])?;
+            unary_op::launch(dev, grid, &x, &y, n as i32, which as u32)?;
+            out.push(y.to_vec()?);
+        }
+        let bad = (0..n).filter(|&i| !same(out[0][i], out[1][i])).count();
+        let first = (0..n).find(|&i| !same(out[0][i], out[1][i]));
+        println!(
+            "f32 {name}: {n} inputs, {bad} differ{}",
+            first.map_or(String::new(), |i| format!(
+                " (first {:e}: gpu {:e} cpu {:e})",
+                xs[i], out[0][i], out[1][i]
+            ))
+        );
+        failed += bad;
+        // f16 and bf16 through f32.
+        let h: Vec<half::f16> = xs.iter().map(|&x| half::f16::from_f32(x)).collect();
+        let mut oh = Vec::new();
+        for dev in [&gpu, &cpu] {
+            let x = dev.from_slice(&h, [n])?;
+            let y = dev.empty::<half::f16>([n])?;
+            unary_op::launch(dev, grid, &x, &y, n as i32, which as u32)?;
+            oh.push(y.to_vec()?);
+        }
+        let bad = (0..n)
+            .filter(|&i| !same(oh[0][i].to_f32(), oh[1][i].to_f32()))
+            .count();
+        println!("f16 {name}: {bad} differ");
+        failed += bad;
+    }
+    let zs: Vec<f32> = xs.iter().rev().copied().collect();
+    for (which, name) in ["atan2", "pow", "hypot", "fmod"].iter().enumerate() {
+        let mut out = Vec::new();
+        for dev in [&gpu, &cpu] {
+            let x = dev.from_slice(&xs, [n])?;
+            let z = dev.from_slice(&zs, [n])?;
+            let y = dev.empty::<f32>([n])?;
+            binary_op::launch(dev, grid, &x, &z, &y, n as i32, which as u32)?;
+            out.push(y.to_vec()?);
+        }
+        let bad = (0..n).filter(|&i| !same(out[0][i], out[1][i])).count();
+        let first = (0..n).find(|&i| !same(out[0][i], out[1][i]));
+        println!(
+            "f32 {name}: {n} pairs, {bad} differ{}",
+            first.map_or(String::new(), |i| format!(
+                " (first ({:e}, {:e}): gpu {:e} cpu {:e})",
+                xs[i], zs[i], out[0][i], out[1][i]
+            ))
+        );
+        if *name != "fmod" {
+            failed += bad;
+        }
+    }
+    let m = 1 << 16;
+    let mut res = Vec::new();
+    for dev in [&gpu, &cpu] {
+        let w = dev.empty::<u32>([4 * m])?;
+        let u = dev.empty::<f32>([m])?;
+        let g = dev.empty::<f32>([m])?;
+        random::launch(
+            dev,
+            (m as u32) / 256,
+            &w,
+            &u,
+            &g,
+            0x1234_5678_9ABC,
+            m as i32,
+        )?;
+        res.push((w.to_vec()?, u.to_vec()?, g.to_vec()?));
+    }
+    let wbad = (0..4 * m).filter(|&i| res[0].0[i] != res[1].0[i]).count();
+    let ubad = (0..m).filter(|&i| !same(res[0].1[i], res[1].1[i])).count();
+    let gmax = (0..m)
+        .map(|i| (res[0].2[i] - res[1].2[i]).abs())
+        .fold(0.0f32, f32::max);
+    println!(
+        "randint4x: {wbad} words differ; rand: {ubad} differ; randn: max |gpu - cpu| {gmax:e}"
+    );
+    failed += wbad + ubad + (gmax > 1e-5) as usize;
+    let x = gpu.from_slice(&vec![1.0f32; 256], [256])?;
+    let y = gpu.empty::<f32>([256])?;
+    let d = gpu.empty::<i64>([256])?;
+    pointers::launch(&gpu, 1u32, &x, &y, &d)?;
+    let xv = x.to_vec()?;
+    let dv = d.to_vec()?;
+    let ok = (0..256).all(|i| xv[i] == (255 - i) as f32 + 1.0 && dv[i] == 4 * i as i64);
+    println!(
+        "pointers, barrier, split/join: {}",
+        if ok { "ok" } else { "WRONG" }
+    );
+    failed += !ok as usize;
+    if failed > 0 {
+        eprintln!("{failed} mismatches");
+        std::process::exit(1);
+    }
+    println!("all bit-identical");
+    Ok(())
+}
