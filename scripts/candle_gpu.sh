@@ -53,6 +53,9 @@ build)
             sed -E 's/pub unsafe fn ([A-Za-z0-9_]+)\(/void \1(void) {}/' > "$work/stubs/$1.c"
         gcc -shared -fPIC -Wl,-soname,"$3" -o "$work/stubs/$2" "$work/stubs/$1.c"
     done
+    # candle-kernels asks for cudart beside its MoE archive, which is empty here: an empty stub.
+    : > "$work/stubs/cudart.c"
+    gcc -shared -fPIC -Wl,-soname,libcudart.so.13 -o "$work/stubs/libcudart.so" "$work/stubs/cudart.c"
     ln -sfn "$work/stubs" "$work/toolkit/lib64"
     # A stand-in nvcc for candle-kernels' build script: the PTX compiled on the GPU machine,
     # empty archives for the MoE kernels.
