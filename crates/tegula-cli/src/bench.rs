@@ -1,5 +1,6 @@
-//! `tegula bench`: times library kernels through their host wrappers with CUDA events and
-//! prints each figure beside the device's ceilings (a roofline in numbers).
+//! `tegula bench`: times the registry's entries (library kernels, the copy baseline,
+//! tutorials' ports) through their host functions with CUDA events and prints each figure
+//! beside the device's ceilings (a roofline in numbers).
 //!
 //! Method (docs/DESIGN.md, "Measuring"): the first call, a probe and a warm-up stay out of the
 //! samples; the median and the spread (min, max, quartiles) of many timed calls are reported;
@@ -9,29 +10,40 @@
 //! kernels are also timed back to back after one L2 clear (`batch_ms`, beside a copy of as many
 //! bytes timed so): the rate a stream of such calls sustains, free of the dirty lines the
 //! clear before each sample leaves in the L2.
+//!
+//! A tutorial's port is timed as the Triton harness times its tutorial (`do_bench`'s budget:
+//! 25 ms of warm-up, 100 ms of samples, an L2 clear before each, the median; one set of
+//! inputs) and printed as a line `TEGULA <tutorial> <shape> <ms>` that joins the harness's
+//! `TRITON <tutorial> <shape> <ms>` (`scripts/compare_tutorials.py`).
 
 use crate::ceilings::{self, Ceilings};
+use crate::entries::{bench_shapes_of, causal_of, dtype_of};
+use crate::registry;
 use serde_json::{json, Value};
 use std::collections::HashMap;
 use std::io::Write;
-use tegula::autotune::{measure, Autotuner, Config, MeasureOptions, Source, Timing, Tuning};
-use tegula::ir::{DType, Element};
-use tegula::{Device, Result, Tensor};
-use tegula_kernels::attention::{self, AttentionOptions};
-use tegula_kernels::{gemv, matmul, norm, softmax, vector_add};
+use tegula::autotune::{measure, Config, MeasureOptions, Timing};
+use tegula::ir::DType;
+use tegula::registry::{join_x, Entry, Kind};
+use tegula::{Device, Result};
 
 #[derive(clap::Args, Debug)]
 pub struct BenchArgs {
-    /// copy, vector_add, softmax, layer_norm, layer_norm_backward, rms_norm, gemv, matmul,
-    /// attention, attention_backward, attention_single_head_f32 (f32), or `all`.
-    pub kernel: String,
-    /// Problem size, repeatable: `--shape 4096,4096 --shape 8192,8192`. Dimensions: copy and
-    /// vector_add N; softmax, layer_norm, rms_norm and gemv M,N; matmul M,N,K; attention and
-    /// attention_backward B,H,N,D; attention_single_head_f32 M,N,D. The default is a sweep over peers.py's
-    /// shapes.
+    /// What to time: entries of `tegula list` (copy, vector_add, softmax, layer_norm,
+    /// layer_norm_backward, rms_norm, gemv, matmul, attention, attention_backward,
+    /// attention_single_head_f32, tutorial-03-matmul or its harness name 03-matmul, ..),
+    /// `all` (copy and the library) or `tutorials` (every port).
+    #[arg(required = true)]
+    pub kernel: Vec<String>,
+    /// Problem size, repeatable: `--shape 4096,4096 --shape 8192,8192`, in the entry's
+    /// benchmark dimensions (`tegula list`): copy and vector_add N; softmax, layer_norm,
+    /// rms_norm and gemv M,N; matmul M,N,K; attention and attention_backward B,H,N,D (the
+    /// mask from `--causal`); attention_single_head_f32 M,N,D; a tutorial its harness's. The
+    /// default is the peers' shapes (peers.py's sweep, the Triton harness's shapes).
     #[arg(long)]
     pub shape: Vec<String>,
-    /// bf16, fp16 (f16) or fp32 (f32); the default is the peers' (fp16 for gemv, else bf16).
+    /// bf16, fp16 (f16) or fp32 (f32); the default is the peers' (fp16 for gemv and copy,
+    /// fp32 for attention_single_head_f32, else bf16; a tutorial's harness's).
     #[arg(long)]
     pub dtype: Option<String>,
     /// Attention's mask: yes, no or both (default both).
@@ -86,133 +98,14 @@ pub(crate) fn parse_config(text: &str) -> Result<Config> {
     Ok(c)
 }
 
-/// One benchmark case, as it goes to `--json` and to the comparison.
-struct Case {
-    kernel: &'static str,
-    /// The peers' op name: `gemv`, `matmul`, `attention_fwd`, ...
-    op: &'static str,
-    dtype: &'static str,
-    shape: Vec<usize>,
-    causal: Option<bool>,
-    flops: f64,
-    bytes: f64,
-    /// How many copies of the inputs the timed calls cycle through.
-    copies: usize,
-}
-
-/// The kernels that stream their bytes once (memory-bound).
-const STREAMING: &[&str] = &[
-    "copy",
-    "vector_add",
-    "softmax",
-    "layer_norm",
-    "layer_norm_backward",
-    "rms_norm",
-    "gemv",
-];
-
-/// Kernels `tegula bench` knows, with their dimension names and default sweeps.
-const KERNELS: &[(&str, &str, &[&[usize]])] = &[
-    ("copy", "N", &[&[1 << 30]]),
-    ("vector_add", "N", &[&[1 << 20], &[1 << 24], &[1 << 28]]),
-    (
-        "softmax",
-        "M,N",
-        &[&[4096, 1024], &[4096, 4096], &[4096, 16384], &[4096, 32768]],
-    ),
-    (
-        "layer_norm",
-        "M,N",
-        &[&[4096, 1024], &[4096, 4096], &[4096, 16384], &[4096, 32768]],
-    ),
-    (
-        "layer_norm_backward",
-        "M,N",
-        &[&[4096, 1024], &[4096, 4096], &[4096, 16384], &[4096, 32768]],
-    ),
-    (
-        "rms_norm",
-        "M,N",
-        &[&[4096, 1024], &[4096, 4096], &[4096, 16384], &[4096, 32768]],
-    ),
-    (
-        "gemv",
-        "M,N",
-        &[
-            &[4096, 4096],
-            &[8192, 8192],
-            &[16384, 16384],
-            &[14336, 4096],
-            &[4096, 14336],
-        ],
-    ),
-    (
-        "matmul",
-        "M,N,K",
-        &[&[4096, 4096, 4096], &[8192, 8192, 8192]],
-    ),
-    (
-        "attention",
-        "B,H,N,D",
-        &[
-            &[4, 32, 1024, 64],
-            &[4, 32, 4096, 64],
-            &[4, 32, 16384, 64],
-            &[4, 32, 1024, 128],
-            &[4, 32, 4096, 128],
-            &[4, 32, 16384, 128],
-            &[1, 32, 16384, 128],
-        ],
-    ),
-    (
-        "attention_backward",
-        "B,H,N,D",
-        &[
-            &[4, 32, 4096, 64],
-            &[4, 32, 4096, 128],
-            &[1, 32, 16384, 128],
-        ],
-    ),
-    (
-        "attention_single_head_f32",
-        "M,N,D",
-        &[
-            &[7, 13, 8],
-            &[35, 67, 32],
-            &[64, 129, 128],
-            &[1024, 4096, 64],
-            &[1024, 4096, 128],
-        ],
-    ),
-];
-
-/// The peers.py name of a kernel's operation.
-fn op_of(kernel: &'static str) -> &'static str {
-    match kernel {
-        "attention" => "attention_fwd",
-        "attention_backward" => "attention_bwd",
-        "attention_single_head_f32" => "attention_fwd_f32_single_head",
-        k => k,
-    }
-}
-
 /// The peers' dtype names.
-fn dtype_name(d: DType) -> &'static str {
+pub(crate) fn dtype_name(d: DType) -> &'static str {
     match d {
         DType::F16 => "fp16",
         DType::BF16 => "bf16",
         DType::F32 => "fp32",
         DType::F64 => "fp64",
         _ => "other",
-    }
-}
-
-fn parse_dtype(s: &str) -> Option<DType> {
-    match s {
-        "fp16" | "f16" | "half" => Some(DType::F16),
-        "bf16" => Some(DType::BF16),
-        "fp32" | "f32" | "float" => Some(DType::F32),
-        _ => None,
     }
 }
 
@@ -223,32 +116,81 @@ fn invalid(message: String) -> tegula::Error {
     }
 }
 
-fn parse_shape(text: &str, dims: &str) -> Result<Vec<usize>> {
-    let want = dims.split(',').count();
-    let shape: Vec<usize> = text
-        .split([',', 'x'])
-        .map(|s| s.trim().parse::<usize>())
-        .collect::<std::result::Result<_, _>>()
-        .map_err(|e| invalid(format!("--shape {text}: {e}")))?;
-    if shape.len() != want || shape.contains(&0) {
-        return Err(invalid(format!(
-            "--shape {text}: expected {want} positive sizes ({dims})"
-        )));
+/// One benchmark case, as it goes to `--json` and to the comparison.
+struct Case {
+    kernel: &'static str,
+    /// The peers' op name: `gemv`, `matmul`, `attention_fwd`, `tutorial-03-matmul`, ...
+    op: &'static str,
+    dtype: &'static str,
+    /// The shape without the `CAUSAL` flag.
+    shape: Vec<usize>,
+    causal: Option<bool>,
+    flops: f64,
+    bytes: f64,
+    /// How many copies of the inputs the timed calls cycle through.
+    copies: usize,
+}
+
+/// The entries `names` asks for: `all` (the copy and the library), `tutorials`, or names.
+fn selected(names: &[String]) -> Result<Vec<Entry>> {
+    let all = registry::all();
+    let mut out = Vec::new();
+    for name in names {
+        match name.as_str() {
+            "all" => out.extend(
+                all.iter()
+                    .filter(|e| e.kind == Kind::Baseline)
+                    .chain(all.iter().filter(|e| e.kind == Kind::Library))
+                    .copied(),
+            ),
+            "tutorials" => out.extend(all.iter().filter(|e| e.kind == Kind::Tutorial).copied()),
+            other => out.push(registry::find(other)?),
+        }
     }
-    Ok(shape)
+    Ok(out)
+}
+
+/// `(shape, label)` of the cases of `entry`: `--shape`s, or the benchmark's shapes; with a
+/// `CAUSAL` dimension, those of the masks `causal` asks for.
+fn cases_of(
+    entry: &Entry,
+    shapes: &[String],
+    causal: &[bool],
+) -> Result<Vec<(Vec<usize>, String)>> {
+    let spec = &entry.bench;
+    let label = |dims: &[usize]| {
+        spec.shapes
+            .iter()
+            .find(|s| s.dims == dims)
+            .map_or_else(|| join_x(dims), |s| s.text())
+    };
+    let mut out = Vec::new();
+    if shapes.is_empty() {
+        for s in spec.shapes {
+            let mask = spec.has_causal().then(|| s.dims.last() == Some(&1));
+            if mask.is_none_or(|m| causal.contains(&m)) {
+                out.push((s.dims.to_vec(), s.text()));
+            }
+        }
+    } else {
+        for text in shapes {
+            for dims in bench_shapes_of(entry, text, causal)? {
+                let l = label(&dims);
+                out.push((dims, l));
+            }
+        }
+    }
+    Ok(out)
 }
 
 /// Runs `tegula bench`; false when a case failed.
 pub fn run(args: BenchArgs) -> Result<bool> {
     let dev = Device::default()?;
-    let names: Vec<&str> = if args.kernel == "all" {
-        KERNELS.iter().map(|k| k.0).collect()
-    } else {
-        vec![args.kernel.as_str()]
-    };
+    let entries = selected(&args.kernel)?;
     let ceil = ceilings::ceilings(&dev, args.remeasure)?;
     print_header(&dev, ceil.as_ref());
-    let options = if args.quick || dev.cuda_runtime().is_none() {
+    let quick = args.quick || dev.cuda_runtime().is_none();
+    let base_options = if quick {
         MeasureOptions {
             warmup_ms: 0.0,
             rep_ms: 10.0,
@@ -260,15 +202,14 @@ pub fn run(args: BenchArgs) -> Result<bool> {
     } else {
         MeasureOptions::default()
     };
-    let causal: &[bool] = match args.causal.as_str() {
-        "yes" | "true" | "1" => &[true],
-        "no" | "false" | "0" => &[false],
-        "both" => &[false, true],
-        other => {
-            return Err(invalid(format!(
-                "--causal {other}: expected yes, no or both"
-            )))
-        }
+    let causal = causal_of(&args.causal)?;
+    let configs: Vec<Option<Config>> = if args.config.is_empty() {
+        vec![None]
+    } else {
+        args.config
+            .iter()
+            .map(|t| parse_config(t).map(Some))
+            .collect::<Result<_>>()?
     };
 
     // Records are written as they come, so a run stopped by a timeout keeps the finished cases.
@@ -289,52 +230,44 @@ pub fn run(args: BenchArgs) -> Result<bool> {
     let mut ok = true;
     // Copy bandwidth at each memory-bound case's size, measured once per size.
     let mut copy_at_size: HashMap<u64, ceilings::CopyRate> = HashMap::new();
-    for name in names {
-        let Some(&(kernel, dims, sweep)) = KERNELS.iter().find(|k| k.0 == name) else {
-            let known: Vec<&str> = KERNELS.iter().map(|k| k.0).collect();
-            return Err(invalid(format!(
-                "no benchmark for `{name}`; known: {}",
-                known.join(", ")
-            )));
-        };
-        let shapes: Vec<Vec<usize>> = if args.shape.is_empty() {
-            sweep.iter().map(|s| s.to_vec()).collect()
-        } else {
-            args.shape
-                .iter()
-                .map(|s| parse_shape(s, dims))
-                .collect::<Result<_>>()?
-        };
-        let dtype = match &args.dtype {
-            Some(d) => parse_dtype(d).ok_or_else(|| invalid(format!("--dtype {d}")))?,
-            None if kernel == "gemv" || kernel == "copy" => DType::F16,
-            None if kernel == "attention_single_head_f32" => DType::F32,
-            None => DType::BF16,
-        };
+    for entry in &entries {
+        let spec = &entry.bench;
+        let tutorial = entry.kind == Kind::Tutorial;
+        let dtype = dtype_of(entry, args.dtype.as_deref(), spec.dtype)?;
         // Streaming kernels are also timed back to back (`batch_ms`), beside a copy timed so.
         let options = MeasureOptions {
-            batch: STREAMING.contains(&kernel),
-            ..options
+            batch: spec.streaming,
+            ..base_options
         };
-        for shape in &shapes {
-            let batched_attention = matches!(kernel, "attention" | "attention_backward");
-            let masks: &[bool] = if batched_attention { causal } else { &[false] };
-            let configs: Vec<Option<Config>> = if args.config.is_empty() {
-                vec![None]
-            } else {
-                args.config
-                    .iter()
-                    .map(|t| parse_config(t).map(Some))
-                    .collect::<Result<_>>()?
+        for (shape, label) in cases_of(entry, &args.shape, causal)? {
+            let (plain, mask) = match spec.has_causal() {
+                true => (
+                    shape[..shape.len() - 1].to_vec(),
+                    Some(shape.last() == Some(&1)),
+                ),
+                false => (shape.clone(), None),
             };
-            for (&c, config) in masks
-                .iter()
-                .flat_map(|c| configs.iter().map(move |k| (c, k)))
-            {
-                match bench_case(&dev, kernel, shape, dtype, c, config.as_ref(), &options) {
-                    Ok((case, timing)) => {
+            for config in &configs {
+                let timed = entry
+                    .prepare(&dev, &shape, dtype, config.as_ref())
+                    .and_then(|mut bench| {
+                        let timing = measure(&dev, &options, &mut bench.launch)?;
+                        Ok((bench, timing))
+                    });
+                match timed {
+                    Ok((bench, timing)) => {
+                        let case = Case {
+                            kernel: entry.name,
+                            op: spec.op,
+                            dtype: dtype_name(dtype),
+                            shape: plain.clone(),
+                            causal: mask,
+                            flops: bench.flops,
+                            bytes: bench.bytes,
+                            copies: bench.input_copies,
+                        };
                         let mut rec = record(&dev, &case, &timing, ceil.as_ref());
-                        if rec["bound"] == "memory" && dev.cuda_runtime().is_some() {
+                        if rec["bound"] == "memory" && dev.cuda_runtime().is_some() && !tutorial {
                             let key = case.bytes as u64;
                             let copy = match copy_at_size.get(&key) {
                                 Some(&c) => c,
@@ -367,18 +300,30 @@ pub fn run(args: BenchArgs) -> Result<bool> {
                             println!("{:<19} config {k}", "");
                             rec["config"] = json!(k.to_string());
                         }
+                        if let Some(triton) = entry.triton_name() {
+                            rec["label"] = json!(label);
+                            // The line the Triton harness's `TRITON <tutorial> <shape> <ms>` joins.
+                            println!("TEGULA {triton} {label} {:.5}", timing.median);
+                        }
                         emit(rec, &mut records)?;
                     }
                     Err(e) => {
                         ok = false;
                         println!(
-                            "{kernel:<19} {:<5} {shape:?}: FAILED: {e}",
+                            "{:<19} {:<5} {plain:?}: FAILED: {e}",
+                            entry.name,
                             dtype_name(dtype)
                         );
+                        if let Some(triton) = entry.triton_name() {
+                            println!(
+                                "TEGULA-ERROR {triton} {label} {}",
+                                e.to_string().replace('\n', " | ")
+                            );
+                        }
                         let rec = json!({
-                            "system": "tegula", "kernel": kernel, "op": op_of(kernel),
-                            "dtype": dtype_name(dtype), "shape": shape,
-                            "causal": batched_attention.then_some(c),
+                            "system": "tegula", "kernel": entry.name, "op": spec.op,
+                            "dtype": dtype_name(dtype), "shape": plain,
+                            "causal": mask,
                             "error": e.to_string(),
                         });
                         emit(rec, &mut records)?;
@@ -513,436 +458,6 @@ fn record(dev: &Device, case: &Case, t: &Timing, ceil: Option<&Ceilings>) -> Val
         r["bound"] = json!(if h200 { "compute" } else { "memory" });
     }
     r
-}
-
-/// Copies of the inputs so that the timed calls cycle through at least 1 GiB (as peers.py
-/// does), for inputs under 1 GiB; at most 64.
-fn copies_for(input_bytes: f64) -> usize {
-    let total = (1u64 << 30) as f64;
-    ((total / input_bytes.max(1.0)).ceil() as usize).clamp(1, 64)
-}
-
-/// `copies` tensors of `shape` holding random normal values (a random chunk of up to 4M
-/// values, repeated: drawing billions on the host would take longer than the benchmark; only
-/// the addresses must differ between copies for the L2 to miss).
-fn random_copies<T: Element>(
-    dev: &Device,
-    shape: &[usize],
-    copies: usize,
-) -> Result<Vec<Tensor<T>>> {
-    let n: usize = shape.iter().product();
-    let chunk = dev.randn::<T>([n.min(1 << 22)])?.to_vec()?;
-    let host: Vec<T> = chunk.iter().copied().cycle().take(n).collect();
-    (0..copies)
-        .map(|_| dev.from_slice(&host, shape.to_vec()))
-        .collect()
-}
-
-/// One tensor of `shape` filled as [`random_copies`] fills them.
-fn random<T: Element>(dev: &Device, shape: &[usize]) -> Result<Tensor<T>> {
-    Ok(random_copies(dev, shape, 1)?.remove(0))
-}
-
-/// Cycles through `0..n`.
-struct Rotor {
-    next: usize,
-    n: usize,
-}
-
-impl Rotor {
-    fn new(n: usize) -> Rotor {
-        Rotor { next: 0, n }
-    }
-    fn step(&mut self) -> usize {
-        let i = self.next;
-        self.next = (self.next + 1) % self.n;
-        i
-    }
-}
-
-macro_rules! with_dtype {
-    ($dtype:expr, $T:ident => $body:expr) => {
-        match $dtype {
-            DType::F16 => {
-                type $T = half::f16;
-                $body
-            }
-            DType::BF16 => {
-                type $T = half::bf16;
-                $body
-            }
-            DType::F32 => {
-                type $T = f32;
-                $body
-            }
-            other => Err(invalid(format!("no benchmark in {other}"))),
-        }
-    };
-}
-
-fn bench_case(
-    dev: &Device,
-    kernel: &'static str,
-    shape: &[usize],
-    dtype: DType,
-    causal: bool,
-    config: Option<&Config>,
-    options: &MeasureOptions,
-) -> Result<(Case, Timing)> {
-    with_dtype!(dtype, T => bench_typed::<T>(dev, kernel, shape, causal, config, options))
-}
-
-fn bench_typed<T: Element>(
-    dev: &Device,
-    kernel: &'static str,
-    shape: &[usize],
-    causal: bool,
-    config: Option<&Config>,
-    options: &MeasureOptions,
-) -> Result<(Case, Timing)> {
-    let s = T::DTYPE.size_bytes() as f64;
-    let mut case = Case {
-        kernel,
-        op: op_of(kernel),
-        dtype: dtype_name(T::DTYPE),
-        shape: shape.to_vec(),
-        causal: None,
-        flops: 0.0,
-        bytes: 0.0,
-        copies: 1,
-    };
-    let timing = match kernel {
-        "copy" => {
-            let n = shape[0];
-            case.bytes = 2.0 * n as f64 * s;
-            case.copies = copies_for(n as f64 * s);
-            let xs = random_copies::<T>(dev, &[n], case.copies)?;
-            let y = dev.empty::<T>([n])?;
-            let config = tuned_copy_config(&xs[0], &y)?;
-            let mut r = Rotor::new(xs.len());
-            measure(dev, options, || copy_into(&xs[r.step()], &y, &config))?
-        }
-        "vector_add" => {
-            let n = shape[0];
-            case.flops = n as f64;
-            case.bytes = 3.0 * n as f64 * s;
-            case.copies = copies_for(2.0 * n as f64 * s);
-            let xs = random_copies::<T>(dev, &[n], case.copies)?;
-            let ys = random_copies::<T>(dev, &[n], case.copies)?;
-            let out = dev.empty::<T>([n])?;
-            let mut r = Rotor::new(xs.len());
-            measure(dev, options, || {
-                let i = r.step();
-                vector_add::vector_add_into(&xs[i], &ys[i], &out)
-            })?
-        }
-        "softmax" | "layer_norm" | "rms_norm" => {
-            let (m, n) = (shape[0], shape[1]);
-            let (mn, nf) = ((m * n) as f64, n as f64);
-            let (flops, bytes) = match kernel {
-                // max, subtract, exp, sum, divide
-                "softmax" => (5.0 * mn, 2.0 * mn * s),
-                // mean, centre, square, sum, scale, weight, bias; mean and rstd out (f32)
-                "layer_norm" => (8.0 * mn, 2.0 * mn * s + 2.0 * nf * s + 8.0 * m as f64),
-                _ => (4.0 * mn, 2.0 * mn * s + nf * s),
-            };
-            case.flops = flops;
-            case.bytes = bytes;
-            case.copies = copies_for(mn * s);
-            let xs = random_copies::<T>(dev, &[m, n], case.copies)?;
-            let y = dev.empty::<T>([m, n])?;
-            let w = random::<T>(dev, &[n])?;
-            let b = random::<T>(dev, &[n])?;
-            let mean = dev.empty::<f32>([m])?;
-            let rstd = dev.empty::<f32>([m])?;
-            let mut r = Rotor::new(xs.len());
-            measure(dev, options, || {
-                let x = &xs[r.step()];
-                match (kernel, config) {
-                    ("softmax", None) => softmax::softmax_into(x, &y),
-                    ("softmax", Some(c)) => softmax::softmax_into_with(x, &y, c),
-                    ("layer_norm", None) => {
-                        norm::layer_norm_into(x, &w, &b, 1e-5, &y, &mean, &rstd)
-                    }
-                    ("layer_norm", Some(c)) => {
-                        norm::layer_norm_into_with(x, &w, &b, 1e-5, &y, &mean, &rstd, c)
-                    }
-                    (_, None) => norm::rms_norm_into(x, &w, 1e-5, &y),
-                    (_, Some(c)) => norm::rms_norm_into_with(x, &w, 1e-5, &y, c),
-                }
-            })?
-        }
-        "layer_norm_backward" => {
-            // The library's API allocates dx, dw, db and the partial column sums on every call,
-            // so the time includes those allocations (and poisoning dx).
-            let (m, n) = (shape[0], shape[1]);
-            let mn = (m * n) as f64;
-            case.flops = 10.0 * mn;
-            // dy and x read, dx written; w, mean, rstd read; dw, db written.
-            case.bytes = 3.0 * mn * s + 3.0 * n as f64 * s + 8.0 * m as f64;
-            case.copies = copies_for(2.0 * mn * s);
-            let xs = random_copies::<T>(dev, &[m, n], case.copies)?;
-            let dy = random::<T>(dev, &[m, n])?;
-            let w = random::<T>(dev, &[n])?;
-            let b = random::<T>(dev, &[n])?;
-            let (y, mean, rstd) = (
-                dev.empty::<T>([m, n])?,
-                dev.empty::<f32>([m])?,
-                dev.empty::<f32>([m])?,
-            );
-            norm::layer_norm_into(&xs[0], &w, &b, 1e-5, &y, &mean, &rstd)?;
-            let mut r = Rotor::new(xs.len());
-            measure(dev, options, || {
-                norm::layer_norm_backward(&dy, &xs[r.step()], &w, &mean, &rstd).map(|_| ())
-            })?
-        }
-        "gemv" => {
-            let (m, n) = (shape[0], shape[1]);
-            case.flops = 2.0 * (m * n) as f64;
-            // A and x read once, y (f32) written once.
-            case.bytes = (m * n) as f64 * s + n as f64 * s + 4.0 * m as f64;
-            case.copies = copies_for((m * n) as f64 * s);
-            let a = random_copies::<T>(dev, &[m, n], case.copies)?;
-            let x = random::<T>(dev, &[n])?;
-            let y = dev.empty::<f32>([m])?;
-            let mut r = Rotor::new(a.len());
-            measure(dev, options, || match config {
-                None => gemv::gemv_into(&a[r.step()], &x, &y),
-                Some(c) => gemv::gemv_into_with(&a[r.step()], &x, &y, c),
-            })?
-        }
-        "matmul" => {
-            let (m, n, k) = (shape[0], shape[1], shape[2]);
-            case.flops = 2.0 * (m * n * k) as f64;
-            case.bytes = ((m * k + k * n + m * n) as f64) * s;
-            let a = random::<T>(dev, &[m, k])?;
-            let b = random::<T>(dev, &[k, n])?;
-            let c = dev.empty::<T>([m, n])?;
-            let pinned = config.map(matmul_config).transpose()?;
-            measure(dev, options, || match pinned {
-                None => matmul::matmul_into::<T, T>(&a, &b, &c),
-                Some(p) => matmul::matmul_into_with::<T, T>(&a, &b, &c, p),
-            })?
-        }
-        "attention" | "attention_backward" => {
-            let (bt, h, n, d) = (shape[0], shape[1], shape[2], shape[3]);
-            case.causal = Some(causal);
-            let fwd = 4.0
-                * (bt * h) as f64
-                * (n as f64)
-                * (n as f64)
-                * d as f64
-                * if causal { 0.5 } else { 1.0 };
-            let qkv = (bt * h * n * d) as f64 * s;
-            let lse = (bt * h * n) as f64 * 4.0;
-            let q = random::<T>(dev, &[bt, h, n, d])?;
-            let k = random::<T>(dev, &[bt, h, n, d])?;
-            let v = random::<T>(dev, &[bt, h, n, d])?;
-            let o = dev.empty::<T>([bt, h, n, d])?;
-            let l = dev.empty::<f32>([bt, h, n])?;
-            let opts = AttentionOptions {
-                causal,
-                ..Default::default()
-            };
-            if kernel == "attention" {
-                case.flops = fwd;
-                case.bytes = 4.0 * qkv + lse; // q, k, v read; o, lse written
-                let opts = match config {
-                    Some(c) => attention_options(c, opts)?,
-                    None => opts,
-                };
-                measure(dev, options, || {
-                    attention::forward_into(&q, &k, &v, &o, &l, &opts)
-                })?
-            } else {
-                // The usual convention: the backward does 2.5 times the forward's FLOPs.
-                case.flops = 2.5 * fwd;
-                // q, k, v, o, dO, lse read; dq, dk, dv written.
-                case.bytes = 8.0 * qkv + lse;
-                attention::forward_into(&q, &k, &v, &o, &l, &opts)?;
-                let d_o = random::<T>(dev, &[bt, h, n, d])?;
-                let dq = dev.empty::<T>([bt, h, n, d])?;
-                let dk = dev.empty::<T>([bt, h, n, d])?;
-                let dv = dev.empty::<T>([bt, h, n, d])?;
-                let opts = match config {
-                    Some(c) => attention_options(c, opts)?,
-                    None => opts,
-                };
-                measure(dev, options, || {
-                    attention::backward_into(&q, &k, &v, &o, &d_o, &l, &dq, &dk, &dv, &opts)
-                })?
-            }
-        }
-        "attention_single_head_f32" => {
-            // The contract: f32, one head, Q [M, D], K and V [N, D].
-            if T::DTYPE != DType::F32 {
-                return Err(invalid(
-                    "attention_single_head_f32 runs in f32 only (--dtype fp32)".into(),
-                ));
-            }
-            let (m, n, d) = (shape[0], shape[1], shape[2]);
-            case.flops = 4.0 * (m * n * d) as f64;
-            case.bytes = (2 * m * d + 2 * n * d) as f64 * s;
-            let q = dev.randn::<f32>([m, d])?;
-            let k = dev.randn::<f32>([n, d])?;
-            let v = dev.randn::<f32>([n, d])?;
-            let o = dev.empty::<f32>([m, d])?;
-            match config {
-                // The basic 16x16 IEEE kernel.
-                Some(c) if c.get("BASIC").unwrap_or(0) != 0 => measure(dev, options, || {
-                    attention::single_head_f32_basic_into(&q, &k, &v, &o)
-                })?,
-                Some(c) => {
-                    let pinned = single_head_config(dev, c, (m, n, d))?;
-                    eprintln!("attention_single_head_f32: {pinned:?}");
-                    measure(dev, options, || {
-                        attention::single_head_f32_with(&q, &k, &v, &o, &pinned)
-                    })?
-                }
-                None => measure(dev, options, || {
-                    attention::single_head_f32_into(&q, &k, &v, &o)
-                })?,
-            }
-        }
-        other => return Err(invalid(format!("no benchmark for `{other}`"))),
-    };
-    Ok((case, timing))
-}
-
-/// The forward's or backward's options pinned by `--config`: `BLOCK_M` and `BLOCK_N` (each
-/// left to the autotuner when absent), `WGMMA` (1: ask for Hopper's wgmma in the forward or
-/// in the backward's dK/dV kernel, 0 when absent), `warps` and `stages` (4 and 1 when absent, as for every kernel).
-pub(crate) fn attention_options(c: &Config, base: AttentionOptions) -> Result<AttentionOptions> {
-    let size = |name: &str| -> Result<usize> {
-        match c.get(name) {
-            Some(v) => usize::try_from(v).map_err(|_| invalid(format!("--config {name}={v}"))),
-            None => Ok(tegula_kernels::tuned::AUTO),
-        }
-    };
-    Ok(AttentionOptions {
-        block_m: size("BLOCK_M")?,
-        block_n: size("BLOCK_N")?,
-        config: c.launch_config(),
-        wgmma: match c.get("WGMMA").unwrap_or(0) {
-            0 => Some(false),
-            1 => Some(true),
-            v => return Err(invalid(format!("--config WGMMA={v} (0 or 1)"))),
-        },
-        ..base
-    })
-}
-
-/// The matmul config pinned by `--config`: `BLOCK_M`, `BLOCK_N`, `BLOCK_K` (each left to the
-/// autotuner when absent), `GROUP_M` (8 when absent), `PERSISTENT` (programs a SM of a
-/// persistent grid; 0, one program a tile, when absent), `WGMMA` (1: ask for Hopper's wgmma,
-/// 0: mma.sync, when absent), `warps` and `stages` (4 and 1 when absent, as for every kernel).
-pub(crate) fn matmul_config(c: &Config) -> Result<matmul::MatmulConfig> {
-    let size = |name: &str, absent: usize| -> Result<usize> {
-        match c.get(name) {
-            Some(v) => usize::try_from(v).map_err(|_| invalid(format!("--config {name}={v}"))),
-            None => Ok(absent),
-        }
-    };
-    let auto = tegula_kernels::tuned::AUTO;
-    Ok(matmul::MatmulConfig {
-        block_m: size("BLOCK_M", auto)?,
-        block_n: size("BLOCK_N", auto)?,
-        block_k: size("BLOCK_K", auto)?,
-        group_m: size("GROUP_M", 8)?,
-        launch: c.launch_config(),
-        persistent: Some(size("PERSISTENT", 0)?),
-        wgmma: match size("WGMMA", 0)? {
-            0 => Some(false),
-            1 => Some(true),
-            v => return Err(invalid(format!("--config WGMMA={v} (0 or 1)"))),
-        },
-        ..Default::default()
-    })
-}
-
-/// The single-head attention's options from `--config`: `BLOCK_M`, `BLOCK_N`, `SPLITS`,
-/// `TF32X3` (0 or 1), `warps` and `stages` override the shape's defaults.
-fn single_head_config(
-    dev: &Device,
-    c: &Config,
-    (m, n, d): (usize, usize, usize),
-) -> Result<attention::SingleHeadOptions> {
-    let mut o = attention::single_head_f32_options(dev, m, n, d);
-    let size = |name: &str, default: usize| -> Result<usize> {
-        match c.get(name) {
-            Some(v) => usize::try_from(v).map_err(|_| invalid(format!("--config {name}={v}"))),
-            None => Ok(default),
-        }
-    };
-    o.block_m = size("BLOCK_M", o.block_m)?;
-    o.block_n = size("BLOCK_N", o.block_n)?;
-    o.splits = size("SPLITS", o.splits)?;
-    if let Some(t) = c.get("TF32X3") {
-        o.precision = if t != 0 {
-            tegula::ir::InputPrecision::Tf32x3
-        } else {
-            tegula::ir::InputPrecision::Ieee
-        };
-    }
-    o.config = c.launch_config();
-    Ok(o)
-}
-
-/// `y = x` by a tegula kernel (what a tegula copy attains, against the driver's memcpy).
-mod copy {
-    use tegula::prelude::*;
-
-    #[tegula::kernel]
-    pub fn copy_kernel<T: Element>(x: Ptr<T>, y: Ptr<T>, n: i32, #[constexpr] block: usize) {
-        let offsets = program_id(0) * block + arange(0, block as i64);
-        let mask = offsets.lt(n);
-        store(y + offsets, load(x + offsets, mask, 0), mask);
-    }
-}
-
-fn copy_into<T: Element>(x: &Tensor<T>, y: &Tensor<T>, config: &Config) -> Result<()> {
-    let block = config.usize("BLOCK")?;
-    let n =
-        i32::try_from(x.numel()).map_err(|_| invalid("copy: more than 2^31 elements".into()))?;
-    copy::copy_kernel::launch_with::<T>(
-        x.device(),
-        x.numel().div_ceil(block),
-        config.launch_config(),
-        x,
-        y,
-        n,
-        block,
-    )
-}
-
-/// The copy kernel's config for `x`, by the autotuner (the library's kernels adopt it the same
-/// way): tuned on a miss, from the cache of an earlier process otherwise; says which on stderr.
-fn tuned_copy_config<T: Element>(x: &Tensor<T>, y: &Tensor<T>) -> Result<Config> {
-    let dev = x.device();
-    let source = copy::copy_kernel::trace::<T>(1024)?.to_string();
-    let configs = [1024, 2048, 4096, 8192]
-        .iter()
-        .flat_map(|&b| [4, 8].map(|w| Config::new(w, 1).with("BLOCK", b)))
-        .collect();
-    let key = format!("N={},{}", x.numel(), dtype_name(T::DTYPE));
-    let tuning = Tuning::new("bench.copy", &source, key, configs);
-    let tuned = Autotuner::global().tune(dev, &tuning, |c| {
-        tegula::autotune::median_ms(dev, || copy_into(x, y, c))
-    })?;
-    let how = match tuned.source {
-        Source::Tuned { ms, timed } => {
-            format!("tuned now ({timed} configs timed, best {ms:.4} ms)")
-        }
-        Source::Cached { ms } => {
-            format!("from the autotune cache, no timing ({ms:.4} ms when tuned)")
-        }
-        Source::Default => "the default (no tuning: TEGULA_AUTOTUNE or the interpreter)".into(),
-    };
-    eprintln!("copy: config {} {how}", tuned.config);
-    for (c, why) in &tuned.dropped {
-        eprintln!("copy: dropped config {c}: {why}");
-    }
-    Ok(tuned.config)
 }
 
 /// `PEER {json}` lines (or bare JSON lines) of a peers.py run; other lines are skipped.

@@ -1,22 +1,18 @@
-//! `tegula launch-cost`: what a launch costs on the host; and the library calls it measures,
-//! which `tegula ptx` prints.
+//! `tegula launch-cost`: what a launch costs on the host.
 //!
-//! - First launch of a new specialization: the library's host wrapper called at a realistic
-//!   shape on a recording device (tracing), lowering to PTX, driver JIT (or the disk cache),
-//!   per kernel, timed in phases. The kernel compiled is the one a user's call compiles: the
-//!   wrapper's own arguments and untuned default config, tensors 16-byte aligned as GPU
-//!   allocations are ([`tegula::specialize`]).
+//! - First launch of a new specialization: an entry's call at its realistic shape
+//!   ([`tegula::registry::Entry::realistic`]) recorded on a recording device (tracing),
+//!   lowering to PTX, driver JIT (or the disk cache), per kernel, timed in phases. The kernel
+//!   compiled is the one a user's call compiles: the host function's own arguments and
+//!   untuned default config, tensors 16-byte aligned as GPU allocations are
+//!   ([`tegula::specialize`]).
 //! - Cached launch: host time of `Device::launch` for a specialization already compiled, against
 //!   a raw driver launch of the same loaded function with the same packed arguments.
 
-use crate::bench::{attention_options, matmul_config};
 use std::time::Instant;
-use tegula::autotune::Config;
-use tegula::ir::{DType, Element};
-use tegula::{
-    Device, Error, Grid, KernelArg, Launch, LaunchConfig, RecordedLaunch, Result, Tensor, TensorArg,
-};
-use tegula_kernels::{attention, gemv, matmul, norm, softmax, vector_add};
+use tegula::ir::DType;
+use tegula::registry::{Entry, Kind};
+use tegula::{Device, Error, Grid, KernelArg, Launch, LaunchConfig, Result, TensorArg};
 
 fn ms(since: Instant) -> f64 {
     since.elapsed().as_secs_f64() * 1e3
@@ -26,145 +22,15 @@ fn ms(since: Instant) -> f64 {
 /// program as arguments, whose facts the specialization reads): a Hopper H100/H200's.
 pub const RECORDING_SMS: usize = 132;
 
-/// The kernels `launch-cost` measures, each at the shape a user would launch (in the order of
-/// the library entry's `--shape` dimensions).
-pub const REALISTIC: &[(&str, DType, &[usize])] = &[
-    ("vector_add", DType::F32, &[16 << 20]),
-    ("softmax", DType::BF16, &[4096, 4096]),
-    ("layer_norm", DType::BF16, &[4096, 4096]),
-    ("rms_norm", DType::BF16, &[4096, 4096]),
-    ("gemv", DType::F16, &[8192, 8192]),
-    ("matmul", DType::BF16, &[4096, 4096, 4096]),
-    // B, H, HKV, NQ, NK, D, CAUSAL
-    ("attention", DType::BF16, &[4, 32, 32, 4096, 4096, 64, 0]),
-    (
-        "attention_backward",
-        DType::BF16,
-        &[4, 32, 32, 4096, 4096, 128, 0],
-    ),
-];
-
-/// The realistic dtype and shape of a kernel of [`REALISTIC`].
-pub fn realistic(name: &str) -> Option<(DType, &'static [usize])> {
-    REALISTIC
-        .iter()
-        .find(|(n, _, _)| *n == name)
-        .map(|&(_, dtype, shape)| (dtype, shape))
-}
-
-/// The launches the library's host wrapper for `name` makes at `shape` (`--shape` order) and
-/// `dtype`, recorded, not run: the traced kernels with their arguments and configs. `config`
-/// pins the wrapper's config as `tegula bench --config` does (the `_with` entry points).
-pub fn record(
-    name: &str,
-    shape: &[usize],
-    dtype: DType,
-    config: Option<&Config>,
-) -> Result<Vec<RecordedLaunch>> {
-    let dev = Device::recording(RECORDING_SMS);
-    call_typed(&dev, name, shape, dtype, config)?;
-    Ok(dev.take_recorded())
-}
-
-/// Calls the host wrapper of `name` for `dtype` on `dev`.
-fn call_typed(
-    dev: &Device,
-    name: &str,
-    shape: &[usize],
-    dtype: DType,
-    config: Option<&Config>,
-) -> Result<()> {
-    match dtype {
-        DType::F32 => call::<f32>(dev, name, shape, config),
-        DType::F16 => call::<half::f16>(dev, name, shape, config),
-        DType::BF16 => call::<half::bf16>(dev, name, shape, config),
-        other => Err(Error::Invalid {
-            op: format!("tegula {name}"),
-            message: format!("no recorded call for dtype {other}"),
-        }),
-    }
-}
-
-/// Calls the host wrapper of `name` on `dev` with tensors of `shape`, pinned to `config` when
-/// one is given.
-fn call<T: Element>(
-    dev: &Device,
-    name: &str,
-    shape: &[usize],
-    config: Option<&Config>,
-) -> Result<()> {
-    let dim = |i: usize| shape.get(i).copied().unwrap_or(1);
-    let t = |s: &[usize]| -> Result<Tensor<T>> { dev.empty::<T>(s.to_vec()) };
-    let f32s = |s: &[usize]| -> Result<Tensor<f32>> { dev.empty::<f32>(s.to_vec()) };
-    let (m, n) = (dim(0), dim(1));
-    match (name, config) {
-        ("vector_add", None) => vector_add::vector_add(&t(&[m])?, &t(&[m])?).map(drop),
-        ("softmax", None) => softmax::softmax(&t(&[m, n])?).map(drop),
-        ("softmax", Some(c)) => softmax::softmax_into_with(&t(&[m, n])?, &t(&[m, n])?, c),
-        ("layer_norm", None) => {
-            norm::layer_norm(&t(&[m, n])?, &t(&[n])?, &t(&[n])?, 1e-5).map(drop)
-        }
-        ("layer_norm", Some(c)) => {
-            let (x, w, b, y) = (t(&[m, n])?, t(&[n])?, t(&[n])?, t(&[m, n])?);
-            norm::layer_norm_into_with(&x, &w, &b, 1e-5, &y, &f32s(&[m])?, &f32s(&[m])?, c)
-        }
-        ("rms_norm", None) => norm::rms_norm(&t(&[m, n])?, &t(&[n])?, 1e-5).map(drop),
-        ("rms_norm", Some(c)) => {
-            norm::rms_norm_into_with(&t(&[m, n])?, &t(&[n])?, 1e-5, &t(&[m, n])?, c)
-        }
-        ("gemv", None) => gemv::gemv(&t(&[m, n])?, &t(&[n])?).map(drop),
-        ("gemv", Some(c)) => gemv::gemv_into_with(&t(&[m, n])?, &t(&[n])?, &f32s(&[m])?, c),
-        ("matmul", _) => {
-            let (a, b, out) = (t(&[m, dim(2)])?, t(&[dim(2), n])?, t(&[m, n])?);
-            match config {
-                None => matmul::matmul_into::<T, T>(&a, &b, &out),
-                Some(c) => matmul::matmul_into_with::<T, T>(&a, &b, &out, matmul_config(c)?),
-            }
-        }
-        ("attention" | "attention_backward", _) => {
-            let (b, h, hkv, nq, nk, d) = (dim(0), dim(1), dim(2), dim(3), dim(4), dim(5));
-            let mut options = attention::AttentionOptions {
-                causal: dim(6) != 0,
-                ..Default::default()
-            };
-            if let Some(c) = config {
-                options = attention_options(c, options)?;
-            }
-            let (q, k, v) = (
-                t(&[b, h, nq, d])?,
-                t(&[b, hkv, nk, d])?,
-                t(&[b, hkv, nk, d])?,
-            );
-            let (o, lse) = (t(&[b, h, nq, d])?, f32s(&[b, h, nq])?);
-            if name == "attention" {
-                return attention::forward_into(&q, &k, &v, &o, &lse, &options);
-            }
-            let (d_o, dq, dk, dv) = (
-                t(&[b, h, nq, d])?,
-                t(&[b, h, nq, d])?,
-                t(&[b, hkv, nk, d])?,
-                t(&[b, hkv, nk, d])?,
-            );
-            attention::backward_into(&q, &k, &v, &o, &d_o, &lse, &dq, &dk, &dv, &options)
-        }
-        (other, None) => Err(Error::Invalid {
-            op: "tegula".into(),
-            message: format!("no recorded host call for `{other}`"),
-        }),
-        (other, Some(_)) => Err(Error::Invalid {
-            op: "tegula".into(),
-            message: format!("`{other}`'s host wrapper takes no config"),
-        }),
-    }
-}
-
 /// Cold JIT compiles of each kernel after its first launch, for their min and median.
 const JIT_REPEATS: usize = 4;
 
-/// Phases of a first launch for one library kernel at its realistic shape; one line per
-/// launch its host wrapper makes.
-fn first_launch(dev: &Device, name: &str, dtype: DType, shape: &[usize]) -> Result<()> {
-    let launches = record(name, shape, dtype, None)?;
+/// Phases of a first launch for one entry at its realistic shape; one line per launch its
+/// host function makes.
+fn first_launch(dev: &Device, entry: &Entry) -> Result<()> {
+    let (dtype, shape) = entry.realistic();
+    let name = entry.name;
+    let launches = entry.record(shape, dtype, None, RECORDING_SMS)?;
     let target = tegula::compiler::DEFAULT_TARGET;
     for launch in &launches {
         let trace_ms = launch.trace_ms;
@@ -292,7 +158,9 @@ fn cached_launch(dev: &Device) -> Result<()> {
     Ok(())
 }
 
-pub fn run() -> Result<bool> {
+/// `tegula launch-cost [filter]`: the library's kernels, or every entry whose name contains
+/// `filter` (`tutorial` for the ports).
+pub fn run(filter: Option<&str>) -> Result<bool> {
     // A cold JIT: the driver's cache of compiled PTX is off unless the caller set it (the
     // driver reads this when it starts, which is below), and tegula's disk cache of cubins is
     // left out for this device whatever TEGULA_CACHE_DIR says.
@@ -308,12 +176,18 @@ pub fn run() -> Result<bool> {
         runtime.set_disk_cache(None);
     }
     println!(
-        "first launch of a new specialization at realistic shapes, as the library's wrapper \
+        "first launch of a new specialization at realistic shapes, as the host function \
          compiles it (untuned default config, aligned tensors; trace + lower + JIT; cold: \
          {driver_cache}, no disk cache; without a GPU a local ptxas run stands in for the JIT):"
     );
-    for &(name, dtype, shape) in REALISTIC {
-        first_launch(&dev, name, dtype, shape)?;
+    for entry in crate::registry::all() {
+        let wanted = match filter {
+            Some(f) => entry.name.contains(f),
+            None => entry.kind == Kind::Library,
+        };
+        if wanted {
+            first_launch(&dev, &entry)?;
+        }
     }
     if dev.cuda_runtime().is_some() {
         cached_launch(&dev)?;
@@ -323,12 +197,19 @@ pub fn run() -> Result<bool> {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use crate::bench::parse_config;
+    use crate::registry;
+    use tegula::ir::DType;
 
     #[test]
     fn recorded_calls_follow_a_pinned_config() {
-        let shape = [2, 4, 4, 256, 256, 64, 1];
+        let record = |name: &str, shape: &[usize], dtype, config| {
+            registry::find(name)
+                .unwrap()
+                .record(shape, dtype, config, super::RECORDING_SMS)
+        };
+        // B, H, N, D, CAUSAL
+        let shape = [2, 4, 256, 64, 1];
         let pinned = parse_config("BLOCK_M=128,BLOCK_N=32,warps=8,stages=2").unwrap();
         let fwd = record("attention", &shape, DType::BF16, Some(&pinned)).unwrap();
         assert_eq!(fwd.len(), 1);
@@ -352,8 +233,27 @@ mod tests {
         let mm = parse_config("BLOCK_M=64,BLOCK_N=128,BLOCK_K=32,warps=8,stages=3").unwrap();
         let m = record("matmul", &[256, 512, 128], DType::F16, Some(&mm)).unwrap();
         assert_eq!((m[0].config.num_warps, m[0].config.num_stages), (8, 3));
-        // A kernel with no recorded host call says so, as does a config nothing would read.
-        assert!(record("attention_single_head_f32", &[35, 67, 32], DType::F32, None).is_err());
+        // A config nothing would read is refused.
         assert!(record("vector_add", &[1000], DType::F32, Some(&mm)).is_err());
+    }
+
+    #[test]
+    fn every_entry_records_its_call_at_a_small_shape() {
+        // The library's and the copy's at small shapes (the tutorials' registry test records
+        // theirs).
+        for e in registry::all()
+            .into_iter()
+            .filter(|e| e.kind != tegula::registry::Kind::Tutorial)
+        {
+            let shape: Vec<usize> = match e.name {
+                "attention" | "attention_backward" => vec![1, 2, 128, 64, 0],
+                _ => e.default_shape.to_vec(),
+            };
+            let dtype = e.realistic().0;
+            let launches = e
+                .record(&shape, dtype, None, super::RECORDING_SMS)
+                .unwrap_or_else(|err| panic!("{}: {err}", e.name));
+            assert!(!launches.is_empty(), "{}", e.name);
+        }
     }
 }

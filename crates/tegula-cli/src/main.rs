@@ -2,8 +2,10 @@
 
 mod bench;
 mod ceilings;
+mod copy;
+mod entries;
 mod launch_cost;
-mod library;
+mod registry;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -27,17 +29,18 @@ enum Command {
         #[arg(long, default_value_t = 4096)]
         n: usize,
     },
-    /// Run a library kernel on the default device and print its error against a float64
-    /// reference.
+    /// Run a registry entry (a library kernel or a tutorial's port) on the default device and
+    /// print its error against a float64 reference.
     Run {
         kernel: String,
-        /// Problem size, e.g. `--shape 37,1031` (see `tegula list`).
+        /// Problem size in the check's dimensions, e.g. `--shape 37,1031` (see `tegula list`).
         #[arg(long)]
         shape: Option<String>,
         #[arg(long)]
         dtype: Option<String>,
     },
-    /// Print a library kernel's Tile IR.
+    /// Print an entry's Tile IR: a library kernel's as its check traces it (`--shape` in the
+    /// check's dimensions), a tutorial's as its benchmark's call launches it.
     Ir {
         kernel: String,
         #[arg(long)]
@@ -45,18 +48,21 @@ enum Command {
         #[arg(long)]
         dtype: Option<String>,
     },
-    /// Print a library kernel's PTX (sm_90a) and, with ptxas, its resource report. The kernels
-    /// `launch-cost` measures compile as their host wrapper's GPU launch would (aligned tensors,
-    /// the untuned default config), by default at `launch-cost`'s realistic shape.
+    /// Print the PTX (sm_90a) of the kernels an entry's call launches and, with ptxas, their
+    /// resource report: its benchmark's call recorded as on a GPU of 132 SMs (aligned tensors,
+    /// the untuned default config), by default at its realistic shape (`tegula list`).
     Ptx {
         kernel: String,
+        /// In the benchmark's dimensions (`tegula bench --shape`).
         #[arg(long)]
         shape: Option<String>,
         #[arg(long)]
         dtype: Option<String>,
+        /// Attention's mask when `--shape` leaves it out: yes or no.
+        #[arg(long, default_value = "no")]
+        causal: String,
         /// Pins the config, as `tegula bench --config` does: `BLOCK_M=128,BLOCK_N=64,warps=4,
-        /// stages=2` (default: the wrapper's untuned config; 4 warps, 1 stage for kernels
-        /// traced without a host call).
+        /// stages=2` (default: the host function's untuned config).
         #[arg(long)]
         config: Option<String>,
         /// The GPU architecture: sm_80, sm_86, sm_89 or sm_90 (default sm_90a).
@@ -73,24 +79,32 @@ enum Command {
         shape: Option<String>,
         #[arg(long)]
         dtype: Option<String>,
+        #[arg(long, default_value = "no")]
+        causal: String,
         #[arg(long)]
         config: Option<String>,
         #[arg(long)]
         target: Option<String>,
     },
-    /// Check every library kernel (every dtype, default and odd shapes) on the default device
-    /// against float64 references: the GPU check when a GPU is present.
+    /// Check every entry (the library's kernels in every dtype at default and odd shapes, the
+    /// copy, the tutorials' ports at their default shapes) on the default device against
+    /// float64 references: the GPU check when a GPU is present.
     Check {
-        /// Only kernels whose name contains this.
+        /// Only entries whose name contains this (`tutorial` for the ports).
         filter: Option<String>,
     },
-    /// List the library's kernels with their dimensions and dtypes.
+    /// List the registry: the library's kernels, the copy and the tutorials' ports, with their
+    /// dimensions, dtypes and benchmark shapes.
     List,
     /// What a launch costs on the host: first launch of a specialization (trace, lower, JIT)
-    /// per kernel at a realistic shape, as the library's wrapper compiles it, and a cached
-    /// launch against a raw driver launch.
-    LaunchCost,
-    /// Time library kernels on the GPU beside the device's ceilings (see BENCHMARKS.md).
+    /// per kernel at a realistic shape, as the host function compiles it, and a cached launch
+    /// against a raw driver launch.
+    LaunchCost {
+        /// Entries whose name contains this (default: the library's kernels).
+        filter: Option<String>,
+    },
+    /// Time registry entries on the GPU beside the device's ceilings (see BENCHMARKS.md); a
+    /// tutorial's also as `TEGULA <tutorial> <shape> <ms>` lines.
     Bench(bench::BenchArgs),
 }
 
@@ -135,22 +149,24 @@ fn main() -> ExitCode {
             kernel,
             shape,
             dtype,
-        } => library::run(&kernel, shape.as_deref(), dtype.as_deref()),
+        } => entries::run(&kernel, shape.as_deref(), dtype.as_deref()),
         Command::Ir {
             kernel,
             shape,
             dtype,
-        } => library::ir(&kernel, shape.as_deref(), dtype.as_deref()).map(|()| true),
+        } => entries::ir(&kernel, shape.as_deref(), dtype.as_deref()).map(|()| true),
         Command::Ptx {
             kernel,
             shape,
             dtype,
+            causal,
             config,
             target,
-        } => library::ptx(
+        } => entries::ptx(
             &kernel,
             shape.as_deref(),
             dtype.as_deref(),
+            &causal,
             config.as_deref(),
             target.as_deref(),
         )
@@ -159,31 +175,23 @@ fn main() -> ExitCode {
             kernel,
             shape,
             dtype,
+            causal,
             config,
             target,
-        } => library::plan(
+        } => entries::plan(
             &kernel,
             shape.as_deref(),
             dtype.as_deref(),
+            &causal,
             config.as_deref(),
             target.as_deref(),
         )
         .map(|()| true),
-        Command::Check { filter } => library::check_all(filter.as_deref()),
-        Command::LaunchCost => launch_cost::run(),
+        Command::Check { filter } => entries::check_all(filter.as_deref()),
+        Command::LaunchCost { filter } => launch_cost::run(filter.as_deref()),
         Command::Bench(args) => bench::run(args),
         Command::List => {
-            for k in tegula_kernels::library() {
-                let dtypes: Vec<_> = k.dtypes.iter().map(|d| d.name()).collect();
-                println!(
-                    "{:<22} {:<40} --shape {} (default {}) --dtype {}",
-                    k.name,
-                    k.about,
-                    k.dims.join(","),
-                    library::describe_shape(&k, k.default_shape),
-                    dtypes.join("|")
-                );
-            }
+            entries::list();
             Ok(true)
         }
     };

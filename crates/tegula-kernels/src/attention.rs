@@ -37,10 +37,11 @@ mod single_head_basic;
 mod tuning;
 
 pub use backward::{
-    backward, backward_config, backward_into, backward_tail_split, Gradients, TailSplit,
+    backward, backward_adds_a_kernel, backward_config, backward_into, backward_tail_split,
+    Gradients, TailSplit,
 };
 pub use contract::{padded_head_dim, Dims, MAX_HEAD_DIM};
-pub use forward::{forward, forward_config, forward_into};
+pub use forward::{forward, forward_adds_a_kernel, forward_config, forward_into};
 pub use single_head::{
     single_head_f32, single_head_f32_into, single_head_f32_options, single_head_f32_with,
     SingleHeadOptions,
@@ -84,9 +85,9 @@ pub struct AttentionOptions {
     /// Warps and pipeline stages on the GPU (the interpreter ignores them), or [`AUTO_LAUNCH`].
     pub config: LaunchConfig,
     /// Hopper's `wgmma` for the forward's two dots and the backward dK/dV kernel's dots
-    /// (sm_90a, f16/bf16; tegula-ptx's `lower/wgmma.rs` says which tiles qualify: the
-    /// accumulator's rows a multiple of 16 x warps, warps a multiple of 4, pipelined; others
-    /// keep `mma.sync`): `Some(true)` asks for it, `Some(false)` keeps `mma.sync`, `None` is
+    /// (sm_90a, f16/bf16; the compiler's plan says which tiles qualify: the accumulator's
+    /// rows a multiple of 16 x warps, warps a multiple of 4, pipelined; others keep
+    /// `mma.sync`; `tegula plan attention`): `Some(true)` asks for it, `Some(false)` keeps `mma.sync`, `None` is
     /// the tuner's (on a device with wgmma, twins of the candidates it takes:
     /// [`forward_candidates`], [`backward_candidates`]). A lowering choice only: results are
     /// the same.

@@ -19,7 +19,6 @@ use tegula::autotune::{median_ms, Config, Tuning};
 use tegula::ir::{DType, Kernel, TraceError};
 use tegula::prelude::*;
 use tegula::{Error, LaunchConfig, Result};
-use tegula_ptx::{wgmma_reads_rows_of, wgmma_takes_shape, WGMMA_IN_FLIGHT_MIN_K_AHEAD};
 
 /// The tile `(pid_m, pid_n)` of a `num_pid_m x num_pid_n` grid of C tiles that the `tile`-th
 /// program (or trip of a persistent program) computes, in grouped order (Triton's
@@ -117,10 +116,10 @@ pub struct MatmulConfig {
     /// exchange in shared memory; docs/performance.md, "Loop nests pipelined across the outer
     /// loop").
     pub persistent: Option<usize>,
-    /// Hopper's `wgmma` for the k-loop's dot (sm_90a, f16/bf16, pipelined; tegula-ptx's
-    /// `lower/wgmma.rs` says which tiles qualify, others keep `mma.sync`): `Some(true)` asks
-    /// for it, `Some(false)` keeps `mma.sync`, `None` is the tuner's (on a device with wgmma,
-    /// twins of the tiles it accepts: [`candidates`]). `TEGULA_WGMMA=1` in the environment
+    /// Hopper's `wgmma` for the k-loop's dot (sm_90a, f16/bf16, pipelined; the compiler's
+    /// plan says whether a tile takes it, others keep `mma.sync`: `tegula plan matmul`):
+    /// `Some(true)` asks for it, `Some(false)` keeps `mma.sync`, `None` is the tuner's (on a
+    /// device with wgmma, twins whose plans put the dot on it: [`candidates`]). `TEGULA_WGMMA=1` in the environment
     /// asks for it in every launch.
     pub wgmma: Option<bool>,
 }
@@ -313,17 +312,18 @@ fn pipelined(p: &MatmulProblem) -> bool {
 ///   (e.g. M = 100 tries 64 and 128; M = 17 tries 16 and 32);
 /// - at most 128 f32 accumulators per thread (BLOCK_M * BLOCK_N / (32 warps)); 8 warps only
 ///   for tiles of at least 64 x 128;
-/// - no more stages than K steps (at least 2), and no stages past 2 whose buffers
-///   (`stages * (BLOCK_M + BLOCK_N) * BLOCK_K * 2` bytes) exceed 227 KB (the lowering would
-///   cut them to fewer stages: a duplicate);
+/// - no more stages than K steps (at least 2);
 /// - a persistent twin (one program a SM walking tiles, the next tile's first stages copied
-///   during this tile's store) of every pipelined 8-warp config of at least 128 x 128 whose
-///   slots and output exchange fit in shared memory together (such twins can run a little
-///   ahead of their one-program-a-tile configs: docs/performance.md, "Matmul");
+///   during this tile's store) of every pipelined 8-warp config of at least 128 x 128 (such
+///   twins can run a little ahead of their one-program-a-tile configs: docs/performance.md,
+///   "Matmul");
 /// - on a device with `wgmma` (Hopper), a wgmma twin of every pipelined config (and
-///   persistent twin) whose tiles the wgmma lowering takes (`wgmma_twin_fits`), and of
-///   those with BLOCK_K 32 one at 6 stages, where a k-tile stays in flight (docs/performance.md,
-///   "wgmma and its k-tile in flight").
+///   persistent twin), and of those with BLOCK_K 32 one at 6 stages, where a k-tile stays in
+///   flight (docs/performance.md, "wgmma and its k-tile in flight").
+///
+/// The compiler's plans prune the rest before any timing ([`tuned::plan_or_prune`], through
+/// [`adds_a_kernel`]): candidates whose stages shared memory cuts (another candidate's
+/// kernel) and wgmma twins none of whose dots the plan puts on wgmma.
 ///
 /// The default is 64 x 64 x 32 with 4 warps and 3 stages, each block clamped to the
 /// dimension's range: fast on the interpreter and sound on every GPU.
@@ -332,7 +332,6 @@ pub fn candidates(p: &MatmulProblem, fixed: &MatmulConfig) -> Vec<MatmulConfig> 
     let bn = tuned::block_band(p.n, &[16, 32, 64, 128, 256], 64);
     let bk = tuned::block_band(p.k, &[16, 32, 64], 32);
     let stages: &[u32] = if pipelined(p) { &[3, 4, 2] } else { &[1] };
-    let elem = p.input.size_bytes();
     let keep = |c: &MatmulConfig| {
         let LaunchConfig {
             num_warps: w,
@@ -341,11 +340,9 @@ pub fn candidates(p: &MatmulProblem, fixed: &MatmulConfig) -> Vec<MatmulConfig> 
         } = c.launch;
         let tile = c.block_m * c.block_n;
         let k_steps = p.k.div_ceil(c.block_k).max(2);
-        let stage_bytes = (c.block_m + c.block_n) * c.block_k * elem;
         tile / (32 * w as usize) <= tuned::ACC_PER_THREAD
             && (w == 4 || tile >= 64 * 128)
             && s as usize <= k_steps
-            && (s <= 2 || s as usize * stage_bytes <= tuned::SHARED_BYTES)
     };
     let mut out = Vec::new();
     for &m in &bm {
@@ -375,7 +372,7 @@ pub fn candidates(p: &MatmulProblem, fixed: &MatmulConfig) -> Vec<MatmulConfig> 
                         }
                         for g in grids {
                             out.push(g.held(fixed));
-                            if fixed.wgmma == Some(false) || !wgmma_twin_fits(p, &g) {
+                            if fixed.wgmma == Some(false) || !(p.wgmma && pipelined(p)) {
                                 continue;
                             }
                             let twin = MatmulConfig {
@@ -417,37 +414,33 @@ pub fn candidates(p: &MatmulProblem, fixed: &MatmulConfig) -> Vec<MatmulConfig> 
 }
 
 /// Whether the tuner also times `c` on a persistent grid: pipelined, 8 warps, at least
-/// 128 x 128, and the pipeline's slots plus the store's exchange of the output tile (with an
-/// eighth for its padding) within a block's shared memory, since the persistent nest keeps
-/// both at once.
+/// 128 x 128 (whether its slots and the store's exchange fit in shared memory together is the
+/// compiler's to say: a twin whose stages it cuts is pruned, see [`tuned::plan_or_prune`]).
 fn persistent_twin_fits(p: &MatmulProblem, c: &MatmulConfig) -> bool {
     let tile = c.block_m * c.block_n;
-    let slots =
-        c.launch.num_stages as usize * (c.block_m + c.block_n) * c.block_k * p.input.size_bytes();
-    let exchange = tile * p.output.size_bytes() * 9 / 8;
-    pipelined(p)
-        && c.launch.num_warps == 8
-        && c.launch.num_stages >= 2
-        && tile >= 128 * 128
-        && slots + exchange <= tuned::SHARED_BYTES
+    pipelined(p) && c.launch.num_warps == 8 && c.launch.num_stages >= 2 && tile >= 128 * 128
 }
 
-/// The stages at which a BLOCK_K 32 `wgmma` keeps a k-tile in flight (`S - 2` slots hold
-/// [`WGMMA_IN_FLIGHT_MIN_K_AHEAD`] elements of K); BLOCK_K 64 does from 4 stages, which the
-/// grid has.
-const IN_FLIGHT_STAGES_K32: u32 = 2 + WGMMA_IN_FLIGHT_MIN_K_AHEAD / 32;
+/// BLOCK_K 32 `wgmma` twins are also timed at 6 stages, which copy 4 k-tiles (128 elements of
+/// K) ahead: enough for the compiler to keep a k-tile in flight (docs/performance.md, "wgmma
+/// and its k-tile in flight"); BLOCK_K 64 gets there from 4 stages, which the grid has.
+const IN_FLIGHT_STAGES_K32: u32 = 6;
 
-/// Whether the tuner also times `c` on `wgmma`: a device that has it, f16/bf16 pipelined
-/// operands, and tiles the lowering takes (tegula-ptx's [`wgmma_takes_shape`], with A's rows
-/// of BLOCK_K and B's of BLOCK_N elements in slots its descriptors read).
-fn wgmma_twin_fits(p: &MatmulProblem, c: &MatmulConfig) -> bool {
-    let elem = p.input.size_bytes() as u32;
-    let (m, n, k) = (c.block_m as u32, c.block_n as u32, c.block_k as u32);
-    p.wgmma
-        && pipelined(p)
-        && wgmma_takes_shape(m, n, k, c.launch.num_warps, c.launch.num_stages)
-        && wgmma_reads_rows_of(k * elem)
-        && wgmma_reads_rows_of(n * elem)
+/// Whether the launch of `config` on these operands adds a kernel to the tuner's candidates
+/// (see [`tuned::plan_or_prune`]); `Ok(false)` when its plan is another candidate's.
+pub fn adds_a_kernel<T: Element, O: Element>(
+    a: &Tensor<T>,
+    b: &Tensor<T>,
+    c: &Tensor<O>,
+    config: &MatmulConfig,
+) -> Result<bool> {
+    match tuned::plan_or_prune(a.device(), config.wgmma == Some(true), || {
+        launch(a, b, c, config)
+    }) {
+        Ok(_) => Ok(true),
+        Err(Error::Pruned { .. }) => Ok(false),
+        Err(e) => Err(e),
+    }
 }
 
 /// The config [`matmul_into_with`] launches for these operands: `config` itself when every
@@ -530,6 +523,7 @@ fn resolve_then<T: Element, O: Element, R>(
         },
         |t| {
             let c_cfg = MatmulConfig::from_tuner(t, &config)?;
+            tuned::plan_or_prune(dev, c_cfg.wgmma == Some(true), || launch(a, b, c, &c_cfg))?;
             median_ms(dev, || launch(a, b, c, &c_cfg))
         },
         |t| then(&MatmulConfig::from_tuner(t, &config)?),
@@ -620,7 +614,7 @@ fn launch<T: Element, O: Element>(
         programs,
         config
             .launch
-            .with_mma(if config.wgmma == Some(true) || tuned::wgmma_forced() {
+            .with_mma(if tuned::held_wgmma(config.wgmma) == Some(true) {
                 MmaChoice::Wgmma
             } else {
                 MmaChoice::Sync

@@ -22,11 +22,6 @@ pub const AUTO: usize = 0;
 /// Warps and stages left to the autotuner.
 pub const AUTO_LAUNCH: LaunchConfig = LaunchConfig::new(0, 0);
 
-/// Shared memory a block may use on Hopper (227 KB, opted in at launch): pipeline stages past
-/// the device's limit are dropped by the lowering, so such candidates duplicate one with fewer
-/// stages.
-pub(crate) const SHARED_BYTES: usize = 227 * 1024;
-
 /// The largest f32 accumulator a thread should hold (in elements) before registers spill.
 pub(crate) const ACC_PER_THREAD: usize = 128;
 
@@ -102,8 +97,9 @@ pub(crate) fn run<'a, R>(
         let how = match tuned.source {
             Source::Tuned { ms, timed } => {
                 format!(
-                    "tuned now ({timed} of {} timed, best {ms:.4} ms)",
-                    tuning.configs.len()
+                    "tuned now ({timed} of {} timed, {} pruned by their plans, best {ms:.4} ms)",
+                    tuning.configs.len(),
+                    tuned.pruned
                 )
             }
             Source::Cached { ms } => format!("from the autotune cache ({ms:.4} ms when tuned)"),
@@ -121,21 +117,52 @@ pub(crate) fn run<'a, R>(
     Ok(result)
 }
 
+/// Whether a candidate's kernels are another candidate's, by the compiler's plans of the
+/// launches `launch` makes (planned on `dev`, not run): [`tegula::Error::Pruned`] when shared
+/// memory cuts a loop's stages (the kernels of the candidate with fewer stages), or when the
+/// candidate asks for `wgmma` and none of its dots runs on it (its `mma.sync` twin's kernels).
+/// The reports are returned for rules of the wrapper's own.
+pub(crate) fn plan_or_prune(
+    dev: &Device,
+    asks_wgmma: bool,
+    launch: impl FnOnce() -> Result<()>,
+) -> Result<Vec<tegula::Report>> {
+    let reports = dev.plans(launch)?;
+    let pruned = |why: &str| Err(tegula::Error::Pruned { why: why.into() });
+    if reports.iter().any(|r| r.stages_cut_by_shared_memory()) {
+        return pruned("shared memory cuts its stages (a candidate with fewer stages)");
+    }
+    if asks_wgmma && reports.iter().all(|r| r.wgmma_dots() == 0) {
+        return pruned("no dot runs on wgmma (its mma.sync twin)");
+    }
+    Ok(reports)
+}
+
 /// `n` as an `i64` constexpr value (block sizes are small).
 pub(crate) fn cx(n: usize) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
 }
 
-/// `TEGULA_WGMMA=1`: every matmul and attention forward launch asks for `wgmma` (to check
-/// that path everywhere).
+/// `TEGULA_WGMMA=1`: every matmul and attention launch asks for `wgmma` (to check that path
+/// everywhere), as if each had held `wgmma: Some(true)`.
 pub(crate) fn wgmma_forced() -> bool {
     std::env::var("TEGULA_WGMMA").is_ok_and(|v| v == "1")
 }
 
-/// A held `wgmma` choice appended to a key (`,WGMMA=1` or `,WGMMA=0`): it selects its own
-/// winner. `None` (the tuner's twins) adds nothing.
+/// The `wgmma` choice a launch holds: the caller's, or `Some(true)` under `TEGULA_WGMMA=1`.
+pub(crate) fn held_wgmma(wgmma: Option<bool>) -> Option<bool> {
+    if wgmma_forced() {
+        Some(true)
+    } else {
+        wgmma
+    }
+}
+
+/// A held `wgmma` choice ([`held_wgmma`]) appended to a key (`,WGMMA=1` or `,WGMMA=0`): it
+/// selects its own winner, so candidates timed on `wgmma` under `TEGULA_WGMMA=1` never answer a
+/// later plain call. `None` (the tuner's twins) adds nothing.
 pub(crate) fn held_wgmma_suffix(wgmma: Option<bool>) -> &'static str {
-    match wgmma {
+    match held_wgmma(wgmma) {
         Some(true) => ",WGMMA=1",
         Some(false) => ",WGMMA=0",
         None => "",

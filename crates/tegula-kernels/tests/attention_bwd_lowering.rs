@@ -6,6 +6,7 @@
 //! warp layout; dK and dV stay in the sweep's accumulator layout across the loop over the
 //! heads. ptxas (when installed) must assemble it.
 
+use tegula::compiler;
 use tegula::ir::{passes, Constant, Kernel};
 use tegula::prelude::*;
 use tegula_kernels::attention::kernels::attn_bwd_dkdv;
@@ -40,18 +41,10 @@ fn specialized(causal: bool) -> Kernel {
 }
 
 fn ptx(causal: bool) -> String {
-    let options = tegula_ptx::CompileOptions {
-        num_warps: 8,
-        num_stages: 2,
-        mma: tegula_ptx::MmaChoice::Sync,
-    };
-    tegula_ptx::compile(
-        &specialized(causal),
-        &tegula_ptx::Target { sm: 90 },
-        &options,
-    )
-    .unwrap()
-    .ptx
+    let config = LaunchConfig::new(8, 2).with_mma(MmaChoice::Sync);
+    compiler::compile(&specialized(causal), config, &compiler::Target { sm: 90 })
+        .unwrap()
+        .ptx
 }
 
 fn count(ptx: &str, needle: &str) -> usize {
@@ -113,14 +106,14 @@ fn dkdv_keeps_k_and_v_resident_streams_q_and_do_and_keeps_dp_in_p_layout() {
 
 #[test]
 fn dkdv_assembles_with_ptxas() {
-    let Some(ptxas) = tegula_ptx::ptxas::find() else {
+    let Some(ptxas) = compiler::ptxas::find() else {
         eprintln!("ptxas not found: skipped");
         return;
     };
     let dir = std::env::temp_dir().join(format!("tegula-bwd-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     for causal in [false, true] {
-        let out = tegula_ptx::ptxas::assemble(&ptxas, &ptx(causal), 90, &dir, "dkdv")
+        let out = compiler::ptxas::assemble(&ptxas, &ptx(causal), 90, &dir, "dkdv")
             .unwrap_or_else(|e| panic!("causal={causal}: {e}"));
         println!(
             "causal={causal}: {} registers, {} bytes spilled",

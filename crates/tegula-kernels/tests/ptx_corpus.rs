@@ -42,7 +42,7 @@ impl Corpus {
         for (i, launch) in dev.take_recorded().iter().enumerate() {
             for sm in [80, 90] {
                 let case = format!("{name} #{i} {} sm_{sm}", launch.name);
-                let entry = match launch.compile(&tegula_ptx::Target { sm }) {
+                let entry = match launch.compile(&tegula::compiler::Target { sm }) {
                     Ok(c) => format!("{:016x}", fnv1a(&c.ptx)),
                     Err(e) => format!("error:{:016x}", fnv1a(&e.to_string())),
                 };
@@ -100,6 +100,10 @@ fn matmul_cases<T: Element>(corpus: &mut Corpus, (m, n, k): (usize, usize, usize
             };
             let b = dev.randn::<T>([k, n])?;
             let out = dev.empty::<f32>([m, n])?;
+            // Only what the tuner would time: the candidates whose plans add a kernel.
+            if !matmul::adds_a_kernel(&a, &b, &out, &c)? {
+                return Ok(());
+            }
             matmul::matmul_into_with(&a, &b, &out, c)
         });
     }
@@ -134,12 +138,19 @@ fn attention_cases<T: Element>(corpus: &mut Corpus, dims: Dims, causal: bool, ba
             let q = dev.randn::<T>(dims.q_shape())?;
             let k = dev.randn::<T>(dims.kv_shape())?;
             let v = dev.randn::<T>(dims.kv_shape())?;
+            // Only what the tuner would time: the candidates whose plans add kernels.
             if backward {
                 let o = dev.randn::<T>(dims.q_shape())?;
                 let d_o = dev.randn::<T>(dims.q_shape())?;
                 let lse = dev.randn::<f32>(dims.lse_shape())?;
+                if !attention::backward_adds_a_kernel(&q, &k, &v, &o, &d_o, &lse, &c)? {
+                    return Ok(());
+                }
                 attention::backward(&q, &k, &v, &o, &d_o, &lse, &c).map(|_| ())
             } else {
+                if !attention::forward_adds_a_kernel(&q, &k, &v, &c)? {
+                    return Ok(());
+                }
                 attention::forward(&q, &k, &v, &c).map(|_| ())
             }
         });

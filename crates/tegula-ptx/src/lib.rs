@@ -178,6 +178,13 @@ pub fn plan(
     Ok(plan::Plan::build(&cx).report(&cx))
 }
 
+/// `kernel` after the plan's rewriting rules ([`plan::load_order`]).
+fn rewritten(kernel: &Kernel) -> Kernel {
+    let mut k = kernel.clone();
+    plan::load_order::transpose_loads(&mut k);
+    k
+}
+
 fn check_options(
     kernel: &Kernel,
     target: &Target,
@@ -211,6 +218,7 @@ pub fn compile(
     options: &CompileOptions,
 ) -> Result<Compiled, PtxError> {
     check_options(kernel, target, options)?;
+    let kernel = &rewritten(kernel);
     let mut stages = options.num_stages;
     loop {
         let attempt = CompileOptions {

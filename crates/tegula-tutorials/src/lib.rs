@@ -9,10 +9,12 @@
 //! says so in a comment starting `// workaround:` and does the smallest honest thing instead.
 //!
 //! Each tutorial has host functions shaped like the tutorial's Python ones (allocate, grid,
-//! launch), returning typed errors, a float64 reference, and an entry in [`tutorials`]: the
-//! name the Triton harness prints (`tutorial-03-matmul` for its `03-matmul`), the shapes it
-//! benchmarks with its shape strings, a check on fresh random inputs against float64, and a
-//! benchmark that prepares inputs and hands back one launch to time.
+//! launch), returning typed errors, a float64 reference, and entries of the registry
+//! ([`tegula::registry`], [`tutorials`]) beside the library's kernels: the name the Triton
+//! harness prints (`tutorial-03-matmul` for its `03-matmul`), the shapes it benchmarks with
+//! its shape strings, a check on fresh random inputs against float64, and a benchmark that
+//! prepares inputs and hands back one launch to time (`tegula check tutorial`, `tegula bench
+//! tutorials`, `tegula plan tutorial-03-matmul`).
 //!
 //! | module | Triton tutorial |
 //! | --- | --- |
@@ -26,6 +28,22 @@
 //! | [`t08_grouped_gemm`] | 08 grouped GEMM (and its descriptor variant) |
 //! | [`t09_persistent_matmul`] | 09 persistent matmul (naive, persistent, descriptor variants) |
 //! | [`t11_programmatic_dependent_launch`] | 11 programmatic dependent launch (without PDL) |
+//!
+//! The ports use tegula's builtins where Triton uses its own: `tl.rand` (04), `libdevice.asin`
+//! (07), `tl.assume` (03), `tl.debug_barrier` (05), int-to-pointer casts (08), `tl.split` and
+//! `tl.join` (06, 09), `tl.where` on an integer condition (04), per-axis `tl.multiple_of` (08),
+//! `tl.load` without `other` (`load_masked`), and `@triton.jit` helpers with run-time loops
+//! (`#[tegula::func]`, 06). The workarounds left, each at a `// workaround:` comment:
+//!
+//! | Triton | where | what the port does |
+//! | --- | --- | --- |
+//! | tensor descriptors (`tl.make_tensor_descriptor`, `TensorDescriptor`) | 06, 08 (TMA variant), 09 (TMA and descriptor variants) | block pointers at each load's offsets ([`desc`]) |
+//! | `tl.range(.., num_stages=)` | 02 | the launch's `num_stages` |
+//! | `tl.range(.., warp_specialize=, flatten=)` | 06, 09 | a plain `range` loop; the host accepts the flags |
+//! | fp8 dtypes (`tl.float8e5`, `tl.float8e4nv`) | 06, 08, 09 | the fp16 path only |
+//! | PDL (`gdc_wait`, `gdc_launch_dependents`, `launch_pdl`) | 11 | the kernel without PDL; the host refuses `launch_pdl` |
+//! | torch arithmetic on the host (`k * (sm_scale * RCP_LN2)`) | 06 | a small kernel |
+//! | host addresses as integers on the interpreter | 08 | byte offsets into one buffer per operand, on the interpreter only |
 
 pub mod common;
 pub mod desc;
@@ -41,94 +59,59 @@ pub mod t09_persistent_matmul;
 pub mod t11_programmatic_dependent_launch;
 
 use tegula::ir::DType;
-use tegula::{Device, Result};
+pub use tegula::registry::{Bench, BenchShape, CheckReport, Entry};
+use tegula::registry::{BenchFn, BenchSpec, CheckFn, Kind};
 
-/// The outcome of a port run on fresh random inputs against a float64 reference (the fields
-/// of the kernel library's report of the same name).
-#[derive(Clone, Debug)]
-pub struct CheckReport {
-    pub kernel: String,
-    /// The problem size, e.g. `M=37 N=131`.
-    pub shape: String,
-    pub dtype: DType,
-    pub max_abs_err: f64,
-    /// The largest `|got - want| / (atol + rtol * magnitude)`; at most 1 passes.
-    pub worst_ratio: f64,
-    pub atol: f64,
-    pub rtol: f64,
-}
-
-impl CheckReport {
-    pub fn passed(&self) -> bool {
-        self.worst_ratio <= 1.0
-    }
-}
-
-/// A shape the Triton harness benchmarks: its shape string (`4096x4096x4096`, `n=134217728`,
-/// `Z4H32N4096D64`) and the sizes in the order of [`Tutorial::dims`].
-#[derive(Clone, Copy, Debug)]
-pub struct BenchShape {
-    pub label: &'static str,
-    pub dims: &'static [usize],
-}
-
-/// One prepared benchmark case: the work it does and a closure that launches it once on
-/// inputs made beforehand (the first call may compile and autotune; time the calls after).
-pub struct Bench {
-    /// Floating-point operations of one launch (0 for pure data movement).
-    pub flops: f64,
-    /// The fewest bytes one launch must move: each input read once, each output written once.
-    pub bytes: f64,
-    pub launch: Box<dyn FnMut() -> Result<()>>,
-}
-
-/// One benchmark of a ported tutorial, for the CLI and the GPU check.
-pub struct Tutorial {
+/// What a port registers: the harness's name, its shapes and dtype, a check and a benchmark;
+/// [`Port::entry`] makes the registry's [`Entry`] of it.
+pub struct Port {
     /// `tutorial-` and the name the Triton harness prints, e.g. `tutorial-06-attention-fwd`.
     pub name: &'static str,
     pub about: &'static str,
-    /// Dimension names, in the order shapes list them (e.g. `["M", "N", "K"]`).
+    /// Dimension names, in the order shapes list them (e.g. `["M", "N", "K"]`), for the check
+    /// and the benchmark alike.
     pub dims: &'static [&'static str],
     /// A small problem size, for checks on the interpreter.
     pub default_shape: &'static [usize],
-    /// The shapes the Triton harness benchmarks.
+    /// The shapes the Triton harness benchmarks, with its shape strings.
     pub bench_shapes: &'static [BenchShape],
     /// Supported dtypes, the harness's first.
     pub dtypes: &'static [DType],
     /// Runs the port on fresh random inputs and compares with a float64 reference.
-    pub check: fn(&Device, &[usize], DType) -> Result<CheckReport>,
+    pub check: CheckFn,
     /// Prepares inputs of a shape and returns one launch to time.
-    pub bench: fn(&Device, &[usize], DType) -> Result<Bench>,
+    pub bench: BenchFn,
 }
 
-impl Tutorial {
-    /// The launches one benchmarked call makes at `shape`, recorded instead of run, as a GPU
-    /// of `sm_count` SMs would get them (the interpreter's untuned configs): their Tile IR,
-    /// and the PTX `RecordedLaunch::compile` makes of it, with no GPU (what `tegula ptx` and
-    /// `tegula launch-cost` show for library kernels). The inputs are host tensors of the full
-    /// size; the launches that prepare them (a forward before a backward) are left out.
-    pub fn record(
-        &self,
-        shape: &[usize],
-        dtype: DType,
-        sm_count: usize,
-    ) -> Result<Vec<tegula::RecordedLaunch>> {
-        let dev = Device::recording(sm_count);
-        let mut bench = (self.bench)(&dev, shape, dtype)?;
-        dev.take_recorded();
-        (bench.launch)()?;
-        Ok(dev.take_recorded())
-    }
-
-    /// The name the Triton harness prints (`03-matmul`), to join its `TRITON <name> <shape>
-    /// <ms>` lines with tegula's.
-    pub fn triton_name(&self) -> &'static str {
-        self.name.strip_prefix("tutorial-").unwrap_or(self.name)
+impl Port {
+    /// The registry entry: benchmarked as `op` = its name, at the harness's shapes in its
+    /// first dtype; the realistic shape is the first of them.
+    pub fn entry(self) -> Entry {
+        Entry {
+            name: self.name,
+            about: self.about,
+            kind: Kind::Tutorial,
+            dims: self.dims,
+            default_shape: self.default_shape,
+            dtypes: self.dtypes,
+            check: self.check,
+            trace: None,
+            bench: BenchSpec {
+                op: self.name,
+                dims: self.dims,
+                shapes: self.bench_shapes,
+                dtype: self.dtypes[0],
+                realistic: None,
+                streaming: false,
+                prepare: self.bench,
+                pinned: None,
+            },
+        }
     }
 }
 
 /// Every ported tutorial benchmark, in the tutorials' order.
-pub fn tutorials() -> Vec<Tutorial> {
+pub fn tutorials() -> Vec<Entry> {
     let mut all = Vec::new();
     all.extend(t01_vector_add::tutorials());
     all.extend(t02_fused_softmax::tutorials());
@@ -140,12 +123,10 @@ pub fn tutorials() -> Vec<Tutorial> {
     all.extend(t08_grouped_gemm::tutorials());
     all.extend(t09_persistent_matmul::tutorials());
     all.extend(t11_programmatic_dependent_launch::tutorials());
-    all
+    all.into_iter().map(Port::entry).collect()
 }
 
 /// Looks a tutorial up by name (`tutorial-03-matmul`, or the harness's `03-matmul`).
-pub fn find(name: &str) -> Option<Tutorial> {
-    tutorials()
-        .into_iter()
-        .find(|t| t.name == name || t.triton_name() == name)
+pub fn find(name: &str) -> Option<Entry> {
+    tutorials().into_iter().find(|t| t.is_named(name))
 }

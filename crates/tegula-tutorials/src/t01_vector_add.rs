@@ -20,7 +20,7 @@
 //! | `tl.program_id(axis=0)` | `program_id(0)` |
 //! | `tl.arange(0, BLOCK_SIZE)` | `arange(0, BLOCK_SIZE as i64)` |
 //! | `offsets < n_elements` | `offsets.lt(n_elements)` (Rust's `<` must return `bool`) |
-//! | `tl.load(p, mask=m)` | `load(p, m, 0)`: tegula always defines masked lanes (`other`) |
+//! | `tl.load(p, mask=m)` | `load_masked(p, m)` (masked-off lanes read 0 in tegula, where Triton leaves them undefined) |
 //! | `tl.store(p, v, mask=m)` | `store(p, v, m)` |
 //! | `torch.empty_like(x)` | `dev.empty::<T>(x.shape())` |
 //! | `add_kernel[grid](x, y, out, n, BLOCK_SIZE=1024)` | `add_kernel::launch::<T>(dev, grid, &x, &y, &out, n, 1024)` |
@@ -42,7 +42,7 @@
 #![allow(non_snake_case)]
 
 use crate::common;
-use crate::{Bench, BenchShape, CheckReport, Tutorial};
+use crate::{Bench, BenchShape, CheckReport, Port};
 use tegula::ir::DType;
 use tegula::prelude::*;
 use tegula::Result;
@@ -66,8 +66,8 @@ pub fn add_kernel<T: Element>(
     let mask = offsets.lt(n_elements);
     // Load x and y from DRAM, masking out any extra elements in case the input is not a
     // multiple of the block size.
-    let x = load(x_ptr + offsets, mask, 0);
-    let y = load(y_ptr + offsets, mask, 0);
+    let x = load_masked(x_ptr + offsets, mask);
+    let y = load_masked(y_ptr + offsets, mask);
     let output = x + y;
     // Write x + y back to DRAM.
     store(output_ptr + offsets, output, mask);
@@ -154,6 +154,7 @@ fn bench_typed<T: Element>(dev: &Device, shape: &[usize]) -> Result<Bench> {
     Ok(Bench {
         flops: n as f64,
         bytes: 3.0 * n as f64 * s,
+        input_copies: 1,
         launch: Box::new(move || add_into(&x, &y, &output)),
     })
 }
@@ -167,8 +168,8 @@ fn bench(dev: &Device, shape: &[usize], dtype: DType) -> Result<Bench> {
 }
 
 /// The registry entry: the harness's `01-vector-add` at `n=134217728`, fp32.
-pub fn tutorials() -> Vec<Tutorial> {
-    vec![Tutorial {
+pub fn tutorials() -> Vec<Port> {
+    vec![Port {
         name: "tutorial-01-vector-add",
         about: "output = x + y, BLOCK_SIZE 1024 elements a program",
         dims: &["n"],

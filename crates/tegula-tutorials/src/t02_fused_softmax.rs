@@ -37,7 +37,7 @@
 #![allow(non_snake_case)]
 
 use crate::common::{self, next_power_of_2};
-use crate::{Bench, BenchShape, CheckReport, Tutorial};
+use crate::{Bench, BenchShape, CheckReport, Port};
 use tegula::ir::DType;
 use tegula::prelude::*;
 use tegula::{KernelArg, Launch, LaunchConfig, Result};
@@ -256,6 +256,7 @@ fn bench(dev: &Device, shape: &[usize], _dtype: DType) -> Result<Bench> {
         // max, subtract, exp, sum, divide
         flops: 5.0 * (m * n) as f64,
         bytes: 2.0 * (m * n) as f64 * 4.0,
+        input_copies: 1,
         launch: Box::new(move || softmax_launch(&x, &y, &plan)),
     })
 }
@@ -266,6 +267,7 @@ fn bench_wrapper(dev: &Device, shape: &[usize], _dtype: DType) -> Result<Bench> 
     Ok(Bench {
         flops: 5.0 * (m * n) as f64,
         bytes: 2.0 * (m * n) as f64 * 4.0,
+        input_copies: 1,
         launch: Box::new(move || softmax(&x).map(|_| ())),
     })
 }
@@ -273,9 +275,9 @@ fn bench_wrapper(dev: &Device, shape: &[usize], _dtype: DType) -> Result<Bench> 
 /// The registry entries: the harness's `02-fused-softmax` (the launch alone) and
 /// `02-fused-softmax-wrapper` (the whole `softmax(x)`: allocation, sizing, launch) at
 /// 4096 x 8192, fp32.
-pub fn tutorials() -> Vec<Tutorial> {
+pub fn tutorials() -> Vec<Port> {
     vec![
-        Tutorial {
+        Port {
             name: "tutorial-02-fused-softmax",
             about: "row softmax, one row a block, persistent programs sized by occupancy",
             dims: &["M", "N"],
@@ -288,7 +290,7 @@ pub fn tutorials() -> Vec<Tutorial> {
             check,
             bench,
         },
-        Tutorial {
+        Port {
             name: "tutorial-02-fused-softmax-wrapper",
             about: "tutorial 02's softmax(x) as a whole: allocation, occupancy sizing, launch",
             dims: &["M", "N"],

@@ -29,14 +29,16 @@
 //! | `tl.zeros((BM, BN), dtype=tl.float32)` | `zeros::<f32>([BM, BN])` |
 //! | `if ACTIVATION == "leaky_relu":` (constexpr) | `if ACTIVATION == "leaky_relu"` on a `&'static str` constexpr: decided at trace time |
 //! | `tl.where(x >= 0, x, 0.01 * x)` | `select(x.ge(0), x, 0.01 * x)` |
+//! | `tl.assume(stride_am > 0)` | `assume(stride_am.gt(0))` |
 //! | `accumulator.to(tl.float16)` | `accumulator.to::<f16>()` |
 //! | `triton.Config({..}, num_stages=s, num_warps=w)` | `tegula::autotune::Config` with the same constexprs, warps, stages |
 //! | `@triton.autotune(configs, key=['M', 'N', 'K'])` | [`matmul`] asks tegula's tuner with key `M=..,N=..,K=..` |
 //!
 //! # What differs
 //!
-//! `tl.assume(..)` (integer bound facts for the backend) has no tegula counterpart; the port
-//! leaves the eight assumptions out, with a `workaround` note. The configs are the CUDA list
+//! Nothing in the kernel. `tl.assume(..)` is [`assume`]: the GPU
+//! emits nothing for it, and the interpreter checks each assumption, so a caller whose strides
+//! are not positive gets "assumption violated" there. The configs are the CUDA list
 //! of `get_cuda_autotune_config` (the HIP list is not ported). The tuner's default, which the
 //! interpreter and `TEGULA_AUTOTUNE=off` run, is the list's first config; [`matmul_with`]
 //! launches one config of the caller's choice (the tests take the small ones, which the
@@ -45,7 +47,7 @@
 #![allow(non_snake_case)]
 
 use crate::common::{self, config, cx};
-use crate::{Bench, BenchShape, CheckReport, Tutorial};
+use crate::{Bench, BenchShape, CheckReport, Port};
 use tegula::autotune::{median_ms, Config, Tuning};
 use tegula::ir::{DType, Kernel, TraceError};
 use tegula::prelude::*;
@@ -127,8 +129,16 @@ pub fn matmul_kernel<T: Element>(
 
     // -----------------------------------------------------------
     // Add some integer bound assumptions.
-    // workaround: tl.assume is missing (no integer bound facts for the backend); the eight
-    // assumptions pid_m >= 0, pid_n >= 0 and stride_* > 0 are left out.
+    // This helps to guide integer analysis in the backend to optimize
+    // load/store offset address calculation
+    assume(pid_m.ge(0));
+    assume(pid_n.ge(0));
+    assume(stride_am.gt(0));
+    assume(stride_ak.gt(0));
+    assume(stride_bn.gt(0));
+    assume(stride_bk.gt(0));
+    assume(stride_cm.gt(0));
+    assume(stride_cn.gt(0));
 
     // ----------------------------------------------------------
     // Create pointers for the first blocks of A and B.
@@ -403,6 +413,7 @@ fn bench_with(dev: &Device, shape: &[usize], activation: &'static str) -> Result
     Ok(Bench {
         flops: 2.0 * (m * n * k) as f64,
         bytes: 2.0 * (m * k + k * n + m * n) as f64,
+        input_copies: 1,
         launch: Box::new(move || {
             let meta = tuned_config(&a, &b, &c, activation)?;
             matmul_launch(&a, &b, &c, activation, &meta)
@@ -424,9 +435,9 @@ const SHAPES: &[BenchShape] = &[BenchShape {
 }];
 
 /// The registry entries: the harness's `03-matmul` and `03-matmul-leaky-relu` at 4096^3, fp16.
-pub fn tutorials() -> Vec<Tutorial> {
+pub fn tutorials() -> Vec<Port> {
     vec![
-        Tutorial {
+        Port {
             name: "tutorial-03-matmul",
             about: "C = A B (fp16 in, f32 accumulation, fp16 out), grouped order, autotuned",
             dims: &["M", "N", "K"],
@@ -436,7 +447,7 @@ pub fn tutorials() -> Vec<Tutorial> {
             check: check_plain,
             bench: bench_plain,
         },
-        Tutorial {
+        Port {
             name: "tutorial-03-matmul-leaky-relu",
             about: "tutorial 03's matmul with ACTIVATION=\"leaky_relu\" fused",
             dims: &["M", "N", "K"],

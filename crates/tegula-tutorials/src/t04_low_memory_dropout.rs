@@ -15,26 +15,24 @@
 //!
 //! | Triton | tegula |
 //! | --- | --- |
-//! | `tl.where(x_keep, a, b)` with an int32 `x_keep` | `select(x_keep.cast(DType::I1), a, b)`: tegula's `select` takes an i1 condition, and the cast is Triton's implicit one (`x != 0`) |
+//! | `tl.load(p, mask=m)` | `load_masked(p, m)` (masked-off lanes read 0) |
+//! | `tl.where(x_keep, a, b)` with an int32 `x_keep` | `select(x_keep, a, b)`: a numeric condition is true where nonzero, as Triton's |
 //! | `x / (1 - p)` with a float scalar `p` | the same |
-//! | `tl.rand(seed, offsets)` | [`rand()`], a port of `triton.language.random` over tiles |
-//! | `math.umulhi(a, b)` | [`umulhi`]: the u32 operands widened to u64, multiplied, shifted |
-//! | `x.to(tl.uint32, bitcast=True)` | `x.bitcast::<u32>()` |
-//! | `tl.static_range(n_rounds)` | a Rust `for` loop (unrolled at trace time) |
+//! | `tl.rand(seed, offsets)` | [`rand`](tegula::ir::builder::rand): Philox 4x32-10, bit for bit Triton's |
 //!
 //! # What differs
 //!
-//! tegula has no random-number builtins, so `tl.rand` and what it stands on (`randint`,
-//! `randint4x`, `philox`, `philox_impl`, `uint_to_uniform_float`) are ported here, function
-//! by function, from `triton/language/random.py` for 32-bit offsets. They compute the same
-//! bits: the host implementation [`philox4x32`] checks the Random123 known-answer vectors,
-//! and the tests compare the kernel's mask with it element by element.
+//! Nothing in the kernels. The host functions check what the tutorial assumes (contiguous
+//! inputs of one shape, `0 <= p < 1`, sizes that fit the i32 offsets) and return typed
+//! errors. For the tests the module keeps a host Philox ([`philox4x32`], which passes the
+//! Random123 known-answer vectors) and `tl.rand` on the host ([`rand_host`]), so that the
+//! kernel's mask can be compared with an independent stream element by element.
 #![allow(non_snake_case)]
 // random.py's scale, 4.6566127342e-10, as written there.
 #![allow(clippy::excessive_precision)]
 
 use crate::common;
-use crate::{Bench, BenchShape, CheckReport, Tutorial};
+use crate::{Bench, BenchShape, CheckReport, Port};
 use tegula::ir::DType;
 use tegula::prelude::*;
 use tegula::Result;
@@ -53,104 +51,12 @@ pub fn _dropout(
     let offsets = block_start + arange(0, BLOCK_SIZE as i64);
     let mask = offsets.lt(n_elements);
     // Load data
-    let x = load(x_ptr + offsets, mask, 0);
-    let x_keep = load(x_keep_ptr + offsets, mask, 0);
+    let x = load_masked(x_ptr + offsets, mask);
+    let x_keep = load_masked(x_keep_ptr + offsets, mask);
     // The line below is the crucial part, described in the paragraph above!
-    let output = select(x_keep.cast(DType::I1), x / (1 - p), 0.0);
+    let output = select(x_keep, x / (1 - p), 0.0);
     // Write-back output
     store(output_ptr + offsets, output, mask);
-}
-
-// workaround: tl.rand / tl.randint (triton.language.random, Philox) are missing; the
-// functions below port them over tiles, 32-bit offsets only.
-
-/// Philox's constants for 32-bit words.
-pub const PHILOX_KEY_A: u32 = 0x9E3779B9;
-pub const PHILOX_KEY_B: u32 = 0xBB67AE85;
-pub const PHILOX_ROUND_A: u32 = 0xD2511F53;
-pub const PHILOX_ROUND_B: u32 = 0xCD9E8D57;
-/// `N_ROUNDS_DEFAULT`.
-pub const N_ROUNDS_DEFAULT: usize = 10;
-
-/// `math.umulhi(a, b)`: the high 32 bits of the 64-bit product of a u32 constant and a u32
-/// tile.
-pub fn umulhi(a: u32, b: Tile) -> Tile {
-    ((b.to::<u64>() * a as u64) >> 32).to::<u32>()
-}
-
-/// `philox_impl(c0, c1, c2, c3, k0, k1, n_rounds)`: `n_rounds` rounds of Philox on the
-/// state `(c0, c1, c2, c3)` (u32 tiles) with the key `(k0, k1)`.
-pub fn philox_impl(
-    c0: Tile,
-    c1: Tile,
-    c2: Tile,
-    c3: Tile,
-    k0: Tile,
-    k1: Tile,
-    n_rounds: usize,
-) -> (Tile, Tile, Tile, Tile) {
-    let (mut c0, mut c1, mut c2, mut c3, mut k0, mut k1) = (c0, c1, c2, c3, k0, k1);
-    for _ in 0..n_rounds {
-        // update random state
-        let A = PHILOX_ROUND_A;
-        let B = PHILOX_ROUND_B;
-        let (_c0, _c2) = (c0, c2);
-        c0 = umulhi(B, _c2) ^ c1 ^ k0;
-        c2 = umulhi(A, _c0) ^ c3 ^ k1;
-        c1 = _c2 * B;
-        c3 = _c0 * A;
-        // raise key
-        k0 += PHILOX_KEY_A;
-        k1 += PHILOX_KEY_B;
-    }
-    (c0, c1, c2, c3)
-}
-
-/// `philox(seed, c0, c1, c2, c3, n_rounds)` for 32-bit counters: the seed (any integer
-/// scalar) split into the key's low and high words.
-pub fn philox(
-    seed: Tile,
-    c0: Tile,
-    c1: Tile,
-    c2: Tile,
-    c3: Tile,
-    n_rounds: usize,
-) -> (Tile, Tile, Tile, Tile) {
-    let seed = seed.to::<u64>();
-    let seed_hi = ((seed >> 32u64) & 0xffffffffu64).to::<u32>();
-    let seed_lo = (seed & 0xffffffffu64).to::<u32>();
-    let c0 = c0.bitcast::<u32>();
-    let c1 = c1.bitcast::<u32>();
-    let c2 = c2.bitcast::<u32>();
-    let c3 = c3.bitcast::<u32>();
-    philox_impl(c0, c1, c2, c3, seed_lo, seed_hi, n_rounds)
-}
-
-/// `randint4x(seed, offset, n_rounds)`: four random u32 tiles for the counter `offset`.
-#[allow(clippy::just_underscores_and_digits, clippy::erasing_op)] // the tutorial's `_0 = offset * 0`
-pub fn randint4x(seed: Tile, offset: Tile, n_rounds: usize) -> (Tile, Tile, Tile, Tile) {
-    let _0 = offset * 0;
-    philox(seed, offset, _0, _0, _0, n_rounds)
-}
-
-/// `randint(seed, offset, n_rounds)`: one random u32 tile.
-pub fn randint(seed: Tile, offset: Tile, n_rounds: usize) -> Tile {
-    randint4x(seed, offset, n_rounds).0
-}
-
-/// `uint_to_uniform_float(x)`: a u32 tile as f32 uniform in `[0, 1)`.
-pub fn uint_to_uniform_float(x: Tile) -> Tile {
-    // maximum value such that `MAX_INT * scale < 1.0` (with float rounding)
-    let x = x.bitcast::<i32>();
-    let scale = 4.6566127342e-10;
-    let x = select(x.lt(0), -x - 1, x);
-    x * scale
-}
-
-/// `tl.rand(seed, offset)`: a uniform f32 in `[0, 1)` per element of `offset`.
-pub fn rand(seed: Tile, offset: Tile) -> Tile {
-    let source = randint(seed, offset, N_ROUNDS_DEFAULT);
-    uint_to_uniform_float(source)
 }
 
 #[tegula::kernel]
@@ -168,7 +74,7 @@ pub fn _seeded_dropout(
     let offsets = block_start + arange(0, BLOCK_SIZE as i64);
     // load data from x
     let mask = offsets.lt(n_elements);
-    let x = load(x_ptr + offsets, mask, 0);
+    let x = load_masked(x_ptr + offsets, mask);
     // randomly prune it
     let random = rand(seed, offsets);
     let x_keep = random.gt(p);
@@ -243,8 +149,8 @@ pub fn seeded_dropout(x: &Tensor<f32>, p: f32, seed: i32) -> Result<Tensor<f32>>
     Ok(output)
 }
 
-/// Philox 4x32 on the host: `rounds` rounds on `ctr` with `key` (the reference of the tile
-/// port; it passes the Random123 known-answer tests).
+/// Philox 4x32 on the host: `rounds` rounds on `ctr` with `key` (an independent reference
+/// for the kernel's `rand`; it passes the Random123 known-answer tests).
 pub fn philox4x32(mut ctr: [u32; 4], mut key: [u32; 2], rounds: usize) -> [u32; 4] {
     let mulhilo = |a: u32, b: u32| {
         let p = a as u64 * b as u64;
@@ -329,13 +235,14 @@ fn bench(dev: &Device, shape: &[usize], _dtype: DType) -> Result<Bench> {
         // compare and divide per element (Philox's integer rounds not counted)
         flops: 2.0 * n as f64,
         bytes: 8.0 * n as f64,
+        input_copies: 1,
         launch: Box::new(move || seeded_dropout_into(&x, &output, 0.5, 123)),
     })
 }
 
 /// The registry entry: the harness's `04-seeded-dropout` at `n=16777216`, p 0.5, seed 123.
-pub fn tutorials() -> Vec<Tutorial> {
-    vec![Tutorial {
+pub fn tutorials() -> Vec<Port> {
+    vec![Port {
         name: "tutorial-04-seeded-dropout",
         about: "dropout with the mask drawn in the kernel (Philox 4x32-10, tl.rand's bits)",
         dims: &["n"],

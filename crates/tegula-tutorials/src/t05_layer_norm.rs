@@ -30,15 +30,18 @@
 //! | `while tl.atomic_cas(Lock, 0, 1) == 1: pass` | `while atomic_cas(Lock, 0, 1).eq(1) {}`: an IR `while` on a run-time condition |
 //! | `if count == 0: .. else: partial_dw += ..` | `if count.eq(0) { .. } else { .. }`: an IR `if` whose results are `partial_dw`, `partial_db` |
 //! | `tl.atomic_xchg(Count, 1)` | `atomic_xchg(Count, 1, None)` |
+//! | `tl.debug_barrier()` | `debug_barrier()` |
+//! | `tl.load(W + cols, mask=mask)` (no `other`) | `load_masked(W + cols, mask)` |
 //! | `torch.zeros(2 * GROUP_SIZE_M, dtype=torch.int32)` | `dev.zeros::<i32>([2 * GROUP_SIZE_M])` |
 //!
 //! # What differs
 //!
-//! `tl.debug_barrier()` (a CTA-wide barrier before the lock is released, so that every thread's
-//! stores of the partial sums are done) has no tegula counterpart. The port leaves it out
-//! with a `workaround` note: on the interpreter a program's ops run one after another over
-//! whole tiles, so the stores are complete when the release runs; on the GPU the release
-//! relies on the lowering ordering the stores before the atomic.
+//! Nothing in the kernels: `tl.debug_barrier()` before the lock is released is
+//! [`debug_barrier`] (`bar.sync 0`: every thread of the
+//! program has stored its part of the partial sums before one thread's `atomic_xchg` releases
+//! the lock, whose acq_rel ordering publishes them; docs/semantics.md, "Ordering a program's
+//! stores before its atomics"). The interpreter runs a program as one thread in program
+//! order, where the barrier is a no-op.
 //!
 //! The host side is `LayerNorm.forward` and `.backward` without autograd: [`layer_norm`]
 //! returns the output and a [`LayerNormCtx`] (what `ctx.save_for_backward` keeps), and
@@ -50,7 +53,7 @@
 #![allow(non_snake_case)]
 
 use crate::common::{self, next_power_of_2};
-use crate::{Bench, BenchShape, CheckReport, Tutorial};
+use crate::{Bench, BenchShape, CheckReport, Port};
 use tegula::ir::DType;
 use tegula::prelude::*;
 use tegula::{LaunchConfig, Result};
@@ -97,8 +100,8 @@ pub fn _layer_norm_fwd_fused<T: Element>(
     for off in range(0, N, BLOCK_SIZE) {
         let cols = off + arange(0, BLOCK_SIZE as i64);
         let mask = cols.lt(N);
-        let w = load(W + cols, mask, 0);
-        let b = load(B + cols, mask, 0);
+        let w = load_masked(W + cols, mask);
+        let b = load_masked(B + cols, mask);
         let x = load(X + cols, mask, 0.0).to::<f32>();
         let x_hat = (x - mean) * rstd;
         let y = x_hat * w + b;
@@ -139,7 +142,7 @@ pub fn _layer_norm_bwd_dx_fused<T: Element>(
     // Load data to SRAM
     let x = load(X + cols, mask, 0).to::<f32>();
     let dy = load(DY + cols, mask, 0).to::<f32>();
-    let w = load(W + cols, mask, 0).to::<f32>();
+    let w = load_masked(W + cols, mask).to::<f32>();
     let mean = load_unmasked(Mean + row);
     let rstd = load_unmasked(Rstd + row);
     // Compute dx
@@ -161,17 +164,15 @@ pub fn _layer_norm_bwd_dx_fused<T: Element>(
     if count.eq(0) {
         atomic_xchg(Count, 1, None);
     } else {
-        partial_dw += load(DW, mask, 0);
-        partial_db += load(DB, mask, 0);
+        partial_dw += load_masked(DW, mask);
+        partial_db += load_masked(DB, mask);
     }
     store(DW, partial_dw, mask);
     store(DB, partial_db, mask);
 
     // need a barrier to ensure all threads finished before
     // releasing the lock
-    // workaround: tl.debug_barrier is missing; the interpreter runs a program's ops in order
-    // over whole tiles, and on the GPU the release relies on the lowering ordering the stores
-    // above before the atomic below.
+    debug_barrier();
 
     // Release the lock
     atomic_xchg(Lock, 0, None);
@@ -655,6 +656,7 @@ fn bench_typed<T: Element>(dev: &Device, shape: &[usize], backward: bool) -> Res
             flops: 8.0 * mn,
             // x read, y written, w and b read, mean and rstd written
             bytes: 2.0 * mn * s + 2.0 * nf * s + 8.0 * mf,
+            input_copies: 1,
             launch: Box::new(move || {
                 layer_norm_fwd_into(&x, &w, &b, EPS, &y, &mean, &rstd).map(|_| ())
             }),
@@ -668,6 +670,7 @@ fn bench_typed<T: Element>(dev: &Device, shape: &[usize], backward: bool) -> Res
         flops: 10.0 * mn,
         // dy and x read, dx written; w, mean and rstd read; dw and db written
         bytes: 3.0 * mn * s + 3.0 * nf * s + 8.0 * mf,
+        input_copies: 1,
         launch: Box::new(move || layer_norm_bwd_into(&ctx, &dy, &dx, &dw, &db)),
     })
 }
@@ -695,9 +698,9 @@ const SHAPES: &[BenchShape] = &[BenchShape {
 
 /// The registry entries: the harness's `05-layer-norm-fwd` and `05-layer-norm-bwd` at
 /// 4096 x 8192, fp16.
-pub fn tutorials() -> Vec<Tutorial> {
+pub fn tutorials() -> Vec<Port> {
     vec![
-        Tutorial {
+        Port {
             name: "tutorial-05-layer-norm-fwd",
             about: "layer norm forward: three passes over a row (mean, variance, normalize)",
             dims: &["M", "N"],
@@ -707,7 +710,7 @@ pub fn tutorials() -> Vec<Tutorial> {
             check: check_fwd,
             bench: bench_fwd,
         },
-        Tutorial {
+        Port {
             name: "tutorial-05-layer-norm-bwd",
             about: "layer norm backward: dx, and dw/db summed through locked partial rows",
             dims: &["M", "N"],

@@ -26,30 +26,31 @@
 //!
 //! | Triton | tegula |
 //! | --- | --- |
-//! | `@triton.jit def _attn_fwd_inner(acc, l_i, m_i, ..)` with a `tl.range` loop | a Rust function whose loop is an explicit [`for_range`] carrying `(acc, l_i, m_i, offsetk_y, offsetv_y)` |
+//! | `@triton.jit def _attn_fwd_inner(acc, l_i, m_i, ..)` with a `tl.range` loop | `#[tegula::func] fn _attn_fwd_inner(mut acc: Tile, ..)`: its `for start_n in range(lo, hi, BLOCK_N)` is a run-time loop carrying `acc`, `l_i`, `m_i`, `offsetk_y`, `offsetv_y` |
+//! | `acc.reshape([BM, 2, BN // 2]).permute(0, 2, 1).split()`, `tl.join(acc0, acc1)` | `split(acc.reshape([BM, 2, BN / 2]).permute(&[0, 2, 1]))`, `join(acc0, acc1)` |
 //! | `tl.make_tensor_descriptor(desc_q, shape=[y_dim, HEAD_DIM], ..)`, `desc_q.load([y, 0])` | [`crate::desc`]: block pointers at the offsets |
 //! | `tl.dot(q, k)` with `k = desc_k.load(..).T` | `dot(q, k)` with `k = desc_k.load(..).trans()` |
 //! | `tl.math.exp2`, `tl.math.log2` | `exp2`, `log2` |
 //! | `m_ij[:, None]`, `m[None, :]` | `m_ij.col()`, `m.row()` |
 //! | `if STAGE & 1:` (constexpr) | `if STAGE & 1 != 0` (a Rust `bool`: decided at trace time) |
-//! | `tl.multiple_of(lo, BLOCK_M)` | `multiple_of(lo, BLOCK_M as u32)` |
+//! | `tl.multiple_of(lo, BLOCK_M)` | `multiple_of(lo, BLOCK_M)` |
 //! | `Q += adj` with `adj = (..).to(tl.int64)` | `Q += adj` with `adj = (..).to::<i64>()` |
 //! | `LN2: tl.constexpr = 0.693..` | a Rust `f32` |
 //! | `tl.static_assert(BLOCK_N <= HEAD_DIM)` | `static_assert(BLOCK_N <= HEAD_DIM, ..)`: a config that breaks it fails to trace, and the tuner drops it, as Triton's autotuner drops a config whose compile asserts |
 //!
 //! # What differs
 //!
-//! The helpers `_attn_fwd_inner`, `_attn_bwd_dkdv` and `_attn_bwd_dq` each hold a run-time
-//! loop. `#[tegula::kernel]` rewrites `for .. in range(..)` only in a kernel's own body, so a
-//! helper writes its loop with the builder's `for_range(lo, hi, step, carried, |i, carried|
-//! ..)`, returning the carried values (a `workaround` note at each). The fp8 path
-//! (`FP8_OUTPUT`, `tl.float8e5`, V transposed) is not ported: tegula has no fp8 dtype. The
-//! warp-specialized Blackwell branch of the forward splits the accumulator in halves
-//! (`reshape`, `permute`, `split`, `join`) only to scale each by `alpha`; without `tl.split` and
-//! `tl.join` the port scales the whole accumulator, which is the same arithmetic. `tl.range`'s
-//! `warp_specialize=` has no counterpart; the host accepts the flag. The backward's `k *
-//! (sm_scale * RCP_LN2)` is torch arithmetic on the host; here it is a small kernel
-//! ([`_scale_kernel`]) rounding to fp16 as torch does.
+//! The helpers `_attn_fwd_inner`, `_attn_bwd_dkdv` and `_attn_bwd_dq` are `#[tegula::func]`s,
+//! whose bodies are rewritten like a kernel's: their `for .. in range(..)` loops read as the
+//! tutorial's, and the parameters they update (`mut acc: Tile`, `mut dk: Tile`) are carried by
+//! the loops. The fp8 path (`FP8_OUTPUT`, `tl.float8e5`, V transposed) is not ported: tegula
+//! has no fp8 dtype. The warp-specialized Blackwell branch of the forward splits the
+//! accumulator in halves (`reshape`, `permute`, `split`, `join`) to scale each by `alpha`, as
+//! the tutorial does; it is taken off Hopper with `warp_specialize`, `BLOCK_M = 128` and
+//! `HEAD_DIM = 128` (the interpreter is not Hopper, so the tests run it there).
+//! `tl.range`'s `warp_specialize=` has no counterpart; the host accepts the flag. The
+//! backward's `k * (sm_scale * RCP_LN2)` is torch arithmetic on the host; here it is a small
+//! kernel ([`_scale_kernel`]) rounding to fp16 as torch does.
 //!
 //! The tutorial's kernels mask nothing along the sequence: the descriptors' bounds are the
 //! whole `[Z * H * N_CTX, HEAD_DIM]` view, so a ragged last block would read the next head's
@@ -70,18 +71,19 @@
 
 use crate::common::{self, config, cx};
 use crate::desc::{make_tensor_descriptor, TensorDescriptor};
-use crate::{Bench, BenchShape, CheckReport, Tutorial};
+use crate::{Bench, BenchShape, CheckReport, Port};
 use tegula::autotune::{median_ms, Config, Tuning};
 use tegula::ir::DType;
 use tegula::prelude::*;
 use tegula::{LaunchConfig, Result};
 
 /// `_attn_fwd_inner`: folds the key blocks of one stage into `(acc, l_i, m_i)`.
+#[tegula::func]
 #[allow(clippy::too_many_arguments)]
 pub fn _attn_fwd_inner(
-    acc: Tile,
-    l_i: Tile,
-    m_i: Tile,
+    mut acc: Tile,
+    mut l_i: Tile,
+    mut m_i: Tile,
     q: Tile,
     desc_k: TensorDescriptor,
     desc_v: TensorDescriptor,
@@ -103,64 +105,58 @@ pub fn _attn_fwd_inner(
         (scalar(0), start_m * BLOCK_M)
     } else if STAGE == 2 {
         let (lo, hi) = (start_m * BLOCK_M, (start_m + 1) * BLOCK_M);
-        (multiple_of(lo, BLOCK_M as u32), hi)
+        (multiple_of(lo, BLOCK_M), hi)
     } else {
         // causal = False
         (scalar(0), N_CTX)
     };
-    let offsetk_y = offset_y + lo;
+    let mut offsetk_y = offset_y + lo;
     // workaround: no fp8 dtype, so the `dtype == tl.float8e5` branch (V transposed,
     // `offset_y * HEAD_DIM + lo`) is left out.
-    let offsetv_y = offset_y + lo;
+    let mut offsetv_y = offset_y + lo;
     // loop over k, v and update accumulator
-    // workaround: a helper's `for .. in range(..)` is not rewritten by #[tegula::kernel] (only
-    // kernel bodies are), so the loop is the builder's for_range with its carried values
-    // spelled out; `tl.range(.., warp_specialize=)` has no counterpart.
-    let (acc, l_i, m_i, _, _) = for_range(
-        lo,
-        hi,
-        BLOCK_N,
-        (acc, l_i, m_i, offsetk_y, offsetv_y),
-        |start_n, (mut acc, mut l_i, mut m_i, mut offsetk_y, mut offsetv_y)| {
-            let start_n = multiple_of(start_n, BLOCK_N as u32);
-            // -- compute qk ----
-            let k = desc_k.load((offsetk_y, 0)).trans();
-            let mut qk = dot(q, k);
-            let m_ij;
-            if STAGE == 2 {
-                let mask = offs_m.col().ge(start_n + offs_n.row());
-                qk = qk * qk_scale + select(mask, 0, -1.0e6);
-                m_ij = maximum(m_i, max(qk, 1));
-                qk -= m_ij.col();
-            } else {
-                m_ij = maximum(m_i, max(qk, 1) * qk_scale);
-                qk = qk * qk_scale - m_ij.col();
-            }
-            let p = exp2(qk);
-            // -- compute correction factor
-            let alpha = exp2(m_i - m_ij);
-            let l_ij = sum(p, 1);
-            // -- update output accumulator --
-            if !IS_HOPPER && warp_specialize && BLOCK_M == 128 && HEAD_DIM == 128 {
-                // workaround: tl.split / tl.join are missing; the tutorial scales the two
-                // halves of acc by alpha separately, which is acc * alpha.
-                acc = acc * alpha.col();
-            } else {
-                acc = acc * alpha.col();
-            }
-            // prepare p and v for the dot
-            let v = desc_v.load((offsetv_y, 0));
-            let p = p.to::<f16>();
-            acc = dot_acc(p, v, acc);
-            // update m_i and l_i
-            // place this at the end of the loop to reduce register pressure
-            l_i = l_i * alpha + l_ij;
-            m_i = m_ij;
-            offsetk_y += BLOCK_N;
-            offsetv_y += BLOCK_N;
-            (acc, l_i, m_i, offsetk_y, offsetv_y)
-        },
-    );
+    // workaround: tl.range(.., warp_specialize=) has no counterpart; a plain range loop.
+    for start_n in range(lo, hi, BLOCK_N) {
+        let start_n = multiple_of(start_n, BLOCK_N);
+        // -- compute qk ----
+        let k = desc_k.load((offsetk_y, 0)).trans();
+        let mut qk = dot(q, k);
+        let m_ij;
+        if STAGE == 2 {
+            let mask = offs_m.col().ge(start_n + offs_n.row());
+            qk = qk * qk_scale + select(mask, 0, -1.0e6);
+            m_ij = maximum(m_i, max(qk, 1));
+            qk -= m_ij.col();
+        } else {
+            m_ij = maximum(m_i, max(qk, 1) * qk_scale);
+            qk = qk * qk_scale - m_ij.col();
+        }
+        let p = exp2(qk);
+        // -- compute correction factor
+        let alpha = exp2(m_i - m_ij);
+        let l_ij = sum(p, 1);
+        // -- update output accumulator --
+        if !IS_HOPPER && warp_specialize && BLOCK_M == 128 && HEAD_DIM == 128 {
+            let BM: usize = acc.shape().dim(0);
+            let BN: usize = acc.shape().dim(1);
+            let (mut acc0, mut acc1) = split(acc.reshape([BM, 2, BN / 2]).permute(&[0, 2, 1]));
+            acc0 = acc0 * alpha.col();
+            acc1 = acc1 * alpha.col();
+            acc = join(acc0, acc1).permute(&[0, 2, 1]).reshape([BM, BN]);
+        } else {
+            acc = acc * alpha.col();
+        }
+        // prepare p and v for the dot
+        let v = desc_v.load((offsetv_y, 0));
+        let p = p.to::<f16>();
+        acc = dot_acc(p, v, acc);
+        // update m_i and l_i
+        // place this at the end of the loop to reduce register pressure
+        l_i = l_i * alpha + l_ij;
+        m_i = m_ij;
+        offsetk_y += BLOCK_N;
+        offsetv_y += BLOCK_N;
+    }
     (acc, l_i, m_i)
 }
 
@@ -311,10 +307,11 @@ pub fn _attn_bwd_preprocess(
 }
 
 /// The main inner-loop logic for computing dK and dV (`_attn_bwd_dkdv`).
+#[tegula::func]
 #[allow(clippy::too_many_arguments)]
 pub fn _attn_bwd_dkdv(
-    dk: Tile,
-    dv: Tile,
+    mut dk: Tile,
+    mut dv: Tile,
     Q: Tile,
     k: Tile,
     v: Tile,
@@ -336,62 +333,55 @@ pub fn _attn_bwd_dkdv(
     num_steps: Tile,
     MASK: bool,
 ) -> (Tile, Tile) {
-    let offs_m = start_m + arange(0, BLOCK_M1 as i64);
-    let offs_n = start_n + arange(0, BLOCK_N1 as i64);
-    let offs_k = arange(0, HEAD_DIM as i64);
-    let qT_ptrs = Q + offs_m.row() * stride_tok + offs_k.col() * stride_d;
-    let do_ptrs = DO + offs_m.col() * stride_tok + offs_k.row() * stride_d;
+    let offs_m = start_m + arange(0, BLOCK_M1);
+    let offs_n = start_n + arange(0, BLOCK_N1);
+    let offs_k = arange(0, HEAD_DIM);
+    let mut qT_ptrs = Q + offs_m.row() * stride_tok + offs_k.col() * stride_d;
+    let mut do_ptrs = DO + offs_m.col() * stride_tok + offs_k.row() * stride_d;
     // BLOCK_N1 must be a multiple of BLOCK_M1, otherwise the code wouldn't work.
     static_assert(
         BLOCK_N1.is_multiple_of(BLOCK_M1),
         "BLOCK_N1 % BLOCK_M1 == 0",
     );
-    let curr_m = start_m;
+    let mut curr_m = start_m;
     let step_m = BLOCK_M1;
-    // workaround: a helper's run-time loop is the builder's for_range (see _attn_fwd_inner).
-    let (dk, dv, _, _, _) = for_range(
-        0,
-        num_steps,
-        1,
-        (dk, dv, curr_m, qT_ptrs, do_ptrs),
-        |_blk_idx, (mut dk, mut dv, mut curr_m, mut qT_ptrs, mut do_ptrs)| {
-            let qT = load_unmasked(qT_ptrs);
-            // Load m before computing qk to reduce pipeline stall.
-            let offs_m = curr_m + arange(0, BLOCK_M1 as i64);
-            let m = load_unmasked(M + offs_m);
-            let qkT = dot(k, qT);
-            let mut pT = exp2(qkT - m.row());
-            // Autoregressive masking.
-            if MASK {
-                let mask = offs_m.row().ge(offs_n.col());
-                pT = select(mask, pT, 0.0);
-            }
-            let do_ = load_unmasked(do_ptrs);
-            // Compute dV.
-            let ppT = pT;
-            let ppT = ppT.to::<f16>();
-            dv += dot(ppT, do_);
-            // D (= delta) is pre-divided by ds_scale.
-            let Di = load_unmasked(D + offs_m);
-            // Compute dP and dS.
-            let dpT = dot(v, trans(do_)).to::<f32>();
-            let dsT = pT * (dpT - Di.row());
-            let dsT = dsT.to::<f16>();
-            dk += dot(dsT, trans(qT));
-            // Increment pointers.
-            curr_m += step_m;
-            qT_ptrs += step_m * stride_tok;
-            do_ptrs += step_m * stride_tok;
-            (dk, dv, curr_m, qT_ptrs, do_ptrs)
-        },
-    );
+    for _blk_idx in range(num_steps) {
+        let qT = load_unmasked(qT_ptrs);
+        // Load m before computing qk to reduce pipeline stall.
+        let offs_m = curr_m + arange(0, BLOCK_M1);
+        let m = load_unmasked(M + offs_m);
+        let qkT = dot(k, qT);
+        let mut pT = exp2(qkT - m.row());
+        // Autoregressive masking.
+        if MASK {
+            let mask = offs_m.row().ge(offs_n.col());
+            pT = select(mask, pT, 0.0);
+        }
+        let do_ = load_unmasked(do_ptrs);
+        // Compute dV.
+        let ppT = pT;
+        let ppT = ppT.to::<f16>();
+        dv += dot(ppT, do_);
+        // D (= delta) is pre-divided by ds_scale.
+        let Di = load_unmasked(D + offs_m);
+        // Compute dP and dS.
+        let dpT = dot(v, trans(do_)).to::<f32>();
+        let dsT = pT * (dpT - Di.row());
+        let dsT = dsT.to::<f16>();
+        dk += dot(dsT, trans(qT));
+        // Increment pointers.
+        curr_m += step_m;
+        qT_ptrs += step_m * stride_tok;
+        do_ptrs += step_m * stride_tok;
+    }
     (dk, dv)
 }
 
 /// The main inner-loop logic for computing dQ (`_attn_bwd_dq`).
+#[tegula::func]
 #[allow(clippy::too_many_arguments)]
 pub fn _attn_bwd_dq(
-    dq: Tile,
+    mut dq: Tile,
     q: Tile,
     K: Tile,
     V: Tile,
@@ -412,11 +402,11 @@ pub fn _attn_bwd_dq(
     num_steps: Tile,
     MASK: bool,
 ) -> Tile {
-    let offs_m = start_m + arange(0, BLOCK_M2 as i64);
-    let offs_n = start_n + arange(0, BLOCK_N2 as i64);
-    let offs_k = arange(0, HEAD_DIM as i64);
-    let kT_ptrs = K + offs_n.row() * stride_tok + offs_k.col() * stride_d;
-    let vT_ptrs = V + offs_n.row() * stride_tok + offs_k.col() * stride_d;
+    let offs_m = start_m + arange(0, BLOCK_M2);
+    let offs_n = start_n + arange(0, BLOCK_N2);
+    let offs_k = arange(0, HEAD_DIM);
+    let mut kT_ptrs = K + offs_n.row() * stride_tok + offs_k.col() * stride_d;
+    let mut vT_ptrs = V + offs_n.row() * stride_tok + offs_k.col() * stride_d;
     // D (= delta) is pre-divided by ds_scale.
     let Di = load_unmasked(D + offs_m);
     // BLOCK_M2 must be a multiple of BLOCK_N2, otherwise the code wouldn't work.
@@ -424,39 +414,31 @@ pub fn _attn_bwd_dq(
         BLOCK_M2.is_multiple_of(BLOCK_N2),
         "BLOCK_M2 % BLOCK_N2 == 0",
     );
-    let curr_n = start_n;
+    let mut curr_n = start_n;
     let step_n = BLOCK_N2;
-    // workaround: a helper's run-time loop is the builder's for_range (see _attn_fwd_inner).
-    let (dq, _, _, _) = for_range(
-        0,
-        num_steps,
-        1,
-        (dq, curr_n, kT_ptrs, vT_ptrs),
-        |_blk_idx, (mut dq, mut curr_n, mut kT_ptrs, mut vT_ptrs)| {
-            let kT = load_unmasked(kT_ptrs);
-            let vT = load_unmasked(vT_ptrs);
-            let qk = dot(q, kT);
-            let mut p = exp2(qk - m);
-            // Autoregressive masking.
-            if MASK {
-                let offs_n = curr_n + arange(0, BLOCK_N2 as i64);
-                let mask = offs_m.col().ge(offs_n.row());
-                p = select(mask, p, 0.0);
-            }
-            // Compute dP and dS.
-            let dp = dot(do_, vT).to::<f32>();
-            let ds = p * (dp - Di.col());
-            let ds = ds.to::<f16>();
-            // Compute dQ.
-            // NOTE: We need to de-scale dq in the end, because kT was pre-scaled.
-            dq += dot(ds, trans(kT));
-            // Increment pointers.
-            curr_n += step_n;
-            kT_ptrs += step_n * stride_tok;
-            vT_ptrs += step_n * stride_tok;
-            (dq, curr_n, kT_ptrs, vT_ptrs)
-        },
-    );
+    for _blk_idx in range(num_steps) {
+        let kT = load_unmasked(kT_ptrs);
+        let vT = load_unmasked(vT_ptrs);
+        let qk = dot(q, kT);
+        let mut p = exp2(qk - m);
+        // Autoregressive masking.
+        if MASK {
+            let offs_n = curr_n + arange(0, BLOCK_N2);
+            let mask = offs_m.col().ge(offs_n.row());
+            p = select(mask, p, 0.0);
+        }
+        // Compute dP and dS.
+        let dp = dot(do_, vT).to::<f32>();
+        let ds = p * (dp - Di.col());
+        let ds = ds.to::<f16>();
+        // Compute dQ.
+        // NOTE: We need to de-scale dq in the end, because kT was pre-scaled.
+        dq += dot(ds, trans(kT));
+        // Increment pointers.
+        curr_n += step_n;
+        kT_ptrs += step_n * stride_tok;
+        vT_ptrs += step_n * stride_tok;
+    }
     dq
 }
 
@@ -1261,6 +1243,7 @@ fn bench_with(dev: &Device, shape: &[usize], causal: bool, backward: bool) -> Re
             flops: fwd_flops,
             // q, k, v read; o and M written
             bytes: 4.0 * qkv + lse,
+            input_copies: 1,
             launch: Box::new(move || {
                 attention_fwd_into(&q, &k, &v, &o, &M, causal, SM_SCALE, false).map(|_| ())
             }),
@@ -1274,6 +1257,7 @@ fn bench_with(dev: &Device, shape: &[usize], causal: bool, backward: bool) -> Re
         flops: 2.5 * fwd_flops,
         // q, k, v, o, dO, M read; dq, dk, dv written
         bytes: 8.0 * qkv + lse,
+        input_copies: 1,
         launch: Box::new(move || attention_backward_into(&ctx, &d_o, &bufs)),
     })
 }
@@ -1298,7 +1282,7 @@ entry_fns! {
 
 /// The registry entries: the harness's `06-attention-fwd`, `-fwd-causal`, `-bwd`,
 /// `-bwd-causal` at `Z4H32N4096D64`, fp16, `sm_scale = 1.3`.
-pub fn tutorials() -> Vec<Tutorial> {
+pub fn tutorials() -> Vec<Port> {
     const SHAPES: &[BenchShape] = &[BenchShape {
         label: "Z4H32N4096D64",
         dims: &[4, 32, 4096, 64],
@@ -1307,7 +1291,7 @@ pub fn tutorials() -> Vec<Tutorial> {
         fn(&Device, &[usize], DType) -> Result<CheckReport>,
         fn(&Device, &[usize], DType) -> Result<Bench>,
     );
-    let entry = |name, about, (check, bench): Fns| Tutorial {
+    let entry = |name, about, (check, bench): Fns| Port {
         name,
         about,
         dims: &["Z", "H", "N_CTX", "HEAD_DIM"],

@@ -27,18 +27,23 @@
 //! | `while (tile_idx >= a and tile_idx < b):` | `while tile_idx.ge(a) & tile_idx.lt(b) { .. }`: an IR `while` carrying `tile_idx` |
 //! | `tl.load(group_gemm_sizes + g * 3)` (a scalar pointer) | `load_unmasked(group_gemm_sizes + g * 3)` |
 //! | `accumulator += tl.dot(a, b)` | `accumulator += dot(a, b)` |
-//! | `tl.multiple_of(a_ptrs, [16, 16])` (its value unused) | `multiple_of(a_ptrs, 16)`, unused likewise |
+//! | `tl.multiple_of(a_ptrs, [16, 16])` (its value unused) | `multiple_of(a_ptrs, [16, 16])`, unused likewise |
+//! | `tl.load(group_a_ptrs + g).to(tl.pointer_type(tl.float16))` | `int_to_ptr::<f16>(load_unmasked(group_a_ptrs + g))` ([`table_ptr`]) |
+//! | `torch.tensor([A.data_ptr() for A in group_A])` | the same table, from [`Tensor::data_ptr`](tegula::Tensor::data_ptr) |
 //! | `tl.make_tensor_descriptor(..)`, `desc.load([..])` | [`crate::desc`]: a block pointer at the offsets, bounds-checked |
 //!
 //! # What differs
 //!
-//! tegula cannot turn an integer into a pointer (`.to(tl.pointer_type(..))`), so a table of
-//! addresses cannot be expressed. The port keeps the tables and the kernel's structure with
-//! the smallest change that is expressible: the group's matrices live in one buffer per
-//! operand, the tables hold each matrix's element offset into its buffer, and the kernel
-//! forms `a_ptr = group_a + tl.load(group_a_ptrs + g)`. [`GemmGroup`] packs a group that way
-//! (copying the inputs once, as the tutorial's host copies its address lists to the device
-//! once) and [`grouped_matmul`] launches on it, like the tutorial's `triton_perf_fn`.
+//! On a GPU the host builds the tutorial's tables of device addresses ([`GemmGroup`]) and the
+//! kernels turn them into pointers with `int_to_ptr`, as the tutorial's do. The interpreter
+//! cannot take host addresses as integers (the addresses `to_int` gives there belong to one
+//! launch's buffer arguments: docs/semantics.md, "Pointers as integers"), so there the
+//! group's matrices are copied into one buffer per operand, the tables hold byte offsets into
+//! them, and the kernels take the three buffers as extra arguments (`base_a`, `base_b`,
+//! `base_c`) and add their addresses (`base.to_int() + offset`) under the constexpr
+//! `OFFSETS`, with a `workaround` note; on the GPU `OFFSETS` is false and the buffers are not
+//! read. [`grouped_matmul`] launches on a prepared group, like the tutorial's
+//! `triton_perf_fn`.
 //!
 //! Because the plain kernel masks nothing, a product whose M, N or K is not a multiple of the
 //! config's blocks would read and write past its matrices; the host prunes such configs from
@@ -52,7 +57,7 @@
 
 use crate::common::{self, config, cx};
 use crate::desc::make_tensor_descriptor;
-use crate::{Bench, BenchShape, CheckReport, Tutorial};
+use crate::{Bench, BenchShape, CheckReport, Port};
 use tegula::autotune::{median_ms, Config, Tuning};
 use tegula::ir::DType;
 use tegula::prelude::*;
@@ -115,15 +120,20 @@ pub fn tma_configs() -> Vec<Config> {
     out
 }
 
+/// `tl.load(table + g).to(tl.pointer_type(tl.float16))`: the pointer to product `g`'s matrix
+/// from a table of addresses.
+// workaround: the interpreter cannot take host addresses as integers (docs/semantics.md,
+// "Pointers as integers"); with `OFFSETS` the table holds byte offsets into `base`, whose
+// address is added (`base.to_int()`). On the GPU `OFFSETS` is false: the table holds device
+// addresses, as the tutorial's, and `base` is not read.
+pub fn table_ptr(table: Tile, g: Tile, base: Tile, OFFSETS: bool) -> Tile {
+    let addr = load_unmasked(table + g);
+    int_to_ptr::<f16>(if OFFSETS { base.to_int() + addr } else { addr })
+}
+
 #[tegula::kernel]
 pub fn grouped_matmul_kernel(
-    // workaround: int-to-pointer casts (`.to(tl.pointer_type(..))`) are missing, so device
-    // tables of addresses cannot be used; the matrices live in one buffer per operand and the
-    // tables hold element offsets into them.
-    group_a: Ptr<f16>,
-    group_b: Ptr<f16>,
-    group_c: Ptr<f16>,
-    // device tensor of matrices pointers (here: offsets into group_a, group_b, group_c)
+    // device tensor of matrices pointers
     group_a_ptrs: Ptr<i64>,
     group_b_ptrs: Ptr<i64>,
     group_c_ptrs: Ptr<i64>,
@@ -135,12 +145,19 @@ pub fn grouped_matmul_kernel(
     g_lds: Ptr<i32>,
     // number of gemms
     group_size: i32,
+    // workaround: the buffers the tables' byte offsets point into on the interpreter (see
+    // table_ptr); not read on the GPU.
+    base_a: Ptr<f16>,
+    base_b: Ptr<f16>,
+    base_c: Ptr<f16>,
     // number of virtual SM
     #[constexpr] NUM_SM: usize,
     // tile sizes
     #[constexpr] BLOCK_SIZE_M: usize,
     #[constexpr] BLOCK_SIZE_N: usize,
     #[constexpr] BLOCK_SIZE_K: usize,
+    // workaround: the tables hold byte offsets into base_a, base_b, base_c (the interpreter)
+    #[constexpr] OFFSETS: bool,
 ) {
     let mut tile_idx = program_id(0);
     let mut last_problem_end = scalar(0);
@@ -159,26 +176,26 @@ pub fn grouped_matmul_kernel(
             let lda = load_unmasked(g_lds + g * 3);
             let ldb = load_unmasked(g_lds + g * 3 + 1);
             let ldc = load_unmasked(g_lds + g * 3 + 2);
-            let a_ptr = group_a + load_unmasked(group_a_ptrs + g);
-            let b_ptr = group_b + load_unmasked(group_b_ptrs + g);
-            let c_ptr = group_c + load_unmasked(group_c_ptrs + g);
+            let a_ptr = table_ptr(group_a_ptrs, g, base_a, OFFSETS);
+            let b_ptr = table_ptr(group_b_ptrs, g, base_b, OFFSETS);
+            let c_ptr = table_ptr(group_c_ptrs, g, base_c, OFFSETS);
             // figure out tile coordinates
             let tile_idx_in_gemm = tile_idx - last_problem_end;
             let tile_m_idx = tile_idx_in_gemm / num_n_tiles;
             let tile_n_idx = tile_idx_in_gemm % num_n_tiles;
 
             // do regular gemm here
-            let offs_am = tile_m_idx * BLOCK_SIZE_M + arange(0, BLOCK_SIZE_M as i64);
-            let offs_bn = tile_n_idx * BLOCK_SIZE_N + arange(0, BLOCK_SIZE_N as i64);
-            let offs_k = arange(0, BLOCK_SIZE_K as i64);
+            let offs_am = tile_m_idx * BLOCK_SIZE_M + arange(0, BLOCK_SIZE_M);
+            let offs_bn = tile_n_idx * BLOCK_SIZE_N + arange(0, BLOCK_SIZE_N);
+            let offs_k = arange(0, BLOCK_SIZE_K);
             let mut a_ptrs = a_ptr + offs_am.col() * lda + offs_k.row();
             let mut b_ptrs = b_ptr + offs_k.col() * ldb + offs_bn.row();
             let mut accumulator = zeros::<f32>([BLOCK_SIZE_M, BLOCK_SIZE_N]);
             for _kk in range(0, cdiv(k, BLOCK_SIZE_K)) {
                 // hint to Triton compiler to do proper loop pipelining (its value is unused,
                 // as in the tutorial)
-                multiple_of(a_ptrs, 16);
-                multiple_of(b_ptrs, 16);
+                multiple_of(a_ptrs, [16, 16]);
+                multiple_of(b_ptrs, [16, 16]);
                 // assume full tile for now
                 let a = load_unmasked(a_ptrs);
                 let b = load_unmasked(b_ptrs);
@@ -188,8 +205,8 @@ pub fn grouped_matmul_kernel(
             }
             let c = accumulator.to::<f16>();
 
-            let offs_cm = tile_m_idx * BLOCK_SIZE_M + arange(0, BLOCK_SIZE_M as i64);
-            let offs_cn = tile_n_idx * BLOCK_SIZE_N + arange(0, BLOCK_SIZE_N as i64);
+            let offs_cm = tile_m_idx * BLOCK_SIZE_M + arange(0, BLOCK_SIZE_M);
+            let offs_cn = tile_n_idx * BLOCK_SIZE_N + arange(0, BLOCK_SIZE_N);
             let c_ptrs = c_ptr + ldc * offs_cm.col() + offs_cn.row();
 
             // assumes full tile for now
@@ -206,11 +223,6 @@ pub fn grouped_matmul_kernel(
 
 #[tegula::kernel]
 pub fn grouped_matmul_tma_kernel(
-    // workaround: int-to-pointer casts are missing (see grouped_matmul_kernel): buffers and
-    // tables of element offsets.
-    group_a: Ptr<f16>,
-    group_b: Ptr<f16>,
-    group_c: Ptr<f16>,
     // device tensor of matrices pointers
     group_a_ptrs: Ptr<i64>,
     group_b_ptrs: Ptr<i64>,
@@ -223,6 +235,10 @@ pub fn grouped_matmul_tma_kernel(
     g_lds: Ptr<i32>,
     // number of gemms
     group_size: i32,
+    // workaround: the interpreter's buffers (see table_ptr).
+    base_a: Ptr<f16>,
+    base_b: Ptr<f16>,
+    base_c: Ptr<f16>,
     // number of virtual SM
     #[constexpr] NUM_SM: usize,
     // tile sizes
@@ -230,7 +246,8 @@ pub fn grouped_matmul_tma_kernel(
     #[constexpr] BLOCK_SIZE_N: usize,
     #[constexpr] BLOCK_SIZE_K: usize,
     // workaround: the FP8 constexpr (is the output FP8 or FP16) is left out: tegula has no
-    // fp8 dtype; dtype is float16.
+    // fp8 dtype; dtype is float16. OFFSETS: see table_ptr.
+    #[constexpr] OFFSETS: bool,
 ) {
     let mut tile_idx = program_id(0);
     let mut last_problem_end = scalar(0);
@@ -248,10 +265,11 @@ pub fn grouped_matmul_tma_kernel(
             let ldb = load_unmasked(g_lds + g * 3 + 1);
             let ldc = load_unmasked(g_lds + g * 3 + 2);
 
-            let a_ptr = group_a + load_unmasked(group_a_ptrs + g);
-            let b_ptr = group_b + load_unmasked(group_b_ptrs + g);
-            let c_ptr = group_c + load_unmasked(group_c_ptrs + g);
+            let a_ptr = table_ptr(group_a_ptrs, g, base_a, OFFSETS);
+            let b_ptr = table_ptr(group_b_ptrs, g, base_b, OFFSETS);
+            let c_ptr = table_ptr(group_c_ptrs, g, base_c, OFFSETS);
 
+            // workaround: tensor descriptors are block pointers (crate::desc).
             let a_desc =
                 make_tensor_descriptor(a_ptr, (gm, gk), (lda, 1), [BLOCK_SIZE_M, BLOCK_SIZE_K]);
             let b_desc =
@@ -296,14 +314,17 @@ pub fn grouped_matmul_tma_kernel(
 
 const OP: &str = "tutorial-08-grouped-gemm";
 
-/// A group of products packed as the kernels read it: one buffer per operand, the tables of
-/// each matrix's element offset, sizes and leading dimensions, and the outputs as views of
-/// the C buffer.
+/// A group of products as the kernels read it: the device tables of the matrices' addresses,
+/// sizes and leading dimensions (the tutorial's `d_a_ptrs`, .., `d_g_lds`) and the matrices
+/// they point to.
+///
+/// On a GPU (and a recording device standing for one) the tables hold the device addresses of
+/// the caller's A and B and of new C matrices (`A.data_ptr()`, as the tutorial's host
+/// function). On the interpreter, whose kernels cannot take host addresses as integers, the
+/// group's matrices are copied into one buffer per operand (`bases`) and the tables hold
+/// byte offsets into them (see [`table_ptr`]).
 #[derive(Clone, Debug)]
 pub struct GemmGroup {
-    pub a: Tensor<f16>,
-    pub b: Tensor<f16>,
-    pub c: Tensor<f16>,
     pub a_ptrs: Tensor<i64>,
     pub b_ptrs: Tensor<i64>,
     pub c_ptrs: Tensor<i64>,
@@ -315,13 +336,25 @@ pub struct GemmGroup {
     pub mnk: Vec<(usize, usize, usize)>,
     /// Whether B is stored transposed (`[N, K]`, the descriptor variant's layout).
     pub b_transposed: bool,
-    /// The outputs `C_g` `[M, N]`, views of `c`.
+    /// The matrices the tables point to (the caller's on a GPU, the packed copies'
+    /// views on the interpreter), kept alive with the tables.
+    pub group_a: Vec<Tensor<f16>>,
+    pub group_b: Vec<Tensor<f16>>,
+    /// The outputs `C_g` `[M, N]`.
     pub group_c: Vec<Tensor<f16>>,
+    /// On the interpreter: the buffers of A, B and C that the tables' byte offsets point into.
+    pub bases: Option<[Tensor<f16>; 3]>,
+}
+
+/// The i32 of a size or leading dimension, or a typed error.
+fn lds_i32(v: usize) -> Result<i32> {
+    common::as_i32(OP, "a size or leading dimension", v)
 }
 
 impl GemmGroup {
-    /// Packs `group_A[g]` `[M, K]` with `group_B[g]`: `[K, N]`, or `[N, K]` when
-    /// `b_transposed` (the layout of `group_gemm_tma_fn`), and allocates the outputs.
+    /// The tables for `group_A[g]` `[M, K]` and `group_B[g]`: `[K, N]`, or `[N, K]` when
+    /// `b_transposed` (the layout of `group_gemm_tma_fn`), with new outputs. Each matrix needs
+    /// unit stride along its last axis (the kernels index its rows by the leading dimension).
     pub fn new(
         group_A: &[Tensor<f16>],
         group_B: &[Tensor<f16>],
@@ -341,10 +374,7 @@ impl GemmGroup {
             return Err(common::invalid(OP, "an empty group"));
         };
         let dev = first.device();
-        let (mut a_host, mut b_host) = (Vec::new(), Vec::new());
-        let (mut A_addrs, mut B_addrs, mut C_addrs) = (Vec::new(), Vec::new(), Vec::new());
-        let (mut g_sizes, mut g_lds, mut mnk) = (Vec::new(), Vec::new(), Vec::new());
-        let mut c_len = 0usize;
+        let mut mnk = Vec::new();
         for (A, B) in group_A.iter().zip(group_B) {
             common::expect_rank(OP, "A", A, 2)?;
             common::expect_rank(OP, "B", B, 2)?;
@@ -362,44 +392,124 @@ impl GemmGroup {
                     message: format!("A is {:?} and B is {:?}", A.shape(), B.shape()),
                 });
             }
-            A_addrs.push(a_host.len() as i64);
-            B_addrs.push(b_host.len() as i64);
-            C_addrs.push(c_len as i64);
+            for (name, t) in [("A", A), ("B", B)] {
+                if t.shape()[1] > 1 && t.strides()[1] != 1 {
+                    return Err(tegula::Error::Stride {
+                        op: OP.into(),
+                        message: format!(
+                            "`{name}` must have unit stride along its last axis, got strides {:?}",
+                            t.strides()
+                        ),
+                    });
+                }
+                common::expect_i32_extent(OP, name, t)?;
+            }
+            mnk.push((M, N, K));
+        }
+        let i32s = |v: &[i32]| dev.from_slice(v, [v.len()]);
+        let i64s = |v: &[i64]| dev.from_slice(v, [v.len()]);
+        let mut g_sizes = Vec::new();
+        for &(m, n, k) in &mnk {
+            g_sizes.extend([lds_i32(m)?, lds_i32(n)?, lds_i32(k)?]);
+        }
+        // A GPU, or a recording device standing for one: the tutorial's tables of addresses.
+        if dev.sm_count().is_some() {
+            let group_C = mnk
+                .iter()
+                .map(|&(m, n, _)| dev.empty::<f16>([m, n]))
+                .collect::<Result<Vec<_>>>()?;
+            let (mut A_addrs, mut B_addrs, mut C_addrs) = (Vec::new(), Vec::new(), Vec::new());
+            let mut g_lds = Vec::new();
+            for ((A, B), C) in group_A.iter().zip(group_B).zip(&group_C) {
+                // A recording device's host tensors have no address: its launches never run.
+                let addr = |t: &Tensor<f16>| t.data_ptr().unwrap_or(0) as i64;
+                A_addrs.push(addr(A));
+                B_addrs.push(addr(B));
+                C_addrs.push(addr(C));
+                g_lds.extend([
+                    lds_i32(A.strides()[0])?,
+                    lds_i32(B.strides()[0])?,
+                    lds_i32(C.strides()[0])?,
+                ]);
+            }
+            return Ok(GemmGroup {
+                a_ptrs: i64s(&A_addrs)?,
+                b_ptrs: i64s(&B_addrs)?,
+                c_ptrs: i64s(&C_addrs)?,
+                sizes: i32s(&g_sizes)?,
+                lds: i32s(&g_lds)?,
+                mnk,
+                b_transposed,
+                group_a: group_A.to_vec(),
+                group_b: group_B.to_vec(),
+                group_c: group_C,
+                bases: None,
+            });
+        }
+        // The interpreter: one buffer per operand, byte offsets into it.
+        let (mut a_host, mut b_host) = (Vec::new(), Vec::new());
+        let (mut A_offs, mut B_offs, mut C_offs) = (Vec::new(), Vec::new(), Vec::new());
+        let mut g_lds = Vec::new();
+        let mut c_len = 0usize;
+        let size = DType::F16.size_bytes();
+        for ((A, B), &(M, N, K)) in group_A.iter().zip(group_B).zip(&mnk) {
+            A_offs.push((a_host.len() * size) as i64);
+            B_offs.push((b_host.len() * size) as i64);
+            C_offs.push((c_len * size) as i64);
             // Packed contiguous: lda = K, ldb = N (K for B transposed), ldc = N.
             a_host.extend(A.to_vec()?);
             b_host.extend(B.to_vec()?);
             c_len += M * N;
-            g_sizes.extend([M, N, K]);
-            g_lds.extend([K, if b_transposed { K } else { N }, N]);
-            mnk.push((M, N, K));
+            g_lds.extend([
+                lds_i32(K)?,
+                lds_i32(if b_transposed { K } else { N })?,
+                lds_i32(N)?,
+            ]);
         }
         for (name, len) in [("A", a_host.len()), ("B", b_host.len()), ("C", c_len)] {
             common::as_i32(OP, &format!("the elements of every {name}"), len)?;
         }
-        let i32s = |v: &[usize]| -> Result<Tensor<i32>> {
-            let v: Vec<i32> = v.iter().map(|&x| x as i32).collect();
-            dev.from_slice(&v, [v.len()])
-        };
-        let i64s = |v: &[i64]| dev.from_slice(v, [v.len()]);
+        let a = dev.from_slice(&a_host, [a_host.len().max(1)])?;
+        let b = dev.from_slice(&b_host, [b_host.len().max(1)])?;
         let c = dev.empty::<f16>([c_len.max(1)])?;
-        let group_c = mnk
-            .iter()
-            .zip(&C_addrs)
-            .map(|(&(m, n, _), &off)| c.narrow(0, off as usize, m * n)?.reshape([m, n]))
-            .collect::<Result<Vec<_>>>()?;
+        let view = |t: &Tensor<f16>, off: i64, rows: usize, cols: usize| {
+            t.narrow(0, off as usize / size, rows * cols)?
+                .reshape([rows, cols])
+        };
+        let mut views = (Vec::new(), Vec::new(), Vec::new());
+        for (g, &(m, n, k)) in mnk.iter().enumerate() {
+            views.0.push(view(&a, A_offs[g], m, k)?);
+            let (br, bc) = if b_transposed { (n, k) } else { (k, n) };
+            views.1.push(view(&b, B_offs[g], br, bc)?);
+            views.2.push(view(&c, C_offs[g], m, n)?);
+        }
         Ok(GemmGroup {
-            a: dev.from_slice(&a_host, [a_host.len().max(1)])?,
-            b: dev.from_slice(&b_host, [b_host.len().max(1)])?,
-            c,
-            a_ptrs: i64s(&A_addrs)?,
-            b_ptrs: i64s(&B_addrs)?,
-            c_ptrs: i64s(&C_addrs)?,
+            a_ptrs: i64s(&A_offs)?,
+            b_ptrs: i64s(&B_offs)?,
+            c_ptrs: i64s(&C_offs)?,
             sizes: i32s(&g_sizes)?,
             lds: i32s(&g_lds)?,
             mnk,
             b_transposed,
-            group_c,
+            group_a: views.0,
+            group_b: views.1,
+            group_c: views.2,
+            bases: Some([a, b, c]),
         })
+    }
+
+    /// Whether the tables hold byte offsets into [`GemmGroup::bases`] (the interpreter).
+    pub fn offsets(&self) -> bool {
+        self.bases.is_some()
+    }
+
+    /// The kernels' `base_a`, `base_b`, `base_c`: the interpreter's buffers, or on a GPU any
+    /// matrices of the group (not read).
+    fn base_args(&self) -> [&Tensor<f16>; 3] {
+        match &self.bases {
+            Some([a, b, c]) => [a, b, c],
+            None => [&self.group_a[0], &self.group_b[0], &self.group_c[0]],
+        }
     }
 
     pub fn group_size(&self) -> usize {
@@ -407,7 +517,7 @@ impl GemmGroup {
     }
 
     fn device(&self) -> &Device {
-        self.a.device()
+        self.a_ptrs.device()
     }
 
     /// Whether the plain kernel's unmasked tiles cover every product exactly with `meta`.
@@ -438,23 +548,25 @@ pub fn grouped_matmul_launch(group: &GemmGroup, meta: &Config) -> Result<()> {
         ));
     }
     let NUM_SM = cx(meta, "NUM_SM")?;
+    let [base_a, base_b, base_c] = group.base_args();
     grouped_matmul_kernel::launch_with(
         group.device(),
         NUM_SM,
         meta.launch_config(),
-        &group.a,
-        &group.b,
-        &group.c,
         &group.a_ptrs,
         &group.b_ptrs,
         &group.c_ptrs,
         &group.sizes,
         &group.lds,
         group.group_size() as i32,
+        base_a,
+        base_b,
+        base_c,
         NUM_SM,
         cx(meta, "BLOCK_SIZE_M")?,
         cx(meta, "BLOCK_SIZE_N")?,
         cx(meta, "BLOCK_SIZE_K")?,
+        group.offsets(),
     )
 }
 
@@ -490,6 +602,7 @@ pub fn grouped_tuned_config(group: &GemmGroup) -> Result<Config> {
                 cx(&first, "BLOCK_SIZE_M")?,
                 cx(&first, "BLOCK_SIZE_N")?,
                 cx(&first, "BLOCK_SIZE_K")?,
+                group.offsets(),
             )?;
             Ok(Tuning::new(
                 "tegula_tutorials::t08_grouped_matmul",
@@ -526,23 +639,25 @@ pub fn grouped_matmul_tma_launch(group: &GemmGroup, meta: &Config) -> Result<()>
     }
     let dev = group.device();
     let NUM_SM = num_sms(dev);
+    let [base_a, base_b, base_c] = group.base_args();
     grouped_matmul_tma_kernel::launch_with(
         dev,
         NUM_SM,
         meta.launch_config(),
-        &group.a,
-        &group.b,
-        &group.c,
         &group.a_ptrs,
         &group.b_ptrs,
         &group.c_ptrs,
         &group.sizes,
         &group.lds,
         group.group_size() as i32,
+        base_a,
+        base_b,
+        base_c,
         NUM_SM,
         cx(meta, "BLOCK_SIZE_M")?,
         cx(meta, "BLOCK_SIZE_N")?,
         cx(meta, "BLOCK_SIZE_K")?,
+        group.offsets(),
     )
 }
 
@@ -564,6 +679,7 @@ pub fn grouped_tma_tuned_config(group: &GemmGroup) -> Result<Config> {
                 cx(first, "BLOCK_SIZE_M")?,
                 cx(first, "BLOCK_SIZE_N")?,
                 cx(first, "BLOCK_SIZE_K")?,
+                group.offsets(),
             )?;
             Ok(Tuning::new(
                 "tegula_tutorials::t08_grouped_matmul_tma",
@@ -679,6 +795,7 @@ fn bench_with(dev: &Device, shape: &[usize], tma: bool) -> Result<Bench> {
     Ok(Bench {
         flops,
         bytes,
+        input_copies: 1,
         launch: Box::new(move || {
             if tma {
                 grouped_matmul_tma(&group)
@@ -708,8 +825,8 @@ const BATCHES: &[BenchShape] = &[BenchShape {
 
 /// The registry entries: the harness's `08-grouped-gemm-square` and `-batches` (four fp16
 /// products each), and its `08-grouped-gemm-tma-*` extras (the descriptor variant).
-pub fn tutorials() -> Vec<Tutorial> {
-    let entry = |name, about, bench_shapes, tma: bool| Tutorial {
+pub fn tutorials() -> Vec<Port> {
+    let entry = |name, about, bench_shapes, tma: bool| Port {
         name,
         about,
         dims: &["G", "M", "N", "K"],

@@ -34,23 +34,21 @@
 //! | `TensorDescriptor.from_tensor(a, block)` + `pre_hook` | the tensor's pointer and strides as arguments; the kernel makes the descriptor with the config's block |
 //! | `desc.load([i, j])`, `desc.store([i, j], v)` | [`crate::desc::TensorDescriptor`] |
 //! | `tl.reshape`, `tl.permute` | `.reshape(..)`, `.permute(&[..])` |
-//! | `tl.split(acc)` | a workaround (see below) |
+//! | `acc.reshape(..).permute(..).split()` | `split(acc.reshape(..).permute(&[..]))` |
 //!
 //! # What differs
 //!
 //! The loop options `flatten=` and `warp_specialize=` of `tl.range` have no tegula
 //! counterpart (both are scheduling choices that leave the result alone); the ports loop
-//! plainly and the host functions accept `warp_specialize` without effect. `tl.split` is
-//! missing: the subtile epilogue takes the halves of the size-2 last axis with a masked sum
-//! over that axis, which adds an exact zero to each element. Tensor descriptors are block
-//! pointers ([`crate::desc`]). fp8 inputs and outputs (`tl.float8e4nv`) are not ported: tegula
-//! has no fp8 dtype. The persistent kernels take `NUM_SMS` from the device; on the
+//! plainly and the host functions accept `warp_specialize` without effect. Tensor descriptors
+//! are block pointers ([`crate::desc`]). fp8 inputs and outputs (`tl.float8e4nv`) are not
+//! ported: tegula has no fp8 dtype. The persistent kernels take `NUM_SMS` from the device; on the
 //! interpreter, which has no SMs, [`INTERPRETER_SMS`], so that its programs walk several tiles.
 #![allow(non_snake_case)]
 
 use crate::common::{self, config, cx};
 use crate::desc::make_tensor_descriptor;
-use crate::{Bench, BenchShape, CheckReport, Tutorial};
+use crate::{Bench, BenchShape, CheckReport, Port};
 use tegula::autotune::{median_ms, Config, Tuning};
 use tegula::ir::{DType, Kernel, TraceError};
 use tegula::prelude::*;
@@ -330,17 +328,6 @@ pub fn matmul_kernel_persistent(
         let c = accumulator.to::<f16>();
         store(c_ptrs, c, c_mask);
     }
-}
-
-/// `tl.split` of a tile whose last axis has size 2: its two halves along that axis.
-// workaround: tl.split is missing; each half is a sum over the size-2 axis of the tile with
-// the other half masked to zero (x + 0 is exact).
-pub fn split(x: Tile) -> (Tile, Tile) {
-    let rank = x.shape().rank();
-    let half = arange(0, 2);
-    let first = sum(select(half.eq(0), x, 0.0), rank - 1);
-    let second = sum(select(half.eq(1), x, 0.0), rank - 1);
-    (first, second)
 }
 
 #[tegula::kernel]
@@ -856,6 +843,7 @@ fn bench_variant(dev: &Device, shape: &[usize], variant: Variant) -> Result<Benc
     Ok(Bench {
         flops: 2.0 * (m * n * k) as f64,
         bytes: 2.0 * (m * k + n * k + m * n) as f64,
+        input_copies: 1,
         launch: Box::new(move || {
             let meta = tuned_config(variant, &a, &b, &c, false)?;
             launch(variant, &a, &b, &c, &meta)
@@ -884,7 +872,7 @@ entry_fns! {
 
 /// The registry entries: the harness's `09-matmul-naive`, `-persistent`,
 /// `-descriptor-persistent` and its extras `-tma`, `-tma-persistent`, at 8192x8192x512 fp16.
-pub fn tutorials() -> Vec<Tutorial> {
+pub fn tutorials() -> Vec<Port> {
     const SHAPES: &[BenchShape] = &[BenchShape {
         label: "8192x8192x512",
         dims: &[8192, 8192, 512],
@@ -893,7 +881,7 @@ pub fn tutorials() -> Vec<Tutorial> {
         fn(&Device, &[usize], DType) -> Result<CheckReport>,
         fn(&Device, &[usize], DType) -> Result<Bench>,
     );
-    let entry = |name, about, (check, bench): Fns| Tutorial {
+    let entry = |name, about, (check, bench): Fns| Port {
         name,
         about,
         dims: &["M", "N", "K"],

@@ -27,7 +27,7 @@
 #![allow(non_snake_case)]
 
 use crate::common;
-use crate::{Bench, BenchShape, CheckReport, Tutorial};
+use crate::{Bench, BenchShape, CheckReport, Port};
 use tegula::ir::DType;
 use tegula::prelude::*;
 use tegula::Result;
@@ -53,8 +53,8 @@ pub fn add_kernel(
         // launch it has nothing to wait for, and the host never makes one.
     }
 
-    let x = load(x_ptr + offsets, mask, 0);
-    let y = load(y_ptr + offsets, mask, 0);
+    let x = load_masked(x_ptr + offsets, mask);
+    let y = load_masked(y_ptr + offsets, mask);
     if USE_GDC {
         // GDC launch dependents hints the runtime system to launch dependent kernels.
         // workaround: tl.extra.cuda.gdc_launch_dependents (griddepcontrol.launch_dependents)
@@ -143,13 +143,14 @@ fn bench(dev: &Device, shape: &[usize], _dtype: DType) -> Result<Bench> {
     Ok(Bench {
         flops: n as f64,
         bytes: 12.0 * n as f64,
+        input_copies: 1,
         launch: Box::new(move || add_into(&x, &y, &output, false)),
     })
 }
 
 /// The registry entry: the harness's `11-pdl-add-nogdc` at `n=16777216`, fp32.
-pub fn tutorials() -> Vec<Tutorial> {
-    vec![Tutorial {
+pub fn tutorials() -> Vec<Port> {
+    vec![Port {
         name: "tutorial-11-pdl-add-nogdc",
         about: "tutorial 11's add without grid-dependency control (no PDL in tegula)",
         dims: &["n"],

@@ -47,19 +47,24 @@ const HARNESS: &[(&str, &str)] = &[
 fn names_and_shapes_are_the_harness_s() {
     let all = tegula_tutorials::tutorials();
     let mut names: Vec<&str> = all.iter().map(|t| t.name).collect();
+    for t in &all {
+        assert_eq!(t.kind, tegula::registry::Kind::Tutorial, "{}", t.name);
+        assert_eq!(t.bench.op, t.name, "the records' op is the entry's name");
+        assert_eq!(t.bench.dims, t.dims, "{}", t.name);
+    }
     names.sort();
     names.dedup();
     assert_eq!(names.len(), all.len(), "duplicate names");
     for t in &all {
         assert!(t.name.starts_with("tutorial-"), "{}", t.name);
         assert!(
-            !t.bench_shapes.is_empty() && !t.dtypes.is_empty(),
+            !t.bench.shapes.is_empty() && !t.dtypes.is_empty(),
             "{}",
             t.name
         );
-        for s in t.bench_shapes {
+        for s in t.bench.shapes {
             assert!(
-                HARNESS.contains(&(t.triton_name(), s.label)),
+                HARNESS.contains(&(t.triton_name().unwrap(), s.label)),
                 "{} {} is not a harness line",
                 t.name,
                 s.label
@@ -71,7 +76,7 @@ fn names_and_shapes_are_the_harness_s() {
     for (name, shape) in HARNESS {
         let t = tegula_tutorials::find(name).unwrap_or_else(|| panic!("{name} is not registered"));
         assert!(
-            t.bench_shapes.iter().any(|s| s.label == *shape),
+            t.bench.shapes.iter().any(|s| s.label == *shape),
             "{name} {shape}"
         );
     }
@@ -80,14 +85,14 @@ fn names_and_shapes_are_the_harness_s() {
 #[test]
 fn the_bench_shapes_agree_with_their_labels() {
     for t in tegula_tutorials::tutorials() {
-        for s in t.bench_shapes {
+        for s in t.bench.shapes {
             let numbers: Vec<usize> = s
                 .label
                 .split(|c: char| !c.is_ascii_digit())
                 .filter(|p| !p.is_empty())
                 .map(|p| p.parse().unwrap())
                 .collect();
-            let dims: Vec<usize> = match t.triton_name() {
+            let dims: Vec<usize> = match t.triton_name().unwrap() {
                 // G products of M x N x K, listed G times.
                 n if n.starts_with("08-") => s.dims[1..].repeat(s.dims[0]),
                 _ => s.dims.to_vec(),
@@ -114,7 +119,7 @@ fn benches_prepare_and_launch_on_the_interpreter() -> tegula::Result<()> {
     // At the default shapes (the harness's are for the GPU): a prepared launch runs twice.
     let dev = Device::cpu();
     for t in tegula_tutorials::tutorials() {
-        let mut b = (t.bench)(&dev, t.default_shape, t.dtypes[0])?;
+        let mut b = (t.bench.prepare)(&dev, t.default_shape, t.dtypes[0])?;
         assert!(b.bytes > 0.0, "{}", t.name);
         (b.launch)()?;
         (b.launch)()?;
@@ -125,7 +130,7 @@ fn benches_prepare_and_launch_on_the_interpreter() -> tegula::Result<()> {
 #[test]
 fn every_entry_records_its_launches() -> tegula::Result<()> {
     for t in tegula_tutorials::tutorials() {
-        let launches = t.record(t.default_shape, t.dtypes[0], 132)?;
+        let launches = t.record(t.default_shape, t.dtypes[0], None, 132)?;
         assert!(!launches.is_empty(), "{}", t.name);
         for l in &launches {
             assert!(l.grid.num_programs() > 0, "{} {}", t.name, l.name);
@@ -135,7 +140,7 @@ fn every_entry_records_its_launches() -> tegula::Result<()> {
     // its inputs.
     let t = tegula_tutorials::find("06-attention-bwd").expect("registered");
     let names: Vec<&str> = t
-        .record(t.default_shape, t.dtypes[0], 132)?
+        .record(t.default_shape, t.dtypes[0], None, 132)?
         .iter()
         .map(|l| l.name)
         .collect();

@@ -86,3 +86,36 @@ fn contract_errors_are_typed() -> tegula::Result<()> {
     ));
     Ok(())
 }
+
+/// The launches `name`'s host function makes at `shape` for a GPU of 132 SMs (the untuned
+/// first config), compiled for sm_90: their plans.
+fn plans(
+    name: &str,
+    shape: &[usize],
+) -> tegula::Result<Vec<(tegula::RecordedLaunch, tegula::Report)>> {
+    let t = tegula_tutorials::find(name).expect("registered");
+    let target = tegula::compiler::Target::for_compute_capability(9, 0);
+    t.record(shape, t.dtypes[0], None, 132)?
+        .into_iter()
+        .map(|l| {
+            let report = l.compile(&target)?.report;
+            Ok((l, report))
+        })
+        .collect()
+}
+
+#[test]
+fn the_k_loop_is_pipelined_at_the_configs_stages_on_sm_90() -> tegula::Result<()> {
+    for name in ["03-matmul", "03-matmul-leaky-relu"] {
+        let plans = plans(name, &[512, 512, 512])?;
+        let (launch, report) = &plans[0];
+        let k_loop = report.loops.iter().find(|l| l.candidate).expect("a k-loop");
+        assert_eq!(k_loop.asked, launch.config.num_stages, "{report}");
+        assert_eq!(
+            k_loop.stages, k_loop.asked,
+            "{name}: {:?}\n{report}",
+            k_loop.why
+        );
+    }
+    Ok(())
+}

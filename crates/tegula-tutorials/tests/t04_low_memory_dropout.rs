@@ -3,7 +3,7 @@
 
 use tegula::prelude::*;
 use tegula_tutorials::t04_low_memory_dropout::{
-    dropout, philox4x32, rand, rand_host, reference_seeded, seeded_dropout,
+    dropout, philox4x32, rand_host, reference_seeded, seeded_dropout,
 };
 
 #[test]

@@ -143,3 +143,69 @@ fn contract_errors_are_typed() -> tegula::Result<()> {
     ));
     Ok(())
 }
+
+#[test]
+fn the_split_join_branch_matches_float64() -> tegula::Result<()> {
+    // warp_specialize with BLOCK_M = 128 and HEAD_DIM = 128 off Hopper (the interpreter is
+    // not Hopper): the accumulator is split in halves, each scaled by alpha, and joined back.
+    let dev = Device::cpu();
+    let dims = [1usize, 1, 256, 128];
+    let q = dev.randn::<f16>(dims.to_vec())?;
+    let k = dev.randn::<f16>(dims.to_vec())?;
+    let v = dev.randn::<f16>(dims.to_vec())?;
+    let (qv, kv, vv) = (q.to_f64_vec()?, k.to_f64_vec()?, v.to_f64_vec()?);
+    let meta = configs(&dev)
+        .into_iter()
+        .find(|c| c.get("BLOCK_M") == Some(128) && c.get("BLOCK_N") == Some(64))
+        .expect("a 128 x 64 config");
+    let ir = tegula_tutorials::t06_fused_attention::_attn_fwd::trace(128, 128, 64, 1, true, false)?
+        .to_string();
+    let plain =
+        tegula_tutorials::t06_fused_attention::_attn_fwd::trace(128, 128, 64, 1, false, false)?
+            .to_string();
+    assert_ne!(ir, plain, "warp_specialize takes the split/join branch");
+    for causal in [false, true] {
+        let o = dev.empty::<f16>(dims.to_vec())?;
+        let m = dev.empty::<f32>([1, 1, 256])?;
+        attention_fwd_launch(&q, &k, &v, &o, &m, causal, 0.3, true, &meta)?;
+        let want = reference(dims, &qv, &kv, &vv, None, causal, 0.3f32 as f64);
+        for (i, (g, w)) in o.to_f64_vec()?.iter().zip(&want.o).enumerate() {
+            let bound = 1e-4 + 2.0 / 2048.0 * want.o_mag[i];
+            assert!((g - w).abs() <= bound, "causal={causal} [{i}]: {g} vs {w}");
+        }
+    }
+    Ok(())
+}
+
+/// The launches `name`'s host function makes at `shape` for a GPU of 132 SMs (the untuned
+/// first config), compiled for sm_90: their plans.
+fn plans(
+    name: &str,
+    shape: &[usize],
+) -> tegula::Result<Vec<(tegula::RecordedLaunch, tegula::Report)>> {
+    let t = tegula_tutorials::find(name).expect("registered");
+    let target = tegula::compiler::Target::for_compute_capability(9, 0);
+    t.record(shape, t.dtypes[0], None, 132)?
+        .into_iter()
+        .map(|l| {
+            let report = l.compile(&target)?.report;
+            Ok((l, report))
+        })
+        .collect()
+}
+
+#[test]
+fn the_forward_key_loops_are_pipelined_at_the_configs_stages_on_sm_90() -> tegula::Result<()> {
+    // Non-causal: one loop over the keys; causal: the off-band and the on-band stage's.
+    for (name, loops) in [("06-attention-fwd", 1), ("06-attention-fwd-causal", 2)] {
+        let plans = plans(name, &[1, 2, 1024, 64])?;
+        let (launch, report) = &plans[0];
+        let key_loops: Vec<_> = report.loops.iter().filter(|l| l.candidate).collect();
+        assert_eq!(key_loops.len(), loops, "{report}");
+        for l in key_loops {
+            assert_eq!(l.asked, launch.config.num_stages, "{report}");
+            assert_eq!(l.stages, l.asked, "{name}: {:?}\n{report}", l.why);
+        }
+    }
+    Ok(())
+}

@@ -76,3 +76,39 @@ fn sizes_the_unmasked_kernel_cannot_cover_are_refused() -> tegula::Result<()> {
     let _ = b;
     Ok(())
 }
+
+/// The launches `name`'s host function makes at `shape` for a GPU of 132 SMs (the untuned
+/// first config), compiled for sm_90: their plans.
+fn plans(
+    name: &str,
+    shape: &[usize],
+) -> tegula::Result<Vec<(tegula::RecordedLaunch, tegula::Report)>> {
+    let t = tegula_tutorials::find(name).expect("registered");
+    let target = tegula::compiler::Target::for_compute_capability(9, 0);
+    t.record(shape, t.dtypes[0], None, 132)?
+        .into_iter()
+        .map(|l| {
+            let report = l.compile(&target)?.report;
+            Ok((l, report))
+        })
+        .collect()
+}
+
+/// The tutorial's kernel as on a GPU (tables of addresses): its `tl.multiple_of(a_ptrs, [16,
+/// 16])` hints, whose results it ignores, mark the pointers the table gives (as Triton's do),
+/// so the loads are 16-byte vectors the pipeline streams. (The descriptor variant waits for
+/// tensor descriptors: its block-pointer stand-in loads carry no such hint.)
+#[test]
+fn the_k_loops_are_pipelined_at_the_configs_stages_on_sm_90() -> tegula::Result<()> {
+    let name = "08-grouped-gemm-square";
+    let plans = plans(name, &[4, 256, 256, 256])?;
+    let (launch, report) = &plans[0];
+    let k_loop = report.loops.iter().find(|l| l.candidate).expect("a k-loop");
+    assert_eq!(k_loop.asked, launch.config.num_stages, "{report}");
+    assert_eq!(
+        k_loop.stages, k_loop.asked,
+        "{name}: {:?}\n{report}",
+        k_loop.why
+    );
+    Ok(())
+}

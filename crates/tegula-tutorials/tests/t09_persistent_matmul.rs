@@ -4,7 +4,7 @@
 
 use tegula::prelude::*;
 use tegula_tutorials::t09_persistent_matmul::{
-    check_with, inputs, matmul_tma_persistent_get_configs, matmul_with, split, Variant,
+    check_with, inputs, matmul_tma_persistent_get_configs, matmul_with, Variant,
 };
 
 #[test]
@@ -46,8 +46,8 @@ fn both_epilogues_and_wide_tiles() -> tegula::Result<()> {
 
 #[test]
 fn split_takes_the_halves_of_the_last_axis() -> tegula::Result<()> {
-    // The tl.split stand-in, through a kernel: [4, 8] -> reshape [4, 2, 4] -> permute ->
-    // split, as the subtile epilogue does.
+    // split through a kernel: [4, 8] -> reshape [4, 2, 4] -> permute -> split, as the subtile
+    // epilogue does.
     #[tegula::kernel]
     fn split_kernel(x: Ptr<f32>, lo: Ptr<f32>, hi: Ptr<f32>) {
         let rows = arange(0, 4).col();
@@ -87,5 +87,40 @@ fn contract_errors_are_typed() -> tegula::Result<()> {
         matmul_with(Variant::DescriptorPersistent, &a, &b_view, meta),
         Err(tegula::Error::Stride { .. })
     ));
+    Ok(())
+}
+
+/// The launches `name`'s host function makes at `shape` for a GPU of 132 SMs (the untuned
+/// first config), compiled for sm_90: their plans.
+fn plans(
+    name: &str,
+    shape: &[usize],
+) -> tegula::Result<Vec<(tegula::RecordedLaunch, tegula::Report)>> {
+    let t = tegula_tutorials::find(name).expect("registered");
+    let target = tegula::compiler::Target::for_compute_capability(9, 0);
+    t.record(shape, t.dtypes[0], None, 132)?
+        .into_iter()
+        .map(|l| {
+            let report = l.compile(&target)?.report;
+            Ok((l, report))
+        })
+        .collect()
+}
+
+#[test]
+fn the_k_loops_are_pipelined_at_the_configs_stages_on_sm_90() -> tegula::Result<()> {
+    // The naive kernel's one loop; the persistent kernel's inner k-loop (whose first stages
+    // the tile loop copies across tiles).
+    for name in ["09-matmul-naive", "09-matmul-persistent"] {
+        let plans = plans(name, &[1024, 1024, 512])?;
+        let (launch, report) = &plans[0];
+        let k_loop = report.loops.iter().find(|l| l.candidate).expect("a k-loop");
+        assert_eq!(k_loop.asked, launch.config.num_stages, "{report}");
+        assert_eq!(
+            k_loop.stages, k_loop.asked,
+            "{name}: {:?}\n{report}",
+            k_loop.why
+        );
+    }
     Ok(())
 }

@@ -266,6 +266,8 @@ pub struct Tuned {
     pub source: Source,
     /// Candidates dropped because their benchmark failed, with the reason.
     pub dropped: Vec<(Config, String)>,
+    /// Candidates the benchmark skipped as the same kernels as others ([`Error::Pruned`]).
+    pub pruned: usize,
 }
 
 /// One stored winner.
@@ -380,6 +382,7 @@ impl Autotuner {
             config,
             source,
             dropped: Vec::new(),
+            pruned: 0,
         };
         if !target.tunable || self.mode == Mode::Off {
             return Ok(answer(default, Source::Default));
@@ -403,11 +406,13 @@ impl Autotuner {
         let bar = self.progress_bar(tuning, candidates.len());
         let mut timed: Vec<(Config, f64)> = Vec::new();
         let mut dropped = Vec::new();
+        let mut pruned = 0;
         let mut first_error = None;
         for config in &candidates {
             bar.set_message(config.to_string());
             match bench(config) {
                 Ok(ms) if valid_ms(ms) => timed.push((config.clone(), ms)),
+                Err(Error::Pruned { .. }) => pruned += 1,
                 Ok(ms) => dropped.push((config.clone(), format!("benchmark returned {ms} ms"))),
                 Err(e) if is_fatal(&e) => {
                     bar.finish_and_clear();
@@ -451,9 +456,10 @@ impl Autotuner {
             config,
             source: Source::Tuned {
                 ms,
-                timed: candidates.len() - dropped.len(),
+                timed: candidates.len() - dropped.len() - pruned,
             },
             dropped,
+            pruned,
         })
     }
 
@@ -628,7 +634,8 @@ pub fn may_blame_config(e: &Error) -> bool {
         | Error::Interp(_)
         | Error::Arguments { .. }
         | Error::Invalid { .. } => true,
-        Error::Shape { .. }
+        Error::Pruned { .. }
+        | Error::Shape { .. }
         | Error::DType { .. }
         | Error::Stride { .. }
         | Error::Device { .. }

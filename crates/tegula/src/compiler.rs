@@ -16,8 +16,8 @@ use crate::error::{Error, Result};
 use crate::launch::{KernelArg, LaunchConfig};
 use tegula_ir::Kernel;
 pub use tegula_ptx::{
-    CompileOptions, Compiled, DotKind, DotReport, LoopReport, MmaChoice, OperandHome, Report,
-    Target,
+    ptxas, CompileOptions, Compiled, DotKind, DotReport, LoopReport, MmaChoice, OperandHome,
+    Report, Target,
 };
 
 /// Integer arguments equal to 1 (unit strides): their parameters become the constant 1, as in

@@ -147,6 +147,13 @@ fn checked_bytes<T: Element>(op: &str, shape: &[usize], n: usize) -> Result<usiz
 
 static NEXT_DEVICE_ID: AtomicU64 = AtomicU64::new(1);
 
+thread_local! {
+    /// While [`Device::plans`] runs on this thread: the device whose launches are planned
+    /// instead of run, and their reports.
+    static CAPTURE: std::cell::RefCell<Option<(u64, Vec<compiler::Report>)>> =
+        const { std::cell::RefCell::new(None) };
+}
+
 struct Inner {
     id: u64,
     /// What [`Device::name`] says, made once.
@@ -525,6 +532,15 @@ impl Device {
         let kernel = self.specialize(&launch)?;
         let trace_ms = start.elapsed().as_secs_f64() * 1e3;
         check_devices(&kernel, &launch, self)?;
+        if self.capturing() {
+            let report = self.plan_specialized(&kernel, &launch)?;
+            CAPTURE.with(|c| {
+                if let Some((_, reports)) = c.borrow_mut().as_mut() {
+                    reports.push(report);
+                }
+            });
+            return Ok(());
+        }
         if let Some(recorded) = &self.inner.recorded {
             let r = RecordedLaunch {
                 name: launch.name,
@@ -594,19 +610,41 @@ impl Device {
 
     /// What the compiler decides for a launch, without running it: the [`compiler::Report`]
     /// of its specialization (per loop its pipeline stages and why fewer than asked, per dot
-    /// its instructions, shared memory and occupancy). On a GPU the compiled kernel's (cached
-    /// like a launch's); elsewhere a compile for [`compiler::DEFAULT_TARGET`] (sm_90a).
+    /// its instructions, shared memory and occupancy), compiled for the device's
+    /// [`Device::target`] (sm_90a where there is none) without loading a module.
     pub fn plan(&self, launch: &Launch<'_>) -> Result<compiler::Report> {
-        if self.inner.gpu.is_some() {
-            return Ok(self.compiled(launch)?.compiled.report.clone());
-        }
         let kernel = self.specialize(launch)?;
-        let compiled = compiler::compile_launch(
-            &kernel,
-            &launch.args,
-            launch.config,
-            &compiler::DEFAULT_TARGET,
-        )?;
+        self.plan_specialized(&kernel, launch)
+    }
+
+    /// The reports of every launch `work` makes on this device (from this thread), in order,
+    /// none of them run: what a host call compiles, without a GPU's time (allocations and
+    /// copies `work` makes still happen).
+    pub fn plans(&self, work: impl FnOnce() -> Result<()>) -> Result<Vec<compiler::Report>> {
+        let outer = CAPTURE.with(|c| c.borrow_mut().replace((self.id(), Vec::new())));
+        let result = work();
+        let captured = CAPTURE.with(|c| std::mem::replace(&mut *c.borrow_mut(), outer));
+        result?;
+        Ok(captured.map(|(_, reports)| reports).unwrap_or_default())
+    }
+
+    fn capturing(&self) -> bool {
+        CAPTURE.with(|c| c.borrow().as_ref().is_some_and(|(id, _)| *id == self.id()))
+    }
+
+    /// The GPU target this device's kernels are compiled for: the GPU's, or sm_90a for a
+    /// recording device (it stands for an H200); `None` on the interpreter.
+    pub fn target(&self) -> Option<compiler::Target> {
+        match (&self.inner.gpu, &self.inner.recorded) {
+            (Some(gpu), _) => Some(gpu.target),
+            (None, Some(_)) => Some(compiler::DEFAULT_TARGET),
+            (None, None) => None,
+        }
+    }
+
+    fn plan_specialized(&self, kernel: &Kernel, launch: &Launch<'_>) -> Result<compiler::Report> {
+        let target = self.target().unwrap_or(compiler::DEFAULT_TARGET);
+        let compiled = compiler::compile_launch(kernel, &launch.args, launch.config, &target)?;
         Ok(compiled.report)
     }
 

@@ -23,6 +23,12 @@ pub enum Error {
     #[error(transparent)]
     Cuda(#[from] tegula_cuda::CudaError),
 
+    /// A tuning candidate adds nothing to the others: its compiled plan is another
+    /// candidate's kernels (the tuner skips it without timing; see
+    /// [`crate::autotune::Autotuner::tune_for`]).
+    #[error("pruned: {why}")]
+    Pruned { why: String },
+
     /// A kernel was launched with arguments that do not match its parameters.
     #[error("kernel `{kernel}`: {message}")]
     Arguments { kernel: String, message: String },

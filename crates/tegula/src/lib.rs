@@ -33,6 +33,7 @@ pub mod env;
 mod error;
 mod gpu;
 mod launch;
+pub mod registry;
 mod tensor;
 
 pub use autotune::{Autotuner, Config, Tuning};

@@ -100,6 +100,16 @@ impl<T: Element> Tensor<T> {
         &self.device
     }
 
+    /// The device address of element `[0, .., 0]` on a GPU (`torch.Tensor.data_ptr()`), for
+    /// tables of addresses a kernel turns into pointers with `int_to_ptr`; `None` for host
+    /// memory (the interpreter and the recording device), whose addresses a launch assigns
+    /// itself (docs/semantics.md, "Pointers as integers").
+    pub fn data_ptr(&self) -> Option<u64> {
+        self.storage
+            .device_address()
+            .map(|base| base + (self.offset * T::DTYPE.size_bytes()) as u64)
+    }
+
     /// Row-major with no gaps (size-1 axes may have any stride).
     pub fn is_contiguous(&self) -> bool {
         let expected = contiguous_strides(&self.shape);

@@ -35,6 +35,10 @@ struct TraceState {
     kernel: Kernel,
     /// Innermost block last: where new instructions go.
     blocks: Vec<Block>,
+    /// Values a hint (`multiple_of`, `max_contiguous`) marked, with the hinted value that
+    /// stands for them in what is traced after it, and the depth of the block the hint is in
+    /// (it ends with that block).
+    hinted: Vec<(usize, Value, Value)>,
     error: Option<TraceError>,
 }
 
@@ -78,6 +82,16 @@ pub(crate) fn emit(
 ) -> Vec<Value> {
     with_state(|s| {
         let block = *s.blocks.last().expect("trace has a current block");
+        let args = args
+            .into_iter()
+            .map(|a| {
+                s.hinted
+                    .iter()
+                    .rev()
+                    .find(|&&(_, from, _)| from == a)
+                    .map_or(a, |&(_, _, to)| to)
+            })
+            .collect();
         let inst = s.kernel.append(block, op, args, result_types, regions, loc);
         s.kernel.insts[inst].results.clone()
     })
@@ -87,6 +101,17 @@ pub(crate) fn emit(
 pub(crate) fn emit1(op: Op, args: Vec<Value>, ty: TileType, loc: Loc) -> Tile {
     let v = emit(op, args, &[ty], Vec::new(), loc)[0];
     Tile::from_raw(v, ty)
+}
+
+/// A hint's result `hinted` stands for `x` in everything traced after it in the current block
+/// and the blocks nested in it: Triton's hints mark the value itself, so
+/// `tl.multiple_of(a_ptrs, 16)` with its result unused still hints the loads of `a_ptrs` that
+/// follow.
+pub(crate) fn mark_hinted(x: Value, hinted: Value) {
+    with_state(|s| {
+        let depth = s.blocks.len();
+        s.hinted.push((depth, x, hinted));
+    })
 }
 
 /// The op that defines `v`, if any (used to fold constants while building).
@@ -107,7 +132,11 @@ pub(crate) fn in_new_block<R>(arg_types: &[TileType], f: impl FnOnce(&[Tile]) ->
         (b, args)
     });
     let r = f(&args);
-    with_state(|s| s.blocks.pop());
+    with_state(|s| {
+        s.blocks.pop();
+        let depth = s.blocks.len();
+        s.hinted.retain(|&(d, _, _)| d <= depth);
+    });
     (block, r)
 }
 
@@ -157,6 +186,7 @@ pub fn trace(name: &str, body: impl FnOnce(&mut Params)) -> Result<Kernel, Trace
         t.borrow_mut().push(TraceState {
             kernel,
             blocks: vec![top],
+            hinted: Vec::new(),
             error: None,
         })
     });

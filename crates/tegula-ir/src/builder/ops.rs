@@ -883,22 +883,29 @@ fn hint_values(x: Tile, v: HintValues, what: &str, all_axes: bool, loc: Loc) -> 
 /// Promises that the elements of `x` are multiples of `n` along each axis (`tl.multiple_of`):
 /// for an offset tile, that the first element of each contiguous run is. `n` is one value for
 /// every axis or one per axis (`multiple_of(offs, [16, 1])`). A hint: the GPU lowering uses
-/// it for vector widths; nothing checks it.
+/// it for vector widths; nothing checks it. As in Triton the hint marks `x` itself: `x` read
+/// after it (in the same block and the blocks nested in it) is the hinted value, so the result
+/// may be ignored.
 #[track_caller]
 pub fn multiple_of(x: Tile, n: impl Into<HintValues>) -> Tile {
     let loc = Loc::caller();
     let n = hint_values(x, n.into(), "multiple_of", true, loc);
-    emit1(Op::MultipleOf { n }, vec![x.value()], x.ty(), loc)
+    let h = emit1(Op::MultipleOf { n }, vec![x.value()], x.ty(), loc);
+    super::mark_hinted(x.value(), h.value());
+    h
 }
 
 /// Promises runs of `n` contiguous values (each the previous plus one) along each axis
 /// (`tl.max_contiguous`). `n` is one value, for the last axis, or one per axis
-/// (`max_contiguous(offs, [1, 64])`). A hint, unchecked.
+/// (`max_contiguous(offs, [1, 64])`). A hint, unchecked; like [`multiple_of`] it marks `x`
+/// for what is traced after it.
 #[track_caller]
 pub fn max_contiguous(x: Tile, n: impl Into<HintValues>) -> Tile {
     let loc = Loc::caller();
     let n = hint_values(x, n.into(), "max_contiguous", false, loc);
-    emit1(Op::MaxContiguous { n }, vec![x.value()], x.ty(), loc)
+    let h = emit1(Op::MaxContiguous { n }, vec![x.value()], x.ty(), loc);
+    super::mark_hinted(x.value(), h.value());
+    h
 }
 
 /// Tells the compiler that every element of `cond` is true (`tl.assume`); a numeric `cond`

@@ -81,11 +81,12 @@ fn recurrences(k: &Kernel, l: Inst) -> Vec<Recurrence> {
             continue;
         }
         let u = &k.insts[update];
+        let is_arg = |x: Value| unhinted(k, x) == arg;
         let (kind, step) = match (&u.op, u.args.as_slice()) {
-            (Op::AddPtr, &[x, s]) if x == arg => (Update::AddPtr, s),
-            (Op::Binary(BinaryOp::Add), &[x, s]) if x == arg => (Update::Add, s),
-            (Op::Binary(BinaryOp::Add), &[s, x]) if x == arg => (Update::Add, s),
-            (Op::Binary(BinaryOp::Sub), &[x, s]) if x == arg => (Update::Sub, s),
+            (Op::AddPtr, &[x, s]) if is_arg(x) => (Update::AddPtr, s),
+            (Op::Binary(BinaryOp::Add), &[x, s]) if is_arg(x) => (Update::Add, s),
+            (Op::Binary(BinaryOp::Add), &[s, x]) if is_arg(x) => (Update::Add, s),
+            (Op::Binary(BinaryOp::Sub), &[x, s]) if is_arg(x) => (Update::Sub, s),
             _ => continue,
         };
         if !invariant(k, body, &inside, step) || k.ty(step).shape != ty.shape {
@@ -100,6 +101,18 @@ fn recurrences(k: &Kernel, l: Inst) -> Vec<Recurrence> {
         });
     }
     out
+}
+
+/// `v` with the hints (`multiple_of`, `max_contiguous`) around it taken off: a hinted value is
+/// the value.
+fn unhinted(k: &Kernel, mut v: Value) -> Value {
+    while let Some(i) = k.def_inst(v) {
+        match k.insts[i].op {
+            Op::MultipleOf { .. } | Op::MaxContiguous { .. } => v = k.insts[i].args[0],
+            _ => break,
+        }
+    }
+    v
 }
 
 /// Whether `v` has the same value in every iteration of the loop with body `body`: defined
@@ -353,8 +366,8 @@ fn iteration(
     v
 }
 
-/// Whether carried value `r` is read only by its own update, which only the terminator reads,
-/// and the loop's result for it is unused.
+/// Whether carried value `r` is read by nothing but its own update, which only the terminator
+/// reads, and the loop's result for it is unused.
 fn carried_value_is_dead(k: &Kernel, l: Inst, r: &Recurrence) -> bool {
     let result = k.insts[l].results[r.index];
     let update_value = k.insts[r.update].results[0];
@@ -363,11 +376,13 @@ fn carried_value_is_dead(k: &Kernel, l: Inst, r: &Recurrence) -> bool {
     let mut result_used = false;
     for (_, i) in placed(k) {
         let args = &k.insts[i].args;
-        arg_users += args.iter().filter(|&&a| a == r.arg).count();
+        if i != r.update {
+            arg_users += args.iter().filter(|&&a| a == r.arg).count();
+        }
         update_users += args.iter().filter(|&&a| a == update_value).count();
         result_used |= args.contains(&result);
     }
-    arg_users == 1 && update_users == 1 && !result_used
+    arg_users == 0 && update_users == 1 && !result_used
 }
 
 /// Removes carried value `j` from loop `l`: its initial value, block argument, yielded value

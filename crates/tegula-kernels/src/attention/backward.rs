@@ -941,6 +941,9 @@ fn resolve_then<T: Element, R>(
         },
         |c| {
             let opts = options.with_tuned(c)?;
+            tuned::plan_or_prune(dev, wgmma(&opts), || {
+                launch(q, k, v, o, d_o, lse, dq, dk, dv, &opts, dims)
+            })?;
             median_ms(dev, || {
                 launch(q, k, v, o, d_o, lse, dq, dk, dv, &opts, dims)
             })
@@ -949,10 +952,38 @@ fn resolve_then<T: Element, R>(
     )
 }
 
+/// Whether the launch of `options` adds kernels to the tuner's candidates: `Ok(false)` when
+/// its plans are another candidate's (`tuned::plan_or_prune`).
+#[allow(clippy::too_many_arguments)]
+pub fn backward_adds_a_kernel<T: Element>(
+    q: &Tensor<T>,
+    k: &Tensor<T>,
+    v: &Tensor<T>,
+    o: &Tensor<T>,
+    d_o: &Tensor<T>,
+    lse: &Tensor<f32>,
+    options: &AttentionOptions,
+) -> Result<bool> {
+    let dims = check_qkv(OP, q, k, v)?;
+    let dev = q.device();
+    let (dq, dk, dv) = (
+        dev.empty::<T>(dims.q_shape())?,
+        dev.empty::<T>(dims.kv_shape())?,
+        dev.empty::<T>(dims.kv_shape())?,
+    );
+    match tuned::plan_or_prune(dev, wgmma(options), || {
+        launch(q, k, v, o, d_o, lse, &dq, &dk, &dv, options, &dims)
+    }) {
+        Ok(_) => Ok(true),
+        Err(tegula::Error::Pruned { .. }) => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
 /// Whether the dK/dV kernel asks for `wgmma` (`AttentionOptions::wgmma`, held or a tuner
 /// twin on Hopper; f32 dots never take it).
 fn wgmma(options: &AttentionOptions) -> bool {
-    options.wgmma == Some(true)
+    tuned::held_wgmma(options.wgmma) == Some(true)
 }
 
 /// Launches the three kernels with every option set, on checked tensors.

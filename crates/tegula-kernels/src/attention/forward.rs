@@ -314,12 +314,7 @@ fn resolve_then<T: Element, R>(
         super::key(dims, T::DTYPE, options.causal) + &tuned::held_suffix(&held, options.config);
     if matches!(T::DTYPE, DType::F16 | DType::BF16) {
         // f32 dots never take wgmma: for them the choice changes nothing.
-        let held = if wgmma(options) {
-            Some(true)
-        } else {
-            options.wgmma
-        };
-        key += tuned::held_wgmma_suffix(held);
+        key += tuned::held_wgmma_suffix(options.wgmma);
     }
     let dev = q.device();
     tuned::run(
@@ -349,6 +344,9 @@ fn resolve_then<T: Element, R>(
         },
         |c| {
             let o = options.with_tuned(c)?;
+            let reports =
+                tuned::plan_or_prune(dev, wgmma(&o), || launch(q, k, v, out, lse, &o, dims))?;
+            super::tuning::forward_plan_fits(&o, dims, &reports)?;
             median_ms(dev, || launch(q, k, v, out, lse, &o, dims))
         },
         |c| then(&options.with_tuned(c)?),
@@ -425,9 +423,32 @@ pub(super) fn mma_of(wgmma: bool) -> MmaChoice {
     }
 }
 
+/// Whether the launch of `options` adds a kernel to the tuner's candidates: `Ok(false)` when
+/// its plan is another candidate's (`tuned::plan_or_prune`) or the forward's own rule
+/// refuses it (`forward_plan_fits`).
+pub fn forward_adds_a_kernel<T: Element>(
+    q: &Tensor<T>,
+    k: &Tensor<T>,
+    v: &Tensor<T>,
+    options: &AttentionOptions,
+) -> Result<bool> {
+    let dims = check_qkv(OP, q, k, v)?;
+    let out = q.device().empty::<T>(dims.q_shape())?;
+    let lse = q.device().empty::<f32>(dims.lse_shape())?;
+    let planned = tuned::plan_or_prune(q.device(), wgmma(options), || {
+        launch(q, k, v, &out, &lse, options, &dims)
+    })
+    .and_then(|reports| super::tuning::forward_plan_fits(options, &dims, &reports));
+    match planned {
+        Ok(()) => Ok(true),
+        Err(tegula::Error::Pruned { .. }) => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
 /// Whether a launch with `options` asks for `wgmma`: the option, or `TEGULA_WGMMA=1`.
 fn wgmma(options: &AttentionOptions) -> bool {
-    options.wgmma == Some(true) || tuned::wgmma_forced()
+    tuned::held_wgmma(options.wgmma) == Some(true)
 }
 
 /// Attention in new tensors: the output `[B, H, Nq, D]` (input dtype, contiguous) and the

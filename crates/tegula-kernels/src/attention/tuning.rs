@@ -8,16 +8,16 @@ use super::contract::{padded_head_dim, Dims};
 use super::AttentionOptions;
 use crate::tuned::{self, cx, AUTO, AUTO_LAUNCH};
 use tegula::autotune::Config;
+use tegula::compiler::{OperandHome, Report};
 use tegula::ir::DType;
 use tegula::{LaunchConfig, Result};
-use tegula_ptx::{wgmma_reads_rows_of, wgmma_takes_shape, HOISTED_OPERAND_REGS};
 
 /// f32 values (accumulators and scores) a thread should hold at most before registers spill.
 const VALUES_PER_THREAD: usize = 160;
 
-/// The forward's bound when Q does not stay in registers: the compiler keeps a loop-invariant
-/// dot operand of more than [`HOISTED_OPERAND_REGS`] registers a thread in shared memory and
-/// reads it at each step, which frees those registers for 32 more values.
+/// The forward's bound when Q does not stay in registers (the compiler's plan keeps a large
+/// loop-invariant dot operand resident in shared memory and reads it at each step: the report
+/// says `A from resident`), which frees those registers for 32 more values.
 /// ptxas (sm_90a): 128 x 64 blocks at D = 128 over 4 warps (192 values) take 255 registers
 /// with 300-350 bytes of spills (loop-invariant row offsets of the K/V copies, about 15 local
 /// loads a step against 256 mmas), where holding Q spilled 660-680 bytes.
@@ -112,17 +112,17 @@ fn grid(
 /// - no block above the sequence length rounded up to a power of two, none below half of it;
 /// - at most 160 f32 values per thread for the accumulator and the scores
 ///   (`(BLOCK_M * D + BLOCK_M * BLOCK_N) / (32 warps)`, D padded to a power of two), which
-///   bounds the head dim's effect, or 192 when Q's fragments (`BLOCK_M * D * 2 / 4 / (32
-///   warps)` registers, f16/bf16) exceed 32 registers and Q is read from shared memory at
-///   each step (128 x 64 at D = 128 over 4 warps: 32 query rows a warp, as FlashAttention-2);
+///   bounds the head dim's effect, or 192 when the plan keeps Q resident in shared memory and
+///   reads it at each step (128 x 64 at D = 128 over 4 warps: 32 query rows a warp, as
+///   FlashAttention-2);
 ///   8 warps only for tiles of at least 64 x 128;
-/// - no more stages than key steps (at least 2), and no stages past 2 whose K and V buffers
-///   (`stages * 2 * BLOCK_N * D * 2` bytes, plus `BLOCK_M * D * 2` for a Q kept in shared
-///   memory) exceed 227 KB (the lowering cuts those to fewer).
+/// - no more stages than key steps (at least 2).
 ///
-/// On a device with `wgmma` (`wgmma_device`), each pipelined candidate whose tiles the wgmma
-/// lowering takes gets a wgmma twin (`wgmma_twin_fits`), and the timings choose between the
-/// two lowerings per shape (docs/performance.md, "The autotuner and its twins").
+/// On a device with `wgmma` (`wgmma_device`), each pipelined candidate gets a wgmma twin, and
+/// the timings choose between the two lowerings per shape (docs/performance.md, "The autotuner
+/// and its twins"). The compiler's plans prune before any timing: candidates whose stages
+/// shared memory cuts, wgmma twins with no dot on wgmma (`tuned::plan_or_prune`), and those
+/// [`forward_plan_fits`] refuses (the 160-value bound where Q stays in registers).
 ///
 /// The default is BLOCK_M 64, BLOCK_N 64, 4 warps, 2 stages, clamped to the lengths
 /// (`mma.sync`).
@@ -133,32 +133,19 @@ pub fn forward_candidates(
     wgmma_device: bool,
 ) -> Vec<AttentionOptions> {
     let d = padded_head_dim(dims.head_dim);
-    let elem = dtype.size_bytes();
-    let q_in_shared = |bm: usize, w: u32| {
-        pipelined(dtype) && bm * d * elem / 4 / (32 * w as usize) > HOISTED_OPERAND_REGS as usize
-    };
     let fits = |bm: usize, bn: usize, w: u32, s: u32| {
         let threads = 32 * w as usize;
         let steps = dims.n_k.div_ceil(bn).max(2);
-        let q_in_shared = q_in_shared(bm, w);
-        let (values, q_bytes) = if q_in_shared {
-            (VALUES_PER_THREAD_Q_IN_SHARED, bm * d * elem)
-        } else {
-            (VALUES_PER_THREAD, 0)
-        };
-        (bm * d + bm * bn) / threads <= values
+        (bm * d + bm * bn) / threads <= VALUES_PER_THREAD_Q_IN_SHARED
             && (w == 4 || bm * bn >= 64 * 128)
             && s as usize <= steps
-            && (s <= 2 || s as usize * 2 * bn * d * elem + q_bytes <= tuned::SHARED_BYTES)
     };
     let stages: &[u32] = if pipelined(dtype) { &[2, 3, 1] } else { &[1] };
     let plain = grid(dims, options, (64, 32), stages, fits, (64, 64, 2));
     let mut out = Vec::with_capacity(2 * plain.len());
     for c in plain {
         out.push(c);
-        let twin_fits =
-            wgmma_twin_fits(dims, dtype, &c) && !q_in_shared(c.block_m, c.config.num_warps);
-        if wgmma_device && options.wgmma.is_none() && twin_fits {
+        if wgmma_device && options.wgmma.is_none() && pipelined(dtype) {
             out.push(AttentionOptions {
                 wgmma: Some(true),
                 ..c
@@ -168,36 +155,46 @@ pub fn forward_candidates(
     out
 }
 
-/// Whether the forward's tiles `c` run on `wgmma`: f16/bf16 pipelined, both dots' shapes as
-/// tegula-ptx's [`wgmma_takes_shape`] takes them, and K and V rows (the head dim) its
-/// descriptors read ([`wgmma_reads_rows_of`]). A Q too large for registers (see
-/// `HOISTED_OPERAND_REGS`) spills on that path: no twin (checked by the caller).
-fn wgmma_twin_fits(dims: &Dims, dtype: DType, c: &AttentionOptions) -> bool {
-    let d = padded_head_dim(dims.head_dim) as u32;
-    let (m, n) = (c.block_m as u32, c.block_n as u32);
-    let (w, s) = (c.config.num_warps, c.config.num_stages);
-    pipelined(dtype)
-        && wgmma_takes_shape(m, n, d, w, s) // Q K^T
-        && wgmma_takes_shape(m, d, n, w, s) // P V
-        && wgmma_reads_rows_of(d * dtype.size_bytes() as u32)
+/// The forward's own rule over a candidate's compiled plans (after the tuner's, see
+/// `tuned::plan_or_prune`): more than [`VALUES_PER_THREAD`] values a thread only when the plan
+/// keeps Q resident in shared memory, and no `wgmma` twin then (a Q too large for registers
+/// spills on that path).
+pub(super) fn forward_plan_fits(
+    c: &AttentionOptions,
+    dims: &Dims,
+    reports: &[Report],
+) -> Result<()> {
+    let d = padded_head_dim(dims.head_dim);
+    let threads = 32 * c.config.num_warps as usize;
+    let values = (c.block_m * d + c.block_m * c.block_n) / threads;
+    let q_resident = reports
+        .iter()
+        .flat_map(|r| &r.dots)
+        .any(|dot| dot.a == OperandHome::Resident);
+    let pruned = |why: &str| Err(tegula::Error::Pruned { why: why.into() });
+    if values > VALUES_PER_THREAD && !q_resident {
+        return pruned("over 160 values a thread with Q in registers");
+    }
+    if c.wgmma == Some(true) && q_resident {
+        return pruned("wgmma with Q resident in shared memory");
+    }
+    Ok(())
 }
 
-/// The backward's candidates (one block pair, warps and stages for its three kernels),
+/// The backward's candidates (one block pair, warps and stages for its three kernels),/// The backward's candidates (one block pair, warps and stages for its three kernels),
 /// default first, with `options`' set fields held.
 ///
 /// The grid: BLOCK_M and BLOCK_N in {32, 64, 128}, 4 or 8 warps, 1 to 3 stages (1 for
 /// f32); blocks of 16 join only for short sequences. Pruned by shape as the forward, with the
 /// dK/dV kernel's resident `2 * BLOCK_N * D` accumulators and the dQ kernel's `BLOCK_M * D`
 /// (plus the `BLOCK_M * BLOCK_N` scores) under 160 f32 values per thread; 8 warps only for
-/// tiles of at least 64 x 64; 3 stages only when the dK/dV sweep's shared memory fits (K and
-/// V resident, `BLOCK_N x D` each, dS^T staged for dQ's dot, `BLOCK_M x BLOCK_N`, and three
-/// stages of the streamed Q and dO, `BLOCK_M x D` each), and when there are at least 3 query
-/// blocks (the lowering would cut them to 2 otherwise).
+/// tiles of at least 64 x 64; 3 stages only when there are at least 3 query blocks.
 ///
-/// On a device with `wgmma` (`wgmma_device`), each pipelined candidate whose tiles the dK/dV
-/// kernel's wgmma lowering takes gets a wgmma twin (`backward_wgmma_twin_fits`), and the
-/// timings choose between the two lowerings per shape (docs/performance.md, "Attention
-/// backward").
+/// On a device with `wgmma` (`wgmma_device`), each pipelined candidate gets a wgmma twin, and
+/// the timings choose between the two lowerings per shape (docs/performance.md, "Attention
+/// backward"). The compiler's plans prune before any timing (`tuned::plan_or_prune`):
+/// candidates whose dK/dV sweep's shared memory (K and V resident, dS^T staged, the streamed
+/// Q and dO) cuts its stages, and wgmma twins with no dot on wgmma.
 ///
 /// The default is BLOCK_M 32, BLOCK_N 64, 4 warps, 2 stages, clamped to the lengths
 /// (`mma.sync`).
@@ -208,25 +205,20 @@ pub fn backward_candidates(
     wgmma_device: bool,
 ) -> Vec<AttentionOptions> {
     let d = padded_head_dim(dims.head_dim);
-    let elem = dtype.size_bytes();
     let fits = |bm: usize, bn: usize, w: u32, s: u32| {
         let threads = 32 * w as usize;
         let dkdv = (2 * bn * d + bm * bn) / threads;
         let dq = (bm * d + bm * bn) / threads;
-        let resident_bytes = (2 * bn * d + bm * bn) * elem;
-        let stage_bytes = 2 * bm * d * elem;
         dkdv.max(dq) <= VALUES_PER_THREAD
             && (w == 4 || bm * bn >= 64 * 64)
-            && (s <= 2
-                || (resident_bytes + s as usize * stage_bytes <= tuned::SHARED_BYTES
-                    && s as usize <= dims.n_q.div_ceil(bm)))
+            && (s <= 2 || s as usize <= dims.n_q.div_ceil(bm))
     };
     let stages: &[u32] = if pipelined(dtype) { &[2, 3, 1] } else { &[1] };
     let plain = grid(dims, options, (32, 32), stages, fits, (32, 64, 2));
     let mut out = Vec::with_capacity(2 * plain.len());
     for c in plain {
         out.push(c);
-        if wgmma_device && options.wgmma.is_none() && backward_wgmma_twin_fits(dims, dtype, &c) {
+        if wgmma_device && options.wgmma.is_none() && pipelined(dtype) {
             out.push(AttentionOptions {
                 wgmma: Some(true),
                 ..c
@@ -234,18 +226,6 @@ pub fn backward_candidates(
         }
     }
     out
-}
-
-/// Whether the dK/dV kernel's tiles `c` run its dots on `wgmma` (tegula-ptx `lower/wgmma.rs`):
-/// the forward's conditions with the roles of the blocks exchanged (the accumulators dK and dV
-/// have BLOCK_N rows: 16 a warp in each row block; BLOCK_M is the N and the K of its dots).
-fn backward_wgmma_twin_fits(dims: &Dims, dtype: DType, c: &AttentionOptions) -> bool {
-    let swapped = AttentionOptions {
-        block_m: c.block_n,
-        block_n: c.block_m,
-        ..*c
-    };
-    wgmma_twin_fits(dims, dtype, &swapped)
 }
 
 impl AttentionOptions {

@@ -326,6 +326,23 @@ impl AxisAnalysis {
                 });
                 (c, d)
             }
+            // `x % n` with `n` the same over each run of `x`: runs of `x` aligned to a divisor
+            // `g` of `n` never cross a multiple of `n` inside, so they stay runs of `g`
+            // (Triton's rule: `(pid * BLOCK + arange) % N` keeps its vectors when 16 divides N).
+            // Taken for non-negative `x`, as address offsets are.
+            BinaryOp::Rem => {
+                let c = (0..rank)
+                    .map(|i| {
+                        let g = gcd(gcd(a.contiguity[i], b.divisibility[i]), a.divisibility[i]);
+                        if b.constancy[i].is_multiple_of(a.contiguity[i].max(1)) {
+                            g.max(1)
+                        } else {
+                            1
+                        }
+                    })
+                    .collect();
+                (c, zip(&a.divisibility, &b.divisibility, gcd))
+            }
             BinaryOp::Shl => {
                 let d = match b.constant {
                     Some(s) if (0..31).contains(&s) => a

@@ -1,6 +1,9 @@
 //! Planning: every decision the GPU backend makes about a kernel, made before any PTX is
 //! written, and kept as data in a [`Plan`] that the emitter (`emit/`) only reads.
 //!
+//! First, rules that rewrite the kernel into the shape the decisions below take:
+//! [`load_order`] (a load contiguous down its first axis is loaded transposed).
+//!
 //! The passes, in order (each reads the kernel, the [`Context`] and the decisions of the
 //! passes before it):
 //!
@@ -21,6 +24,7 @@
 
 pub mod dots;
 pub mod layouts;
+pub mod load_order;
 pub mod pipeline;
 pub mod report;
 

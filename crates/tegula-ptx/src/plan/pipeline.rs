@@ -150,6 +150,8 @@ pub struct LoopPlan {
     pub residents: Vec<Resident>,
     /// Why it has no pipeline (or a shallower one than asked), for the report.
     pub note: Option<String>,
+    /// It has fewer stages than asked because more would not fit in shared memory.
+    pub shared_cut: bool,
 }
 
 /// The pipeline decisions of one kernel.
@@ -313,7 +315,8 @@ impl Planner<'_, '_> {
                 })
             }
             None => match self.plan_pipeline(inst) {
-                Ok(pipe) => {
+                Ok((pipe, left_out)) => {
+                    lp.note = left_out;
                     self.reserve(pipe.stages * pipe.slot_bytes);
                     Some(PipePlan {
                         lag: self.pipeline_lag(body),
@@ -327,7 +330,8 @@ impl Planner<'_, '_> {
             },
         };
         if let Some(pipe) = &piped {
-            if pipe.stages < self.cx.options.num_stages && lp.note.is_none() {
+            if pipe.stages < self.cx.options.num_stages && !lp.nested {
+                lp.shared_cut = true;
                 lp.note = Some(format!(
                     "{} stages of {} bytes: {} stages would exceed the {} bytes of shared memory left",
                     pipe.stages,
@@ -588,7 +592,8 @@ impl Planner<'_, '_> {
 
     /// The loads of `for_inst`'s body worth pipelining, with their slot layout, or why there
     /// are none.
-    fn plan_pipeline(&mut self, for_inst: Inst) -> Result<PipePlan, String> {
+    /// On success, also what was left out of the pipeline and why.
+    fn plan_pipeline(&mut self, for_inst: Inst) -> Result<(PipePlan, Option<String>), String> {
         let k = self.cx.k;
         let num_stages = self.cx.options.num_stages;
         if num_stages < 2 {
@@ -713,13 +718,17 @@ impl Planner<'_, '_> {
             slot_bytes = slot_bytes.next_multiple_of(1024);
         }
         self.plan_wgmma_slots(body, &mut loads, slot_bytes, stages);
-        Ok(PipePlan {
-            loads,
-            rows,
-            stages,
-            slot_bytes,
-            lag: 1,
-        })
+        let left_out = (!rejected.is_empty()).then(|| rejected.join("; "));
+        Ok((
+            PipePlan {
+                loads,
+                rows,
+                stages,
+                slot_bytes,
+                lag: 1,
+            },
+            left_out,
+        ))
     }
 
     /// How the dots read `src` (a load's value in the loop body), as (role, K-major) per
@@ -967,7 +976,7 @@ impl Planner<'_, '_> {
         if !bounds_ok || !operands_ok {
             return None;
         }
-        let pipe = self.plan_pipeline(inner).ok()?;
+        let (pipe, _) = self.plan_pipeline(inner).ok()?;
         let ivs = [outer_iv, inner_iv];
         let insts = pipe.loads.iter().map(|pl| pl.inst);
         let addrs_ok = insts.chain(pipe.rows.iter().map(|r| r.inst)).all(|li| {

@@ -74,7 +74,10 @@ pub struct LoopReport {
     pub boundary_fragments: bool,
     /// Loop-invariant dot operands kept in shared memory before it.
     pub resident_operands: usize,
-    /// Why it has fewer stages than asked (or none).
+    /// It has fewer stages than asked because more would not fit in shared memory.
+    pub shared_cut: bool,
+    /// Why it has fewer stages than asked (or none), or which of its dot operands' loads are
+    /// not streamed and why.
     pub why: Option<String>,
 }
 
@@ -111,6 +114,12 @@ impl Report {
                 .loops
                 .iter()
                 .any(|l| l.candidate && l.stages < l.asked && !l.nested)
+    }
+
+    /// Whether shared memory cost the kernel or one of its loops stages it asked for: the
+    /// same kernel as one asked for fewer stages.
+    pub fn stages_cut_by_shared_memory(&self) -> bool {
+        self.stage_cut.is_some() || self.loops.iter().any(|l| l.shared_cut)
     }
 
     /// The dots that run on `wgmma`.
@@ -226,6 +235,7 @@ fn loop_report(cx: &Context<'_>, plan: &Plan, inst: Inst, depth: u32) -> LoopRep
         pipelines_inner_loop: nest.is_some(),
         boundary_fragments: lp.boundary.is_some(),
         resident_operands: lp.residents.len(),
+        shared_cut: lp.shared_cut,
         why: lp.note.clone(),
     }
 }
@@ -425,7 +435,8 @@ impl fmt::Display for Report {
             }
             if let Some(why) = &l.why {
                 if l.candidate || l.stages > 1 {
-                    writeln!(f, "{pad}  why: {why}")?;
+                    let what = if l.stages > 1 { "left out" } else { "why" };
+                    writeln!(f, "{pad}  {what}: {why}")?;
                 }
             }
         }

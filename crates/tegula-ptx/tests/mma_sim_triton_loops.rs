@@ -1,0 +1,113 @@
+//! Triton's loop idioms, end to end on the PTX simulator against float64: tutorial 03's
+//! k-loop advances its pointer tiles (`a_ptrs += BLOCK_K * stride_ak`) and masks by
+//! `offs_k < K - k * BLOCK_K`, and its B is column-major (contiguous down K). The compile
+//! pipeline's `affine_recurrences` turns the pointers into functions of the counter and the
+//! plan's *transposed load* rule loads B as its transpose, so both operands stream through the
+//! software pipeline (the report says so) — and the results must still be right, on
+//! `mma.sync` (sm_80) and on `wgmma` (sm_90a).
+
+mod mma_kernels;
+mod sim;
+
+use mma_kernels::aligned;
+use sim::*;
+use tegula_ir::prelude::*;
+use tegula_ir::{passes, Kernel};
+use tegula_ptx::{compile, CompileOptions, MmaChoice, OperandHome, Target};
+
+/// Tutorial 03's kernel body over `bm x bn x bk` tiles, B stored `[N, K]` row-major (so the
+/// `[K, N]` operand is contiguous down K), after the compile pipeline's IR passes.
+fn triton_matmul(dt: DType, (bm, bn, bk): (usize, usize, usize)) -> Kernel {
+    let mut k = trace("triton_matmul", |p| {
+        let (a, b, c) = (p.ptr("a", dt), p.ptr("b", dt), p.ptr("c", DType::F32));
+        let (m, n, kk) = (
+            p.scalar("m", DType::I32),
+            p.scalar("n", DType::I32),
+            p.scalar("k", DType::I32),
+        );
+        let offs_am = program_id(0) * bm + arange(0, bm as i64);
+        let offs_bn = program_id(1) * bn + arange(0, bn as i64);
+        let offs_k = arange(0, bk as i64);
+        let a_ptrs = a + (offs_am.col() * kk + offs_k.row());
+        let b_ptrs = b + (offs_k.col() + offs_bn.row() * kk);
+        let steps = (kk + (bk as i64 - 1)) / bk as i64;
+        let (acc, _, _) = for_range(
+            0,
+            steps,
+            1,
+            (zeros::<f32>([bm, bn]), a_ptrs, b_ptrs),
+            |i, (acc, a_ptrs, b_ptrs)| {
+                let left = kk - i * bk as i64;
+                let at = load(a_ptrs, offs_am.col().lt(m) & offs_k.row().lt(left), 0.0);
+                let bt = load(b_ptrs, offs_k.col().lt(left) & offs_bn.row().lt(n), 0.0);
+                let acc = dot_acc(at, bt, acc);
+                (acc, a_ptrs + bk as i64, b_ptrs + bk as i64)
+            },
+        );
+        store(
+            c + offs_am.col() * n + offs_bn.row(),
+            acc,
+            offs_am.col().lt(m) & offs_bn.row().lt(n),
+        );
+    })
+    .map(aligned)
+    .unwrap();
+    assert!(passes::affine_recurrences(&mut k));
+    passes::canonicalize(&mut k);
+    k
+}
+
+fn check(dt: DType, sm: u32, mma: MmaChoice, blocks: (usize, usize, usize), ws: (u32, u32)) {
+    let (bm, bn, _) = blocks;
+    let (m, n, k) = (72, 56, 200);
+    let kern = triton_matmul(dt, blocks);
+    let options = CompileOptions {
+        num_warps: ws.0,
+        num_stages: ws.1,
+        mma,
+    };
+    let compiled = compile(&kern, &Target { sm }, &options).unwrap();
+    let what = format!("{dt} sm_{sm} {mma} {blocks:?} {ws:?}");
+    let l = &compiled.report.loops[0];
+    assert_eq!((l.stages, l.streamed.len()), (ws.1, 2), "{what}: {l:?}");
+    assert_eq!(
+        (compiled.report.dots[0].a, compiled.report.dots[0].b),
+        (OperandHome::Slot, OperandHome::Slot),
+        "{what}"
+    );
+    let av = values(m * k, 41);
+    let bt = values(n * k, 43);
+    // The reference takes B as [K, N].
+    let bv: Vec<f32> = (0..k * n).map(|i| bt[(i % n) * k + i / n]).collect();
+    let (want, scale) = matmul_reference(dt, &av, &bv, (m, n, k));
+    let c = vec![0u8; m * n * 4];
+    let grid = [m.div_ceil(bm) as u64, n.div_ceil(bn) as u64, 1];
+    let bufs = run_ptx(
+        &compiled.ptx,
+        compiled.shared_bytes as usize,
+        &param_names(&kern),
+        ws.0,
+        grid,
+        &[
+            Arg::Buf(&encode(dt, &av)),
+            Arg::Buf(&encode(dt, &bt)),
+            Arg::Buf(&c),
+            Arg::I32(m as i32),
+            Arg::I32(n as i32),
+            Arg::I32(k as i32),
+        ],
+    );
+    assert_close(&decode(DType::F32, &bufs[2]), &want, &scale, 1e-6, &what);
+}
+
+#[test]
+fn tutorial_03s_loop_streams_both_operands_on_mma_sync() {
+    for (dt, stages) in [(DType::F16, 2), (DType::BF16, 3)] {
+        check(dt, 80, MmaChoice::Sync, (32, 32, 32), (4, stages));
+    }
+}
+
+#[test]
+fn tutorial_03s_loop_streams_both_operands_on_wgmma() {
+    check(DType::BF16, 90, MmaChoice::Wgmma, (64, 32, 32), (4, 3));
+}
