@@ -10,9 +10,10 @@ deleter ran.
 On the GPU machine (PyTorch with CUDA there; the library built here, x86-64, and carried):
 
     cargo build --release -p tegula --example dlpack_torch
-    mkdir -p .dlpack && cp target/release/examples/libdlpack_torch.so .dlpack/   # .dlpack/ ignored
-    # device call: command `python3 scripts/dlpack_torch.py --lib .dlpack/libdlpack_torch.so`,
-    # carry [".dlpack"]
+    mkdir -p .tools/dlpack && cp target/release/examples/libdlpack_torch.so .tools/dlpack/
+    # device call (.tools/ is ignored, so it travels only when carried): command
+    #   python3 scripts/dlpack_torch.py --lib .tools/dlpack/libdlpack_torch.so
+    # carry [".tools/dlpack"]; benchmarks/dlpack-torch.txt is one such run's output
 
 Without PyTorch (here, CPU only): `--framework numpy` runs the CPU cases through NumPy's
 DLPack instead. The last line is `N passed, M failed`; the exit code is 1 when any failed.

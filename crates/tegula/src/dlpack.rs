@@ -21,6 +21,11 @@
 //! reuse the memory before tegula's work is done: `torch.cuda.synchronize()` before handing a
 //! tensor over and [`Device::synchronize`] before handing one back is the simple rule.
 //!
+//! Not yet: DLPack 1.0's versioned struct (`DLManagedTensorVersioned`, the `"dltensor_versioned"`
+//! capsule; producers still hand out the legacy one when asked), and aliasing checks across
+//! imports: two imports of one producer's memory are two buffers to tegula, so a library
+//! wrapper's output-overlaps-input check does not see that they share memory.
+//!
 //! ```
 //! use tegula::prelude::*;
 //!
