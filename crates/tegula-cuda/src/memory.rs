@@ -9,7 +9,11 @@
 //! - `borrow_slice(&slice)` / `borrow_slice_mut(&mut slice)` give a `BorrowedBuffer<'a>` view that
 //!   tegula never frees; the borrow checker keeps the slice alive and unmoved meanwhile.
 //!
-//! In all cases cudarc's cross-stream events are honoured: this runtime's stream waits for earlier
+//! - `wrap_foreign(ptr, len, owner)` views memory another library owns (a DLPack tensor of
+//!   PyTorch's, say) in place; `owner` is dropped, calling that library's deleter, when the
+//!   buffer is. tegula never frees it, and no events are recorded: the caller orders the work.
+//!
+//! In all cases but the foreign one, cudarc's cross-stream events are honoured: this runtime's stream waits for earlier
 //! work on the slice, and the slice records this stream's work when tegula lets go of it.
 
 use crate::error::drv;
@@ -37,6 +41,8 @@ enum Storage {
     Adopted(Box<dyn AdoptedSlice>, Arc<CudaStream>),
     /// Memory of a cudarc slice borrowed by a `BorrowedBuffer`; never freed here.
     Borrowed,
+    /// Memory another owner lends (`wrap_foreign`), kept alive by the box; never freed here.
+    Foreign(#[allow(dead_code)] Box<dyn Any + Send + Sync>),
 }
 
 /// A `CudaSlice<T>` of any `T`, type-erased so it can be given back by downcast.
@@ -67,6 +73,7 @@ impl fmt::Debug for DeviceBuffer {
             Storage::Owned(_) => "owned",
             Storage::Adopted(..) => "adopted",
             Storage::Borrowed => "borrowed",
+            Storage::Foreign(_) => "foreign",
         };
         write!(
             f,
@@ -234,6 +241,52 @@ impl CudaRuntime {
             len,
             ctx: self.ctx_id(),
             storage,
+        })
+    }
+
+    /// A buffer over `len` bytes of device memory at `ptr` that another owner lends (a DLPack
+    /// tensor's), used in place; `owner` is dropped when the buffer is, and nothing is freed
+    /// here. Fails with [`CudaError::WrongContext`] unless the driver places `ptr` on this
+    /// runtime's device. No stream ordering is added: the caller makes the owner's earlier work
+    /// on the memory complete (or ordered before this runtime's stream) and lets the owner
+    /// reuse it only after tegula's work on it (a `synchronize`).
+    ///
+    /// # Safety
+    /// For `len > 0`, `ptr .. ptr + len` is device memory accessible from this runtime's
+    /// context and stays valid for as long as `owner` lives.
+    pub unsafe fn wrap_foreign(
+        &self,
+        ptr: u64,
+        len: usize,
+        owner: Box<dyn Any + Send + Sync>,
+    ) -> Result<DeviceBuffer, CudaError> {
+        if len > 0 {
+            self.inner
+                .ctx
+                .bind_to_thread()
+                .map_err(drv("cuCtxSetCurrent"))?;
+            let mut ordinal: i32 = -1;
+            // SAFETY: the device-ordinal attribute writes one int, which `ordinal` is; the
+            // driver answers an error, not a fault, for an address it does not know.
+            let known = unsafe {
+                sys::cuPointerGetAttribute(
+                    (&mut ordinal as *mut i32).cast(),
+                    sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+                    ptr,
+                )
+            }
+            .result();
+            if known.is_err() || ordinal != self.inner.ctx.ordinal() as i32 {
+                return Err(CudaError::WrongContext {
+                    what: "foreign device memory",
+                });
+            }
+        }
+        Ok(DeviceBuffer {
+            ptr,
+            len,
+            ctx: self.ctx_id(),
+            storage: Storage::Foreign(owner),
         })
     }
 

@@ -118,13 +118,33 @@ impl LoadedKernel {
 }
 
 /// Whether the driver library can be loaded. Asked once per process.
+///
+/// The probe is tegula's own, not cudarc's `is_culib_present`, which exists only when cudarc is
+/// built with `dynamic-loading`: tegula asks cudarc for `fallback-dynamic-loading`, so a crate
+/// beside it that asks for `dynamic-linking` (candle's `cuda` feature) gets a linked libcuda
+/// and this probe must still compile. Under dynamic linking the library is already mapped (the
+/// program would not have started without it) and the probe finds it; under dynamic loading it
+/// dlopens the names cudarc's loader tries first. A library that loads but lacks a symbol
+/// cudarc resolves is caught later (`device_count`'s `catch_unwind`).
 pub fn driver_library_present() -> bool {
     static PRESENT: OnceLock<bool> = OnceLock::new();
-    // cudarc's probe dlopens exactly the candidates (libcuda.so, libcuda.so.1, ...) that its first
-    // driver call would, so a `true` here means that call finds a library instead of panicking.
-    // SAFETY: loading libcuda runs only its initialisers; the handle is closed again.
-    *PRESENT.get_or_init(|| unsafe { sys::is_culib_present() })
+    *PRESENT.get_or_init(|| {
+        DRIVER_LIBRARY_NAMES.iter().any(|&name| {
+            // SAFETY: loading libcuda runs only its initialisers; the handle is closed again
+            // when it drops at the end of this closure.
+            unsafe { libloading::Library::new(name) }.is_ok()
+        })
+    })
 }
+
+/// The driver library's names, in the order cudarc's dynamic loader tries the common ones.
+const DRIVER_LIBRARY_NAMES: &[&str] = if cfg!(windows) {
+    &["nvcuda.dll", "cuda.dll"]
+} else if cfg!(target_os = "macos") {
+    &["libcuda.dylib"]
+} else {
+    &["libcuda.so", "libcuda.so.1"]
+};
 
 /// Makes the device's default memory pool keep the memory freed into it across
 /// synchronisations (release threshold: unlimited). Buffers come from `cuMemAllocAsync` and go

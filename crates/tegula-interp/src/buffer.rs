@@ -2,10 +2,12 @@
 //!
 //! Programs of a grid run in parallel and write the same buffers, so every element is an atomic
 //! of the dtype's natural width. Plain loads and stores use `Relaxed` ordering (plain moves on
-//! x86 and ARM); atomics use compare-exchange loops. No locks, no unsafe code.
+//! x86 and ARM); atomics use compare-exchange loops. No locks; the one unsafe constructor,
+//! [`Buffer::from_foreign`], wraps memory another owner lends (a DLPack tensor) in place.
 
 use crate::round::{float_from_bits, float_to_bits, int_from_bits, int_to_bits, round_to};
 use crate::InterpError;
+use std::any::Any;
 use std::sync::atomic::{AtomicU16, AtomicU32, AtomicU64, AtomicU8, Ordering};
 use tegula_ir::{DType, Element};
 
@@ -69,10 +71,33 @@ word!(AtomicU64, u64);
 
 /// The element storage of a buffer, by width (i1 is one byte).
 pub(crate) enum Words {
-    W8(Box<[AtomicU8]>),
-    W16(Box<[AtomicU16]>),
-    W32(Box<[AtomicU32]>),
-    W64(Box<[AtomicU64]>),
+    W8(Slab<AtomicU8>),
+    W16(Slab<AtomicU16>),
+    W32(Slab<AtomicU32>),
+    W64(Slab<AtomicU64>),
+}
+
+/// The words of a buffer: allocated here, or memory another owner lends, read and written in
+/// place and kept alive by `_owner` for as long as the slab lives. Dereferences to the words.
+pub(crate) enum Slab<W: 'static> {
+    Owned(Box<[W]>),
+    Foreign {
+        /// Not really `'static`: valid while `_owner` lives, which is as long as `self`; the
+        /// slice is only ever handed out through `Deref`, borrowed from `self`.
+        words: &'static [W],
+        _owner: Box<dyn Any + Send + Sync>,
+    },
+}
+
+impl<W> std::ops::Deref for Slab<W> {
+    type Target = [W];
+    #[inline(always)]
+    fn deref(&self) -> &[W] {
+        match self {
+            Slab::Owned(words) => words,
+            Slab::Foreign { words, .. } => words,
+        }
+    }
 }
 
 /// Runs `$body` with `$w` bound to the word slice of `$words`, whatever its width.
@@ -131,16 +156,71 @@ impl Buffer {
     /// zeros are written.
     pub fn try_zeroed(dtype: DType, len: usize) -> Result<Buffer, InterpError> {
         let words = match dtype.size_bytes() {
-            1 => Word::try_zeroed(len).map(Words::W8),
-            2 => Word::try_zeroed(len).map(Words::W16),
-            4 => Word::try_zeroed(len).map(Words::W32),
-            _ => Word::try_zeroed(len).map(Words::W64),
+            1 => Word::try_zeroed(len).map(|w| Words::W8(Slab::Owned(w))),
+            2 => Word::try_zeroed(len).map(|w| Words::W16(Slab::Owned(w))),
+            4 => Word::try_zeroed(len).map(|w| Words::W32(Slab::Owned(w))),
+            _ => Word::try_zeroed(len).map(|w| Words::W64(Slab::Owned(w))),
         };
         let words = words.ok_or_else(|| InterpError::OutOfMemory {
             what: format!("a buffer of {len} {dtype}"),
             bytes: (len as u64).saturating_mul(dtype.size_bytes() as u64),
         })?;
         Ok(Buffer { dtype, words })
+    }
+
+    /// A buffer over `len` elements of `dtype` at `ptr`, memory that another owner lends (a
+    /// DLPack tensor's): programs read and write it in place, and `owner` is dropped (and with
+    /// it, say, the producer's deleter called) when the buffer is. A `len` of 0 touches nothing.
+    ///
+    /// # Safety
+    /// For `len > 0`: `ptr` is non-null and aligned to `dtype.size_bytes()`, and valid for reads
+    /// and writes of `len * dtype.size_bytes()` bytes for as long as `owner` lives; while the
+    /// buffer is in use nothing else writes that memory, or reads what programs write, except
+    /// through this buffer (the usual contract of memory shared through DLPack). Every bit
+    /// pattern is a valid element, so the memory may hold anything.
+    pub unsafe fn from_foreign(
+        dtype: DType,
+        ptr: *mut u8,
+        len: usize,
+        owner: Box<dyn Any + Send + Sync>,
+    ) -> Buffer {
+        if len == 0 {
+            drop(owner);
+            return Buffer::zeroed(dtype, 0);
+        }
+        fn slab<W: 'static>(
+            ptr: *mut u8,
+            len: usize,
+            owner: Box<dyn Any + Send + Sync>,
+        ) -> Slab<W> {
+            // SAFETY (the caller's contract): `ptr` is aligned and valid for `len` words for as
+            // long as `owner`, which the slab holds; atomics have the size, alignment and bit
+            // validity of the integers of their width, so the bytes may be viewed as them.
+            let words = unsafe { std::slice::from_raw_parts(ptr.cast::<W>(), len) };
+            Slab::Foreign {
+                words,
+                _owner: owner,
+            }
+        }
+        let words = match dtype.size_bytes() {
+            1 => Words::W8(slab(ptr, len, owner)),
+            2 => Words::W16(slab(ptr, len, owner)),
+            4 => Words::W32(slab(ptr, len, owner)),
+            _ => Words::W64(slab(ptr, len, owner)),
+        };
+        Buffer { dtype, words }
+    }
+
+    /// The address of element 0, to lend the memory in place (DLPack export). Elements are
+    /// little-endian integers of the dtype's width (i1 one byte, 0 or 1); whoever writes
+    /// through the pointer must not race with programs running on the buffer.
+    pub fn as_ptr(&self) -> *mut u8 {
+        with_words!(&self.words, |w| w.as_ptr() as *mut u8)
+    }
+
+    /// Whether the memory is lent by another owner ([`Buffer::from_foreign`]).
+    pub fn is_foreign(&self) -> bool {
+        with_words!(&self.words, |w| matches!(w, Slab::Foreign { .. }))
     }
 
     /// A buffer holding a copy of `data`.

@@ -640,6 +640,7 @@ pub fn may_blame_config(e: &Error) -> bool {
         | Error::Stride { .. }
         | Error::Device { .. }
         | Error::Aliasing { .. }
+        | Error::Dlpack(_)
         | Error::TooLarge { .. }
         | Error::OutOfMemory { .. } => false,
     }

@@ -252,6 +252,21 @@ impl Device {
         ))
     }
 
+    /// A GPU device that launches on a cudarc stream someone else owns (candle's, or the
+    /// caller's own), so tegula's kernels are ordered with that library's work on the stream
+    /// without extra synchronisation. The stream's memory-pool policy is left as it is.
+    pub fn from_cuda_stream(
+        stream: Arc<tegula_cuda::cudarc::driver::CudaStream>,
+    ) -> Result<Device> {
+        let ordinal = stream.context().ordinal();
+        let runtime = tegula_cuda::CudaRuntime::with_stream(stream)?;
+        Ok(Device::with_backend(
+            Backend::Cuda(ordinal),
+            Some(Gpu::with_runtime(runtime)),
+            None,
+        ))
+    }
+
     /// `recording_sms`: record launches (for a GPU of that many SMs) instead of running them.
     fn with_backend(backend: Backend, gpu: Option<Gpu>, recording_sms: Option<usize>) -> Device {
         let check = crate::env::bool_var("TEGULA_CHECK_RACES", false);

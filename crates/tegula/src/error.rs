@@ -79,6 +79,10 @@ pub enum Error {
         input: String,
     },
 
+    /// A DLPack tensor tegula cannot take, or cannot give (dtype, device, strides).
+    #[error(transparent)]
+    Dlpack(#[from] crate::dlpack::DlpackError),
+
     /// Anything else the caller passed that cannot work, said in words.
     #[error("{op}: {message}")]
     Invalid { op: String, message: String },

@@ -39,16 +39,20 @@ pub struct Gpu {
 
 impl Gpu {
     pub fn new(ordinal: usize) -> Result<Gpu> {
-        let runtime = CudaRuntime::new(ordinal)?;
+        Ok(Gpu::with_runtime(CudaRuntime::new(ordinal)?))
+    }
+
+    /// A GPU backend over an existing runtime (one on a lent stream, for example).
+    pub fn with_runtime(runtime: CudaRuntime) -> Gpu {
         let sm = runtime.device_info().sm();
         // sm_90a unlocks Hopper's instructions; anything newer runs sm_90 code as well.
         let target = Target::for_compute_capability(sm / 10, sm % 10);
-        Ok(Gpu {
+        Gpu {
             runtime,
             target,
             compiled: Mutex::new(HashMap::new()),
             l2_scratch: std::sync::OnceLock::new(),
-        })
+        }
     }
 
     /// Overwrites a 256 MB buffer, as `triton.testing.do_bench` does before each sample: the

@@ -28,6 +28,7 @@
 pub mod autotune;
 pub mod compiler;
 mod device;
+pub mod dlpack;
 pub mod env;
 mod error;
 mod gpu;
@@ -41,6 +42,9 @@ pub use device::{Backend, Device, RecordedLaunch};
 pub use error::{Error, Result};
 pub use gpu::GpuKernel;
 pub use launch::{Grid, KernelArg, Launch, LaunchConfig, MmaChoice, Ptr, ScalarArg, TensorArg};
+/// The CUDA runtime crate, and through it the cudarc tegula is built with
+/// (`tegula::cuda::cudarc`), for interop with other cudarc users.
+pub use tegula_cuda as cuda;
 pub use tegula_ir as ir;
 pub use tegula_macros::{func, kernel};
 pub use tensor::Tensor;
@@ -51,4 +55,29 @@ pub mod prelude {
         func, kernel, Device, Grid, LaunchConfig, MmaChoice, Ptr, ScalarArg, Tensor, TensorArg,
     };
     pub use tegula_ir::prelude::*;
+}
+
+/// The guide's chapters (`docs/guide`), compiled and run as doc tests: `cargo test -p tegula
+/// --doc guide`. Only when collecting doc tests, so the published crate, which does not hold
+/// `docs/`, builds without them.
+#[cfg(doctest)]
+mod guide {
+    #[doc = include_str!("../../../docs/guide/first-kernel.md")]
+    mod first_kernel {}
+    #[doc = include_str!("../../../docs/guide/tiles-masks-layouts.md")]
+    mod tiles_masks_layouts {}
+    #[doc = include_str!("../../../docs/guide/loops-and-pipelining.md")]
+    mod loops_and_pipelining {}
+    #[doc = include_str!("../../../docs/guide/tuning.md")]
+    mod tuning {}
+    #[doc = include_str!("../../../docs/guide/debugging.md")]
+    mod debugging {}
+    #[doc = include_str!("../../../docs/guide/reading-ptx.md")]
+    mod reading_ptx {}
+    #[doc = include_str!("../../../docs/guide/interop.md")]
+    mod interop {}
+    #[doc = include_str!("../../../docs/guide/ahead-of-time.md")]
+    mod ahead_of_time {}
+    #[doc = include_str!("../../../docs/guide/porting-from-triton.md")]
+    mod porting_from_triton {}
 }

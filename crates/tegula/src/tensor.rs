@@ -39,6 +39,25 @@ impl<T: Element> Tensor<T> {
         }
     }
 
+    /// A view of `storage` with any shape, strides and offset (in elements); the caller makes
+    /// sure every element it reaches lies inside the storage (DLPack import does).
+    pub(crate) fn from_parts(
+        device: Device,
+        storage: Storage,
+        shape: Vec<usize>,
+        strides: Vec<usize>,
+        offset: usize,
+    ) -> Tensor<T> {
+        Tensor {
+            storage,
+            device,
+            shape,
+            strides,
+            offset,
+            _elem: PhantomData,
+        }
+    }
+
     fn view(&self, shape: Vec<usize>, strides: Vec<usize>, offset: usize) -> Tensor<T> {
         Tensor {
             storage: self.storage.clone(),
