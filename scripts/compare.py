@@ -206,6 +206,9 @@ def markdown(records, meta, ceilings):
         "project's founding documents: a GEMV with one row per program and the single-head fp32 "
         "FlashAttention with 16 x 16 blocks) and `torch` (a device-to-device copy).",
         "",
+        "Triton's own tutorials against tegula's ports of them (`scripts/tutorials_gpu.sh`, one "
+        "call): [benchmarks/tutorials.md](benchmarks/tutorials.md).",
+        "",
     ]
     if ceilings:
         lines += ["## Ceilings", ""]
