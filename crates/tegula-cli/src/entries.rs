@@ -347,6 +347,8 @@ fn io_error(e: std::io::Error) -> Error {
 /// default device (the GPU check when run on a GPU machine); a table of max errors last.
 pub fn check_all(filter: Option<&str>) -> Result<bool> {
     let dev = Device::default()?;
+    // An output element a kernel leaves unwritten reads NaN (or -1), not a stale value.
+    dev.set_poison_empty(true);
     let mut reports = Vec::new();
     let mut failures = Vec::new();
     for e in registry::all() {

@@ -510,3 +510,87 @@ fn unit_stride_binding_folds_the_multiply_away() {
         "only the signature names it: {text}"
     );
 }
+
+/// The dots of `k` and the ops of the values they accumulate into.
+fn dot_accumulators(k: &Kernel) -> Vec<String> {
+    k.walk()
+        .into_iter()
+        .filter(|&i| matches!(k.insts[i].op, Op::Dot { .. }))
+        .map(|i| match k.def_inst(k.insts[i].args[2]) {
+            Some(d) => k.insts[d].op.name(),
+            None => "block argument".to_string(),
+        })
+        .collect()
+}
+
+fn count_adds_of(k: &Kernel, ty: TileType) -> usize {
+    k.walk()
+        .into_iter()
+        .filter(|&i| {
+            matches!(k.insts[i].op, Op::Binary(tegula_ir::BinaryOp::Add))
+                && k.ty(k.insts[i].results[0]) == ty
+        })
+        .count()
+}
+
+#[test]
+fn dot_accumulate_folds_the_add_into_the_dot_in_either_order() {
+    for swapped in [false, true] {
+        let k = trace("acc", |p| {
+            let (a, b, c) = (
+                p.ptr("a", DType::F16),
+                p.ptr("b", DType::F16),
+                p.ptr("c", DType::F32),
+            );
+            let n = p.scalar("n", DType::I32);
+            let offs = arange(0, 16).reshape([16, 1]) * 16 + arange(0, 16).reshape([1, 16]);
+            let acc = for_range(0, n, 1, zeros::<f32>([16, 16]), |k, acc| {
+                let at = load_unmasked(a + k * 256 + offs);
+                let bt = load_unmasked(b + k * 256 + offs);
+                if swapped {
+                    dot(at, bt) + acc
+                } else {
+                    acc + dot(at, bt)
+                }
+            });
+            store_unmasked(c + offs, acc);
+        })
+        .unwrap();
+        let f32_16x16 = TileType::tile(DType::F32, Shape::new(&[16, 16]).unwrap());
+        assert_eq!(count_adds_of(&k, f32_16x16), 1);
+        let mut k2 = k.clone();
+        canonicalize(&mut k2);
+        verify(&k2).unwrap_or_else(|e| panic!("{e}\n{k2}"));
+        assert_eq!(count_adds_of(&k2, f32_16x16), 0, "{k2}");
+        // The dot now accumulates into the loop-carried value.
+        assert_eq!(dot_accumulators(&k2), ["block argument"], "{k2}");
+    }
+}
+
+#[test]
+fn dot_accumulate_leaves_a_product_used_twice_or_a_dot_with_an_accumulator() {
+    let k = trace("acc2", |p| {
+        let (a, c, d) = (
+            p.ptr("a", DType::F16),
+            p.ptr("c", DType::F32),
+            p.ptr("d", DType::F32),
+        );
+        let offs = arange(0, 16).reshape([16, 1]) * 16 + arange(0, 16).reshape([1, 16]);
+        let at = load_unmasked(a + offs);
+        let x = load_unmasked(c + offs);
+        // The product is also stored: the add cannot take it over.
+        let prod = dot(at, at);
+        store_unmasked(d + offs, prod);
+        let y = x + prod;
+        // Already accumulating: x + dot(a, a, x) keeps its add.
+        let z = y + dot_acc(at, at, x);
+        store_unmasked(c + offs, z);
+    })
+    .unwrap();
+    let f32_16x16 = TileType::tile(DType::F32, Shape::new(&[16, 16]).unwrap());
+    let mut k2 = k.clone();
+    canonicalize(&mut k2);
+    verify(&k2).unwrap();
+    assert_eq!(count_adds_of(&k2, f32_16x16), 2, "{k2}");
+    assert_eq!(dot_accumulators(&k2), ["const", "load"], "{k2}");
+}

@@ -22,7 +22,9 @@ fn gpu() -> Device {
         "GPU tests run with TEGULA_GPU_TESTS=1 on a machine with a GPU: \
          TEGULA_GPU_TESTS=1 cargo test -- --ignored"
     );
-    Device::cuda(0).unwrap_or_else(|e| panic!("TEGULA_GPU_TESTS=1, but no GPU: {e}"))
+    let dev = Device::cuda(0).unwrap_or_else(|e| panic!("TEGULA_GPU_TESTS=1, but no GPU: {e}"));
+    dev.set_poison_empty(true);
+    dev
 }
 
 /// Deterministic inputs (no dependency on the device's generator).

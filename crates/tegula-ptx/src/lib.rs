@@ -137,10 +137,11 @@ fn min_blocks_per_sm(
     if by_shared <= 1 {
         return Some(1);
     }
+    // Live instructions: the arena keeps those that passes dropped.
     let has_dot = kernel
-        .insts
-        .iter()
-        .any(|(_, d)| matches!(d.op, tegula_ir::Op::Dot { .. }));
+        .walk()
+        .into_iter()
+        .any(|i| matches!(kernel.insts[i].op, tegula_ir::Op::Dot { .. }));
     let by_registers = target.blocks_per_sm_by_registers(target::MAX_REGISTERS_PER_THREAD, threads);
     has_dot.then(|| by_shared.min(by_registers).max(1))
 }

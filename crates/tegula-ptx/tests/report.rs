@@ -3,7 +3,7 @@
 
 mod mma_kernels;
 
-use mma_kernels::{matmul_loop, persistent_matmul_into};
+use mma_kernels::{matmul_loop, matmul_loop_adding, persistent_matmul_into};
 use tegula_ir::prelude::*;
 use tegula_ir::Kernel;
 use tegula_ptx::{compile, plan, CompileOptions, DotKind, MmaChoice, OperandHome, Report, Target};
@@ -61,6 +61,25 @@ fn the_mma_choice_picks_the_dot_kind() {
         kind(80, MmaChoice::Wgmma),
         DotKind::MmaSync { .. }
     ));
+}
+
+#[test]
+fn an_accumulator_added_to_the_product_is_written_in_place() {
+    // `acc + dot(a, b)` is `dot(a, b, acc)` after canonicalization (rule *dot accumulate*),
+    // and the plan sees the loop-carried accumulator as the dot's alone.
+    let k = matmul_loop_adding(DType::BF16, 128, 128, 64);
+    let r = report(&k, 90, 4, 4, MmaChoice::Wgmma);
+    assert!(
+        matches!(
+            r.dots[0].kind,
+            DotKind::Wgmma {
+                in_flight: true,
+                in_place: true
+            }
+        ),
+        "{:?}",
+        r.dots[0].kind
+    );
 }
 
 #[test]

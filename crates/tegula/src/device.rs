@@ -163,6 +163,8 @@ struct Inner {
     /// Traced specializations by `name|key|argument types`.
     kernels: Mutex<HashMap<String, Arc<Kernel>>>,
     check_races: AtomicBool,
+    /// Whether [`Device::empty`] fills GPU tensors with all bits set.
+    poison_empty: AtomicBool,
     /// On a recording device ([`Device::recording`]): the launches made, none of them run.
     recorded: Option<Mutex<Vec<RecordedLaunch>>>,
     /// The SM count a recording device stands for.
@@ -270,6 +272,7 @@ impl Device {
     /// `recording_sms`: record launches (for a GPU of that many SMs) instead of running them.
     fn with_backend(backend: Backend, gpu: Option<Gpu>, recording_sms: Option<usize>) -> Device {
         let check = crate::env::bool_var("TEGULA_CHECK_RACES", false);
+        let poison = crate::env::bool_var("TEGULA_POISON_EMPTY", false);
         let id = NEXT_DEVICE_ID.fetch_add(1, Ordering::Relaxed);
         let name = match (backend, &gpu, recording_sms) {
             (Backend::Cuda(ordinal), gpu, _) => format!(
@@ -294,6 +297,7 @@ impl Device {
                 gpu,
                 kernels: Mutex::new(HashMap::new()),
                 check_races: AtomicBool::new(check),
+                poison_empty: AtomicBool::new(poison),
                 recorded: recording_sms.map(|_| Mutex::new(Vec::new())),
                 recorded_sms: recording_sms.unwrap_or(0),
                 seed: AtomicU64::new(rand::random()),
@@ -370,6 +374,14 @@ impl Device {
         self.inner.check_races.store(on, Ordering::Relaxed);
     }
 
+    /// Makes [`Device::empty`] fill GPU tensors with all bits set (NaN for floats, -1 for
+    /// integers), so that a kernel that leaves part of its output unwritten shows it (also
+    /// `TEGULA_POISON_EMPTY=1`; `tegula check` turns it on). Off by default: the fill is a
+    /// write of the whole tensor, as long as the kernel's own for an elementwise op.
+    pub fn set_poison_empty(&self, on: bool) {
+        self.inner.poison_empty.store(on, Ordering::Relaxed);
+    }
+
     /// A new tensor: zeros on the interpreter; on the GPU zeros when `zeroed`, else bytes the
     /// caller overwrites at once (a memset of hundreds of MB is not free).
     ///
@@ -415,12 +427,15 @@ impl Device {
         self.alloc("zeros", shape.into(), true)
     }
 
-    /// A tensor whose contents do not matter: zeros on the interpreter, all bits set (NaN for
-    /// floats, -1 for integers) on the GPU, so that a kernel that forgets to write shows it.
+    /// A tensor whose contents do not matter (as `torch.empty`): zeros on the interpreter,
+    /// unspecified on the GPU, or all bits set there (NaN for floats, -1 for integers) under
+    /// [`Device::set_poison_empty`], so that a kernel that forgets to write shows it.
     pub fn empty<T: Element>(&self, shape: impl Into<Vec<usize>>) -> Result<Tensor<T>> {
         let t = self.alloc::<T>("empty", shape.into(), false)?;
         if let Storage::Cuda { buffer, runtime } = &t.storage {
-            runtime.memset_d8(buffer, 0xff)?;
+            if self.inner.poison_empty.load(Ordering::Relaxed) {
+                runtime.memset_d8(buffer, 0xff)?;
+            }
         }
         Ok(t)
     }

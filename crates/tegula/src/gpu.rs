@@ -12,7 +12,7 @@ use tegula_ptx::{Compiled, ParamAbi, Target};
 
 /// A kernel specialization compiled and loaded on one GPU.
 pub struct GpuKernel {
-    pub compiled: Compiled,
+    pub compiled: Arc<Compiled>,
     pub loaded: Arc<LoadedKernel>,
 }
 
@@ -32,7 +32,11 @@ impl GpuKernel {
 pub struct Gpu {
     pub runtime: CudaRuntime,
     pub target: Target,
-    compiled: Mutex<HashMap<String, Arc<GpuKernel>>>,
+    /// Specializations compiled and loaded, by [`specialization_key`].
+    loaded: Mutex<HashMap<String, Arc<GpuKernel>>>,
+    /// Specializations compiled but not loaded (planned: [`crate::Device::plans`]), by the
+    /// same key: a later launch loads them without compiling again.
+    compiled: Mutex<HashMap<String, Arc<Compiled>>>,
     /// 256 MB written before each timed sample (see [`Gpu::clear_l2`]).
     l2_scratch: std::sync::OnceLock<DeviceBuffer>,
 }
@@ -50,6 +54,7 @@ impl Gpu {
         Gpu {
             runtime,
             target,
+            loaded: Mutex::new(HashMap::new()),
             compiled: Mutex::new(HashMap::new()),
             l2_scratch: std::sync::OnceLock::new(),
         }
@@ -70,14 +75,47 @@ impl Gpu {
         Ok(())
     }
 
-    fn cache(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<GpuKernel>>> {
-        self.compiled
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    /// The compiled PTX of a traced specialization, facts and config (its [`Compiled::report`]
+    /// is the plan): the loaded kernel's, else one compiled before, else compiled now and kept
+    /// for the launch that loads it.
+    pub fn compile(
+        &self,
+        key: &str,
+        traced: &Kernel,
+        args: &[KernelArg],
+        config: LaunchConfig,
+    ) -> Result<Arc<Compiled>> {
+        let key = specialization_key(key, args, config);
+        if let Some(k) = lock(&self.loaded).get(&key) {
+            return Ok(k.compiled.clone());
+        }
+        self.compile_keyed(&key, traced, args, config)
+    }
+
+    fn compile_keyed(
+        &self,
+        key: &str,
+        traced: &Kernel,
+        args: &[KernelArg],
+        config: LaunchConfig,
+    ) -> Result<Arc<Compiled>> {
+        if let Some(c) = lock(&self.compiled).get(key) {
+            return Ok(c.clone());
+        }
+        // Not under the lock: candidates compile on several threads at once (the autotuner's
+        // `prepare`); two threads compiling one key both succeed and keep the same PTX.
+        let compiled = Arc::new(compiler::compile_launch(
+            traced,
+            args,
+            config,
+            &self.target,
+        )?);
+        lock(&self.compiled).insert(key.to_string(), compiled.clone());
+        Ok(compiled)
     }
 
     /// The compiled kernel for a traced specialization, facts and config; lowered and loaded on
-    /// first use.
+    /// first use (from any thread: the driver's module load binds the context to it).
     pub fn kernel(
         &self,
         key: &str,
@@ -85,18 +123,12 @@ impl Gpu {
         args: &[KernelArg],
         config: LaunchConfig,
     ) -> Result<Arc<GpuKernel>> {
-        let key = format!(
-            "{key}|{}|w{}s{}{}",
-            fact_bits(args),
-            config.num_warps,
-            config.num_stages,
-            config.mma
-        );
-        if let Some(k) = self.cache().get(&key) {
+        let key = specialization_key(key, args, config);
+        if let Some(k) = lock(&self.loaded).get(&key) {
             return Ok(k.clone());
         }
-        let compiled = compiler::compile_launch(traced, args, config, &self.target)?;
-        // Said once per specialization (compiled kernels are cached by this key).
+        let compiled = self.compile_keyed(&key, traced, args, config)?;
+        // Said once per specialization (loaded kernels are cached by this key).
         for warning in compiled.report.stage_warnings() {
             eprintln!("tegula: warning: {warning}");
         }
@@ -105,8 +137,11 @@ impl Gpu {
             .runtime
             .load(&compiled.ptx, &compiled.entry, &source_map)?;
         let k = Arc::new(GpuKernel { compiled, loaded });
-        self.cache().insert(key, k.clone());
-        Ok(k)
+        lock(&self.compiled).remove(&key);
+        let mut cache = lock(&self.loaded);
+        // Another thread may have loaded it meanwhile: keep the first, so every caller
+        // launches one module.
+        Ok(cache.entry(key).or_insert(k).clone())
     }
 
     /// Enqueues a launch on the device's stream.
@@ -121,6 +156,23 @@ impl Gpu {
         )?;
         Ok(())
     }
+}
+
+/// The cache key of a specialization: the launch's `name|key`, the argument facts and the
+/// config.
+fn specialization_key(key: &str, args: &[KernelArg], config: LaunchConfig) -> String {
+    format!(
+        "{key}|{}|w{}s{}{}",
+        fact_bits(args),
+        config.num_warps,
+        config.num_stages,
+        config.mma
+    )
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // A panic while holding one of these locks cannot leave its map half-updated.
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// The user's source line a PTX line came from, from the `// file.rs:line:col` comments the

@@ -14,7 +14,9 @@ fn gpu() -> Device {
         "GPU tests run with TEGULA_GPU_TESTS=1 on a machine with a GPU: \
          TEGULA_GPU_TESTS=1 cargo test -- --ignored"
     );
-    Device::cuda(0).unwrap_or_else(|e| panic!("TEGULA_GPU_TESTS=1, but no GPU: {e}"))
+    let dev = Device::cuda(0).unwrap_or_else(|e| panic!("TEGULA_GPU_TESTS=1, but no GPU: {e}"));
+    dev.set_poison_empty(true);
+    dev
 }
 
 #[tegula::kernel]
@@ -71,4 +73,21 @@ fn sizes_memory_views_devices_and_empty_grids_on_the_gpu() {
         assert!(matches!(e, Error::Device { .. }), "{e}");
         assert!(e.to_string().contains("argument `"), "{e}");
     }
+}
+
+#[test]
+#[ignore = "needs a GPU: TEGULA_GPU_TESTS=1 cargo test -- --ignored"]
+fn empty_is_poisoned_only_when_asked() {
+    let dev = gpu();
+    let x = dev.empty::<f32>([1000]).unwrap();
+    assert!(x.to_vec().unwrap().iter().all(|v| v.is_nan()));
+    let i = dev.empty::<i32>([77]).unwrap();
+    assert!(i.to_vec().unwrap().iter().all(|&v| v == -1));
+    // Unpoisoned: whatever the pool held; a kernel writing every element still reads back.
+    dev.set_poison_empty(false);
+    let data: Vec<f32> = (0..1000).map(|v| v as f32 * 0.5 - 7.0).collect();
+    let src = dev.from_slice(&data, [1000]).unwrap();
+    let y = dev.empty::<f32>([1000]).unwrap();
+    copy::launch(&dev, 63u32, &src, &y, 1000).unwrap();
+    assert_eq!(y.to_vec().unwrap(), src.to_vec().unwrap());
 }

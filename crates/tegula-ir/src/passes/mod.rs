@@ -1,5 +1,6 @@
 //! Tile-level passes: dead-code elimination, common-subexpression elimination, and
-//! [`canonicalize`], which adds simple folds and runs all three to a fixed point; and
+//! [`canonicalize`], which adds simple folds (and the rule *dot accumulate*,
+//! `dot_accumulate.rs`) and runs them all to a fixed point; and
 //! [`affine_recurrences`] (`recurrences.rs`), which expresses the pointers and offsets a loop
 //! advances by a constant as functions of its counter, for the GPU's software pipeline.
 //!
@@ -15,7 +16,9 @@ use crate::kernel::{Block, EntityRef, Inst, Kernel, Value, ValueDef};
 use crate::op::{BinaryOp, Constant, Op};
 use crate::types::TileType;
 
+mod dot_accumulate;
 mod recurrences;
+pub use dot_accumulate::accumulate_into_dots;
 pub use recurrences::affine_recurrences;
 
 /// Removes instructions whose results nothing needs.
@@ -52,14 +55,16 @@ pub fn common_subexpression_elimination(k: &mut Kernel) {
 /// - `splat` of a constant becomes a constant of the splat's shape;
 /// - `add`, `sub`, `mul`, `and`, `or`, `xor` of two integer constants (wrapping at the dtype's
 ///   width) and `add`, `sub`, `mul`, `div` of two float constants (rounded once to the dtype)
-///   become a constant; since constants are splats, this covers constant tiles too.
+///   become a constant; since constants are splats, this covers constant tiles too;
+/// - `x + dot(a, b)` becomes `dot(a, b, x)` ([`accumulate_into_dots`], rule *dot accumulate*).
 pub fn canonicalize(k: &mut Kernel) {
     // Each round strictly shrinks the kernel or stops; the cap guards against a fold bug.
     for _ in 0..64 {
         let folded = fold(k);
+        let accumulated = accumulate_into_dots(k);
         let merged = cse(k);
         let removed = dce(k);
-        if !(folded || merged || removed) {
+        if !(folded || accumulated || merged || removed) {
             break;
         }
     }

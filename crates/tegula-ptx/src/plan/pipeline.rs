@@ -911,12 +911,9 @@ impl Planner<'_, '_> {
             .last()
             .map(|&t| k.insts[t].args.clone())
             .unwrap_or_default();
-        let uses = k
-            .insts
-            .iter()
-            .filter(|(_, i)| i.args.contains(&acc))
-            .count();
-        yields.get(pos) == Some(&d.results[0]) && uses == 1
+        // Live readers only: the arena keeps instructions that passes dropped.
+        let readers = self.cx.uses.users(acc).map_or(0, |u| u.len());
+        yields.get(pos) == Some(&d.results[0]) && readers == 1
     }
 
     /// The lag of the loop with this body: 2 when one of its dots is a `wgmma` in flight into

@@ -42,8 +42,25 @@ pub fn matmul_loop(dt: DType, bm: usize, bn: usize, bk: usize) -> Kernel {
     matmul_loop_into(dt, DType::F32, bm, bn, bk)
 }
 
+/// [`matmul_loop`] written `acc + dot(a, b)` (as Triton's tutorials 08 and 09 do), traced and
+/// canonicalized as a launch compiles it.
+pub fn matmul_loop_adding(dt: DType, bm: usize, bn: usize, bk: usize) -> Kernel {
+    let mut k = matmul_kernel(dt, DType::F32, (bm, bn, bk), true);
+    tegula_ir::passes::canonicalize(&mut k);
+    k
+}
+
 /// [`matmul_loop`] storing C as `out` (the f32 accumulator cast by the store).
 pub fn matmul_loop_into(dt: DType, out: DType, bm: usize, bn: usize, bk: usize) -> Kernel {
+    matmul_kernel(dt, out, (bm, bn, bk), false)
+}
+
+fn matmul_kernel(
+    dt: DType,
+    out: DType,
+    (bm, bn, bk): (usize, usize, usize),
+    adding: bool,
+) -> Kernel {
     trace("matmul", |p| {
         let (a, b, c) = (p.ptr("a", dt), p.ptr("b", dt), p.ptr("c", out));
         let (m, n, k) = (
@@ -53,19 +70,21 @@ pub fn matmul_loop_into(dt: DType, out: DType, bm: usize, bn: usize, bk: usize) 
         );
         let offs_m = program_id(0) * bm + arange(0, bm as i64);
         let offs_n = program_id(1) * bn + arange(0, bn as i64);
-        matmul_tile((a, b, c), (m, n, k), (offs_m, offs_n), (bm, bn, bk));
+        matmul_tile((a, b, c), (m, n, k), (offs_m, offs_n), (bm, bn, bk), adding);
     })
     .map(aligned)
     .unwrap()
 }
 
 /// The `bm x bn` tile of rows `offs_m` and columns `offs_n` of `C = A B` (row-major, masked at the
-/// edges): a k-loop of `bk`-wide steps accumulating in f32, then the store.
+/// edges): a k-loop of `bk`-wide steps accumulating in f32 (`dot(a, b, acc)`, or with
+/// `adding` `acc + dot(a, b)`), then the store.
 fn matmul_tile(
     (a, b, c): (Tile, Tile, Tile),
     (m, n, k): (Tile, Tile, Tile),
     (offs_m, offs_n): (Tile, Tile),
     (bm, bn, bk): (usize, usize, usize),
+    adding: bool,
 ) {
     let offs_k = arange(0, bk as i64);
     let acc = for_range(0, k, bk, zeros::<f32>([bm, bn]), |start, acc| {
@@ -80,7 +99,11 @@ fn matmul_tile(
             ks.col().lt(k) & offs_n.row().lt(n),
             0.0,
         );
-        dot_acc(at, bt, acc)
+        if adding {
+            acc + dot(at, bt)
+        } else {
+            dot_acc(at, bt, acc)
+        }
     });
     store(
         c + offs_m.col() * n + offs_n.row(),
@@ -105,7 +128,7 @@ pub fn persistent_matmul_into(dt: DType, out: DType, bm: usize, bn: usize, bk: u
         for_range(program_id(0), tiles, num_programs(0), (), |tile, ()| {
             let offs_m = (tile / tiles_n) * bm + arange(0, bm as i64);
             let offs_n = (tile % tiles_n) * bn + arange(0, bn as i64);
-            matmul_tile((a, b, c), (m, n, k), (offs_m, offs_n), (bm, bn, bk));
+            matmul_tile((a, b, c), (m, n, k), (offs_m, offs_n), (bm, bn, bk), false);
         });
     })
     .map(aligned)
