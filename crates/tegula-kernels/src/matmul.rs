@@ -519,7 +519,11 @@ fn resolve_then<T: Element, O: Element, R>(
                 &ir.to_string(),
                 key.clone(),
                 cands.iter().map(|c| c.to_tuner()).collect(),
-            ))
+            )
+            .prepare_with(move |t| {
+                let c_cfg = MatmulConfig::from_tuner(t, &config)?;
+                tuned::prepare(dev, c_cfg.wgmma == Some(true), || launch(a, b, c, &c_cfg))
+            }))
         },
         |t| {
             let c_cfg = MatmulConfig::from_tuner(t, &config)?;

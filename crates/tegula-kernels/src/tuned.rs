@@ -4,7 +4,7 @@
 //! config of its key (the shape bucket that selects a config). The first call per key and
 //! device in a process builds the [`Tuning`] (tracing the reference config, whose printed Tile
 //! IR is the source hash) and asks [`Autotuner::global`]: the cached winner, the default, or a
-//! fresh timing of every candidate. Later calls find the answer in this module's memo, so a
+//! fresh timing of every candidate (compiled first on several threads: [`prepare`]). Later calls find the answer in this module's memo, so a
 //! wrapper called in a loop neither traces nor touches the cache file again. A config that
 //! fails to launch (a corrupt or stale cache entry) is dropped and chosen again.
 //!
@@ -136,6 +136,18 @@ pub(crate) fn plan_or_prune(
         return pruned("no dot runs on wgmma (its mma.sync twin)");
     }
     Ok(reports)
+}
+
+/// A wrapper's [`Tuning::prepare_with`] step for one candidate: its plans' pruning
+/// ([`plan_or_prune`]; a pruned candidate is not compiled further), then the launches
+/// compiled and loaded without running ([`Device::prepare`]).
+pub(crate) fn prepare(
+    dev: &Device,
+    asks_wgmma: bool,
+    launch: impl Fn() -> Result<()>,
+) -> Result<()> {
+    plan_or_prune(dev, asks_wgmma, &launch)?;
+    dev.prepare(launch)
 }
 
 /// `n` as an `i64` constexpr value (block sizes are small).

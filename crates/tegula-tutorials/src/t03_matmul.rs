@@ -304,7 +304,12 @@ pub fn tuned_config<T: Element>(
                 &ir.to_string(),
                 key.clone(),
                 configs,
-            ))
+            )
+            // Every candidate compiled on several threads before the timing.
+            .prepare_with(|meta| {
+                a.device()
+                    .prepare(|| matmul_launch(a, b, c, activation, meta))
+            }))
         },
         |meta| median_ms(a.device(), || matmul_launch(a, b, c, activation, meta)),
     )

@@ -805,7 +805,12 @@ pub fn tuned_fwd_config(
                 &ir.to_string(),
                 key.clone(),
                 candidates,
-            ))
+            )
+            .prepare_with(move |meta| {
+                dev.prepare(|| {
+                    attention_fwd_launch(q, k, v, o, M, causal, sm_scale, warp_specialize, meta)
+                })
+            }))
         },
         |meta| {
             median_ms(dev, || {

@@ -609,7 +609,8 @@ pub fn grouped_tuned_config(group: &GemmGroup) -> Result<Config> {
                 &ir.to_string(),
                 key.clone(),
                 configs,
-            ))
+            )
+            .prepare_with(move |meta| dev.prepare(|| grouped_matmul_launch(group, meta))))
         },
         |meta| median_ms(dev, || grouped_matmul_launch(group, meta)),
     )
@@ -686,7 +687,8 @@ pub fn grouped_tma_tuned_config(group: &GemmGroup) -> Result<Config> {
                 &ir.to_string(),
                 key.clone(),
                 configs,
-            ))
+            )
+            .prepare_with(move |meta| dev.prepare(|| grouped_matmul_tma_launch(group, meta))))
         },
         |meta| median_ms(dev, || grouped_matmul_tma_launch(group, meta)),
     )

@@ -744,7 +744,8 @@ pub fn tuned_config(
         || {
             let configs = variant.configs(flatten);
             let ir = trace(variant, &configs[0], num_sms(dev))?;
-            Ok(Tuning::new(&kernel, &ir.to_string(), key.clone(), configs))
+            Ok(Tuning::new(&kernel, &ir.to_string(), key.clone(), configs)
+                .prepare_with(move |meta| dev.prepare(|| launch(variant, a, b, c, meta))))
         },
         |meta| median_ms(dev, || launch(variant, a, b, c, meta)),
     )

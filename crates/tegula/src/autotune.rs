@@ -16,6 +16,12 @@
 //!
 //! On the interpreter there is nothing to tune: the default config, no timing.
 //!
+//! Timing is one candidate at a time (two kernels timed at once would disturb each other),
+//! but compiling need not be: a request that says how to compile a candidate without
+//! running it ([`Tuning::prepare_with`], usually [`Device::prepare`] around the benchmark's
+//! launches) has every candidate traced, lowered and loaded on [`tune_threads`] threads
+//! first, and the timing that follows finds the kernels ready.
+//!
 //! Candidates whose benchmark fails (the PTX backend refuses them, shared memory or registers
 //! run out, the driver will not launch them) are dropped with a note; a kernel fault stops
 //! tuning, since the CUDA context is then unusable.
@@ -180,6 +186,9 @@ pub fn source_hash(text: &str) -> String {
 /// A candidate filter: true keeps the config.
 type Prune<'a> = Box<dyn Fn(&Config) -> bool + 'a>;
 
+/// Compiles one candidate's kernels ahead of its timing (see [`Tuning::prepare_with`]).
+type Prepare<'a> = Box<dyn Fn(&Config) -> Result<()> + Sync + 'a>;
+
 /// A tuning request: which kernel, which version of its source, which key, which candidates.
 pub struct Tuning<'a> {
     pub kernel: String,
@@ -192,6 +201,7 @@ pub struct Tuning<'a> {
     /// reused.
     pub candidates_hash: String,
     prune: Option<Prune<'a>>,
+    prepare: Option<Prepare<'a>>,
 }
 
 impl<'a> Tuning<'a> {
@@ -211,6 +221,7 @@ impl<'a> Tuning<'a> {
             candidates_hash: source_hash(&listed.join(";")),
             configs,
             prune: None,
+            prepare: None,
         }
     }
 
@@ -219,6 +230,20 @@ impl<'a> Tuning<'a> {
     /// device lacks) or that are known to lose.
     pub fn prune(mut self, keep: impl Fn(&Config) -> bool + 'a) -> Tuning<'a> {
         self.prune = Some(Box::new(keep));
+        self
+    }
+
+    /// Compiles a candidate's kernels without running them (typically [`Device::prepare`]
+    /// around the launches the benchmark makes). When tuning times the candidates, it first
+    /// prepares all of them on several threads ([`tune_threads`]), so that the benchmark of
+    /// each finds its kernels compiled and loaded: tracing, lowering, ptxas or the driver's
+    /// JIT run in parallel instead of one candidate after another. A failure here is left for
+    /// the benchmark to meet and report.
+    pub fn prepare_with(
+        mut self,
+        prepare: impl Fn(&Config) -> Result<()> + Sync + 'a,
+    ) -> Tuning<'a> {
+        self.prepare = Some(Box::new(prepare));
         self
     }
 
@@ -404,6 +429,10 @@ impl Autotuner {
         }
 
         let bar = self.progress_bar(tuning, candidates.len());
+        if let Some(prepare) = &tuning.prepare {
+            bar.set_message("compiling the candidates");
+            prepare_all(prepare, &candidates, tune_threads(candidates.len()));
+        }
         let mut timed: Vec<(Config, f64)> = Vec::new();
         let mut dropped = Vec::new();
         let mut pruned = 0;
@@ -610,6 +639,39 @@ impl Autotuner {
         eprintln!("{text}");
         lock(&self.notes).push(text);
     }
+}
+
+/// Threads that prepare candidates at once: `TEGULA_TUNE_THREADS` when it is a positive
+/// number, else the machine's available parallelism; never more than `candidates`.
+pub fn tune_threads(candidates: usize) -> usize {
+    let asked = std::env::var("TEGULA_TUNE_THREADS")
+        .ok()
+        .and_then(|v| v.trim().parse::<usize>().ok())
+        .filter(|&n| n > 0);
+    let n = asked.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    n.min(candidates).max(1)
+}
+
+/// Runs `prepare` on every candidate, `threads` at a time, each candidate once; errors are
+/// dropped (the benchmark meets them again and reports them with the candidate).
+fn prepare_all(prepare: &Prepare<'_>, candidates: &[Config], threads: usize) {
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let work = || loop {
+        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let Some(config) = candidates.get(i) else {
+            break;
+        };
+        let _ = prepare(config);
+    };
+    if threads <= 1 {
+        work();
+        return;
+    }
+    std::thread::scope(|scope| {
+        for _ in 0..threads {
+            scope.spawn(work);
+        }
+    });
 }
 
 /// `$TEGULA_CACHE_DIR/autotune.json` (`off`, `0` or empty: none), else the user cache dir's

@@ -147,10 +147,25 @@ fn checked_bytes<T: Element>(op: &str, shape: &[usize], n: usize) -> Result<usiz
 
 static NEXT_DEVICE_ID: AtomicU64 = AtomicU64::new(1);
 
+/// What a launch does instead of running, while [`Device::plans`] or [`Device::prepare`]
+/// runs on this thread.
+enum Capture {
+    /// Planned: its report kept.
+    Plans(Vec<compiler::Report>),
+    /// Compiled (and loaded on a GPU), for a launch to come.
+    Prepare,
+}
+
+/// [`Capture`] without its contents.
+#[derive(Clone, Copy)]
+enum CaptureKind {
+    Plans,
+    Prepare,
+}
+
 thread_local! {
-    /// While [`Device::plans`] runs on this thread: the device whose launches are planned
-    /// instead of run, and their reports.
-    static CAPTURE: std::cell::RefCell<Option<(u64, Vec<compiler::Report>)>> =
+    /// The device whose launches are captured on this thread, and how.
+    static CAPTURE: std::cell::RefCell<Option<(u64, Capture)>> =
         const { std::cell::RefCell::new(None) };
 }
 
@@ -547,14 +562,18 @@ impl Device {
         let kernel = self.specialize(&launch)?;
         let trace_ms = start.elapsed().as_secs_f64() * 1e3;
         check_devices(&kernel, &launch, self)?;
-        if self.capturing() {
-            let report = self.plan_specialized(&kernel, &launch)?;
-            CAPTURE.with(|c| {
-                if let Some((_, reports)) = c.borrow_mut().as_mut() {
-                    reports.push(report);
-                }
-            });
-            return Ok(());
+        match self.capturing() {
+            Some(CaptureKind::Plans) => {
+                let report = self.plan_specialized(&kernel, &launch)?;
+                CAPTURE.with(|c| {
+                    if let Some((_, Capture::Plans(reports))) = c.borrow_mut().as_mut() {
+                        reports.push(report);
+                    }
+                });
+                return Ok(());
+            }
+            Some(CaptureKind::Prepare) => return self.prepare_specialized(&kernel, &launch),
+            None => {}
         }
         if let Some(recorded) = &self.inner.recorded {
             let r = RecordedLaunch {
@@ -636,15 +655,58 @@ impl Device {
     /// none of them run: what a host call compiles, without a GPU's time (allocations and
     /// copies `work` makes still happen).
     pub fn plans(&self, work: impl FnOnce() -> Result<()>) -> Result<Vec<compiler::Report>> {
-        let outer = CAPTURE.with(|c| c.borrow_mut().replace((self.id(), Vec::new())));
-        let result = work();
-        let captured = CAPTURE.with(|c| std::mem::replace(&mut *c.borrow_mut(), outer));
+        let (result, captured) = self.capture(Capture::Plans(Vec::new()), work);
         result?;
-        Ok(captured.map(|(_, reports)| reports).unwrap_or_default())
+        match captured {
+            Some((_, Capture::Plans(reports))) => Ok(reports),
+            _ => Ok(Vec::new()),
+        }
     }
 
-    fn capturing(&self) -> bool {
-        CAPTURE.with(|c| c.borrow().as_ref().is_some_and(|(id, _)| *id == self.id()))
+    /// Compiles every launch `work` makes on this device (from this thread), none of them
+    /// run: on a GPU each specialization is compiled and loaded, so the same launch later
+    /// starts at once; on a recording device it is compiled; on the interpreter nothing
+    /// happens. Allocations and copies `work` makes still happen. The autotuner prepares its
+    /// candidates so on several threads before it times them one by one
+    /// ([`crate::autotune::Tuning::prepare_with`]).
+    pub fn prepare(&self, work: impl FnOnce() -> Result<()>) -> Result<()> {
+        self.capture(Capture::Prepare, work).0
+    }
+
+    /// Runs `work` with this device's launches captured as `how` on this thread; the result
+    /// and what was captured. An enclosing capture (of any device) is restored afterwards.
+    fn capture(
+        &self,
+        how: Capture,
+        work: impl FnOnce() -> Result<()>,
+    ) -> (Result<()>, Option<(u64, Capture)>) {
+        let outer = CAPTURE.with(|c| c.borrow_mut().replace((self.id(), how)));
+        let result = work();
+        let captured = CAPTURE.with(|c| std::mem::replace(&mut *c.borrow_mut(), outer));
+        (result, captured)
+    }
+
+    fn capturing(&self) -> Option<CaptureKind> {
+        CAPTURE.with(|c| match c.borrow().as_ref() {
+            Some((id, Capture::Plans(_))) if *id == self.id() => Some(CaptureKind::Plans),
+            Some((id, Capture::Prepare)) if *id == self.id() => Some(CaptureKind::Prepare),
+            _ => None,
+        })
+    }
+
+    /// [`Device::prepare`]'s work for one launch.
+    fn prepare_specialized(&self, kernel: &Kernel, launch: &Launch<'_>) -> Result<()> {
+        match (&self.inner.gpu, &self.inner.recorded) {
+            (Some(gpu), _) => {
+                let key = format!("{}|{}", launch.name, launch.key);
+                gpu.kernel(&key, kernel, &launch.args, launch.config)?;
+            }
+            (None, Some(_)) => {
+                self.plan_specialized(kernel, launch)?;
+            }
+            (None, None) => {}
+        }
+        Ok(())
     }
 
     /// The GPU target this device's kernels are compiled for: the GPU's, or sm_90a for a
@@ -657,7 +719,15 @@ impl Device {
         }
     }
 
+    /// The report of a specialization's compilation; on a GPU the compiled PTX is kept, so
+    /// that the launch that follows (a tuner's candidate planned, then timed) loads it
+    /// without compiling again.
     fn plan_specialized(&self, kernel: &Kernel, launch: &Launch<'_>) -> Result<compiler::Report> {
+        if let Some(gpu) = &self.inner.gpu {
+            let key = format!("{}|{}", launch.name, launch.key);
+            let compiled = gpu.compile(&key, kernel, &launch.args, launch.config)?;
+            return Ok(compiled.report.clone());
+        }
         let target = self.target().unwrap_or(compiler::DEFAULT_TARGET);
         let compiled = compiler::compile_launch(kernel, &launch.args, launch.config, &target)?;
         Ok(compiled.report)

@@ -937,7 +937,13 @@ fn resolve_then<T: Element, R>(
                 &ir,
                 key.clone(),
                 candidates.iter().map(|c| c.to_tuner()).collect(),
-            ))
+            )
+            .prepare_with(move |c| {
+                let opts = options.with_tuned(c)?;
+                tuned::prepare(dev, wgmma(&opts), || {
+                    launch(q, k, v, o, d_o, lse, dq, dk, dv, &opts, dims)
+                })
+            }))
         },
         |c| {
             let opts = options.with_tuned(c)?;

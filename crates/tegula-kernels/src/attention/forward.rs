@@ -340,7 +340,14 @@ fn resolve_then<T: Element, R>(
                 &ir.to_string(),
                 key.clone(),
                 candidates.iter().map(|c| c.to_tuner()).collect(),
-            ))
+            )
+            .prepare_with(move |c| {
+                let o = options.with_tuned(c)?;
+                let run = || launch(q, k, v, out, lse, &o, dims);
+                let reports = tuned::plan_or_prune(dev, wgmma(&o), run)?;
+                super::tuning::forward_plan_fits(&o, dims, &reports)?;
+                dev.prepare(run)
+            }))
         },
         |c| {
             let o = options.with_tuned(c)?;
