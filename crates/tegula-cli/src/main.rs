@@ -8,6 +8,7 @@ mod launch_cost;
 mod registry;
 
 use clap::{Parser, Subcommand};
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
 use tegula::Device;
@@ -106,6 +107,53 @@ enum Command {
     /// Time registry entries on the GPU beside the device's ceilings (see BENCHMARKS.md); a
     /// tutorial's also as `TEGULA <tutorial> <shape> <ms>` lines.
     Bench(bench::BenchArgs),
+    /// Ship tuned configs: export the autotune cache (`$TEGULA_CACHE_DIR/autotune.json`) to a
+    /// file, or import such a file into it (its entries win over the cache's of the same key).
+    Tune(TuneArgs),
+}
+
+#[derive(clap::Args)]
+#[group(required = true, multiple = false)]
+struct TuneArgs {
+    /// Write every entry of the autotune cache to FILE.
+    #[arg(long, value_name = "FILE")]
+    export: Option<PathBuf>,
+    /// Merge the entries of FILE (written by `--export`) into the autotune cache.
+    #[arg(long, value_name = "FILE")]
+    import: Option<PathBuf>,
+}
+
+/// `tegula tune`: export or import the global tuner's cache.
+fn tune(args: TuneArgs) -> tegula::Result<bool> {
+    let tuner = tegula::Autotuner::global();
+    match (args.export, args.import) {
+        (Some(file), _) => {
+            let n = tuner.export(&file)?;
+            let entries = if n == 1 { "entry" } else { "entries" };
+            println!("exported {n} {entries} to {}", file.display());
+        }
+        (None, Some(file)) => {
+            if tuner.cache_path().is_none() {
+                // The entries would last only as long as this command.
+                return Err(tegula::Error::Invalid {
+                    op: "tegula tune --import".into(),
+                    message: "the autotune cache is off (TEGULA_CACHE_DIR=off): nothing to \
+                              import into"
+                        .into(),
+                });
+            }
+            let report = tuner.import(&file)?;
+            println!("imported {}: {report}", file.display());
+        }
+        // clap asks for exactly one of the two.
+        (None, None) => {
+            return Err(tegula::Error::Invalid {
+                op: "tegula tune".into(),
+                message: "give --export FILE or --import FILE".into(),
+            })
+        }
+    }
+    Ok(true)
 }
 
 /// The library's GEMV on the default device (A f16 row-major, x f16, y f32), checked against a
@@ -190,6 +238,7 @@ fn main() -> ExitCode {
         Command::Check { filter } => entries::check_all(filter.as_deref()),
         Command::LaunchCost { filter } => launch_cost::run(filter.as_deref()),
         Command::Bench(args) => bench::run(args),
+        Command::Tune(args) => tune(args),
         Command::List => {
             entries::list();
             Ok(true)

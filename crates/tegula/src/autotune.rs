@@ -32,6 +32,16 @@
 //! compile or launch is dropped with a note and the choice is made again (retuned in `full`
 //! mode). Writers of one file take a lock file beside it (`autotune.json.lock`), so concurrent
 //! tuners (processes or threads) merge their entries instead of losing them.
+//!
+//! Tuned configs can be shipped: [`Autotuner::export`] writes the cache file's entries to a
+//! file of the same format, and [`Autotuner::import`] (or [`Autotuner::import_json`], for a
+//! file embedded with `include_str!`) merges such a file into this tuner's cache file and its
+//! memory, imported entries winning, so another machine (CI, a fleet) answers from the cache
+//! without timing. An imported entry is used only where its whole key matches: another GPU,
+//! driver, compiler, kernel source or candidate list never selects it. A file that does not
+//! parse, has another version, or holds an entry whose key is not the one its fields give (a
+//! hand-edited file) is refused whole with a [`CacheError`], and the cache is left as it was.
+//! `tegula tune --export FILE` and `tegula tune --import FILE` do the same from the command line.
 
 use crate::device::{Backend, Device};
 use crate::error::{Error, Result};
@@ -296,7 +306,7 @@ pub struct Tuned {
 }
 
 /// One stored winner.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 struct Entry {
     kernel: String,
     source_hash: String,
@@ -703,6 +713,7 @@ pub fn may_blame_config(e: &Error) -> bool {
         | Error::Device { .. }
         | Error::Aliasing { .. }
         | Error::Dlpack(_)
+        | Error::Cache(_)
         | Error::TooLarge { .. }
         | Error::OutOfMemory { .. } => false,
     }
@@ -772,10 +783,15 @@ impl Drop for FileLock {
 }
 
 fn write_atomically(path: &Path, file: &CacheFile) -> std::io::Result<()> {
+    let text = serde_json::to_string_pretty(file).map_err(std::io::Error::other)?;
+    write_text_atomically(path, &text)
+}
+
+/// Writes `text` to a temporary file beside `path` and renames it over `path`.
+fn write_text_atomically(path: &Path, text: &str) -> std::io::Result<()> {
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir)?;
     }
-    let text = serde_json::to_string_pretty(file).map_err(std::io::Error::other)?;
     // Unique per process and per write, so that writers never share a temporary file.
     static WRITES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let n = WRITES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -787,6 +803,243 @@ fn write_atomically(path: &Path, file: &CacheFile) -> std::io::Result<()> {
     std::fs::rename(&tmp, path).inspect_err(|_| {
         let _ = std::fs::remove_file(&tmp);
     })
+}
+
+/// Why a cache file could not be exported or imported ([`Autotuner::export`],
+/// [`Autotuner::import`]). `file` names the file (or `the imported JSON` for
+/// [`Autotuner::import_json`]).
+#[derive(Debug, thiserror::Error)]
+pub enum CacheError {
+    /// The tuner keeps its cache in memory only (`TEGULA_CACHE_DIR=off`): nothing to export.
+    #[error(
+        "this autotuner keeps no cache file (TEGULA_CACHE_DIR=off), so it has nothing to export"
+    )]
+    NoCacheFile,
+    /// The file to import, or the cache file to export, cannot be read.
+    #[error("cannot read {}: {source}", path.display())]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    /// The export's file, or the cache file that an import merges into, cannot be written.
+    #[error("cannot write {}: {source}", path.display())]
+    Write {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    /// Not JSON, or not the shape of a cache file.
+    #[error("{file} is not an autotune cache file: {message}")]
+    Parse { file: String, message: String },
+    /// A cache file of another format version.
+    #[error(
+        "{file} is an autotune cache file of version {found}; this tegula reads version {expected}"
+    )]
+    Version {
+        file: String,
+        found: u64,
+        expected: u32,
+    },
+    /// An entry whose map key is not the key its own fields give (a hand-edited file), or
+    /// whose milliseconds are not a time.
+    #[error("{file}: entry `{key}`: {message}")]
+    Entry {
+        file: String,
+        key: String,
+        message: String,
+    },
+}
+
+/// What [`Autotuner::import`] did with the file's entries, against the tuner's cache file (its
+/// memory when it has none).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ImportReport {
+    /// Entries whose key the cache did not hold.
+    pub added: usize,
+    /// Entries whose key the cache held with another config, time or tuning date.
+    pub replaced: usize,
+    /// Entries the cache held as they are.
+    pub unchanged: usize,
+}
+
+impl fmt::Display for ImportReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} added, {} replaced, {} unchanged",
+            self.added, self.replaced, self.unchanged
+        )
+    }
+}
+
+impl Entry {
+    /// The key of this entry's fields: the same text as [`Tuning`]'s key for the request and
+    /// target it was tuned for.
+    fn cache_key(&self) -> String {
+        format!(
+            "{}|{}|{}|{}|{}|{}|{}",
+            self.kernel,
+            self.source_hash,
+            self.compiler,
+            self.candidates_hash,
+            self.key,
+            self.device,
+            self.driver_version
+        )
+    }
+}
+
+/// Parses a cache file's text (`file` names it in errors): JSON, an object whose `version` is
+/// [`CACHE_VERSION`], of the cache file's shape, each entry under the key its fields give and
+/// with a valid time.
+fn parse_cache(text: &str, file: &str) -> std::result::Result<CacheFile, CacheError> {
+    let parse = |message: String| CacheError::Parse {
+        file: file.to_string(),
+        message,
+    };
+    let value: serde_json::Value = serde_json::from_str(text).map_err(|e| parse(e.to_string()))?;
+    let version = value
+        .as_object()
+        .ok_or_else(|| parse("expected a JSON object".into()))?
+        .get("version")
+        .ok_or_else(|| parse("it has no `version`".into()))?;
+    let version = version
+        .as_u64()
+        .ok_or_else(|| parse(format!("its `version` is {version}, not a number")))?;
+    if version != u64::from(CACHE_VERSION) {
+        return Err(CacheError::Version {
+            file: file.to_string(),
+            found: version,
+            expected: CACHE_VERSION,
+        });
+    }
+    // From the text again, for errors with a line and column.
+    let parsed: CacheFile = serde_json::from_str(text).map_err(|e| parse(e.to_string()))?;
+    for (key, entry) in &parsed.entries {
+        let bad = |message: String| CacheError::Entry {
+            file: file.to_string(),
+            key: key.clone(),
+            message,
+        };
+        let want = entry.cache_key();
+        if *key != want {
+            return Err(bad(format!(
+                "its fields give the key `{want}` (the key and the fields must agree)"
+            )));
+        }
+        if !valid_ms(entry.ms) {
+            return Err(bad(format!("`ms` is {}, not a time", entry.ms)));
+        }
+    }
+    Ok(parsed)
+}
+
+/// A cache file's text (serializing it cannot fail: its maps have string keys).
+fn to_json(file: &CacheFile) -> Result<String> {
+    serde_json::to_string_pretty(file).map_err(|e| Error::Invalid {
+        op: "autotune export".into(),
+        message: e.to_string(),
+    })
+}
+
+/// Exporting and importing the cache: tune on one machine, ship the file.
+impl Autotuner {
+    /// Writes every entry of this tuner's cache file to `path` (atomically: a temporary file
+    /// beside it, renamed), in the cache file's own format; returns how many. A missing cache
+    /// file exports none. Errors: the tuner has no cache file ([`CacheError::NoCacheFile`]),
+    /// the cache file cannot be read or does not parse (it would not import), or `path` cannot
+    /// be written.
+    pub fn export(&self, path: &Path) -> Result<usize> {
+        let file = self.file_to_export()?;
+        let text = to_json(&file)?;
+        write_text_atomically(path, &text).map_err(|source| CacheError::Write {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Ok(file.entries.len())
+    }
+
+    /// [`Autotuner::export`]'s text: every entry of this tuner's cache file as JSON.
+    pub fn export_json(&self) -> Result<String> {
+        to_json(&self.file_to_export()?)
+    }
+
+    /// Merges the cache file at `path` (as [`Autotuner::export`] writes it) into this tuner's
+    /// cache file, under its lock, and into its memory, so that this process and later ones
+    /// answer from it. Imported entries replace the cache's entries of the same key. With no
+    /// cache file (`TEGULA_CACHE_DIR=off`), the entries go to memory only. A file that cannot
+    /// be read, does not parse, has another version, or holds an entry whose key is not the
+    /// one its fields give (a hand-edited file: it is refused, not re-keyed) is an error that
+    /// names the file and the fault, and the cache is left untouched.
+    pub fn import(&self, path: &Path) -> Result<ImportReport> {
+        let text = std::fs::read_to_string(path).map_err(|source| CacheError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        self.import_text(&text, &path.display().to_string())
+    }
+
+    /// [`Autotuner::import`] of a cache file's text, e.g. one a crate embeds with
+    /// `include_str!("tuned.json")`; errors call it `the imported JSON`.
+    pub fn import_json(&self, text: &str) -> Result<ImportReport> {
+        self.import_text(text, "the imported JSON")
+    }
+
+    fn import_text(&self, text: &str, file: &str) -> Result<ImportReport> {
+        let incoming = parse_cache(text, file)?;
+        let mut report = ImportReport::default();
+        let Some(path) = &self.path else {
+            let mut memo = lock(&self.memo);
+            for (key, e) in incoming.entries {
+                let value = (e.config, e.ms);
+                match memo.get(&key) {
+                    None => report.added += 1,
+                    Some(old) if *old == value => report.unchanged += 1,
+                    Some(_) => report.replaced += 1,
+                }
+                memo.insert(key, value);
+            }
+            return Ok(report);
+        };
+        let _guard = FileLock::acquire(path);
+        // As a store does: a cache file that does not parse is noted and replaced.
+        let mut cache = self.read_file().unwrap_or_default();
+        cache.version = CACHE_VERSION;
+        for (key, e) in &incoming.entries {
+            match cache.entries.get(key) {
+                None => report.added += 1,
+                Some(old) if old == e => report.unchanged += 1,
+                Some(_) => report.replaced += 1,
+            }
+        }
+        if report.added + report.replaced > 0 {
+            cache.entries.extend(incoming.entries.clone());
+            write_atomically(path, &cache).map_err(|source| CacheError::Write {
+                path: path.clone(),
+                source,
+            })?;
+        }
+        let mut memo = lock(&self.memo);
+        for (key, e) in incoming.entries {
+            memo.insert(key, (e.config, e.ms));
+        }
+        Ok(report)
+    }
+
+    /// The cache file, strictly: missing is empty, anything unreadable is an error.
+    fn file_to_export(&self) -> std::result::Result<CacheFile, CacheError> {
+        let path = self.path.as_ref().ok_or(CacheError::NoCacheFile)?;
+        match std::fs::read_to_string(path) {
+            Ok(text) => parse_cache(&text, &path.display().to_string()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(CacheFile {
+                version: CACHE_VERSION,
+                entries: BTreeMap::new(),
+            }),
+            Err(source) => Err(CacheError::Read {
+                path: path.clone(),
+                source,
+            }),
+        }
+    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {

@@ -83,6 +83,12 @@ pub enum Error {
     #[error(transparent)]
     Dlpack(#[from] crate::dlpack::DlpackError),
 
+    /// An autotune cache file could not be exported or imported: it does not parse, has
+    /// another version or an inconsistent entry, cannot be read or written, or the tuner has
+    /// no cache file to export (names the file and what is wrong).
+    #[error(transparent)]
+    Cache(#[from] crate::autotune::CacheError),
+
     /// Anything else the caller passed that cannot work, said in words.
     #[error("{op}: {message}")]
     Invalid { op: String, message: String },
