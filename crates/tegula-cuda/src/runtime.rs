@@ -10,7 +10,7 @@ use crate::CudaError;
 use cudarc::driver::{result, sys, CudaContext, CudaEvent, CudaStream, DriverError};
 use std::collections::HashMap;
 use std::panic::catch_unwind;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 /// Dynamic shared memory a kernel may use without opting in.
@@ -218,7 +218,7 @@ pub(crate) struct Inner {
     /// The most recent launch since the last successful synchronisation, for naming async faults.
     last_launch: Mutex<Option<Arc<str>>>,
     launches_since_sync: AtomicU64,
-    launch_blocking: bool,
+    launch_blocking: AtomicBool,
 }
 
 impl CudaRuntime {
@@ -256,7 +256,9 @@ impl CudaRuntime {
                 disk: Mutex::new(DiskCache::from_env().map(Arc::new)),
                 last_launch: Mutex::new(None),
                 launches_since_sync: AtomicU64::new(0),
-                launch_blocking: std::env::var("TEGULA_LAUNCH_BLOCKING").is_ok_and(|v| v == "1"),
+                launch_blocking: AtomicBool::new(
+                    std::env::var("TEGULA_LAUNCH_BLOCKING").is_ok_and(|v| v == "1"),
+                ),
             }),
         })
     }
@@ -265,6 +267,12 @@ impl CudaRuntime {
     /// The default comes from `$TEGULA_CACHE_DIR` (see `DiskCache::from_env`).
     pub fn set_disk_cache(&self, disk: Option<DiskCache>) {
         *self.inner.disk.lock().unwrap_or_else(|p| p.into_inner()) = disk.map(Arc::new);
+    }
+
+    /// Makes every launch wait for its kernel, so that a fault is reported by the launch that
+    /// made it (the default comes from `TEGULA_LAUNCH_BLOCKING=1`).
+    pub fn set_launch_blocking(&self, on: bool) {
+        self.inner.launch_blocking.store(on, Ordering::Relaxed);
     }
 
     fn disk_cache(&self) -> Option<Arc<DiskCache>> {
@@ -516,7 +524,7 @@ impl CudaRuntime {
         self.inner
             .launches_since_sync
             .fetch_add(1, Ordering::Relaxed);
-        if self.inner.launch_blocking {
+        if self.inner.launch_blocking.load(Ordering::Relaxed) {
             self.synchronize()?;
         }
         Ok(())

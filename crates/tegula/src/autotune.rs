@@ -129,18 +129,10 @@ impl Mode {
         }
     }
 
-    /// `TEGULA_AUTOTUNE`; an unknown value is reported once and read as `full`.
+    /// `TEGULA_AUTOTUNE` ([`crate::env::Settings::autotune`]); an unknown value is reported
+    /// once and read as `full`.
     pub fn from_env() -> Mode {
-        let text = std::env::var("TEGULA_AUTOTUNE").unwrap_or_default();
-        Mode::parse(&text).unwrap_or_else(|| {
-            static SAID: std::sync::Once = std::sync::Once::new();
-            SAID.call_once(|| {
-                eprintln!(
-                    "tegula: TEGULA_AUTOTUNE={text}: expected off, cached or full; using full"
-                )
-            });
-            Mode::Full
-        })
+        crate::env::Settings::global().autotune
     }
 }
 
@@ -361,7 +353,14 @@ impl Autotuner {
     /// The tuner that `TEGULA_AUTOTUNE` and `TEGULA_CACHE_DIR` describe, with a progress bar
     /// when stderr is a terminal and `CI` is unset.
     pub fn from_env() -> Autotuner {
-        let mut tuner = Autotuner::new(default_cache_path(), Mode::from_env());
+        Autotuner::from_settings(crate::env::Settings::global())
+    }
+
+    /// The tuner that `settings` describe (cache file and mode), with a progress bar when
+    /// stderr is a terminal and `CI` is unset.
+    pub fn from_settings(settings: &crate::env::Settings) -> Autotuner {
+        let path = settings.cache_dir.as_ref().map(|d| d.autotune_file.clone());
+        let mut tuner = Autotuner::new(path, settings.autotune);
         tuner.progress = std::io::stderr().is_terminal() && std::env::var_os("CI").is_none();
         tuner
     }
@@ -654,10 +653,7 @@ impl Autotuner {
 /// Threads that prepare candidates at once: `TEGULA_TUNE_THREADS` when it is a positive
 /// number, else the machine's available parallelism; never more than `candidates`.
 pub fn tune_threads(candidates: usize) -> usize {
-    let asked = std::env::var("TEGULA_TUNE_THREADS")
-        .ok()
-        .and_then(|v| v.trim().parse::<usize>().ok())
-        .filter(|&n| n > 0);
+    let asked = crate::env::Settings::global().tune_threads;
     let n = asked.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
     n.min(candidates).max(1)
 }
@@ -687,11 +683,8 @@ fn prepare_all(prepare: &Prepare<'_>, candidates: &[Config], threads: usize) {
 /// `$TEGULA_CACHE_DIR/autotune.json` (`off`, `0` or empty: none), else the user cache dir's
 /// `tegula/autotune.json`.
 pub fn default_cache_path() -> Option<PathBuf> {
-    match std::env::var_os("TEGULA_CACHE_DIR") {
-        Some(v) if v.is_empty() || v == "off" || v == "0" => None,
-        Some(v) => Some(PathBuf::from(v).join("autotune.json")),
-        None => dirs::cache_dir().map(|d| d.join("tegula").join("autotune.json")),
-    }
+    let dir = crate::env::Settings::global().cache_dir.as_ref()?;
+    Some(dir.autotune_file.clone())
 }
 
 /// Whether a config could be the cause of `e`: a trace, lowering, interpreter, argument or

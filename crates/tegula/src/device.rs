@@ -286,8 +286,8 @@ impl Device {
 
     /// `recording_sms`: record launches (for a GPU of that many SMs) instead of running them.
     fn with_backend(backend: Backend, gpu: Option<Gpu>, recording_sms: Option<usize>) -> Device {
-        let check = crate::env::bool_var("TEGULA_CHECK_RACES", false);
-        let poison = crate::env::bool_var("TEGULA_POISON_EMPTY", false);
+        let settings = crate::env::Settings::global();
+        let (check, poison) = (settings.check_races, settings.poison_empty);
         let id = NEXT_DEVICE_ID.fetch_add(1, Ordering::Relaxed);
         let name = match (backend, &gpu, recording_sms) {
             (Backend::Cuda(ordinal), gpu, _) => format!(
@@ -325,20 +325,13 @@ impl Device {
     /// `TEGULA_DEVICE=cpu|cuda|cuda:N` chooses.
     #[allow(clippy::should_implement_trait)] // returns a Result, unlike `Default::default`
     pub fn default() -> Result<Device> {
-        let choice = std::env::var("TEGULA_DEVICE").unwrap_or_default();
-        let dev = match choice.as_str() {
-            "cpu" => Device::cpu(),
-            "cuda" => Device::cuda(0)?,
-            c if c.starts_with("cuda:") => {
-                let ordinal = c[5..].parse().map_err(|_| Error::Invalid {
-                    op: "Device::default".into(),
-                    message: format!("TEGULA_DEVICE={c}: expected cpu, cuda or cuda:N"),
-                })?;
-                Device::cuda(ordinal)?
-            }
-            "" if tegula_cuda::CudaRuntime::is_available() => Device::cuda(0)?,
-            "" => Device::cpu(),
-            other => {
+        use crate::env::DeviceChoice;
+        let dev = match &crate::env::Settings::global().device {
+            DeviceChoice::Cpu => Device::cpu(),
+            DeviceChoice::Cuda(ordinal) => Device::cuda(*ordinal)?,
+            DeviceChoice::Auto if tegula_cuda::CudaRuntime::is_available() => Device::cuda(0)?,
+            DeviceChoice::Auto => Device::cpu(),
+            DeviceChoice::Invalid(other) => {
                 return Err(Error::Invalid {
                     op: "Device::default".into(),
                     message: format!("TEGULA_DEVICE={other}: expected cpu, cuda or cuda:N"),

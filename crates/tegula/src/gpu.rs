@@ -48,6 +48,10 @@ impl Gpu {
 
     /// A GPU backend over an existing runtime (one on a lent stream, for example).
     pub fn with_runtime(runtime: CudaRuntime) -> Gpu {
+        let settings = crate::env::Settings::global();
+        let cubins = settings.cache_dir.as_ref().map(|d| d.cubin_dir.clone());
+        runtime.set_disk_cache(cubins.map(tegula_cuda::DiskCache::new));
+        runtime.set_launch_blocking(settings.launch_blocking);
         let sm = runtime.device_info().sm();
         // sm_90a unlocks Hopper's instructions; anything newer runs sm_90 code as well.
         let target = Target::for_compute_capability(sm / 10, sm % 10);

@@ -449,25 +449,27 @@ fn measure_times_a_batch_only_when_asked() {
 }
 
 #[test]
-fn the_environment_chooses_mode_and_cache_file() {
-    // The only test in this binary that touches these variables.
+fn the_settings_choose_mode_and_cache_file() {
+    use tegula::env::Settings;
     let dir = tempfile::tempdir().unwrap();
-    std::env::set_var("TEGULA_CACHE_DIR", dir.path());
-    std::env::set_var("TEGULA_AUTOTUNE", "cached");
-    let tuner = Autotuner::from_env();
+    let path = dir.path().to_str().unwrap().to_string();
+    let of = |cache: &str, mode: &str| {
+        let (cache, mode) = (cache.to_string(), mode.to_string());
+        Autotuner::from_settings(&Settings::from_lookup(move |name| match name {
+            "TEGULA_CACHE_DIR" => Some(cache.clone()),
+            "TEGULA_AUTOTUNE" => Some(mode.clone()),
+            _ => None,
+        }))
+    };
+    let tuner = of(&path, "cached");
     assert_eq!(tuner.mode(), Mode::Cached);
     assert_eq!(
         tuner.cache_path(),
         Some(dir.path().join("autotune.json").as_path())
     );
-    std::env::set_var("TEGULA_CACHE_DIR", "off");
-    std::env::set_var("TEGULA_AUTOTUNE", "off");
-    let tuner = Autotuner::from_env();
+    let tuner = of("off", "off");
     assert_eq!((tuner.mode(), tuner.cache_path()), (Mode::Off, None));
-    std::env::set_var("TEGULA_AUTOTUNE", "bogus");
-    assert_eq!(Autotuner::from_env().mode(), Mode::Full);
-    std::env::remove_var("TEGULA_CACHE_DIR");
-    std::env::remove_var("TEGULA_AUTOTUNE");
+    assert_eq!(of("off", "bogus").mode(), Mode::Full);
 }
 
 /// The sweep's quick timings can misrank configs: the candidates within 5% of the best are
