@@ -4,7 +4,7 @@
 //! config of its key (the shape bucket that selects a config). The first call per key and
 //! device in a process builds the [`Tuning`] (tracing the reference config, whose printed Tile
 //! IR is the source hash) and asks [`Autotuner::global`]: the cached winner, the default, or a
-//! fresh timing of every candidate (compiled first on several threads: [`prepare`]). Later calls find the answer in this module's memo, so a
+//! fresh timing of every candidate (compiled first on several threads: `prepare`). Later calls find the answer in this module's memo, so a
 //! wrapper called in a loop neither traces nor touches the cache file again. A config that
 //! fails to launch (a corrupt or stale cache entry) is dropped and chosen again.
 //!
