@@ -207,7 +207,8 @@ def markdown(records, meta, ceilings):
         "FlashAttention with 16 x 16 blocks) and `torch` (a device-to-device copy).",
         "",
         "Triton's own tutorials against tegula's ports of them (`scripts/tutorials_gpu.sh`, one "
-        "call): [benchmarks/tutorials.md](benchmarks/tutorials.md).",
+        "call): [benchmarks/tutorials.md](benchmarks/tutorials.md). What tuning costs a first call "
+        "at a new shape: [benchmarks/first-call.md](benchmarks/first-call.md).",
         "",
     ]
     if ceilings:
