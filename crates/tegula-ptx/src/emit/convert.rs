@@ -170,7 +170,7 @@ impl Lower<'_> {
         // j is the one whose offset is `to_offset(j) + (to_base(t) - from_base(t))`: the
         // registers picked depend on the thread only through that difference, and each distinct
         // difference is checked once.
-        let threads = 32 * self.num_warps;
+        let threads = 32 * self.num_warps();
         let from_offsets = from.register_offsets(shape);
         if from_offsets.len() != src.len() {
             return None;
@@ -218,7 +218,7 @@ impl Lower<'_> {
         let class = src.first().map(|r| r.class).unwrap_or(RegClass::B32);
         let shape = ty.shape;
         let bytes = shape.numel() as u32 * class.bytes();
-        if bytes > self.max_shared {
+        if bytes > self.max_shared() {
             return Err(self.unsupported(format!(
                 "a layout conversion of {ty} ({bytes} bytes of shared memory)"
             )));

@@ -23,7 +23,7 @@ impl Lower<'_> {
             Some(p) => crate::mma_layout::accumulator(p.wm, p.wn),
             None => {
                 let shape = self.k.ty(self.k.insts[inst].results[0]).shape;
-                Layout::blocked(&shape, 4, self.num_warps)
+                Layout::blocked(&shape, 4, self.num_warps())
             }
         }
     }
@@ -44,10 +44,10 @@ impl Lower<'_> {
         let es = class_of(Elem::Scalar(dt)).bytes() as usize;
         let a_bytes = (m * kk * es).div_ceil(16) * 16;
         let total = a_bytes + kk * n * es;
-        if total > self.max_shared as usize {
+        if total > self.max_shared() as usize {
             return Err(self.unsupported(format!(
                 "dot of {aty} and {bty} through FMA ({total} bytes of shared memory; at most {})",
-                self.max_shared
+                self.max_shared()
             )));
         }
         let ld = self.dot_layout(inst);

@@ -727,7 +727,7 @@ impl Lower<'_> {
             (AtomicOp::Add, F32) => "add.f32".into(),
             (AtomicOp::Add, F64) => "add.f64".into(),
             (AtomicOp::Add, F16) => "add.noftz.f16".into(),
-            (AtomicOp::Add, BF16) if self.sm >= 90 => "add.noftz.bf16".into(),
+            (AtomicOp::Add, BF16) if self.sm() >= 90 => "add.noftz.bf16".into(),
             (AtomicOp::Add, I32 | U32) => "add.u32".into(),
             (AtomicOp::Add, I64 | U64) => "add.u64".into(),
             (AtomicOp::Max | AtomicOp::Min, I32 | U32 | I64 | U64) => {

@@ -389,7 +389,7 @@ impl Lower<'_> {
         }
         if !staged.is_empty() {
             // Stage together when they fit, else one at a time from offset 0.
-            let together = offset <= self.max_shared;
+            let together = offset <= self.max_shared();
             let groups: Vec<Vec<usize>> = if together {
                 vec![(0..staged.len()).collect()]
             } else {
@@ -403,10 +403,10 @@ impl Lower<'_> {
                     }
                     end = end.max(staged[s].5.offset + staged[s].5.bytes());
                 }
-                if end > self.max_shared {
+                if end > self.max_shared() {
                     return Err(self.unsupported(format!(
                         "a tensor-core dot operand of {end} bytes of shared memory (at most {})",
-                        self.max_shared
+                        self.max_shared()
                     )));
                 }
                 let smem = self.smem(end);
@@ -629,7 +629,7 @@ impl Lower<'_> {
         if let Some(&r) = self.mma.read_addr.get(&key) {
             return r;
         }
-        let (lane, warp) = (self.lane, self.warp);
+        let (lane, warp) = (self.thread.lane, self.thread.warp);
         let sw = st.swizzle();
         let (wm, wn) = (plan.wm, plan.wn);
         let ce = 16 / st.kind.elem_bytes();
@@ -902,7 +902,7 @@ impl Lower<'_> {
                 vec![base.into(), Arg::Imm(bytes as i64)],
             )
         });
-        self.smem_shift.push((rest, shift + bytes));
+        self.shared.smem_shift.push((rest, shift + bytes));
         let so = SharedOperand {
             base,
             stage: r.stage,

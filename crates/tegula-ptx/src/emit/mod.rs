@@ -85,6 +85,8 @@ impl Scope {
 /// conversion never costs a kernel more occupancy than 48 KB of shared memory would.
 pub const CONVERT_SCRATCH: u32 = 48 * 1024;
 
+/// The emitter: the kernel, its plan, the PTX being built, and what emission has produced so
+/// far (registers of values, addresses, scratch), grouped by what each serves.
 pub(crate) struct Lower<'k> {
     pub k: &'k Kernel,
     /// The kernel's analyses, target and options.
@@ -92,11 +94,35 @@ pub(crate) struct Lower<'k> {
     /// What the planning passes decided; read only.
     pub plan: &'k Plan,
     pub b: Builder,
-    pub num_warps: u32,
-    pub sm: u32,
-    /// Shared memory one block may use on this target (the opt-in limit; the launch asks for
-    /// it as dynamic shared memory).
-    pub max_shared: u32,
+    /// The instruction being lowered, for error locations.
+    pub loc: Loc,
+    /// The thread's index, lane and warp (computed in the prologue).
+    pub thread: ThreadIds,
+    /// The registers of the values lowered so far, by scope.
+    vals: ValueCache,
+    /// Address registers shared by the accesses of one layout.
+    addr: AddressCache,
+    /// Shared memory: its base register, the bytes used, the pipeline's reservation.
+    pub shared: SharedScratch,
+    /// Tensor-core lowering state (`mma.rs`).
+    mma: mma::MmaState,
+    pipe: pipeline::PipeState,
+    /// The 16-bit registers `unpack` split out of a 32-bit word: the word, and whether the
+    /// register is its high half (`widen` reads a bf16 straight from the word).
+    packed_halves: HashMap<Reg, (Reg, bool)>,
+}
+
+/// `%tid.x` and the lane and warp it splits into.
+pub(crate) struct ThreadIds {
+    pub tid: Reg,
+    pub lane: Reg,
+    pub warp: Reg,
+}
+
+/// The registers of lowered values: anchored values' layouts, loop invariants, and the
+/// scopes of the regions being emitted.
+#[derive(Default)]
+struct ValueCache {
     /// The layouts of the anchored values defined so far (the layout their registers are in).
     anchors: HashMap<Value, Layout>,
     invariant: HashMap<Value, bool>,
@@ -112,31 +138,31 @@ pub(crate) struct Lower<'k> {
     /// While a value is emitted at a hoist point: the scope it belongs to (lookups see only
     /// it and the scopes enclosing it). `None`: the innermost scope.
     hoisting_into: Option<usize>,
-    pub tid: Reg,
-    pub lane: Reg,
-    pub warp: Reg,
+}
+
+/// Per-thread base addresses, offsets and owner predicates of a layout's accesses, and the
+/// cache-policy registers, computed once and reused.
+#[derive(Default)]
+struct AddressCache {
     bases: HashMap<(Layout, Vec<u32>), Vec<Option<Reg>>>,
     offsets: HashMap<(Layout, Vec<u32>, Vec<i64>), Option<Reg>>,
     owners: HashMap<(Layout, Vec<u32>), Option<Reg>>,
-    smem_base: Option<Reg>,
-    pub smem_bytes: u32,
     policies: HashMap<u8, Reg>,
-    /// The instruction being lowered, for error locations.
-    pub loc: Loc,
-    /// Tensor-core lowering state (`mma.rs`).
-    mma: mma::MmaState,
+}
+
+/// The kernel's shared memory as emission uses it.
+#[derive(Default)]
+pub(crate) struct SharedScratch {
+    smem_base: Option<Reg>,
+    /// Bytes the kernel declares (the largest extent any use reached).
+    pub smem_bytes: u32,
     /// Scratch base and offset while pipeline buffers occupy the start of the buffer.
     smem_shift: Vec<(Reg, u32)>,
-    pipe: pipeline::PipeState,
-    /// The 16-bit registers `unpack` split out of a 32-bit word: the word, and whether the
-    /// register is its high half (`widen` reads a bf16 straight from the word).
-    packed_halves: HashMap<Reg, (Reg, bool)>,
 }
 
 impl<'k> Lower<'k> {
     pub fn new(cx: &'k Context<'k>, plan: &'k Plan) -> Lower<'k> {
-        let (k, target, options) = (cx.k, &cx.target, &cx.options);
-        let (num_warps, sm) = (options.num_warps, target.sm);
+        let k = cx.k;
         let mut b = Builder::new();
         let (tid, lane, warp) = b.in_prologue(|b| {
             let tid = b.op("mov.u32", RegClass::B32, vec![Arg::Sym("%tid.x".into())]);
@@ -149,31 +175,34 @@ impl<'k> Lower<'k> {
             cx,
             plan,
             b,
-            num_warps,
-            sm,
-            max_shared: target.max_shared_bytes(),
-            anchors: HashMap::default(),
-            invariant: HashMap::default(),
-            global: HashMap::default(),
-            straight_line: HashMap::default(),
-            regions_open: 0,
-            scopes: vec![Scope::default()],
-            hoisting_into: None,
-            tid,
-            lane,
-            warp,
-            bases: HashMap::default(),
-            offsets: HashMap::default(),
-            owners: HashMap::default(),
-            smem_base: None,
-            smem_bytes: 0,
-            policies: HashMap::default(),
             loc: Loc::UNKNOWN,
+            thread: ThreadIds { tid, lane, warp },
+            vals: ValueCache {
+                scopes: vec![Scope::default()],
+                ..ValueCache::default()
+            },
+            addr: AddressCache::default(),
+            shared: SharedScratch::default(),
             mma: mma::MmaState::default(),
-            smem_shift: Vec::new(),
             pipe: Default::default(),
             packed_halves: HashMap::default(),
         }
+    }
+
+    /// Warps per program.
+    pub fn num_warps(&self) -> u32 {
+        self.cx.options.num_warps
+    }
+
+    /// The target's SM version (90 for sm_90a).
+    pub fn sm(&self) -> u32 {
+        self.cx.target.sm
+    }
+
+    /// Shared memory one block may use on this target (the opt-in limit; the launch asks for
+    /// it as dynamic shared memory).
+    pub fn max_shared(&self) -> u32 {
+        self.cx.target.max_shared_bytes()
     }
 
     // --- errors --------------------------------------------------------------------------
@@ -198,17 +227,17 @@ impl<'k> Lower<'k> {
 
     fn lookup(&self, v: Value, l: &Layout) -> Option<Vals> {
         let key = (v, l.clone());
-        if let Some(r) = self.global.get(&key) {
+        if let Some(r) = self.vals.global.get(&key) {
             return Some(r.clone());
         }
         // Prologue code precedes the body, so it cannot use a value the body computes.
         if self.b.is_in_prologue() {
             return None;
         }
-        if let Some(r) = self.straight_line.get(&key) {
+        if let Some(r) = self.vals.straight_line.get(&key) {
             return Some(r.clone());
         }
-        self.scopes[..=self.current_scope()]
+        self.vals.scopes[..=self.current_scope()]
             .iter()
             .rev()
             .find_map(|s| s.vals.get(&key).cloned())
@@ -216,12 +245,14 @@ impl<'k> Lower<'k> {
 
     /// The scope code is emitted for: the innermost, or the one a hoisted value belongs to.
     fn current_scope(&self) -> usize {
-        self.hoisting_into.unwrap_or(self.scopes.len() - 1)
+        self.vals
+            .hoisting_into
+            .unwrap_or(self.vals.scopes.len() - 1)
     }
 
     fn remember(&mut self, v: Value, l: &Layout, regs: Vals) {
         let s = self.current_scope();
-        self.scopes[s].vals.insert((v, l.clone()), regs);
+        self.vals.scopes[s].vals.insert((v, l.clone()), regs);
     }
 
     /// The innermost scope defining an operand of free value `v` (through free operands; 0 for
@@ -235,7 +266,7 @@ impl<'k> Lower<'k> {
         let defined_in = || {
             (0..=here)
                 .rev()
-                .find(|&s| self.scopes[s].defined.contains(&v))
+                .find(|&s| self.vals.scopes[s].defined.contains(&v))
                 .unwrap_or(here)
         };
         let h = match self.k.values[v].def {
@@ -265,18 +296,18 @@ impl<'k> Lower<'k> {
     /// between), cached in `home`.
     fn lower_hoisted(&mut self, v: Value, l: &Layout, home: usize) -> R<Vals> {
         let here = self.current_scope();
-        let point = self.scopes[home + 1..=here]
+        let point = self.vals.scopes[home + 1..=here]
             .iter()
             .find_map(|s| s.hoist_point);
         let saved_target = match point {
             Some(p) => Some(self.b.set_hoist_target(Some(p))),
             None => None,
         };
-        let saved_scope = self.hoisting_into.replace(home);
+        let saved_scope = self.vals.hoisting_into.replace(home);
         let saved_loc = self.loc;
         let r = self.lower_free(v, l);
         self.loc = saved_loc;
-        self.hoisting_into = saved_scope;
+        self.vals.hoisting_into = saved_scope;
         if let Some(t) = saved_target {
             self.b.set_hoist_target(t);
         }
@@ -297,14 +328,14 @@ impl<'k> Lower<'k> {
             "{v} defined in {l:?}, planned in {:?}",
             self.natural(v)
         );
-        self.anchors.insert(v, l.clone());
+        self.vals.anchors.insert(v, l.clone());
         let s = self.current_scope();
-        self.scopes[s].defined.insert(v);
+        self.vals.scopes[s].defined.insert(v);
         self.remember(v, &l, regs);
     }
 
     fn is_invariant(&mut self, v: Value) -> bool {
-        if let Some(&b) = self.invariant.get(&v) {
+        if let Some(&b) = self.vals.invariant.get(&v) {
             return b;
         }
         let r = match self.k.values[v].def {
@@ -317,7 +348,7 @@ impl<'k> Lower<'k> {
                     && d.args.clone().iter().all(|&a| self.is_invariant(a))
             }
         };
-        self.invariant.insert(v, r);
+        self.vals.invariant.insert(v, r);
         r
     }
 
@@ -334,7 +365,7 @@ impl<'k> Lower<'k> {
         }
         // A rank-1 load staged by a running pipeline is read from its slot where first needed.
         let staged = self.staged_row(v)?;
-        if let Some(al) = staged.or_else(|| self.anchors.get(&v).cloned()) {
+        if let Some(al) = staged.or_else(|| self.vals.anchors.get(&v).cloned()) {
             let src = self.lookup(v, &al).ok_or_else(|| {
                 self.invalid(format!("{v} is used outside the region that defines it"))
             })?;
@@ -352,7 +383,7 @@ impl<'k> Lower<'k> {
                 return self.lower_hoisted(v, &l, home);
             }
         }
-        let was_in_prologue = if inv && self.regions_open > 0 {
+        let was_in_prologue = if inv && self.vals.regions_open > 0 {
             self.b.set_prologue(true)
         } else {
             self.b.is_in_prologue()
@@ -364,9 +395,9 @@ impl<'k> Lower<'k> {
         self.b.set_prologue(was_in_prologue);
         let r = r?;
         if inv && in_prologue {
-            self.global.insert((v, l), r.clone());
-        } else if inv && self.regions_open == 0 {
-            self.straight_line.insert((v, l), r.clone());
+            self.vals.global.insert((v, l), r.clone());
+        } else if inv && self.vals.regions_open == 0 {
+            self.vals.straight_line.insert((v, l), r.clone());
         } else {
             self.remember(v, &l, r.clone());
         }
@@ -375,7 +406,7 @@ impl<'k> Lower<'k> {
 
     /// Empties the scopes from `from` on (their hoist points stay), returning what they held.
     fn set_aside_values(&mut self, from: usize) -> Vec<Scope> {
-        self.scopes[from..]
+        self.vals.scopes[from..]
             .iter_mut()
             .map(|s| Scope {
                 vals: std::mem::take(&mut s.vals),
@@ -387,8 +418,8 @@ impl<'k> Lower<'k> {
 
     /// Puts back what [`Self::set_aside_values`] took (dropping what was cached meanwhile).
     fn restore_values(&mut self, from: usize, set_aside: Vec<Scope>) {
-        self.scopes.truncate(from);
-        self.scopes.extend(set_aside);
+        self.vals.scopes.truncate(from);
+        self.vals.scopes.extend(set_aside);
     }
 
     /// The single register of a scalar value.
@@ -434,7 +465,7 @@ impl<'k> Lower<'k> {
             spt.trailing_zeros()
         };
         let warp_shift = (tpw * spt).trailing_zeros();
-        let (lane, warp) = (self.lane, self.warp);
+        let (lane, warp) = (self.thread.lane, self.thread.warp);
         Some(self.b.in_prologue(|b| {
             let part = |b: &mut Builder, src: Reg, stride: u32, count: u32, shift: u32| {
                 if count == 1 {
@@ -474,7 +505,7 @@ impl<'k> Lower<'k> {
     pub fn bases(&mut self, l: &Layout, shape: &Shape) -> Vec<Option<Reg>> {
         let parent = l.parent_shape(shape);
         let key = (l.clone(), parent.clone());
-        if let Some(b) = self.bases.get(&key) {
+        if let Some(b) = self.addr.bases.get(&key) {
             return b.clone();
         }
         let mut out = Vec::new();
@@ -494,7 +525,7 @@ impl<'k> Lower<'k> {
             };
             out.push(base);
         }
-        self.bases.insert(key, out.clone());
+        self.addr.bases.insert(key, out.clone());
         out
     }
 
@@ -502,7 +533,7 @@ impl<'k> Lower<'k> {
     pub fn thread_offset(&mut self, l: &Layout, shape: &Shape, strides: &[i64]) -> Option<Reg> {
         let parent = l.parent_shape(shape);
         let key = (l.clone(), parent, strides.to_vec());
-        if let Some(r) = self.offsets.get(&key) {
+        if let Some(r) = self.addr.offsets.get(&key) {
             return *r;
         }
         let bases = self.bases(l, shape);
@@ -529,7 +560,7 @@ impl<'k> Lower<'k> {
                 });
             }
         });
-        self.offsets.insert(key, acc);
+        self.addr.offsets.insert(key, acc);
         acc
     }
 
@@ -556,10 +587,10 @@ impl<'k> Lower<'k> {
     pub fn owner(&mut self, l: &Layout, shape: &Shape) -> Option<Reg> {
         let parent = l.parent_shape(shape);
         let key = (l.clone(), parent.clone());
-        if let Some(o) = self.owners.get(&key) {
+        if let Some(o) = self.addr.owners.get(&key) {
             return *o;
         }
-        let tid = self.tid;
+        let tid = self.thread.tid;
         let o = if l.is_scalar() {
             Some(self.b.in_prologue(|b| {
                 b.op("setp.eq.u32", RegClass::Pred, vec![tid.into(), Arg::Imm(0)])
@@ -587,25 +618,25 @@ impl<'k> Lower<'k> {
             }
             acc
         };
-        self.owners.insert(key, o);
+        self.addr.owners.insert(key, o);
         o
     }
 
     /// The 32-bit shared address of the scratch buffer; `bytes` more of it are needed.
     /// Inside a pipelined loop the scratch starts after the pipeline's buffers.
     pub fn smem(&mut self, bytes: u32) -> Reg {
-        if let Some(&(base, shift)) = self.smem_shift.last() {
-            self.smem_bytes = self.smem_bytes.max(shift + bytes);
+        if let Some(&(base, shift)) = self.shared.smem_shift.last() {
+            self.shared.smem_bytes = self.shared.smem_bytes.max(shift + bytes);
             return base;
         }
-        self.smem_bytes = self.smem_bytes.max(bytes);
-        if let Some(r) = self.smem_base {
+        self.shared.smem_bytes = self.shared.smem_bytes.max(bytes);
+        if let Some(r) = self.shared.smem_base {
             return r;
         }
         let r = self
             .b
             .in_prologue(|b| b.op("mov.u32", RegClass::B32, vec![Arg::Sym(SMEM.into())]));
-        self.smem_base = Some(r);
+        self.shared.smem_base = Some(r);
         r
     }
 
@@ -626,7 +657,7 @@ impl<'k> Lower<'k> {
     /// An L2 cache policy register for an eviction hint (created once).
     pub fn policy(&mut self, last: bool) -> Reg {
         let key = last as u8;
-        if let Some(r) = self.policies.get(&key) {
+        if let Some(r) = self.addr.policies.get(&key) {
             return *r;
         }
         let op = if last {
@@ -637,7 +668,7 @@ impl<'k> Lower<'k> {
         let r = self
             .b
             .in_prologue(|b| b.op(op, RegClass::B64, vec![Arg::F32(1.0)]));
-        self.policies.insert(key, r);
+        self.addr.policies.insert(key, r);
         r
     }
 
@@ -764,7 +795,7 @@ impl<'k> Lower<'k> {
         let (top, end) = (self.b.new_label("for"), self.b.new_label("endfor"));
         let hoist_point = self.b.hoist_point();
         self.b.place_label(&top);
-        self.regions_open += 1;
+        self.vals.regions_open += 1;
         let cmp = if iv_dtype.is_signed_int() { "s" } else { "u" };
         let bits = iv_dtype.bits().max(32);
         let p = self.b.op(
@@ -773,7 +804,7 @@ impl<'k> Lower<'k> {
             vec![iv.into(), hi.into()],
         );
         self.b.bra_if(p, true, &end);
-        self.scopes.push(Scope::body(hoist_point));
+        self.vals.scopes.push(Scope::body(hoist_point));
         self.define(bargs[0], &Layout::scalar(), vec![iv]);
         for (i, l) in layouts.iter().enumerate() {
             self.define(bargs[1 + i], l, carried[i].clone());
@@ -788,7 +819,7 @@ impl<'k> Lower<'k> {
             next.push(self.get(y, l)?);
         }
         self.assign(&carried, &next);
-        self.scopes.pop();
+        self.vals.scopes.pop();
         if piped {
             self.pipeline_iteration_end()?;
         }
@@ -796,7 +827,7 @@ impl<'k> Lower<'k> {
         self.b
             .emit(format!("add.{ty}"), vec![iv.into(), iv.into(), step.into()]);
         self.b.bra(&top);
-        self.regions_open -= 1;
+        self.vals.regions_open -= 1;
         self.b.place_label(&end);
         if piped {
             self.pipeline_epilogue()?;
@@ -828,8 +859,8 @@ impl<'k> Lower<'k> {
         let (top, end) = (self.b.new_label("while"), self.b.new_label("endwhile"));
         let hoist_point = self.b.hoist_point();
         self.b.place_label(&top);
-        self.regions_open += 1;
-        self.scopes.push(Scope::body(hoist_point));
+        self.vals.regions_open += 1;
+        self.vals.scopes.push(Scope::body(hoist_point));
         let bb = self.k.blocks[before].args.clone();
         for (i, l) in layouts.iter().enumerate() {
             self.define(bb[i], l, carried[i].clone());
@@ -838,9 +869,9 @@ impl<'k> Lower<'k> {
         self.loc = d.loc;
         let cond = self.terminator_args(before)[0];
         let p = self.scalar(cond)?;
-        self.scopes.pop();
+        self.vals.scopes.pop();
         self.b.bra_if(p, true, &end);
-        self.scopes.push(Scope::body(hoist_point));
+        self.vals.scopes.push(Scope::body(hoist_point));
         for (i, l) in layouts.iter().enumerate() {
             self.define(bargs[i], l, carried[i].clone());
         }
@@ -851,9 +882,9 @@ impl<'k> Lower<'k> {
             next.push(self.get(y, l)?);
         }
         self.assign(&carried, &next);
-        self.scopes.pop();
+        self.vals.scopes.pop();
         self.b.bra(&top);
-        self.regions_open -= 1;
+        self.vals.regions_open -= 1;
         self.b.place_label(&end);
         for (i, l) in layouts.iter().enumerate() {
             self.define(d.results[i], l, carried[i].clone());
@@ -881,9 +912,9 @@ impl<'k> Lower<'k> {
         let (else_l, end) = (self.b.new_label("else"), self.b.new_label("endif"));
         let hoist_point = self.b.hoist_point();
         self.b.bra_if(c, true, &else_l);
-        self.regions_open += 1;
+        self.vals.regions_open += 1;
         for (block, ys) in [(then_b, &then_y), (else_b, &else_y)] {
-            self.scopes.push(Scope::body(hoist_point));
+            self.vals.scopes.push(Scope::body(hoist_point));
             self.lower_block(block)?;
             self.loc = d.loc;
             let mut vals = Vec::new();
@@ -891,13 +922,13 @@ impl<'k> Lower<'k> {
                 vals.push(self.get(y, l)?);
             }
             self.assign(&results, &vals);
-            self.scopes.pop();
+            self.vals.scopes.pop();
             if block == then_b {
                 self.b.bra(&end);
                 self.b.place_label(&else_l);
             }
         }
-        self.regions_open -= 1;
+        self.vals.regions_open -= 1;
         self.b.place_label(&end);
         for (i, l) in layouts.iter().enumerate() {
             self.define(d.results[i], l, results[i].clone());

@@ -306,7 +306,8 @@ impl Lower<'_> {
                 vec![base.into(), Arg::Imm(total as i64)],
             )
         });
-        self.smem_shift
+        self.shared
+            .smem_shift
             .push((shifted, self.reserved_shared() + total));
         // Earlier users of the scratch buffer (a hoisted operand's staging) may still read it.
         self.barrier();
@@ -316,11 +317,11 @@ impl Lower<'_> {
     /// Bytes at the start of the scratch buffer held by enclosing pipelines and resident dot
     /// operands (scratch uses now start after them).
     pub(crate) fn reserved_shared(&self) -> u32 {
-        self.smem_shift.last().map_or(0, |&(_, bytes)| bytes)
+        self.shared.smem_shift.last().map_or(0, |&(_, bytes)| bytes)
     }
 
     fn release_slots(&mut self) {
-        self.smem_shift.pop();
+        self.shared.smem_shift.pop();
     }
 
     /// Before the loop, when `dot`'s fragments cross the tile boundary (see
@@ -369,7 +370,7 @@ impl Lower<'_> {
             self.wait_for_slot(&pipe);
         }
         if self.body_dot_reads_pipe(&pipe) {
-            let scope_depth = self.scopes.len();
+            let scope_depth = self.vals.scopes.len();
             self.pipe.active.last_mut().expect("a pipeline").deferred = Some(DeferredRefill {
                 iv,
                 hi,
@@ -408,7 +409,7 @@ impl Lower<'_> {
         let Some(d) = pipe.deferred else {
             return Ok(());
         };
-        if self.scopes.len() != d.scope_depth {
+        if self.vals.scopes.len() != d.scope_depth {
             return Ok(());
         }
         let pipe = pipe.clone();
@@ -528,7 +529,7 @@ impl Lower<'_> {
         );
         // The values of the outer body are this iteration's; set them aside while the same
         // expressions are evaluated for the next.
-        let body_scope = self.scopes.len() - 1;
+        let body_scope = self.vals.scopes.len() - 1;
         let set_aside = self.set_aside_values(body_scope);
         let r = self.nest_issue(&nest, next);
         self.restore_values(body_scope, set_aside);
@@ -588,10 +589,10 @@ impl Lower<'_> {
     /// Copies the first `S - lag` stages of the nest's inner loop at outer iteration `outer_it`
     /// (nothing when `outer_it` is past the outer bound) into slots `0..S-lag`.
     fn nest_issue(&mut self, nest: &Nest, outer_it: Reg) -> R<()> {
-        self.scopes.push(Default::default());
+        self.vals.scopes.push(Default::default());
         self.define(nest.outer_iv, &Layout::scalar(), vec![outer_it]);
         let r = self.nest_issue_stages(nest, outer_it);
-        self.scopes.pop();
+        self.vals.scopes.pop();
         r
     }
 
@@ -665,10 +666,10 @@ impl Lower<'_> {
 
     fn pipeline_issue(&mut self, pipe: &Pipe, it: Reg, valid: Reg, slot: Reg) -> R<()> {
         // Evaluate the addresses with the induction variable bound to `it`.
-        self.scopes.push(Default::default());
+        self.vals.scopes.push(Default::default());
         self.define(pipe.iv, &Layout::scalar(), vec![it]);
         let r = self.pipeline_issue_loads(pipe, valid, slot);
-        self.scopes.pop();
+        self.vals.scopes.pop();
         r?;
         self.b.emit("cp.async.commit_group", vec![]);
         Ok(())
@@ -676,10 +677,10 @@ impl Lower<'_> {
 
     /// `v` in layout `l` with the induction variable bound to `it`.
     fn eval_at_iteration(&mut self, v: Value, l: &Layout, iv: Value, it: Reg) -> R<Vec<Reg>> {
-        self.scopes.push(Default::default());
+        self.vals.scopes.push(Default::default());
         self.define(iv, &Layout::scalar(), vec![it]);
         let r = self.get(v, l);
-        self.scopes.pop();
+        self.vals.scopes.pop();
         Ok(r?.to_vec())
     }
 

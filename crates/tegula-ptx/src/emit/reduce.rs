@@ -152,7 +152,7 @@ impl Lower<'_> {
     /// The warp's coordinate along parent axis `d` of `l`.
     fn warp_coord(&mut self, l: &Layout, d: usize) -> Reg {
         let ws = l.warp_strides()[d];
-        let warp = self.warp;
+        let warp = self.thread.warp;
         let s = self.b.op(
             "shr.u32",
             RegClass::B32,
@@ -426,7 +426,7 @@ impl Lower<'_> {
             }
             offsets.push((voff, ioff, es));
         }
-        if total > self.max_shared as i64 {
+        if total > self.max_shared() as i64 {
             return Err(self.unsupported(format!(
                 "a reduction needing {total} bytes of shared memory"
             )));
@@ -677,7 +677,7 @@ impl Lower<'_> {
         let p = axis as usize;
         let (l, _) = self.natural(x);
         let vals = self.get(x, &l)?;
-        let ls = Layout::chunked(&shape, p, self.num_warps);
+        let ls = Layout::chunked(&shape, p, self.num_warps());
         let flip = Remap::flip(&shape, p);
         let vals = self.convert(&vals, ty, &l, &ls, if reverse { Some(&flip) } else { None })?;
         let g = ls.geometry(&shape);
@@ -694,7 +694,7 @@ impl Lower<'_> {
             .collect();
         let mut prefix: Vec<Reg> = Vec::new();
         let tpw = ls.tpw[p];
-        let lane = self.lane;
+        let lane = self.thread.lane;
         let lane_p = self.b.op(
             "and.b32",
             RegClass::B32,

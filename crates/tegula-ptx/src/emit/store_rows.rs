@@ -61,7 +61,7 @@ impl Lower<'_> {
         // value asked for in another layout). A value computed from several held inputs (a
         // row vector's `m + log2(l)`, say) would convert each of them: compute it once here
         // and convert the result once.
-        if self.anchors.contains_key(&self.cast_chain_end(v)) {
+        if self.vals.anchors.contains_key(&self.cast_chain_end(v)) {
             return self.get(v, to);
         }
         let held = self.get(at, &from)?;
@@ -112,7 +112,7 @@ impl Lower<'_> {
         if self.k.ty(v).shape.is_scalar() || known.contains(&(v, l.clone())) {
             return true;
         }
-        if let Some(a) = self.anchors.get(&v) {
+        if let Some(a) = self.vals.anchors.get(&v) {
             return a == l;
         }
         let ValueDef::Result(inst, _) = self.k.values[v].def else {
@@ -173,7 +173,7 @@ impl Lower<'_> {
         // the kernel holds anyway, e.g. a finished pipeline's), else halves down to the rows
         // both layouts' threads cover, so that a register's round is a constant.
         let least = Self::slab_cover(from, 0, rows).max(Self::slab_cover(to, 0, rows));
-        let budget = CONVERT_SCRATCH.max(self.smem_bytes);
+        let budget = CONVERT_SCRATCH.max(self.shared.smem_bytes);
         let mut slab_rows = rows;
         while slab_rows * row_bytes > budget && slab_rows / 2 >= least {
             slab_rows /= 2;

@@ -184,7 +184,7 @@ impl Lower<'_> {
         ));
         // A from its slot: this thread's warpgroup reads it from its first row (64 rows per
         // warpgroup).
-        let warp = self.warp;
+        let warp = self.thread.warp;
         let a_lo = match &sa {
             Some(sa) => {
                 let pitch_a = sa.stage.row_pitch();
@@ -295,19 +295,19 @@ impl Lower<'_> {
     ) -> R<Vec<Vec<Reg>>> {
         let home = self.home_scope(a, &mut HashMap::default());
         let here = self.current_scope();
-        let point = self.scopes[(home + 1).min(here + 1)..=here]
+        let point = self.vals.scopes[(home + 1).min(here + 1)..=here]
             .iter()
             .find_map(|s| s.hoist_point);
         let saved = point.map(|p| {
             (
                 self.b.set_hoist_target(Some(p)),
-                self.hoisting_into.replace(home),
+                self.vals.hoisting_into.replace(home),
             )
         });
         let words = self.pack_register_a(a, plan, row_blocks, ksteps);
         if let Some((target, scope)) = saved {
             self.b.set_hoist_target(target);
-            self.hoisting_into = scope;
+            self.vals.hoisting_into = scope;
         }
         words
     }
