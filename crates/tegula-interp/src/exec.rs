@@ -340,7 +340,7 @@ impl<'a> Program<'a> {
                     .map_err(|f| self.error(f, inst));
             }
             match &inst.op {
-                Op::For => self.exec_for(inst)?,
+                Op::For { .. } => self.exec_for(inst)?,
                 Op::If => self.exec_if(inst)?,
                 Op::While => self.exec_while(inst)?,
                 _ => self.exec(inst).map_err(|f| self.error(f, inst))?,

@@ -23,7 +23,7 @@ fn outputs(k: &Kernel, inputs: &[Vec<f32>], out_len: usize, ints: &[i64]) -> Vec
 fn carried_count(k: &Kernel) -> Vec<usize> {
     k.walk()
         .into_iter()
-        .filter(|&i| matches!(k.insts[i].op, Op::For))
+        .filter(|&i| matches!(k.insts[i].op, Op::For { .. }))
         .map(|i| k.insts[i].results.len())
         .collect()
 }

@@ -463,7 +463,10 @@ pub enum Op {
     // --- structured control flow ---------------------------------------------------------
     /// `(lo, hi, step, init..) -> final..`; one region with block arguments
     /// `(iv, carried..)` ending in `Yield(next..)`. `iv` runs over `lo, lo+step, .. < hi`.
-    For,
+    /// `num_stages`: the loop's own pipelining depth (`range(..).num_stages(s)`, Triton's
+    /// `tl.range(.., num_stages=s)`), which the GPU backend takes instead of the launch's;
+    /// at least 1 when set. It changes no result.
+    For { num_stages: Option<u32> },
     /// `(cond: i1) -> results..`; regions `then` and `else`, each ending in `Yield`.
     If,
     /// `(init..) -> final..`; region `before(carried..)` ends in `Condition(cond)`,
@@ -544,7 +547,7 @@ impl Op {
             Op::Reduce { op, .. } => format!("reduce.{}", op.name()),
             Op::Scan { op, .. } => format!("scan.{}", op.name()),
             Op::Dot { .. } => "dot".into(),
-            Op::For => "for".into(),
+            Op::For { .. } => "for".into(),
             Op::If => "if".into(),
             Op::While => "while".into(),
             Op::Yield => "yield".into(),

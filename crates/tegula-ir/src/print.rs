@@ -15,7 +15,9 @@
 //! `Value`'s `Display` use), parameters by their name. Each result is followed by `: type`;
 //! attributes follow the operands as `key=value`, and only when they differ from the default
 //! (cache modifiers, eviction, rounding, memory semantics), except the few that define the op
-//! (axes, `dot` precision, the reduce op in the mnemonic).
+//! (axes, `dot` precision, the reduce op in the mnemonic). A `for` loop prints its header as
+//! `for %iv = lo to hi step s`, then its own stage count when it has one (`num_stages=3`),
+//! then its carried values (`iter(%arg = %init, ..)`).
 //!
 //! The printer never panics, even on a kernel the verifier rejects: missing entities print as
 //! `<missing ...>`, so a broken kernel can still be inspected.
@@ -160,7 +162,7 @@ impl Printer<'_> {
         };
         let loc = Some(d.loc);
         match &d.op {
-            Op::For => {
+            Op::For { num_stages } => {
                 let a = &d.args;
                 let region_args = d.regions.first().map(|&b| self.block_args(b));
                 let region_args = region_args.unwrap_or_default();
@@ -175,6 +177,9 @@ impl Printer<'_> {
                         self.name(a[2])
                     )
                     .unwrap();
+                    if let Some(s) = num_stages {
+                        write!(text, " num_stages={s}").unwrap();
+                    }
                     let carried = self.pairs(&region_args[1..], &a[3..]);
                     if !carried.is_empty() {
                         write!(text, " iter({carried})").unwrap();

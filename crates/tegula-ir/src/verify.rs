@@ -200,7 +200,7 @@ impl Layout {
 /// What each region of a control-flow op is called in messages.
 fn region_name(op: &Op, index: usize) -> &'static str {
     match (op, index) {
-        (Op::For, _) => "body",
+        (Op::For { .. }, _) => "body",
         (Op::If, 0) => "then branch",
         (Op::If, _) => "else branch",
         (Op::While, 0) => "condition region",
@@ -212,7 +212,7 @@ fn region_name(op: &Op, index: usize) -> &'static str {
 /// `for loop`, `if`, `while loop`.
 fn construct_name(op: &Op) -> String {
     match op {
-        Op::For => "for loop".into(),
+        Op::For { .. } => "for loop".into(),
         Op::While => "while loop".into(),
         other => other.name(),
     }
@@ -295,7 +295,7 @@ fn signature(op: &Op) -> Signature {
         }
         Op::AtomicCas { .. } => fixed("(ptr, cmp, value)", 3, 1),
         Op::Dot { .. } => fixed("(a, b, acc)", 3, 1),
-        Op::For => Signature {
+        Op::For { .. } => Signature {
             operands: "(lo, hi, step, init..)",
             args: None,
             min_args: 3,
@@ -503,7 +503,7 @@ impl Check<'_> {
                         let od = &k.insts[owner];
                         let ri = od.regions.iter().position(|&r| r == region).unwrap_or(0);
                         let place = match od.op {
-                            Op::For => format!("inside the for loop at {}", od.loc),
+                            Op::For { .. } => format!("inside the for loop at {}", od.loc),
                             _ => format!(
                                 "inside the {} of the {} at {}",
                                 region_name(&od.op, ri),
@@ -1006,7 +1006,13 @@ impl Check<'_> {
                 Ok(())
             }
             Yield | Print { .. } => Ok(()),
-            For => {
+            For { num_stages } => {
+                if *num_stages == Some(0) {
+                    return self.fail(
+                        "num_stages(0): a loop runs with at least 1 stage (1 turns its \
+                         pipelining off)",
+                    );
+                }
                 let iv = self.arg(0);
                 for n in 0..3 {
                     let t = self.arg(n);
@@ -1049,7 +1055,7 @@ impl Check<'_> {
     fn check_regions(&self) -> R {
         let op = &self.d.op;
         match op {
-            Op::For => {
+            Op::For { .. } => {
                 let mut args = vec![self.arg(0)];
                 args.extend(self.result_types());
                 self.check_region(0, &args, &Op::Yield, &self.result_types())
@@ -1093,7 +1099,7 @@ impl Check<'_> {
         };
         if got != arg_types {
             let expected_desc = match op {
-                Op::For => "(induction variable, carried values..)",
+                Op::For { .. } => "(induction variable, carried values..)",
                 Op::While => "(carried values..)",
                 _ => "()",
             };
@@ -1148,7 +1154,7 @@ impl Check<'_> {
 /// How to get a value out of a construct legitimately.
 fn escape_hint(op: &Op) -> &'static str {
     match op {
-        Op::For | Op::While => {
+        Op::For { .. } | Op::While => {
             "; a value computed in a loop body exists only inside it, so return it from the body \
              as a loop-carried value and use the loop's result"
         }

@@ -20,7 +20,7 @@ fn unchanged_rust_value_flows_through_a_loop() {
         store_unmasked(out + arange(0, 16), acc);
     })
     .unwrap();
-    assert_eq!(count_ops(&k, |o| matches!(o, Op::For)), 1);
+    assert_eq!(count_ops(&k, |o| matches!(o, Op::For { .. })), 1);
 }
 
 #[test]

@@ -594,3 +594,51 @@ fn dot_accumulate_leaves_a_product_used_twice_or_a_dot_with_an_accumulator() {
     assert_eq!(count_adds_of(&k2, f32_16x16), 2, "{k2}");
     assert_eq!(dot_accumulators(&k2), ["const", "load"], "{k2}");
 }
+
+/// The stage counts of the kernel's `for` loops, in program order.
+fn loop_stages(k: &Kernel) -> Vec<Option<u32>> {
+    k.walk()
+        .into_iter()
+        .filter_map(|i| match k.insts[i].op {
+            Op::For { num_stages } => Some(num_stages),
+            _ => None,
+        })
+        .collect()
+}
+
+/// A loop's own stage count survives every pass that rewrites loops: canonicalization (dot
+/// accumulate, folding, CSE, DCE) and affine recurrences, which drops carried values.
+#[test]
+fn passes_keep_a_loops_stage_count() {
+    let k = trace("staged", |p| {
+        let (a, b, c) = (
+            p.ptr("a", DType::F16),
+            p.ptr("b", DType::F16),
+            p.ptr("c", DType::F32),
+        );
+        let n = p.scalar("n", DType::I32);
+        let offs = arange(0, 16).reshape([16, 1]) * 16 + arange(0, 16).reshape([1, 16]);
+        let init = (zeros::<f32>([16, 16]), a + offs, b + offs);
+        let two = RangeOptions::new().num_stages(2);
+        let (acc, _, _) = for_range_with(0, n, 1, two, init, |_, (acc, pa, pb)| {
+            let (at, bt) = (load_unmasked(pa), load_unmasked(pb));
+            (acc + dot(at, bt), pa + 256, pb + 256)
+        });
+        // A second loop with the same body and no count: never merged with the first.
+        let (acc, _, _) = for_range(0, n, 1, (acc, a + offs, b + offs), |_, (acc, pa, pb)| {
+            let (at, bt) = (load_unmasked(pa), load_unmasked(pb));
+            (acc + dot(at, bt), pa + 256, pb + 256)
+        });
+        store_unmasked(c + offs, acc);
+    })
+    .unwrap();
+    assert_eq!(loop_stages(&k), [Some(2), None]);
+    let mut k2 = k.clone();
+    canonicalize(&mut k2);
+    assert!(tegula_ir::passes::affine_recurrences(&mut k2), "{k2}");
+    canonicalize(&mut k2);
+    verify(&k2).unwrap_or_else(|e| panic!("{e}\n{k2}"));
+    assert_eq!(dot_accumulators(&k2).len(), 2, "{k2}");
+    assert_eq!(loop_stages(&k2), [Some(2), None], "{k2}");
+    assert!(k2.to_string().contains("num_stages=2"), "{k2}");
+}

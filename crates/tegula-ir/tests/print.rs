@@ -305,3 +305,43 @@ kernel @facts(%x: ptr<bf16> div16) {
 }"#,
     );
 }
+
+/// A loop's own stage count prints after its bounds; a loop without one prints none.
+#[test]
+fn prints_a_loops_stage_count() {
+    let k = trace("staged", |p| {
+        let out = p.ptr("out", DType::I32);
+        let n = p.scalar("n", DType::I32);
+        let total = for_range_with(
+            0,
+            n,
+            1,
+            RangeOptions::new().num_stages(3),
+            scalar(0),
+            |i, acc| acc + i,
+        );
+        let twice = for_range(0, n, 1, total, |i, acc| acc + i);
+        store_unmasked(out, twice);
+    })
+    .unwrap();
+    golden(
+        &k,
+        r#"
+kernel @staged(%out: ptr<i32>, %n: i32) {
+  %2 = const 0 : i32
+  %3 = const 0 : i32
+  %4 = const 1 : i32
+  %8 = for %5 = %3 to %n step %4 num_stages=3 iter(%6 = %2) -> (i32) {
+    %7 = add %6, %5 : i32
+    yield %7
+  }
+  %9 = const 0 : i32
+  %10 = const 1 : i32
+  %14 = for %11 = %9 to %n step %10 iter(%12 = %8) -> (i32) {
+    %13 = add %12, %11 : i32
+    yield %13
+  }
+  store %out, %14
+}"#,
+    );
+}

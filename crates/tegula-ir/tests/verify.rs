@@ -465,7 +465,7 @@ fn for_loop(yield_f64: bool) -> (Kernel, Inst, tegula_ir::Block, Value, Inst) {
     let top = k.body;
     let f = k.append(
         top,
-        Op::For,
+        Op::For { num_stages: None },
         vec![zero, n, zero, init],
         &[scalar(DType::F32)],
         vec![body],
@@ -500,7 +500,7 @@ fn for_loop_block_arguments() {
     let top = k.body;
     let f = k.append(
         top,
-        Op::For,
+        Op::For { num_stages: None },
         vec![n, n, n, init],
         &[scalar(DType::F32)],
         vec![body],
@@ -881,4 +881,58 @@ fn value_leaked_from_for_range_closure_is_reported_by_trace() {
         e.message.contains(&format!("verify.rs:{}:", line - 5)),
         "{e}"
     );
+}
+
+#[test]
+fn a_loop_of_zero_stages_is_rejected_at_its_line() {
+    let (mut k, f, _, _, _) = for_loop(false);
+    k.insts[f].op = Op::For {
+        num_stages: Some(0),
+    };
+    assert_rejects(&k, f, "for", 10, &["num_stages(0)", "at least 1 stage"]);
+    k.insts[f].op = Op::For {
+        num_stages: Some(1),
+    };
+    verify(&k).unwrap();
+}
+
+#[test]
+fn zero_stages_asked_by_the_builder_is_a_trace_error_at_the_loop() {
+    let mut line = 0;
+    let e = trace("zero_stages", |p| {
+        let out = p.ptr("out", DType::I32);
+        let n = p.scalar("n", DType::I32);
+        line = line!() + 1;
+        let total = for_range_with(
+            0,
+            n,
+            1,
+            RangeOptions::new().num_stages(0),
+            zeros::<i32>([]),
+            |i, acc| acc + i,
+        );
+        store_unmasked(out, total);
+    })
+    .unwrap_err();
+    assert_eq!(e.loc.line, line, "{e}");
+    assert!(e.loc.file.ends_with("verify.rs"), "{e}");
+    assert!(e.message.contains("num_stages(0)"), "{e}");
+    // A negative count never reaches the IR: the builder reports it at the loop.
+    let e = trace("negative_stages", |p| {
+        let out = p.ptr("out", DType::I32);
+        let n = p.scalar("n", DType::I32);
+        line = line!() + 1;
+        let total = for_range_with(
+            0,
+            n,
+            1,
+            RangeOptions::new().num_stages(-2),
+            zeros::<i32>([]),
+            |i, acc| acc + i,
+        );
+        store_unmasked(out, total);
+    })
+    .unwrap_err();
+    assert_eq!(e.loc.line, line, "{e}");
+    assert!(e.message.contains("num_stages(-2)"), "{e}");
 }

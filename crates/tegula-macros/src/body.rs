@@ -2,7 +2,8 @@
 //!
 //! - `for p in range(..)` becomes `for_range(lo, hi, step, carried, |p, carried| { .. })`;
 //!   the carried values are the variables from outside the loop assigned inside it, passed in
-//!   and out as a tuple and assigned back after the loop.
+//!   and out as a tuple and assigned back after the loop. `for p in range(..).num_stages(s)`
+//!   becomes `for_range_with(lo, hi, step, RangeOptions::new().num_stages(s), carried, ..)`.
 //! - `if c { .. } else { .. }` becomes `Condition::branch(c, carried, |taken, carried| ..)`,
 //!   which decides at trace time for a Rust `bool` and emits an IR `if` for a tile (the type is
 //!   unknown here, so a trait decides). Conditions that are visibly Rust bools (comparisons,
@@ -65,8 +66,49 @@ impl Rewriter {
     }
 
     fn rewrite_for(&mut self, f: &mut ExprForLoop) -> Option<Expr> {
-        let Expr::Call(call) = &*f.expr else {
-            return None;
+        // `range(..).num_stages(s)`: the loop's options, then its bounds.
+        let (call, options) = match &*f.expr {
+            Expr::Call(call) => (call, None),
+            Expr::MethodCall(m) => {
+                let Expr::Call(call) = &*m.receiver else {
+                    return None;
+                };
+                let Expr::Path(func) = &*call.func else {
+                    return None;
+                };
+                if !func.path.is_ident("range") {
+                    return None;
+                }
+                match (m.method.to_string().as_str(), m.args.len()) {
+                    ("num_stages", 1) => {
+                        let s = &m.args[0];
+                        let span = m.method.span();
+                        (
+                            call,
+                            Some(quote_spanned!(span=>
+                                ::tegula::ir::builder::RangeOptions::new().num_stages(#s))),
+                        )
+                    }
+                    ("num_stages", n) => {
+                        self.error(
+                            m.span(),
+                            format!("`num_stages` takes one argument (the stage count), got {n}"),
+                        );
+                        return None;
+                    }
+                    (other, _) => {
+                        self.error(
+                            m.method.span(),
+                            format!(
+                                "`range(..).{other}(..)` is not a loop option: a run-time loop \
+                                 takes `.num_stages(s)` (Triton's `tl.range(.., num_stages=s)`)"
+                            ),
+                        );
+                        return None;
+                    }
+                }
+            }
+            _ => return None,
         };
         let Expr::Path(func) = &*call.func else {
             return None;
@@ -112,7 +154,7 @@ impl Rewriter {
                     #(#attrs)* #label #for_token #pat #in_token #iter #body
                 ))
             }
-            "range" => Some(self.runtime_for(f, lo, hi, step)),
+            "range" => Some(self.runtime_for(f, lo, hi, step, options)),
             _ => None,
         }
     }
@@ -123,6 +165,7 @@ impl Rewriter {
         lo: TokenStream,
         hi: TokenStream,
         step: TokenStream,
+        options: Option<TokenStream>,
     ) -> Expr {
         let span = f.for_token.span;
         if let Some(Label { name, .. }) = &f.label {
@@ -158,9 +201,13 @@ impl Rewriter {
         let (init, unpack, repack, assign_back) = (&c.init, &c.unpack_mut, &c.repack, &c.assign);
         let carried_var = Ident::new("__tegula_carried", Span::mixed_site());
         let attrs = &f.attrs;
+        let (func, options) = match options {
+            Some(o) => (quote_spanned!(span=> for_range_with), quote!(#o,)),
+            None => (quote_spanned!(span=> for_range), quote!()),
+        };
         syn::parse_quote_spanned!(span=> #(#attrs)* {
-            let #carried_var = ::tegula::ir::builder::for_range(
-                #lo, #hi, #step, #init,
+            let #carried_var = ::tegula::ir::builder::#func(
+                #lo, #hi, #step, #options #init,
                 |#pat, #carried_var| {
                     #unpack
                     #body;

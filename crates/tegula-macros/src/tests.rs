@@ -179,3 +179,41 @@ fn carried_variables_follow_scopes() {
     assert!(!e.contains("Named (\"b\""), "{e}");
     assert!(!e.contains("Named (\"c\""), "{e}");
 }
+
+#[test]
+fn range_num_stages() {
+    let e = expansion(
+        "fn k(n: i32, #[constexpr] s: u32) {
+            let mut a = n;
+            for i in range(0, n, 2).num_stages(s) { a += i; }
+        }",
+    );
+    assert!(e.contains("for_range_with"), "{e}");
+    assert!(e.contains("RangeOptions :: new () . num_stages (s)"), "{e}");
+    assert!(e.contains("Named (\"a\" , a)"), "{e}");
+    // The two-argument form takes it too; a plain `range` stays `for_range`.
+    let e = expansion("fn k(n: i32) { for i in range(1, n).num_stages(3) {} }");
+    assert!(e.contains("for_range_with (1 , n , 1"), "{e}");
+    let e = expansion("fn k(n: i32) { for i in range(n) {} }");
+    assert!(!e.contains("for_range_with"), "{e}");
+    assert!(!e.contains("RangeOptions"), "{e}");
+}
+
+#[test]
+fn range_options_misuse() {
+    assert_error(
+        "fn k(n: i32) {\n  for i in range(n).unroll(2) {}\n}",
+        "is not a loop option",
+        2,
+    );
+    assert_error(
+        "fn k(n: i32) {\n  for i in range(n).num_stages(2, 3) {}\n}",
+        "`num_stages` takes one argument",
+        2,
+    );
+    assert_error(
+        "fn k(n: i32) {\n  for i in range(0, n, 1, 2).num_stages(2) {}\n}",
+        "takes 1 to 3 arguments",
+        2,
+    );
+}

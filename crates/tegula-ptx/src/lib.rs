@@ -52,7 +52,7 @@ pub use plan::report::{DotKind, DotReport, LoopReport, OperandHome, Report};
 pub use target::Target;
 
 use ptx::ParamDecl;
-use tegula_ir::{DType, Elem, Kernel, Loc};
+use tegula_ir::{DType, Elem, Kernel, Loc, Op};
 use thiserror::Error;
 
 /// How one kernel parameter is passed.
@@ -200,6 +200,20 @@ fn check_options(
     if options.num_stages == 0 {
         return Err(PtxError::Options("num_stages must be at least 1".into()));
     }
+    if let Some(l) = kernel.walk().into_iter().find(|&i| {
+        matches!(
+            kernel.insts[i].op,
+            Op::For {
+                num_stages: Some(0)
+            }
+        )
+    }) {
+        return Err(PtxError::Invalid {
+            kernel: kernel.name.clone(),
+            message: "num_stages(0): a loop runs with at least 1 stage".into(),
+            loc: kernel.insts[l].loc,
+        });
+    }
     if target.sm < 80 {
         return Err(PtxError::Options(format!(
             "sm_{} is not supported (sm_80 or newer)",
@@ -210,9 +224,9 @@ fn check_options(
 }
 
 /// Lowers `kernel` to a PTX module for `target`: plans it ([`plan()`]), then emits the plan.
-/// When the kernel's shared memory exceeds the target's, it is compiled again with one
-/// pipeline stage fewer (pipeline slots sit below the scratch buffer's other uses), and the
-/// report says so.
+/// When the kernel's shared memory exceeds the target's, it is compiled again with at most one
+/// pipeline stage fewer a loop (pipeline slots sit below the scratch buffer's other uses),
+/// whether the loop takes the launch's `num_stages` or has its own, and the report says so.
 pub fn compile(
     kernel: &Kernel,
     target: &Target,
@@ -220,34 +234,48 @@ pub fn compile(
 ) -> Result<Compiled, PtxError> {
     check_options(kernel, target, options)?;
     let kernel = &rewritten(kernel);
-    let mut stages = options.num_stages;
+    // The most stages any loop asks for: the launch's, or a loop's own.
+    let most = kernel
+        .walk()
+        .into_iter()
+        .filter_map(|i| match kernel.insts[i].op {
+            Op::For { num_stages } => num_stages,
+            _ => None,
+        })
+        .fold(options.num_stages, u32::max);
+    let mut cap = most;
+    // The stages of the last attempt that did not fit.
+    let mut failed = most;
     loop {
-        let attempt = CompileOptions {
-            num_stages: stages,
-            ..*options
-        };
-        match compile_once(kernel, target, &attempt)? {
+        match compile_once(kernel, target, options, cap)? {
             Ok(mut compiled) => {
-                if stages < options.num_stages {
-                    compiled.report.stages_asked = options.num_stages;
-                    for l in &mut compiled.report.loops {
-                        l.asked = options.num_stages;
-                    }
+                if cap < most {
                     compiled.report.stage_cut = Some(format!(
                         "with {} stages its shared memory exceeds the {} bytes sm_{} allows a \
                          block",
-                        stages + 1,
+                        failed,
                         target.max_shared_bytes(),
                         target.sm
                     ));
                 }
                 return Ok(compiled);
             }
-            Err(_) if stages > 1 => stages -= 1,
-            Err(needed) => {
+            // One stage fewer than the most a loop got (a cap between changes no loop's
+            // plan), or 1 when none is pipelined.
+            Err(over) if cap > 1 => {
+                if over.stages >= 2 {
+                    failed = over.stages.min(cap);
+                    cap = failed - 1;
+                } else {
+                    failed = cap;
+                    cap = 1;
+                }
+            }
+            Err(over) => {
                 return Err(PtxError::Options(format!(
-                    "kernel `{}` needs {needed} bytes of shared memory; sm_{} allows {} a block",
+                    "kernel `{}` needs {} bytes of shared memory; sm_{} allows {} a block",
                     kernel.name,
+                    over.needed,
                     target.sm,
                     target.max_shared_bytes()
                 )))
@@ -256,21 +284,40 @@ pub fn compile(
     }
 }
 
-/// One plan and emission; `Err(bytes)` when the shared memory it needs exceeds the target's.
+/// A compile whose shared memory exceeds the target's.
+struct SharedOverflow {
+    /// The bytes it needs.
+    needed: u32,
+    /// The most stages any of its loops got (1 when none is pipelined).
+    stages: u32,
+}
+
+/// One plan and emission with at most `stage_cap` stages a loop; `Err` when the shared memory
+/// it needs exceeds the target's.
 fn compile_once(
     kernel: &Kernel,
     target: &Target,
     options: &CompileOptions,
-) -> Result<Result<Compiled, u32>, PtxError> {
+    stage_cap: u32,
+) -> Result<Result<Compiled, SharedOverflow>, PtxError> {
     let w = options.num_warps;
-    let cx = plan::Context::new(kernel, target, options);
+    let cx = plan::Context::new(kernel, target, options).with_stage_cap(stage_cap);
     let plan = plan::Plan::build(&cx);
     let mut lw = emit::Lower::new(&cx, &plan);
     lw.lower_kernel()?;
     let entry = format!("tg_{}", sanitize(&kernel.name));
     let shared_bytes = lw.shared.smem_bytes.div_ceil(16) * 16;
     if shared_bytes > target.max_shared_bytes() {
-        return Ok(Err(shared_bytes));
+        let stages = plan
+            .pipelines
+            .loops()
+            .flat_map(|(_, l)| l.pipeline.iter().chain(l.nest.as_ref().map(|n| &n.pipe)))
+            .map(|p| p.stages)
+            .fold(1, u32::max);
+        return Ok(Err(SharedOverflow {
+            needed: shared_bytes,
+            stages,
+        }));
     }
     let params: Vec<ParamDecl> = (0..kernel.params.len())
         .map(|i| ParamDecl {

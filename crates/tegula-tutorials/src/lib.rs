@@ -38,7 +38,6 @@
 //! | Triton | where | what the port does |
 //! | --- | --- | --- |
 //! | tensor descriptors (`tl.make_tensor_descriptor`, `TensorDescriptor`) | 06, 08 (TMA variant), 09 (TMA and descriptor variants) | block pointers at each load's offsets ([`desc`]) |
-//! | `tl.range(.., num_stages=)` | 02 | the launch's `num_stages` |
 //! | `tl.range(.., warp_specialize=, flatten=)` | 06, 09 | a plain `range` loop; the host accepts the flags |
 //! | fp8 dtypes (`tl.float8e5`, `tl.float8e4nv`) | 06, 08, 09 | the fp16 path only |
 //! | PDL (`gdc_wait`, `gdc_launch_dependents`, `launch_pdl`) | 11 | the kernel without PDL; the host refuses `launch_pdl` |

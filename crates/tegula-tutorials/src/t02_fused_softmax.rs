@@ -18,7 +18,8 @@
 //! | Triton | tegula |
 //! | --- | --- |
 //! | `tl.num_programs(0)` | `num_programs(0)` |
-//! | `for row_idx in tl.range(lo, hi, step, num_stages=s)` | `for row_idx in range(lo, hi, step)`, stages in the launch config |
+//! | `num_stages: tl.constexpr` | `#[constexpr] num_stages: u32` |
+//! | `for row_idx in tl.range(lo, hi, step, num_stages=num_stages)` | `for row_idx in range(lo, hi, step).num_stages(num_stages)` |
 //! | `tl.max(row, axis=0)`, `tl.sum(.., axis=0)` | `max(row, 0)`, `sum(.., 0)` |
 //! | `tl.exp` | `exp` (on the GPU `ex2.approx` with the scale folded in, as Triton's) |
 //! | `other=-float('inf')` | `f32::NEG_INFINITY` |
@@ -28,11 +29,11 @@
 //!
 //! # What differs
 //!
-//! Triton's `tl.range` takes a `num_stages` per loop; a tegula loop has none, so the stage
-//! count goes where tegula takes it, the launch config (the kernel keeps the tutorial's
-//! `num_stages` constexpr parameter out of its signature for that reason). On the interpreter
-//! there are no registers to count: the grid is [`INTERPRETER_PROGRAMS`] programs (at most
-//! one a row), so that each walks several rows. The launch is split from the sizing
+//! A tegula launch config carries a stage count too: the host passes `num_stages` to the
+//! kernel's constexpr and in `LaunchConfig::new(num_warps, num_stages)`; the kernel's one loop
+//! asks for its own (`.num_stages(num_stages)`), so the config's count decides nothing here.
+//! On the interpreter there are no registers to count: the grid is [`INTERPRETER_PROGRAMS`]
+//! programs (at most one a row), so that each walks several rows. The launch is split from the sizing
 //! ([`softmax_programs`], [`softmax_launch`]) because the harness times the launch alone.
 #![allow(non_snake_case)]
 
@@ -51,13 +52,12 @@ pub fn softmax_kernel<T: Element>(
     n_rows: i32,
     n_cols: i32,
     #[constexpr] BLOCK_SIZE: usize,
+    #[constexpr] num_stages: u32,
 ) {
     // starting row of the program
     let row_start = program_id(0);
     let row_step = num_programs(0);
-    // workaround: tl.range(..., num_stages=num_stages) has no per-loop stage count in tegula;
-    // the host passes num_stages in the launch config instead.
-    for row_idx in range(row_start, n_rows, row_step) {
+    for row_idx in range(row_start, n_rows, row_step).num_stages(num_stages) {
         // The stride represents how much we need to increase the pointer to advance 1 row
         let row_start_ptr = input_ptr + row_idx * input_row_stride;
         // The block size is the next power of two greater than n_cols, so we can fit each
@@ -86,10 +86,12 @@ const OP: &str = "tutorial-02-fused-softmax";
 /// walks several rows.
 pub const INTERPRETER_PROGRAMS: usize = 4;
 
-/// What `softmax` decides before it launches: the block, the warps and stages, the grid.
+/// What `softmax` decides before it launches: the block, the stages (the kernel's
+/// `num_stages`), the warps, the grid.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SoftmaxPlan {
     pub block_size: usize,
+    pub num_stages: u32,
     pub config: LaunchConfig,
     pub num_programs: usize,
 }
@@ -131,6 +133,7 @@ pub fn softmax_programs<T: Element>(x: &Tensor<T>, y: &Tensor<T>) -> Result<Soft
     let Some(info) = dev.cuda_runtime().map(|rt| rt.device_info()) else {
         return Ok(SoftmaxPlan {
             block_size: BLOCK_SIZE,
+            num_stages: 2,
             config: LaunchConfig::new(num_warps, 2),
             num_programs: INTERPRETER_PROGRAMS.min(n_rows.max(1) as usize),
         });
@@ -145,7 +148,7 @@ pub fn softmax_programs<T: Element>(x: &Tensor<T>, y: &Tensor<T>) -> Result<Soft
     let num_stages = if SIZE_SMEM > 200000 { 4 } else { 2 };
     let config = LaunchConfig::new(num_warps, num_stages);
     // pre-compile kernel to get register usage and compute thread occupancy.
-    let trace = || softmax_kernel::trace::<T>(BLOCK_SIZE);
+    let trace = || softmax_kernel::trace::<T>(BLOCK_SIZE, num_stages);
     let (s_in, s_out) = (x.strides()[0] as i32, y.strides()[0] as i32);
     let args: Vec<KernelArg> = vec![
         TensorArg::kernel_arg(&y),
@@ -158,7 +161,10 @@ pub fn softmax_programs<T: Element>(x: &Tensor<T>, y: &Tensor<T>) -> Result<Soft
     let kernel = dev.compiled(&Launch {
         name: "softmax_kernel",
         // The key `#[tegula::kernel]` gives this specialization, so the launch reuses it.
-        key: format!("BLOCK_SIZE={BLOCK_SIZE:?}, T={:?}", T::DTYPE),
+        key: format!(
+            "BLOCK_SIZE={BLOCK_SIZE:?}, num_stages={num_stages:?}, T={:?}",
+            T::DTYPE
+        ),
         trace: &trace,
         grid: Grid([1, 1, 1]),
         config,
@@ -174,6 +180,7 @@ pub fn softmax_programs<T: Element>(x: &Tensor<T>, y: &Tensor<T>) -> Result<Soft
     let num_programs = (NUM_SM * occupancy).min(n_rows as usize).max(1);
     Ok(SoftmaxPlan {
         block_size: BLOCK_SIZE,
+        num_stages,
         config,
         num_programs,
     })
@@ -196,6 +203,7 @@ pub fn softmax_launch<T: Element>(x: &Tensor<T>, y: &Tensor<T>, plan: &SoftmaxPl
         n_rows,
         n_cols,
         plan.block_size,
+        plan.num_stages,
     )
 }
 

@@ -73,7 +73,7 @@ fn helpers_with_runtime_loops_and_branches() -> tegula::Result<()> {
     let k = sums::trace(16).expect("traces");
     let count = |op: tegula::ir::Op| k.insts.iter().filter(|(_, d)| d.op == op).count();
     assert_eq!(
-        count(tegula::ir::Op::For),
+        count(tegula::ir::Op::For { num_stages: None }),
         2,
         "one loop per call of row_sum"
     );

@@ -57,7 +57,7 @@ fn gemv_loop_carries_the_accumulator() {
     assert_eq!(names, ["a", "x", "y", "n"]);
     let param_types: Vec<_> = k.params.iter().map(|p| p.ty.to_string()).collect();
     assert_eq!(param_types, ["ptr<f16>", "ptr<f16>", "ptr<f32>", "i32"]);
-    let fors = find(&k, |o| matches!(o, Op::For));
+    let fors = find(&k, |o| matches!(o, Op::For { .. }));
     assert_eq!(fors.len(), 1);
     assert_eq!(result_types(&k, fors[0]), ["f32[128]"]);
     let text = k.to_string();
@@ -66,7 +66,7 @@ fn gemv_loop_carries_the_accumulator() {
     }
     // The constexpr is a Rust value: another block size is another specialization.
     let k64 = gemv::trace(64).unwrap();
-    let fors = find(&k64, |o| matches!(o, Op::For));
+    let fors = find(&k64, |o| matches!(o, Op::For { .. }));
     assert_eq!(result_types(&k64, fors[0]), ["f32[64]"]);
 }
 
@@ -97,7 +97,7 @@ fn carried_mix(x: Ptr<f32>, out: Ptr<f32>, n: i32, #[constexpr] block: usize) {
 #[test]
 fn carried_variables_include_nested_ifs_and_blocks_only() {
     let k = carried_mix::trace(32).unwrap();
-    let fors = find(&k, |o| matches!(o, Op::For));
+    let fors = find(&k, |o| matches!(o, Op::For { .. }));
     assert_eq!(fors.len(), 1);
     // acc, hi, count in order of first assignment; not `local`, not the read-only `untouched`.
     assert_eq!(result_types(&k, fors[0]), ["f32[32]", "f32[32]", "i32"]);
@@ -125,7 +125,7 @@ fn unrolled(out: Ptr<i32>, #[constexpr] reps: usize) {
 fn static_range_unrolls_at_trace_time() {
     for reps in [0, 1, 5] {
         let k = unrolled::trace(reps).unwrap();
-        assert_eq!(count(&k, |o| matches!(o, Op::For)), 0);
+        assert_eq!(count(&k, |o| matches!(o, Op::For { .. })), 0);
         assert_eq!(count(&k, |o| *o == Op::Binary(BinaryOp::Add)), reps);
         // j = 0, 4, 8
         assert_eq!(count(&k, |o| *o == Op::Binary(BinaryOp::Mul)), 3);
@@ -296,7 +296,7 @@ fn many_carried(out: Ptr<i32>, n: i32) {
 #[test]
 fn more_than_twelve_carried_variables() {
     let k = many_carried::trace().unwrap();
-    let fors = find(&k, |o| matches!(o, Op::For));
+    let fors = find(&k, |o| matches!(o, Op::For { .. }));
     let mut expected = vec!["i32"; 12];
     expected.push("i64");
     assert_eq!(result_types(&k, fors[0]), expected);
@@ -320,7 +320,7 @@ fn two_accumulators(x: Ptr<f32>, out: Ptr<f32>, n: i32) {
 #[test]
 fn arrays_assigned_by_index_are_carried_whole() {
     let k = two_accumulators::trace().unwrap();
-    let fors = find(&k, |o| matches!(o, Op::For));
+    let fors = find(&k, |o| matches!(o, Op::For { .. }));
     assert_eq!(fors.len(), 2);
     assert_eq!(result_types(&k, fors[0]), ["f32[16]", "f32[16]"]);
     assert!(result_types(&k, fors[1]).is_empty());
@@ -412,8 +412,79 @@ fn nested(out: Ptr<f32>, m: i32, n: i32) {
 #[test]
 fn nested_runtime_loops() {
     let k = nested::trace().unwrap();
-    let fors = find(&k, |o| matches!(o, Op::For));
+    let fors = find(&k, |o| matches!(o, Op::For { .. }));
     assert_eq!(fors.len(), 2);
     assert_eq!(result_types(&k, fors[0]), ["f32[8]", "i32"]);
     assert_eq!(result_types(&k, fors[1]), ["f32[8]"]);
+}
+
+#[tegula::kernel]
+fn staged_sums(
+    x: Ptr<f32>,
+    out: Ptr<f32>,
+    n: i32,
+    #[constexpr] block: usize,
+    #[constexpr] num_stages: u32,
+) {
+    let offs = arange(0, block as i64);
+    let mut acc = zeros::<f32>([block]);
+    let mut count = zeros::<i32>([]);
+    for start in range(0, n, block).num_stages(num_stages) {
+        acc += load(x + start + offs, (start + offs).lt(n), 0.0);
+    }
+    for _ in range(n).num_stages(1) {
+        count += 1;
+    }
+    // zero-stages marker: the line after this one
+    for _ in range(1, n).num_stages(num_stages - 3) {
+        count += 2;
+    }
+    store_unmasked(out + offs, acc + count.to::<f32>());
+}
+
+/// `range(..).num_stages(s)`: the loop carries the constexpr's count as an attribute (and a
+/// plain `range` none), the interpreter runs it as any loop, and 0 is an error at its line.
+#[test]
+fn range_num_stages_is_a_loop_attribute() -> tegula::Result<()> {
+    let stages_of = |k: &Kernel| -> Vec<Option<u32>> {
+        find(k, |o| matches!(o, Op::For { .. }))
+            .into_iter()
+            .map(|i| match k.insts[i].op {
+                Op::For { num_stages } => num_stages,
+                _ => unreachable!(),
+            })
+            .collect()
+    };
+    let k = staged_sums::trace(32, 4).unwrap();
+    assert_eq!(stages_of(&k), [Some(4), Some(1), Some(1)]);
+    assert!(k.to_string().contains("num_stages=4"), "{k}");
+    let k = staged_gemv::trace(32).unwrap();
+    assert_eq!(stages_of(&k), [None]);
+    let dev = Device::cpu();
+    let n = 100usize;
+    let xs: Vec<f32> = (0..n).map(|i| i as f32).collect();
+    let x = dev.from_slice(&xs, [n])?;
+    let out = dev.zeros::<f32>([32])?;
+    staged_sums::launch(&dev, 1u32, &x, &out, n as i32, 32, 4)?;
+    let got = out.to_vec()?;
+    // 4 trips of 32 lanes (the last masked), then n + 2 (n - 1) counted.
+    let count = (n + 2 * (n - 1)) as f32;
+    for (lane, g) in got.iter().enumerate() {
+        let want: f32 = (0..n).filter(|i| i % 32 == lane).map(|i| i as f32).sum();
+        assert_eq!(*g, want + count, "lane {lane}");
+    }
+    let e = staged_sums::trace(32, 3).unwrap_err();
+    assert_eq!(e.loc.line, line_of("zero-stages marker"), "{e}");
+    assert!(e.message.contains("num_stages(0)"), "{e}");
+    Ok(())
+}
+
+#[tegula::kernel]
+fn staged_gemv(x: Ptr<f32>, out: Ptr<f32>, n: i32, #[constexpr] block: usize) {
+    let offs = arange(0, block as i64);
+    let mut acc = zeros::<f32>([block]);
+    for start in range(0, n, block) {
+        acc += load(x + start + offs, (start + offs).lt(n), 0.0);
+    }
+    store_unmasked(out + offs, acc);
 }

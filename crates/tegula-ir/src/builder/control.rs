@@ -251,6 +251,55 @@ fn check_types(
     true
 }
 
+/// A loop's stage count: a Rust integer, known at trace time (a constexpr or a literal).
+#[diagnostic::on_unimplemented(
+    message = "a loop's stage count must be a Rust integer known at trace time, not `{Self}`",
+    label = "`num_stages(..)` takes a constexpr or a literal",
+    note = "the pipelining depth of a loop is decided when the kernel is compiled; pass it as a \
+            `#[constexpr]` parameter (Triton's `num_stages: tl.constexpr`)"
+)]
+pub trait StageCount {
+    /// The value, widened (range-checked where the loop is traced).
+    fn stage_count(self) -> i128;
+}
+
+macro_rules! stage_count_int {
+    ($($t:ty),*) => {$(
+        impl StageCount for $t {
+            fn stage_count(self) -> i128 {
+                self as i128
+            }
+        }
+    )*};
+}
+stage_count_int!(u8, u16, u32, u64, usize, i8, i16, i32, i64, isize);
+
+/// What a run-time loop takes beside its bounds, as Triton's `tl.range` keywords do:
+/// `RangeOptions::new().num_stages(3)` is `tl.range(.., num_stages=3)`. A kernel body writes
+/// it `for i in range(lo, hi, step).num_stages(3)`; the builder passes it to
+/// [`for_range_with`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RangeOptions {
+    num_stages: Option<i128>,
+}
+
+impl RangeOptions {
+    /// No options: the loop pipelines with the launch's `num_stages`.
+    pub const fn new() -> RangeOptions {
+        RangeOptions { num_stages: None }
+    }
+
+    /// The loop's own pipelining depth: on the GPU the loads that feed its tensor-core dots
+    /// stream through up to `s` shared-memory slots, whatever the launch's `num_stages`; 1
+    /// turns its pipelining off. At least 1 (0 is a trace error at the loop's line). The
+    /// interpreter ignores it: it changes no result.
+    pub fn num_stages(self, s: impl StageCount) -> RangeOptions {
+        RangeOptions {
+            num_stages: Some(s.stage_count()),
+        }
+    }
+}
+
 /// A loop over `lo, lo + step, .. < hi` (run-time bounds) carrying `init` through `body`.
 ///
 /// `body(i, carried)` returns the next carried values; the loop returns the final ones.
@@ -263,7 +312,36 @@ pub fn for_range<C: Carry>(
     init: C,
     body: impl FnOnce(Tile, C) -> C,
 ) -> C {
+    for_range_with(lo, hi, step, RangeOptions::new(), init, body)
+}
+
+/// [`for_range`] with [`RangeOptions`]: `for_range_with(0, k, bk, RangeOptions::new()
+/// .num_stages(2), acc, |i, acc| ..)` is `for i in range(0, k, bk).num_stages(2)` in a kernel
+/// body, Triton's `for i in tl.range(0, K, BK, num_stages=2)`.
+#[track_caller]
+pub fn for_range_with<C: Carry>(
+    lo: impl IntoOperand,
+    hi: impl IntoOperand,
+    step: impl IntoOperand,
+    options: RangeOptions,
+    init: C,
+    body: impl FnOnce(Tile, C) -> C,
+) -> C {
     let loc = Loc::caller();
+    // 0 reaches the verifier, which rejects it at this loop's line.
+    let num_stages = options.num_stages.and_then(|s| match u32::try_from(s) {
+        Ok(s) => Some(s),
+        Err(_) => {
+            report(
+                loc,
+                format!(
+                    "num_stages({s}): a loop's stage count is an integer from 1 to {}",
+                    u32::MAX
+                ),
+            );
+            None
+        }
+    });
     let bounds = [lo.into_operand(), hi.into_operand(), step.into_operand()];
     let mut iv_dtype = DType::I32;
     for b in &bounds {
@@ -306,7 +384,13 @@ pub fn for_range<C: Carry>(
     });
     let mut args: Vec<_> = bounds.iter().map(|t| t.value()).collect();
     args.extend(init_tiles.iter().map(|t| t.value()));
-    let results = emit(Op::For, args, &carried_types, vec![block], loc);
+    let results = emit(
+        Op::For { num_stages },
+        args,
+        &carried_types,
+        vec![block],
+        loc,
+    );
     let result_tiles: Vec<Tile> = results
         .iter()
         .zip(&carried_types)
@@ -561,10 +645,31 @@ where
 )]
 pub trait InKernelOrFunc {}
 
+/// A run-time loop in `#[tegula::kernel]` and `#[tegula::func]` bodies: `for i in range(hi)`,
+/// `range(lo, hi)` or `range(lo, hi, step)` (Triton's `tl.range`) is rewritten into
+/// [`for_range`], its `let mut` variables assigned in the body carried through the loop.
+///
+/// `for i in range(lo, hi, step).num_stages(s)` (also on the 1- and 2-argument forms) gives
+/// the loop its own pipelining depth, Triton's `tl.range(lo, hi, step, num_stages=s)`: `s` is
+/// a Rust integer known at trace time (a `#[constexpr]` parameter or a literal), at least 1,
+/// and on the GPU it replaces the launch's `num_stages` for this loop (1 turns its pipelining
+/// off); the interpreter ignores it. The macro passes it to [`for_range_with`] as
+/// [`RangeOptions::num_stages`]. Triton's other `tl.range` keywords (`loop_unroll_factor`,
+/// `flatten`, `warp_specialize`, ..) have no counterpart.
+///
+/// ```text
+/// #[tegula::kernel]
+/// fn k(.., #[constexpr] num_stages: u32) {
+///     let mut acc = zeros::<f32>([bm, bn]);
+///     for start in range(0, k, bk).num_stages(num_stages) {
+///         acc = dot_acc(load(..), load(..), acc);
+///     }
+/// }
+/// ```
+///
 /// What `range(lo, hi, step)` means outside the macros: a compile error that says to mark the
-/// enclosing helper `#[tegula::func]`. Inside `#[tegula::kernel]` and `#[tegula::func]` bodies
-/// `for i in range(..)` (1 to 3 arguments) is rewritten into a run-time loop and never calls
-/// this.
+/// enclosing helper `#[tegula::func]`; inside the macros' bodies this function is never
+/// called.
 ///
 /// ```compile_fail
 /// use tegula_ir::prelude::*;

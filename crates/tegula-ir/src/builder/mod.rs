@@ -15,8 +15,8 @@ mod tile;
 
 pub use block_ptr::{make_block_ptr, BlockPtr, Padding};
 pub use control::{
-    for_range, if_else, if_then, range, scalar, static_range, while_any, while_loop, Carry,
-    Condition, InKernelOrFunc, Named, RustBool,
+    for_range, for_range_with, if_else, if_then, range, scalar, static_range, while_any,
+    while_loop, Carry, Condition, InKernelOrFunc, Named, RangeOptions, RustBool, StageCount,
 };
 pub use math::*;
 pub use ops::*;

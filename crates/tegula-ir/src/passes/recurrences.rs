@@ -50,7 +50,7 @@ pub fn affine_recurrences(k: &mut Kernel) -> bool {
     let loops: Vec<Inst> = placed(k)
         .into_iter()
         .map(|(_, i)| i)
-        .filter(|&i| matches!(k.insts[i].op, Op::For))
+        .filter(|&i| matches!(k.insts[i].op, Op::For { .. }))
         .collect();
     let mut changed = false;
     for l in loops {

@@ -102,7 +102,7 @@ impl AxisAnalysis {
             let data = &k.insts[inst];
             // Block arguments first: loop induction variables keep the divisibility of their
             // bounds and step; carried values are unknown.
-            if let Op::For = data.op {
+            if let Op::For { .. } = data.op {
                 let body = data.regions[0];
                 let args = &k.blocks[body].args;
                 let lo = a.get(k, data.args[0]).divisibility[0];

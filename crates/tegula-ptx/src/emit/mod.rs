@@ -699,7 +699,7 @@ impl<'k> Lower<'k> {
             Op::Reduce { .. } => self.lower_reduce(inst),
             Op::Scan { .. } => self.lower_scan(inst),
             Op::Dot { .. } => self.lower_dot(inst),
-            Op::For => self.lower_for(inst),
+            Op::For { .. } => self.lower_for(inst),
             Op::If => self.lower_if(inst),
             Op::While => self.lower_while(inst),
             Op::Assert { .. } => self.lower_assert(inst),

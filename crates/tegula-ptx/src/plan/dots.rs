@@ -8,9 +8,11 @@
 //! - everything else runs on FMAs (f32 `ieee`, f64, integers, other accumulators).
 //!
 //! A tensor-core dot is a `wgmma` candidate ([`MmaPlan::wgmma`]) when the options allow
-//! `wgmma` ([`crate::MmaChoice`]) on a target that has it, the operands are f16/bf16, the
-//! launch pipelines (at least two stages), the target takes the shape over the launch's warps
-//! ([`crate::Target::wgmma_takes_shape`]: all warps along M), and B is loaded in the dot's own
+//! `wgmma` ([`crate::MmaChoice`]) on a target that has it, the operands are f16/bf16, at
+//! least two stages are asked for the dot's block (by the `for` loop whose body it is: the
+//! loop's own `num_stages`, else the launch's; by the launch elsewhere), the target takes the
+//! shape over the launch's warps ([`crate::Target::wgmma_takes_shape`]: all warps along M),
+//! and B is loaded in the dot's own
 //! block with 4- to 16-byte vectors (what a pipeline copies into its slots) while A is either
 //! such a load or not loaded there at all (in registers: FlashAttention's P and its
 //! loop-invariant Q). The software pipeline decides whether it really runs on `wgmma`
@@ -184,7 +186,10 @@ fn wgmma_candidate(cx: &Context<'_>, dot: Inst, kind: MmaKind, (m, n, k): (u32, 
     cx.options.mma.allows_wgmma()
         && cx.target.has_wgmma()
         && matches!(kind, MmaKind::F16 | MmaKind::BF16)
-        && cx.options.num_stages >= 2
+        && cx
+            .uses
+            .block_of(dot)
+            .is_some_and(|b| cx.stages_of_block(b) >= 2)
         && cx.target.wgmma_takes_shape(m, n, k, cx.num_warps())
         && wgmma_operands_placed(cx, dot)
 }

@@ -249,7 +249,7 @@ impl Planner<'_, '_> {
                 continue;
             }
             match d.op {
-                Op::For => self.plan_for(inst),
+                Op::For { .. } => self.plan_for(inst),
                 Op::While => self.plan_while(inst),
                 Op::If => self.plan_if(inst),
                 Op::Load { .. }
@@ -418,7 +418,7 @@ impl Planner<'_, '_> {
                 true,
             ),
             Op::Dot { .. } => (self.dot_layout(inst), true),
-            Op::For => {
+            Op::For { .. } => {
                 let body = d.regions[0];
                 let carried = k.blocks[body].args[1 + idx];
                 let yielded = self.terminator_args(body).get(idx).copied();

@@ -31,7 +31,7 @@ pub mod report;
 use crate::analysis::axis_info::AxisAnalysis;
 use crate::{CompileOptions, Target};
 use tegula_ir::uses::Uses;
-use tegula_ir::{Kernel, Op};
+use tegula_ir::{Block, Inst, Kernel, Op};
 
 /// What every planning pass reads: the kernel, the target and options, and the analyses of
 /// the kernel that do not depend on any decision.
@@ -39,6 +39,9 @@ pub struct Context<'k> {
     pub k: &'k Kernel,
     pub target: Target,
     pub options: CompileOptions,
+    /// The most stages any loop is planned with: unlimited, or fewer when the kernel's shared
+    /// memory exceeded the target's with more (`compile` then plans again with one fewer).
+    pub stage_cap: u32,
     pub axis: AxisAnalysis,
     pub uses: Uses,
 }
@@ -49,13 +52,47 @@ impl<'k> Context<'k> {
             k,
             target: *target,
             options: *options,
+            stage_cap: u32::MAX,
             axis: AxisAnalysis::run(k),
             uses: Uses::new(k),
         }
     }
 
+    /// This context with at most `cap` stages a loop.
+    pub fn with_stage_cap(self, cap: u32) -> Context<'k> {
+        Context {
+            stage_cap: cap,
+            ..self
+        }
+    }
+
     pub fn num_warps(&self) -> u32 {
         self.options.num_warps
+    }
+
+    /// The stages `for` loop `inst` asks for: its own (`range(..).num_stages(s)`) when it has
+    /// one, else the launch's `num_stages`.
+    pub fn stages_asked(&self, inst: Inst) -> u32 {
+        match self.k.insts[inst].op {
+            Op::For {
+                num_stages: Some(s),
+            } => s,
+            _ => self.options.num_stages,
+        }
+    }
+
+    /// The stages loop `inst` is planned for: the ones it asks for, within [`Self::stage_cap`].
+    pub fn stages_planned(&self, inst: Inst) -> u32 {
+        self.stages_asked(inst).min(self.stage_cap)
+    }
+
+    /// The stages asked for the code of `block`: those of the `for` loop whose body it is, else
+    /// the launch's (within [`Self::stage_cap`]).
+    pub fn stages_of_block(&self, block: Block) -> u32 {
+        match self.uses.parent_of(block) {
+            Some(p) if matches!(self.k.insts[p].op, Op::For { .. }) => self.stages_planned(p),
+            _ => self.options.num_stages.min(self.stage_cap),
+        }
     }
 }
 
@@ -71,7 +108,7 @@ pub fn is_anchored(op: &Op) -> bool {
             | Op::Reduce { .. }
             | Op::Scan { .. }
             | Op::Dot { .. }
-            | Op::For
+            | Op::For { .. }
             | Op::If
             | Op::While
             | Op::Print { .. }

@@ -1,5 +1,5 @@
 //! Software pipelines and dot-operand homes: per `for` loop, which of its loads stream through
-//! `num_stages` shared-memory slots (`cp.async`), what rides along in each slot, how far the
+//! its stages' shared-memory slots (`cp.async`), what rides along in each slot, how far the
 //! refill lags, which dots read their operands there on `wgmma` or fetch their first
 //! fragments across the tile boundary, and which loop-invariant dot operands stay resident in
 //! shared memory; each a named rule with its precondition, decided in program order before
@@ -13,6 +13,14 @@
 //!   `ldmatrix` (or a `wgmma` descriptor) at each use; one copy serves both roles when both
 //!   read it as loaded. Smaller sets of invariant operands are loaded into registers once
 //!   before the loop.
+//! - **stage count** ([`super::Context::stages_asked`]): a loop asks for its own
+//!   `num_stages` when it has one (`range(..).num_stages(s)`, Triton's `tl.range(..,
+//!   num_stages=s)`), else for the launch's; an inner loop of a nest asks for its own count
+//!   too, whatever the outer loop's. A loop that asks for fewer than 2 is not pipelined ("1
+//!   stage asked for"). The stages it is planned for are the ones asked within the kernel's
+//!   stage cap (lowered one at a time by `compile` while the kernel's shared memory exceeds
+//!   the target's); the shared-memory cut below then works from that count, loop by loop, and
+//!   the report's `asked` is the loop's count.
 //! - **streamed loads** ([`PipeLoad`]): a load qualifies when every use of it is an f16/bf16
 //!   mma operand (directly or through `.trans()`) of a dot in the loop body, its pointer and
 //!   mask depend on the induction variable and values from outside the loop only, its
@@ -258,7 +266,7 @@ impl Planner<'_, '_> {
                 continue;
             }
             match d.op {
-                Op::For => self.plan_for(inst, depth),
+                Op::For { .. } => self.plan_for(inst, depth),
                 Op::While | Op::If => {
                     for &r in &d.regions {
                         self.walk(r, depth + 1);
@@ -330,7 +338,7 @@ impl Planner<'_, '_> {
             },
         };
         if let Some(pipe) = &piped {
-            if pipe.stages < self.cx.options.num_stages && !lp.nested {
+            if pipe.stages < self.cx.stages_planned(inst) && !lp.nested {
                 lp.shared_cut = true;
                 lp.note = Some(format!(
                     "{} stages of {} bytes: {} stages would exceed the {} bytes of shared memory left",
@@ -339,6 +347,9 @@ impl Planner<'_, '_> {
                     pipe.stages + 1,
                     self.max_shared().saturating_sub(self.reserved_before(lp.nested))
                 ));
+            } else if pipe.stages < self.cx.stages_asked(inst) && !lp.nested {
+                lp.shared_cut = true;
+                lp.note = Some(self.kernel_cut(pipe.stages));
             }
             self.active.push(Active { pipe: pipe.clone() });
             lp.boundary = self.boundary_dot(body, pipe);
@@ -370,6 +381,18 @@ impl Planner<'_, '_> {
             self.nests.pop();
             self.reserved.pop();
         }
+    }
+
+    /// Why a loop has `stages` (fewer than it asks for) under the kernel's stage cap.
+    fn kernel_cut(&self, stages: u32) -> String {
+        format!(
+            "{stages} stage{}: with {} the kernel's shared memory exceeds the {} bytes sm_{} \
+             allows a block",
+            if stages == 1 { "" } else { "s" },
+            self.cx.stage_cap.saturating_add(1),
+            self.max_shared(),
+            self.cx.target.sm
+        )
     }
 
     /// The bytes reserved before this loop's slots.
@@ -595,9 +618,13 @@ impl Planner<'_, '_> {
     /// On success, also what was left out of the pipeline and why.
     fn plan_pipeline(&mut self, for_inst: Inst) -> Result<(PipePlan, Option<String>), String> {
         let k = self.cx.k;
-        let num_stages = self.cx.options.num_stages;
+        let asked = self.cx.stages_asked(for_inst);
+        if asked < 2 {
+            return Err(format!("{asked} stage asked for"));
+        }
+        let num_stages = self.cx.stages_planned(for_inst);
         if num_stages < 2 {
-            return Err(format!("{num_stages} stage asked for"));
+            return Err(self.kernel_cut(num_stages));
         }
         let body = k.insts[for_inst].regions[0];
         let iv = k.blocks[body].args[0];
@@ -944,7 +971,7 @@ impl Planner<'_, '_> {
             .insts
             .iter()
             .copied()
-            .filter(|&i| matches!(k.insts[i].op, Op::For));
+            .filter(|&i| matches!(k.insts[i].op, Op::For { .. }));
         let inner = loops.next()?;
         if loops.next().is_some() {
             return None;

@@ -57,8 +57,11 @@ pub struct LoopReport {
     pub candidate: bool,
     /// Stages it runs with: 1 when it is not pipelined.
     pub stages: u32,
-    /// Stages asked for (the launch's).
+    /// Stages asked for: the loop's own (`range(..).num_stages(s)`) when it has one, else the
+    /// launch's.
     pub asked: u32,
+    /// The loop asks for stages of its own rather than the launch's.
+    pub own_stages: bool,
     /// Loads streamed through the slots, by source line.
     pub streamed: Vec<Loc>,
     /// Rank-1 loads riding along in the slots.
@@ -87,11 +90,12 @@ pub struct Report {
     pub kernel: String,
     pub target: Target,
     pub num_warps: u32,
-    /// Stages the launch asked for, and the stages the kernel was compiled with (fewer when
-    /// its shared memory did not fit: see `stage_cut`).
+    /// Stages the launch asked for, and the stages the kernel was compiled with for the loops
+    /// that take the launch's (fewer when its shared memory did not fit: see `stage_cut`).
     pub stages_asked: u32,
     pub stages_compiled: u32,
-    /// Why the whole kernel was compiled with fewer stages than asked.
+    /// Why the whole kernel was compiled with fewer stages than asked (for the launch's
+    /// stages or for a loop's own: each loop's `why` says which it lost).
     pub stage_cut: Option<String>,
     pub loops: Vec<LoopReport>,
     pub dots: Vec<DotReport>,
@@ -133,7 +137,11 @@ impl Report {
     /// One line per loop that lost stages, with the reason: what a launch warns with.
     pub fn stage_warnings(&self) -> Vec<String> {
         let mut out = Vec::new();
-        if let Some(cut) = &self.stage_cut {
+        if let Some(cut) = self
+            .stage_cut
+            .as_ref()
+            .filter(|_| self.stages_compiled < self.stages_asked)
+        {
             out.push(format!(
                 "kernel `{}` compiled with {} stages instead of {}: {cut}",
                 self.kernel, self.stages_compiled, self.stages_asked
@@ -180,7 +188,7 @@ impl Plan {
             target: cx.target,
             num_warps: cx.num_warps(),
             stages_asked: cx.options.num_stages,
-            stages_compiled: cx.options.num_stages,
+            stages_compiled: cx.options.num_stages.min(cx.stage_cap),
             stage_cut: None,
             loops,
             dots,
@@ -205,7 +213,7 @@ fn loop_reports(
         if !is_anchored(&d.op) {
             continue;
         }
-        if matches!(d.op, Op::For) {
+        if matches!(d.op, Op::For { .. }) {
             out.push(loop_report(cx, plan, inst, depth));
         }
         for &r in &d.regions {
@@ -226,7 +234,13 @@ fn loop_report(cx: &Context<'_>, plan: &Plan, inst: Inst, depth: u32) -> LoopRep
         depth,
         candidate: is_candidate(k, plan, body),
         stages: lp.pipeline.as_ref().map_or(1, |p| p.stages),
-        asked: cx.options.num_stages,
+        asked: cx.stages_asked(inst),
+        own_stages: matches!(
+            k.insts[inst].op,
+            Op::For {
+                num_stages: Some(_)
+            }
+        ),
         streamed: pipe.map_or(vec![], |p| p.loads.iter().map(|l| loc_of(l.inst)).collect()),
         row_loads: pipe.map_or(vec![], |p| p.rows.iter().map(|r| loc_of(r.inst)).collect()),
         slot_bytes: pipe.map_or(0, |p| p.slot_bytes),
@@ -300,7 +314,7 @@ fn operand_home(cx: &Context<'_>, plan: &Plan, dot: Inst, v: Value, role: Role) 
     while let Some(b) = block {
         match cx.uses.parent_of(b) {
             Some(p) => {
-                if matches!(k.insts[p].op, Op::For) {
+                if matches!(k.insts[p].op, Op::For { .. }) {
                     loops.push(p);
                 }
                 block = cx.uses.block_of(p);
@@ -425,6 +439,9 @@ impl fmt::Display for Report {
                 )?;
             } else {
                 write!(f, "not pipelined")?;
+            }
+            if l.own_stages {
+                write!(f, ", {} asked by the loop", l.asked)?;
             }
             if l.resident_operands > 0 {
                 write!(f, ", {} resident operand(s)", l.resident_operands)?;

@@ -1,6 +1,7 @@
 //! Kernels shared by the tensor-core tests (`mma.rs`, `mma_sim.rs`, `mma_sim_wgmma.rs`,
-//! `wgmma.rs`, `hoisting.rs`, `pipeline_shared_load.rs`, `tf32x3.rs`). Every kernel here is
-//! used by at least one of them; each test binary uses a part (hence the allow).
+//! `wgmma.rs`, `hoisting.rs`, `pipeline_shared_load.rs`, `tf32x3.rs`, `report.rs`). Every
+//! kernel here is used by at least one of them; each test binary uses a part (hence the
+//! allow).
 #![allow(dead_code)]
 
 use tegula_ir::prelude::*;
@@ -55,11 +56,27 @@ pub fn matmul_loop_into(dt: DType, out: DType, bm: usize, bn: usize, bk: usize) 
     matmul_kernel(dt, out, (bm, bn, bk), false)
 }
 
-fn matmul_kernel(
+/// [`matmul_loop`] whose k-loop takes `options` (`range(..).num_stages(s)`).
+pub fn matmul_loop_with(
+    dt: DType,
+    bm: usize,
+    bn: usize,
+    bk: usize,
+    options: RangeOptions,
+) -> Kernel {
+    matmul_kernel_with(dt, DType::F32, (bm, bn, bk), false, options)
+}
+
+fn matmul_kernel(dt: DType, out: DType, blocks: (usize, usize, usize), adding: bool) -> Kernel {
+    matmul_kernel_with(dt, out, blocks, adding, RangeOptions::new())
+}
+
+fn matmul_kernel_with(
     dt: DType,
     out: DType,
     (bm, bn, bk): (usize, usize, usize),
     adding: bool,
+    options: RangeOptions,
 ) -> Kernel {
     trace("matmul", |p| {
         let (a, b, c) = (p.ptr("a", dt), p.ptr("b", dt), p.ptr("c", out));
@@ -70,24 +87,32 @@ fn matmul_kernel(
         );
         let offs_m = program_id(0) * bm + arange(0, bm as i64);
         let offs_n = program_id(1) * bn + arange(0, bn as i64);
-        matmul_tile((a, b, c), (m, n, k), (offs_m, offs_n), (bm, bn, bk), adding);
+        matmul_tile(
+            (a, b, c),
+            (m, n, k),
+            (offs_m, offs_n),
+            (bm, bn, bk),
+            adding,
+            options,
+        );
     })
     .map(aligned)
     .unwrap()
 }
 
 /// The `bm x bn` tile of rows `offs_m` and columns `offs_n` of `C = A B` (row-major, masked at the
-/// edges): a k-loop of `bk`-wide steps accumulating in f32 (`dot(a, b, acc)`, or with
-/// `adding` `acc + dot(a, b)`), then the store.
+/// edges): a k-loop of `bk`-wide steps with `options` accumulating in f32 (`dot(a, b, acc)`,
+/// or with `adding` `acc + dot(a, b)`), then the store.
 fn matmul_tile(
     (a, b, c): (Tile, Tile, Tile),
     (m, n, k): (Tile, Tile, Tile),
     (offs_m, offs_n): (Tile, Tile),
     (bm, bn, bk): (usize, usize, usize),
     adding: bool,
+    options: RangeOptions,
 ) {
     let offs_k = arange(0, bk as i64);
-    let acc = for_range(0, k, bk, zeros::<f32>([bm, bn]), |start, acc| {
+    let acc = for_range_with(0, k, bk, options, zeros::<f32>([bm, bn]), |start, acc| {
         let ks = start + offs_k;
         let at = load(
             a + offs_m.col() * k + ks.row(),
@@ -116,6 +141,24 @@ fn matmul_tile(
 /// `program_id, program_id + num_programs, ..`, so the next tile's pipeline prologue writes
 /// the slots the last tile's store just used for its shared-memory crossing.
 pub fn persistent_matmul_into(dt: DType, out: DType, bm: usize, bn: usize, bk: usize) -> Kernel {
+    persistent_matmul_with(
+        dt,
+        out,
+        (bm, bn, bk),
+        RangeOptions::new(),
+        RangeOptions::new(),
+    )
+}
+
+/// [`persistent_matmul_into`] with `outer` options on the tile loop and `inner` on the
+/// k-loop.
+pub fn persistent_matmul_with(
+    dt: DType,
+    out: DType,
+    (bm, bn, bk): (usize, usize, usize),
+    outer: RangeOptions,
+    inner: RangeOptions,
+) -> Kernel {
     trace("persistent_matmul", |p| {
         let (a, b, c) = (p.ptr("a", dt), p.ptr("b", dt), p.ptr("c", out));
         let (m, n, k) = (
@@ -125,11 +168,25 @@ pub fn persistent_matmul_into(dt: DType, out: DType, bm: usize, bn: usize, bk: u
         );
         let tiles_n = cdiv(n, bn);
         let tiles = cdiv(m, bm) * tiles_n;
-        for_range(program_id(0), tiles, num_programs(0), (), |tile, ()| {
-            let offs_m = (tile / tiles_n) * bm + arange(0, bm as i64);
-            let offs_n = (tile % tiles_n) * bn + arange(0, bn as i64);
-            matmul_tile((a, b, c), (m, n, k), (offs_m, offs_n), (bm, bn, bk), false);
-        });
+        for_range_with(
+            program_id(0),
+            tiles,
+            num_programs(0),
+            outer,
+            (),
+            |tile, ()| {
+                let offs_m = (tile / tiles_n) * bm + arange(0, bm as i64);
+                let offs_n = (tile % tiles_n) * bn + arange(0, bn as i64);
+                matmul_tile(
+                    (a, b, c),
+                    (m, n, k),
+                    (offs_m, offs_n),
+                    (bm, bn, bk),
+                    false,
+                    inner,
+                );
+            },
+        );
     })
     .map(aligned)
     .unwrap()
