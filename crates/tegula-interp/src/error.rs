@@ -7,6 +7,15 @@ pub(crate) fn fmt_pid(pid: &[u32; 3]) -> String {
     format!("({}, {}, {})", pid[0], pid[1], pid[2])
 }
 
+/// An index of `dtype` (`index` holds a u64's bit pattern) for messages.
+fn fmt_index(index: i64, dtype: DType) -> String {
+    if dtype == DType::U64 {
+        (index as u64).to_string()
+    } else {
+        index.to_string()
+    }
+}
+
 /// Why a kernel run (or a buffer operation) failed.
 #[derive(thiserror::Error, Debug, Clone, PartialEq)]
 pub enum InterpError {
@@ -67,6 +76,29 @@ pub enum InterpError {
         kernel: String,
         loc: Loc,
         pid: [u32; 3],
+    },
+    /// A `gather` index outside the source's extent along the gathered axis.
+    #[error(
+        "{op} index out of range in kernel `{kernel}` at {loc}, program {}: index {} at {at:?} \
+         of the index tile, along axis {axis} of size {len}",
+        fmt_pid(.pid),
+        fmt_index(*.index, *.dtype)
+    )]
+    IndexOutOfRange {
+        kernel: String,
+        /// The op (`gather`).
+        op: &'static str,
+        loc: Loc,
+        pid: [u32; 3],
+        /// The offending index: its value, or for a u64 index its bit pattern.
+        index: i64,
+        /// The index tile's dtype.
+        dtype: DType,
+        /// The gathered axis and the source's size along it.
+        axis: u8,
+        len: usize,
+        /// The element of the index tile that holds it.
+        at: Box<[usize]>,
     },
     #[error("loop step is zero in kernel `{kernel}` at {loc}, program {}", fmt_pid(.pid))]
     ZeroStep {

@@ -296,6 +296,23 @@ impl<'a> Program<'a> {
                 bytes,
             },
             Fault::DivisionByZero => InterpError::DivisionByZero { kernel, loc, pid },
+            Fault::IndexOutOfRange {
+                index,
+                dtype,
+                axis,
+                len,
+                at,
+            } => InterpError::IndexOutOfRange {
+                kernel,
+                op: "gather",
+                loc,
+                pid,
+                index,
+                dtype,
+                axis,
+                len,
+                at,
+            },
             Fault::ZeroStep => InterpError::ZeroStep { kernel, loc, pid },
             Fault::Assert(message) => InterpError::Assert {
                 kernel,
@@ -491,6 +508,15 @@ impl<'a> Program<'a> {
                 let strides: Vec<usize> = perm.iter().map(|&p| src_strides[p as usize]).collect();
                 arg(0)?.gather(&dims(ty), &strides)
             }
+            Op::Flip { axis } => ops::flip(&dims(arg_ty(0)), *axis as usize, &*arg(0)?)?,
+            Op::Gather { axis } => ops::gather(
+                &dims(arg_ty(0)),
+                &dims(arg_ty(1)),
+                arg_ty(1).dtype(),
+                *axis as usize,
+                &*arg(0)?,
+                &*arg(1)?,
+            )?,
             Op::Binary(op) => ops::binary(*op, d, &*arg(0)?, &*arg(1)?)?,
             Op::Unary(op) => ops::unary(*op, d, &*arg(0)?)?,
             Op::Compare(op) => ops::compare(

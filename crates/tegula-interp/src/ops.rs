@@ -30,6 +30,15 @@ pub(crate) enum Fault {
         bytes: u64,
     },
     DivisionByZero,
+    /// A gather index (of `dtype`; a u64's bit pattern) outside `0..len` along `axis`, at
+    /// element `at` of the index tile.
+    IndexOutOfRange {
+        index: i64,
+        dtype: DType,
+        axis: u8,
+        len: usize,
+        at: Box<[usize]>,
+    },
     ZeroStep,
     Assert(String),
     Invalid(String),
@@ -777,6 +786,88 @@ fn dot_tf32x3(
         }
     }
     out
+}
+
+/// `x` reversed along `axis` (of a tile of `dims`).
+pub(crate) fn flip(dims: &[usize], axis: usize, x: &Data) -> OpResult {
+    fn rows<T: Copy>(x: &[T], s: AxisSplit) -> Vec<T> {
+        let mut out = Vec::with_capacity(x.len());
+        for o in 0..s.outer {
+            let block = &x[o * s.n * s.inner..(o + 1) * s.n * s.inner];
+            for row in block.chunks_exact(s.inner.max(1)).rev() {
+                out.extend_from_slice(row);
+            }
+        }
+        out
+    }
+    if axis >= dims.len() {
+        return invalid(format!("flip axis {axis} of a tile of rank {}", dims.len()));
+    }
+    let s = AxisSplit::new(dims, axis);
+    Ok(match x {
+        Data::F(v) => Data::F(rows(v, s)),
+        Data::I(v) => Data::I(rows(v, s)),
+        Data::P(v) => Data::P(rows(v, s)),
+    })
+}
+
+/// `out[o, i, r] = src[o, index[o, i, r], r]` along `axis`: `src` of `src_dims`, `index` (of
+/// dtype `index_dtype`) of `index_dims`, equal but along `axis`. Every index is checked.
+pub(crate) fn gather(
+    src_dims: &[usize],
+    index_dims: &[usize],
+    index_dtype: DType,
+    axis: usize,
+    src: &Data,
+    index: &Data,
+) -> OpResult {
+    let rank = src_dims.len();
+    let same_elsewhere = index_dims.len() == rank
+        && axis < rank
+        && (0..rank).all(|d| d == axis || src_dims[d] == index_dims[d]);
+    if !same_elsewhere {
+        return invalid(format!(
+            "gather along axis {axis} of {src_dims:?} with an index of {index_dims:?}"
+        ));
+    }
+    let Data::I(index) = index else {
+        return invalid("gather needs integer indices");
+    };
+    let (s, d) = (
+        AxisSplit::new(src_dims, axis),
+        AxisSplit::new(index_dims, axis),
+    );
+    // Where each result element reads `src`, every index checked first.
+    let mut at = Vec::with_capacity(index.len());
+    for (e, &raw) in index.iter().enumerate() {
+        let k = if index_dtype == DType::U64 {
+            raw as u64 as i128
+        } else {
+            raw as i128
+        };
+        if k < 0 || k >= s.n as i128 {
+            let mut coords = vec![0; rank];
+            let mut rest = e;
+            for ax in (0..rank).rev() {
+                coords[ax] = rest % index_dims[ax];
+                rest /= index_dims[ax];
+            }
+            return Err(Fault::IndexOutOfRange {
+                index: raw,
+                dtype: index_dtype,
+                axis: axis as u8,
+                len: s.n,
+                at: coords.into(),
+            });
+        }
+        let (o, r) = (e / (d.n * d.inner), e % d.inner);
+        at.push((o * s.n + k as usize) * s.inner + r);
+    }
+    Ok(match src {
+        Data::F(v) => Data::F(at.iter().map(|&i| v[i]).collect()),
+        Data::I(v) => Data::I(at.iter().map(|&i| v[i]).collect()),
+        Data::P(v) => Data::P(at.iter().map(|&i| v[i]).collect()),
+    })
 }
 
 #[cfg(test)]

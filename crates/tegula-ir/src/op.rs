@@ -402,6 +402,14 @@ pub enum Op {
     Reshape,
     /// `(x) -> y`: result axis `i` is operand axis `perm[i]` (`trans` is `[1, 0]`).
     Permute { perm: Vec<u8> },
+    /// `(x) -> y`: the elements of `x` in reverse order along `axis` (`tl.flip`), same type.
+    Flip { axis: u8 },
+    /// `(src, index) -> y` (`tl.gather`): `y[.., i, ..] = src[.., index[.., i, ..], ..]`, the
+    /// index replacing the coordinate along `axis`. `src` and the integer tile `index` have
+    /// one rank and equal sizes on every axis but `axis`; `y` has `src`'s element type and
+    /// `index`'s shape. An index outside `0..src.shape[axis]` is an error on the interpreter;
+    /// on the GPU it reads an unspecified element of `src` (never outside it).
+    Gather { axis: u8 },
 
     // --- elementwise ---------------------------------------------------------------------
     /// `(a, b) -> c`, all one type.
@@ -532,6 +540,8 @@ impl Op {
             Op::ExpandDims { .. } => "expand_dims".into(),
             Op::Reshape => "reshape".into(),
             Op::Permute { .. } => "permute".into(),
+            Op::Flip { .. } => "flip".into(),
+            Op::Gather { .. } => "gather".into(),
             Op::Binary(b) => b.name().into(),
             Op::Unary(u) => u.name().into(),
             Op::Compare(c) => format!("cmp.{}", c.name()),

@@ -320,9 +320,10 @@ impl Printer<'_> {
             _ => {
                 parts.extend(args.iter().map(|&v| self.name(v)));
                 match op {
-                    Op::ExpandDims { axis } | Op::Reduce { axis, .. } => {
-                        parts.push(format!("axis={axis}"))
-                    }
+                    Op::ExpandDims { axis }
+                    | Op::Reduce { axis, .. }
+                    | Op::Flip { axis }
+                    | Op::Gather { axis } => parts.push(format!("axis={axis}")),
                     Op::Scan { axis, reverse, .. } => {
                         parts.push(format!("axis={axis}"));
                         if *reverse {

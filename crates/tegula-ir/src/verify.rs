@@ -259,6 +259,7 @@ fn signature(op: &Op) -> Signature {
         | Op::ExpandDims { .. }
         | Op::Reshape
         | Op::Permute { .. }
+        | Op::Flip { .. }
         | Op::Unary(_)
         | Op::Cast { .. }
         | Op::Bitcast
@@ -267,6 +268,7 @@ fn signature(op: &Op) -> Signature {
         | Op::MultipleOf { .. }
         | Op::MaxContiguous { .. } => fixed("(x)", 1, 1),
         Op::Binary(_) | Op::Compare(_) => fixed("(a, b)", 2, 1),
+        Op::Gather { .. } => fixed("(src, index)", 2, 1),
         Op::Select => fixed("(cond, a, b)", 3, 1),
         Op::Fma => fixed("(a, b, c)", 3, 1),
         Op::AddPtr => fixed("(ptr, offset)", 2, 1),
@@ -766,6 +768,50 @@ impl Check<'_> {
                 let dims: Vec<usize> = perm.iter().map(|&p| x.shape.dim(p as usize)).collect();
                 let shape = crate::types::Shape::new(&dims).expect("same rank as the operand");
                 self.expect_result(x.with_shape(shape), "the operand's axes reordered")
+            }
+            Flip { axis } => {
+                let x = self.arg(0);
+                if *axis as usize >= x.shape.rank() {
+                    return self.fail(format!(
+                        "cannot flip axis {axis} of {}, which has rank {}",
+                        self.describe_arg(0),
+                        x.shape.rank()
+                    ));
+                }
+                self.expect_result(x, "a flip keeps the operand's type")
+            }
+            Gather { axis } => {
+                let (src, index) = (self.arg(0), self.arg(1));
+                let axis = *axis as usize;
+                if index.is_ptr() || !index.dtype().is_int() || index.dtype().is_bool() {
+                    return self.fail(format!(
+                        "gather indices must be integers, but {} is not",
+                        self.describe_arg(1)
+                    ));
+                }
+                let rank = src.shape.rank();
+                if index.shape.rank() != rank || axis >= rank {
+                    return self.fail(format!(
+                        "gather along axis {axis} needs a source and an index of one rank, with \
+                         the axis among theirs; got {} and {}",
+                        self.describe_arg(0),
+                        self.describe_arg(1)
+                    ));
+                }
+                if let Some(d) =
+                    (0..rank).find(|&d| d != axis && index.shape.dim(d) != src.shape.dim(d))
+                {
+                    return self.fail(format!(
+                        "gather along axis {axis}: the index {} and the source {} differ on \
+                         axis {d}; they may differ only on the gathered axis",
+                        self.describe_arg(1),
+                        self.describe_arg(0)
+                    ));
+                }
+                self.expect_result(
+                    src.with_shape(index.shape),
+                    "the source's element type at the index's shape",
+                )
             }
             Binary(b) => {
                 self.same_types(&[0, 1], true)?;

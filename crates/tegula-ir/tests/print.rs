@@ -345,3 +345,34 @@ kernel @staged(%out: ptr<i32>, %n: i32) {
 }"#,
     );
 }
+
+/// `gather` and `flip` print their operands and axis.
+#[test]
+fn prints_gather_and_flip() {
+    let k = trace("indexing", |p| {
+        let (x, idx) = (p.ptr("x", DType::F32), p.ptr("idx", DType::I64));
+        let o = arange(0, 8);
+        let v = load_unmasked(x + o);
+        let g = gather(v, load_unmasked(idx + o), 0);
+        store_unmasked(x + o, g.flip(0));
+    })
+    .unwrap();
+    golden(
+        &k,
+        r#"
+kernel @indexing(%x: ptr<f32>, %idx: ptr<i64>) {
+  %2 = arange 0, 8 : i32[8]
+  %3 = splat %x : ptr<f32>[8]
+  %4 = addptr %3, %2 : ptr<f32>[8]
+  %5 = load %4 : f32[8]
+  %6 = splat %idx : ptr<i64>[8]
+  %7 = addptr %6, %2 : ptr<i64>[8]
+  %8 = load %7 : i64[8]
+  %9 = gather %5, %8, axis=0 : f32[8]
+  %10 = splat %x : ptr<f32>[8]
+  %11 = addptr %10, %2 : ptr<f32>[8]
+  %12 = flip %9, axis=0 : f32[8]
+  store %11, %12
+}"#,
+    );
+}

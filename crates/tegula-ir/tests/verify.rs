@@ -420,6 +420,94 @@ fn shape_ops() {
 }
 
 #[test]
+fn gather_and_flip_types() {
+    let gather = |axis| Op::Gather { axis };
+    // A well-typed gather: the source's dtype at the index's shape.
+    let mut k = Kernel::new("gather");
+    let src = constant(&mut k, tile(DType::F16, &[8, 4]), 1);
+    let idx = constant(&mut k, tile(DType::U8, &[8, 16]), 2);
+    op(
+        &mut k,
+        gather(1),
+        &[src, idx],
+        tile(DType::F16, &[8, 16]),
+        3,
+    );
+    verify(&k).unwrap();
+
+    let mut k = Kernel::new("gather");
+    let src = constant(&mut k, tile(DType::F32, &[8, 4]), 1);
+    let idx = constant(&mut k, tile(DType::F32, &[8, 4]), 2);
+    let (g, _) = op(&mut k, gather(1), &[src, idx], tile(DType::F32, &[8, 4]), 3);
+    assert_rejects(
+        &k,
+        g,
+        "gather",
+        3,
+        &["indices must be integers", "f32[8, 4]"],
+    );
+
+    let mut k = Kernel::new("gather");
+    let src = constant(&mut k, tile(DType::F32, &[8, 4]), 1);
+    let idx = constant(&mut k, tile(DType::I1, &[8, 4]), 2);
+    let (g, _) = op(&mut k, gather(1), &[src, idx], tile(DType::F32, &[8, 4]), 3);
+    assert_rejects(&k, g, "gather", 3, &["indices must be integers"]);
+
+    let mut k = Kernel::new("gather");
+    let src = constant(&mut k, tile(DType::F32, &[8, 4]), 1);
+    let idx = constant(&mut k, tile(DType::I32, &[32]), 2);
+    let (g, _) = op(&mut k, gather(0), &[src, idx], tile(DType::F32, &[32]), 4);
+    assert_rejects(&k, g, "gather", 4, &["of one rank"]);
+
+    let mut k = Kernel::new("gather");
+    let src = constant(&mut k, tile(DType::F32, &[8, 4]), 1);
+    let idx = constant(&mut k, tile(DType::I32, &[8, 4]), 2);
+    let (g, _) = op(&mut k, gather(2), &[src, idx], tile(DType::F32, &[8, 4]), 5);
+    assert_rejects(&k, g, "gather", 5, &["along axis 2", "of one rank"]);
+
+    let mut k = Kernel::new("gather");
+    let src = constant(&mut k, tile(DType::F32, &[8, 4]), 1);
+    let idx = constant(&mut k, tile(DType::I32, &[4, 4]), 2);
+    let (g, _) = op(&mut k, gather(1), &[src, idx], tile(DType::F32, &[4, 4]), 6);
+    assert_rejects(&k, g, "gather", 6, &["differ on axis 0"]);
+
+    let mut k = Kernel::new("gather");
+    let src = constant(&mut k, tile(DType::F32, &[8, 4]), 1);
+    let idx = constant(&mut k, tile(DType::I64, &[8, 2]), 2);
+    let (g, _) = op(&mut k, gather(1), &[src, idx], tile(DType::F32, &[8, 4]), 7);
+    assert_rejects(&k, g, "gather", 7, &["must be f32[8, 2]", "index's shape"]);
+
+    let mut k = Kernel::new("flip");
+    let a = constant(&mut k, tile(DType::I8, &[8, 4]), 1);
+    op(
+        &mut k,
+        Op::Flip { axis: 1 },
+        &[a],
+        tile(DType::I8, &[8, 4]),
+        2,
+    );
+    verify(&k).unwrap();
+    let (f, _) = op(
+        &mut k,
+        Op::Flip { axis: 2 },
+        &[a],
+        tile(DType::I8, &[8, 4]),
+        3,
+    );
+    assert_rejects(&k, f, "flip", 3, &["cannot flip axis 2", "rank 2"]);
+    let mut k = Kernel::new("flip");
+    let a = constant(&mut k, tile(DType::I8, &[8, 4]), 1);
+    let (f, _) = op(
+        &mut k,
+        Op::Flip { axis: 0 },
+        &[a],
+        tile(DType::I8, &[4, 8]),
+        4,
+    );
+    assert_rejects(&k, f, "flip", 4, &["keeps the operand's type"]);
+}
+
+#[test]
 fn arange_length_and_grid_axis() {
     let mut k = Kernel::new("arange");
     let (a, _) = op(

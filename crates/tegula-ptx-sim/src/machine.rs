@@ -569,6 +569,12 @@ impl<'p> Machine<'p> {
                     d => {
                         assert_eq!(vecn, 1);
                         let x = load(self, gmem, shared, addr, w);
+                        // `.s8` and `.s16` loads sign-extend into the 32-bit register.
+                        let x = match ty {
+                            "s8" => x as u8 as i8 as i32 as u32 as u64,
+                            "s16" => x as u16 as i16 as i32 as u32 as u64,
+                            _ => x,
+                        };
                         self.set(t, d, x);
                     }
                 }
@@ -628,7 +634,34 @@ impl<'p> Machine<'p> {
             "setp" => {
                 let (x, y) = (v(self, 1), v(self, 2));
                 let cmp = parts[1];
+                fn ints<T: Ord>(cmp: &str, x: T, y: T) -> bool {
+                    match cmp {
+                        "lt" => x < y,
+                        "le" => x <= y,
+                        "gt" => x > y,
+                        "ge" => x >= y,
+                        "eq" => x == y,
+                        "ne" => x != y,
+                        c => panic!("{c}"),
+                    }
+                }
                 let r = match ty {
+                    "s64" => ints(cmp, x as i64, y as i64),
+                    "u64" => ints(cmp, x, y),
+                    "f64" => {
+                        let (x, y) = (f64::from_bits(x), f64::from_bits(y));
+                        match cmp {
+                            "lt" => x < y,
+                            "le" => x <= y,
+                            "gt" => x > y,
+                            "ge" => x >= y,
+                            "eq" => x == y,
+                            "ne" => x != y && !x.is_nan() && !y.is_nan(),
+                            "neu" => x != y || x.is_nan() || y.is_nan(),
+                            "nan" => x.is_nan() || y.is_nan(),
+                            c => panic!("{c}"),
+                        }
+                    }
                     "s32" => {
                         let (x, y) = (x as u32 as i32, y as u32 as i32);
                         match cmp {
@@ -734,6 +767,8 @@ impl<'p> Machine<'p> {
                     "shl" => x << y,
                     "shr" if ty.starts_with('s') => (sx(x) >> y) as u64,
                     "shr" => (x & mask) >> y,
+                    "min" if ty.starts_with('u') => (x & mask).min(y & mask),
+                    "max" if ty.starts_with('u') => (x & mask).max(y & mask),
                     "min" => sx(x).min(sx(y)) as u64,
                     "max" => sx(x).max(sx(y)) as u64,
                     // Tile indices of persistent kernels (division by zero panics here).

@@ -5,19 +5,23 @@
 //! The programs: 1-D and 2-D f32 tiles of odd extents (masked loads and stores of a ragged
 //! part of a power-of-two tile, two or three programs), elementwise arithmetic, `maximum` and
 //! `minimum`, comparisons and `select`, `abs`, casts through f16 and bf16 and from i32 offsets,
-//! reductions broadcast back, `exp2`, run-time `for` loops with a carried tile, and f16 dots
-//! (mma.sync).
+//! reductions broadcast back, `exp2`, `gather` along an axis (by an index computed from the
+//! coordinates), `flip`, `sort` (ascending or descending), run-time `for` loops with a carried
+//! tile, and f16 dots (mma.sync).
 //!
-//! What must agree, and how closely: programs of elementwise ops and casts only are exact on
-//! both sides (IEEE operations rounded to nearest even, the same casts), so they must agree bit
-//! for bit (any NaN matches any NaN). Reductions (a tree on the GPU, index order on the
+//! What must agree, and how closely: programs of elementwise ops, casts and the ops that move
+//! values (`gather`, `flip`, `sort`) only are exact on both sides (IEEE operations rounded to
+//! nearest even, the same casts), so they must agree bit for bit (any NaN matches any NaN). Reductions (a tree on the GPU, index order on the
 //! interpreter), dots (f32 accumulation in a different order) and `exp2` (the interpreter
 //! rounds the f64 result once, the simulator takes Rust's f32 `exp2`; the GPU's `ex2.approx` is
 //! good to 2 ulp, which the simulator does not model) may differ in rounding: within
 //! `TOLERANCE` of the magnitude of what was summed.
 //!
 //! Time-bounded: cases run for about `TEGULA_FUZZ_SECONDS` seconds (default 3) from seed
-//! `TEGULA_FUZZ_SEED` (default 1, then the next seeds); a failure names its seed and prints the
+//! `TEGULA_FUZZ_SEED` (default 1, then the next seeds), each seed twice: its program, and the
+//! same program with `gather`, `flip` or `sort` wrapped around some of its nodes
+//! (`Case::random_with_moves`, from a random stream of its own, so that a seed's first program
+//! does not change as the ops that move values grow). A failure names its seed and prints the
 //! program's description and Tile IR. Each failure found becomes a test below
 //! (`regressions`).
 
@@ -73,6 +77,13 @@ enum Expr {
     Reduce(ReduceOp, usize, Box<Expr>),
     /// `exp2` of the operand (scaled into a small range first).
     Exp2(Box<Expr>),
+    /// `gather` along `axis` at `(a * own + b * other + c) mod n`: the element's coordinate
+    /// along the axis and along the other axis (0 for a rank-1 tile), `n` the axis's size.
+    Gather(usize, [i64; 3], Box<Expr>),
+    /// `flip` along an axis.
+    Flip(usize, Box<Expr>),
+    /// `sort` along an axis, descending when true.
+    Sort(usize, bool, Box<Expr>),
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -97,7 +108,12 @@ impl Expr {
         match self {
             Expr::Input(_) | Expr::Const(_) | Expr::Offsets => true,
             Expr::Bin(_, a, b) => a.exact() && b.exact(),
-            Expr::Abs(a) | Expr::Neg(a) | Expr::Narrow(_, a) => a.exact(),
+            Expr::Abs(a)
+            | Expr::Neg(a)
+            | Expr::Narrow(_, a)
+            | Expr::Gather(_, _, a)
+            | Expr::Flip(_, a)
+            | Expr::Sort(_, _, a) => a.exact(),
             Expr::Select(_, a, b, c, d) => a.exact() && b.exact() && c.exact() && d.exact(),
             Expr::Reduce(..) | Expr::Exp2(_) => false,
         }
@@ -129,6 +145,46 @@ impl Expr {
                 Expr::Reduce(op, rng.below(rank as u64) as usize, sub(rng))
             }
             _ => Expr::Exp2(sub(rng)),
+        }
+    }
+
+    /// The expression with some of its nodes wrapped in an op that moves values (`gather`,
+    /// `flip`, `sort`), drawn from `rng` (a stream of its own, so that each seed's expression
+    /// without them stays what it was).
+    fn with_moves(self, rng: &mut Rng, rank: usize) -> Expr {
+        let go = |e: Box<Expr>, rng: &mut Rng| Box::new(e.with_moves(rng, rank));
+        let e = match self {
+            Expr::Bin(op, a, b) => {
+                let a = go(a, rng);
+                Expr::Bin(op, a, go(b, rng))
+            }
+            Expr::Abs(a) => Expr::Abs(go(a, rng)),
+            Expr::Neg(a) => Expr::Neg(go(a, rng)),
+            Expr::Select(c, a, b, x, y) => {
+                let (a, b) = (go(a, rng), go(b, rng));
+                let x = go(x, rng);
+                Expr::Select(c, a, b, x, go(y, rng))
+            }
+            Expr::Narrow(d, a) => Expr::Narrow(d, go(a, rng)),
+            Expr::Reduce(op, axis, a) => Expr::Reduce(op, axis, go(a, rng)),
+            Expr::Exp2(a) => Expr::Exp2(go(a, rng)),
+            leaf => leaf,
+        };
+        if !rng.chance(30) {
+            return e;
+        }
+        let axis = rng.below(rank as u64) as usize;
+        match rng.below(4) {
+            0 | 1 => {
+                let c = [
+                    rng.below(8) as i64,
+                    rng.below(8) as i64,
+                    rng.below(64) as i64,
+                ];
+                Expr::Gather(axis, c, Box::new(e))
+            }
+            2 => Expr::Flip(axis, Box::new(e)),
+            _ => Expr::Sort(axis, rng.chance(50), Box::new(e)),
         }
     }
 
@@ -180,6 +236,28 @@ impl Expr {
             Expr::Exp2(a) => {
                 let x = a.build(inputs, offs, mask);
                 exp2(minimum(maximum(x * 0.25, -20.0), 20.0))
+            }
+            Expr::Gather(axis, [a, b, c], x) => {
+                let shape = offs.shape();
+                let x = x.build(inputs, offs, mask);
+                // The coordinates from the flat offsets of a row-major tile.
+                let (coord, other) = if shape.rank() == 1 {
+                    (offs, zeros_like(offs))
+                } else {
+                    let cols = shape.dim(1) as i64;
+                    let (row, col) = (offs / cols, offs % cols);
+                    if *axis == 0 {
+                        (row, col)
+                    } else {
+                        (col, row)
+                    }
+                };
+                let n = shape.dim(*axis) as i64;
+                gather(x, (coord * *a + other * *b + *c) & (n - 1), *axis)
+            }
+            Expr::Flip(axis, x) => x.build(inputs, offs, mask).flip(*axis),
+            Expr::Sort(axis, descending, x) => {
+                sort(x.build(inputs, offs, mask), *axis, *descending)
             }
         }
     }
@@ -236,6 +314,16 @@ impl Case {
             inputs,
             dot_k,
         }
+    }
+
+    /// [`Case::random`] with ops that move values wrapped around some of its expression's
+    /// nodes.
+    fn random_with_moves(seed: u64) -> Case {
+        let mut case = Case::random(seed);
+        let mut rng = Rng(seed.wrapping_mul(0x2545_f491_4f6c_dd1d) ^ 0x6d6f_7665 | 1);
+        let rank = case.shape.len();
+        case.expr = case.expr.with_moves(&mut rng, rank);
+        case
     }
 
     fn exact(&self) -> bool {
@@ -466,11 +554,12 @@ fn random_programs_agree_on_the_interpreter_and_the_simulator() {
         if start.elapsed().as_secs_f64() > seconds && ran >= 10 {
             break;
         }
-        let case = Case::random(seed);
-        if let Err(why) = check(&case) {
-            panic!("{}", report(&case, &why));
+        for case in [Case::random(seed), Case::random_with_moves(seed)] {
+            if let Err(why) = check(&case) {
+                panic!("{}", report(&case, &why));
+            }
+            ran += 1;
         }
-        ran += 1;
     }
     eprintln!(
         "fuzz: {ran} programs from seed {first} agreed in {:.1} s",

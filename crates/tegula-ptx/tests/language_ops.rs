@@ -141,3 +141,49 @@ fn barrier_pointers_hints_and_shape_ops_assemble() {
     let ptx = assemble("lang", &k);
     assert!(ptx.contains("bar.sync"), "debug_barrier is a bar.sync");
 }
+
+#[test]
+fn indexing_ops_assemble() {
+    // gather along either axis with indices of several widths (an mma accumulator as one
+    // source), flip, sort both ways along both axes, swizzle2d of program ids.
+    let k = trace("indexing", |p| {
+        let (x, h, out) = (
+            p.ptr("x", DType::F32),
+            p.ptr("h", DType::F16),
+            p.ptr("out", DType::F32),
+        );
+        let (i64s, u8s) = (p.ptr("i64s", DType::I64), p.ptr("u8s", DType::U8));
+        let (hout, iout) = (p.ptr("hout", DType::F16), p.ptr("iout", DType::I32));
+        let (rows, cols) = (arange(0, 32), arange(0, 64));
+        let offs = rows.col() * 64 + cols.row();
+        let v = load_unmasked(x + offs);
+        let g0 = gather(v, load_unmasked(i64s + offs), 0);
+        let g1 = v.gather(
+            load_unmasked(u8s + rows.col() * 16 + arange(0, 16).row()),
+            1,
+        );
+        store_unmasked(
+            out + offs,
+            g0 + sort(v, 1, false) + sort(v, 0, true).flip(1),
+        );
+        store_unmasked(out + rows.col() * 16 + arange(0, 16).row(), g1);
+        let hv = load_unmasked(h + offs);
+        store_unmasked(hout + offs, hv.flip(0));
+        let acc = dot(
+            load_unmasked(h + rows.col() * 16 + arange(0, 16).row()),
+            load_unmasked(h + arange(0, 16).col() * 32 + rows.row()),
+        );
+        let ga = gather(acc, rows.row().broadcast_to([32, 32]) ^ 5, 1);
+        store_unmasked(out + rows.col() * 32 + rows.row(), ga);
+        let (ni, nj) = swizzle2d(program_id(0), program_id(1), num_programs(0), 8, 4);
+        store_unmasked(iout + program_id(0) * 8 + program_id(1), ni * 8 + nj);
+        let flags = v.gt(0.0).gather(load_unmasked(i64s + offs), 0);
+        store_unmasked(iout + 64 + offs, select(flags, 1, 0));
+    })
+    .unwrap();
+    let ptx = assemble("indexing", &k);
+    assert!(
+        ptx.contains("min.u64") && ptx.contains("min.u32"),
+        "indices are clamped"
+    );
+}

@@ -8,6 +8,7 @@
 
 mod block_ptr;
 mod control;
+mod indexing;
 mod math;
 mod ops;
 mod random;
@@ -18,6 +19,7 @@ pub use control::{
     for_range, for_range_with, if_else, if_then, range, scalar, static_range, while_any,
     while_loop, Carry, Condition, InKernelOrFunc, Named, RangeOptions, RustBool, StageCount,
 };
+pub use indexing::*;
 pub use math::*;
 pub use ops::*;
 pub use random::*;

@@ -117,7 +117,7 @@ pub fn depends_on_ivs_only(k: &Kernel, v: Value, ivs: &[Value], inside: &HashSet
         ValueDef::Result(i, _) => {
             let d = &k.insts[i];
             !is_anchored(&d.op)
-                && !matches!(d.op, Op::Reshape | Op::Permute { .. })
+                && !crate::plan::moves_across_threads(&d.op)
                 && d.args
                     .iter()
                     .all(|&a| depends_on_ivs_only(k, a, ivs, inside))

@@ -125,7 +125,17 @@ impl Lower<'_> {
     ) -> Vals {
         let es = class.bytes() as i64;
         let ps: Vec<i64> = strides.iter().map(|s| s * es).collect();
-        let base = self.smem(0);
+        let mut base = self.smem(0);
+        let mut at = at;
+        if at != 0 {
+            // Reads that run backwards (a flip) start `at` bytes in: the offset goes into the
+            // thread's address register, so that no register holds an address below the
+            // buffer (only the immediates may be negative).
+            base = self
+                .b
+                .op("add.s32", RegClass::B32, vec![base.into(), Arg::Imm(at)]);
+            at = 0;
+        }
         let addr = self.thread_address(base, to, shape, &ps);
         let geom = to.geometry(shape);
         let mut cache = std::collections::HashMap::new();

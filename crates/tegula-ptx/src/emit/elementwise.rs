@@ -146,6 +146,14 @@ impl Lower<'_> {
                 };
                 self.convert(&src, src_ty, &sl, l, Some(&remap))
             }
+            Op::Flip { axis } => {
+                let src_ty = arg_ty(0);
+                let (sl, _) = self.natural(d.args[0]);
+                let src = self.get(d.args[0], &sl)?;
+                let remap = Remap::flip(&src_ty.shape, *axis as usize);
+                self.convert(&src, src_ty, &sl, l, Some(&remap))
+            }
+            Op::Gather { axis } => self.lower_gather(&d, *axis as usize, l),
             Op::MultipleOf { .. } | Op::MaxContiguous { .. } => self.get(d.args[0], l),
             Op::AddPtr => {
                 let p = self.get(d.args[0], l)?;

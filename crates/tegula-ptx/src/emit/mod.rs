@@ -23,7 +23,8 @@
 //! - `memory.rs`: global loads, stores and atomics (vector accesses of 32/64-bit words);
 //! - `reduce.rs`: reductions and scans; `print.rs`: `device_print`;
 //! - `convert.rs`, `convert_pieces.rs`: layout conversions through shared memory (in slabs
-//!   when the tile exceeds the scratch buffer);
+//!   when the tile exceeds the scratch buffer), which also carry out `reshape`, `permute` and
+//!   `flip`; `gather.rs`: `gather`, through shared memory;
 //! - `store_rows.rs`: a store of a value computed in an mma layout (a cast of the tile, a
 //!   scaling by its row statistics) crosses to the store's layout after the cast, in padded
 //!   rows of shared memory with vector accesses;
@@ -35,6 +36,7 @@ mod convert;
 mod convert_pieces;
 mod dot;
 mod elementwise;
+mod gather;
 mod libm;
 mod math;
 mod memory;
@@ -48,6 +50,7 @@ mod wgmma;
 
 use crate::layout::Layout;
 pub(crate) use crate::plan::is_anchored;
+use crate::plan::moves_across_threads;
 use crate::plan::{Context, Plan};
 use crate::ptx::{Arg, Builder, HoistPoint, Reg, RegClass, SMEM};
 use crate::PtxError;
@@ -256,8 +259,8 @@ impl<'k> Lower<'k> {
     }
 
     /// The innermost scope defining an operand of free value `v` (through free operands; 0 for
-    /// none): where `v` can be computed. An operand found in no scope, or a reshape or permute
-    /// (which may go through shared memory), keeps `v` in the current scope.
+    /// none): where `v` can be computed. An operand found in no scope, or an op that moves
+    /// elements across threads ([`moves_across_threads`]), keeps `v` in the current scope.
     fn home_scope(&self, v: Value, memo: &mut HashMap<Value, usize>) -> usize {
         if let Some(&h) = memo.get(&v) {
             return h;
@@ -276,7 +279,7 @@ impl<'k> Lower<'k> {
                 let d = &self.k.insts[inst];
                 if is_anchored(&d.op) {
                     defined_in()
-                } else if matches!(d.op, Op::Reshape | Op::Permute { .. }) {
+                } else if moves_across_threads(&d.op) {
                     here
                 } else {
                     d.args
@@ -344,7 +347,7 @@ impl<'k> Lower<'k> {
             ValueDef::Result(inst, _) => {
                 let d = &self.k.insts[inst];
                 !is_anchored(&d.op)
-                    && !matches!(d.op, Op::Reshape | Op::Permute { .. })
+                    && !moves_across_threads(&d.op)
                     && d.args.clone().iter().all(|&a| self.is_invariant(a))
             }
         };

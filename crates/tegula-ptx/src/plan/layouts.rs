@@ -17,9 +17,10 @@
 //! - `if` results: the then-branch's yield when it is anchored, else the else-branch's.
 //!
 //! A free value is cheapest in the layout of its first anchored operand of its own rank (an
-//! elementwise op), that operand's layout unsliced (an `expand_dims`), or its shape's canonical
-//! blocked layout. The emitter materializes free values in whatever layout their consumer asks
-//! for; [`LayoutPlan::natural`] says which one costs nothing.
+//! elementwise op), that operand's layout unsliced (an `expand_dims`), its index's layout (a
+//! `gather`), or its shape's canonical blocked layout. The emitter materializes free values in
+//! whatever layout their consumer asks for; [`LayoutPlan::natural`] says which one costs
+//! nothing.
 
 use super::dots::DotPlans;
 use super::{is_anchored, Context};
@@ -435,8 +436,17 @@ impl Planner<'_, '_> {
                     None => weak,
                 }
             }
-            Op::Broadcast | Op::MultipleOf { .. } | Op::MaxContiguous { .. } => {
-                let (l, s) = self.natural(d.args[0]);
+            // A gather reads its index in the layout its result is asked for.
+            Op::Broadcast
+            | Op::MultipleOf { .. }
+            | Op::MaxContiguous { .. }
+            | Op::Gather { .. } => {
+                let from = if matches!(d.op, Op::Gather { .. }) {
+                    d.args[1]
+                } else {
+                    d.args[0]
+                };
+                let (l, s) = self.natural(from);
                 if s {
                     (l, true)
                 } else {

@@ -119,6 +119,17 @@ pub fn is_anchored(op: &Op) -> bool {
     )
 }
 
+/// Whether a free op may move elements between threads, through shared memory (`reshape`,
+/// `permute`, `flip`, `gather`): it is lowered where its consumer asks for it (never hoisted
+/// out of the region that uses it, since it writes the scratch buffer between barriers), and
+/// the analyses that follow values through free ops stop at it.
+pub fn moves_across_threads(op: &Op) -> bool {
+    matches!(
+        op,
+        Op::Reshape | Op::Permute { .. } | Op::Flip { .. } | Op::Gather { .. }
+    )
+}
+
 /// Every decision about one kernel.
 pub struct Plan {
     pub dots: dots::DotPlans,

@@ -1024,6 +1024,7 @@ impl Planner<'_, '_> {
                 Op::Dot { .. } if dot.is_none() => dot = Some(i),
                 Op::Load { .. } if pipe.loads.iter().any(|l| l.inst == i) => {}
                 Op::Yield => {}
+                Op::Gather { .. } | Op::Flip { .. } => return None,
                 _ if is_anchored(op) || !k.insts[i].regions.is_empty() => return None,
                 _ => {}
             }
@@ -1111,7 +1112,7 @@ fn loop_dependency(cx: &Context<'_>, v: Value, iv: Value, inside: &HashSet<Value
             }
             tegula_ir::ValueDef::Result(i, _) => {
                 let d = &k.insts[i];
-                if is_anchored(&d.op) || matches!(d.op, Op::Reshape | Op::Permute { .. }) {
+                if is_anchored(&d.op) || super::moves_across_threads(&d.op) {
                     return format!(
                         "depends on the `{}` at {}, computed in the loop",
                         d.op.name(),

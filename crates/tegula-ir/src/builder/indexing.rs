@@ -1,0 +1,300 @@
+//! Triton's indexing and sorting ops: `swizzle2d`, `gather`, `flip`, `sort`.
+//!
+//! `gather` and `flip` are ops of the IR ([`Op::Gather`], [`Op::Flip`]); `swizzle2d` is
+//! integer arithmetic over existing ops and `sort` a bitonic network of gathers and selects,
+//! so both backends run them as those ops.
+
+use super::ops::select_at;
+use super::tile::binary;
+use super::{emit1, report, IntoOperand, Operand, Tile};
+use crate::dtype::DType;
+use crate::kernel::Loc;
+use crate::op::{BinaryOp, CmpOp, Op};
+use crate::types::{Shape, TileType};
+
+/// Triton's `tl.swizzle2d`: the indices `(i, j)` of a row-major `size_i x size_j` grid,
+/// renumbered column-major within each group of `size_g` rows (the last group may have fewer).
+/// Matmul kernels use it to visit output tiles group by group, so that the tiles a group of
+/// programs computes share their rows of A and columns of B in L2.
+///
+/// With `ij = i * size_j + j`, `group = ij / (size_g * size_j)`, `off_i = group * size_g` and
+/// `g = minimum(size_i - off_i, size_g)`, the result is
+/// `(off_i + (ij % (size_g * size_j)) % g, (ij % (size_g * size_j)) / g)`, Triton's formula
+/// with its integer division and remainder (which truncate; the indices are non-negative).
+/// For `size_i = size_j = 4`, `size_g = 2` the grid's linear indices land at
+///
+/// ```text
+/// [[0, 2,  4,  6],
+///  [1, 3,  5,  7],
+///  [8, 10, 12, 14],
+///  [9, 11, 13, 15]]
+/// ```
+///
+/// The operands are integer tiles or Rust integers, promoted to one dtype and broadcast to one
+/// shape (docs/semantics.md). `size_g` must be positive and `(i, j)` inside the grid: past its
+/// last row the group has no rows and the division by its row count divides by zero (an error
+/// on the interpreter, in every lane of a tile, so mask such lanes' indices to 0 first).
+#[track_caller]
+pub fn swizzle2d(
+    i: impl IntoOperand,
+    j: impl IntoOperand,
+    size_i: impl IntoOperand,
+    size_j: impl IntoOperand,
+    size_g: impl IntoOperand,
+) -> (Tile, Tile) {
+    let loc = Loc::caller();
+    let ops = [
+        i.into_operand(),
+        j.into_operand(),
+        size_i.into_operand(),
+        size_j.into_operand(),
+        size_g.into_operand(),
+    ];
+    let names = ["i", "j", "size_i", "size_j", "size_g"];
+    for (op, name) in ops.iter().zip(names) {
+        let bad = match op {
+            Operand::Tile(t) => t.is_ptr() || !t.dtype().is_int() || t.dtype().is_bool(),
+            Operand::Int(_) => false,
+            Operand::Float(_) | Operand::Bool(_) => true,
+        };
+        if bad {
+            let what = match op {
+                Operand::Tile(t) => t.ty().to_string(),
+                Operand::Float(f) => format!("the float {f}"),
+                Operand::Bool(b) => format!("the bool {b}"),
+                Operand::Int(v) => v.to_string(),
+            };
+            report(
+                loc,
+                format!("swizzle2d needs integer operands, but `{name}` is {what}"),
+            );
+        }
+    }
+    let [i, j, size_i, size_j, size_g] = ops;
+    let t = Operand::Tile;
+    let ij = binary(
+        BinaryOp::Add,
+        t(binary(BinaryOp::Mul, i, size_j, loc)),
+        j,
+        loc,
+    );
+    let size_gj = binary(BinaryOp::Mul, size_g, size_j, loc);
+    let group_id = binary(BinaryOp::Div, t(ij), t(size_gj), loc);
+    let off_i = binary(BinaryOp::Mul, t(group_id), size_g, loc);
+    let rows = binary(BinaryOp::Sub, size_i, t(off_i), loc);
+    let size_g = binary(BinaryOp::Min, t(rows), size_g, loc);
+    let ij = binary(BinaryOp::Rem, t(ij), t(size_gj), loc);
+    let new_i = binary(
+        BinaryOp::Add,
+        t(off_i),
+        t(binary(BinaryOp::Rem, t(ij), t(size_g), loc)),
+        loc,
+    );
+    let new_j = binary(BinaryOp::Div, t(ij), t(size_g), loc);
+    (new_i, new_j)
+}
+
+/// The elements of `src` at `index` along `axis` (`tl.gather`):
+/// `out[.., i, ..] = src[.., index[.., i, ..], ..]`, where the index takes the place of the
+/// coordinate along `axis`.
+///
+/// - `src`: a tile of rank 1 or more (numbers or pointers);
+/// - `index`: an integer tile of `src`'s rank whose size equals `src`'s on every axis but
+///   `axis` (along `axis` it may have any size); its values must lie in
+///   `0..src.shape()[axis]`;
+/// - the result has `src`'s dtype and `index`'s shape.
+///
+/// An index out of range is an error on the interpreter naming this line; on the GPU it reads
+/// an unspecified element of `src` (never memory outside it). The GPU lowering stages `src`
+/// in shared memory and each thread reads the elements its indices name, so a `src` larger
+/// than the shared memory one block may use is refused by the compiler, at this line.
+#[track_caller]
+pub fn gather(src: Tile, index: Tile, axis: usize) -> Tile {
+    gather_at(src, index, axis, Loc::caller())
+}
+
+pub(crate) fn gather_at(src: Tile, index: Tile, axis: usize, loc: Loc) -> Tile {
+    let (ss, is) = (src.shape(), index.shape());
+    let rank = ss.rank();
+    if index.is_ptr() || !index.dtype().is_int() || index.dtype().is_bool() {
+        report(
+            loc,
+            format!("gather needs an integer index tile, got {}", index.ty()),
+        );
+        return src;
+    }
+    if is.rank() != rank || axis >= rank {
+        report(
+            loc,
+            format!(
+                "gather along axis {axis} needs a source and an index of one rank with that \
+                 axis, got {} and {}",
+                src.ty(),
+                index.ty()
+            ),
+        );
+        return src;
+    }
+    if let Some(d) = (0..rank).find(|&d| d != axis && is.dim(d) != ss.dim(d)) {
+        report(
+            loc,
+            format!(
+                "gather along axis {axis}: the index {} and the source {} differ on axis {d}; \
+                 they may differ only on the gathered axis",
+                index.ty(),
+                src.ty()
+            ),
+        );
+        return src;
+    }
+    emit1(
+        Op::Gather { axis: axis as u8 },
+        vec![src.value(), index.value()],
+        src.ty().with_shape(is),
+        loc,
+    )
+}
+
+/// `x` with its elements in reverse order along `dim` (`tl.flip`; Triton's default `dim` is
+/// the last axis). Any dtype, pointers too, and any size along `dim`.
+#[track_caller]
+pub fn flip(x: Tile, dim: usize) -> Tile {
+    flip_at(x, dim, Loc::caller())
+}
+
+fn flip_at(x: Tile, dim: usize, loc: Loc) -> Tile {
+    let rank = x.shape().rank();
+    if dim >= rank {
+        report(
+            loc,
+            format!("flip: dim {dim} is not an axis of {} (rank {rank})", x.ty()),
+        );
+        return x;
+    }
+    emit1(Op::Flip { axis: dim as u8 }, vec![x.value()], x.ty(), loc)
+}
+
+/// `x` sorted along `dim`, ascending or `descending` (`tl.sort`; Triton's default `dim` is the
+/// last axis). The size along `dim` must be a power of two.
+///
+/// A bitonic sorting network: `log2(n) * (log2(n) + 1) / 2` rounds in which each element is
+/// compared with the one whose index along `dim` differs in one bit (a [`gather`]) and the
+/// pair is exchanged where it is out of order (a `select`). It moves values without changing
+/// them, so every backend gives the same bits. Comparisons are the ordinary ones: `-0.0` and
+/// `+0.0` are equal (their order among themselves is the network's), and a NaN, unordered with
+/// everything, is never exchanged, so a tile holding NaNs comes out as the network leaves it,
+/// not sorted.
+#[track_caller]
+pub fn sort(x: Tile, dim: usize, descending: bool) -> Tile {
+    sort_at(x, dim, descending, Loc::caller())
+}
+
+fn sort_at(x: Tile, dim: usize, descending: bool, loc: Loc) -> Tile {
+    let shape = x.shape();
+    let rank = shape.rank();
+    if dim >= rank {
+        report(
+            loc,
+            format!("sort: dim {dim} is not an axis of {} (rank {rank})", x.ty()),
+        );
+        return x;
+    }
+    if x.is_ptr() {
+        report(loc, format!("sort needs numbers, got {}", x.ty()));
+        return x;
+    }
+    let n = shape.dim(dim);
+    if !n.is_power_of_two() {
+        report(
+            loc,
+            format!(
+                "sort: axis {dim} of {} has {n} elements; the sorting network needs a power \
+                 of two",
+                x.ty()
+            ),
+        );
+        return x;
+    }
+    // The index along `dim`, as a rank-1 tile and stretched to the tile's shape.
+    let along = emit1(
+        Op::Arange {
+            start: 0,
+            end: n as i64,
+        },
+        vec![],
+        TileType::tile(DType::I32, Shape::new(&[n]).expect("one axis")),
+        loc,
+    );
+    let spread = |t: Tile| -> Tile {
+        let mut t = t;
+        for a in 0..rank {
+            if a != dim {
+                t = t.expand_dims_at(a, loc);
+            }
+        }
+        t.broadcast_at(shape, loc)
+    };
+    let int = |v: usize| Operand::Int(v as i64);
+    let mut x = x;
+    let mut k = 2;
+    while k <= n {
+        let mut j = k / 2;
+        while j >= 1 {
+            let partner = binary(BinaryOp::Xor, Operand::Tile(along), int(j), loc);
+            let p = gather_at(x, spread(partner), dim, loc);
+            // Within each run of `k` the order is ascending where bit `k` of the index is
+            // clear (the last round's single run: everywhere), reversed for `descending`. An
+            // element takes its partner where the pair is out of order: the lower element of
+            // an ascending pair (bit `j` clear) when the partner is smaller, the upper one when
+            // the partner is larger, and the other way round in a descending pair.
+            let bit = |b: usize| {
+                let shifted = binary(
+                    BinaryOp::Shr,
+                    Operand::Tile(along),
+                    int(b.trailing_zeros() as usize),
+                    loc,
+                );
+                binary(BinaryOp::And, Operand::Tile(shifted), int(1), loc)
+            };
+            let bits = binary(
+                BinaryOp::Xor,
+                Operand::Tile(bit(j)),
+                Operand::Tile(bit(k)),
+                loc,
+            );
+            let wants_smaller = bits.compare(CmpOp::Eq, int(descending as usize), loc);
+            let smaller = p.compare(CmpOp::Lt, Operand::Tile(x), loc);
+            let larger = p.compare(CmpOp::Gt, Operand::Tile(x), loc);
+            let swap = select_at(
+                spread(wants_smaller),
+                Operand::Tile(smaller),
+                Operand::Tile(larger),
+                loc,
+            );
+            x = select_at(swap, Operand::Tile(p), Operand::Tile(x), loc);
+            j /= 2;
+        }
+        k *= 2;
+    }
+    x
+}
+
+impl Tile {
+    /// [`gather`] as a method: `src.gather(index, axis)`.
+    #[track_caller]
+    pub fn gather(self, index: Tile, axis: usize) -> Tile {
+        gather_at(self, index, axis, Loc::caller())
+    }
+
+    /// [`flip`] as a method: `x.flip(dim)`.
+    #[track_caller]
+    pub fn flip(self, dim: usize) -> Tile {
+        flip_at(self, dim, Loc::caller())
+    }
+
+    /// [`sort`] as a method: `x.sort(dim, descending)`.
+    #[track_caller]
+    pub fn sort(self, dim: usize, descending: bool) -> Tile {
+        sort_at(self, dim, descending, Loc::caller())
+    }
+}

@@ -1,0 +1,551 @@
+//! Triton's indexing ops (`swizzle2d`, `gather`, `flip`, `sort`) compiled to PTX and run on the
+//! PTX simulator against the interpreter, bit for bit (they move values, or are exact integer
+//! arithmetic): random shapes, axes, dtypes, index dtypes and warp counts on fresh inputs, and
+//! the layouts a gather meets (a blocked load, an mma accumulator as its source, a reduction
+//! and a broadcast as its consumers, a loop carrying what it gathers, an i1 source, an index
+//! longer than its source).
+//!
+//! The seed is printed and comes from the clock, or from `TEGULA_TEST_SEED`.
+
+use std::sync::Arc;
+use tegula_interp::{Arg as IArg, Buffer, Options};
+use tegula_ir::prelude::*;
+use tegula_ir::Kernel;
+use tegula_ptx::{compile, CompileOptions, MmaChoice, Target};
+use tegula_ptx_sim::{try_run_ptx, Arg as SArg};
+
+/// xorshift64*.
+struct Rng(u64);
+
+impl Rng {
+    fn new(test: &str) -> Rng {
+        let seed = std::env::var("TEGULA_TEST_SEED")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_else(|| {
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(1, |d| d.as_nanos() as u64)
+            });
+        println!("{test}: seed {seed} (TEGULA_TEST_SEED={seed} repeats it)");
+        Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1)
+    }
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n as u64) as usize
+    }
+    fn pick<T: Copy>(&mut self, xs: &[T]) -> T {
+        xs[self.below(xs.len())]
+    }
+}
+
+/// A kernel argument, for both sides.
+enum A {
+    /// A buffer of `dtype` holding these bits per element.
+    Buf(DType, Vec<u64>),
+    I32(i32),
+}
+
+fn bytes(dt: DType, bits: &[u64]) -> Vec<u8> {
+    let w = dt.size_bytes();
+    bits.iter()
+        .flat_map(|b| b.to_le_bytes()[..w].to_vec())
+        .collect()
+}
+
+fn bits_of(dt: DType, bytes: &[u8]) -> Vec<u64> {
+    let w = dt.size_bytes();
+    bytes
+        .chunks(w)
+        .map(|c| {
+            let mut b = [0u8; 8];
+            b[..w].copy_from_slice(c);
+            u64::from_le_bytes(b)
+        })
+        .collect()
+}
+
+/// Runs `k` over `grid` on the interpreter and, compiled for `sm` with `warps` warps, on the
+/// simulator, and checks that every buffer ends with the same bits on both.
+fn agree(what: &str, k: &Kernel, grid: [u32; 3], args: &[A], sm: u32, warps: u32) {
+    let ibufs: Vec<Option<Arc<Buffer>>> = args
+        .iter()
+        .map(|a| match a {
+            A::Buf(dt, bits) => {
+                let b = Buffer::zeroed(*dt, bits.len());
+                for (i, &v) in bits.iter().enumerate() {
+                    b.write_bits(i, v);
+                }
+                Some(Arc::new(b))
+            }
+            A::I32(_) => None,
+        })
+        .collect();
+    let iargs: Vec<IArg> = args
+        .iter()
+        .zip(&ibufs)
+        .map(|(a, b)| match (a, b) {
+            (_, Some(b)) => IArg::ptr(b),
+            (A::I32(v), None) => IArg::Int(*v as i64),
+            _ => unreachable!(),
+        })
+        .collect();
+    tegula_interp::run(k, grid, &iargs, &Options::default())
+        .unwrap_or_else(|e| panic!("{what}: the interpreter refused it: {e}\n{k}"));
+    let compiled = compile(
+        k,
+        &Target { sm },
+        &CompileOptions {
+            num_warps: warps,
+            num_stages: 1,
+            mma: MmaChoice::Sync,
+        },
+    )
+    .unwrap_or_else(|e| panic!("{what}: the backend refused it: {e}\n{k}"));
+    let names: Vec<String> = k
+        .params
+        .iter()
+        .enumerate()
+        .map(|(i, p)| format!("p{i}_{}", p.name))
+        .collect();
+    let raw: Vec<Vec<u8>> = args
+        .iter()
+        .map(|a| match a {
+            A::Buf(dt, bits) => bytes(*dt, bits),
+            A::I32(_) => Vec::new(),
+        })
+        .collect();
+    let sargs: Vec<SArg> = args
+        .iter()
+        .zip(&raw)
+        .map(|(a, r)| match a {
+            A::Buf(..) => SArg::Buf(r),
+            A::I32(v) => SArg::I32(*v),
+        })
+        .collect();
+    let out = try_run_ptx(
+        &compiled.ptx,
+        compiled.shared_bytes as usize,
+        &names,
+        warps,
+        [grid[0] as u64, grid[1] as u64, grid[2] as u64],
+        &sargs,
+    )
+    .unwrap_or_else(|e| panic!("{what}: the simulator refused it: {e}\n{k}"));
+    let mut sim = out.into_iter();
+    for (i, (a, b)) in args.iter().zip(&ibufs).enumerate() {
+        let (A::Buf(dt, _), Some(b)) = (a, b) else {
+            continue;
+        };
+        let want: Vec<u64> = (0..b.len()).map(|e| b.read_bits(e)).collect();
+        let got = bits_of(*dt, &sim.next().expect("a buffer per buffer argument"));
+        if let Some(e) = (0..want.len()).find(|&e| want[e] != got[e]) {
+            panic!(
+                "{what} (sm_{sm}, {warps} warps): buffer {i} element {e}: the interpreter has \
+                 {:#x}, the simulator {:#x}\n{k}",
+                want[e], got[e]
+            );
+        }
+    }
+}
+
+/// Row-major offsets of a tile of `shape` and the mask of its first `ext[a]` indices on each
+/// axis `a`.
+fn offsets(shape: &[usize], ext: &[Tile]) -> (Tile, Tile) {
+    let rank = shape.len();
+    let mut stride = 1i64;
+    let (mut offs, mut mask): (Option<Tile>, Option<Tile>) = (None, None);
+    for a in (0..rank).rev() {
+        let mut r = arange(0, shape[a] as i64);
+        for b in 0..rank {
+            if b != a {
+                r = r.expand_dims(b);
+            }
+        }
+        let (o, m) = (r * stride, r.lt(ext[a]));
+        offs = Some(offs.map_or(o, |p| p + o));
+        mask = Some(mask.map_or(m, |p| p & m));
+        stride *= shape[a] as i64;
+    }
+    (
+        offs.unwrap().broadcast_to(shape),
+        mask.unwrap().broadcast_to(shape),
+    )
+}
+
+fn numel(shape: &[usize]) -> usize {
+    shape.iter().product()
+}
+
+fn random_bits(r: &mut Rng, dt: DType) -> u64 {
+    match dt {
+        DType::F32 => ((r.below(128) as f32 - 64.0) * 0.375).to_bits() as u64,
+        DType::F64 => ((r.below(4096) as f64 - 2048.0) * 0.125).to_bits(),
+        DType::F16 => f16::from_f32(r.below(64) as f32 * 0.25 - 8.0).to_bits() as u64,
+        DType::BF16 => bf16::from_f32(r.below(64) as f32 * 0.25 - 8.0).to_bits() as u64,
+        DType::I1 => r.below(2) as u64,
+        _ if dt.bits() == 64 => r.next(),
+        _ => r.next() & ((1u64 << dt.bits()) - 1),
+    }
+}
+
+const VALUE_DTYPES: [DType; 11] = [
+    DType::F32,
+    DType::F16,
+    DType::BF16,
+    DType::F64,
+    DType::I32,
+    DType::I8,
+    DType::U16,
+    DType::I64,
+    DType::U64,
+    DType::U8,
+    DType::I1,
+];
+
+const INDEX_DTYPES: [DType; 8] = [
+    DType::I32,
+    DType::I64,
+    DType::I8,
+    DType::I16,
+    DType::U8,
+    DType::U16,
+    DType::U32,
+    DType::U64,
+];
+
+/// A shape of `rank` power-of-two axes of at most `max` elements, and ragged extents in it.
+fn shape_and_ext(r: &mut Rng, rank: usize, max: usize, largest: usize) -> (Vec<usize>, Vec<usize>) {
+    loop {
+        let shape: Vec<usize> = (0..rank).map(|_| 1 << r.below(largest + 1)).collect();
+        if numel(&shape) <= max {
+            let ext = shape.iter().map(|&n| 1 + r.below(n)).collect();
+            return (shape, ext);
+        }
+    }
+}
+
+/// A masked program of one op: `src` (valid `src_ext` of `src_shape`) and `index` (valid
+/// `index_ext` of `index_shape`) loaded with `other = 0`, `op(src, index)` stored where the
+/// index is valid.
+#[allow(clippy::too_many_arguments)]
+fn masked_program(
+    name: &str,
+    src_dt: DType,
+    index_dt: DType,
+    src_shape: &[usize],
+    index_shape: &[usize],
+    op: impl FnOnce(Tile, Tile) -> Tile,
+) -> Kernel {
+    trace(name, |p| {
+        let src = p.ptr("src", src_dt);
+        let index = p.ptr("index", index_dt);
+        let out = p.ptr("out", src_dt);
+        let sext: Vec<Tile> = (0..src_shape.len())
+            .map(|a| p.scalar(&format!("s{a}"), DType::I32))
+            .collect();
+        let iext: Vec<Tile> = (0..index_shape.len())
+            .map(|a| p.scalar(&format!("i{a}"), DType::I32))
+            .collect();
+        let (so, sm) = offsets(src_shape, &sext);
+        let (io, im) = offsets(index_shape, &iext);
+        let x = load(src + so, sm, 0);
+        let ix = load(index + io, im, 0);
+        store(out + io, op(x, ix), im);
+    })
+    .unwrap()
+}
+
+fn masked_args(
+    src_dt: DType,
+    index_dt: DType,
+    src: Vec<u64>,
+    index: Vec<u64>,
+    src_ext: &[usize],
+    index_ext: &[usize],
+) -> Vec<A> {
+    let n = index.len();
+    let mut args = vec![
+        A::Buf(src_dt, src),
+        A::Buf(index_dt, index),
+        A::Buf(src_dt, vec![1; n]),
+    ];
+    args.extend(src_ext.iter().chain(index_ext).map(|&e| A::I32(e as i32)));
+    args
+}
+
+#[test]
+fn gather_agrees_with_the_interpreter() {
+    let mut r = Rng::new("gather");
+    for case in 0..40 {
+        let rank = 1 + case % 3;
+        let axis = r.below(rank);
+        let (src_shape, src_ext) = shape_and_ext(&mut r, rank, 1024, 6);
+        let mut index_shape = src_shape.clone();
+        index_shape[axis] = 1 << r.below(7);
+        if numel(&index_shape) > 2048 {
+            continue;
+        }
+        let index_ext: Vec<usize> = index_shape.iter().map(|&n| 1 + r.below(n)).collect();
+        let (src_dt, index_dt) = (r.pick(&VALUE_DTYPES), r.pick(&INDEX_DTYPES));
+        let rows = src_shape[axis];
+        if index_dt.bits() == 8 && rows > 127 {
+            continue;
+        }
+        let warps = r.pick(&[1, 2, 4, 8]);
+        let k = masked_program(
+            "gather",
+            src_dt,
+            index_dt,
+            &src_shape,
+            &index_shape,
+            |x, i| gather(x, i, axis),
+        );
+        let src = (0..numel(&src_shape))
+            .map(|_| random_bits(&mut r, src_dt))
+            .collect();
+        let index = (0..numel(&index_shape))
+            .map(|_| r.below(rows) as u64)
+            .collect();
+        let args = masked_args(src_dt, index_dt, src, index, &src_ext, &index_ext);
+        let what =
+            format!("gather {src_dt}{src_shape:?} by {index_dt}{index_shape:?} along {axis}");
+        agree(&what, &k, [1, 1, 1], &args, r.pick(&[80, 90]), warps);
+    }
+}
+
+#[test]
+fn flip_agrees_with_the_interpreter() {
+    let mut r = Rng::new("flip");
+    for case in 0..30 {
+        let rank = 1 + case % 3;
+        let axis = r.below(rank);
+        let (shape, ext) = shape_and_ext(&mut r, rank, 1024, 6);
+        let dt = r.pick(&VALUE_DTYPES);
+        let warps = r.pick(&[1, 4, 8]);
+        let k = masked_program("flip", dt, DType::I32, &shape, &shape, |x, _| x.flip(axis));
+        let src = (0..numel(&shape))
+            .map(|_| random_bits(&mut r, dt))
+            .collect();
+        let args = masked_args(dt, DType::I32, src, vec![0; numel(&shape)], &ext, &ext);
+        let what = format!("flip {dt}{shape:?} along {axis}");
+        agree(&what, &k, [1, 1, 1], &args, 80, warps);
+    }
+}
+
+#[test]
+fn sort_agrees_with_the_interpreter() {
+    let mut r = Rng::new("sort");
+    let dtypes = [
+        DType::F32,
+        DType::F16,
+        DType::BF16,
+        DType::I32,
+        DType::I8,
+        DType::U16,
+        DType::U8,
+    ];
+    for case in 0..16 {
+        let rank = 1 + case % 2;
+        let dim = r.below(rank);
+        let (shape, ext) = shape_and_ext(&mut r, rank, 256, 6);
+        let dt = r.pick(&dtypes);
+        let descending = r.below(2) == 1;
+        let warps = r.pick(&[1, 4]);
+        let k = masked_program("sort", dt, DType::I32, &shape, &shape, |x, _| {
+            sort(x, dim, descending)
+        });
+        let mut src: Vec<u64> = (0..numel(&shape))
+            .map(|_| random_bits(&mut r, dt))
+            .collect();
+        if dt == DType::F32 && case % 3 == 0 {
+            src[0] = f32::NAN.to_bits() as u64;
+            src[numel(&shape) - 1] = (-0.0f32).to_bits() as u64;
+        }
+        let args = masked_args(dt, DType::I32, src, vec![0; numel(&shape)], &ext, &shape);
+        let what = format!("sort {dt}{shape:?} along {dim}, descending {descending}");
+        agree(&what, &k, [1, 1, 1], &args, 80, warps);
+    }
+}
+
+/// A gather of an mma accumulator (the dot's layout is the source's), along either axis.
+#[test]
+fn gather_from_a_dot_accumulator() {
+    let mut r = Rng::new("gather_dot");
+    for axis in [0, 1] {
+        let k = trace("gather_dot", |p| {
+            let (a, b) = (p.ptr("a", DType::F16), p.ptr("b", DType::F16));
+            let (idx, out) = (p.ptr("idx", DType::I32), p.ptr("out", DType::F32));
+            let (rm, rk) = (arange(0, 32), arange(0, 16));
+            let av = load_unmasked(a + rm.col() * 16 + rk.row());
+            let bv = load_unmasked(b + rk.col() * 32 + rm.row());
+            let acc = dot(av, bv);
+            let offs = rm.col() * 32 + rm.row();
+            let g = gather(acc, load_unmasked(idx + offs), axis);
+            store_unmasked(out + offs, g);
+        })
+        .unwrap();
+        let half = |n: usize, r: &mut Rng| -> Vec<u64> {
+            (0..n)
+                .map(|_| f16::from_f32(r.below(16) as f32 * 0.125 - 1.0).to_bits() as u64)
+                .collect()
+        };
+        let args = vec![
+            A::Buf(DType::F16, half(512, &mut r)),
+            A::Buf(DType::F16, half(512, &mut r)),
+            A::Buf(DType::I32, (0..1024).map(|_| r.below(32) as u64).collect()),
+            A::Buf(DType::F32, vec![0; 1024]),
+        ];
+        agree(
+            &format!("gather of a dot along {axis}"),
+            &k,
+            [1, 1, 1],
+            &args,
+            80,
+            4,
+        );
+    }
+}
+
+/// A gather consumed by a reduction, by a broadcast of its rank-1 result (a sliced layout),
+/// inside a loop that carries its source, and of an i1 source with an index longer than it.
+#[test]
+fn gather_in_the_layouts_its_consumers_ask_for() {
+    let mut r = Rng::new("gather_layouts");
+    let k = trace("gather_consumers", |p| {
+        let (x, idx, out) = (
+            p.ptr("x", DType::F32),
+            p.ptr("idx", DType::I32),
+            p.ptr("out", DType::F32),
+        );
+        let (sums, grid, n) = (
+            p.ptr("sums", DType::F32),
+            p.ptr("grid", DType::F32),
+            p.scalar("n", DType::I32),
+        );
+        let (rows, cols) = (arange(0, 16), arange(0, 64));
+        let offs = rows.col() * 64 + cols.row();
+        let v = load_unmasked(x + offs);
+        let ix = load_unmasked(idx + offs);
+        // Reduced: the gather materializes in the reduction's operand layout.
+        store_unmasked(sums + rows, sum(gather(v, ix, 1), 1));
+        // A rank-1 gather broadcast down the rows of a 2-D tile.
+        let line = gather(load_unmasked(x + cols), load_unmasked(idx + cols), 0);
+        store_unmasked(grid + offs, line.row() + rows.col().to::<f32>());
+        // A loop that permutes the tile it carries, `n` times.
+        let permuted = for_range(0, n, 1, v, |_, acc| gather(acc, ix, 1) * 0.5 + acc);
+        store_unmasked(out + offs, permuted);
+    })
+    .unwrap();
+    let x: Vec<u64> = (0..1024).map(|_| random_bits(&mut r, DType::F32)).collect();
+    let idx: Vec<u64> = (0..1024).map(|_| r.below(64) as u64).collect();
+    for warps in [1, 4, 8] {
+        let args = vec![
+            A::Buf(DType::F32, x.clone()),
+            A::Buf(DType::I32, idx.clone()),
+            A::Buf(DType::F32, vec![0; 1024]),
+            A::Buf(DType::F32, vec![0; 16]),
+            A::Buf(DType::F32, vec![0; 1024]),
+            A::I32(3),
+        ];
+        agree("gather consumers", &k, [1, 1, 1], &args, 80, warps);
+    }
+    // An i1 source of 8 elements gathered into 128 lanes, across two programs.
+    let k = trace("gather_i1", |p| {
+        let (x, idx, out) = (
+            p.ptr("x", DType::F32),
+            p.ptr("idx", DType::I64),
+            p.ptr("out", DType::I32),
+        );
+        let base = program_id(0) * 128;
+        let flags = load_unmasked(x + program_id(0) * 8 + arange(0, 8)).gt(0.0);
+        let o = arange(0, 128);
+        let picked = gather(flags, load_unmasked(idx + base + o), 0);
+        store_unmasked(out + base + o, select(picked, o, -1));
+    })
+    .unwrap();
+    let args = vec![
+        A::Buf(
+            DType::F32,
+            (0..16).map(|_| random_bits(&mut r, DType::F32)).collect(),
+        ),
+        A::Buf(DType::I64, (0..256).map(|_| r.below(8) as u64).collect()),
+        A::Buf(DType::I32, vec![0; 256]),
+    ];
+    agree("gather of i1", &k, [2, 1, 1], &args, 80, 4);
+}
+
+#[test]
+fn swizzle2d_agrees_with_the_interpreter() {
+    let mut r = Rng::new("swizzle2d");
+    for dt in [DType::I32, DType::I64, DType::U32] {
+        let k = trace("swizzle", |p| {
+            let (oi, oj) = (p.ptr("oi", dt), p.ptr("oj", dt));
+            let (si, sj, sg) = (
+                p.scalar("si", DType::I32),
+                p.scalar("sj", DType::I32),
+                p.scalar("sg", DType::I32),
+            );
+            let (si, sj, sg) = (si.cast(dt), sj.cast(dt), sg.cast(dt));
+            let i = arange(0, 16).col().cast(dt);
+            let j = arange(0, 32).row().cast(dt);
+            let mask = i.lt(si) & j.lt(sj);
+            let (ni, nj) = swizzle2d(select(mask, i, 0), select(mask, j, 0), si, sj, sg);
+            let offs = arange(0, 16).col() * 32 + arange(0, 32).row();
+            store(oi + offs, ni, mask);
+            store(oj + offs, nj, mask);
+        })
+        .unwrap();
+        for _ in 0..3 {
+            let (si, sj, sg) = (1 + r.below(16), 1 + r.below(32), 1 + r.below(7));
+            let args = vec![
+                A::Buf(dt, vec![0; 512]),
+                A::Buf(dt, vec![0; 512]),
+                A::I32(si as i32),
+                A::I32(sj as i32),
+                A::I32(sg as i32),
+            ];
+            agree(
+                &format!("swizzle2d {dt} {si}x{sj}/{sg}"),
+                &k,
+                [1, 1, 1],
+                &args,
+                80,
+                4,
+            );
+        }
+    }
+}
+
+/// A gather whose source does not fit in a block's shared memory is refused, at its line.
+#[test]
+fn a_gather_larger_than_shared_memory_is_refused_at_its_line() {
+    let mut line = 0;
+    let k = trace("big_gather", |p| {
+        let (x, idx) = (p.ptr("x", DType::F32), p.ptr("idx", DType::I32));
+        let offs = arange(0, 256).col() * 256 + arange(0, 256).row();
+        let v = load_unmasked(x + offs);
+        line = line!() + 1;
+        let g = gather(v, load_unmasked(idx + offs), 1);
+        store_unmasked(x + offs, g);
+    })
+    .unwrap();
+    let e = compile(
+        &k,
+        &Target { sm: 90 },
+        &CompileOptions {
+            num_warps: 8,
+            num_stages: 1,
+            mma: MmaChoice::Sync,
+        },
+    )
+    .unwrap_err();
+    let text = e.to_string();
+    assert!(text.contains("gather from f32[256, 256]"), "{text}");
+    assert!(text.contains(&format!("indexing_sim.rs:{line}")), "{text}");
+}
