@@ -25,7 +25,7 @@ impl Lower<'_> {
         let class = src.first().map_or(RegClass::B32, |r| r.class);
         let es = class.bytes() as i64;
         let bytes = src_ty.shape.numel() as u64 * es as u64;
-        if bytes > self.max_shared as u64 {
+        if bytes > self.max_shared() as u64 {
             return Err(self.unsupported(format!(
                 "a gather from {src_ty} ({bytes} bytes of shared memory)"
             )));
