@@ -253,8 +253,18 @@ impl Bundle {
         work: impl FnOnce(&Device) -> Result<()>,
     ) -> Result<usize> {
         work(dev)?;
+        self.add_launches(&dev.take_recorded(), target)
+    }
+
+    /// Adds an entry for `target` of every recorded launch's specialization that the bundle
+    /// does not hold yet ([`Device::take_recorded`]). The entries added.
+    pub fn add_launches(
+        &mut self,
+        launches: &[crate::RecordedLaunch],
+        target: &Target,
+    ) -> Result<usize> {
         let before = self.entries.len();
-        for launch in dev.take_recorded() {
+        for launch in launches {
             let key = launch.specialization_key();
             if self.get(&key, target.sm).is_some() {
                 continue;

@@ -185,7 +185,8 @@ fn a_bundled_specialization_launches_on_the_gpu_without_tracing() -> tegula::Res
     assert_eq!(dev.install_bundle(&bundle)?, 4);
     // Installing again adds nothing; another target's entries are skipped.
     assert_eq!(dev.install_bundle(&bundle)?, 0);
-    let other = Bundle::record(&Target { sm: target.sm + 1 }, calls)?;
+    let other_sm = if target.sm == 80 { 90 } else { 80 };
+    let other = Bundle::record(&Target { sm: other_sm }, calls)?;
     assert_eq!(dev.install_bundle(&other)?, 0);
 
     for n in [4096usize, 1000] {
