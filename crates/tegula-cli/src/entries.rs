@@ -254,6 +254,20 @@ fn compile_call(
     config: Option<&str>,
     target: &Target,
 ) -> Result<Vec<Compiled>> {
+    record_call(name, shape, dtype, causal, config)?
+        .iter()
+        .map(|l| l.compile(target))
+        .collect()
+}
+
+/// The launches of [`compile_call`], recorded and not compiled.
+fn record_call(
+    name: &str,
+    shape: Option<&str>,
+    dtype: Option<&str>,
+    causal: &str,
+    config: Option<&str>,
+) -> Result<Vec<tegula::RecordedLaunch>> {
     let e = registry::find(name)?;
     let config = config.map(crate::bench::parse_config).transpose()?;
     let (dtype, shape) = call_shape(&e, shape, dtype, causal_of(causal)?)?;
@@ -262,13 +276,44 @@ fn compile_call(
         e.name,
         describe(e.bench.dims, &shape)
     );
-    let launches = e.record(
+    e.record(
         &shape,
         dtype,
         config.as_ref(),
         crate::launch_cost::RECORDING_SMS,
-    )?;
-    launches.iter().map(|l| l.compile(target)).collect()
+    )
+}
+
+/// `tegula aot`: the call of `tegula ptx` compiled into an ahead-of-time bundle at `out`
+/// (`tegula::aot::Bundle`); a bundle already there (of this compiler) keeps its entries and
+/// gains the call's new specializations, so several calls can fill one bundle.
+#[allow(clippy::too_many_arguments)]
+pub fn aot(
+    name: &str,
+    shape: Option<&str>,
+    dtype: Option<&str>,
+    causal: &str,
+    config: Option<&str>,
+    target: Option<&str>,
+    out: &std::path::Path,
+) -> Result<()> {
+    let target = target_of(target)?;
+    let launches = record_call(name, shape, dtype, causal, config)?;
+    let mut bundle = if out.exists() {
+        tegula::aot::Bundle::read(out)?
+    } else {
+        tegula::aot::Bundle::new()
+    };
+    let added = bundle.add_launches(&launches, &target)?;
+    bundle.write(out)?;
+    eprintln!(
+        "// {added} new of {} specializations for sm_{}; {} has {} entries",
+        launches.len(),
+        target.sm,
+        out.display(),
+        bundle.entries.len()
+    );
+    Ok(())
 }
 
 /// `tegula ptx`: the PTX of a call's kernels and their resource report from ptxas, when one

@@ -70,6 +70,26 @@ enum Command {
         #[arg(long)]
         target: Option<String>,
     },
+    /// Compile the kernels an entry's call launches (recorded as `tegula ptx` records them)
+    /// into an ahead-of-time bundle (`tegula::aot::Bundle`, JSON) that a program installs
+    /// with `Device::install_bundle`; an existing FILE keeps its entries and gains the new
+    /// ones. Takes the options of `tegula ptx`.
+    Aot {
+        kernel: String,
+        #[arg(long)]
+        shape: Option<String>,
+        #[arg(long)]
+        dtype: Option<String>,
+        #[arg(long, default_value = "no")]
+        causal: String,
+        #[arg(long)]
+        config: Option<String>,
+        #[arg(long)]
+        target: Option<String>,
+        /// The bundle to write (or add to).
+        #[arg(long, value_name = "FILE")]
+        out: PathBuf,
+    },
     /// What the compiler decides for a library kernel or a tutorial port, as its host call
     /// compiles it: per loop the pipeline stages it got (and why fewer than asked, at the
     /// source line), per dot the instructions it runs on and where its operands come from,
@@ -233,6 +253,24 @@ fn main() -> ExitCode {
             &causal,
             config.as_deref(),
             target.as_deref(),
+        )
+        .map(|()| true),
+        Command::Aot {
+            kernel,
+            shape,
+            dtype,
+            causal,
+            config,
+            target,
+            out,
+        } => entries::aot(
+            &kernel,
+            shape.as_deref(),
+            dtype.as_deref(),
+            &causal,
+            config.as_deref(),
+            target.as_deref(),
+            &out,
         )
         .map(|()| true),
         Command::Check { filter } => entries::check_all(filter.as_deref()),

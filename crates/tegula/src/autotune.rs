@@ -707,6 +707,7 @@ pub fn may_blame_config(e: &Error) -> bool {
         | Error::Aliasing { .. }
         | Error::Dlpack(_)
         | Error::Cache(_)
+        | Error::Bundle(_)
         | Error::TooLarge { .. }
         | Error::OutOfMemory { .. } => false,
     }

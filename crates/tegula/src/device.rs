@@ -212,6 +212,12 @@ impl RecordedLaunch {
     pub fn compile(&self, target: &compiler::Target) -> Result<compiler::Compiled> {
         compiler::compile_launch(&self.kernel, &self.args, self.config, target)
     }
+
+    /// The key a GPU launch of the same call finds its compiled kernel by: the launch's name
+    /// and constexpr key, the argument facts ([`compiler::fact_bits`]) and the config.
+    pub fn specialization_key(&self) -> String {
+        gpu::specialization_key(self.name, &self.key, &self.args, self.config)
+    }
 }
 
 /// A device: the CPU interpreter, or a GPU through the CUDA backend. Cloning shares it.
@@ -550,7 +556,16 @@ impl Device {
     }
 
     /// Runs a kernel over a grid (what `#[tegula::kernel]` launchers call).
+    ///
+    /// On a GPU the launch first looks its specialization up by key (the launch's name and
+    /// constexpr key, the argument facts and the config, none of which needs a trace): a
+    /// kernel loaded before, compiled before or installed from a bundle
+    /// ([`Device::install_bundle`]) launches without tracing, after its arguments are checked
+    /// against the compiled signature. Anything else is traced, compiled and loaded.
     pub fn launch(&self, launch: Launch<'_>) -> Result<()> {
+        if let Some((gpu, k)) = self.untraced_kernel(&launch)? {
+            return gpu.launch(&k, launch.grid.0, &launch.args);
+        }
         let start = std::time::Instant::now();
         let kernel = self.specialize(&launch)?;
         let trace_ms = start.elapsed().as_secs_f64() * 1e3;
@@ -583,8 +598,13 @@ impl Device {
         }
         match &self.inner.gpu {
             Some(gpu) => {
-                let key = format!("{}|{}", launch.name, launch.key);
-                let k = gpu.kernel(&key, &kernel, &launch.args, launch.config)?;
+                let k = gpu.kernel(
+                    launch.name,
+                    &launch.key,
+                    &kernel,
+                    &launch.args,
+                    launch.config,
+                )?;
                 gpu.launch(&k, launch.grid.0, &launch.args)
             }
             None => {
@@ -597,6 +617,56 @@ impl Device {
                 Ok(())
             }
         }
+    }
+
+    /// A plain GPU launch's kernel found by its specialization key, without tracing, when the
+    /// GPU has compiled or installed it and the arguments fit it: every tensor on this
+    /// device, the arguments the compiled signature's in number, kind and dtype. `None` for
+    /// the path that traces: no GPU, a capture ([`Device::plans`], [`Device::prepare`]), a
+    /// specialization not compiled yet, or arguments that do not fit (the traced path then
+    /// reports them, naming the parameters).
+    fn untraced_kernel(&self, launch: &Launch<'_>) -> Result<Option<(&Gpu, Arc<gpu::GpuKernel>)>> {
+        let Some(gpu) = &self.inner.gpu else {
+            return Ok(None);
+        };
+        if self.capturing().is_some() {
+            return Ok(None);
+        }
+        let on_device = launch.args.iter().all(|a| match a {
+            KernelArg::Tensor { device, .. } => *device == self.id(),
+            _ => true,
+        });
+        if !on_device {
+            return Ok(None);
+        }
+        let key = gpu::specialization_key(launch.name, &launch.key, &launch.args, launch.config);
+        match gpu.cached(&key)? {
+            Some(k) if gpu::arguments_fit(&k.compiled.params, &launch.args) => Ok(Some((gpu, k))),
+            _ => Ok(None),
+        }
+    }
+
+    /// Makes a bundle's specializations for this device's target launchable without tracing
+    /// or compiling: on a GPU each entry compiled for its target (`sm`) goes into the GPU's
+    /// cache of compiled PTX under its specialization key, and the first launch with that key
+    /// loads it; entries for other targets are skipped. The entries installed (a
+    /// specialization this device has already compiled keeps its own). On the interpreter and
+    /// on a recording device nothing is compiled, so nothing is installed: `Ok(0)`.
+    ///
+    /// A bundle of another compiler or format is refused ([`crate::aot::BundleError`]), as
+    /// is an entry whose signature does not parse.
+    pub fn install_bundle(&self, bundle: &crate::aot::Bundle) -> Result<usize> {
+        bundle.check_version()?;
+        let Some(gpu) = &self.inner.gpu else {
+            return Ok(0);
+        };
+        let mut installed = 0;
+        for entry in bundle.entries.iter().filter(|e| e.sm == gpu.target.sm) {
+            if gpu.install(&entry.key, Arc::new(entry.to_compiled()?)) {
+                installed += 1;
+            }
+        }
+        Ok(installed)
     }
 
     /// Milliseconds the work enqueued by `work` takes on the device: CUDA events around it on
@@ -691,8 +761,13 @@ impl Device {
     fn prepare_specialized(&self, kernel: &Kernel, launch: &Launch<'_>) -> Result<()> {
         match (&self.inner.gpu, &self.inner.recorded) {
             (Some(gpu), _) => {
-                let key = format!("{}|{}", launch.name, launch.key);
-                gpu.kernel(&key, kernel, &launch.args, launch.config)?;
+                gpu.kernel(
+                    launch.name,
+                    &launch.key,
+                    kernel,
+                    &launch.args,
+                    launch.config,
+                )?;
             }
             (None, Some(_)) => {
                 self.plan_specialized(kernel, launch)?;
@@ -717,8 +792,13 @@ impl Device {
     /// without compiling again.
     fn plan_specialized(&self, kernel: &Kernel, launch: &Launch<'_>) -> Result<compiler::Report> {
         if let Some(gpu) = &self.inner.gpu {
-            let key = format!("{}|{}", launch.name, launch.key);
-            let compiled = gpu.compile(&key, kernel, &launch.args, launch.config)?;
+            let compiled = gpu.compile(
+                launch.name,
+                &launch.key,
+                kernel,
+                &launch.args,
+                launch.config,
+            )?;
             return Ok(compiled.report.clone());
         }
         let target = self.target().unwrap_or(compiler::DEFAULT_TARGET);
@@ -734,7 +814,8 @@ impl Device {
             message: format!("{} compiles no PTX", self.name()),
         })?;
         gpu.kernel(
-            &format!("{}|{}", launch.name, launch.key),
+            launch.name,
+            &launch.key,
             &kernel,
             &launch.args,
             launch.config,

@@ -89,6 +89,11 @@ pub enum Error {
     #[error(transparent)]
     Cache(#[from] crate::autotune::CacheError),
 
+    /// An ahead-of-time bundle could not be read, written or installed: it does not parse, was
+    /// made by another compiler or format version, or its file cannot be read or written.
+    #[error(transparent)]
+    Bundle(#[from] crate::aot::BundleError),
+
     /// Anything else the caller passed that cannot work, said in words.
     #[error("{op}: {message}")]
     Invalid { op: String, message: String },

@@ -84,12 +84,13 @@ impl Gpu {
     /// for the launch that loads it.
     pub fn compile(
         &self,
+        name: &str,
         key: &str,
         traced: &Kernel,
         args: &[KernelArg],
         config: LaunchConfig,
     ) -> Result<Arc<Compiled>> {
-        let key = specialization_key(key, args, config);
+        let key = specialization_key(name, key, args, config);
         if let Some(k) = lock(&self.loaded).get(&key) {
             return Ok(k.compiled.clone());
         }
@@ -122,16 +123,49 @@ impl Gpu {
     /// first use (from any thread: the driver's module load binds the context to it).
     pub fn kernel(
         &self,
+        name: &str,
         key: &str,
         traced: &Kernel,
         args: &[KernelArg],
         config: LaunchConfig,
     ) -> Result<Arc<GpuKernel>> {
-        let key = specialization_key(key, args, config);
+        let key = specialization_key(name, key, args, config);
         if let Some(k) = lock(&self.loaded).get(&key) {
             return Ok(k.clone());
         }
         let compiled = self.compile_keyed(&key, traced, args, config)?;
+        self.load_keyed(key, compiled)
+    }
+
+    /// The kernel of a specialization key that needs no trace: one loaded, or one compiled
+    /// before (planned, prepared, or installed from a bundle: [`Gpu::install`]), loaded now.
+    /// `None` when the specialization has never been compiled on this GPU.
+    pub(crate) fn cached(&self, key: &str) -> Result<Option<Arc<GpuKernel>>> {
+        if let Some(k) = lock(&self.loaded).get(key) {
+            return Ok(Some(k.clone()));
+        }
+        let Some(compiled) = lock(&self.compiled).get(key).cloned() else {
+            return Ok(None);
+        };
+        self.load_keyed(key.to_string(), compiled).map(Some)
+    }
+
+    /// Keeps compiled PTX under a specialization key, for a launch to load without tracing;
+    /// a specialization already loaded or compiled keeps what it has. Whether it was new.
+    pub(crate) fn install(&self, key: &str, compiled: Arc<Compiled>) -> bool {
+        if lock(&self.loaded).contains_key(key) {
+            return false;
+        }
+        let mut cache = lock(&self.compiled);
+        if cache.contains_key(key) {
+            return false;
+        }
+        cache.insert(key.to_string(), compiled);
+        true
+    }
+
+    /// Loads compiled PTX as the kernel of `key`.
+    fn load_keyed(&self, key: String, compiled: Arc<Compiled>) -> Result<Arc<GpuKernel>> {
         // Said once per specialization (loaded kernels are cached by this key).
         for warning in compiled.report.stage_warnings() {
             eprintln!("tegula: warning: {warning}");
@@ -163,10 +197,17 @@ impl Gpu {
 }
 
 /// The cache key of a specialization: the launch's `name|key`, the argument facts and the
-/// config.
-fn specialization_key(key: &str, args: &[KernelArg], config: LaunchConfig) -> String {
+/// config. Computed from the launch alone, without tracing: a GPU launch looks its kernel up
+/// by it first ([`Gpu::cached`]), and an ahead-of-time bundle's entries carry it
+/// ([`crate::aot::Entry::key`]).
+pub(crate) fn specialization_key(
+    name: &str,
+    key: &str,
+    args: &[KernelArg],
+    config: LaunchConfig,
+) -> String {
     format!(
-        "{key}|{}|w{}s{}{}",
+        "{name}|{key}|{}|w{}s{}{}",
         fact_bits(args),
         config.num_warps,
         config.num_stages,
@@ -185,6 +226,21 @@ fn source_line_of(ptx: &str, line: usize) -> Option<String> {
     let text = ptx.lines().nth(line.checked_sub(1)?)?;
     let comment = text.split("//").nth(1)?.trim();
     comment.contains(".rs:").then(|| comment.to_string())
+}
+
+/// Whether `args` fit the compiled signature in number, kind and dtype (what
+/// `check_arguments` checks against the traced parameters): a launch that finds its kernel
+/// without tracing checks its arguments so.
+pub(crate) fn arguments_fit(params: &[ParamAbi], args: &[KernelArg]) -> bool {
+    params.len() == args.len()
+        && params.iter().zip(args).all(|(abi, arg)| match (abi, arg) {
+            (ParamAbi::Pointer { pointee, .. }, KernelArg::Tensor { dtype, .. }) => {
+                pointee == dtype
+            }
+            (ParamAbi::Scalar { dtype: p, .. }, KernelArg::Int { dtype, .. })
+            | (ParamAbi::Scalar { dtype: p, .. }, KernelArg::Float { dtype, .. }) => p == dtype,
+            _ => false,
+        })
 }
 
 /// Packs one argument as the PTX signature reads it.
@@ -230,3 +286,85 @@ fn kernel_param(abi: &ParamAbi, arg: &KernelArg) -> Result<KernelParam> {
 
 /// Device memory of one tensor.
 pub type GpuBuffer = Arc<DeviceBuffer>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::launch::TensorArg;
+
+    /// `Gpu::kernel`, `Gpu::compile`, the untraced lookup of `Device::launch` and a bundle's
+    /// entries all key by [`specialization_key`] of the launch's name, constexpr key, arguments
+    /// and config, none of which needs the traced kernel: the key a launch computes before
+    /// tracing is the one its compiled kernel is stored under.
+    #[test]
+    fn the_key_a_launch_computes_without_tracing_is_the_kernels() {
+        let dev = crate::Device::recording(132);
+        let x = dev.zeros::<f32>([4096]).unwrap();
+        let args = vec![
+            (&x).kernel_arg(),
+            KernelArg::Int {
+                dtype: DType::I32,
+                value: 4096,
+            },
+            KernelArg::Int {
+                dtype: DType::I32,
+                value: 1,
+            },
+        ];
+        let config = LaunchConfig::new(8, 2);
+        let key = specialization_key("scale", "block=1024", &args, config);
+        assert_eq!(fact_bits(&args), "110|001");
+        assert_eq!(
+            key,
+            format!(
+                "scale|block=1024|{}|w8s2{}",
+                fact_bits(&args),
+                tegula_ptx::MmaChoice::Auto
+            )
+        );
+        // What a recording device keeps of the same launch keys the same.
+        let recorded = crate::RecordedLaunch {
+            name: "scale",
+            key: "block=1024".into(),
+            kernel: Arc::new(Kernel::new("scale")),
+            args: args.clone(),
+            grid: crate::Grid([4, 1, 1]),
+            config,
+            trace_ms: 0.0,
+        };
+        assert_eq!(recorded.specialization_key(), key);
+    }
+
+    #[test]
+    fn arguments_fit_the_compiled_signature_in_number_kind_and_dtype() {
+        let dev = crate::Device::recording(132);
+        let x = dev.zeros::<f32>([16]).unwrap();
+        let params = vec![
+            ParamAbi::Pointer {
+                name: "p0_x".into(),
+                pointee: DType::F32,
+            },
+            ParamAbi::Scalar {
+                name: "p1_n".into(),
+                dtype: DType::I32,
+                bytes: 4,
+            },
+        ];
+        let int = |dtype| KernelArg::Int { dtype, value: 3 };
+        assert!(arguments_fit(
+            &params,
+            &[(&x).kernel_arg(), int(DType::I32)]
+        ));
+        assert!(!arguments_fit(&params, &[(&x).kernel_arg()]));
+        assert!(!arguments_fit(
+            &params,
+            &[(&x).kernel_arg(), int(DType::I64)]
+        ));
+        assert!(!arguments_fit(&params, &[int(DType::I32), int(DType::I32)]));
+        let float = KernelArg::Float {
+            dtype: DType::F32,
+            value: 1.0,
+        };
+        assert!(!arguments_fit(&params, &[(&x).kernel_arg(), float]));
+    }
+}

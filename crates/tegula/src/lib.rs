@@ -25,6 +25,7 @@
 //! # }
 //! ```
 
+pub mod aot;
 pub mod autotune;
 pub mod compiler;
 mod device;
