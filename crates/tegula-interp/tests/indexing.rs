@@ -562,6 +562,69 @@ fn sort_matches_a_host_sort() {
 }
 
 #[test]
+fn topk_is_the_largest_k_of_each_line_largest_first() {
+    let mut r = rng("topk");
+    for case in 0..80 {
+        let rank = 1 + case % 3;
+        let dim = r.gen_range(0..rank);
+        let (shape, ext) = shape_and_ext(&mut r, rank, 512);
+        let n = shape[dim];
+        let k = 1usize << r.gen_range(0..=n.trailing_zeros());
+        let mut out_shape = shape.clone();
+        out_shape[dim] = k;
+        let dt = pick(&mut r, &VALUE_DTYPES);
+        let p = Program {
+            src_dt: dt,
+            index_dt: DType::I32,
+            src_shape: shape.clone(),
+            src_ext: ext.clone(),
+            index_shape: out_shape.clone(),
+            index_ext: out_shape.clone(),
+        };
+        let kern = p.trace("topk", |x, _| x.topk(k, dim));
+        let src: Vec<u64> = (0..numel(&shape))
+            .map(|_| random_bits(&mut r, dt))
+            .collect();
+        let got = p.run(&kern, &src, &vec![0; numel(&out_shape)], 0).unwrap();
+        let loaded = p.loaded(&src, &shape, &ext);
+        for e in 0..numel(&out_shape) {
+            let c = coords(&out_shape, e);
+            if c[dim] != 0 {
+                continue;
+            }
+            let mut line: Vec<Key> = (0..n)
+                .map(|i| {
+                    let mut c = c.clone();
+                    c[dim] = i;
+                    key(dt, loaded[linear(&shape, &c)])
+                })
+                .collect();
+            line.sort_by(|a, b| b.partial_cmp(a).unwrap());
+            let keys: Vec<Key> = (0..k)
+                .map(|i| {
+                    let mut c = c.clone();
+                    c[dim] = i;
+                    key(dt, got[linear(&out_shape, &c)])
+                })
+                .collect();
+            assert_eq!(
+                keys,
+                line[..k],
+                "line at {c:?} of {shape:?} along {dim}, top {k}, {dt}"
+            );
+        }
+    }
+    // k must be a power of two no larger than the axis.
+    for k in [3, 32] {
+        let e = trace("bad", |_| {
+            topk(full::<f32>([16], 1.0), k, 0);
+        })
+        .unwrap_err();
+        assert!(e.message.contains("power of two no larger"), "{e}");
+    }
+}
+
+#[test]
 fn sort_with_nan_permutes_and_sorts_the_rest_around_it() {
     // A NaN is never exchanged: the result keeps every value, NaN included.
     let p = Program {

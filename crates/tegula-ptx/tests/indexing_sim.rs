@@ -1,4 +1,4 @@
-//! Triton's indexing ops (`swizzle2d`, `gather`, `flip`, `sort`) compiled to PTX and run on the
+//! Triton's indexing ops (`swizzle2d`, `gather`, `flip`, `sort`, `topk`) compiled to PTX and run on the
 //! PTX simulator against the interpreter, bit for bit (they move values, or are exact integer
 //! arithmetic): random shapes, axes, dtypes, index dtypes and warp counts on fresh inputs, and
 //! the layouts a gather meets (a blocked load, an mma accumulator as its source, a reduction
@@ -370,6 +370,38 @@ fn sort_agrees_with_the_interpreter() {
         let args = masked_args(dt, DType::I32, src, vec![0; numel(&shape)], &ext, &shape);
         let what = format!("sort {dt}{shape:?} along {dim}, descending {descending}");
         agree(&what, &k, [1, 1, 1], &args, 80, warps);
+    }
+}
+
+#[test]
+fn topk_agrees_with_the_interpreter() {
+    let mut r = Rng::new("topk");
+    for case in 0..8 {
+        let rank = 1 + case % 2;
+        let dim = r.below(rank);
+        let (shape, ext) = shape_and_ext(&mut r, rank, 128, 6);
+        let n = shape[dim];
+        let k = 1usize << r.below(n.trailing_zeros() as usize + 1);
+        let mut out_shape = shape.clone();
+        out_shape[dim] = k;
+        let dt = r.pick(&[DType::F32, DType::BF16, DType::I32, DType::U8]);
+        let warps = r.pick(&[1, 4]);
+        let kern = masked_program("topk", dt, DType::I32, &shape, &out_shape, |x, _| {
+            x.topk(k, dim)
+        });
+        let src: Vec<u64> = (0..numel(&shape))
+            .map(|_| random_bits(&mut r, dt))
+            .collect();
+        let args = masked_args(
+            dt,
+            DType::I32,
+            src,
+            vec![0; numel(&out_shape)],
+            &ext,
+            &out_shape,
+        );
+        let what = format!("topk {k} of {dt}{shape:?} along {dim}");
+        agree(&what, &kern, [1, 1, 1], &args, 80, warps);
     }
 }
 

@@ -279,7 +279,72 @@ fn sort_at(x: Tile, dim: usize, descending: bool, loc: Loc) -> Tile {
     x
 }
 
+/// The `k` largest elements of `x` along `dim`, largest first (`tl.topk`; Triton's default
+/// `dim` is the last axis): [`sort`] descending, then the first `k` along `dim` (a [`gather`]).
+/// The result has `x`'s shape with `k` along `dim`. The size along `dim` must be a power of two
+/// (the sort's), and `k` one no larger than it.
+#[track_caller]
+pub fn topk(x: Tile, k: usize, dim: usize) -> Tile {
+    topk_at(x, k, dim, Loc::caller())
+}
+
+fn topk_at(x: Tile, k: usize, dim: usize, loc: Loc) -> Tile {
+    let shape = x.shape();
+    let rank = shape.rank();
+    if dim >= rank {
+        report(
+            loc,
+            format!("topk: dim {dim} is not an axis of {} (rank {rank})", x.ty()),
+        );
+        return x;
+    }
+    let n = shape.dim(dim);
+    if !k.is_power_of_two() || k > n {
+        report(
+            loc,
+            format!(
+                "topk: k = {k} must be a power of two no larger than axis {dim} of {} ({n})",
+                x.ty()
+            ),
+        );
+        return x;
+    }
+    let sorted = sort_at(x, dim, true, loc);
+    // The first `k` indices along `dim`, spread over the other axes of the result.
+    let dims: Vec<usize> = (0..rank)
+        .map(|a| if a == dim { k } else { shape.dim(a) })
+        .collect();
+    let Some(out_shape) = Shape::new(&dims) else {
+        report(
+            loc,
+            format!("topk: result shape {dims:?} is not a tile shape"),
+        );
+        return x;
+    };
+    let mut first = emit1(
+        Op::Arange {
+            start: 0,
+            end: k as i64,
+        },
+        vec![],
+        TileType::tile(DType::I32, Shape::new(&[k]).expect("one axis")),
+        loc,
+    );
+    for a in 0..rank {
+        if a != dim {
+            first = first.expand_dims_at(a, loc);
+        }
+    }
+    gather_at(sorted, first.broadcast_at(out_shape, loc), dim, loc)
+}
+
 impl Tile {
+    /// [`topk`] as a method: `x.topk(k, dim)`.
+    #[track_caller]
+    pub fn topk(self, k: usize, dim: usize) -> Tile {
+        topk_at(self, k, dim, Loc::caller())
+    }
+
     /// [`gather`] as a method: `src.gather(index, axis)`.
     #[track_caller]
     pub fn gather(self, index: Tile, axis: usize) -> Tile {
