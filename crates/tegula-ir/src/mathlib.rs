@@ -2,7 +2,7 @@
 //! `atanh`, `pow`, `log1p`, `expm1`, `erfinv`, `cbrt` and `hypot` on f32 (and f16/bf16, which
 //! compute through f32), written once over [`MathOps`] so that both backends run the same
 //! algorithm: the interpreter evaluates it on Rust `f64`s ([`Eval`]), the GPU lowering emits
-//! one PTX instruction per operation (`tegula-ptx`'s `lower/libm.rs`). Every operation is an
+//! one PTX instruction per operation (`tegula-ptx`'s `emit/libm.rs`). Every operation is an
 //! IEEE operation rounded to nearest (`add.rn.f64`, `fma.rn.f64`, `div.rn.f64`,
 //! `sqrt.rn.f64`, `cvt.rni.f64.f64`, integer bit operations), so the two produce the same
 //! bits (NaN payloads aside).

@@ -1,7 +1,7 @@
 //! A PTX simulator for tegula-ptx's tests: a parser of the PTX the lowering emits and a small
 //! SIMT machine (one CTA at a time, all threads in lockstep) that runs it. The simulator
 //! implements `ldmatrix`, `mma.sync` and `wgmma` from the PTX ISA's definitions (not from
-//! `mma_layout.rs` or `lower/wgmma.rs`), checks that shared-memory accesses of different
+//! `mma_layout.rs` or `emit/wgmma.rs`), checks that shared-memory accesses of different
 //! threads are separated by a barrier, and that branches are uniform. Products on tensor cores
 //! are exact; the simulator sums them in f64, so results are compared with a tolerance, not
 //! bit for bit. (A test crate, not published: tegula-ptx's tests compile kernels and run them

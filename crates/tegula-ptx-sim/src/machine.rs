@@ -199,7 +199,7 @@ impl<'a> WgmmaForm<'a> {
 
 /// The shared address holding element (`mn`, `k`) of a wgmma operand from its descriptor,
 /// per the PTX ISA's matrix descriptor and canonical layouts (the reading of
-/// `lower/wgmma.rs`'s `hardware_address`, confirmed on the H200 by tegula-ptx's
+/// `emit/wgmma.rs`'s `hardware_address`, confirmed on the H200 by tegula-ptx's
 /// `tests/gpu_wgmma_probe.rs`): start address >> 4 in bits 0-13, leading byte offset >> 4 in
 /// 16-29, stride byte offset >> 4 in 32-45, base offset in 49-51 (0 here), swizzle in 62-63
 /// (1: 128 bytes, 2: 64, 3: 32).

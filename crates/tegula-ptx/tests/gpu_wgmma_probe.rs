@@ -1,4 +1,4 @@
-//! Hopper's `wgmma.mma_async` on a real device: the facts the wgmma lowering (`lower/wgmma.rs`)
+//! Hopper's `wgmma.mma_async` on a real device: the facts the wgmma lowering (`emit/wgmma.rs`)
 //! and the PTX simulator's `descriptor_address` rely on, pinned down on the GPU with hand-written PTX (sm_90a, one warpgroup of 128 threads, bf16 in, f32 accumulate):
 //! - the shared-memory layout of a swizzled tile (128-byte and 64-byte swizzle) written with
 //!   ordinary `st.shared` from a row-major global matrix;

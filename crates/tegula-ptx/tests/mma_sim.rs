@@ -1,6 +1,6 @@
 //! Runs the emitted PTX of tensor-core kernels on the PTX simulator (`tegula-ptx-sim`: one CTA
 //! at a time, all threads in lockstep, `ldmatrix`, `mma.sync` and `wgmma` from the PTX ISA's
-//! definitions, not from `mma_layout.rs` or `lower/wgmma.rs`) and compares the results with
+//! definitions, not from `mma_layout.rs` or `emit/wgmma.rs`) and compares the results with
 //! float64 references. The simulator checks that shared-memory accesses of different threads
 //! are separated by a barrier, that branches are uniform, and models `cp.async` and `wgmma`
 //! asynchrony at its latest (see its crate docs). Products on tensor cores are exact; the
@@ -816,7 +816,7 @@ fn fragments_cross_the_boundary_when_the_registers_fit() {
 
 /// Split-K `C += A B` with the accumulator added by atomics, `bm x bn` tiles over a ragged
 /// `m`: with `n` a constant (`const_n`) every `red` of a thread addresses one base register
-/// plus an immediate (`address_deltas` in `lower/memory.rs`); with `n` a runtime parameter
+/// plus an immediate (`address_deltas` in `emit/memory.rs`); with `n` a runtime parameter
 /// each element keeps its own address. Both must add every element once, masked rows none.
 fn split_k_atomic_matmul(
     bm: usize,
@@ -911,7 +911,7 @@ fn atomic_adds_of_an_accumulator_address_base_plus_immediates() {
 /// `(A B - r[i]) * s[j]` over a ragged `m x n`: the row vector `r` and the column vector `s`
 /// are rank-1 loads whose only uses broadcast them into the dot's accumulator, so they load
 /// straight into the accumulator's row and column slices (each thread's elements from one base
-/// register plus immediates, `lower/mod.rs`); masked rows and columns take the `other` values.
+/// register plus immediates, `emit/mod.rs`); masked rows and columns take the `other` values.
 fn dot_minus_row_times_col(bm: usize, bn: usize, k: usize) -> Kernel {
     trace("rank1_into_accumulator", |p| {
         let (a, b) = (p.ptr("a", DType::BF16), p.ptr("b", DType::BF16));

@@ -103,7 +103,7 @@ struct QueryHead {
 /// The resident key block of the dK/dV sweep. On tensor cores K and V stay in shared memory
 /// for the whole kernel (written once, before the sweep over the heads) and every dot reads
 /// them there with `ldmatrix`: K as A of `K Q^T` and, from the same copy, as B of dQ's `dS K`;
-/// V as A of `V dO^T` (see `lower/mma.rs`, `keep_invariants_resident`). The registers hold
+/// V as A of `V dO^T` (see `plan/pipeline.rs`, rule *resident operands*). The registers hold
 /// dK, dV and one step's P^T and dP^T.
 #[derive(Clone, Copy)]
 struct KeyBlock {

@@ -128,9 +128,9 @@ impl Lower<'_> {
         let mut base = self.smem(0);
         let mut at = at;
         if at != 0 {
-            // Reads that run backwards (a flip) start `at` bytes in: the offset goes into the
-            // thread's address register, so that no register holds an address below the
-            // buffer (only the immediates may be negative).
+            // Reads in descending address order (a flip) start `at` bytes in: the offset goes
+            // into the thread's address register, so that no register holds an address below
+            // the buffer (only the immediates may be negative).
             base = self
                 .b
                 .op("add.s32", RegClass::B32, vec![base.into(), Arg::Imm(at)]);
