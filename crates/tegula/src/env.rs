@@ -31,15 +31,22 @@ pub fn bool_var(name: &str, default: bool) -> bool {
 
 /// [`bool_var`] on a value already read: `value` of variable `name`.
 pub fn bool_value(name: &str, value: &str, default: bool) -> bool {
-    if value.trim().is_empty() {
-        return default;
-    }
-    parse_bool(value).unwrap_or_else(|| {
-        eprintln!(
-            "tegula: warning: {name}={value:?} is not a boolean (1/0, true/false, on/off, \
-             yes/no); using {default}"
-        );
+    bool_or_warning(name, value, default).unwrap_or_else(|warning| {
+        eprintln!("tegula: warning: {warning}");
         default
+    })
+}
+
+/// `value` of switch `name` as a boolean (`default` when blank), or the warning that it is
+/// not one.
+fn bool_or_warning(name: &str, value: &str, default: bool) -> Result<bool, String> {
+    if value.trim().is_empty() {
+        return Ok(default);
+    }
+    parse_bool(value).ok_or_else(|| {
+        format!(
+            "{name}={value:?} is not a boolean (1/0, true/false, on/off, yes/no); using {default}"
+        )
     })
 }
 
@@ -105,17 +112,12 @@ impl Settings {
     /// The settings that `get` (a variable's value, `None` when unset) describes.
     pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Settings {
         let mut warnings = Vec::new();
-        let mut boolean = |name: &str, default: bool| {
-            match get(name) {
+        let mut boolean = |name: &str, default: bool| match get(name) {
             None => default,
-            Some(v) if v.trim().is_empty() => default,
-            Some(v) => parse_bool(&v).unwrap_or_else(|| {
-                warnings.push(format!(
-                    "{name}={v:?} is not a boolean (1/0, true/false, on/off, yes/no); using {default}"
-                ));
+            Some(v) => bool_or_warning(name, &v, default).unwrap_or_else(|warning| {
+                warnings.push(warning);
                 default
             }),
-        }
         };
         let check_races = boolean("TEGULA_CHECK_RACES", false);
         let poison_empty = boolean("TEGULA_POISON_EMPTY", false);
