@@ -1,6 +1,9 @@
 //! Tutorial 03 on the interpreter: odd M, N, K (the modulo row indices and the K mask), both
 //! activations, the tutorial's small configs and the tuner's default.
 
+mod common;
+use common::plans;
+
 use tegula::prelude::*;
 use tegula_tutorials::t03_matmul::{check_with, get_cuda_autotune_config, matmul_with};
 
@@ -85,23 +88,6 @@ fn contract_errors_are_typed() -> tegula::Result<()> {
         Err(tegula::Error::Stride { .. })
     ));
     Ok(())
-}
-
-/// The launches `name`'s host function makes at `shape` for a GPU of 132 SMs (the untuned
-/// first config), compiled for sm_90: their plans.
-fn plans(
-    name: &str,
-    shape: &[usize],
-) -> tegula::Result<Vec<(tegula::RecordedLaunch, tegula::Report)>> {
-    let t = tegula_tutorials::find(name).expect("registered");
-    let target = tegula::compiler::Target::for_compute_capability(9, 0);
-    t.record(shape, t.dtypes[0], None, 132)?
-        .into_iter()
-        .map(|l| {
-            let report = l.compile(&target)?.report;
-            Ok((l, report))
-        })
-        .collect()
 }
 
 #[test]

@@ -2,6 +2,9 @@
 //! counts, several forward configs, against float64 within the error bounds of the fp16
 //! algorithm, and tighter: the largest error against the largest value at a small scale.
 
+mod common;
+use common::plans;
+
 use tegula::prelude::*;
 use tegula_tutorials::t06_fused_attention::{
     attention, attention_backward, attention_fwd_launch, check_with, configs, reference,
@@ -175,23 +178,6 @@ fn the_split_join_branch_matches_float64() -> tegula::Result<()> {
         }
     }
     Ok(())
-}
-
-/// The launches `name`'s host function makes at `shape` for a GPU of 132 SMs (the untuned
-/// first config), compiled for sm_90: their plans.
-fn plans(
-    name: &str,
-    shape: &[usize],
-) -> tegula::Result<Vec<(tegula::RecordedLaunch, tegula::Report)>> {
-    let t = tegula_tutorials::find(name).expect("registered");
-    let target = tegula::compiler::Target::for_compute_capability(9, 0);
-    t.record(shape, t.dtypes[0], None, 132)?
-        .into_iter()
-        .map(|l| {
-            let report = l.compile(&target)?.report;
-            Ok((l, report))
-        })
-        .collect()
 }
 
 #[test]

@@ -2,6 +2,9 @@
 //! tiles of several products, the descriptor variant at odd sizes, and the refusal of sizes
 //! the unmasked kernel cannot cover.
 
+mod common;
+use common::plans;
+
 use tegula::prelude::*;
 use tegula_tutorials::common::config;
 use tegula_tutorials::t08_grouped_gemm::{
@@ -75,23 +78,6 @@ fn sizes_the_unmasked_kernel_cannot_cover_are_refused() -> tegula::Result<()> {
     ));
     let _ = b;
     Ok(())
-}
-
-/// The launches `name`'s host function makes at `shape` for a GPU of 132 SMs (the untuned
-/// first config), compiled for sm_90: their plans.
-fn plans(
-    name: &str,
-    shape: &[usize],
-) -> tegula::Result<Vec<(tegula::RecordedLaunch, tegula::Report)>> {
-    let t = tegula_tutorials::find(name).expect("registered");
-    let target = tegula::compiler::Target::for_compute_capability(9, 0);
-    t.record(shape, t.dtypes[0], None, 132)?
-        .into_iter()
-        .map(|l| {
-            let report = l.compile(&target)?.report;
-            Ok((l, report))
-        })
-        .collect()
 }
 
 /// The tutorial's kernel as on a GPU (tables of addresses): its `tl.multiple_of(a_ptrs, [16,

@@ -2,6 +2,9 @@
 //! descriptor bounds), the persistent grids walking several tiles a program (two SMs on the
 //! interpreter), and both epilogues of the persistent descriptor kernels.
 
+mod common;
+use common::plans;
+
 use tegula::prelude::*;
 use tegula_tutorials::t09_persistent_matmul::{
     check_with, inputs, matmul_tma_persistent_get_configs, matmul_with, Variant,
@@ -88,23 +91,6 @@ fn contract_errors_are_typed() -> tegula::Result<()> {
         Err(tegula::Error::Stride { .. })
     ));
     Ok(())
-}
-
-/// The launches `name`'s host function makes at `shape` for a GPU of 132 SMs (the untuned
-/// first config), compiled for sm_90: their plans.
-fn plans(
-    name: &str,
-    shape: &[usize],
-) -> tegula::Result<Vec<(tegula::RecordedLaunch, tegula::Report)>> {
-    let t = tegula_tutorials::find(name).expect("registered");
-    let target = tegula::compiler::Target::for_compute_capability(9, 0);
-    t.record(shape, t.dtypes[0], None, 132)?
-        .into_iter()
-        .map(|l| {
-            let report = l.compile(&target)?.report;
-            Ok((l, report))
-        })
-        .collect()
 }
 
 #[test]
