@@ -77,6 +77,17 @@ fn linear(shape: &[usize], c: &[usize]) -> usize {
     c.iter().zip(shape).fold(0, |acc, (&x, &n)| acc * n + x)
 }
 
+/// The linear indices of the line through `c` along `dim` of a tile of `shape`.
+fn line_along(shape: &[usize], c: &[usize], dim: usize) -> Vec<usize> {
+    (0..shape[dim])
+        .map(|i| {
+            let mut c = c.to_vec();
+            c[dim] = i;
+            linear(shape, &c)
+        })
+        .collect()
+}
+
 fn inside(c: &[usize], ext: &[usize]) -> bool {
     c.iter().zip(ext).all(|(&x, &e)| x < e)
 }
@@ -529,19 +540,12 @@ fn sort_matches_a_host_sort() {
         let got = p.run(&k, &src, &vec![0; numel(&shape)], 0).unwrap();
         let loaded = p.loaded(&src, &shape, &ext);
         // Each line along `dim`: the host's sort of its keys, and the same bits.
-        let n = shape[dim];
         for e in 0..numel(&shape) {
             let c = coords(&shape, e);
             if c[dim] != 0 {
                 continue;
             }
-            let line: Vec<usize> = (0..n)
-                .map(|i| {
-                    let mut c = c.clone();
-                    c[dim] = i;
-                    linear(&shape, &c)
-                })
-                .collect();
+            let line = line_along(&shape, &c, dim);
             let mut want: Vec<Key> = line.iter().map(|&i| key(dt, loaded[i])).collect();
             want.sort_by(|a, b| a.partial_cmp(b).unwrap());
             if descending {
@@ -592,20 +596,14 @@ fn topk_is_the_largest_k_of_each_line_largest_first() {
             if c[dim] != 0 {
                 continue;
             }
-            let mut line: Vec<Key> = (0..n)
-                .map(|i| {
-                    let mut c = c.clone();
-                    c[dim] = i;
-                    key(dt, loaded[linear(&shape, &c)])
-                })
+            let mut line: Vec<Key> = line_along(&shape, &c, dim)
+                .into_iter()
+                .map(|i| key(dt, loaded[i]))
                 .collect();
             line.sort_by(|a, b| b.partial_cmp(a).unwrap());
-            let keys: Vec<Key> = (0..k)
-                .map(|i| {
-                    let mut c = c.clone();
-                    c[dim] = i;
-                    key(dt, got[linear(&out_shape, &c)])
-                })
+            let keys: Vec<Key> = line_along(&out_shape, &c, dim)
+                .into_iter()
+                .map(|i| key(dt, got[i]))
                 .collect();
             assert_eq!(
                 keys,
