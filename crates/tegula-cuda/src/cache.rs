@@ -85,15 +85,6 @@ impl DiskCache {
         }
     }
 
-    /// `$TEGULA_CACHE_DIR` (`off` or empty disables the cache), else `<user cache dir>/tegula/cubins`.
-    pub fn from_env() -> Option<Self> {
-        match std::env::var_os("TEGULA_CACHE_DIR") {
-            Some(v) if v.is_empty() || v == "off" || v == "0" => None,
-            Some(v) => Some(DiskCache::new(PathBuf::from(v))),
-            None => dirs::cache_dir().map(|d| DiskCache::new(d.join("tegula").join("cubins"))),
-        }
-    }
-
     pub fn dir(&self) -> &Path {
         &self.dir
     }

@@ -253,24 +253,24 @@ impl CudaRuntime {
                 stream,
                 ctx,
                 info,
-                disk: Mutex::new(DiskCache::from_env().map(Arc::new)),
+                disk: Mutex::new(None),
                 last_launch: Mutex::new(None),
                 launches_since_sync: AtomicU64::new(0),
-                launch_blocking: AtomicBool::new(
-                    std::env::var("TEGULA_LAUNCH_BLOCKING").is_ok_and(|v| v == "1"),
-                ),
+                launch_blocking: AtomicBool::new(false),
             }),
         })
     }
 
-    /// Replaces the disk cache (None disables it) for modules not yet loaded in memory.
-    /// The default comes from `$TEGULA_CACHE_DIR` (see `DiskCache::from_env`).
+    /// Replaces the disk cache (None disables it) for modules not yet loaded in memory. A new
+    /// runtime has none; `tegula`'s GPU backend sets the one its settings name
+    /// (`TEGULA_CACHE_DIR`).
     pub fn set_disk_cache(&self, disk: Option<DiskCache>) {
         *self.inner.disk.lock().unwrap_or_else(|p| p.into_inner()) = disk.map(Arc::new);
     }
 
     /// Makes every launch wait for its kernel, so that a fault is reported by the launch that
-    /// made it (the default comes from `TEGULA_LAUNCH_BLOCKING=1`).
+    /// made it. Off in a new runtime; `tegula`'s GPU backend sets it from its settings
+    /// (`TEGULA_LAUNCH_BLOCKING`).
     pub fn set_launch_blocking(&self, on: bool) {
         self.inner.launch_blocking.store(on, Ordering::Relaxed);
     }

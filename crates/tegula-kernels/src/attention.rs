@@ -92,6 +92,23 @@ pub struct AttentionOptions {
     /// [`forward_candidates`], [`backward_candidates`]). A lowering choice only: results are
     /// the same.
     pub wgmma: Option<bool>,
+    /// How the backward computes dQ ([`DqPath`]); the default is `TEGULA_ATTN_BWD_DQ`'s
+    /// ([`crate::settings`]), [`DqPath::Auto`] when unset. The forward ignores it.
+    pub dq_path: DqPath,
+    /// Whether the backward may split its last key blocks' work across programs
+    /// ([`backward_tail_split`] says when it does); the default is on unless
+    /// `TEGULA_ATTN_BWD_SPLIT=off`. The forward ignores it.
+    pub tail_split: bool,
+}
+
+/// How the backward computes dQ. Both give the same results within rounding.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum DqPath {
+    /// Added into an f32 buffer by the dK/dV kernel (5 dots a block pair) wherever the
+    /// buffer's element offsets fit in i32, else [`DqPath::Kernel`].
+    Auto,
+    /// A separate kernel sweeping the key blocks: 7 dots a block pair, deterministic.
+    Kernel,
 }
 
 impl Default for AttentionOptions {
@@ -103,6 +120,8 @@ impl Default for AttentionOptions {
             block_n: AUTO,
             config: AUTO_LAUNCH,
             wgmma: None,
+            dq_path: crate::settings::Settings::global().backward_dq,
+            tail_split: crate::settings::Settings::global().backward_tail_split,
         }
     }
 }

@@ -13,6 +13,7 @@ pub mod check;
 pub mod gemv;
 pub mod matmul;
 pub mod norm;
+pub mod settings;
 pub mod softmax;
 pub mod tuned;
 pub mod vector_add;

@@ -158,7 +158,7 @@ pub(crate) fn cx(n: usize) -> i64 {
 /// `TEGULA_WGMMA=1`: every matmul and attention launch asks for `wgmma` (to check that path
 /// everywhere), as if each had held `wgmma: Some(true)`.
 pub(crate) fn wgmma_forced() -> bool {
-    std::env::var("TEGULA_WGMMA").is_ok_and(|v| v == "1")
+    crate::settings::Settings::global().force_wgmma
 }
 
 /// The `wgmma` choice a launch holds: the caller's, or `Some(true)` under `TEGULA_WGMMA=1`.

@@ -14,7 +14,7 @@
 use half::{bf16, f16};
 use tegula::ir::{DType, Element};
 use tegula::{Device, Error, Tensor};
-use tegula_kernels::attention::{self, reference, AttentionOptions, Dims, TailSplit};
+use tegula_kernels::attention::{self, reference, AttentionOptions, Dims, DqPath, TailSplit};
 use tegula_kernels::check;
 
 /// A small xorshift generator for shapes (data comes from `Device::randn`, fresh every run).
@@ -1103,7 +1103,7 @@ fn backward_split_tail_matches_reference() {
     ];
     let mut uneven = false;
     for (dm, dtype) in cases {
-        let split = attention::backward_tail_split(&dev, &dm, false, 16, 16)
+        let split = attention::backward_tail_split(&dev, &dm, &options, 16, 16)
             .unwrap_or_else(|| panic!("{} takes no split", dm.describe()));
         uneven |= dm.n_q.div_ceil(16) % split.slice_blocks != 0;
         let err = match dtype {
@@ -1111,11 +1111,78 @@ fn backward_split_tail_matches_reference() {
             _ => check_backward::<bf16>(&dev, dm, options, Layout::Bnhd),
         };
         println!("split tail {} {split:?}: {err:.2e}", dm.describe());
-        // The causal kernel never splits.
-        assert_eq!(
-            attention::backward_tail_split(&dev, &dm, true, 16, 16),
-            None
-        );
+        // The causal kernel never splits, nor one whose options turn the split off.
+        for off in [
+            AttentionOptions {
+                causal: true,
+                ..options
+            },
+            AttentionOptions {
+                tail_split: false,
+                ..options
+            },
+        ] {
+            assert_eq!(
+                attention::backward_tail_split(&dev, &dm, &off, 16, 16),
+                None
+            );
+        }
     }
     assert!(uneven, "no case has a short last slice");
+}
+
+/// The backward's 7-dot dQ path (`dq_path: DqPath::Kernel`): float64 in every dtype, causal
+/// and not, over several key blocks; its launches hold no atomics (the default path adds dQ
+/// by atomics from the dK/dV kernel); two runs give the same bits.
+#[test]
+fn dq_kernel_path_matches_float64_without_atomics_and_is_deterministic() {
+    let dev = Device::cpu();
+    let dm = dims(1, 4, 2, 37, 53, 24);
+    for causal in [false, true] {
+        let options = AttentionOptions {
+            causal,
+            block_m: 16,
+            block_n: 16,
+            dq_path: DqPath::Kernel,
+            ..Default::default()
+        };
+        check_backward::<f32>(&dev, dm, options, Layout::Bhnd);
+        check_backward::<f16>(&dev, dm, options, Layout::Bnhd);
+        check_backward::<bf16>(&dev, dm, options, Layout::Bhnd);
+
+        let rec = Device::recording(132);
+        let q = rec.randn::<f16>(dm.q_shape()).unwrap();
+        let k = rec.randn::<f16>(dm.kv_shape()).unwrap();
+        let (o, lse) = attention::forward(&q, &k, &k, &options).unwrap();
+        rec.take_recorded();
+        attention::backward(&q, &k, &k, &o, &q, &lse, &options).unwrap();
+        let launches = rec.take_recorded();
+        assert!(launches
+            .iter()
+            .any(|l| l.kernel.to_string().contains("dot")));
+        for l in &launches {
+            assert!(!l.kernel.to_string().contains("atomic"), "{}", l.name);
+        }
+        // The default path does add dQ by atomics (or the check above proves nothing).
+        let default = AttentionOptions {
+            dq_path: DqPath::Auto,
+            ..options
+        };
+        attention::backward(&q, &k, &k, &o, &q, &lse, &default).unwrap();
+        assert!(rec
+            .take_recorded()
+            .iter()
+            .any(|l| l.kernel.to_string().contains("atomic")));
+
+        let q = dev.randn::<f16>(dm.q_shape()).unwrap();
+        let k = dev.randn::<f16>(dm.kv_shape()).unwrap();
+        let v = dev.randn::<f16>(dm.kv_shape()).unwrap();
+        let d_o = dev.randn::<f16>(dm.q_shape()).unwrap();
+        let (o, lse) = attention::forward(&q, &k, &v, &options).unwrap();
+        let a = attention::backward(&q, &k, &v, &o, &d_o, &lse, &options).unwrap();
+        let b = attention::backward(&q, &k, &v, &o, &d_o, &lse, &options).unwrap();
+        assert_eq!(a.dq.to_vec().unwrap(), b.dq.to_vec().unwrap());
+        assert_eq!(a.dk.to_vec().unwrap(), b.dk.to_vec().unwrap());
+        assert_eq!(a.dv.to_vec().unwrap(), b.dv.to_vec().unwrap());
+    }
 }

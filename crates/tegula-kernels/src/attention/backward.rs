@@ -32,11 +32,10 @@ use super::contract::{
 use super::forward::{
     compare_bounded, forward, has_ragged_queries, mma_of, parse_shape, wgmma_runs, worse, LOG2E,
 };
-use super::{reference, AttentionOptions};
+use super::{reference, AttentionOptions, DqPath};
 use crate::check;
 use crate::tuned;
 use crate::CheckReport;
-use std::sync::OnceLock;
 use tegula::autotune::{median_ms, Tuning};
 use tegula::ir::{DType, Kernel, TraceError};
 use tegula::prelude::*;
@@ -625,18 +624,14 @@ enum DqStrategy {
 }
 
 impl DqStrategy {
-    /// `Atomic` wherever the f32 buffer's element offsets fit in i32, unless
-    /// `TEGULA_ATTN_BWD_DQ=kernel` (read once per process; for measuring one against the
-    /// other).
-    fn choose(dims: &Dims) -> DqStrategy {
-        static FORCE_KERNEL: OnceLock<bool> = OnceLock::new();
-        let forced = *FORCE_KERNEL
-            .get_or_init(|| std::env::var("TEGULA_ATTN_BWD_DQ").as_deref() == Ok("kernel"));
+    /// `Atomic` wherever the f32 buffer's element offsets fit in i32, unless the options ask
+    /// for [`DqPath::Kernel`].
+    fn choose(dims: &Dims, path: DqPath) -> DqStrategy {
         let fits = (dims.batch * dims.heads)
             .checked_mul(dims.n_q)
             .and_then(|n| n.checked_mul(dims.head_dim))
             .is_some_and(|n| n <= i32::MAX as usize);
-        if fits && !forced {
+        if fits && path == DqPath::Auto {
             DqStrategy::Atomic
         } else {
             DqStrategy::Kernel
@@ -736,18 +731,19 @@ const INTERPRETER_SMS: usize = 3;
 
 /// The tail split [`backward_into`] launches the dK/dV kernel with, for these sizes and block
 /// sizes on `dev` (from its SM count; on the interpreter, a small count): only the non-causal
-/// kernel with atomic dQ splits, and none with `TEGULA_ATTN_BWD_SPLIT=off` (read once per
-/// process; for measuring one against the other).
+/// kernel with atomic dQ splits, and none when the options' `tail_split` is off.
 pub fn backward_tail_split(
     dev: &Device,
     dims: &Dims,
-    causal: bool,
+    options: &AttentionOptions,
     block_m: usize,
     block_n: usize,
 ) -> Option<TailSplit> {
-    static OFF: OnceLock<bool> = OnceLock::new();
-    let off = *OFF.get_or_init(|| std::env::var("TEGULA_ATTN_BWD_SPLIT").as_deref() == Ok("off"));
-    if off || causal || DqStrategy::choose(dims) != DqStrategy::Atomic || dims.n_q == 0 {
+    if !options.tail_split
+        || options.causal
+        || DqStrategy::choose(dims, options.dq_path) != DqStrategy::Atomic
+        || dims.n_q == 0
+    {
         return None;
     }
     let programs = dims.n_k.div_ceil(block_n) * dims.batch * dims.kv_heads;
@@ -895,11 +891,12 @@ fn resolve_then<T: Element, R>(
         return then(options);
     }
     let held = [("block_m", options.block_m), ("block_n", options.block_n)];
-    let strategy = DqStrategy::choose(dims);
+    let strategy = DqStrategy::choose(dims, options.dq_path);
     let key = format!(
-        "{},dq={}{}",
+        "{},dq={}{}{}",
         super::key(dims, T::DTYPE, options.causal),
         strategy.name(),
+        if options.tail_split { "" } else { ",split=off" },
         tuned::held_suffix(&held, options.config)
     ) + tuned::held_wgmma_suffix(options.wgmma);
     let dev = q.device();
@@ -1030,14 +1027,14 @@ fn launch<T: Element>(
     let bhkv = size_i32(OP, "B * Hkv", dims.batch * dims.kv_heads)? as u32;
 
     let delta = dev.empty::<f32>(dims.lse_shape())?;
-    let atomic_dq = DqStrategy::choose(dims) == DqStrategy::Atomic;
+    let atomic_dq = DqStrategy::choose(dims, options.dq_path) == DqStrategy::Atomic;
     // The f32 dQ sums start at zero; without atomics the kernel never reads it (a stand-in).
     let dq_acc = if atomic_dq {
         dev.zeros::<f32>(dims.q_shape())?
     } else {
         dev.empty::<f32>([1])?
     };
-    let split = backward_tail_split(dev, dims, options.causal, bm, bn);
+    let split = backward_tail_split(dev, dims, options, bm, bn);
     // The split blocks' f32 dK/dV partial sums start at zero (a stand-in without a split).
     let dkdv_acc = match split {
         Some(s) => dev.zeros::<f32>([s.split_blocks, 2, bn, d])?,
@@ -1368,12 +1365,16 @@ pub(super) fn trace_entry(
 ) -> std::result::Result<Kernel, TraceError> {
     // The default candidate: what the interpreter launches.
     let (dims, causal): (Dims, bool) = parse_shape(shape);
-    let b = super::backward_candidates(&dims, dtype, &AttentionOptions::default(), false)[0];
+    let options = AttentionOptions {
+        causal,
+        ..Default::default()
+    };
+    let b = super::backward_candidates(&dims, dtype, &options, false)[0];
     let d = dims.head_dim;
-    let atomic = DqStrategy::choose(&dims) == DqStrategy::Atomic;
+    let atomic = DqStrategy::choose(&dims, options.dq_path) == DqStrategy::Atomic;
     let ragged_q = has_ragged_queries(dims.n_q, b.block_m);
     let (bm, bn) = (b.block_m, b.block_n);
-    let split = backward_tail_split(&Device::cpu(), &dims, causal, bm, bn).is_some();
+    let split = backward_tail_split(&Device::cpu(), &dims, &options, bm, bn).is_some();
     match dtype {
         DType::F16 => attn_bwd_dkdv::trace::<f16>(causal, atomic, split, ragged_q, d, bm, bn),
         DType::BF16 => attn_bwd_dkdv::trace::<bf16>(causal, atomic, split, ragged_q, d, bm, bn),
