@@ -3,7 +3,7 @@
 //! invariants only. The pipeliner reads them to copy a load a stage ahead and to keep its
 //! copies' addresses in registers that advance by a constant each iteration.
 
-use crate::plan::is_anchored;
+use crate::analysis::{is_anchored, moves_across_threads};
 use tegula_ir::fast_hash::HashSet;
 use tegula_ir::{BinaryOp, Constant, Kernel, Op, Value, ValueDef};
 
@@ -117,7 +117,7 @@ pub fn depends_on_ivs_only(k: &Kernel, v: Value, ivs: &[Value], inside: &HashSet
         ValueDef::Result(i, _) => {
             let d = &k.insts[i];
             !is_anchored(&d.op)
-                && !crate::plan::moves_across_threads(&d.op)
+                && !moves_across_threads(&d.op)
                 && d.args
                     .iter()
                     .all(|&a| depends_on_ivs_only(k, a, ivs, inside))

@@ -12,10 +12,10 @@
 //!   with K contiguous (32-bit elements cannot use `.trans`).
 
 use super::{Lower, Vals, R};
+use crate::analysis::staging_source;
 use crate::layout::{Layout, RegGeometry};
 use crate::mma_layout::{self as ml, MmaKind, Role, Stage};
 pub(crate) use crate::plan::dots::MmaPlan;
-use crate::plan::dots::{operand_stage, staging_source};
 use crate::plan::pipeline::Resident;
 use crate::ptx::{Arg, Reg, RegClass};
 use std::collections::{HashMap, HashSet};
@@ -381,7 +381,7 @@ impl Lower<'_> {
                 continue;
             }
             let (src, src_k_major) = staging_source(self.k, v, role);
-            let (st, transpose) = operand_stage(plan, role, src_k_major, offset);
+            let (st, transpose) = plan.operand_stage(role, src_k_major, offset);
             offset += st.bytes().div_ceil(128) * 128;
             let (sl, _) = self.natural(src);
             let regs = self.get(src, &sl)?;

@@ -48,9 +48,9 @@ mod store_rows;
 pub mod types;
 mod wgmma;
 
+pub(crate) use crate::analysis::is_anchored;
+use crate::analysis::moves_across_threads;
 use crate::layout::Layout;
-pub(crate) use crate::plan::is_anchored;
-use crate::plan::moves_across_threads;
 use crate::plan::{Context, Plan};
 use crate::ptx::{Arg, Builder, HoistPoint, Reg, RegClass, SMEM};
 use crate::PtxError;

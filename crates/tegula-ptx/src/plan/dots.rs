@@ -21,6 +21,7 @@
 
 use super::layouts::access_vec;
 use super::Context;
+use crate::analysis::untransposed;
 use crate::layout::{Layout, RegGeometry};
 use crate::mma_layout::{self as ml, MmaKind, Role, Stage};
 use tegula_ir::fast_hash::{HashMap, HashSet};
@@ -44,6 +45,27 @@ pub struct MmaPlan {
 }
 
 impl MmaPlan {
+    /// The shared-memory stage of an operand whose source is K-major or not, at byte `offset`,
+    /// and whether writing it transposes the source (tf32 is always stored K-major).
+    pub fn operand_stage(&self, role: Role, src_k_major: bool, offset: u32) -> (Stage, bool) {
+        let k_major = src_k_major || self.kind == MmaKind::Tf32;
+        let (outer, k) = match role {
+            Role::A => (self.m, self.k),
+            Role::B => (self.n, self.k),
+        };
+        let (rows, cols) = if k_major { (outer, k) } else { (k, outer) };
+        let st = Stage {
+            role,
+            kind: self.kind,
+            rows,
+            cols,
+            k_major,
+            offset,
+            panel_major: false,
+        };
+        (st, k_major != src_k_major)
+    }
+
     pub fn operand_layout(&self, role: Role) -> Layout {
         match role {
             Role::A => ml::operand_a(self.kind, self.wm),
@@ -213,48 +235,4 @@ fn wgmma_operands_placed(cx: &Context<'_>, dot: Inst) -> bool {
     let d = &k.insts[dot];
     let (a, b) = (d.args[0], d.args[1]);
     streamed(b) && (streamed(a) || load_here(a).is_none())
-}
-
-/// A dot operand's loaded source: `(x, true)` for `x.trans()` (a 2-D permute), else
-/// `(operand, false)`.
-pub fn untransposed(k: &Kernel, operand: Value) -> (Value, bool) {
-    match k.def_inst(operand).map(|i| &k.insts[i]) {
-        Some(d) if matches!(&d.op, Op::Permute { perm } if perm[..] == [1, 0]) => (d.args[0], true),
-        _ => (operand, false),
-    }
-}
-
-/// The value staged for operand `v` and whether its row-major order is K-major: `x` of
-/// `x.trans()` is staged directly (its row-major order is the operand transposed). Stored
-/// K-major means A as `[m][k]`, B as `[n][k]`; a source's own row-major order is K-major for an
-/// untransposed A and a transposed B.
-pub fn staging_source(k: &Kernel, v: Value, role: Role) -> (Value, bool) {
-    let (src, permuted) = match k.def_inst(v).map(|i| &k.insts[i]) {
-        Some(di) if matches!(&di.op, Op::Permute { perm } if perm[..] == [1, 0]) => {
-            (di.args[0], true)
-        }
-        _ => (v, false),
-    };
-    (src, (role == Role::A) != permuted)
-}
-
-/// The shared-memory stage of an operand whose source is K-major or not, at byte `offset`,
-/// and whether writing it transposes the source (tf32 is always stored K-major).
-pub fn operand_stage(plan: &MmaPlan, role: Role, src_k_major: bool, offset: u32) -> (Stage, bool) {
-    let k_major = src_k_major || plan.kind == MmaKind::Tf32;
-    let (outer, k) = match role {
-        Role::A => (plan.m, plan.k),
-        Role::B => (plan.n, plan.k),
-    };
-    let (rows, cols) = if k_major { (outer, k) } else { (k, outer) };
-    let st = Stage {
-        role,
-        kind: plan.kind,
-        rows,
-        cols,
-        k_major,
-        offset,
-        panel_major: false,
-    };
-    (st, k_major != src_k_major)
 }

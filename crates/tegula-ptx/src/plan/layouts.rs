@@ -23,7 +23,8 @@
 //! nothing.
 
 use super::dots::DotPlans;
-use super::{is_anchored, Context};
+use super::Context;
+use crate::analysis::is_anchored;
 use crate::layout::Layout;
 use crate::mma_layout;
 use std::cell::RefCell;

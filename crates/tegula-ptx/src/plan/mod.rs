@@ -96,40 +96,6 @@ impl<'k> Context<'k> {
     }
 }
 
-/// Whether an op is lowered in program order with a layout of its own (anchored), rather than
-/// materialized in each consumer's layout (free).
-pub fn is_anchored(op: &Op) -> bool {
-    matches!(
-        op,
-        Op::Load { .. }
-            | Op::Store { .. }
-            | Op::Atomic { .. }
-            | Op::AtomicCas { .. }
-            | Op::Reduce { .. }
-            | Op::Scan { .. }
-            | Op::Dot { .. }
-            | Op::For { .. }
-            | Op::If
-            | Op::While
-            | Op::Print { .. }
-            | Op::Assert { .. }
-            | Op::Barrier
-            | Op::Yield
-            | Op::Condition
-    )
-}
-
-/// Whether a free op may move elements between threads, through shared memory (`reshape`,
-/// `permute`, `flip`, `gather`): it is lowered where its consumer asks for it (never hoisted
-/// out of the region that uses it, since it writes the scratch buffer between barriers), and
-/// the analyses that follow values through free ops stop at it.
-pub fn moves_across_threads(op: &Op) -> bool {
-    matches!(
-        op,
-        Op::Reshape | Op::Permute { .. } | Op::Flip { .. } | Op::Gather { .. }
-    )
-}
-
 /// Every decision about one kernel.
 pub struct Plan {
     pub dots: dots::DotPlans,

@@ -43,10 +43,12 @@
 //!   memory, and the registers the loop then needs fit ([`BOUNDARY_MAX_REGISTERS`]), the next
 //!   tile's first fragments are loaded before the current tile's last mmas.
 
-use super::dots::{operand_stage, staging_source, untransposed, DotPlans, MmaPlan};
+use super::dots::{DotPlans, MmaPlan};
 use super::layouts::LayoutPlan;
-use super::{is_anchored, Context};
+use super::Context;
 use crate::analysis::affine::{depends_on_ivs_only, is_zero};
+use crate::analysis::{is_anchored, moves_across_threads};
+use crate::analysis::{staging_source, untransposed};
 use crate::layout::Layout;
 use crate::mma_layout::{MmaKind, Role, Stage};
 use tegula_ir::fast_hash::{HashMap, HashSet};
@@ -458,7 +460,7 @@ impl Planner<'_, '_> {
     ) -> Option<Resident> {
         let k = self.cx.k;
         let (_, src_k_major) = staging_source(k, v, role);
-        let (mut st, transpose) = operand_stage(plan, role, src_k_major, 0);
+        let (mut st, transpose) = plan.operand_stage(role, src_k_major, 0);
         if let Some(stage) = self.resident_as_loaded(v, role, &st, transpose) {
             let r = Resident {
                 value: v,
@@ -1112,7 +1114,7 @@ fn loop_dependency(cx: &Context<'_>, v: Value, iv: Value, inside: &HashSet<Value
             }
             tegula_ir::ValueDef::Result(i, _) => {
                 let d = &k.insts[i];
-                if is_anchored(&d.op) || super::moves_across_threads(&d.op) {
+                if is_anchored(&d.op) || moves_across_threads(&d.op) {
                     return format!(
                         "depends on the `{}` at {}, computed in the loop",
                         d.op.name(),

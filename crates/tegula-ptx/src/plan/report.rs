@@ -4,7 +4,8 @@
 //! memory, registers and occupancy that follow. `tegula plan` prints it; `Device::plan` and
 //! the tuner read it.
 
-use super::{is_anchored, Context, Plan};
+use super::{Context, Plan};
+use crate::analysis::{is_anchored, untransposed};
 use crate::mma_layout::Role;
 use crate::Target;
 use std::fmt;
@@ -260,7 +261,7 @@ fn is_candidate(k: &Kernel, plan: &Plan, body: Block) -> bool {
     insts.iter().any(|&dot| {
         plan.dots.mma(dot).is_some()
             && k.insts[dot].args[..2].iter().any(|&v| {
-                let (src, _) = super::dots::untransposed(k, v);
+                let (src, _) = untransposed(k, v);
                 k.def_inst(src).is_some_and(|li| {
                     insts.contains(&li) && matches!(k.insts[li].op, Op::Load { .. })
                 })
@@ -307,7 +308,7 @@ fn operand_home(cx: &Context<'_>, plan: &Plan, dot: Inst, v: Value, role: Role) 
     if plan.dots.mma(dot).is_none() {
         return OperandHome::Registers;
     }
-    let (src, _) = super::dots::untransposed(k, v);
+    let (src, _) = untransposed(k, v);
     // The loops enclosing the dot, innermost first.
     let mut loops = Vec::new();
     let mut block = cx.uses.block_of(dot);
