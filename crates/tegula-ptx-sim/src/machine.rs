@@ -627,6 +627,12 @@ impl<'p> Machine<'p> {
                     "cvt.u32.u64" => x & 0xffff_ffff,
                     "cvt.s64.s32" => x as u32 as i32 as i64 as u64,
                     "cvt.rn.f32.s32" => bits(x as u32 as i32 as f32),
+                    "cvt.f64.f32" => (f32v(x) as f64).to_bits(),
+                    "cvt.rn.f32.f64" => bits(f64::from_bits(x) as f32),
+                    "cvt.rni.f64.f64" => f64::from_bits(x).round_ties_even().to_bits(),
+                    "cvt.rzi.f64.f64" => f64::from_bits(x).trunc().to_bits(),
+                    // Saturating, NaN to 0 (as Rust's `as`).
+                    "cvt.rni.s64.f64" => f64::from_bits(x).round_ties_even() as i64 as u64,
                     other => panic!("unsupported {other}"),
                 };
                 self.set(t, &a[0], r);
@@ -721,6 +727,26 @@ impl<'p> Machine<'p> {
                     o => panic!("{o}.pred"),
                 };
                 self.set(t, &a[0], r);
+            }
+            "testp" => {
+                assert_eq!(op, "testp.notanumber.f64", "unsupported {op}");
+                let r = f64::from_bits(v(self, 1)).is_nan();
+                self.set(t, &a[0], r as u64);
+            }
+            _ if ty == "f64" => {
+                let f = |i: usize| f64::from_bits(v(self, i));
+                let r = match parts[0] {
+                    "add" => f(1) + f(2),
+                    "sub" => f(1) - f(2),
+                    "mul" => f(1) * f(2),
+                    "div" => f(1) / f(2),
+                    "fma" => f(1).mul_add(f(2), f(3)),
+                    "sqrt" => f(1).sqrt(),
+                    "neg" => -f(1),
+                    "abs" => f(1).abs(),
+                    o => panic!("{o}.f64"),
+                };
+                self.set(t, &a[0], r.to_bits());
             }
             _ if ty == "f32" => {
                 let f = |i: usize| f32v(v(self, i));

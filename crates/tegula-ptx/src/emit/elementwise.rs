@@ -169,15 +169,32 @@ impl Lower<'_> {
                 let a = self.get(d.args[0], l)?;
                 let b = self.get(d.args[1], l)?;
                 let dt = ty.dtype();
-                a.iter()
-                    .zip(&b)
-                    .map(|(&x, &y)| self.binary(*op, dt, x, y))
-                    .collect()
+                match op.libm() {
+                    // The math library computes a thread's elements in groups (`libm.rs`).
+                    Some(f) if arith_ty(dt) == Ty::F32 => {
+                        let x = self.widen_all(dt, &a);
+                        let y = self.widen_all(dt, &b);
+                        let r = self.libm2_f32(f, &x, &y);
+                        Ok(self.narrow_all(dt, &r))
+                    }
+                    _ => a
+                        .iter()
+                        .zip(&b)
+                        .map(|(&x, &y)| self.binary(*op, dt, x, y))
+                        .collect(),
+                }
             }
             Op::Unary(op) => {
                 let a = self.get(d.args[0], l)?;
                 let dt = ty.dtype();
-                a.iter().map(|&x| self.unary(*op, dt, x)).collect()
+                match op.libm() {
+                    Some(f) if arith_ty(dt) == Ty::F32 => {
+                        let x = self.widen_all(dt, &a);
+                        let r = self.libm1_f32(f, &x);
+                        Ok(self.narrow_all(dt, &r))
+                    }
+                    _ => a.iter().map(|&x| self.unary(*op, dt, x)).collect(),
+                }
             }
             Op::Compare(op) => {
                 let a = self.get(d.args[0], l)?;
@@ -314,6 +331,18 @@ impl Lower<'_> {
     }
 
     /// The register of `x` in `d`'s arithmetic type (f16/bf16 widened to f32).
+    /// [`Lower::widen`] of each register.
+    fn widen_all(&mut self, d: DType, xs: &[Reg]) -> Vec<Reg> {
+        xs.iter().map(|&x| self.widen(d, x)).collect()
+    }
+
+    /// [`Lower::narrow`] of each register, rounding to nearest.
+    fn narrow_all(&mut self, d: DType, xs: &[Reg]) -> Vec<Reg> {
+        xs.iter()
+            .map(|&x| self.narrow(d, x, Rounding::NearestEven))
+            .collect()
+    }
+
     pub(crate) fn widen(&mut self, d: DType, x: Reg) -> Reg {
         match d {
             DType::F16 => self.b.op("cvt.f32.f16", RegClass::F32, vec![x.into()]),
@@ -384,7 +413,7 @@ impl Lower<'_> {
             (BinaryOp::Rem, Ty::F32 | Ty::F64) => self.fmod(t, x, y),
             (BinaryOp::Atan2 | BinaryOp::Pow | BinaryOp::Hypot, Ty::F32) => {
                 let f = op.libm().expect("a library function");
-                self.libm2_f32(f, x, y)
+                self.libm2_f32(f, &[x], &[y])[0]
             }
             (BinaryOp::MaxNan | BinaryOp::MinNan, Ty::F64) => {
                 let m = if op == BinaryOp::MaxNan {

@@ -1,140 +1,216 @@
 //! The math library of `tegula_ir::mathlib` emitted as PTX: one instruction per operation of
 //! [`MathOps`], all IEEE round-to-nearest f64 arithmetic and 64-bit integer operations, so the
 //! GPU computes exactly what the interpreter's evaluation of the same algorithm computes.
+//!
+//! A thread's elements are computed a few at a time in lockstep ([`LANES`]): each operation
+//! is emitted for every element of the group before the next, so one register holds each
+//! constant for the group (ptxas rematerializes an f64 constant per instruction that reads
+//! it when each element's algorithm is emitted whole) and independent f64 chains interleave
+//! (the square root's slow path branches, which would otherwise cut each element's chain
+//! into its own blocks). The bits are the same either way.
 
 use super::Lower;
 use crate::ptx::{Arg, Reg, RegClass};
 use tegula_ir::mathlib::{self, Fn1, Fn2, MathOps};
 
-/// Emits the operations of an algorithm into the lowering's builder.
+/// Elements computed in lockstep: enough to share each constant and interleave the f64
+/// chains, few enough that the group's live f64 values (a handful per element) stay well
+/// within the registers.
+const LANES: usize = 4;
+
+/// One value of the algorithm for each element of a group: a register per element (the
+/// lanes past the group's `n` repeat lane 0 and are never emitted).
+type Lanes = [Reg; LANES];
+
+/// Emits the operations of an algorithm into the lowering's builder, once per element of a
+/// group of `n`.
 pub(crate) struct Emit<'a, 'k> {
     pub l: &'a mut Lower<'k>,
+    n: usize,
 }
 
 impl Emit<'_, '_> {
-    fn f(&mut self, op: &str, args: Vec<Arg>) -> Reg {
-        self.l.b.op(op, RegClass::F64, args)
+    fn each(&mut self, class: RegClass, op: &str, args: &[&Lanes], extra: Option<Arg>) -> Lanes {
+        let regs: Vec<Reg> = (0..self.n)
+            .map(|i| {
+                let mut a: Vec<Arg> = args.iter().map(|x| x[i].into()).collect();
+                a.extend(extra.clone());
+                self.l.b.op(op, class, a)
+            })
+            .collect();
+        pad(&regs)
     }
-    fn i(&mut self, op: &str, args: Vec<Arg>) -> Reg {
-        self.l.b.op(op, RegClass::B64, args)
+    fn f(&mut self, op: &str, args: &[&Lanes]) -> Lanes {
+        self.each(RegClass::F64, op, args, None)
     }
-    fn p(&mut self, op: &str, args: Vec<Arg>) -> Reg {
-        self.l.b.op(op, RegClass::Pred, args)
+    fn i(&mut self, op: &str, args: &[&Lanes]) -> Lanes {
+        self.each(RegClass::B64, op, args, None)
+    }
+    fn p(&mut self, op: &str, args: &[&Lanes]) -> Lanes {
+        self.each(RegClass::Pred, op, args, None)
+    }
+    fn shift(&mut self, op: &str, a: &Lanes, n: u32) -> Lanes {
+        self.each(RegClass::B64, op, &[a], Some(Arg::Imm(n as i64)))
+    }
+    /// One register for a constant, read by every element.
+    fn splat(&mut self, class: RegClass, v: Arg) -> Lanes {
+        [self.l.imm(class, v); LANES]
     }
 }
 
+/// `regs` (1 to [`LANES`] of them) as a group, the missing lanes repeating the first.
+fn pad(regs: &[Reg]) -> Lanes {
+    let mut lanes = [regs[0]; LANES];
+    lanes[..regs.len()].copy_from_slice(regs);
+    lanes
+}
+
 impl MathOps for Emit<'_, '_> {
-    type F = Reg;
-    type I = Reg;
-    type P = Reg;
-    fn c(&mut self, v: f64) -> Reg {
-        self.l.imm(RegClass::F64, Arg::F64(v))
+    type F = Lanes;
+    type I = Lanes;
+    type P = Lanes;
+    fn c(&mut self, v: f64) -> Lanes {
+        self.splat(RegClass::F64, Arg::F64(v))
     }
-    fn ci(&mut self, v: i64) -> Reg {
-        self.l.imm(RegClass::B64, Arg::Imm(v))
+    fn ci(&mut self, v: i64) -> Lanes {
+        self.splat(RegClass::B64, Arg::Imm(v))
     }
-    fn add(&mut self, a: Reg, b: Reg) -> Reg {
-        self.f("add.rn.f64", vec![a.into(), b.into()])
+    fn add(&mut self, a: Lanes, b: Lanes) -> Lanes {
+        self.f("add.rn.f64", &[&a, &b])
     }
-    fn sub(&mut self, a: Reg, b: Reg) -> Reg {
-        self.f("sub.rn.f64", vec![a.into(), b.into()])
+    fn sub(&mut self, a: Lanes, b: Lanes) -> Lanes {
+        self.f("sub.rn.f64", &[&a, &b])
     }
-    fn mul(&mut self, a: Reg, b: Reg) -> Reg {
-        self.f("mul.rn.f64", vec![a.into(), b.into()])
+    fn mul(&mut self, a: Lanes, b: Lanes) -> Lanes {
+        self.f("mul.rn.f64", &[&a, &b])
     }
-    fn div(&mut self, a: Reg, b: Reg) -> Reg {
-        self.f("div.rn.f64", vec![a.into(), b.into()])
+    fn div(&mut self, a: Lanes, b: Lanes) -> Lanes {
+        self.f("div.rn.f64", &[&a, &b])
     }
-    fn fma(&mut self, a: Reg, b: Reg, c: Reg) -> Reg {
-        self.f("fma.rn.f64", vec![a.into(), b.into(), c.into()])
+    fn fma(&mut self, a: Lanes, b: Lanes, c: Lanes) -> Lanes {
+        self.f("fma.rn.f64", &[&a, &b, &c])
     }
-    fn sqrt(&mut self, a: Reg) -> Reg {
-        self.f("sqrt.rn.f64", vec![a.into()])
+    fn sqrt(&mut self, a: Lanes) -> Lanes {
+        self.f("sqrt.rn.f64", &[&a])
     }
-    fn neg(&mut self, a: Reg) -> Reg {
-        self.f("neg.f64", vec![a.into()])
+    fn neg(&mut self, a: Lanes) -> Lanes {
+        self.f("neg.f64", &[&a])
     }
-    fn abs(&mut self, a: Reg) -> Reg {
-        self.f("abs.f64", vec![a.into()])
+    fn abs(&mut self, a: Lanes) -> Lanes {
+        self.f("abs.f64", &[&a])
     }
-    fn rint(&mut self, a: Reg) -> Reg {
-        self.f("cvt.rni.f64.f64", vec![a.into()])
+    fn rint(&mut self, a: Lanes) -> Lanes {
+        self.f("cvt.rni.f64.f64", &[&a])
     }
-    fn trunc(&mut self, a: Reg) -> Reg {
-        self.f("cvt.rzi.f64.f64", vec![a.into()])
+    fn trunc(&mut self, a: Lanes) -> Lanes {
+        self.f("cvt.rzi.f64.f64", &[&a])
     }
-    fn lt(&mut self, a: Reg, b: Reg) -> Reg {
-        self.p("setp.lt.f64", vec![a.into(), b.into()])
+    fn lt(&mut self, a: Lanes, b: Lanes) -> Lanes {
+        self.p("setp.lt.f64", &[&a, &b])
     }
-    fn gt(&mut self, a: Reg, b: Reg) -> Reg {
-        self.p("setp.gt.f64", vec![a.into(), b.into()])
+    fn gt(&mut self, a: Lanes, b: Lanes) -> Lanes {
+        self.p("setp.gt.f64", &[&a, &b])
     }
-    fn eq(&mut self, a: Reg, b: Reg) -> Reg {
-        self.p("setp.eq.f64", vec![a.into(), b.into()])
+    fn eq(&mut self, a: Lanes, b: Lanes) -> Lanes {
+        self.p("setp.eq.f64", &[&a, &b])
     }
-    fn isnan(&mut self, a: Reg) -> Reg {
-        self.p("testp.notanumber.f64", vec![a.into()])
+    fn isnan(&mut self, a: Lanes) -> Lanes {
+        self.p("testp.notanumber.f64", &[&a])
     }
-    fn sel(&mut self, p: Reg, a: Reg, b: Reg) -> Reg {
-        self.f("selp.f64", vec![a.into(), b.into(), p.into()])
+    fn sel(&mut self, p: Lanes, a: Lanes, b: Lanes) -> Lanes {
+        self.f("selp.f64", &[&a, &b, &p])
     }
-    fn and(&mut self, p: Reg, q: Reg) -> Reg {
-        self.p("and.pred", vec![p.into(), q.into()])
+    fn and(&mut self, p: Lanes, q: Lanes) -> Lanes {
+        self.p("and.pred", &[&p, &q])
     }
-    fn or(&mut self, p: Reg, q: Reg) -> Reg {
-        self.p("or.pred", vec![p.into(), q.into()])
+    fn or(&mut self, p: Lanes, q: Lanes) -> Lanes {
+        self.p("or.pred", &[&p, &q])
     }
-    fn not(&mut self, p: Reg) -> Reg {
-        self.p("not.pred", vec![p.into()])
+    fn not(&mut self, p: Lanes) -> Lanes {
+        self.p("not.pred", &[&p])
     }
-    fn bits(&mut self, a: Reg) -> Reg {
-        self.i("mov.b64", vec![a.into()])
+    fn bits(&mut self, a: Lanes) -> Lanes {
+        self.i("mov.b64", &[&a])
     }
-    fn of_bits(&mut self, a: Reg) -> Reg {
-        self.f("mov.b64", vec![a.into()])
+    fn of_bits(&mut self, a: Lanes) -> Lanes {
+        self.f("mov.b64", &[&a])
     }
-    fn iadd(&mut self, a: Reg, b: Reg) -> Reg {
-        self.i("add.s64", vec![a.into(), b.into()])
+    fn iadd(&mut self, a: Lanes, b: Lanes) -> Lanes {
+        self.i("add.s64", &[&a, &b])
     }
-    fn isub(&mut self, a: Reg, b: Reg) -> Reg {
-        self.i("sub.s64", vec![a.into(), b.into()])
+    fn isub(&mut self, a: Lanes, b: Lanes) -> Lanes {
+        self.i("sub.s64", &[&a, &b])
     }
-    fn imul(&mut self, a: Reg, b: Reg) -> Reg {
-        self.i("mul.lo.s64", vec![a.into(), b.into()])
+    fn imul(&mut self, a: Lanes, b: Lanes) -> Lanes {
+        self.i("mul.lo.s64", &[&a, &b])
     }
-    fn iand(&mut self, a: Reg, b: Reg) -> Reg {
-        self.i("and.b64", vec![a.into(), b.into()])
+    fn iand(&mut self, a: Lanes, b: Lanes) -> Lanes {
+        self.i("and.b64", &[&a, &b])
     }
-    fn ior(&mut self, a: Reg, b: Reg) -> Reg {
-        self.i("or.b64", vec![a.into(), b.into()])
+    fn ior(&mut self, a: Lanes, b: Lanes) -> Lanes {
+        self.i("or.b64", &[&a, &b])
     }
-    fn shl(&mut self, a: Reg, n: u32) -> Reg {
-        self.i("shl.b64", vec![a.into(), Arg::Imm(n as i64)])
+    fn shl(&mut self, a: Lanes, n: u32) -> Lanes {
+        self.shift("shl.b64", &a, n)
     }
-    fn sar(&mut self, a: Reg, n: u32) -> Reg {
-        self.i("shr.s64", vec![a.into(), Arg::Imm(n as i64)])
+    fn sar(&mut self, a: Lanes, n: u32) -> Lanes {
+        self.shift("shr.s64", &a, n)
     }
-    fn shr(&mut self, a: Reg, n: u32) -> Reg {
-        self.i("shr.u64", vec![a.into(), Arg::Imm(n as i64)])
+    fn shr(&mut self, a: Lanes, n: u32) -> Lanes {
+        self.shift("shr.u64", &a, n)
     }
-    fn f2i(&mut self, a: Reg) -> Reg {
-        self.i("cvt.rni.s64.f64", vec![a.into()])
+    fn f2i(&mut self, a: Lanes) -> Lanes {
+        self.i("cvt.rni.s64.f64", &[&a])
     }
 }
 
 impl Lower<'_> {
-    /// `f(x)` on an f32 register: widened to f64, computed there, rounded once to f32.
-    pub(crate) fn libm1_f32(&mut self, f: Fn1, x: Reg) -> Reg {
-        let xd = self.b.op("cvt.f64.f32", RegClass::F64, vec![x.into()]);
-        let r = mathlib::unary(&mut Emit { l: self }, f, xd);
-        self.b.op("cvt.rn.f32.f64", RegClass::F32, vec![r.into()])
+    /// `f(x)` for each f32 register of `xs`: widened to f64, computed there a group of
+    /// [`LANES`] at a time, rounded once to f32.
+    pub(crate) fn libm1_f32(&mut self, f: Fn1, xs: &[Reg]) -> Vec<Reg> {
+        let mut out = Vec::with_capacity(xs.len());
+        for group in xs.chunks(LANES) {
+            let xd = self.widen_f64(group);
+            let mut e = Emit {
+                l: self,
+                n: group.len(),
+            };
+            let r = mathlib::unary(&mut e, f, xd);
+            out.extend(self.narrow_f64(&r, group.len()));
+        }
+        out
     }
 
-    /// `f(x, y)` on f32 registers, like [`Lower::libm1_f32`].
-    pub(crate) fn libm2_f32(&mut self, f: Fn2, x: Reg, y: Reg) -> Reg {
-        let xd = self.b.op("cvt.f64.f32", RegClass::F64, vec![x.into()]);
-        let yd = self.b.op("cvt.f64.f32", RegClass::F64, vec![y.into()]);
-        let r = mathlib::binary(&mut Emit { l: self }, f, xd, yd);
-        self.b.op("cvt.rn.f32.f64", RegClass::F32, vec![r.into()])
+    /// `f(x, y)` for each pair of f32 registers, like [`Lower::libm1_f32`].
+    pub(crate) fn libm2_f32(&mut self, f: Fn2, xs: &[Reg], ys: &[Reg]) -> Vec<Reg> {
+        let mut out = Vec::with_capacity(xs.len());
+        for (gx, gy) in xs.chunks(LANES).zip(ys.chunks(LANES)) {
+            let xd = self.widen_f64(gx);
+            let yd = self.widen_f64(gy);
+            let mut e = Emit {
+                l: self,
+                n: gx.len(),
+            };
+            let r = mathlib::binary(&mut e, f, xd, yd);
+            out.extend(self.narrow_f64(&r, gx.len()));
+        }
+        out
+    }
+
+    /// A group of at most [`LANES`] f32 registers widened to f64.
+    fn widen_f64(&mut self, xs: &[Reg]) -> Lanes {
+        let regs: Vec<Reg> = xs
+            .iter()
+            .map(|&x| self.b.op("cvt.f64.f32", RegClass::F64, vec![x.into()]))
+            .collect();
+        pad(&regs)
+    }
+
+    /// The first `n` lanes rounded to f32.
+    fn narrow_f64(&mut self, xs: &Lanes, n: usize) -> Vec<Reg> {
+        xs[..n]
+            .iter()
+            .map(|&x| self.b.op("cvt.rn.f32.f64", RegClass::F32, vec![x.into()]))
+            .collect()
     }
 }

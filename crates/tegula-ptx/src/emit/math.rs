@@ -55,7 +55,7 @@ impl Lower<'_> {
             UnaryOp::Tanh => self.f("tanh.approx.f32", vec![x.into()]),
             UnaryOp::Erf => self.erf(x),
             other => match other.libm() {
-                Some(f) => self.libm1_f32(f, x),
+                Some(f) => self.libm1_f32(f, &[x])[0],
                 None => return Err(self.unsupported(format!("`{}` on f32", other.name()))),
             },
         })

@@ -250,3 +250,157 @@ pub fn matmul_reference(
     }
     (want, scale)
 }
+
+/// xorshift64*.
+pub struct Rng(pub u64);
+
+impl Rng {
+    pub fn new(test: &str) -> Rng {
+        let seed = std::env::var("TEGULA_TEST_SEED")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_else(|| {
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(1, |d| d.as_nanos() as u64)
+            });
+        println!("{test}: seed {seed} (TEGULA_TEST_SEED={seed} repeats it)");
+        Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1)
+    }
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+    pub fn below(&mut self, n: usize) -> usize {
+        (self.next() % n as u64) as usize
+    }
+    pub fn pick<T: Copy>(&mut self, xs: &[T]) -> T {
+        xs[self.below(xs.len())]
+    }
+}
+
+/// A kernel argument, for both sides.
+pub enum A {
+    /// A buffer of `dtype` holding these bits per element.
+    Buf(DType, Vec<u64>),
+    I32(i32),
+}
+
+pub fn bytes(dt: DType, bits: &[u64]) -> Vec<u8> {
+    let w = dt.size_bytes();
+    bits.iter()
+        .flat_map(|b| b.to_le_bytes()[..w].to_vec())
+        .collect()
+}
+
+pub fn bits_of(dt: DType, bytes: &[u8]) -> Vec<u64> {
+    let w = dt.size_bytes();
+    bytes
+        .chunks(w)
+        .map(|c| {
+            let mut b = [0u8; 8];
+            b[..w].copy_from_slice(c);
+            u64::from_le_bytes(b)
+        })
+        .collect()
+}
+
+/// Runs `k` over `grid` on the interpreter and, compiled for `sm` with `warps` warps, on the
+/// simulator, and checks that every buffer ends with the same bits on both.
+pub fn agree(what: &str, k: &Kernel, grid: [u32; 3], args: &[A], sm: u32, warps: u32) {
+    agree_up_to(what, k, grid, args, sm, warps, |_, a, b| a == b)
+}
+
+/// [`agree`] with `same(dtype, interpreter's bits, simulator's bits)` deciding equality (for
+/// example, any NaN for any NaN).
+pub fn agree_up_to(
+    what: &str,
+    k: &Kernel,
+    grid: [u32; 3],
+    args: &[A],
+    sm: u32,
+    warps: u32,
+    same: impl Fn(DType, u64, u64) -> bool,
+) {
+    let ibufs: Vec<Option<std::sync::Arc<tegula_interp::Buffer>>> = args
+        .iter()
+        .map(|a| match a {
+            A::Buf(dt, bits) => {
+                let b = tegula_interp::Buffer::zeroed(*dt, bits.len());
+                for (i, &v) in bits.iter().enumerate() {
+                    b.write_bits(i, v);
+                }
+                Some(std::sync::Arc::new(b))
+            }
+            A::I32(_) => None,
+        })
+        .collect();
+    let iargs: Vec<tegula_interp::Arg> = args
+        .iter()
+        .zip(&ibufs)
+        .map(|(a, b)| match (a, b) {
+            (_, Some(b)) => tegula_interp::Arg::ptr(b),
+            (A::I32(v), None) => tegula_interp::Arg::Int(*v as i64),
+            _ => unreachable!(),
+        })
+        .collect();
+    tegula_interp::run(k, grid, &iargs, &tegula_interp::Options::default())
+        .unwrap_or_else(|e| panic!("{what}: the interpreter refused it: {e}\n{k}"));
+    let compiled = compile(
+        k,
+        &Target { sm },
+        &CompileOptions {
+            num_warps: warps,
+            num_stages: 1,
+            mma: MmaChoice::Sync,
+        },
+    )
+    .unwrap_or_else(|e| panic!("{what}: the backend refused it: {e}\n{k}"));
+    let names: Vec<String> = k
+        .params
+        .iter()
+        .enumerate()
+        .map(|(i, p)| format!("p{i}_{}", p.name))
+        .collect();
+    let raw: Vec<Vec<u8>> = args
+        .iter()
+        .map(|a| match a {
+            A::Buf(dt, bits) => bytes(*dt, bits),
+            A::I32(_) => Vec::new(),
+        })
+        .collect();
+    let sargs: Vec<Arg> = args
+        .iter()
+        .zip(&raw)
+        .map(|(a, r)| match a {
+            A::Buf(..) => Arg::Buf(r),
+            A::I32(v) => Arg::I32(*v),
+        })
+        .collect();
+    let out = tegula_ptx_sim::try_run_ptx(
+        &compiled.ptx,
+        compiled.shared_bytes as usize,
+        &names,
+        warps,
+        [grid[0] as u64, grid[1] as u64, grid[2] as u64],
+        &sargs,
+    )
+    .unwrap_or_else(|e| panic!("{what}: the simulator refused it: {e}\n{k}"));
+    let mut sim = out.into_iter();
+    for (i, (a, b)) in args.iter().zip(&ibufs).enumerate() {
+        let (A::Buf(dt, _), Some(b)) = (a, b) else {
+            continue;
+        };
+        let want: Vec<u64> = (0..b.len()).map(|e| b.read_bits(e)).collect();
+        let got = bits_of(*dt, &sim.next().expect("a buffer per buffer argument"));
+        if let Some(e) = (0..want.len()).find(|&e| !same(*dt, want[e], got[e])) {
+            panic!(
+                "{what} (sm_{sm}, {warps} warps): buffer {i} element {e}: the interpreter has \
+                 {:#x}, the simulator {:#x}\n{k}",
+                want[e], got[e]
+            );
+        }
+    }
+}
