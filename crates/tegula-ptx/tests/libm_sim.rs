@@ -50,6 +50,9 @@ fn inputs(r: &mut Rng, n: usize) -> Vec<f32> {
         .collect()
 }
 
+/// The function under test, of one argument or two (a unary one ignores the second).
+type Body = fn(Tile, Tile) -> Tile;
+
 /// Equal bits, or both NaN: the NaN's sign and payload are not specified (the interpreter's
 /// f64 arithmetic and the GPU's may produce different ones).
 fn same_up_to_nan_payload(dt: DType, a: u64, b: u64) -> bool {
@@ -61,7 +64,7 @@ fn same_up_to_nan_payload(dt: DType, a: u64, b: u64) -> bool {
 }
 
 /// `out = f(x)` (or `f(x, y)`) over `block` elements a program, masked by `n`.
-fn kernel(name: &str, dt: DType, block: usize, binary: bool, f: fn(Tile, Tile) -> Tile) -> Kernel {
+fn kernel(name: &str, dt: DType, block: usize, binary: bool, f: Body) -> Kernel {
     trace(name, |p| {
         let x = p.ptr("x", dt);
         let y = p.ptr("y", dt);
@@ -80,7 +83,7 @@ fn kernel(name: &str, dt: DType, block: usize, binary: bool, f: fn(Tile, Tile) -
     .unwrap()
 }
 
-fn check(r: &mut Rng, what: &str, binary: bool, f: fn(Tile, Tile) -> Tile) {
+fn check(r: &mut Rng, what: &str, binary: bool, f: Body) {
     // (dtype, block, warps): 1, 2 and 8 elements a thread.
     for (dt, block, warps) in [
         (DType::F32, 128, 4),
@@ -125,7 +128,7 @@ fn check(r: &mut Rng, what: &str, binary: bool, f: fn(Tile, Tile) -> Tile) {
 #[test]
 fn unary_functions_agree_with_the_interpreter_bit_for_bit() {
     let mut r = Rng::new("libm_unary");
-    let fs: [(&str, fn(Tile, Tile) -> Tile); 12] = [
+    let fs: [(&str, Body); 12] = [
         ("asin", |a, _| asin(a)),
         ("acos", |a, _| acos(a)),
         ("atan", |a, _| atan(a)),
@@ -147,7 +150,7 @@ fn unary_functions_agree_with_the_interpreter_bit_for_bit() {
 #[test]
 fn binary_functions_agree_with_the_interpreter_bit_for_bit() {
     let mut r = Rng::new("libm_binary");
-    let fs: [(&str, fn(Tile, Tile) -> Tile); 3] = [
+    let fs: [(&str, Body); 3] = [
         ("atan2", |a, b| atan2(a, b)),
         ("pow", |a, b| pow(a, b)),
         ("hypot", |a, b| hypot(a, b)),
