@@ -93,6 +93,22 @@ pub struct Compiled {
     pub report: plan::report::Report,
 }
 
+impl Compiled {
+    /// The same kernel declaring `.minnctapersm blocks` (ptxas then budgets registers so
+    /// that `blocks` blocks fit an SM); `None` when it already declares one.
+    pub fn declaring_min_blocks_per_sm(&self, blocks: u32) -> Option<Compiled> {
+        if self.report.min_blocks_per_sm.is_some() {
+            return None;
+        }
+        let maxntid = format!("\n.maxntid {}, 1, 1\n", self.num_threads);
+        let at = self.ptx.find(&maxntid)? + maxntid.len();
+        let mut c = self.clone();
+        c.ptx.insert_str(at, &format!(".minnctapersm {blocks}\n"));
+        c.report.min_blocks_per_sm = Some(blocks);
+        Some(c)
+    }
+}
+
 /// Why a kernel could not be lowered; points at the user's source line.
 #[derive(Clone, Debug, PartialEq, Error)]
 pub enum PtxError {

@@ -116,6 +116,21 @@ impl Target {
             .max(1)
     }
 
+    /// Rule *occupancy step*: the blocks a kernel without dots should declare
+    /// (`.minnctapersm`) once ptxas has said that it uses `registers` a thread, `None` to keep
+    /// it as it is. Memory-bound kernels run at the rate of the loads their SM keeps in
+    /// flight, so one more resident block is worth a tighter register budget, while the SM
+    /// holds fewer than half the threads it can: when registers, not shared memory or the
+    /// thread and block limits, keep it there, one block more. Whether ptxas fits the tighter
+    /// budget without spilling is for the caller to check.
+    pub fn occupancy_step(&self, registers: u32, threads: u32, shared_bytes: u32) -> Option<u32> {
+        let by_registers = self.blocks_per_sm_by_registers(registers, threads);
+        let by_rest = self.blocks_per_sm_by_shared(shared_bytes, threads);
+        let resident = by_registers.min(by_rest) * threads;
+        (by_registers < by_rest && 2 * resident < self.max_threads_per_sm())
+            .then_some(by_registers + 1)
+    }
+
     /// Blocks of `threads` threads whose threads may each hold `registers` registers
     /// (allocated in multiples of 8), from the register file; at least 1.
     pub fn blocks_per_sm_by_registers(&self, registers: u32, threads: u32) -> u32 {
@@ -129,5 +144,29 @@ impl Target {
 impl std::fmt::Display for Target {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(&self.target_name())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn occupancy_step_adds_one_block_while_registers_hold_the_sm_under_half() {
+        let h100 = Target { sm: 90 };
+        // 72 registers x 256 threads: 3 blocks (768 threads); 4 fit at 64 registers.
+        assert_eq!(h100.occupancy_step(72, 256, 0), Some(4));
+        // 86 registers: 2 blocks, then 3 (at 85, i.e. 80, registers).
+        assert_eq!(h100.occupancy_step(86, 256, 0), Some(3));
+        assert_eq!(h100.occupancy_step(200, 256, 0), Some(2));
+        // Already half the SM's threads (4 x 256 at 64 registers), or more.
+        assert_eq!(h100.occupancy_step(64, 256, 0), None);
+        assert_eq!(h100.occupancy_step(30, 128, 0), None);
+        // Shared memory, not registers, holds it at 2 blocks.
+        assert_eq!(h100.occupancy_step(86, 256, 100 * 1024), None);
+        // A 1024-thread block at 64 registers is one block and half the SM: nothing.
+        assert_eq!(h100.occupancy_step(64, 1024, 0), None);
+        // At 96 registers a 512-thread block is 1 block (of 1536 on sm_86); 2 fit at 64.
+        assert_eq!(Target { sm: 86 }.occupancy_step(96, 512, 0), Some(2));
     }
 }

@@ -158,3 +158,51 @@ fn representative_kernels_assemble_without_spills() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Rule *occupancy step* (`Target::occupancy_step`, applied by the GPU loader): a kernel
+/// without dots whose registers keep its SM under half full, declared with one block more,
+/// gets a register budget from ptxas that fits that many blocks. The kernels are a layer
+/// norm holding whole rows of 4096 to 16384 elements in registers (the case the rule is for);
+/// at least one of them must take a step, or the test proves nothing.
+#[test]
+fn a_kernel_declaring_one_block_more_fits_it() {
+    let ptxas = find_ptxas();
+    let dir = std::env::temp_dir().join(format!("tegula-ptxas-step-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let target = Target { sm: 90 };
+    let opts = CompileOptions {
+        num_warps: 8,
+        num_stages: 1,
+        mma: MmaChoice::Sync,
+    };
+    let mut stepped = 0;
+    for (dt, block) in [(DType::F16, 8192), (DType::F32, 8192), (DType::F16, 16384)] {
+        let c = compile(&aligned(layer_norm(dt, block)), &target, &opts).unwrap();
+        let name = format!("ln_{dt}_{block}");
+        let plain = tegula_ptx::ptxas::assemble(&ptxas, &c.ptx, 90, &dir, &name).unwrap();
+        let Some(blocks) = target.occupancy_step(plain.registers, c.num_threads, c.shared_bytes)
+        else {
+            println!("{name}: {} registers, no step", plain.registers);
+            continue;
+        };
+        let s = c.declaring_min_blocks_per_sm(blocks).unwrap();
+        assert!(s.ptx.contains(&format!(".minnctapersm {blocks}\n")));
+        assert!(
+            s.declaring_min_blocks_per_sm(blocks + 1).is_none(),
+            "declares twice"
+        );
+        let a =
+            tegula_ptx::ptxas::assemble(&ptxas, &s.ptx, 90, &dir, &format!("{name}_step")).unwrap();
+        println!(
+            "{name}: {} registers -> {} declaring {blocks} blocks ({} bytes spilled)",
+            plain.registers, a.registers, a.spill_stores
+        );
+        assert!(
+            target.blocks_per_sm_by_registers(a.registers, c.num_threads) >= blocks,
+            "{name}: {} registers do not fit {blocks} blocks",
+            a.registers
+        );
+        stepped += 1;
+    }
+    assert!(stepped > 0, "no kernel took a step");
+}

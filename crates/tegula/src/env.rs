@@ -78,6 +78,7 @@ pub enum DeviceChoice {
 /// | `TEGULA_CHECK_RACES` | [`Settings::check_races`] | a boolean ([`parse_bool`]) |
 /// | `TEGULA_POISON_EMPTY` | [`Settings::poison_empty`] | a boolean |
 /// | `TEGULA_LAUNCH_BLOCKING` | [`Settings::launch_blocking`] | a boolean |
+/// | `TEGULA_OCCUPANCY_STEP` | [`Settings::occupancy_step`] | a boolean (default on) |
 ///
 /// A value that does not parse is the default with a warning (said once, by
 /// [`Settings::global`]). Tests build a `Settings` with [`Settings::from_lookup`] instead of
@@ -97,6 +98,10 @@ pub struct Settings {
     pub poison_empty: bool,
     /// Every launch waits for its kernel, so a fault is named at the launch that made it.
     pub launch_blocking: bool,
+    /// A kernel without dots whose registers leave its SM under half full is loaded again
+    /// with one block more a SM, when ptxas fits that without spilling (rule *occupancy
+    /// step*, `tegula_ptx::Target::occupancy_step`).
+    pub occupancy_step: bool,
     /// What did not parse, one line each.
     pub warnings: Vec<String>,
 }
@@ -122,6 +127,7 @@ impl Settings {
         let check_races = boolean("TEGULA_CHECK_RACES", false);
         let poison_empty = boolean("TEGULA_POISON_EMPTY", false);
         let launch_blocking = boolean("TEGULA_LAUNCH_BLOCKING", false);
+        let occupancy_step = boolean("TEGULA_OCCUPANCY_STEP", true);
         let device = match get("TEGULA_DEVICE").unwrap_or_default().trim() {
             "" => DeviceChoice::Auto,
             "cpu" => DeviceChoice::Cpu,
@@ -170,6 +176,7 @@ impl Settings {
             check_races,
             poison_empty,
             launch_blocking,
+            occupancy_step,
             warnings,
         }
     }

@@ -170,16 +170,55 @@ impl Gpu {
         for warning in compiled.report.stage_warnings() {
             eprintln!("tegula: warning: {warning}");
         }
-        let source_map = |line: usize| source_line_of(&compiled.ptx, line);
-        let loaded = self
-            .runtime
-            .load(&compiled.ptx, &compiled.entry, &source_map)?;
+        let loaded = self.load_module(&compiled)?;
+        let (compiled, loaded) = self.occupancy_step(compiled, loaded)?;
         let k = Arc::new(GpuKernel { compiled, loaded });
         lock(&self.compiled).remove(&key);
         let mut cache = lock(&self.loaded);
         // Another thread may have loaded it meanwhile: keep the first, so every caller
         // launches one module.
         Ok(cache.entry(key).or_insert(k).clone())
+    }
+
+    fn load_module(&self, compiled: &Compiled) -> Result<Arc<LoadedKernel>> {
+        let source_map = |line: usize| source_line_of(&compiled.ptx, line);
+        Ok(self
+            .runtime
+            .load(&compiled.ptx, &compiled.entry, &source_map)?)
+    }
+
+    /// Rule *occupancy step* ([`Target::occupancy_step`]), applied where only the driver's
+    /// JIT knows a kernel's registers: a kernel without dots that declares no blocks a SM and
+    /// whose registers hold its SM under half its threads is loaded again declaring one
+    /// block more, and that load is kept when ptxas fitted it without local memory (spills);
+    /// else the first. Off with `TEGULA_OCCUPANCY_STEP=0`.
+    fn occupancy_step(
+        &self,
+        compiled: Arc<Compiled>,
+        loaded: Arc<LoadedKernel>,
+    ) -> Result<(Arc<Compiled>, Arc<LoadedKernel>)> {
+        let r = loaded.resources();
+        let step = (crate::env::Settings::global().occupancy_step
+            && compiled.report.dots.is_empty()
+            && r.local_bytes_per_thread == 0)
+            .then(|| {
+                self.target.occupancy_step(
+                    r.registers_per_thread,
+                    compiled.num_threads,
+                    compiled.shared_bytes,
+                )
+            })
+            .flatten()
+            .and_then(|blocks| compiled.declaring_min_blocks_per_sm(blocks));
+        let Some(stepped) = step else {
+            return Ok((compiled, loaded));
+        };
+        let stepped_loaded = self.load_module(&stepped)?;
+        if stepped_loaded.resources().local_bytes_per_thread == 0 {
+            Ok((Arc::new(stepped), stepped_loaded))
+        } else {
+            Ok((compiled, loaded))
+        }
     }
 
     /// Enqueues a launch on the device's stream.
