@@ -19,6 +19,7 @@ fn main() {
         num_warps: 2,
         num_stages: 1,
         mma: MmaChoice::Sync,
+        fp_fusion: true,
     };
     match compile(&k, &Target { sm: 80 }, &opts) {
         Ok(c) => println!("{}", c.ptx),

@@ -59,6 +59,10 @@ pub struct CompileOptions {
     pub num_stages: u32,
     /// The tensor-core instruction family.
     pub mma: MmaChoice,
+    /// Whether ptxas may contract a float multiply and an add into one fused multiply-add
+    /// (one rounding instead of two), as Triton's `enable_fp_fusion` lets it by default. Off,
+    /// every add, subtract and multiply rounds on its own, as on the interpreter.
+    pub fp_fusion: bool,
 }
 
 impl Default for CompileOptions {
@@ -69,6 +73,7 @@ impl Default for CompileOptions {
             num_warps: 4,
             num_stages: 3,
             mma: MmaChoice::Auto,
+            fp_fusion: true,
         }
     }
 }

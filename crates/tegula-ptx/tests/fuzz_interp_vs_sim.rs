@@ -455,6 +455,7 @@ fn run(case: &Case) -> Result<Outcome, String> {
             num_warps: 4,
             num_stages: 1,
             mma: tegula_ptx::MmaChoice::Sync,
+            fp_fusion: true,
         },
     )
     .map_err(|e| format!("the backend refused it: {e}"))?;

@@ -11,6 +11,7 @@ fn ptx(k: &tegula_ir::Kernel, warps: u32) -> String {
         num_warps: warps,
         num_stages: 1,
         mma: MmaChoice::Sync,
+        fp_fusion: true,
     };
     compile(k, &Target { sm: 80 }, &opts).unwrap().ptx
 }
@@ -20,7 +21,7 @@ fn aligned_f32_vector_add_uses_16_byte_accesses() {
     let p = ptx(&aligned(vector_add(DType::F32, 1024)), 4);
     assert!(p.contains("ld.global.v4.b32"), "{p}");
     assert!(p.contains("st.global.v4.b32"), "{p}");
-    assert!(p.contains("add.rn.f32"), "{p}");
+    assert!(p.contains("add.f32"), "{p}");
     assert!(p.contains(".target sm_80"), "{p}");
     // 1024 elements over 128 threads: two vector loads per operand per thread.
     assert_eq!(p.matches("ld.global.v4.b32").count(), 4, "{p}");
@@ -130,6 +131,7 @@ fn unused_relaxed_atomic_adds_lower_to_red_and_vectorize_on_sm_90() {
         num_warps: 4,
         num_stages: 1,
         mma: MmaChoice::Sync,
+        fp_fusion: true,
     };
     let p90 = compile(&k, &Target { sm: 90 }, &opts).unwrap().ptx;
     // 512 elements over 128 threads, 16-byte aligned: one 4-wide `red` a thread.
@@ -199,5 +201,51 @@ fn loop_carried_values_move_directly_unless_they_swap() {
             moves.iter().all(|(d, _)| d != s),
             "{s} is overwritten: {moves:?}"
         );
+    }
+}
+
+/// `fp_fusion` (on by default, as Triton's `enable_fp_fusion`): float add, sub and mul carry
+/// no rounding modifier, so ptxas may contract `x * y + z` into one `fma`; off, each carries
+/// `.rn` and rounds on its own, as on the interpreter. The math library's f64 arithmetic
+/// rounds each operation either way (it must give the interpreter's bits).
+#[test]
+fn fp_fusion_leaves_float_arithmetic_unrounded_for_ptxas_to_contract() {
+    let k = trace("mul_add", |p| {
+        let (x, y, z, out) = (
+            p.ptr("x", DType::F32),
+            p.ptr("y", DType::F32),
+            p.ptr("z", DType::F32),
+            p.ptr("out", DType::F32),
+        );
+        let o = arange(0, 128);
+        let (a, b, c) = (
+            load_unmasked(x + o),
+            load_unmasked(y + o),
+            load_unmasked(z + o),
+        );
+        store_unmasked(out + o, asin(a * b + c) - c);
+    })
+    .unwrap();
+    let ptx_with = |fp_fusion: bool| {
+        let opts = CompileOptions {
+            num_warps: 4,
+            num_stages: 1,
+            mma: MmaChoice::Sync,
+            fp_fusion,
+        };
+        compile(&k, &Target { sm: 90 }, &opts).unwrap().ptx
+    };
+    let fused = ptx_with(true);
+    for op in ["mul.f32", "add.f32", "sub.f32"] {
+        assert!(fused.contains(&format!("{op} ")), "{op}:\n{fused}");
+    }
+    assert!(!fused.contains(".rn.f32 "), "{fused}");
+    assert!(fused.contains("fma.rn.f64"), "{fused}");
+    let strict = ptx_with(false);
+    for op in ["mul.rn.f32", "add.rn.f32", "sub.rn.f32"] {
+        assert!(strict.contains(op), "{op}:\n{strict}");
+    }
+    for op in ["mul.f32 ", "add.f32 ", "sub.f32 "] {
+        assert!(!strict.contains(op), "{op}:\n{strict}");
     }
 }

@@ -16,6 +16,7 @@ fn ptx(stages: u32) -> String {
         num_warps: 4,
         num_stages: stages,
         mma: MmaChoice::Sync,
+        fp_fusion: true,
     };
     compile(&k, &Target { sm: 90 }, &options).unwrap().ptx
 }

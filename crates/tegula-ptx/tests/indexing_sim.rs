@@ -434,6 +434,7 @@ fn a_gather_larger_than_shared_memory_is_refused_at_its_line() {
             num_warps: 8,
             num_stages: 1,
             mma: MmaChoice::Sync,
+            fp_fusion: true,
         },
     )
     .unwrap_err();

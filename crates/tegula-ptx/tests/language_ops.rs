@@ -23,6 +23,7 @@ fn assemble(name: &str, k: &Kernel) -> String {
             num_warps: 4,
             num_stages: 1,
             mma: tegula_ptx::MmaChoice::Sync,
+            fp_fusion: true,
         };
         let c = compile(k, &Target { sm }, &opts).unwrap_or_else(|e| panic!("{name}: {e}"));
         tegula_ptx::ptxas::assemble(&ptxas(), &c.ptx, sm, &dir, &format!("{name}_sm{sm}"))
@@ -104,6 +105,7 @@ fn math_kernels_assemble() {
             num_warps: 4,
             num_stages: 1,
             mma: tegula_ptx::MmaChoice::Sync,
+            fp_fusion: true,
         },
     )
     .unwrap_err();

@@ -35,6 +35,7 @@ fn assemble(
         num_warps: warps,
         num_stages: stages,
         mma: MmaChoice::Sync,
+        fp_fusion: true,
     };
     let c = compile(k, &Target { sm }, &opts).map_err(|e| format!("{name}: {e}"))?;
     let stem = format!("{name}_sm{sm}_w{warps}_s{stages}");
@@ -56,6 +57,7 @@ fn ptx_staged(k: &Kernel, sm: u32, warps: u32, stages: u32) -> String {
         num_warps: warps,
         num_stages: stages,
         mma: MmaChoice::Sync,
+        fp_fusion: true,
     };
     compile(k, &Target { sm }, &opts).unwrap().ptx
 }
@@ -166,6 +168,7 @@ fn compiled(k: &Kernel, warps: u32, stages: u32) -> tegula_ptx::Compiled {
         num_warps: warps,
         num_stages: stages,
         mma: MmaChoice::Sync,
+        fp_fusion: true,
     };
     compile(k, &Target { sm: 90 }, &opts).unwrap()
 }

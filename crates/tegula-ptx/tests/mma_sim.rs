@@ -111,6 +111,7 @@ fn attention_with_q_resident_in_shared_memory_matches() {
             num_warps: warps,
             num_stages: 2,
             mma: tegula_ptx::MmaChoice::Sync,
+            fp_fusion: true,
         };
         let ptx = compile(&kern, &Target { sm: 90 }, &options).unwrap().ptx;
         // Lines from the first loop's label to its end label.
@@ -149,6 +150,7 @@ fn resident_q_is_written_after_the_first_key_copies_are_issued() {
         num_warps: 4,
         num_stages: 2,
         mma: tegula_ptx::MmaChoice::Sync,
+        fp_fusion: true,
     };
     let ptx = compile(&kern, &Target { sm: 90 }, &options).unwrap().ptx;
     let before_loop: Vec<&str> = ptx
@@ -208,6 +210,7 @@ fn attention_output_is_scaled_and_cast_before_its_crossing() {
             num_warps: warps,
             num_stages: stages,
             mma: tegula_ptx::MmaChoice::Sync,
+            fp_fusion: true,
         };
         let ptx = compile(&kern, &Target { sm: 90 }, &options).unwrap().ptx;
         let epilogue: Vec<&str> = ptx
@@ -380,6 +383,7 @@ fn narrow_outputs_cross_shared_memory_after_the_cast() {
             num_warps: warps,
             num_stages: stages,
             mma: tegula_ptx::MmaChoice::Sync,
+            fp_fusion: true,
         };
         let ptx = compile(&kern, &Target { sm: 80 }, &options).unwrap().ptx;
         assert!(
@@ -463,6 +467,7 @@ fn persistent_matmul_reuses_the_slots_tile_after_tile() {
             num_warps: warps,
             num_stages: stages,
             mma: tegula_ptx::MmaChoice::Sync,
+            fp_fusion: true,
         };
         let ptx = compile(&kern, &Target { sm: 80 }, &options).unwrap().ptx;
         assert_eq!(
@@ -644,6 +649,7 @@ fn operands_of_a_nested_loop_stay_resident() {
                 num_warps: warps,
                 num_stages: stages,
                 mma: tegula_ptx::MmaChoice::Sync,
+                fp_fusion: true,
             };
             let ptx = compile(&kern, &Target { sm: 80 }, &options).unwrap().ptx;
             let carried = format!("convert f32[{bn}, {d}]");
@@ -1049,6 +1055,7 @@ fn loop_carried_row_sums_reduce_across_threads_after_the_loop() {
                 num_warps: warps,
                 num_stages: 1,
                 mma: tegula_ptx::MmaChoice::Sync,
+                fp_fusion: true,
             };
             let ptx = compile(&kern, &Target { sm: 90 }, &options).unwrap().ptx;
             let body = first_loop_body(&ptx);
@@ -1134,6 +1141,7 @@ fn attention_row_sums_are_partial_inside_the_loop() {
             num_warps: 4,
             num_stages: 2,
             mma: tegula_ptx::MmaChoice::Sync,
+            fp_fusion: true,
         };
         let ptx = compile(&kern, &Target { sm: 90 }, &options).unwrap().ptx;
         let in_loop = first_loop_body(&ptx)
@@ -1273,6 +1281,7 @@ fn looping_bf16_row_sums_widen_in_the_loop() {
         num_warps: 4,
         num_stages: 1,
         mma: tegula_ptx::MmaChoice::Sync,
+        fp_fusion: true,
     };
     let ptx = compile(&kern, &Target { sm: 90 }, &options).unwrap().ptx;
     let body = first_loop_body(&ptx);
@@ -1398,6 +1407,7 @@ fn rank1_loads_staged_beside_the_tiles_match() {
                 num_warps: warps,
                 num_stages: stages,
                 mma: tegula_ptx::MmaChoice::Sync,
+                fp_fusion: true,
             };
             let ptx = compile(&kern, &Target { sm: 80 }, &options).unwrap().ptx;
             assert!(

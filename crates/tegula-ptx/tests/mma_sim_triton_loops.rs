@@ -65,6 +65,7 @@ fn check(dt: DType, sm: u32, mma: MmaChoice, blocks: (usize, usize, usize), ws: 
         num_warps: ws.0,
         num_stages: ws.1,
         mma,
+        fp_fusion: true,
     };
     let compiled = compile(&kern, &Target { sm }, &options).unwrap();
     let what = format!("{dt} sm_{sm} {mma} {blocks:?} {ws:?}");

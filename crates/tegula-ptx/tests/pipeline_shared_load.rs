@@ -16,6 +16,7 @@ fn ptx(dt: DType, (bm, bn, d, e): (usize, usize, usize, usize), warps: u32, stag
         num_warps: warps,
         num_stages: stages,
         mma: MmaChoice::Sync,
+        fp_fusion: true,
     };
     compile(&k, &Target { sm: 90 }, &options).unwrap().ptx
 }

@@ -14,6 +14,7 @@ fn ptx(k: &Kernel, sm: u32, warps: u32) -> String {
         num_warps: warps,
         num_stages: 1,
         mma: MmaChoice::Sync,
+        fp_fusion: true,
     };
     compile(k, &Target { sm }, &opts).unwrap().ptx
 }

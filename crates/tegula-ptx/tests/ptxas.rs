@@ -35,6 +35,7 @@ fn assemble(
         num_warps: warps,
         num_stages: 1,
         mma: MmaChoice::Sync,
+        fp_fusion: true,
     };
     let c = compile(k, &Target { sm }, &opts).map_err(|e| format!("{name}: {e}"))?;
     let a =
@@ -174,6 +175,7 @@ fn a_kernel_declaring_one_block_more_fits_it() {
         num_warps: 8,
         num_stages: 1,
         mma: MmaChoice::Sync,
+        fp_fusion: true,
     };
     let mut stepped = 0;
     for (dt, block) in [(DType::F16, 8192), (DType::F32, 8192), (DType::F16, 16384)] {

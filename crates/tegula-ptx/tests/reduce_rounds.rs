@@ -11,6 +11,7 @@ fn ptx(k: &Kernel, warps: u32) -> String {
         num_warps: warps,
         num_stages: 1,
         mma: MmaChoice::Sync,
+        fp_fusion: true,
     };
     compile(k, &Target { sm: 90 }, &opts).unwrap().ptx
 }
@@ -165,9 +166,9 @@ fn a_threads_own_elements_combine_as_a_tree() {
     let text = ptx(&k, 1);
     let adds = text
         .lines()
-        .filter(|l| l.trim().starts_with("add.rn.f32"))
+        .filter(|l| l.trim().starts_with("add.f32"))
         .count();
     assert!(adds >= 31, "expected the thread's 31 adds:\n{text}");
-    assert_eq!(in_thread_chain_depth(&text, "add.rn.f32"), 5, "{text}");
+    assert_eq!(in_thread_chain_depth(&text, "add.f32"), 5, "{text}");
     assert_eq!(in_thread_chain_depth(&text, "max.NaN.f32"), 5, "{text}");
 }

@@ -16,6 +16,7 @@ fn report(k: &Kernel, sm: u32, warps: u32, stages: u32, mma: MmaChoice) -> Repor
         num_warps: warps,
         num_stages: stages,
         mma,
+        fp_fusion: true,
     };
     compile(k, &Target { sm }, &options).unwrap().report
 }
@@ -208,6 +209,7 @@ fn a_loops_own_stages_replace_the_launchs() {
     let options = CompileOptions {
         num_stages: 4,
         mma: MmaChoice::Sync,
+        fp_fusion: true,
         ..CompileOptions::default()
     };
     assert_eq!(

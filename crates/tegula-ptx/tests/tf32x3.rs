@@ -16,6 +16,7 @@ fn ptx(k: &Kernel, sm: u32, warps: u32) -> String {
         num_warps: warps,
         num_stages: 1,
         mma: MmaChoice::Sync,
+        fp_fusion: true,
     };
     compile(k, &Target { sm }, &opts).unwrap().ptx
 }
@@ -150,6 +151,7 @@ fn tf32x3_attention_blocks_assemble_without_spills() {
             num_warps: warps,
             num_stages: 1,
             mma: MmaChoice::Sync,
+            fp_fusion: true,
         };
         let c = compile(&k, &Target { sm }, &opts).unwrap();
         assert_eq!(

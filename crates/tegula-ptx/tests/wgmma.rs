@@ -22,6 +22,7 @@ fn ptx_with(k: &Kernel, sm: u32, warps: u32, stages: u32, mma: MmaChoice) -> Str
         num_warps: warps,
         num_stages: stages,
         mma,
+        fp_fusion: true,
     };
     compile(k, &Target { sm }, &options).unwrap().ptx
 }
@@ -194,6 +195,7 @@ fn wgmma_tiles_assemble_without_spills() {
             num_warps: warps,
             num_stages: stages,
             mma: MmaChoice::Wgmma,
+            fp_fusion: true,
         };
         let c = compile(&k, &Target { sm: 90 }, &options).unwrap();
         let name = format!("wgmma_{bm}x{bn}x{bk}_w{warps}");
@@ -316,6 +318,7 @@ fn attention_wgmma_tiles_assemble_without_spills() {
             num_warps: warps,
             num_stages: stages,
             mma: MmaChoice::Wgmma,
+            fp_fusion: true,
         };
         let c = compile(&k, &Target { sm: 90 }, &options).unwrap();
         assert!(c.ptx.contains("wgmma.mma_async"));

@@ -100,6 +100,7 @@ pub fn options(config: LaunchConfig) -> CompileOptions {
         num_warps: config.num_warps,
         num_stages: config.num_stages,
         mma: config.mma,
+        fp_fusion: config.fp_fusion,
     }
 }
 

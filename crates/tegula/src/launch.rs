@@ -60,13 +60,18 @@ impl From<(u32, u32, u32)> for Grid {
 }
 
 /// How the GPU runs each program: warps per program, software-pipelining depth and the
-/// tensor-core instructions its dots may use. The interpreter ignores all three.
+/// tensor-core instructions its dots may use, and whether float multiplies and adds may fuse.
+/// The interpreter ignores them all.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct LaunchConfig {
     pub num_warps: u32,
     pub num_stages: u32,
     /// [`MmaChoice::Auto`]: the compiler's (Hopper's `wgmma` where its plan can place a dot).
     pub mma: MmaChoice,
+    /// Float multiplies and adds may fuse into one `fma` on the GPU (Triton's
+    /// `enable_fp_fusion`, on by default); off, each rounds on its own, as on the interpreter
+    /// (`CompileOptions::fp_fusion`).
+    pub fp_fusion: bool,
 }
 
 impl LaunchConfig {
@@ -77,12 +82,18 @@ impl LaunchConfig {
             num_warps,
             num_stages,
             mma: MmaChoice::Auto,
+            fp_fusion: true,
         }
     }
 
     /// The same config with tensor-core instructions `mma`.
     pub const fn with_mma(self, mma: MmaChoice) -> LaunchConfig {
         LaunchConfig { mma, ..self }
+    }
+
+    /// The same config with float multiply-add fusion on or off.
+    pub const fn with_fp_fusion(self, fp_fusion: bool) -> LaunchConfig {
+        LaunchConfig { fp_fusion, ..self }
     }
 }
 

@@ -9,9 +9,12 @@ use crate::ptx::{Arg, Reg, RegClass, Ty};
 use tegula_ir::{BinaryOp, CmpOp, Constant, DType, Elem, Op, Rounding, UnaryOp, Value, ValueDef};
 
 /// The PTX opcode of a binary op on an arithmetic type, where one instruction does it.
-fn binary_rule(op: BinaryOp, t: Ty) -> Option<String> {
+/// `fuse`: float add, sub and mul carry no rounding modifier, which lets ptxas contract a
+/// multiply and an add into one `fma` (`CompileOptions::fp_fusion`); else `.rn`, each rounded.
+fn binary_rule(op: BinaryOp, t: Ty, fuse: bool) -> Option<String> {
     use BinaryOp::*;
     let float = matches!(t, Ty::F32 | Ty::F64);
+    let rn = if fuse { "" } else { ".rn" };
     let bits = match t {
         Ty::S64 | Ty::U64 | Ty::F64 => Ty::B64,
         Ty::Pred => Ty::Pred,
@@ -22,9 +25,9 @@ fn binary_rule(op: BinaryOp, t: Ty) -> Option<String> {
         (Mul | And | Min, Ty::Pred) => "and.pred".into(),
         (Or | Max, Ty::Pred) => "or.pred".into(),
         (_, Ty::Pred) => return None,
-        (Add, _) if float => format!("add.rn{t}"),
-        (Sub, _) if float => format!("sub.rn{t}"),
-        (Mul, _) if float => format!("mul.rn{t}"),
+        (Add, _) if float => format!("add{rn}{t}"),
+        (Sub, _) if float => format!("sub{rn}{t}"),
+        (Mul, _) if float => format!("mul{rn}{t}"),
         (Div, _) if float => format!("div.rn{t}"),
         (Add, _) => format!("add{t}"),
         (Sub, _) => format!("sub{t}"),
@@ -436,11 +439,11 @@ impl Lower<'_> {
                     .b
                     .op("min.u64", RegClass::B64, vec![y.into(), Arg::Imm(64)]);
                 let s = self.b.op("cvt.u32.u64", RegClass::B32, vec![c.into()]);
-                let opc = binary_rule(op, t).expect("shift rule");
+                let opc = binary_rule(op, t, false).expect("shift rule");
                 self.b.op(opc, class, vec![x.into(), s.into()])
             }
             _ => {
-                let opc = binary_rule(op, t)
+                let opc = binary_rule(op, t, self.cx.options.fp_fusion)
                     .ok_or_else(|| self.unsupported(format!("`{}` on {d}", op.name())))?;
                 self.b.op(opc, class, vec![x.into(), y.into()])
             }

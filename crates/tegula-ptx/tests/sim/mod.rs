@@ -24,6 +24,7 @@ pub fn compiled_with(k: &Kernel, sm: u32, warps: u32, stages: u32, mma: MmaChoic
         num_warps: warps,
         num_stages: stages,
         mma,
+        fp_fusion: true,
     };
     compile(k, &Target { sm }, &options).unwrap()
 }
@@ -355,6 +356,7 @@ pub fn agree_up_to(
             num_warps: warps,
             num_stages: 1,
             mma: MmaChoice::Sync,
+            fp_fusion: true,
         },
     )
     .unwrap_or_else(|e| panic!("{what}: the backend refused it: {e}\n{k}"));
