@@ -1,7 +1,7 @@
 //! Layouts: which thread and register holds each element of the values that have a place of
 //! their own, and the layout every other value is cheapest in.
 //!
-//! Anchored values take these layouts (see [`super::is_anchored`]):
+//! Anchored values take these layouts (see [`crate::analysis::is_anchored`]):
 //! - loads and stores: a blocked layout whose per-thread run along the last axis is the widest
 //!   vector access axis analysis allows (16 bytes at most), or, for a rank-1 load whose every
 //!   use broadcasts it into a tensor-core accumulator, that accumulator's slice (rule
