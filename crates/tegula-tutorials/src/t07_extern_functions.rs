@@ -25,9 +25,10 @@
 //! instead: one algorithm both backends run operation for operation, so the interpreter and
 //! the GPU give the same bits. It is correctly rounded in f32 (0.5 ulp measured; libdevice's
 //! `__nv_asinf` is not) and evaluates in f64 arithmetic, which a GPU runs at
-//! a fraction of its f32 rate (half on H100/H200-class parts): one square root and 21 fused
-//! multiply-adds an element, so the kernel is bound by f64 throughput where Triton's is bound
-//! by memory. The harness compares with torch's `asin` within 1e-6.
+//! a fraction of its f32 rate (half on H100/H200-class parts): one square root and 11 fused
+//! multiply-adds an element (a Chebyshev fit), a thread's elements four at a time, so the
+//! kernel is bound by f64 throughput and instruction issue where Triton's is bound by memory
+//! (benchmarks/tutorials.md). The harness compares with torch's `asin` within 1e-6.
 #![allow(non_snake_case)]
 
 use crate::common;

@@ -3,11 +3,11 @@
 //! GPU computes exactly what the interpreter's evaluation of the same algorithm computes.
 //!
 //! A thread's elements are computed a few at a time in lockstep ([`LANES`]): each operation
-//! is emitted for every element of the group before the next, so one register holds each
-//! constant for the group (ptxas rematerializes an f64 constant per instruction that reads
-//! it when each element's algorithm is emitted whole) and independent f64 chains interleave
-//! (the square root's slow path branches, which would otherwise cut each element's chain
-//! into its own blocks). The bits are the same either way.
+//! is emitted for every element of the group before the next. The group's reads of a constant
+//! then sit together and ptxas materializes it once for them (emitted element by element, it
+//! spends two uniform moves on an f64 constant for every instruction that reads it), and the
+//! independent f64 chains interleave across the square root's slow-path branches, which would
+//! otherwise cut each element's chain into blocks of its own. The bits are the same either way.
 
 use super::Lower;
 use crate::ptx::{Arg, Reg, RegClass};
