@@ -141,7 +141,7 @@ fn float_binary(op: BinaryOp, d: DType, x: &[f64], y: &[f64]) -> OpResult<Vec<f6
         Add => zip_f(x, y, |a, b| a + b),
         Sub => zip_f(x, y, |a, b| a - b),
         Mul => zip_f(x, y, |a, b| a * b),
-        Div => zip_f(x, y, |a, b| a / b),
+        Div | DivRn => zip_f(x, y, |a, b| a / b),
         // fmod is exact, so computing it on the f64 values loses nothing.
         Rem => zip_f(x, y, |a, b| a % b),
         Max => zip_f(x, y, fmax),
@@ -201,7 +201,7 @@ fn int_binary(op: BinaryOp, d: DType, x: &[i64], y: &[i64]) -> OpResult<Vec<i64>
             let m = (1u64 << bits) - 1;
             ((((a as u64) & m) * ((b as u64) & m)) >> bits) as i64
         }),
-        Atan2 | Pow | Hypot => return invalid(format!("{} on integers", op.name())),
+        Atan2 | Pow | Hypot | DivRn => return invalid(format!("{} on integers", op.name())),
         Max | MaxNan if unsigned => zip_i(x, y, |a, b| (a as u64).max(b as u64) as i64),
         Min | MinNan if unsigned => zip_i(x, y, |a, b| (a as u64).min(b as u64) as i64),
         Max | MaxNan => zip_i(x, y, i64::max),

@@ -34,8 +34,12 @@ pub enum BinaryOp {
     Add,
     Sub,
     Mul,
-    /// Floats: IEEE division, rounded to nearest. Integers: truncating (like Rust and C).
+    /// Floats: division. The interpreter rounds it IEEE-style; on the GPU f32 (and f16/bf16,
+    /// through f32) is `div.full.f32`, within 2 ulp, as Triton's `/` is; f64 is IEEE.
+    /// Integers: truncating (like Rust and C).
     Div,
+    /// Floats: IEEE division rounded to nearest on every backend (Triton's `div_rn`).
+    DivRn,
     /// Floats: `fmod` (sign of the dividend). Integers: truncating remainder.
     Rem,
     And,
@@ -70,6 +74,7 @@ impl BinaryOp {
             Sub => "sub",
             Mul => "mul",
             Div => "div",
+            DivRn => "div_rn",
             Rem => "rem",
             And => "and",
             Or => "or",
@@ -87,9 +92,9 @@ impl BinaryOp {
         }
     }
 
-    /// The math library's ops accept floats only.
+    /// The math library's ops and `div_rn` accept floats only.
     pub fn float_only(self) -> bool {
-        self.libm().is_some()
+        self.libm().is_some() || self == BinaryOp::DivRn
     }
 
     /// The function of `crate::mathlib` that computes this op on f32 (and f16/bf16).

@@ -49,7 +49,7 @@ fn softmax_reduces_with_butterflies_and_shared_memory() {
     assert!(p.contains("max.NaN.f32"), "{p}");
     assert!(p.contains("ex2.approx.ftz.f32"), "{p}");
     assert!(p.contains("bar.sync 0"), "{p}");
-    assert!(p.contains("div.rn.f32"), "{p}");
+    assert!(p.contains("div.full.f32"), "{p}");
     // Masked-off lanes read -inf.
     assert!(p.contains("0fFF800000"), "{p}");
 }
@@ -248,4 +248,26 @@ fn fp_fusion_leaves_float_arithmetic_unrounded_for_ptxas_to_contract() {
     for op in ["mul.f32 ", "add.f32 ", "sub.f32 "] {
         assert!(!strict.contains(op), "{op}:\n{strict}");
     }
+}
+
+/// f32 `/` is Triton's `div.full.f32` (within 2 ulp); `div_rn` and f64 `/` are IEEE `div.rn`.
+#[test]
+fn f32_division_is_div_full_and_div_rn_is_ieee() {
+    let k = trace("divisions", |p| {
+        let (x, y, out) = (
+            p.ptr("x", DType::F32),
+            p.ptr("y", DType::F32),
+            p.ptr("out", DType::F32),
+        );
+        let (d, e) = (p.ptr("d", DType::F64), p.ptr("e", DType::F64));
+        let o = arange(0, 128);
+        let (a, b) = (load_unmasked(x + o), load_unmasked(y + o));
+        store_unmasked(out + o, a / b + div_rn(a, b));
+        store_unmasked(e + o, load_unmasked(d + o) / load_unmasked(e + o));
+    })
+    .unwrap();
+    let p = ptx(&k, 4);
+    assert!(p.contains("div.full.f32 "), "{p}");
+    assert!(p.contains("div.rn.f32 "), "{p}");
+    assert!(p.contains("div.rn.f64 "), "{p}");
 }

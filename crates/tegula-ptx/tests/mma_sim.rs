@@ -230,7 +230,10 @@ fn attention_output_is_scaled_and_cast_before_its_crossing() {
             conversions, 1,
             "{what}: only the row statistic's general conversion"
         );
-        let divisions = epilogue.iter().filter(|l| l.contains("div.rn.f32")).count();
+        let divisions = epilogue
+            .iter()
+            .filter(|l| l.contains("div.full.f32"))
+            .count();
         assert_eq!(divisions, rows, "{what}: one division a row a thread holds");
 
         let nk = 3 * bn;

@@ -94,6 +94,13 @@ pub fn pow(x: impl IntoOperand, y: impl IntoOperand) -> Tile {
     float_binary(BinaryOp::Pow, x, y, Loc::caller())
 }
 
+/// `x / y` rounded to nearest as IEEE 754 says, on the GPU too, where `/` on f32 is Triton's
+/// faster `div.full` (within 2 ulp) (`tl.math.div_rn`).
+#[track_caller]
+pub fn div_rn(x: impl IntoOperand, y: impl IntoOperand) -> Tile {
+    float_binary(BinaryOp::DivRn, x, y, Loc::caller())
+}
+
 /// `sqrt(x^2 + y^2)` without intermediate overflow or underflow; +inf when either is infinite,
 /// even if the other is NaN (`libdevice.hypot`).
 #[track_caller]

@@ -430,7 +430,7 @@ fn fold_float(op: BinaryOp, x: f64, y: f64, d: DType) -> Option<f64> {
         BinaryOp::Add => x + y,
         BinaryOp::Sub => x - y,
         BinaryOp::Mul => x * y,
-        BinaryOp::Div => x / y,
+        BinaryOp::Div | BinaryOp::DivRn => x / y,
         _ => return None,
     };
     round_float(r, d)

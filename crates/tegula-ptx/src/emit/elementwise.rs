@@ -28,7 +28,9 @@ fn binary_rule(op: BinaryOp, t: Ty, fuse: bool) -> Option<String> {
         (Add, _) if float => format!("add{rn}{t}"),
         (Sub, _) if float => format!("sub{rn}{t}"),
         (Mul, _) if float => format!("mul{rn}{t}"),
-        (Div, _) if float => format!("div.rn{t}"),
+        // Triton's `/`: fast, full-range, within 2 ulp; `div_rn` and f64 are IEEE.
+        (Div, Ty::F32) => "div.full.f32".into(),
+        (Div | DivRn, _) if float => format!("div.rn{t}"),
         (Add, _) => format!("add{t}"),
         (Sub, _) => format!("sub{t}"),
         (Mul, _) => format!("mul.lo{t}"),
