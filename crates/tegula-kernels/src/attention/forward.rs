@@ -387,7 +387,13 @@ fn launch<T: Element>(
     attn_fwd::launch_with::<T>(
         q.device(),
         grid,
-        options.config.with_mma(mma_of(wgmma(options))),
+        // Without fp fusion: the kernel writes its fmas (the scale, the rescales), and
+        // ptxas's own contraction grew the D = 128 step by 23 instructions and 36 spill bytes
+        // (docs/archive/findings.md).
+        options
+            .config
+            .with_mma(mma_of(wgmma(options)))
+            .with_fp_fusion(false),
         q,
         k,
         v,
