@@ -42,12 +42,8 @@ impl Settings {
         let mut warnings = Vec::new();
         let mut boolean = |name: &str, default: bool| match get(name) {
             None => default,
-            Some(v) if v.trim().is_empty() => default,
-            Some(v) => tegula::env::parse_bool(&v).unwrap_or_else(|| {
-                warnings.push(format!(
-                    "{name}={v:?} is not a boolean (1/0, true/false, on/off, yes/no); \
-                     using {default}"
-                ));
+            Some(v) => tegula::env::bool_or_warning(name, &v, default).unwrap_or_else(|w| {
+                warnings.push(w);
                 default
             }),
         };

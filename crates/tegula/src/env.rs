@@ -39,7 +39,7 @@ pub fn bool_value(name: &str, value: &str, default: bool) -> bool {
 
 /// `value` of switch `name` as a boolean (`default` when blank), or the warning that it is
 /// not one.
-fn bool_or_warning(name: &str, value: &str, default: bool) -> Result<bool, String> {
+pub fn bool_or_warning(name: &str, value: &str, default: bool) -> Result<bool, String> {
     if value.trim().is_empty() {
         return Ok(default);
     }
