@@ -180,7 +180,7 @@ pub fn wgmma_reads_rows_of(bytes: u32) -> bool {
     Target { sm: 90 }.wgmma_reads_rows_of(bytes)
 }
 
-pub use plan::pipeline::{HOISTED_OPERAND_REGS, WGMMA_IN_FLIGHT_MIN_K_AHEAD};
+pub use plan::pipeline::HOISTED_OPERAND_REGS;
 
 /// The decisions the compiler makes for `kernel` on `target` with `options`, before any PTX
 /// is written; [`plan::Plan::report`] says them for the kernel's author (without the shared memory

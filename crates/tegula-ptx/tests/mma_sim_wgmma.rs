@@ -133,18 +133,20 @@ fn wgmma_matmul_large_tiles_match() {
 }
 
 /// The simulator catches mistakes in wgmma code: each edit of a kernel's PTX is either
-/// refused (the message says why) or computes a wrong C. Two loops: 64x32x32 at 3 stages
-/// waits for its wgmmas in the iteration that issues them; 64x32x64 at 4 stages leaves them
-/// in flight into the next (the refill writes the slot read two iterations back).
+/// refused (the message says why) or computes a wrong C. Three loops, each leaving a k-tile's
+/// wgmmas in flight into the next iteration (the refill, after the wait for last iteration's
+/// k-tile and a barrier, writes the slot it read): one warpgroup at 3 and 4 stages, two
+/// warpgroups at 3.
 #[test]
 fn wgmma_mistakes_are_caught() {
     let types = (DType::BF16, DType::F32);
-    // (blocks, warps and stages, problem, A's descriptor high word, whether in flight)
+    // (blocks, warps and stages, problem, A's descriptor high word)
     let cases = [
-        ((64, 32, 32), (4, 3), (80, 48, 112), 0x8000_0020u32, false),
-        ((64, 32, 64), (4, 4), (80, 48, 272), 0x4000_0040u32, true),
+        ((64, 32, 32), (4, 3), (80, 48, 112), 0x8000_0020u32),
+        ((64, 32, 64), (4, 4), (80, 48, 272), 0x4000_0040u32),
+        ((128, 32, 32), (8, 3), (208, 48, 112), 0x8000_0020u32),
     ];
-    for (blocks, ws, mnk, a_high, in_flight) in cases {
+    for (blocks, ws, mnk, a_high) in cases {
         let ptx = wgmma_matmul_ptx(types.0, types.1, blocks, ws);
         let what = format!("{blocks:?} {ws:?}");
         let edited = |from: &str, to: &str| {
@@ -175,35 +177,34 @@ fn wgmma_mistakes_are_caught() {
         let (got, want, scale) = run(&ptx);
         assert_close(&got.unwrap(), &want, &scale, 1e-6, &what);
 
-        // The loop: copies' wait, proxy fence, barrier, wgmma.fence, the wgmmas, commit, the
-        // refill of a slot no pending wgmma reads, and a wait: for all groups, or (in flight)
-        // for all but the newest, then for all after the loop.
+        // The loop: copies' wait, proxy fence, barrier, wgmma.fence, the wgmmas, commit, a
+        // wait for all groups but the newest, a barrier, the refill of the slot the retired
+        // group read; after the loop a wait for all.
         let (loop_wait, final_wait) = (
             line("\twgmma.wait_group", false),
             line("\twgmma.wait_group", true),
         );
-        assert_eq!(loop_wait != final_wait, in_flight, "{what}");
+        let wait_1 = "\twgmma.wait_group.sync.aligned 1;\n";
+        assert_eq!(loop_wait, wait_1, "{what}");
         assert_eq!(final_wait, "\twgmma.wait_group.sync.aligned 0;\n", "{what}");
         // No last wait, or one that leaves the newest group pending: the accumulator is read
-        // by the epilogue while its wgmma may still write it, or (the loop's only wait, the
-        // accumulator written in place) the next iteration's refill overwrites the slot that
-        // wgmma reads.
-        let unwaited = if in_flight {
-            "not yet waited for"
-        } else {
-            "which a pending wgmma reads"
-        };
-        refused(&edited_last(&final_wait, ""), unwaited);
-        let wait_1 = "\twgmma.wait_group.sync.aligned 1;\n";
-        refused(&edited_last(&final_wait, wait_1), unwaited);
-        if in_flight {
-            // A loop wait that leaves two more groups in flight, or none: the refill overwrites
-            // the slot a pending wgmma reads. (One more is fine for one warpgroup: the
-            // refill lags two iterations.)
-            let wait_3 = "\twgmma.wait_group.sync.aligned 3;\n";
-            assert_eq!(loop_wait, wait_1, "{what}");
-            refused(&edited(&loop_wait, wait_3), "which a pending wgmma reads");
-            refused(&edited(&loop_wait, ""), "which a pending wgmma reads");
+        // by the epilogue while its wgmma may still write it.
+        refused(&edited_last(&final_wait, ""), "not yet waited for");
+        refused(&edited_last(&final_wait, wait_1), "not yet waited for");
+        // A loop wait that leaves one more group in flight, or none: the refill overwrites
+        // the slot a pending wgmma reads.
+        let wait_2 = "\twgmma.wait_group.sync.aligned 2;\n";
+        refused(&edited(&loop_wait, wait_2), "which a pending wgmma reads");
+        refused(&edited(&loop_wait, ""), "which a pending wgmma reads");
+        // Without the barrier after the wait, one warpgroup refills the slot that the other's
+        // wgmma still reads.
+        let retire = format!("{wait_1}\tbar.sync 0;\n");
+        assert!(
+            ptx.contains(&retire),
+            "{what}: no barrier after the loop's wait"
+        );
+        if ws.0 == 8 {
+            refused(&edited(&retire, wait_1), "another thread reads");
         }
         // No wgmma.fence between the accumulator's initialization and the wgmma.
         refused(
@@ -408,16 +409,16 @@ fn wgmma_with_a_from_registers_matches() {
 #[test]
 fn persistent_wgmma_matmul_matches() {
     // 3 programs over 2 x 3 tiles of 64 x 32: the next tile's prologue refills the slots the
-    // last tile's wgmmas read (and its epilogue's crossing used). At 3 stages each k-tile is
-    // waited for; at 6 stages of 32 one stays in flight (the outer loop copies S - 2 stages
-    // ahead, and the last k-tile is waited for before the store).
-    for (stages, k, in_flight) in [(3, 48, false), (6, 176, true)] {
+    // last tile's wgmmas read (and its epilogue's crossing used). A k-tile stays in flight
+    // into the next iteration (the outer loop copies S - 1 stages ahead, and the last k-tile
+    // is waited for before the store).
+    for (stages, k) in [(2, 80), (3, 48), (6, 176)] {
         let (dt, out, (bm, bn, bk), (m, n), programs) =
             (DType::BF16, DType::F32, (64, 32, 32), (112, 80), 3);
         let kern = persistent_matmul_into(dt, out, bm, bn, bk);
         let c = compiled_wgmma(&kern, 90, 4, stages);
         assert!(c.ptx.contains("wgmma.mma_async"));
-        assert_eq!(c.ptx.contains("wgmma.wait_group.sync.aligned 1"), in_flight);
+        assert!(c.ptx.contains("wgmma.wait_group.sync.aligned 1"));
         let av = values(m * k, 61);
         let bv = values(k * n, 67);
         let (want, scale) = matmul_reference(dt, &av, &bv, (m, n, k));

@@ -70,43 +70,34 @@ fn eligible_tiles_run_on_wgmma() {
                 );
             }
             // Each k-tile: the copies' wait, the proxy fence, the barrier (prologue and loop).
-            // When S - 2 slots hold at least 128 elements of K, last iteration's k-tile is
-            // waited for after this one's commit, then the slot it read two iterations back is
-            // refilled; S - 2 slots are filled ahead, the accumulators are written in place
-            // (no copy in the loop reads them), and the last k-tile is waited for after the
-            // loop. Otherwise the refill goes after the commit and every k-tile is waited for
-            // before the next barrier.
+            // After this k-tile's commit, last iteration's is waited for and, after a second
+            // barrier, the slot it read is refilled; S - 1 slots are filled ahead, the
+            // accumulators are written in place (no copy in the loop reads them), and the last
+            // k-tile is waited for after the loop.
             let start = text.find("\n$L_for").unwrap();
             let end = text.find("\n$L_endfor").unwrap();
             let (before, body) = (&text[..start], &text[start..end]);
             let commit = body.find("wgmma.commit_group").unwrap();
             let refill = body.find("cp.async.cg.shared.global").unwrap();
-            let in_flight = (stages as usize).saturating_sub(2) * bk >= 128;
-            let (wait, ahead, pending) = if in_flight {
-                ("wgmma.wait_group.sync.aligned 1", stages - 2, stages - 3)
-            } else {
-                ("wgmma.wait_group.sync.aligned 0", stages - 1, stages - 2)
-            };
-            let wait = body.find(wait).unwrap();
-            if in_flight {
-                assert!(commit < wait && wait < refill, "{what}");
-                assert!(!body.contains("mov.f32"), "{what}: accumulators copied");
-                let after = &text[end..];
-                assert!(
-                    after.find("wgmma.wait_group.sync.aligned 0").unwrap()
-                        < after.find("st.global").unwrap(),
-                    "{what}"
-                );
-            } else {
-                assert!(commit < refill && refill < wait, "{what}");
-            }
+            let wait = body
+                .find("wgmma.wait_group.sync.aligned 1;\n\tbar.sync 0;")
+                .unwrap();
+            assert!(commit < wait && wait < refill, "{what}");
+            assert!(!body.contains("wgmma.wait_group.sync.aligned 0"), "{what}");
+            assert!(!body.contains("mov.f32"), "{what}: accumulators copied");
+            let after = &text[end..];
+            assert!(
+                after.find("wgmma.wait_group.sync.aligned 0").unwrap()
+                    < after.find("st.global").unwrap(),
+                "{what}"
+            );
             assert_eq!(
                 before.matches("cp.async.commit_group").count(),
-                ahead as usize,
+                stages as usize - 1,
                 "{what}"
             );
             assert!(
-                body.contains(&format!("cp.async.wait_group {pending};")),
+                body.contains(&format!("cp.async.wait_group {};", stages - 2)),
                 "{what}"
             );
             let fenced = text
@@ -123,10 +114,9 @@ fn eligible_tiles_run_on_wgmma() {
 
 #[test]
 fn persistent_grids_run_on_wgmma() {
-    // (BLOCK_K, stages): 3 stages of 64 wait each k-tile and the outer loop copies the next
-    // tile's first S - 1 stages; 6 stages of 32 keep one in flight (128 of K ahead), the
-    // outer loop copies S - 2 and waits for the last k-tile before the store.
-    for (bk, stages, in_flight) in [(64, 3, false), (32, 6, true)] {
+    // (BLOCK_K, stages): each keeps a k-tile in flight; the outer loop copies the next tile's
+    // first S - 1 stages and waits for the last k-tile before the store.
+    for (bk, stages) in [(64, 3), (32, 6)] {
         let k = persistent_matmul_into(DType::BF16, DType::BF16, 128, 256, bk);
         let text = wgmma_ptx(&k, 90, 8, stages);
         assert_eq!(
@@ -134,21 +124,18 @@ fn persistent_grids_run_on_wgmma() {
                 .count(),
             bk / 16
         );
-        assert_eq!(text.contains("wgmma.wait_group.sync.aligned 1"), in_flight);
+        assert!(text.contains("wgmma.wait_group.sync.aligned 1"));
         // The first stages: before the outer loop, and after the inner loop for the next tile.
-        let ahead = stages - if in_flight { 2 } else { 1 };
         assert_eq!(
             text.matches("cp.async.commit_group").count(),
-            2 * ahead as usize + 1
+            2 * (stages as usize - 1) + 1
         );
-        if in_flight {
-            let inner_end = text.find("\n$L_endfor_4:").unwrap();
-            let after = &text[inner_end..];
-            assert!(
-                after.find("wgmma.wait_group.sync.aligned 0").unwrap()
-                    < after.find("bar.sync").unwrap()
-            );
-        }
+        let inner_end = text.find("\n$L_endfor_4:").unwrap();
+        let after = &text[inner_end..];
+        assert!(
+            after.find("wgmma.wait_group.sync.aligned 0").unwrap()
+                < after.find("bar.sync").unwrap()
+        );
     }
 }
 

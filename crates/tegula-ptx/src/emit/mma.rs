@@ -174,7 +174,7 @@ impl Lower<'_> {
             // A pipelined loop's refill goes after the first k-step's mmas and the next
             // fragments (pipeline.rs): the tensor cores start right after the barrier.
             if kk == 1 {
-                self.pipeline_refill_in_dot()?;
+                self.pipeline_refill_in_dot(false)?;
             }
             if boundary.is_some() && kk as u32 + 1 == ksteps {
                 self.boundary_next_fragments(inst)?;
@@ -226,7 +226,7 @@ impl Lower<'_> {
             }
         }
         // A single k-step: the refill follows its mmas.
-        self.pipeline_refill_in_dot()?;
+        self.pipeline_refill_in_dot(false)?;
         self.define(d.results[0], &acc_l, acc);
         Ok(())
     }

@@ -27,11 +27,18 @@
 //! A loop whose one dot reads both operands from the slots loads the next tile's first
 //! fragments across the tile boundary instead (see [`BoundaryFragments`]).
 //!
-//! A loop whose `wgmma` dot stays in flight into the next iteration (`wgmma.rs`,
-//! [`PipeState::wgmma_in_flight`]) refills the slot read two iterations back, which every
-//! warpgroup's `wgmma.wait_group 1` of the last iteration has released before this
-//! iteration's barrier: its lag is 2, so it fills `S - 2` slots ahead and waits for
-//! `S - 3` groups.
+//! A loop whose `wgmma` dot stays in flight into the next iteration (`wgmma.rs`, the plan's
+//! `wgmma_in_flight`) refills after that dot's `wgmma.wait_group 1`: it retires last
+//! iteration's k-tile in this warpgroup, a second barrier makes that so in every warpgroup,
+//! and the slot read last iteration is then refilled, as in the plain order (Triton's order
+//! on Hopper: the slots stay `S - 1` ahead while the tensor cores always hold a k-tile):
+//!
+//! ```text
+//! iteration i:       wait_group S-2; fence.proxy.async; bar.sync
+//!                    wgmmas of slot i mod S; commit; wgmma.wait_group 1; bar.sync
+//!                    copy iteration i+S-1 into slot (i-1) mod S; commit_group
+//! after the loop:    wait_all; wgmma.wait_group 0
+//! ```
 //!
 //! The barrier also tells every thread that the slot being refilled was read last iteration.
 //! The refill waits inside the first dot of the body that reads a pipelined operand (when that
@@ -67,10 +74,9 @@ struct Pipe {
     rows: Vec<RowLoad>,
     stages: u32,
     slot_bytes: u32,
-    /// Iterations between a slot's read and its refill: 1, or 2 when a `wgmma` of the body
-    /// is still reading last iteration's slot (see the module doc). `S - lag` slots are
-    /// filled ahead.
-    lag: u32,
+    /// Whether a `wgmma` dot of the body stays in flight into the next iteration: the
+    /// refill then waits for that dot (see the module doc).
+    in_flight: bool,
     /// The shared array's address.
     base: Reg,
     /// Byte offsets of the slot read and the slot written this iteration (loop-carried).
@@ -85,21 +91,20 @@ struct Pipe {
     /// (see [`BoundaryFragments`]).
     boundary: Option<BoundaryFragments>,
     /// Whether the loop is the inner loop of a nest pipelined across its outer loop (see
-    /// [`Nest`]): its slots and its first `S - lag` stages come from there.
+    /// [`Nest`]): its slots and its first `S - 1` stages come from there.
     nested: bool,
 }
 
 /// A loop nest pipelined across its outer loop (a persistent matmul's `for tile { for k {
 /// loads -> dot }; store }`): the outer loop owns the inner loop's slots, so the epilogue after
 /// the inner loop (the store's shared-memory exchange) takes scratch after them, and the first
-/// `S - lag` stages ([`Pipe::lag`]) of the outer loop's next iteration are copied while it
-/// runs:
+/// `S - 1` stages of the outer loop's next iteration are copied while it runs:
 ///
 /// ```text
-/// before the outer loop:  fill S-lag slots for outer iteration lo (when lo < hi)
+/// before the outer loop:  fill S-1 slots for outer iteration lo (when lo < hi)
 /// outer iteration j:      ... inner loop (no prologue of its own; its carried addresses
-///                         start S-lag iterations in) ...; wait_all; bar.sync
-///                         fill S-lag slots for outer iteration j + step (when < hi)
+///                         start S-1 iterations in) ...; wait_all; bar.sync
+///                         fill S-1 slots for outer iteration j + step (when < hi)
 ///                         ... the rest of the body (the store) ...
 /// after the outer loop:   wait_all
 /// ```
@@ -122,8 +127,8 @@ struct Nest {
     rows: Vec<RowLoad>,
     stages: u32,
     slot_bytes: u32,
-    /// The inner loop's [`Pipe::lag`]: its first `S - lag` stages are copied ahead.
-    lag: u32,
+    /// The inner loop's [`Pipe::in_flight`].
+    in_flight: bool,
     base: Reg,
 }
 
@@ -201,7 +206,7 @@ impl Lower<'_> {
         })
     }
 
-    /// Before the loop: plans the pipeline and fills the first `S - lag` slots (or, for the inner
+    /// Before the loop: plans the pipeline and fills the first `S - 1` slots (or, for the inner
     /// loop of a [`Nest`], takes the slots the outer loop filled). Returns whether the loop is
     /// pipelined.
     pub(crate) fn pipeline_prologue(
@@ -224,19 +229,16 @@ impl Lower<'_> {
         } else {
             self.reserve_slots(pp.stages * pp.slot_bytes)
         };
-        let (loads, rows, stages, slot_bytes, lag) = (
+        let (loads, rows, stages, slot_bytes, in_flight) = (
             pp.loads.clone(),
             pp.rows.clone(),
             pp.stages,
             pp.slot_bytes,
-            pp.lag,
+            pp.in_flight,
         );
         let body = self.k.insts[for_inst].regions[0];
         let read_off = self.imm(RegClass::B32, Arg::Imm(0));
-        let write_off = self.imm(
-            RegClass::B32,
-            Arg::Imm(((stages - lag) * slot_bytes) as i64),
-        );
+        let write_off = self.imm(RegClass::B32, Arg::Imm(((stages - 1) * slot_bytes) as i64));
         let mut pipe = Pipe {
             body,
             iv: self.k.blocks[body].args[0],
@@ -244,7 +246,7 @@ impl Lower<'_> {
             rows,
             stages,
             slot_bytes,
-            lag,
+            in_flight,
             base,
             read_off,
             write_off,
@@ -258,7 +260,7 @@ impl Lower<'_> {
             self.b.op(
                 "mad.lo.s32",
                 RegClass::B32,
-                vec![step.into(), Arg::Imm(i64::from(stages - lag)), iv.into()],
+                vec![step.into(), Arg::Imm(i64::from(stages - 1)), iv.into()],
             )
         } else {
             iv
@@ -361,8 +363,8 @@ impl Lower<'_> {
     }
 
     /// At the top of an iteration: wait for this iteration's slot, then refill the slot read
-    /// `lag` iterations back with iteration `i + S - lag`, now or (when a dot of the body
-    /// reads a pipelined operand) from within that dot, see [`Self::pipeline_refill_in_dot`].
+    /// last iteration with iteration `i + S - 1`, now or (when a dot of the body reads a
+    /// pipelined operand) from within that dot, see [`Self::pipeline_refill_in_dot`].
     pub(crate) fn pipeline_iteration_start(&mut self, iv: Reg, hi: Reg, step: Reg) -> R<()> {
         let pipe = self.pipe.active.last().expect("a pipeline").clone();
         // With fragments across the boundary, the last iteration (or the prologue) waited.
@@ -401,22 +403,28 @@ impl Lower<'_> {
     }
 
     /// Issues this iteration's deferred refill, when a dot directly in the pipelined loop's
-    /// body (the scope depth of the iteration's top) calls it; nothing otherwise.
-    pub(crate) fn pipeline_refill_in_dot(&mut self) -> R<()> {
+    /// body (the scope depth of the iteration's top) calls it; nothing otherwise. In a loop
+    /// whose `wgmma` stays in flight only that dot takes it, past its wait (`retired`: last
+    /// iteration's k-tile is retired in this warpgroup), after a barrier: in every
+    /// warpgroup.
+    pub(crate) fn pipeline_refill_in_dot(&mut self, retired: bool) -> R<()> {
         let Some(pipe) = self.pipe.active.last() else {
             return Ok(());
         };
         let Some(d) = pipe.deferred else {
             return Ok(());
         };
-        if self.vals.scopes.len() != d.scope_depth {
+        if self.vals.scopes.len() != d.scope_depth || pipe.in_flight != retired {
             return Ok(());
         }
         let pipe = pipe.clone();
         self.pipe.active.last_mut().expect("a pipeline").deferred = None;
+        if retired {
+            self.barrier();
+        }
         // The addresses depend on the induction variable and values from outside the loop
         // only; the body's scope may hold this iteration's values of the same expressions, so
-        // its values are set aside while they are evaluated for iteration `i + S - lag`. Its
+        // its values are set aside while they are evaluated for iteration `i + S - 1`. Its
         // hoist point stays: what the refill computes from outside the loop only (a tile's
         // masks in a persistent grid) goes before the loop, once.
         let set_aside = self.set_aside_values(d.scope_depth - 1);
@@ -425,16 +433,12 @@ impl Lower<'_> {
         r
     }
 
-    /// Refills the slot read `lag` iterations back with iteration `iv + (S - lag) step`.
+    /// Refills the slot read last iteration with iteration `iv + (S - 1) step`.
     fn pipeline_refill(&mut self, pipe: &Pipe, iv: Reg, hi: Reg, step: Reg) -> R<()> {
         let it = self.b.op(
             "mad.lo.s32",
             RegClass::B32,
-            vec![
-                step.into(),
-                Arg::Imm(i64::from(pipe.stages - pipe.lag)),
-                iv.into(),
-            ],
+            vec![step.into(), Arg::Imm(i64::from(pipe.stages - 1)), iv.into()],
         );
         let valid = self
             .b
@@ -457,13 +461,13 @@ impl Lower<'_> {
         Ok(())
     }
 
-    /// Waits until this iteration's slot has landed (at most `S - 1 - lag` copy groups still
-    /// in flight), then a barrier: every thread's copies are visible, and every read of the
-    /// slot the next refill overwrites is done.
+    /// Waits until this iteration's slot has landed (at most `S - 2` copy groups still in
+    /// flight), then a barrier: every thread's copies are visible, and every read of the slot
+    /// the next refill overwrites is done (but a `wgmma`'s in flight, see the module doc).
     fn wait_for_slot(&mut self, pipe: &Pipe) {
         self.b.emit(
             "cp.async.wait_group",
-            vec![Arg::Imm(i64::from(pipe.stages - 1 - pipe.lag))],
+            vec![Arg::Imm(i64::from(pipe.stages - 2))],
         );
         if pipe
             .loads
@@ -507,7 +511,7 @@ impl Lower<'_> {
     pub(crate) fn pipeline_epilogue(&mut self) -> R<()> {
         self.b.emit("cp.async.wait_all", vec![]);
         let pipe = self.pipe.active.pop().expect("a pipeline");
-        if pipe.lag == 2 {
+        if pipe.in_flight {
             // The last k-tile's wgmma is still in flight: its accumulator is read next.
             self.b
                 .emit("wgmma.wait_group.sync.aligned", vec![Arg::Imm(0)]);
@@ -545,13 +549,13 @@ impl Lower<'_> {
         let Some(np) = plan.pipelines.of(for_inst).and_then(|l| l.nest.as_ref()) else {
             return Ok(false);
         };
-        let (inner, loads, rows, stages, slot_bytes, lag) = (
+        let (inner, loads, rows, stages, slot_bytes, in_flight) = (
             np.inner,
             np.pipe.loads.clone(),
             np.pipe.rows.clone(),
             np.pipe.stages,
             np.pipe.slot_bytes,
-            np.pipe.lag,
+            np.pipe.in_flight,
         );
         let body = self.k.insts[for_inst].regions[0];
         let outer_iv = self.k.blocks[body].args[0];
@@ -567,7 +571,7 @@ impl Lower<'_> {
             rows,
             stages,
             slot_bytes,
-            lag,
+            in_flight,
             base,
         };
         self.b.comment(format!(
@@ -586,8 +590,8 @@ impl Lower<'_> {
         self.release_slots();
     }
 
-    /// Copies the first `S - lag` stages of the nest's inner loop at outer iteration `outer_it`
-    /// (nothing when `outer_it` is past the outer bound) into slots `0..S-lag`.
+    /// Copies the first `S - 1` stages of the nest's inner loop at outer iteration `outer_it`
+    /// (nothing when `outer_it` is past the outer bound) into slots `0..S-1`.
     fn nest_issue(&mut self, nest: &Nest, outer_it: Reg) -> R<()> {
         self.vals.scopes.push(Default::default());
         self.define(nest.outer_iv, &Layout::scalar(), vec![outer_it]);
@@ -620,7 +624,7 @@ impl Lower<'_> {
             rows: nest.rows.clone(),
             stages: nest.stages,
             slot_bytes: nest.slot_bytes,
-            lag: nest.lag,
+            in_flight: nest.in_flight,
             base: nest.base,
             read_off: lo,
             write_off: lo,
@@ -635,7 +639,7 @@ impl Lower<'_> {
 
     /// Copies iteration `it`'s tiles (when `valid`) into the slot at byte offset `slot`.
     /// The prologue's copies: iteration `start + s * step` into slot `s` for `s` in
-    /// `0..stages - lag`, each only while it is below `hi` and, with `guard`, where it holds.
+    /// `0..stages - 1`, each only while it is below `hi` and, with `guard`, where it holds.
     fn issue_first_stages(
         &mut self,
         pipe: &Pipe,
@@ -644,7 +648,7 @@ impl Lower<'_> {
         hi: Reg,
         guard: Option<Reg>,
     ) -> R<()> {
-        for s in 0..pipe.stages - pipe.lag {
+        for s in 0..pipe.stages - 1 {
             let it = self.b.op(
                 "mad.lo.s32",
                 RegClass::B32,

@@ -42,11 +42,12 @@
 //! wgmma.wait_group 0                          (before the next barrier lets the slot refill)
 //! ```
 //!
-//! A k-tile in flight (`PipeState::wgmma_in_flight`: the accumulator is carried by the loop
-//! and read by this dot only, and the copies still run 128 elements of K ahead): the
-//! accumulators are the carried registers themselves, and after the commit
-//! `wgmma.wait_group 1` retires last iteration's k-tile, whose slot (two iterations back,
-//! `Pipe::lag` 2) is then refilled; the pipeline's epilogue waits for the last one.
+//! A k-tile in flight (the plan's `wgmma_in_flight`: the loop's one dot, its accumulator
+//! carried by the loop and read by this dot only): the accumulators are the carried registers
+//! themselves, and after the commit `wgmma.wait_group 1` retires last iteration's k-tile; a
+//! barrier later (every warpgroup's is retired) the slot it read is refilled, and the
+//! pipeline's epilogue waits for the last one. The tensor cores then hold the next k-tile
+//! while a warpgroup waits, copies and loops.
 //!
 //! A loop with two dots (FlashAttention: `Q K^T`, the softmax, `P V`) runs each as above, the
 //! first taking the refill (the slot of K and V read last iteration, whose wgmmas every warp
@@ -266,14 +267,14 @@ impl Lower<'_> {
         }
         self.b.emit("wgmma.commit_group.sync.aligned", vec![]);
         if in_flight {
-            // Last iteration's k-tile is done (this one runs on): the slot it read two
-            // iterations back is free in every warpgroup since this iteration's barrier.
+            // Last iteration's k-tile is done in this warpgroup (this one runs on); the
+            // refill of the slot it read follows a barrier.
             self.b
                 .emit("wgmma.wait_group.sync.aligned", vec![Arg::Imm(1)]);
-            self.pipeline_refill_in_dot()?;
+            self.pipeline_refill_in_dot(true)?;
         } else {
             // The refill writes another slot: it overlaps the tensor cores' work.
-            self.pipeline_refill_in_dot()?;
+            self.pipeline_refill_in_dot(false)?;
             self.b
                 .emit("wgmma.wait_group.sync.aligned", vec![Arg::Imm(0)]);
         }

@@ -1,6 +1,6 @@
 //! Software pipelines and dot-operand homes: per `for` loop, which of its loads stream through
-//! its stages' shared-memory slots (`cp.async`), what rides along in each slot, how far the
-//! refill lags, which dots read their operands there on `wgmma` or fetch their first
+//! its stages' shared-memory slots (`cp.async`), what rides along in each slot, where the
+//! refill goes, which dots read their operands there on `wgmma` or fetch their first
 //! fragments across the tile boundary, and which loop-invariant dot operands stay resident in
 //! shared memory; each a named rule with its precondition, decided in program order before
 //! any code is written (`emit/pipeline.rs` and `emit/mma.rs` carry them out).
@@ -31,9 +31,9 @@
 //! - **wgmma slots**: a `wgmma` candidate dot runs on `wgmma` when B (and A unless A comes in
 //!   registers) is in a slot that starts at a multiple of 1024 bytes with rows a descriptor
 //!   reads; A must be K-major. Its accumulator is written in place when the loop carries it
-//!   and only this dot reads it; its k-tile stays in flight into the next iteration (the
-//!   refill lags two iterations) when the copies still run [`WGMMA_IN_FLIGHT_MIN_K_AHEAD`]
-//!   elements of K ahead.
+//!   and only this dot reads it, and it is the body's one dot (other dots' waits would
+//!   retire it); its k-tile then stays in flight into the next iteration, and the refill
+//!   follows its wait for last iteration's k-tile and a second barrier.
 //! - **nest** ([`NestPlan`]): a loop whose body holds one `for` directly, whose loop is
 //!   pipelined with copies depending only on the two induction variables and invariants, and
 //!   whose dots read only operands loaded in the inner body, copies the inner loop's first
@@ -62,13 +62,6 @@ use tegula_ir::{Block, DType, Inst, Loc, Op, Value};
 /// 128-register accumulator spills, while re-reading it costs one `ldmatrix.x4` per 16 rows x
 /// 16 columns a step.
 pub const HOISTED_OPERAND_REGS: u32 = 32;
-
-/// A `wgmma` k-tile stays in flight while the next is issued only when the pipeline's copies
-/// still run this many elements of K ahead (`S - 2` slots of BLOCK_K): with the refill lagging
-/// two iterations, fewer elements ahead (3 stages of BLOCK_K 64, or 4 of BLOCK_K 32) no longer
-/// hide the global latency, and the loop then runs behind waiting each k-tile
-/// (docs/performance.md, "wgmma and its k-tile in flight").
-pub const WGMMA_IN_FLIGHT_MIN_K_AHEAD: u32 = 128;
 
 /// The most registers the boundary-fragments estimate may count: 255 a thread, less 15 that
 /// the estimate leaves out (loop counter, slot offsets, address strides, ldmatrix addresses,
@@ -114,9 +107,9 @@ pub struct PipePlan {
     pub stages: u32,
     /// Bytes of one slot.
     pub slot_bytes: u32,
-    /// Iterations between a slot's read and its refill: 1, or 2 when a `wgmma` of the body is
-    /// still reading last iteration's slot. `S - lag` slots are filled ahead.
-    pub lag: u32,
+    /// Whether a `wgmma` dot of the body stays in flight into the next iteration: the refill
+    /// then follows that dot's wait for last iteration's k-tile and a barrier.
+    pub in_flight: bool,
 }
 
 /// A loop nest pipelined across its outer loop: the inner loop and its pipeline.
@@ -320,7 +313,7 @@ impl Planner<'_, '_> {
             Some(n) => {
                 lp.nested = true;
                 Some(PipePlan {
-                    lag: self.pipeline_lag(body),
+                    in_flight: self.has_dot_in_flight(body),
                     ..n.pipe
                 })
             }
@@ -329,7 +322,7 @@ impl Planner<'_, '_> {
                     lp.note = left_out;
                     self.reserve(pipe.stages * pipe.slot_bytes);
                     Some(PipePlan {
-                        lag: self.pipeline_lag(body),
+                        in_flight: self.has_dot_in_flight(body),
                         ..pipe
                     })
                 }
@@ -360,9 +353,12 @@ impl Planner<'_, '_> {
         if piped.is_none() {
             if let Some(nest) = self.nest_inner_loop(inst) {
                 self.reserve(nest.pipe.stages * nest.pipe.slot_bytes);
-                let lag = self.pipeline_lag(k.insts[nest.inner].regions[0]);
+                let in_flight = self.has_dot_in_flight(k.insts[nest.inner].regions[0]);
                 let nest = NestPlan {
-                    pipe: PipePlan { lag, ..nest.pipe },
+                    pipe: PipePlan {
+                        in_flight,
+                        ..nest.pipe
+                    },
                     ..nest
                 };
                 lp.nest = Some(nest.clone());
@@ -746,7 +742,7 @@ impl Planner<'_, '_> {
         if wgmma_slots && stages * slot_bytes.next_multiple_of(1024) <= room {
             slot_bytes = slot_bytes.next_multiple_of(1024);
         }
-        self.plan_wgmma_slots(body, &mut loads, slot_bytes, stages);
+        self.plan_wgmma_slots(body, &mut loads, slot_bytes);
         let left_out = (!rejected.is_empty()).then(|| rejected.join("; "));
         Ok((
             PipePlan {
@@ -754,7 +750,7 @@ impl Planner<'_, '_> {
                 rows,
                 stages,
                 slot_bytes,
-                lag: 1,
+                in_flight: false,
             },
             left_out,
         ))
@@ -850,18 +846,20 @@ impl Planner<'_, '_> {
 
     /// Rule *wgmma slots* over the body's `wgmma` candidates (see the module doc); marks those
     /// that run on `wgmma`, the loads they read, and which write in place or stay in flight.
-    fn plan_wgmma_slots(
-        &mut self,
-        body: Block,
-        loads: &mut [PipeLoad],
-        slot_bytes: u32,
-        stages: u32,
-    ) {
+    fn plan_wgmma_slots(&mut self, body: Block, loads: &mut [PipeLoad], slot_bytes: u32) {
         if !slot_bytes.is_multiple_of(1024) || !self.reserved_shared().is_multiple_of(1024) {
             return;
         }
         let k = self.cx.k;
         let body_insts: HashSet<Inst> = k.blocks[body].insts.iter().copied().collect();
+        // With other dots in the body, their waits retire a k-tile left in flight within the
+        // iteration, while its register operands stay live across them (the tutorial 06
+        // backward's dK/dV loop spills 28 to 40 bytes at 255 registers that way).
+        let only_dot = body_insts
+            .iter()
+            .filter(|&&i| matches!(k.insts[i].op, Op::Dot { .. }))
+            .count()
+            == 1;
         for dot in k.blocks[body].insts.clone() {
             if !matches!(k.insts[dot].op, Op::Dot { .. }) {
                 continue;
@@ -914,10 +912,9 @@ impl Planner<'_, '_> {
                     self.out.wgmma_loads.insert(loads[i].inst);
                 }
                 self.out.wgmma_dots.insert(dot);
-                let k_ahead = (stages - 2) * self.mma_plan(dot).map_or(0, |p| p.k);
                 if self.accumulates_in_place(body, dot) {
                     self.out.wgmma_in_place.insert(dot);
-                    if k_ahead >= WGMMA_IN_FLIGHT_MIN_K_AHEAD {
+                    if only_dot {
                         self.out.wgmma_in_flight.insert(dot);
                     }
                 }
@@ -945,18 +942,13 @@ impl Planner<'_, '_> {
         yields.get(pos) == Some(&d.results[0]) && readers == 1
     }
 
-    /// The lag of the loop with this body: 2 when one of its dots is a `wgmma` in flight into
-    /// the next iteration, else 1.
-    fn pipeline_lag(&self, body: Block) -> u32 {
-        let in_flight = self.cx.k.blocks[body]
+    /// Whether one of the dots of the loop with this body is a `wgmma` in flight into the
+    /// next iteration.
+    fn has_dot_in_flight(&self, body: Block) -> bool {
+        self.cx.k.blocks[body]
             .insts
             .iter()
-            .any(|i| self.out.wgmma_in_flight.contains(i));
-        if in_flight {
-            2
-        } else {
-            1
-        }
+            .any(|i| self.out.wgmma_in_flight.contains(i))
     }
 
     // --- nests and boundary fragments ------------------------------------------------------

@@ -68,8 +68,6 @@ pub struct LoopReport {
     /// Rank-1 loads riding along in the slots.
     pub row_loads: Vec<Loc>,
     pub slot_bytes: u32,
-    /// Iterations between a slot's read and its refill.
-    pub lag: u32,
     /// Its first stages are copied by the enclosing loop (a nest).
     pub nested: bool,
     /// It copies its inner loop's first stages across its own iterations.
@@ -245,7 +243,6 @@ fn loop_report(cx: &Context<'_>, plan: &Plan, inst: Inst, depth: u32) -> LoopRep
         streamed: pipe.map_or(vec![], |p| p.loads.iter().map(|l| loc_of(l.inst)).collect()),
         row_loads: pipe.map_or(vec![], |p| p.rows.iter().map(|r| loc_of(r.inst)).collect()),
         slot_bytes: pipe.map_or(0, |p| p.slot_bytes),
-        lag: pipe.map_or(0, |p| p.lag),
         nested: lp.nested,
         pipelines_inner_loop: nest.is_some(),
         boundary_fragments: lp.boundary.is_some(),
@@ -422,9 +419,6 @@ impl fmt::Display for Report {
                 )?;
                 if !l.row_loads.is_empty() {
                     write!(f, " + {} row load(s)", l.row_loads.len())?;
-                }
-                if l.lag == 2 {
-                    write!(f, ", refill lags 2")?;
                 }
                 if l.nested {
                     write!(f, ", first stages copied by the outer loop")?;
