@@ -217,10 +217,6 @@ fn wgmma_mistakes_are_caught() {
         // Without the copies' wait the wgmma reads bytes still in flight.
         let copies_wait = line("\tcp.async.wait_group", false);
         refused(&edited(&copies_wait, ""), "in flight");
-        // The same in the loop, where the copies are waited for and fenced before the refill.
-        let loop_drain = "\tcp.async.wait_group 0;\n";
-        refused(&edited_last(loop_drain, ""), "in flight");
-        refused(&edited_last(fence, ""), "fence.proxy.async");
         // A proxy fence before the copies' wait does not cover the bytes landing at the wait.
         refused(
             &edited(

@@ -27,26 +27,15 @@
 //! A loop whose one dot reads both operands from the slots loads the next tile's first
 //! fragments across the tile boundary instead (see [`BoundaryFragments`]).
 //!
-//! Slots a `wgmma` reads need a proxy fence after the copies land (`cp.async` writes through
-//! the generic proxy, `wgmma` reads through the async one), and the fence waits for every
-//! copy of the thread still in flight (see [`Lower::drain_copies`]). So such a loop of at
-//! least 3 stages waits for all its copies and fences right before each refill, and the top
-//! of the next iteration only needs the barrier: the stages still in flight then land while
-//! the tensor cores run this iteration's dot, not while the warps wait to issue the next
-//! one. (With 2 stages the refill is the next iteration's slot, waited for at the top with
-//! nothing else in flight.)
-//!
 //! A loop whose `wgmma` dot stays in flight into the next iteration (`wgmma.rs`, the plan's
 //! `wgmma_in_flight`) refills after that dot's `wgmma.wait_group 1`: it retires last
 //! iteration's k-tile in this warpgroup, a second barrier makes that so in every warpgroup,
-//! and the slot read last iteration is then refilled, as in the plain order (the tensor
-//! cores always hold a k-tile):
+//! and the slot read last iteration is then refilled, as in the plain order (Triton's order
+//! on Hopper: the slots stay `S - 1` ahead while the tensor cores always hold a k-tile):
 //!
 //! ```text
-//! before the loop:   copy iterations 0..S-2 as above; wait_group 0; fence.proxy.async
-//! iteration i:       bar.sync                              (iteration i's slot is published)
+//! iteration i:       wait_group S-2; fence.proxy.async; bar.sync
 //!                    wgmmas of slot i mod S; commit; wgmma.wait_group 1; bar.sync
-//!                    wait_group 0; fence.proxy.async       (iterations ..i+S-2 have landed)
 //!                    copy iteration i+S-1 into slot (i-1) mod S; commit_group
 //! after the loop:    wait_all; wgmma.wait_group 0
 //! ```
@@ -88,10 +77,6 @@ struct Pipe {
     /// Whether a `wgmma` dot of the body stays in flight into the next iteration: the
     /// refill then waits for that dot (see the module doc).
     in_flight: bool,
-    /// Whether a `wgmma` reads the slots and there are at least 3: the copies are then waited
-    /// for and fenced before each refill rather than at the top of the iteration (see the
-    /// module doc).
-    async_reads: bool,
     /// The shared array's address.
     base: Reg,
     /// Byte offsets of the slot read and the slot written this iteration (loop-carried).
@@ -252,11 +237,6 @@ impl Lower<'_> {
             pp.in_flight,
         );
         let body = self.k.insts[for_inst].regions[0];
-        // With 2 stages the refill is the next iteration's slot: it is waited for at the top.
-        let async_reads = stages >= 3
-            && loads
-                .iter()
-                .any(|l| plan.pipelines.wgmma_loads.contains(&l.inst));
         let read_off = self.imm(RegClass::B32, Arg::Imm(0));
         let write_off = self.imm(RegClass::B32, Arg::Imm(((stages - 1) * slot_bytes) as i64));
         let mut pipe = Pipe {
@@ -267,7 +247,6 @@ impl Lower<'_> {
             stages,
             slot_bytes,
             in_flight,
-            async_reads,
             base,
             read_off,
             write_off,
@@ -311,10 +290,6 @@ impl Lower<'_> {
         // A resident dot operand's write (its global load was issued before the barrier
         // above) goes after the first copies, so that both are in flight together.
         self.write_resident_operands(true);
-        if async_reads {
-            // The first slot, and the resident operand's stores, for the first iteration.
-            self.drain_copies();
-        }
         if let Some(dot) = lp.boundary {
             self.boundary_prologue(dot);
         }
@@ -458,12 +433,8 @@ impl Lower<'_> {
         r
     }
 
-    /// Refills the slot read last iteration with iteration `iv + (S - 1) step` (slots a
-    /// `wgmma` reads: after every copy so far has landed and been fenced).
+    /// Refills the slot read last iteration with iteration `iv + (S - 1) step`.
     fn pipeline_refill(&mut self, pipe: &Pipe, iv: Reg, hi: Reg, step: Reg) -> R<()> {
-        if pipe.async_reads {
-            self.drain_copies();
-        }
         let it = self.b.op(
             "mad.lo.s32",
             RegClass::B32,
@@ -491,35 +462,22 @@ impl Lower<'_> {
     }
 
     /// Waits until this iteration's slot has landed (at most `S - 2` copy groups still in
-    /// flight; slots a `wgmma` reads were waited for before the last refill), then a barrier:
-    /// every thread's copies are visible, and every read of the slot the next refill
-    /// overwrites is done (but a `wgmma`'s in flight, see the module doc).
+    /// flight), then a barrier: every thread's copies are visible, and every read of the slot
+    /// the next refill overwrites is done (but a `wgmma`'s in flight, see the module doc).
     fn wait_for_slot(&mut self, pipe: &Pipe) {
-        if !pipe.async_reads {
-            self.b.emit(
-                "cp.async.wait_group",
-                vec![Arg::Imm(i64::from(pipe.stages - 2))],
-            );
-            if pipe
-                .loads
-                .iter()
-                .any(|l| self.plan.pipelines.wgmma_loads.contains(&l.inst))
-            {
-                // The copies wrote through the generic proxy; wgmma reads through the async
-                // one (with 2 stages nothing else is in flight here).
-                self.b.emit("fence.proxy.async.shared::cta", vec![]);
-            }
+        self.b.emit(
+            "cp.async.wait_group",
+            vec![Arg::Imm(i64::from(pipe.stages - 2))],
+        );
+        if pipe
+            .loads
+            .iter()
+            .any(|l| self.plan.pipelines.wgmma_loads.contains(&l.inst))
+        {
+            // The copies wrote through the generic proxy; wgmma reads through the async one.
+            self.b.emit("fence.proxy.async.shared::cta", vec![]);
         }
         self.barrier();
-    }
-
-    /// Waits for every copy issued so far, then the proxy fence: the copies wrote through the
-    /// generic proxy and `wgmma` reads through the async one. ptxas makes the fence a
-    /// `MEMBAR.ALL.CTA`, which also waits for the thread's copies still in flight: with none
-    /// left it costs nothing, where after `wait_group S-2` it waited for the newest stage.
-    fn drain_copies(&mut self) {
-        self.b.emit("cp.async.wait_group", vec![Arg::Imm(0)]);
-        self.b.emit("fence.proxy.async.shared::cta", vec![]);
     }
 
     /// The byte offset of the slot after the one at `off` (mod S), into `dst` when given, else
@@ -667,7 +625,6 @@ impl Lower<'_> {
             stages: nest.stages,
             slot_bytes: nest.slot_bytes,
             in_flight: nest.in_flight,
-            async_reads: false,
             base: nest.base,
             read_off: lo,
             write_off: lo,
