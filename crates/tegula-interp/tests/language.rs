@@ -218,3 +218,61 @@ fn split_join_interleave_follow_triton() {
     .unwrap_err();
     assert!(e.message.contains("size 2"), "{e}");
 }
+
+#[test]
+fn cat_puts_a_before_b_along_the_first_axis() {
+    // [2, 4] and [2, 4] (b an i8 tile promoted to a's i32) into [4, 4], stored row-major.
+    let k = trace("cat", |p| {
+        let (x, y, out) = (
+            p.ptr("x", DType::I32),
+            p.ptr("y", DType::I8),
+            p.ptr("out", DType::I32),
+        );
+        let o = arange(0, 2).col() * 4 + arange(0, 4).row();
+        let v = cat(load_unmasked(x + o), load_unmasked(y + o), true);
+        let oo = arange(0, 4).col() * 4 + arange(0, 4).row();
+        store_unmasked(out + oo, v);
+        // Rank 1, b a scalar broadcast to a's shape.
+        store_unmasked(
+            out + 16 + arange(0, 8),
+            cat(load_unmasked(x + arange(0, 4)), 7, false),
+        );
+    })
+    .unwrap();
+    let x = buf(&[1i32, 2, 3, 4, 5, 6, 7, i32::MIN]);
+    let y = buf(&[-1i8, -2, -3, -4, 127, -128, 0, 9]);
+    let out = Arc::new(Buffer::zeroed(DType::I32, 24));
+    run(
+        &k,
+        [1, 1, 1],
+        &[ptr(&x), ptr(&y), ptr(&out)],
+        &Options::default(),
+    )
+    .unwrap();
+    let mut want = vec![
+        1,
+        2,
+        3,
+        4,
+        5,
+        6,
+        7,
+        i32::MIN,
+        -1,
+        -2,
+        -3,
+        -4,
+        127,
+        -128,
+        0,
+        9,
+    ];
+    want.extend([1, 2, 3, 4, 7, 7, 7, 7]);
+    assert_eq!(out.to_vec::<i32>().unwrap(), want);
+    let e = trace("k", |p| {
+        let x = p.ptr("x", DType::F32);
+        let _ = cat(load_unmasked(x), 1.0, true);
+    })
+    .unwrap_err();
+    assert!(e.message.contains("rank 1 or more"), "{e}");
+}

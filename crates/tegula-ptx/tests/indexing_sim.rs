@@ -1,4 +1,4 @@
-//! Triton's indexing ops (`swizzle2d`, `gather`, `flip`, `sort`, `topk`) compiled to PTX and run on the
+//! Triton's indexing ops (`swizzle2d`, `gather`, `flip`, `cat`, `sort`, `topk`) compiled to PTX and run on the
 //! PTX simulator against the interpreter, bit for bit (they move values, or are exact integer
 //! arithmetic): random shapes, axes, dtypes, index dtypes and warp counts on fresh inputs, and
 //! the layouts a gather meets (a blocked load, an mma accumulator as its source, a reduction
@@ -194,6 +194,37 @@ fn flip_agrees_with_the_interpreter() {
             .collect();
         let args = masked_args(dt, DType::I32, src, vec![0; numel(&shape)], &ext, &ext);
         let what = format!("flip {dt}{shape:?} along {axis}");
+        agree(&what, &k, [1, 1, 1], &args, 80, warps);
+    }
+}
+
+#[test]
+fn cat_agrees_with_the_interpreter() {
+    // cat(x, flip(x)) along axis 0: the result, twice as long there, in the index's shape.
+    let mut r = Rng::new("cat");
+    for case in 0..24 {
+        let rank = 1 + case % 3;
+        let (shape, ext) = shape_and_ext(&mut r, rank, 512, 5);
+        let mut out_shape = shape.clone();
+        out_shape[0] *= 2;
+        let out_ext: Vec<usize> = out_shape.iter().map(|&n| 1 + r.below(n)).collect();
+        let dt = r.pick(&VALUE_DTYPES);
+        let warps = r.pick(&[1, 4, 8]);
+        let k = masked_program("cat", dt, DType::I32, &shape, &out_shape, |x, _| {
+            cat(x, x.flip(0), true)
+        });
+        let src = (0..numel(&shape))
+            .map(|_| random_bits(&mut r, dt))
+            .collect();
+        let args = masked_args(
+            dt,
+            DType::I32,
+            src,
+            vec![0; numel(&out_shape)],
+            &ext,
+            &out_ext,
+        );
+        let what = format!("cat {dt}{shape:?}");
         agree(&what, &k, [1, 1, 1], &args, 80, warps);
     }
 }

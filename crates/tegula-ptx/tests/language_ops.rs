@@ -136,6 +136,7 @@ fn barrier_pointers_hints_and_shape_ops_assemble() {
             y + arange(0, 128),
             select(o.col() % 2, il.reshape([64, 2]), 0.0).reshape([128]),
         );
+        store_unmasked(y + 128 + arange(0, 128), cat(w, w * 2.0, true));
         store_unmasked(table + o, (y + o).to_int());
         atomic_add(y + o, 1.0, None);
     })

@@ -91,3 +91,45 @@ fn empty_is_poisoned_only_when_asked() {
     copy::launch(&dev, 63u32, &src, &y, 1000).unwrap();
     assert_eq!(y.to_vec().unwrap(), src.to_vec().unwrap());
 }
+
+#[tegula::kernel]
+fn shape_ops(x: Ptr<f32>, y: Ptr<f32>) {
+    let o = arange(0, 16).col() * 32 + arange(0, 32).row();
+    let a = load_unmasked(x + o);
+    let b = load_unmasked(x + 512 + o);
+    let all = arange(0, 32).col() * 32 + arange(0, 32).row();
+    store_unmasked(y + all, cat(a, b, true));
+    let wide = arange(0, 16).col() * 64 + arange(0, 64).row();
+    store_unmasked(y + 1024 + wide, interleave(a, b));
+    let (lo, hi) = split(join(a, b));
+    store_unmasked(y + 2048 + o, hi - lo);
+}
+
+#[test]
+#[ignore = "needs a GPU: TEGULA_GPU_TESTS=1 cargo test -- --ignored"]
+fn shape_ops_match_the_interpreter_on_the_gpu() {
+    let dev = gpu();
+    let cpu = Device::cpu();
+    let mut s = 0x9e37_79b9_7f4a_7c15u64;
+    let data: Vec<f32> = (0..1024)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            (s >> 40) as f32 / (1u64 << 20) as f32 - 8.0
+        })
+        .collect();
+    let run = |d: &Device| {
+        let x = d.from_slice(&data, [1024]).unwrap();
+        let y = d.zeros::<f32>([2560]).unwrap();
+        shape_ops::launch(d, 1u32, &x, &y).unwrap();
+        y.to_vec().unwrap()
+    };
+    let (got, want) = (run(&dev), run(&cpu));
+    assert_eq!(got, want);
+    // cat: a's rows, then b's.
+    assert_eq!(
+        (want[0], want[512], want[1023]),
+        (data[0], data[512], data[1023])
+    );
+}

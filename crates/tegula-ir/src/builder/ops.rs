@@ -1061,6 +1061,42 @@ pub fn interleave(a: impl IntoOperand, b: impl IntoOperand) -> Tile {
     emit1(Op::Reshape, vec![j.value()], j.ty().with_shape(shape), loc)
 }
 
+/// `a` followed by `b` along the first axis (`tl.cat`): two tiles of one shape `[n, ..]`
+/// (after broadcasting and promotion) give `[2n, ..]`, `a`'s rows first. Triton may reorder
+/// the elements and so asks for `can_reorder=True`; here the order is always kept, so the
+/// flag changes nothing (a port passes it as it is). `join`, the axis moved to the front, and a
+/// reshape.
+#[track_caller]
+pub fn cat(a: impl IntoOperand, b: impl IntoOperand, can_reorder: bool) -> Tile {
+    let _ = can_reorder;
+    let loc = Loc::caller();
+    let (a, b) = unify(a.into_operand(), b.into_operand(), "cat", loc);
+    let rank = a.shape().rank();
+    if rank == 0 {
+        report(
+            loc,
+            format!("cat needs tiles of rank 1 or more, got {}", a.ty()),
+        );
+        return a;
+    }
+    let j = join_at(a, b, loc);
+    if j.shape().rank() == rank {
+        return j; // join reported the rank
+    }
+    let mut perm = vec![rank];
+    perm.extend(0..rank);
+    let front = j.permute_at(&perm, loc);
+    let mut dims: Vec<usize> = a.shape().dims().iter().map(|&d| d as usize).collect();
+    dims[0] *= 2;
+    let shape = Shape::new(&dims).expect("rank of a");
+    emit1(
+        Op::Reshape,
+        vec![front.value()],
+        front.ty().with_shape(shape),
+        loc,
+    )
+}
+
 /// Prints `values` with `prefix` from every program (`tl.device_print`).
 #[track_caller]
 pub fn device_print(prefix: &str, values: &[Tile]) {

@@ -545,7 +545,10 @@ impl Tile {
     /// Reorders axes: result axis `i` is axis `perm[i]` of `self`.
     #[track_caller]
     pub fn permute(self, perm: &[usize]) -> Tile {
-        let loc = Loc::caller();
+        self.permute_at(perm, Loc::caller())
+    }
+
+    pub(crate) fn permute_at(self, perm: &[usize], loc: Loc) -> Tile {
         let rank = self.shape().rank();
         let mut seen = [false; crate::types::MAX_RANK];
         let valid = perm.len() == rank
