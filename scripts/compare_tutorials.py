@@ -2,6 +2,7 @@
 """Join the Triton tutorials harness's timings with tegula's ports into a markdown table.
 
   python3 scripts/compare_tutorials.py --triton triton.log --tegula tegula.log [--out table.md]
+      [--json benchmarks/latest.json --gpu NAME --driver VERSION --commit C --date D]
 
 Inputs (standard library only; other lines are ignored):
 - the harness (`.peers/triton_tutorials.py`, from ../shared/peers/triton_tutorials): lines
@@ -13,7 +14,13 @@ Inputs (standard library only; other lines are ignored):
 Both time the same way (do_bench's budget: the median of CUDA-event timings, an L2 clear
 before each sample). Rows are joined by (tutorial, shape); ratio = triton ms / tegula ms, so
 above 1 tegula is faster. The geometric mean is over the rows both measured.
+
+`--json FILE` merges the joined rows into FILE (a list of benchmark records, as
+benchmarks/latest.json): one record a row both measured, `op` = `tutorial-<tutorial>`, the
+harness's shape string, tegula's median under `tegula`, Triton's under `peers.triton`, the ratio
+under `ratios.triton`; records of the same op and shape are replaced, the others kept.
 """
+import json
 import argparse
 import math
 import sys
@@ -83,17 +90,49 @@ def table(triton, tegula):
     return "\n".join(lines) + "\n", ratios
 
 
+def merge_json(path, triton, tegula, meta):
+    """Replaces FILE's records of the joined rows (see the module doc)."""
+    t_times, _, _ = triton
+    g_times, _, _ = tegula
+    try:
+        with open(path) as f:
+            records = json.load(f)
+    except FileNotFoundError:
+        records = []
+    new = []
+    for (name, shape), t in t_times.items():
+        g = g_times.get((name, shape))
+        if g is None or g <= 0:
+            continue
+        new.append({"op": f"tutorial-{name}", "shape": shape, "tegula": {"ms": g},
+                    "peers": {"triton": {"ms": t}}, "ratios": {"triton": t / g}, **meta})
+    replaced = {(r["op"], r["shape"]) for r in new}
+    kept = [r for r in records if (r.get("op"), str(r.get("shape"))) not in replaced]
+    with open(path, "w") as f:
+        json.dump(kept + new, f, indent=1)
+        f.write("\n")
+    return len(new)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--triton", nargs="+", required=True, help="logs with TRITON lines")
     ap.add_argument("--tegula", nargs="+", required=True, help="logs with TEGULA lines")
     ap.add_argument("--out", help="also write the table here")
+    ap.add_argument("--json", help="merge the joined rows into this list of records")
+    for key in ("gpu", "driver", "commit", "date"):
+        ap.add_argument(f"--{key}", default="", help=f"the records' {key}")
     args = ap.parse_args(argv)
-    text, _ = table(parse(args.triton, "TRITON"), parse(args.tegula, "TEGULA"))
+    triton, tegula = parse(args.triton, "TRITON"), parse(args.tegula, "TEGULA")
+    text, _ = table(triton, tegula)
     sys.stdout.write(text)
     if args.out:
         with open(args.out, "w") as f:
             f.write(text)
+    if args.json:
+        meta = {k: getattr(args, k) for k in ("gpu", "driver", "commit", "date")}
+        n = merge_json(args.json, triton, tegula, meta)
+        print(f"compare_tutorials: {n} records into {args.json}", file=sys.stderr)
     return 0
 
 

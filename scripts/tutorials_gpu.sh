@@ -9,7 +9,11 @@
 #   cargo build --release -p tegula-cli
 # Device call: command `bash scripts/tutorials_gpu.sh`, carry [".peers", "target/release/tegula"].
 # Outputs in $OUT (default /tmp/tutorials-out): check.log, triton.log, tegula.log,
-# tegula.jsonl, table.md.
+# tegula.jsonl, table.md. Then, here, the rows into benchmarks/latest.json (records with `op`
+# = `tutorial-<nn>-<name>` and a `triton` peer; run it again after copying a latest.json
+# written by compare.sh, which holds only its own records):
+#   python3 scripts/compare_tutorials.py --triton <out>/triton.log --tegula <out>/tegula.log \
+#     --json benchmarks/latest.json --gpu "NVIDIA H200" --driver <v> --commit <c> --date <d>
 #
 # Time (each step has a timeout, so the whole call stays within about 8 minutes):
 # - `tegula check tutorial` with the tuner off (each port's first config, as the interpreter
