@@ -4,7 +4,7 @@
 mod mma_kernels;
 
 use mma_kernels::{
-    matmul_loop, matmul_loop_adding, matmul_loop_with, persistent_matmul_into,
+    aligned, matmul_loop, matmul_loop_adding, matmul_loop_with, persistent_matmul_into,
     persistent_matmul_with,
 };
 use tegula_ir::prelude::*;
@@ -84,6 +84,49 @@ fn an_accumulator_added_to_the_product_is_written_in_place() {
         "{:?}",
         r.dots[0].kind
     );
+}
+
+#[test]
+fn only_a_loops_one_dot_stays_in_flight() {
+    // Two dots accumulating in one k-loop (A and two Bs from the slots): each
+    // writes its carried accumulator in place, neither stays in flight (the second's wait
+    // would retire the first's k-tile within the iteration).
+    let k = trace("two_dots", |p| {
+        let (a, b, c) = (
+            p.ptr("a", DType::BF16),
+            p.ptr("b", DType::BF16),
+            p.ptr("c", DType::F32),
+        );
+        let kk = p.scalar("k", DType::I32);
+        let (rows, cols, offs_k) = (arange(0, 128), arange(0, 64), arange(0, 64));
+        let init = (zeros::<f32>([128, 64]), zeros::<f32>([128, 64]));
+        let (x, y) = for_range(0, kk, 64, init, |start, (x, y)| {
+            let ks = start + offs_k;
+            let at = load_unmasked(a + rows.col() * kk + ks.row());
+            let bt = load_unmasked(b + ks.col() * 64 + cols.row());
+            let bt2 = load_unmasked(b + 64 + ks.col() * 128 + cols.row());
+            (dot_acc(at, bt, x), dot_acc(at, bt2, y))
+        });
+        store_unmasked(c + rows.col() * 64 + cols.row(), x + y);
+    })
+    .map(aligned)
+    .unwrap();
+    let r = report(&k, 90, 4, 3, MmaChoice::Wgmma);
+    let kinds: Vec<_> = r.dots.iter().map(|d| d.kind.clone()).collect();
+    let in_place = DotKind::Wgmma {
+        in_flight: false,
+        in_place: true,
+    };
+    assert_eq!(kinds, vec![in_place.clone(), in_place], "{kinds:?}");
+    // The one-dot loop of the same shape does.
+    let one = matmul_loop(DType::BF16, 128, 64, 64);
+    assert!(matches!(
+        report(&one, 90, 4, 3, MmaChoice::Wgmma).dots[0].kind,
+        DotKind::Wgmma {
+            in_flight: true,
+            in_place: true
+        }
+    ));
 }
 
 #[test]

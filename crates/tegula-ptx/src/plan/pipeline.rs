@@ -31,9 +31,9 @@
 //! - **wgmma slots**: a `wgmma` candidate dot runs on `wgmma` when B (and A unless A comes in
 //!   registers) is in a slot that starts at a multiple of 1024 bytes with rows a descriptor
 //!   reads; A must be K-major. Its accumulator is written in place when the loop carries it
-//!   and only this dot reads it, and it is the body's one dot (other dots' waits would
-//!   retire it); its k-tile then stays in flight into the next iteration, and the refill
-//!   follows its wait for last iteration's k-tile and a second barrier.
+//!   and only this dot reads it; when it is also the body's one dot (other dots' waits would
+//!   retire it), its k-tile stays in flight into the next iteration, and the refill follows
+//!   its wait for last iteration's k-tile and a second barrier.
 //! - **nest** ([`NestPlan`]): a loop whose body holds one `for` directly, whose loop is
 //!   pipelined with copies depending only on the two induction variables and invariants, and
 //!   whose dots read only operands loaded in the inner body, copies the inner loop's first
