@@ -112,12 +112,12 @@ fn only_a_loops_one_dot_stays_in_flight() {
     .map(aligned)
     .unwrap();
     let r = report(&k, 90, 4, 3, MmaChoice::Wgmma);
-    let kinds: Vec<_> = r.dots.iter().map(|d| d.kind.clone()).collect();
+    let kinds: Vec<_> = r.dots.iter().map(|d| d.kind).collect();
     let in_place = DotKind::Wgmma {
         in_flight: false,
         in_place: true,
     };
-    assert_eq!(kinds, vec![in_place.clone(), in_place], "{kinds:?}");
+    assert_eq!(kinds, vec![in_place, in_place], "{kinds:?}");
     // The one-dot loop of the same shape does.
     let one = matmul_loop(DType::BF16, 128, 64, 64);
     assert!(matches!(
