@@ -853,8 +853,8 @@ impl Planner<'_, '_> {
         let k = self.cx.k;
         let body_insts: HashSet<Inst> = k.blocks[body].insts.iter().copied().collect();
         // With other dots in the body, their waits retire a k-tile left in flight within the
-        // iteration, while its register operands stay live across them (the tutorial 06
-        // backward's dK/dV loop spills 28 to 40 bytes at 255 registers that way).
+        // iteration, while its register A stays live across them: nothing gained, registers
+        // lost (docs/performance.md, "wgmma and its k-tile in flight").
         let only_dot = body_insts
             .iter()
             .filter(|&&i| matches!(k.insts[i].op, Op::Dot { .. }))
