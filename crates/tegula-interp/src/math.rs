@@ -39,8 +39,9 @@ pub(crate) fn erf(x: f64) -> f64 {
     (1.0 - erfc).copysign(x)
 }
 
-/// A math-library function on f64 values (std's, correctly rounded or nearly; erfinv refined
-/// by Newton's method on [`erf`] from the f32 algorithm's value).
+/// A math-library function on f64 values (std's, or the `libm` crate's where std has none,
+/// correctly rounded or nearly; erfinv refined by Newton's method on [`erf`] from the f32
+/// algorithm's value).
 pub(crate) fn libm1_f64(f: Fn1, x: f64) -> f64 {
     match f {
         Fn1::Asin => x.asin(),
@@ -54,6 +55,12 @@ pub(crate) fn libm1_f64(f: Fn1, x: f64) -> f64 {
         Fn1::Log1p => x.ln_1p(),
         Fn1::Expm1 => x.exp_m1(),
         Fn1::Cbrt => x.cbrt(),
+        Fn1::Tan => x.tan(),
+        Fn1::Log10 => x.log10(),
+        Fn1::Exp10 => libm::exp10(x),
+        Fn1::Erfc => libm::erfc(x),
+        Fn1::Lgamma => libm::lgamma(x),
+        Fn1::Tgamma => libm::tgamma(x),
         Fn1::Erfinv => {
             let mut y = mathlib::unary(&mut mathlib::Eval, Fn1::Erfinv, x);
             if !y.is_finite() {

@@ -1,7 +1,8 @@
 //! The libdevice-style math ops through kernels on the interpreter: f32 results are the math
 //! library's (`tegula_ir::mathlib`, the GPU's algorithm) bit for bit, f16/bf16 round that f32
-//! result once more, f64 is std's; the rounding family, classification and `copysign` are
-//! exact in every float dtype. (The ulp bounds are measured in tegula-ir's `tests/mathlib.rs`.)
+//! result once more, f64 is std's (the `libm` crate's where std has none); the rounding
+//! family, classification, `copysign`, `ldexp`, `frexp`, `nextafter` and `ilogb` are exact in
+//! every float dtype. (The ulp bounds are measured in tegula-ir's `tests/mathlib.rs`.)
 
 mod common;
 use common::*;
@@ -27,6 +28,10 @@ fn inputs() -> Vec<f32> {
         3.7,
         10.0,
         -20.0,
+        -2.4570248,
+        35.5,
+        38.6,
+        -45.5,
         88.0,
         100.0,
         1e20,
@@ -60,6 +65,12 @@ fn unary_cases() -> Vec<(Fn1, UnaryFn)> {
         (Fn1::Expm1, |t| expm1(t)),
         (Fn1::Erfinv, |t| erfinv(t)),
         (Fn1::Cbrt, |t| cbrt(t)),
+        (Fn1::Tan, |t| tan(t)),
+        (Fn1::Log10, |t| log10(t)),
+        (Fn1::Exp10, |t| exp10(t)),
+        (Fn1::Erfc, |t| erfc(t)),
+        (Fn1::Lgamma, |t| lgamma(t)),
+        (Fn1::Tgamma, |t| tgamma(t)),
     ]
 }
 
@@ -92,7 +103,7 @@ fn f32_results_are_the_math_librarys_bits() {
 #[test]
 fn known_values_and_special_cases() {
     let pi = std::f32::consts::PI;
-    let cases: [(f32, f32, UnaryFn); 12] = [
+    let cases: [(f32, f32, UnaryFn); 27] = [
         (1.0, pi / 2.0, |t| asin(t)),
         (-1.0, pi, |t| acos(t)),
         (f32::INFINITY, pi / 2.0, |t| atan(t)),
@@ -105,6 +116,21 @@ fn known_values_and_special_cases() {
         (f32::NEG_INFINITY, -1.0, |t| expm1(t)),
         (-1.0, f32::NEG_INFINITY, |t| erfinv(t)),
         (-27.0, -3.0, |t| cbrt(t)),
+        (-0.0, -0.0, |t| tan(t)),
+        (f32::INFINITY, f32::NAN, |t| tan(t)),
+        (1000.0, 3.0, |t| log10(t)),
+        (0.0, f32::NEG_INFINITY, |t| log10(t)),
+        (2.0, 100.0, |t| exp10(t)),
+        (39.0, f32::INFINITY, |t| exp10(t)),
+        (-46.0, 0.0, |t| exp10(t)),
+        (0.0, 1.0, |t| erfc(t)),
+        (f32::NEG_INFINITY, 2.0, |t| erfc(t)),
+        (f32::INFINITY, 0.0, |t| erfc(t)),
+        (2.0, 0.0, |t| lgamma(t)),
+        (-3.0, f32::INFINITY, |t| lgamma(t)),
+        (5.0, 24.0, |t| tgamma(t)),
+        (-0.0, f32::NEG_INFINITY, |t| tgamma(t)),
+        (-2.0, f32::NAN, |t| tgamma(t)),
     ];
     for (x, want, f) in cases {
         let got = eval(&[buf(&[x])], |t| f(t[0])).to_vec::<f32>().unwrap()[0];
@@ -167,6 +193,12 @@ fn narrow_floats_round_the_f32_result_and_f64_uses_std() {
                 Fn1::Log1p => x.ln_1p(),
                 Fn1::Expm1 => x.exp_m1(),
                 Fn1::Cbrt => x.cbrt(),
+                Fn1::Tan => x.tan(),
+                Fn1::Log10 => x.log10(),
+                Fn1::Exp10 => libm::exp10(*x),
+                Fn1::Erfc => libm::erfc(*x),
+                Fn1::Lgamma => libm::lgamma(*x),
+                Fn1::Tgamma => libm::tgamma(*x),
                 // Newton-refined: within 1e-12 relative of the exact value.
                 Fn1::Erfinv => {
                     let e = eval_f32(f, *x as f32) as f64;
@@ -261,4 +293,293 @@ fn classification_and_copysign() {
     })
     .unwrap_err();
     assert!(e.message.contains("pow"), "{e}");
+}
+
+/// ldexp's exact result for an f32 through f64 (where `x * 2^n` is exact for |n| <= 300),
+/// rounded once; beyond, the clamped exponent gives the same 0 or inf.
+fn ldexp_ref(x: f32, n: i32) -> f32 {
+    (x as f64 * 2f64.powi(n.clamp(-300, 300))) as f32
+}
+
+#[test]
+fn ldexp_is_exact_with_gradual_underflow_and_overflow() {
+    let xs = [
+        1.0f32,
+        -1.5,
+        3.0,
+        0.75,
+        f32::MIN_POSITIVE,
+        f32::from_bits(1),
+        f32::from_bits(3),
+        -f32::from_bits(0x007F_FFFF),
+        f32::MAX,
+        f32::MIN,
+        1.000_000_1,
+        0.0,
+        -0.0,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        f32::NAN,
+    ];
+    let ns = [
+        0i32,
+        1,
+        -1,
+        23,
+        -23,
+        100,
+        -126,
+        -127,
+        -149,
+        -150,
+        -151,
+        127,
+        128,
+        254,
+        -254,
+        277,
+        278,
+        -277,
+        -278,
+        -300,
+        1000,
+        -1000,
+        i32::MAX,
+        i32::MIN,
+    ];
+    let mut r = Rng::new(11);
+    let mut px = Vec::new();
+    let mut pn = Vec::new();
+    for &x in &xs {
+        for &n in &ns {
+            px.push(x);
+            pn.push(n);
+        }
+    }
+    for _ in 0..4000 {
+        px.push(f32::from_bits(r.next_u64() as u32));
+        pn.push((r.next_u64() % 640) as i32 - 320);
+    }
+    let out = eval(&[buf(&px), buf(&pn)], |t| ldexp(t[0], t[1]))
+        .to_vec::<f32>()
+        .unwrap();
+    for ((x, n), g) in px.iter().zip(&pn).zip(&out) {
+        assert!(same(*g, ldexp_ref(*x, *n)), "ldexp({x:e}, {n}) = {g:e}");
+    }
+    // Halfway cases round to even once: 3 * 2^-150 is 1.5 subnormal ulps, 2 of them.
+    let g = eval(&[buf(&[3.0f32, 5.0])], |t| ldexp(t[0], -150))
+        .to_vec::<f32>()
+        .unwrap();
+    assert_eq!(g, vec![f32::from_bits(2), f32::from_bits(2)]);
+    // f64 against libm's scalbn, with exponents of every width; f16 and bf16.
+    let dx: Vec<f64> = px.iter().map(|&x| x as f64 * 1e-300).collect();
+    let dn: Vec<i64> = pn.iter().map(|&n| n as i64 * 7).collect();
+    let out = eval(&[buf(&dx), buf(&dn)], |t| ldexp(t[0], t[1]))
+        .to_vec::<f64>()
+        .unwrap();
+    for ((x, n), g) in dx.iter().zip(&dn).zip(&out) {
+        let want = libm::scalbn(*x, (*n).clamp(-5000, 5000) as i32);
+        assert!(
+            g.to_bits() == want.to_bits() || (g.is_nan() && want.is_nan()),
+            "ldexp({x:e}, {n}) f64 = {g:e}, want {want:e}"
+        );
+    }
+    let big = eval(&[buf(&[1.0f64, 1e-300])], |t| ldexp(t[0], i64::MIN))
+        .to_vec::<f64>()
+        .unwrap();
+    assert_eq!(big, vec![0.0, 0.0]);
+    let un = eval(&[buf(&[1.0f32, -3.0]), buf(&[u64::MAX, 1 << 40])], |t| {
+        ldexp(t[0], t[1])
+    })
+    .to_vec::<f32>()
+    .unwrap();
+    assert_eq!(un, vec![f32::INFINITY, f32::NEG_INFINITY]);
+    let h: Vec<f16> = [1.0f32, 65504.0, 6e-8, -0.1]
+        .iter()
+        .map(|&x| f16::from_f32(x))
+        .collect();
+    for n in [-30i32, -24, -14, 0, 1, 15, 16] {
+        let out = eval(&[buf(&h)], |t| ldexp(t[0], n))
+            .to_vec::<f16>()
+            .unwrap();
+        for (x, g) in h.iter().zip(&out) {
+            let want = f16::from_f64(x.to_f64() * 2f64.powi(n));
+            assert_eq!(g.to_bits(), want.to_bits(), "ldexp({x}, {n}) f16");
+        }
+    }
+    let b = [bf16::from_f32(1.5), bf16::from_f32(-3e38)];
+    let out = eval(&[buf(&b)], |t| ldexp(t[0], -133))
+        .to_vec::<bf16>()
+        .unwrap();
+    let want: Vec<bf16> = b
+        .iter()
+        .map(|x| bf16::from_f64(x.to_f64() * 2f64.powi(-133)))
+        .collect();
+    assert_eq!(out, want);
+    let e = trace("k", |p| {
+        let x = p.scalar("x", DType::F32);
+        let _ = ldexp(x, 1.5);
+    })
+    .unwrap_err();
+    assert!(e.message.contains("ldexp"), "{e}");
+}
+
+#[test]
+fn nextafter_steps_one_representable_value() {
+    let vals = [
+        0.0f32,
+        -0.0,
+        1.0,
+        -1.0,
+        f32::from_bits(1),
+        -f32::from_bits(1),
+        f32::MIN_POSITIVE,
+        f32::MAX,
+        f32::MIN,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        f32::NAN,
+        2.0,
+        0.3,
+    ];
+    let (mut xs, mut ys) = (Vec::new(), Vec::new());
+    for &x in &vals {
+        for &y in &vals {
+            xs.push(x);
+            ys.push(y);
+        }
+    }
+    let mut r = Rng::new(5);
+    for _ in 0..2000 {
+        xs.push(f32::from_bits(r.next_u64() as u32));
+        ys.push(f32::from_bits(r.next_u64() as u32));
+    }
+    let out = eval(&[buf(&xs), buf(&ys)], |t| nextafter(t[0], t[1]))
+        .to_vec::<f32>()
+        .unwrap();
+    for ((x, y), g) in xs.iter().zip(&ys).zip(&out) {
+        let want = libm::nextafterf(*x, *y);
+        assert!(
+            same(*g, want),
+            "nextafter({x:e}, {y:e}) = {g:e}, want {want:e}"
+        );
+    }
+    let dx: Vec<f64> = xs.iter().map(|&x| x as f64).collect();
+    let dy: Vec<f64> = ys.iter().map(|&y| y as f64).collect();
+    let out = eval(&[buf(&dx), buf(&dy)], |t| nextafter(t[0], t[1]))
+        .to_vec::<f64>()
+        .unwrap();
+    for ((x, y), g) in dx.iter().zip(&dy).zip(&out) {
+        let want = libm::nextafter(*x, *y);
+        assert!(
+            g.to_bits() == want.to_bits() || (g.is_nan() && want.is_nan()),
+            "nextafter({x:e}, {y:e}) f64 = {g:e}"
+        );
+    }
+    // f16 steps f16's own ulps (not f32's).
+    let h = [
+        f16::from_f32(1.0),
+        f16::from_f32(0.0),
+        f16::MAX,
+        f16::from_f32(-2.0),
+    ];
+    let out = eval(&[buf(&h)], |t| nextafter(t[0], f32::INFINITY))
+        .to_vec::<f16>()
+        .unwrap();
+    let want: Vec<u16> = vec![0x3C01, 0x0001, 0x7C00, 0xBFFF];
+    assert_eq!(out.iter().map(|x| x.to_bits()).collect::<Vec<_>>(), want);
+    let b = [bf16::from_f32(1.0), bf16::from_f32(-0.0)];
+    let out = eval(&[buf(&b)], |t| nextafter(t[0], -1.0))
+        .to_vec::<bf16>()
+        .unwrap();
+    assert_eq!(
+        out.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
+        vec![0x3F7F, 0x8001]
+    );
+}
+
+#[test]
+fn ilogb_is_the_exponent_and_cudas_special_values() {
+    let mut xs = vec![
+        0.0f32,
+        -0.0,
+        1.0,
+        -1.0,
+        0.75,
+        3.0,
+        1024.0,
+        f32::MIN_POSITIVE,
+        f32::from_bits(1),
+        f32::from_bits(0x007F_FFFF),
+        f32::MAX,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        f32::NAN,
+    ];
+    let mut r = Rng::new(3);
+    xs.extend((0..2000).map(|_| f32::from_bits(r.next_u64() as u32)));
+    let out = eval(&[buf(&xs)], |t| ilogb(t[0])).to_vec::<i32>().unwrap();
+    for (x, g) in xs.iter().zip(&out) {
+        assert_eq!(*g, libm::ilogbf(*x), "ilogb({x:e})");
+    }
+    assert_eq!(&out[..4], &[i32::MIN, i32::MIN, 0, 0]);
+    assert_eq!(&out[11..14], &[i32::MAX, i32::MAX, i32::MIN]);
+    assert_eq!((out[8], out[9]), (-149, -127));
+    let d: Vec<f64> = xs.iter().map(|&x| x as f64 * 1e-300).collect();
+    let out = eval(&[buf(&d)], |t| ilogb(t[0])).to_vec::<i32>().unwrap();
+    for (x, g) in d.iter().zip(&out) {
+        assert_eq!(*g, libm::ilogb(*x), "ilogb({x:e}) f64");
+    }
+    let h = [
+        f16::from_bits(1),
+        f16::from_bits(0x03FF),
+        f16::from_f32(1.0),
+        f16::MAX,
+        f16::INFINITY,
+    ];
+    let out = eval(&[buf(&h)], |t| ilogb(t[0])).to_vec::<i32>().unwrap();
+    assert_eq!(out, vec![-24, -15, 0, 15, i32::MAX]);
+    let b = [bf16::from_bits(1), bf16::from_f32(-3.0e38), bf16::NAN];
+    let out = eval(&[buf(&b)], |t| ilogb(t[0])).to_vec::<i32>().unwrap();
+    assert_eq!(out, vec![-133, 127, i32::MIN]);
+}
+
+#[test]
+fn frexp_splits_mantissa_and_exponent() {
+    let mut xs = vec![
+        0.0f32,
+        -0.0,
+        1.0,
+        -0.75,
+        3.0,
+        f32::MIN_POSITIVE,
+        f32::from_bits(1),
+        f32::MAX,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        f32::NAN,
+    ];
+    let mut r = Rng::new(9);
+    xs.extend((0..2000).map(|_| f32::from_bits(r.next_u64() as u32)));
+    let m = eval(&[buf(&xs)], |t| frexp(t[0]).0)
+        .to_vec::<f32>()
+        .unwrap();
+    let e = eval(&[buf(&xs)], |t| frexp(t[0]).1)
+        .to_vec::<i32>()
+        .unwrap();
+    for (i, x) in xs.iter().enumerate() {
+        let (wm, we) = libm::frexpf(*x);
+        // C leaves the exponent of inf and NaN unspecified; here it is 0, as libm's.
+        assert!(
+            same(m[i], wm) && e[i] == we,
+            "frexp({x:e}) = ({:e}, {}), want ({wm:e}, {we})",
+            m[i],
+            e[i]
+        );
+    }
+    let h = [f16::from_bits(1), f16::from_f32(-48.0)];
+    let m = eval(&[buf(&h)], |t| frexp(t[0]).0).to_vec::<f16>().unwrap();
+    let e = eval(&[buf(&h)], |t| frexp(t[0]).1).to_vec::<i32>().unwrap();
+    assert_eq!(m, vec![f16::from_f32(0.5), f16::from_f32(-0.75)]);
+    assert_eq!(e, vec![-23, 6]);
 }

@@ -156,6 +156,18 @@ pub enum UnaryOp {
     Erfinv,
     /// The real cube root.
     Cbrt,
+    /// The tangent, with an exact argument reduction for every magnitude.
+    Tan,
+    /// The base-10 logarithm.
+    Log10,
+    /// `10^x`.
+    Exp10,
+    /// `1 - erf x`, accurate in the tail (a small relative error where it is near 0).
+    Erfc,
+    /// `log |gamma x|`.
+    Lgamma,
+    /// The gamma function.
+    Tgamma,
 }
 
 impl UnaryOp {
@@ -192,6 +204,12 @@ impl UnaryOp {
             Expm1 => "expm1",
             Erfinv => "erfinv",
             Cbrt => "cbrt",
+            Tan => "tan",
+            Log10 => "log10",
+            Exp10 => "exp10",
+            Erfc => "erfc",
+            Lgamma => "lgamma",
+            Tgamma => "tgamma",
         }
     }
 
@@ -212,6 +230,12 @@ impl UnaryOp {
             Expm1 => Fn1::Expm1,
             Erfinv => Fn1::Erfinv,
             Cbrt => Fn1::Cbrt,
+            Tan => Fn1::Tan,
+            Log10 => Fn1::Log10,
+            Exp10 => Fn1::Exp10,
+            Erfc => Fn1::Erfc,
+            Lgamma => Fn1::Lgamma,
+            Tgamma => Fn1::Tgamma,
             _ => return None,
         })
     }

@@ -63,6 +63,24 @@ fn edges() -> Vec<f32> {
         -88.0,
         10.0,
         100.0,
+        // tan: near pi/2, close to a multiple of pi/2 (16367173 * 2^72), huge values.
+        1.570_796_4,
+        16_367_173.0 * 2f32.powi(72),
+        1e38,
+        // exp10 and erfc at the edges of f32's range, lgamma near its negative zeros,
+        // tgamma near its overflow.
+        38.53,
+        38.54,
+        -44.85,
+        -45.6,
+        9.2,
+        10.05,
+        10.06,
+        2.457_024_8,
+        3.143_5,
+        35.04,
+        35.05,
+        42.5,
     ];
     v.extend(v.clone().iter().map(|x| -x));
     v
@@ -147,6 +165,12 @@ fn reference(f: Fn1, x: f64) -> f64 {
         Fn1::Log1p => x.ln_1p(),
         Fn1::Expm1 => x.exp_m1(),
         Fn1::Cbrt => x.cbrt(),
+        Fn1::Tan => x.tan(),
+        Fn1::Log10 => x.log10(),
+        Fn1::Exp10 => libm::exp10(x),
+        Fn1::Erfc => libm::erfc(x),
+        Fn1::Lgamma => libm::lgamma(x),
+        Fn1::Tgamma => libm::tgamma(x),
         Fn1::Erfinv => unreachable!(),
     }
 }
@@ -185,6 +209,12 @@ fn unary_functions_within_their_ulp_bounds() {
         (Fn1::Expm1, 0.5001),
         (Fn1::Cbrt, 0.5001),
         (Fn1::Erfinv, 2.5),
+        (Fn1::Tan, 0.5001),
+        (Fn1::Log10, 0.5001),
+        (Fn1::Exp10, 0.5001),
+        (Fn1::Erfc, 0.5001),
+        (Fn1::Lgamma, 0.5001),
+        (Fn1::Tgamma, 0.5001),
     ];
     let mut report = Vec::new();
     for (f, bound) in bounds {

@@ -64,7 +64,10 @@ fn math_kernel(dt: DType) -> Kernel {
         let (a, b) = (load_unmasked(x + o), load_unmasked(y + o));
         let mut acc = asin(a) + acos(a) + atan(a) + sinh(a) + cosh(a) + asinh(a);
         acc += acosh(a) + atanh(a) + log1p(a) + expm1(a) + erfinv(a) + cbrt(a);
+        acc += tan(a) + log10(a) + exp10(a) + erfc(a) + lgamma(a) + tgamma(a);
         acc += atan2(a, b) + pow(a, b) + hypot(a, b) + fmod(a, b) + copysign(a, b);
+        let (m, e) = frexp(b);
+        acc += ldexp(a, ilogb(b)) + nextafter(a, b) + ldexp(m, e);
         acc += round(a) + rint(b) + trunc(a) + nearbyint(b);
         let flags = isnan(a) | isinf(b) | signbit(a) | isfinite(b);
         store_unmasked(out + o, select(flags, acc, 0.0));
@@ -82,12 +85,14 @@ fn math_kernels_assemble() {
             "the math library uses no approximations"
         );
     }
-    // f64: the exact ops lower; the transcendental ones are refused with a clear error.
+    // f64: the exact ops (`ldexp`, `nextafter` and `ilogb` among them) lower; the
+    // transcendental ones are refused with a clear error.
     let k = trace("round_f64", |p| {
         let (x, out) = (p.ptr("x", DType::F64), p.ptr("out", DType::F64));
         let o = arange(0, 128);
         let a = load_unmasked(x + o);
         let v = round(a) + rint(a) + trunc(a) + copysign(a, -1.0);
+        let v = v + ldexp(a, ilogb(a)) + nextafter(a, 0.0) + frexp(a).0;
         store_unmasked(out + o, select(isnan(a) | signbit(a), 0.0, v));
     })
     .unwrap();

@@ -1,4 +1,5 @@
-//! The math library (`asin` .. `cbrt`, `atan2`, `pow`, `hypot`) compiled to PTX and run on the
+//! The math library (`asin` .. `cbrt`, `tan` .. `tgamma`, `atan2`, `pow`, `hypot`) and the
+//! exact compositions (`ldexp`, `nextafter`, `ilogb`, `frexp`) compiled to PTX and run on the
 //! PTX simulator against the interpreter, bit for bit: both evaluate the same IEEE f64
 //! operations (`tegula_ir::mathlib`), so every result, special values included, must agree
 //! (a NaN's sign and payload aside).
@@ -128,7 +129,7 @@ fn check(r: &mut Rng, what: &str, binary: bool, f: Body) {
 #[test]
 fn unary_functions_agree_with_the_interpreter_bit_for_bit() {
     let mut r = Rng::new("libm_unary");
-    let fs: [(&str, Body); 12] = [
+    let fs: [(&str, Body); 18] = [
         ("asin", |a, _| asin(a)),
         ("acos", |a, _| acos(a)),
         ("atan", |a, _| atan(a)),
@@ -141,6 +142,12 @@ fn unary_functions_agree_with_the_interpreter_bit_for_bit() {
         ("expm1", |a, _| expm1(a)),
         ("erfinv", |a, _| erfinv(a)),
         ("cbrt", |a, _| cbrt(a)),
+        ("tan", |a, _| tan(a)),
+        ("log10", |a, _| log10(a)),
+        ("exp10", |a, _| exp10(a)),
+        ("erfc", |a, _| erfc(a)),
+        ("lgamma", |a, _| lgamma(a)),
+        ("tgamma", |a, _| tgamma(a)),
     ];
     for (name, f) in fs {
         check(&mut r, name, false, f);
@@ -150,12 +157,98 @@ fn unary_functions_agree_with_the_interpreter_bit_for_bit() {
 #[test]
 fn binary_functions_agree_with_the_interpreter_bit_for_bit() {
     let mut r = Rng::new("libm_binary");
-    let fs: [(&str, Body); 3] = [
+    let fs: [(&str, Body); 6] = [
         ("atan2", |a, b| atan2(a, b)),
         ("pow", |a, b| pow(a, b)),
         ("hypot", |a, b| hypot(a, b)),
+        // Exponents from the second input, -298 to 254 (subnormal, vanishing and overflowing
+        // results) and the wrapped sums of i32::MIN and i32::MAX.
+        ("ldexp", |a, b| ldexp(a, ilogb(b) * 2)),
+        ("nextafter", |a, b| nextafter(a, b)),
+        ("ilogb", |a, _| ilogb(a).cast(DType::F32)),
     ];
     for (name, f) in fs {
         check(&mut r, name, true, f);
+    }
+}
+
+/// `ldexp`, `nextafter`, `ilogb` and `frexp` in f32 and f64 themselves, with every exponent: integer
+/// ops and exact multiplications on both sides. (Their f16 and bf16 forms use 16-bit integer
+/// ops the simulator does not model; `language_ops.rs` assembles them and the GPU check in
+/// `tegula`'s examples runs them.)
+#[test]
+fn exact_compositions_agree_in_f32_and_f64() {
+    let mut r = Rng::new("libm_exact");
+    let block = 256;
+    for dt in [DType::F32, DType::F64] {
+        let k = trace("exact", |p| {
+            let (x, y) = (p.ptr("x", dt), p.ptr("y", dt));
+            let e = p.ptr("e", DType::I32);
+            let (o1, o2) = (p.ptr("ldexp", dt), p.ptr("nextafter", dt));
+            let o3 = p.ptr("ilogb", DType::I32);
+            let (o4, o5) = (p.ptr("frexp_m", dt), p.ptr("frexp_e", DType::I32));
+            let o = arange(0, block as i64);
+            let (a, b) = (load_unmasked(x + o), load_unmasked(y + o));
+            store_unmasked(o1 + o, ldexp(a, load_unmasked(e + o)));
+            store_unmasked(o2 + o, nextafter(a, b));
+            store_unmasked(o3 + o, ilogb(a));
+            let (m, e) = frexp(a);
+            store_unmasked(o4 + o, m);
+            store_unmasked(o5 + o, e);
+        })
+        .unwrap();
+        let sign = 1u64 << (dt.bits() - 1);
+        let inf = match dt {
+            DType::F32 => 0x7F80_0000,
+            _ => 0x7FF0_0000_0000_0000,
+        };
+        let random_bits = |r: &mut Rng| -> Vec<u64> {
+            (0..block)
+                .map(|i| match i {
+                    // Zeros, infinities and the smallest subnormals; then any bit pattern.
+                    0..6 => [0, sign, inf, sign | inf, 1, sign | 1][i],
+                    _ => r.next() & (sign | (sign - 1)),
+                })
+                .collect()
+        };
+        let x = random_bits(&mut r);
+        let mut y = random_bits(&mut r);
+        y[1] = x[1];
+        let e: Vec<u64> = (0..block)
+            .map(|i| {
+                let n = match i % 3 {
+                    0 => r.below(80) as i64 - 40,
+                    1 => r.below(5000) as i64 - 2500,
+                    _ => r.next() as i32 as i64,
+                };
+                n as u32 as u64
+            })
+            .collect();
+        let args = vec![
+            A::Buf(dt, x),
+            A::Buf(dt, y),
+            A::Buf(DType::I32, e),
+            A::Buf(dt, vec![0; block]),
+            A::Buf(dt, vec![0; block]),
+            A::Buf(DType::I32, vec![0; block]),
+            A::Buf(dt, vec![0; block]),
+            A::Buf(DType::I32, vec![0; block]),
+        ];
+        agree_up_to(
+            &format!("ldexp, nextafter, ilogb, frexp on {dt}"),
+            &k,
+            [1, 1, 1],
+            &args,
+            90,
+            4,
+            |dt, a, b| {
+                let nan = |x: u64| match dt {
+                    DType::F32 => f32::from_bits(x as u32).is_nan(),
+                    DType::F64 => f64::from_bits(x).is_nan(),
+                    _ => false,
+                };
+                a == b || (nan(a) && nan(b))
+            },
+        );
     }
 }

@@ -1,5 +1,6 @@
 //! GPU check of the language ops against the interpreter, bit for bit: every math-library
-//! function over a stride through all f32 bit patterns (and f16/bf16 samples), Philox
+//! function and the exact compositions (`nextafter`, `ilogb`, `ldexp`, `frexp`) over a stride through
+//! all f32 bit patterns (and f16 samples), Philox
 //! random numbers, the rounding family, pointer round trips and a barrier.
 //!
 //!     cargo run --release -p tegula --example language_gpu_check
@@ -31,6 +32,20 @@ fn unary_op<T: Element>(x: Ptr<T>, y: Ptr<T>, n: i32, #[constexpr] which: u32) {
         14 => trunc(a),
         15 => copysign(2.0, a),
         16 => select(isnan(a) | isinf(a) | signbit(a), 1.0, 0.0),
+        17 => tan(a),
+        18 => log10(a),
+        19 => exp10(a),
+        20 => erfc(a),
+        21 => lgamma(a),
+        22 => tgamma(a),
+        23 => nextafter(a, f32::INFINITY),
+        24 => ilogb(a).to::<T>(),
+        // Exponents from -150 to 149: subnormal and overflowing results.
+        25 => ldexp(a, offs % 300 - 150),
+        26 => {
+            let (m, e) = frexp(a);
+            m + e.to::<T>()
+        }
         _ => a,
     };
     store(y + offs, r, mask);
@@ -46,6 +61,8 @@ fn binary_op(x: Ptr<f32>, z: Ptr<f32>, y: Ptr<f32>, n: i32, #[constexpr] which: 
         0 => atan2(a, b),
         1 => pow(a, b),
         2 => hypot(a, b),
+        3 => nextafter(a, b),
+        4 => ldexp(a, ilogb(b) * 2),
         _ => fmod(a, b),
     };
     store(y + offs, r, mask);
@@ -103,8 +120,33 @@ fn main() -> tegula::Result<()> {
     let n = xs.len();
     let grid = (n as u32).div_ceil(256);
     let names = [
-        "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh", "log1p", "expm1",
-        "erfinv", "cbrt", "round", "rint", "trunc", "copysign", "classify",
+        "asin",
+        "acos",
+        "atan",
+        "sinh",
+        "cosh",
+        "asinh",
+        "acosh",
+        "atanh",
+        "log1p",
+        "expm1",
+        "erfinv",
+        "cbrt",
+        "round",
+        "rint",
+        "trunc",
+        "copysign",
+        "classify",
+        "tan",
+        "log10",
+        "exp10",
+        "erfc",
+        "lgamma",
+        "tgamma",
+        "nextafter",
+        "ilogb",
+        "ldexp",
+        "frexp",
     ];
     for (which, name) in names.iter().enumerate() {
         let mut out = Vec::new();
@@ -140,7 +182,8 @@ fn main() -> tegula::Result<()> {
         failed += bad;
     }
     let zs: Vec<f32> = xs.iter().rev().copied().collect();
-    for (which, name) in ["atan2", "pow", "hypot", "fmod"].iter().enumerate() {
+    let binary_names = ["atan2", "pow", "hypot", "nextafter", "ldexp", "fmod"];
+    for (which, name) in binary_names.iter().enumerate() {
         let mut out = Vec::new();
         for dev in [&gpu, &cpu] {
             let x = dev.from_slice(&xs, [n])?;

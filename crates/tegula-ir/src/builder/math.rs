@@ -1,19 +1,23 @@
 //! The libdevice functions Triton users call (`tl.extra.cuda.libdevice` / `tl.math`): inverse
 //! trigonometric and hyperbolic functions, `pow`, `log1p`, `expm1`, `erfinv`, `cbrt`,
-//! `hypot`, the rounding family, classification and `copysign`.
+//! `hypot`, `tan`, `log10`, `exp10`, `erfc`, `lgamma`, `tgamma`, the rounding family,
+//! classification, `copysign`, `ldexp`, `frexp`, `nextafter` and `ilogb`.
 //!
 //! Float operands only (f16, bf16, f32, f64); integers are a trace error (convert first with
 //! `.to::<f32>()`). Rust literals take the other operand's dtype. f32 results are correctly
 //! rounded or within the bound docs/semantics.md gives per function; f16/bf16 compute in f32
-//! and round once more; f64 runs on the interpreter only (std's functions), except the
-//! rounding family, classification and `copysign`, which are exact everywhere. The interpreter
-//! and the GPU compute the same bits (`tegula_ir::mathlib`).
+//! and round once more; f64 runs on the interpreter only (std's functions, the `libm` crate's
+//! where std has none). The interpreter and the GPU compute the same bits
+//! (`tegula_ir::mathlib`). The rounding family, classification, `copysign`, `ldexp`, `frexp`,
+//! `nextafter` and `ilogb` are instead compositions of integer ops and exact float ops, exact
+//! in every float dtype, f64 included, on both backends.
 
+use super::ops::select_at;
 use super::tile::{binary, to_tile, unify};
 use super::{report, IntoOperand, Operand, Tile};
 use crate::dtype::DType;
 use crate::kernel::Loc;
-use crate::op::{BinaryOp, CmpOp, UnaryOp};
+use crate::op::{BinaryOp, CmpOp, Rounding, UnaryOp};
 
 fn float_unary(x: impl IntoOperand, op: UnaryOp, loc: Loc) -> Tile {
     let t = match x.into_operand() {
@@ -59,6 +63,21 @@ float_unary_fns! {
     erfinv => Erfinv;
     /// The real cube root (`libdevice.cbrt`); negative for negative `x`.
     cbrt => Cbrt;
+    /// The tangent (`libdevice.tan`), for arguments of any magnitude (the reduction by pi/2
+    /// is exact).
+    tan => Tan;
+    /// The base-10 logarithm (`libdevice.log10`): -inf at +-0, NaN below 0.
+    log10 => Log10;
+    /// `10^x` (`libdevice.exp10`); overflows to +inf past about 38.5 in f32.
+    exp10 => Exp10;
+    /// The complementary error function `1 - erf x` (`libdevice.erfc`), with a small relative
+    /// error for large `x` too, where `1 - erf(x)` would cancel to 0.
+    erfc => Erfc;
+    /// `log |gamma x|` (`libdevice.lgamma`): +inf at 0, the negative integers and +-inf.
+    lgamma => Lgamma;
+    /// The gamma function (`libdevice.tgamma`): +-inf at +-0, NaN at the negative integers
+    /// and -inf; overflows to +inf past about 35.04 in f32.
+    tgamma => Tgamma;
     /// The nearest integer, halfway cases away from zero (`libdevice.round`); exact.
     round => Round;
     /// The nearest integer, halfway cases to even (`libdevice.rint`); exact.
@@ -223,4 +242,242 @@ pub fn copysign(x: impl IntoOperand, y: impl IntoOperand) -> Tile {
         loc,
     );
     binary(BinaryOp::Or, t(ma), t(sb), loc).bitcast_at(d, loc)
+}
+
+/// A float operand, bare integer literals read as floats (`ldexp(1, n)` is f32).
+fn float_operand(x: impl IntoOperand, what: &str, loc: Loc) -> Tile {
+    let x = match x.into_operand() {
+        Operand::Int(v) => Operand::Float(v as f64),
+        o => o,
+    };
+    float_tile(x, what, loc)
+}
+
+/// The signed integer dtype of `d`'s width.
+fn signed_bits_dtype(d: DType) -> DType {
+    match d.bits() {
+        16 => DType::I16,
+        64 => DType::I64,
+        _ => DType::I32,
+    }
+}
+
+/// `x * 2^n` (`libdevice.ldexp`), exact but for one rounding where the result is subnormal
+/// (gradual underflow), +-inf on overflow, +-0 below the subnormals; `n` an integer tile or
+/// literal of any integer dtype. f16 and bf16 go through f32 (exact there, then one rounding).
+#[track_caller]
+pub fn ldexp(x: impl IntoOperand, n: impl IntoOperand) -> Tile {
+    let loc = Loc::caller();
+    let x = float_operand(x, "ldexp", loc);
+    let n = to_tile(n.into_operand(), loc);
+    ldexp_at(x, n, loc)
+}
+
+fn ldexp_at(x: Tile, n: Tile, loc: Loc) -> Tile {
+    if n.is_ptr() || !n.dtype().is_int() {
+        report(
+            loc,
+            format!("ldexp needs an integer exponent, got {}", n.ty()),
+        );
+        return x;
+    }
+    let d = x.dtype();
+    let work = if d == DType::F64 {
+        DType::F64
+    } else {
+        DType::F32
+    };
+    let y = scalbn(x.cast_at(work, Rounding::NearestEven, loc), n, loc);
+    y.cast_at(d, Rounding::NearestEven, loc)
+}
+
+/// `x * 2^n` for an f32 or f64 `x`: by at most two exact steps of 2^emax up or of
+/// 2^(emin + p) down, then one multiplication by a normal power of two, the only one that can
+/// round. (A down step rounds only when the result is below half the smallest subnormal, 0
+/// either way.)
+fn scalbn(x: Tile, n: Tile, loc: Loc) -> Tile {
+    let t = Operand::Tile;
+    let wide = x.dtype() == DType::F64;
+    let (emax, emin, p, mb, id) = if wide {
+        (1023i64, -1022i64, 53i64, 52i64, DType::I64)
+    } else {
+        (127, -126, 24, 23, DType::I32)
+    };
+    // Past +-lim every finite x overflows or vanishes: clamp first, in i64 (a u64 exponent
+    // above i64::MAX is clamped before it would wrap negative).
+    let lim = emax - emin + p + 1;
+    let mut n = n;
+    if n.dtype() == DType::U64 {
+        n = binary(BinaryOp::Min, t(n), Operand::Int(lim), loc);
+    }
+    let n = n.cast_at(DType::I64, Rounding::NearestEven, loc);
+    let n = binary(BinaryOp::Max, t(n), Operand::Int(-lim), loc);
+    let n = binary(BinaryOp::Min, t(n), Operand::Int(lim), loc);
+    let mut n = n.cast_at(id, Rounding::NearestEven, loc);
+    let pow2 = |e: Tile| {
+        let b = binary(BinaryOp::Add, t(e), Operand::Int(emax), loc);
+        binary(BinaryOp::Shl, t(b), Operand::Int(mb), loc).bitcast_at(x.dtype(), loc)
+    };
+    let mut y = x;
+    for _ in 0..2 {
+        let up = n.compare(CmpOp::Gt, Operand::Int(emax), loc);
+        let scaled = binary(
+            BinaryOp::Mul,
+            t(y),
+            Operand::Float(2f64.powi(emax as i32)),
+            loc,
+        );
+        y = select_at(up, t(scaled), t(y), loc);
+        let less = binary(BinaryOp::Sub, t(n), Operand::Int(emax), loc);
+        n = select_at(up, t(less), t(n), loc);
+    }
+    n = binary(BinaryOp::Min, t(n), Operand::Int(emax), loc);
+    let step = emin + p;
+    for _ in 0..2 {
+        let down = n.compare(CmpOp::Lt, Operand::Int(emin), loc);
+        let scaled = binary(
+            BinaryOp::Mul,
+            t(y),
+            Operand::Float(2f64.powi(step as i32)),
+            loc,
+        );
+        y = select_at(down, t(scaled), t(y), loc);
+        let more = binary(BinaryOp::Sub, t(n), Operand::Int(step), loc);
+        n = select_at(down, t(more), t(n), loc);
+    }
+    n = binary(BinaryOp::Max, t(n), Operand::Int(emin), loc);
+    binary(BinaryOp::Mul, t(y), t(pow2(n)), loc)
+}
+
+/// The next representable value after `x` in the direction of `y` (`libdevice.nextafter`), in
+/// the operands' (promoted) float dtype, f16 and bf16 included: `y` when `x == y` (so
+/// `nextafter(0.0, -0.0)` is -0.0), NaN when either is NaN, the smallest subnormal of `y`'s
+/// sign from a zero, +-inf past the largest finite value. Exact.
+#[track_caller]
+pub fn nextafter(x: impl IntoOperand, y: impl IntoOperand) -> Tile {
+    let loc = Loc::caller();
+    let lit = |o: Operand| match o {
+        Operand::Int(v) => Operand::Float(v as f64),
+        o => o,
+    };
+    let (a, b) = unify(
+        lit(x.into_operand()),
+        lit(y.into_operand()),
+        "nextafter",
+        loc,
+    );
+    if a.is_ptr() || !a.dtype().is_float() {
+        report(
+            loc,
+            format!("nextafter needs float operands, got {}", a.ty()),
+        );
+        return a;
+    }
+    let t = Operand::Tile;
+    let d = a.dtype();
+    let si = signed_bits_dtype(d);
+    // The bits as a sign-magnitude integer: +1 steps away from zero, -1 toward it.
+    let ia = a.bitcast_at(si, loc);
+    let rising = b.compare(CmpOp::Gt, t(a), loc);
+    let negative = a.compare(CmpOp::Lt, Operand::Float(0.0), loc);
+    let away = binary(BinaryOp::Xor, t(rising), t(negative), loc);
+    let inc = binary(BinaryOp::Add, t(ia), Operand::Int(1), loc);
+    let dec = binary(BinaryOp::Sub, t(ia), Operand::Int(1), loc);
+    let stepped = select_at(away, t(inc), t(dec), loc);
+    let min_neg = match d.bits() {
+        16 => -0x7FFF,
+        64 => i64::MIN + 1,
+        _ => i32::MIN as i64 + 1,
+    };
+    let down = b.compare(CmpOp::Lt, Operand::Float(0.0), loc);
+    let tiny = select_at(down, Operand::Int(min_neg), Operand::Int(1), loc).cast_at(
+        si,
+        Rounding::NearestEven,
+        loc,
+    );
+    let zero = a.compare(CmpOp::Eq, Operand::Float(0.0), loc);
+    let r = select_at(zero, t(tiny), t(stepped), loc).bitcast_at(d, loc);
+    let same = a.compare(CmpOp::Eq, t(b), loc);
+    let r = select_at(same, t(b), t(r), loc);
+    let an = a.compare(CmpOp::Ne, t(a), loc);
+    let bn = b.compare(CmpOp::Ne, t(b), loc);
+    let nan = binary(BinaryOp::Or, t(an), t(bn), loc);
+    let sum = binary(BinaryOp::Add, t(a), t(b), loc);
+    select_at(nan, t(sum), t(r), loc)
+}
+
+/// The unbiased exponent of `x` as an i32 tile, `floor(log2 |x|)` (`libdevice.ilogb`),
+/// subnormals included; as CUDA documents it, `i32::MIN` at +-0 and NaN (C's `FP_ILOGB0` and
+/// `FP_ILOGBNAN`) and `i32::MAX` at +-inf. Exact in every float dtype.
+#[track_caller]
+pub fn ilogb(x: impl IntoOperand) -> Tile {
+    let loc = Loc::caller();
+    ilogb_at(float_operand(x, "ilogb", loc), loc)
+}
+
+fn ilogb_at(x: Tile, loc: Loc) -> Tile {
+    let t = Operand::Tile;
+    let d = x.dtype();
+    if !d.is_float() {
+        return x;
+    }
+    // (mantissa bits, exponent bias, smallest normal exponent) of the dtype.
+    let (mb, bias, emin) = match d {
+        DType::F16 => (10i64, 15i64, -14i32),
+        DType::BF16 => (7, 127, -126),
+        DType::F64 => (52, 1023, -1022),
+        _ => (23, 127, -126),
+    };
+    // A subnormal times 2^(mb + 1) is normal, exactly.
+    let a = x.unary_at(UnaryOp::Abs, loc);
+    let sub = a.compare(CmpOp::Lt, Operand::Float(2f64.powi(emin)), loc);
+    let up = binary(
+        BinaryOp::Mul,
+        t(x),
+        Operand::Float(2f64.powi(mb as i32 + 1)),
+        loc,
+    );
+    let s = select_at(sub, t(up), t(x), loc);
+    let si = signed_bits_dtype(d);
+    let bits = s.bitcast_at(si, loc);
+    let sh = binary(BinaryOp::Shr, t(bits), Operand::Int(mb), loc);
+    let field = binary(
+        BinaryOp::And,
+        t(sh),
+        Operand::Int((1 << (d.bits() as i64 - 1 - mb)) - 1),
+        loc,
+    );
+    let e = binary(BinaryOp::Sub, t(field), Operand::Int(bias), loc).cast_at(
+        DType::I32,
+        Rounding::NearestEven,
+        loc,
+    );
+    let shift = select_at(sub, Operand::Int(mb + 1), Operand::Int(0), loc);
+    let e = binary(BinaryOp::Sub, t(e), t(shift), loc);
+    let inf = a.compare(CmpOp::Eq, Operand::Float(f64::INFINITY), loc);
+    let e = select_at(inf, Operand::Int(i32::MAX as i64), t(e), loc);
+    // NaN is unordered, so `!(|x| > 0)` holds at zeros and NaN alike.
+    let pos = a.compare(CmpOp::Gt, Operand::Float(0.0), loc);
+    select_at(pos, t(e), Operand::Int(i32::MIN as i64), loc)
+}
+
+/// `x` split as `m * 2^e` with `|m|` in `[1/2, 1)` and `e` an i32 tile (C's `frexp`, the
+/// exponent returned rather than stored): `(m, e)`. `(x, 0)` at +-0, +-inf and NaN. Exact in
+/// every float dtype.
+#[track_caller]
+pub fn frexp(x: impl IntoOperand) -> (Tile, Tile) {
+    let loc = Loc::caller();
+    let x = float_operand(x, "frexp", loc);
+    if !x.dtype().is_float() {
+        return (x, x);
+    }
+    let t = Operand::Tile;
+    let e = binary(BinaryOp::Add, t(ilogb_at(x, loc)), Operand::Int(1), loc);
+    let a = x.unary_at(UnaryOp::Abs, loc);
+    let gt0 = a.compare(CmpOp::Gt, Operand::Float(0.0), loc);
+    let fin = a.compare(CmpOp::Lt, Operand::Float(f64::INFINITY), loc);
+    let regular = binary(BinaryOp::And, t(gt0), t(fin), loc);
+    let e = select_at(regular, t(e), Operand::Int(0), loc);
+    let ne = binary(BinaryOp::Sub, Operand::Int(0), t(e), loc);
+    (ldexp_at(x, ne, loc), e)
 }
