@@ -198,6 +198,7 @@ pub fn run(args: BenchArgs) -> Result<bool> {
             max_reps: 20,
             max_total_ms: 2000.0,
             batch: false,
+            stop_above: None,
         }
     } else {
         MeasureOptions::default()

@@ -97,9 +97,12 @@ pub(crate) fn run<'a, R>(
         let how = match tuned.source {
             Source::Tuned { ms, timed } => {
                 format!(
-                    "tuned now ({timed} of {} timed, {} pruned by their plans, best {ms:.4} ms)",
+                    "tuned now ({timed} of {} timed, {} pruned by their plans, best {ms:.4} ms; \
+                     {:.2} s compiling, {:.2} s timing)",
                     tuning.configs.len(),
-                    tuned.pruned
+                    tuned.pruned,
+                    tuned.compile_s,
+                    tuned.timing_s
                 )
             }
             Source::Cached { ms } => format!("from the autotune cache ({ms:.4} ms when tuned)"),

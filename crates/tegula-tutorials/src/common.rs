@@ -264,8 +264,11 @@ pub fn autotune<'a>(
     if target.tunable {
         let how = match tuned.source {
             Source::Tuned { ms, timed } => format!(
-                "tuned now ({timed} of {} timed, best {ms:.4} ms)",
-                tuning.configs.len()
+                "tuned now ({timed} of {} timed, best {ms:.4} ms; {:.2} s compiling, {:.2} s \
+                 timing)",
+                tuning.configs.len(),
+                tuned.compile_s,
+                tuned.timing_s
             ),
             Source::Cached { ms } => format!("from the autotune cache ({ms:.4} ms when tuned)"),
             Source::Default => {

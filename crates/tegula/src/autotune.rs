@@ -14,6 +14,10 @@
 //! - `cached`: the cached winner if there is one, else the default, no timing;
 //! - `full` (default): time every candidate on a miss and store the winner.
 //!
+//! A request with a performance model ([`Tuning::rank_with`], Triton's `perf_model` and
+//! `top_k`) times only the candidates its model ranks first, and its model's first is the
+//! default on a GPU; `TEGULA_TUNE_TOP_K` (a number, or `all`) overrides how many are timed.
+//!
 //! On the interpreter there is nothing to tune: the default config, no timing.
 //!
 //! Timing is one candidate at a time (two kernels timed at once would disturb each other),
@@ -136,6 +140,30 @@ impl Mode {
     }
 }
 
+/// How many of a ranked request's candidates a miss times (`TEGULA_TUNE_TOP_K`; see
+/// [`Tuning::rank_with`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TopK {
+    /// Every candidate that pruning keeps.
+    All,
+    /// The first `n` by the request's model (`n` at least 1).
+    First(usize),
+}
+
+impl TopK {
+    /// Parses `all` (any case) or a positive number.
+    pub fn parse(text: &str) -> Option<TopK> {
+        let text = text.trim();
+        if text.eq_ignore_ascii_case("all") {
+            return Some(TopK::All);
+        }
+        match text.parse::<usize>() {
+            Ok(n) if n > 0 => Some(TopK::First(n)),
+            _ => None,
+        }
+    }
+}
+
 /// Where configs are tuned: the part of the cache key that says which machine.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Target {
@@ -191,6 +219,12 @@ type Prune<'a> = Box<dyn Fn(&Config) -> bool + 'a>;
 /// Compiles one candidate's kernels ahead of its timing (see [`Tuning::prepare_with`]).
 type Prepare<'a> = Box<dyn Fn(&Config) -> Result<()> + Sync + 'a>;
 
+/// A performance model and how many of its best to time (see [`Tuning::rank_with`]).
+struct Rank<'a> {
+    top_k: usize,
+    model: Box<dyn Fn(&Config) -> f64 + 'a>,
+}
+
 /// A tuning request: which kernel, which version of its source, which key, which candidates.
 pub struct Tuning<'a> {
     pub kernel: String,
@@ -204,6 +238,7 @@ pub struct Tuning<'a> {
     pub candidates_hash: String,
     prune: Option<Prune<'a>>,
     prepare: Option<Prepare<'a>>,
+    rank: Option<Rank<'a>>,
 }
 
 impl<'a> Tuning<'a> {
@@ -224,6 +259,7 @@ impl<'a> Tuning<'a> {
             configs,
             prune: None,
             prepare: None,
+            rank: None,
         }
     }
 
@@ -249,6 +285,21 @@ impl<'a> Tuning<'a> {
         self
     }
 
+    /// Ranks the candidates by `model`, a predicted time (any unit: only the order counts),
+    /// and has a miss compile and time only the `top_k` it ranks first, as Triton's
+    /// `prune_configs_by={'perf_model': .., 'top_k': ..}` does: a first call at a new key then
+    /// pays for a handful of candidates instead of all of them. On a GPU the model's first is
+    /// also the default (tuning off, or `cached` without an entry); the interpreter keeps the
+    /// list's first. Ties keep the list's order; a NaN ranks last. `TEGULA_TUNE_TOP_K`
+    /// overrides `top_k` (`all`: every candidate is timed).
+    pub fn rank_with(mut self, top_k: usize, model: impl Fn(&Config) -> f64 + 'a) -> Tuning<'a> {
+        self.rank = Some(Rank {
+            top_k: top_k.max(1),
+            model: Box::new(model),
+        });
+        self
+    }
+
     /// The candidates that pruning keeps, in their given order.
     pub fn candidates(&self) -> Vec<Config> {
         self.configs
@@ -256,6 +307,38 @@ impl<'a> Tuning<'a> {
             .filter(|c| self.prune.as_ref().is_none_or(|keep| keep(c)))
             .cloned()
             .collect()
+    }
+
+    /// [`Tuning::candidates`] by the model's rank, fastest first (their given order without a
+    /// model).
+    pub fn ranked(&self) -> Vec<Config> {
+        let candidates = self.candidates();
+        let Some(rank) = &self.rank else {
+            return candidates;
+        };
+        let mut scored: Vec<(f64, Config)> = candidates
+            .into_iter()
+            .map(|c| {
+                let t = (rank.model)(&c);
+                (if t.is_nan() { f64::INFINITY } else { t }, c)
+            })
+            .collect();
+        // A stable sort: ties keep the list's order.
+        scored.sort_by(|a, b| a.0.total_cmp(&b.0));
+        scored.into_iter().map(|(_, c)| c).collect()
+    }
+
+    /// The candidates a miss times: the model's first `top_k` (`override_k` replacing the
+    /// request's), or every candidate without a model.
+    fn to_time(&self, override_k: Option<TopK>) -> Vec<Config> {
+        let mut ranked = self.ranked();
+        let k = match (override_k, &self.rank) {
+            (_, None) | (Some(TopK::All), _) => ranked.len(),
+            (Some(TopK::First(n)), Some(_)) => n,
+            (None, Some(rank)) => rank.top_k,
+        };
+        ranked.truncate(k);
+        ranked
     }
 
     /// `kernel|source|compiler|candidates|key|device|driver`.
@@ -295,6 +378,14 @@ pub struct Tuned {
     pub dropped: Vec<(Config, String)>,
     /// Candidates the benchmark skipped as the same kernels as others ([`Error::Pruned`]).
     pub pruned: usize,
+    /// Every candidate timed now with its sweep timing (median milliseconds), in the order
+    /// timed; empty unless [`Source::Tuned`].
+    pub timings: Vec<(Config, f64)>,
+    /// Wall seconds spent compiling the candidates ahead of their timing
+    /// ([`Tuning::prepare_with`]) and timing them (the sweep and the confirmation); zero
+    /// unless [`Source::Tuned`].
+    pub compile_s: f64,
+    pub timing_s: f64,
 }
 
 /// One stored winner.
@@ -330,6 +421,10 @@ pub struct Autotuner {
     path: Option<PathBuf>,
     mode: Mode,
     progress: bool,
+    /// `TEGULA_TUNE_TOP_K`: replaces ranked requests' own `top_k`.
+    top_k: Option<TopK>,
+    /// `TEGULA_TUNE_LOG`: a file each tuning appends a JSON line to.
+    log: Option<PathBuf>,
     memo: Mutex<HashMap<String, (Config, f64)>>,
     /// Notes for the user: corrupt cache files, failed writes. Each is said once.
     notes: Mutex<Vec<String>>,
@@ -344,6 +439,8 @@ impl Autotuner {
             path,
             mode,
             progress: false,
+            top_k: None,
+            log: None,
             memo: Mutex::new(HashMap::new()),
             notes: Mutex::new(Vec::new()),
             said: Mutex::new(HashSet::new()),
@@ -360,9 +457,24 @@ impl Autotuner {
     /// stderr is a terminal and `CI` is unset.
     pub fn from_settings(settings: &crate::env::Settings) -> Autotuner {
         let path = settings.cache_dir.as_ref().map(|d| d.autotune_file.clone());
-        let mut tuner = Autotuner::new(path, settings.autotune);
+        let mut tuner = Autotuner::new(path, settings.autotune)
+            .with_top_k(settings.tune_top_k)
+            .with_log(settings.tune_log.clone());
         tuner.progress = std::io::stderr().is_terminal() && std::env::var_os("CI").is_none();
         tuner
+    }
+
+    /// This tuner with ranked requests timing `top_k` of their candidates instead of their
+    /// own number (`None`: their own; see [`Tuning::rank_with`]).
+    pub fn with_top_k(mut self, top_k: Option<TopK>) -> Autotuner {
+        self.top_k = top_k;
+        self
+    }
+
+    /// This tuner appending one JSON line a tuning to `log` (see [`Autotuner::tune_for`]).
+    pub fn with_log(mut self, log: Option<PathBuf>) -> Autotuner {
+        self.log = log;
+        self
     }
 
     /// The process-wide tuner that library kernels use (from the environment, made once).
@@ -395,9 +507,12 @@ impl Autotuner {
     }
 
     /// The config to use for `tuning` on `target`: from the cache, the default, or the fastest
-    /// candidate by `bench` (median milliseconds of one candidate; an error drops it). The
-    /// candidates within 5% of the fastest are timed again under [`confirming`] (the full
-    /// budget, through [`median_ms`]) and ranked by that second timing.
+    /// candidate by `bench` (median milliseconds of one candidate; an error drops it) among
+    /// those a miss times (all that pruning keeps, or a ranked request's first `top_k`:
+    /// [`Tuning::rank_with`]). The candidates within 5% of the fastest are timed again under
+    /// [`confirming`] (the full budget, through [`median_ms`]) and ranked by that second
+    /// timing. With a log ([`Autotuner::with_log`], `TEGULA_TUNE_LOG`), each tuning appends
+    /// one JSON line: every timing, the winner and the seconds spent compiling and timing.
     pub fn tune_for(
         &self,
         target: &Target,
@@ -410,16 +525,27 @@ impl Autotuner {
                 message: format!("kernel `{}` offers no candidate config", tuning.kernel),
             });
         }
-        let candidates = tuning.candidates();
-        let default = candidates.first().unwrap_or(&tuning.configs[0]).clone();
+        let target_default =
+            |candidates: &[Config]| candidates.first().unwrap_or(&tuning.configs[0]).clone();
         let answer = |config: Config, source: Source| Tuned {
             config,
             source,
             dropped: Vec::new(),
             pruned: 0,
+            timings: Vec::new(),
+            compile_s: 0.0,
+            timing_s: 0.0,
         };
-        if !target.tunable || self.mode == Mode::Off {
-            return Ok(answer(default, Source::Default));
+        if !target.tunable {
+            return Ok(answer(
+                target_default(&tuning.candidates()),
+                Source::Default,
+            ));
+        }
+        // On a GPU the default is the model's first (the list's first without a model).
+        let ranked = tuning.ranked();
+        if self.mode == Mode::Off {
+            return Ok(answer(target_default(&ranked), Source::Default));
         }
         let key = tuning.cache_key(target);
         if let Some((config, ms)) = self.lookup(&key) {
@@ -433,21 +559,30 @@ impl Autotuner {
                 "it is not one of the kernel's candidates",
             );
         }
+        let candidates = tuning.to_time(self.top_k);
         if self.mode == Mode::Cached || candidates.len() <= 1 {
-            return Ok(answer(default, Source::Default));
+            return Ok(answer(target_default(&ranked), Source::Default));
         }
 
         let bar = self.progress_bar(tuning, candidates.len());
+        let started = std::time::Instant::now();
         if let Some(prepare) = &tuning.prepare {
             bar.set_message("compiling the candidates");
             prepare_all(prepare, &candidates, tune_threads(candidates.len()));
         }
+        let compile_s = started.elapsed().as_secs_f64();
         let mut timed: Vec<(Config, f64)> = Vec::new();
         let mut dropped = Vec::new();
         let mut pruned = 0;
         let mut first_error = None;
         for config in &candidates {
             bar.set_message(config.to_string());
+            let best = timed
+                .iter()
+                .map(|(_, ms)| *ms)
+                .fold(f64::INFINITY, f64::min);
+            let bound = best * (1.0 + EARLY_STOP_ABOVE);
+            let _bound = SweepBound::set(best.is_finite().then_some(bound));
             match bench(config) {
                 Ok(ms) if valid_ms(ms) => timed.push((config.clone(), ms)),
                 Err(Error::Pruned { .. }) => pruned += 1,
@@ -473,6 +608,7 @@ impl Autotuner {
         let confirmed = confirm_close_candidates(&timed, &mut bench, &bar);
         bar.finish_and_clear();
         let (config, ms) = confirmed?;
+        let timing_s = started.elapsed().as_secs_f64() - compile_s;
         self.store(
             &key,
             Entry {
@@ -490,7 +626,7 @@ impl Autotuner {
                     .map_or(0, |d| d.as_secs()),
             },
         );
-        Ok(Tuned {
+        let tuned = Tuned {
             config,
             source: Source::Tuned {
                 ms,
@@ -498,7 +634,57 @@ impl Autotuner {
             },
             dropped,
             pruned,
-        })
+            timings: timed,
+            compile_s,
+            timing_s,
+        };
+        self.append_to_log(target, tuning, ranked.len(), &tuned);
+        Ok(tuned)
+    }
+
+    /// One JSON line for `tuned` in the `TEGULA_TUNE_LOG` file: the kernel, key and device,
+    /// how many candidates pruning kept, every timed candidate's milliseconds (and the
+    /// model's prediction, for a ranked request), the winner, and the seconds spent. A write
+    /// that fails is a note, not an error.
+    fn append_to_log(&self, target: &Target, tuning: &Tuning<'_>, kept: usize, tuned: &Tuned) {
+        let Some(path) = &self.log else { return };
+        let Source::Tuned { ms, .. } = tuned.source else {
+            return;
+        };
+        let timed: Vec<serde_json::Value> = tuned
+            .timings
+            .iter()
+            .map(|(c, ms)| {
+                let predicted = tuning.rank.as_ref().map(|r| (r.model)(c));
+                serde_json::json!({"config": c, "ms": ms, "predicted": predicted})
+            })
+            .collect();
+        let line = serde_json::json!({
+            "kernel": tuning.kernel,
+            "key": tuning.key,
+            "device": target.device,
+            "listed": tuning.configs.len(),
+            "kept": kept,
+            "timed": timed,
+            "pruned": tuned.pruned,
+            "dropped": tuned.dropped.len(),
+            "winner": tuned.config,
+            "winner_ms": ms,
+            "compile_s": tuned.compile_s,
+            "timing_s": tuned.timing_s,
+        });
+        let _guard = FileLock::acquire(path);
+        let written = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .and_then(|mut f| writeln!(f, "{line}"));
+        if let Err(e) = written {
+            self.note(format!(
+                "tegula: could not append to the tuning log {}: {e}",
+                path.display()
+            ));
+        }
     }
 
     /// [`Autotuner::tune_for`], then `run` with the chosen config (the launch the config is
@@ -1048,10 +1234,40 @@ const CONFIRM_WITHIN: f64 = 0.05;
 /// candidates within 5% of each other, and each full-budget timing costs ~0.15 s.
 const CONFIRM_AT_MOST: usize = 4;
 
+/// A sweep candidate slower than the best so far by more than this fraction (in its first
+/// samples) cannot win, nor be among the close candidates timed again ([`CONFIRM_WITHIN`]).
+pub const EARLY_STOP_ABOVE: f64 = 0.25;
+
 thread_local! {
     /// Whether this thread's tuner is confirming its close candidates: [`median_ms`] then
     /// times with the full `do_bench` budget instead of the quick one.
     static CONFIRMING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    /// The sweep's bound for the candidate being timed on this thread ([`median_ms`]).
+    static SWEEP_BOUND: std::cell::Cell<Option<f64>> = const { std::cell::Cell::new(None) };
+}
+
+/// The sweep's bound for the candidate this thread's tuner is timing: the milliseconds above
+/// which it cannot win ([`EARLY_STOP_ABOVE`] over the best so far), `None` for the first
+/// candidate, outside tuning and while confirming. [`median_ms`] stops sampling there; a
+/// benchmark closure of its own can pass it as [`MeasureOptions::stop_above`].
+pub fn sweep_bound() -> Option<f64> {
+    SWEEP_BOUND.with(|b| b.get())
+}
+
+/// Sets [`SWEEP_BOUND`] for its lifetime, and clears it however the scope ends.
+struct SweepBound;
+
+impl SweepBound {
+    fn set(bound: Option<f64>) -> SweepBound {
+        SWEEP_BOUND.with(|b| b.set(bound));
+        SweepBound
+    }
+}
+
+impl Drop for SweepBound {
+    fn drop(&mut self) {
+        SWEEP_BOUND.with(|b| b.set(None));
+    }
 }
 
 /// Whether the tuner on this thread is timing its close candidates again (for benchmark
@@ -1183,7 +1399,13 @@ pub struct MeasureOptions {
     pub max_total_ms: f64,
     /// Also time the repetitions back to back ([`Timing::batch`]).
     pub batch: bool,
+    /// Stop sampling once [`EARLY_STOP_SAMPLES`] samples have a median above this many
+    /// milliseconds: the tuner's bound for a candidate that cannot win (see [`median_ms`]).
+    pub stop_above: Option<f64>,
 }
+
+/// Samples [`MeasureOptions::stop_above`] waits for before it judges a candidate.
+pub const EARLY_STOP_SAMPLES: usize = 5;
 
 impl Default for MeasureOptions {
     /// Triton's `do_bench` budget: 25 ms warm-up, 100 ms of repetitions.
@@ -1195,6 +1417,7 @@ impl Default for MeasureOptions {
             max_reps: 1000,
             max_total_ms: 5000.0,
             batch: false,
+            stop_above: None,
         }
     }
 }
@@ -1209,6 +1432,7 @@ impl MeasureOptions {
             max_reps: 200,
             max_total_ms: 500.0,
             batch: false,
+            stop_above: None,
         }
     }
 
@@ -1247,6 +1471,12 @@ pub fn measure(
         // As do_bench: the launches queue behind the L2 clear, so the sample is GPU time.
         dev.clear_l2()?;
         samples.push(dev.time(&mut work)?);
+        if let Some(bound) = options.stop_above {
+            let median = Timing::from_samples(samples.clone()).map_or(0.0, |t| t.median);
+            if samples.len() >= EARLY_STOP_SAMPLES && median > bound {
+                break;
+            }
+        }
     }
     let batch = if options.batch {
         dev.clear_l2()?;
@@ -1264,12 +1494,19 @@ pub fn measure(
 }
 
 /// A benchmark closure for the tuner: the median of [`measure`] with the quick budget, or
-/// with the full one while the tuner confirms its close candidates ([`confirming`]).
+/// with the full one while the tuner confirms its close candidates ([`confirming`]). In the
+/// sweep, a candidate whose first [`EARLY_STOP_SAMPLES`] samples are slower than the tuner's
+/// bound ([`EARLY_STOP_ABOVE`] above the best so far) stops there: most of a grid's
+/// candidates lose by more than that, and their full quick budget was most of a tuning's
+/// time. Its median then stands for a loser, not for a measurement to compare closely.
 pub fn median_ms(dev: &Device, work: impl FnMut() -> Result<()>) -> Result<f64> {
     let budget = if confirming() {
         MeasureOptions::default()
     } else {
-        MeasureOptions::quick()
+        MeasureOptions {
+            stop_above: sweep_bound(),
+            ..MeasureOptions::quick()
+        }
     };
     Ok(measure(dev, &budget, work)?.median)
 }

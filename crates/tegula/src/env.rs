@@ -75,6 +75,8 @@ pub enum DeviceChoice {
 /// | `TEGULA_CACHE_DIR` | [`Settings::cache_dir`] | a directory, or `off` / `0` / empty for none |
 /// | `TEGULA_AUTOTUNE` | [`Settings::autotune`] | `off`, `cached`, `full` |
 /// | `TEGULA_TUNE_THREADS` | [`Settings::tune_threads`] | a positive number |
+/// | `TEGULA_TUNE_TOP_K` | [`Settings::tune_top_k`] | a positive number, or `all` |
+/// | `TEGULA_TUNE_LOG` | [`Settings::tune_log`] | a file (JSON lines appended) |
 /// | `TEGULA_CHECK_RACES` | [`Settings::check_races`] | a boolean ([`parse_bool`]) |
 /// | `TEGULA_POISON_EMPTY` | [`Settings::poison_empty`] | a boolean |
 /// | `TEGULA_LAUNCH_BLOCKING` | [`Settings::launch_blocking`] | a boolean |
@@ -94,6 +96,12 @@ pub struct Settings {
     pub autotune: Mode,
     /// `None`: the machine's available parallelism.
     pub tune_threads: Option<usize>,
+    /// How many of a ranked request's candidates are timed ([`crate::autotune::TopK`]);
+    /// `None`: the request's own `top_k` (see [`crate::autotune::Tuning::rank_with`]).
+    pub tune_top_k: Option<crate::autotune::TopK>,
+    /// Where each tuning appends one JSON line: the kernel, the key, every timed candidate's
+    /// milliseconds and the seconds spent compiling and timing.
+    pub tune_log: Option<PathBuf>,
     pub check_races: bool,
     pub poison_empty: bool,
     /// Every launch waits for its kernel, so a fault is named at the launch that made it.
@@ -157,6 +165,23 @@ impl Settings {
                 }
             },
         };
+        let tune_top_k = match get("TEGULA_TUNE_TOP_K") {
+            None => None,
+            Some(v) if v.trim().is_empty() => None,
+            Some(v) => match crate::autotune::TopK::parse(&v) {
+                Some(k) => Some(k),
+                None => {
+                    warnings.push(format!(
+                        "TEGULA_TUNE_TOP_K={v:?} is neither a positive number nor `all`; \
+                         using each request's own"
+                    ));
+                    None
+                }
+            },
+        };
+        let tune_log = get("TEGULA_TUNE_LOG")
+            .filter(|v| !v.trim().is_empty())
+            .map(PathBuf::from);
         let cache_dir = match get("TEGULA_CACHE_DIR") {
             Some(v) if matches!(v.as_str(), "" | "off" | "0") => None,
             Some(v) => Some(CacheDir {
@@ -173,6 +198,8 @@ impl Settings {
             cache_dir,
             autotune,
             tune_threads,
+            tune_top_k,
+            tune_log,
             check_races,
             poison_empty,
             launch_blocking,
@@ -248,8 +275,16 @@ mod tests {
             ("TEGULA_CHECK_RACES", "yes"),
             ("TEGULA_POISON_EMPTY", "on"),
             ("TEGULA_LAUNCH_BLOCKING", "1"),
+            ("TEGULA_TUNE_TOP_K", " 5"),
+            ("TEGULA_TUNE_LOG", "/tmp/tune.jsonl"),
         ]);
         assert_eq!(s.device, DeviceChoice::Cuda(3));
+        assert_eq!(s.tune_top_k, Some(crate::autotune::TopK::First(5)));
+        assert_eq!(s.tune_log, Some(PathBuf::from("/tmp/tune.jsonl")));
+        assert_eq!(
+            settings(&[("TEGULA_TUNE_TOP_K", "ALL")]).tune_top_k,
+            Some(crate::autotune::TopK::All)
+        );
         let dir = s.cache_dir.clone().unwrap();
         assert_eq!(dir.autotune_file, PathBuf::from("/tmp/tg/autotune.json"));
         assert_eq!(dir.cubin_dir, PathBuf::from("/tmp/tg"));
@@ -273,12 +308,14 @@ mod tests {
             ("TEGULA_AUTOTUNE", "fast"),
             ("TEGULA_TUNE_THREADS", "0"),
             ("TEGULA_CHECK_RACES", "ture"),
+            ("TEGULA_TUNE_TOP_K", "0"),
         ]);
         assert_eq!(s.device, DeviceChoice::Invalid("gpu".into()));
         assert_eq!(s.autotune, Mode::Full);
         assert_eq!(s.tune_threads, None);
+        assert_eq!(s.tune_top_k, None);
         assert!(!s.check_races);
-        assert_eq!(s.warnings.len(), 3, "{:?}", s.warnings);
+        assert_eq!(s.warnings.len(), 4, "{:?}", s.warnings);
         assert!(s
             .warnings
             .iter()

@@ -5,7 +5,8 @@
 use std::cell::Cell;
 use std::path::PathBuf;
 use tegula::autotune::{
-    measure, source_hash, Autotuner, Config, MeasureOptions, Mode, Source, Target, Timing, Tuning,
+    measure, source_hash, Autotuner, Config, MeasureOptions, Mode, Source, Target, Timing, TopK,
+    Tuning,
 };
 use tegula::{Device, Error};
 
@@ -394,6 +395,7 @@ fn measure_keeps_the_first_call_out() {
         max_reps: 7,
         max_total_ms: 1000.0,
         batch: true,
+        stop_above: None,
     };
     let t = measure(&dev, &options, || {
         calls.set(calls.get() + 1);
@@ -432,6 +434,7 @@ fn measure_times_a_batch_only_when_asked() {
         max_reps: 4,
         max_total_ms: 1000.0,
         batch: true,
+        stop_above: None,
     };
     let mut work = || {
         calls.set(calls.get() + 1);
@@ -751,4 +754,165 @@ fn concurrent_writers_keep_every_entry() {
         .filter(|n| n != "autotune.json")
         .collect();
     assert!(leftovers.is_empty(), "{leftovers:?}");
+}
+
+/// A ranked request: the model's order, `top_k` of them timed, its first as the default.
+#[test]
+fn a_ranked_request_times_only_its_models_first() {
+    // The model prefers large blocks; the fake bench's fastest is BLOCK=128.
+    let model = |c: &Config| 1000.0 / c.get("BLOCK").unwrap() as f64;
+    let ranked = || Tuning::new("k", IR_V1, "N=1", configs()).rank_with(2, model);
+    let order: Vec<i64> = ranked()
+        .ranked()
+        .iter()
+        .map(|c| c.get("BLOCK").unwrap())
+        .collect();
+    assert_eq!(order, [256, 128, 64, 32]);
+
+    let timed = std::cell::RefCell::new(Vec::new());
+    let bench = |c: &Config| {
+        timed.borrow_mut().push(c.get("BLOCK").unwrap());
+        fake_bench(&Cell::new(0))(c)
+    };
+    let tuner = Autotuner::new(None, Mode::Full);
+    let got = tuner.tune_for(&gpu(), &ranked(), bench).unwrap();
+    assert_eq!(got.config.get("BLOCK"), Some(128));
+    assert_eq!(*timed.borrow(), [256, 128]);
+    assert!(matches!(got.source, Source::Tuned { timed: 2, .. }));
+    assert_eq!(got.timings.len(), 2);
+
+    // `TEGULA_TUNE_TOP_K` replaces the request's number, `all` times every candidate.
+    for (top_k, want) in [(TopK::All, 4), (TopK::First(3), 3)] {
+        timed.borrow_mut().clear();
+        let tuner = Autotuner::new(None, Mode::Full).with_top_k(Some(top_k));
+        tuner.tune_for(&gpu(), &ranked(), bench).unwrap();
+        assert_eq!(timed.borrow().len(), want, "{top_k:?}");
+    }
+
+    // Tuning off: the model's first on a GPU, the list's first on the interpreter.
+    let off = Autotuner::new(None, Mode::Off);
+    let never = |_: &Config| -> tegula::Result<f64> { panic!("timed with tuning off") };
+    let got = off.tune_for(&gpu(), &ranked(), never).unwrap();
+    assert_eq!(
+        (got.config.get("BLOCK"), got.source),
+        (Some(256), Source::Default)
+    );
+    let cpu = Target::of(&Device::cpu());
+    let got = off.tune_for(&cpu, &ranked(), never).unwrap();
+    assert_eq!(got.config.get("BLOCK"), Some(32));
+}
+
+/// After the first candidate, each is timed under a bound 25% above the best so far (none
+/// while the close candidates are confirmed); `measure` stops sampling above it.
+#[test]
+fn the_sweep_bounds_each_candidate_by_the_best_so_far() {
+    let seen = std::cell::RefCell::new(Vec::new());
+    let bench = |c: &Config| {
+        seen.borrow_mut().push((
+            c.get("BLOCK").unwrap(),
+            tegula::autotune::sweep_bound(),
+            tegula::autotune::confirming(),
+        ));
+        fake_bench(&Cell::new(0))(c)
+    };
+    let tuner = Autotuner::new(None, Mode::Full);
+    let got = tuner
+        .tune_for(&gpu(), &Tuning::new("k", IR_V1, "N=2", configs()), bench)
+        .unwrap();
+    assert_eq!(got.config.get("BLOCK"), Some(128));
+    let scale = 1.0 + tegula::autotune::EARLY_STOP_ABOVE;
+    // Sweep: 32 (4 ms), 64 (2.25), 128 (1.5), 256 (3.0); only 128 is within 5% of itself.
+    assert_eq!(
+        *seen.borrow(),
+        [
+            (32, None, false),
+            (64, Some(4.0 * scale), false),
+            (128, Some(2.25 * scale), false),
+            (256, Some(1.5 * scale), false),
+        ]
+    );
+    assert_eq!(tegula::autotune::sweep_bound(), None);
+
+    // Two close winners are confirmed without a bound.
+    seen.borrow_mut().clear();
+    let close = |c: &Config| {
+        seen.borrow_mut().push((
+            c.get("BLOCK").unwrap(),
+            tegula::autotune::sweep_bound(),
+            tegula::autotune::confirming(),
+        ));
+        Ok(if c.get("BLOCK") == Some(64) {
+            1.0
+        } else {
+            1.02
+        })
+    };
+    let pair = Tuning::new("k", IR_V1, "N=3", configs()[..2].to_vec());
+    tuner.tune_for(&gpu(), &pair, close).unwrap();
+    let confirmed: Vec<_> = seen.borrow().iter().filter(|s| s.2).cloned().collect();
+    assert_eq!(confirmed.len(), 2);
+    assert!(confirmed.iter().all(|s| s.1.is_none()), "{confirmed:?}");
+
+    // `measure` with a bound: five samples of a 2 ms call above a 1 ms bound, then done.
+    let dev = Device::cpu();
+    let calls = Cell::new(0usize);
+    let options = MeasureOptions {
+        warmup_ms: 0.0,
+        rep_ms: 1000.0,
+        min_reps: 20,
+        max_reps: 20,
+        max_total_ms: 1000.0,
+        batch: false,
+        stop_above: Some(1.0),
+    };
+    let t = measure(&dev, &options, || {
+        calls.set(calls.get() + 1);
+        std::thread::sleep(std::time::Duration::from_millis(2));
+        Ok(())
+    })
+    .unwrap();
+    assert_eq!(t.samples.len(), tegula::autotune::EARLY_STOP_SAMPLES);
+    let unbounded = MeasureOptions {
+        stop_above: None,
+        ..options
+    };
+    let t = measure(&dev, &unbounded, || {
+        std::thread::sleep(std::time::Duration::from_millis(2));
+        Ok(())
+    })
+    .unwrap();
+    assert_eq!(t.samples.len(), 20);
+}
+
+/// `with_log`: one JSON line a tuning, with every timing and the model's predictions.
+#[test]
+fn each_tuning_appends_a_line_to_the_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("tune.jsonl");
+    let tuner = Autotuner::new(None, Mode::Full).with_log(Some(log.clone()));
+    let model = |c: &Config| c.get("BLOCK").unwrap() as f64;
+    for key in ["N=1", "N=2"] {
+        let t = Tuning::new("k", IR_V1, key, configs()).rank_with(3, model);
+        tuner
+            .tune_for(&gpu(), &t, fake_bench(&Cell::new(0)))
+            .unwrap();
+    }
+    let text = std::fs::read_to_string(&log).unwrap();
+    let lines: Vec<serde_json::Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 2);
+    assert_eq!(lines[1]["key"], "N=2");
+    assert_eq!(lines[0]["kept"], 4);
+    let timed = lines[0]["timed"].as_array().unwrap();
+    // The model's first three (BLOCK 32, 64, 128), each with its prediction.
+    let blocks: Vec<i64> = timed
+        .iter()
+        .map(|t| t["config"]["constexprs"]["BLOCK"].as_i64().unwrap())
+        .collect();
+    assert_eq!(blocks, [32, 64, 128]);
+    assert_eq!(timed[1]["ms"], 2.25);
+    assert_eq!(timed[1]["predicted"], 64.0);
+    assert_eq!(lines[0]["winner"]["constexprs"]["BLOCK"], 128);
 }
