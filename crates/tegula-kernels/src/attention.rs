@@ -50,7 +50,7 @@ pub use single_head_basic::{
     single_head_f32_basic, single_head_f32_basic_into, SINGLE_HEAD_BASIC_BLOCK,
     SINGLE_HEAD_TOLERANCE,
 };
-pub use tuning::{backward_candidates, forward_candidates, key};
+pub use tuning::{backward_candidates, forward_candidates, forward_heuristic, key, FORWARD_TOP_K};
 
 /// The kernels themselves, for tracing and for launching without the host checks.
 pub mod kernels {

@@ -220,7 +220,8 @@ impl MatmulConfig {
         }
     }
 
-    fn to_tuner(self) -> Config {
+    /// This config as the autotuner's candidate (constexprs, warps, stages).
+    pub fn to_tuner(self) -> Config {
         Config::new(self.launch.num_warps, self.launch.num_stages)
             .with("BLOCK_M", cx(self.block_m))
             .with("BLOCK_N", cx(self.block_n))
@@ -326,7 +327,9 @@ fn pipelined(p: &MatmulProblem) -> bool {
 /// kernel) and wgmma twins none of whose dots the plan puts on wgmma.
 ///
 /// The default is 64 x 64 x 32 with 4 warps and 3 stages, each block clamped to the
-/// dimension's range: fast on the interpreter and sound on every GPU.
+/// dimension's range: fast on the interpreter and sound on every GPU. On a GPU the tuner
+/// ranks the candidates by their distance from [`heuristic`] and times the nearest [`TOP_K`];
+/// with tuning off the nearest runs.
 pub fn candidates(p: &MatmulProblem, fixed: &MatmulConfig) -> Vec<MatmulConfig> {
     let bm = tuned::block_band(p.m, &[16, 32, 64, 128, 256], 64);
     let bn = tuned::block_band(p.n, &[16, 32, 64, 128, 256], 64);
@@ -411,6 +414,44 @@ pub fn candidates(p: &MatmulProblem, fixed: &MatmulConfig) -> Vec<MatmulConfig> 
     let mut out = tuned::dedup(out);
     tuned::put_first(&mut out, default.held(fixed));
     out
+}
+
+/// The tiles [`heuristic`] picks from, largest first: BLOCK_M, BLOCK_N, BLOCK_K, warps, stages
+/// (pipelined inputs), persistent. The winners of every candidate's timing at the library's
+/// benchmark shapes on the H200 (`benchmarks/tune-data`).
+const HEURISTIC_TILES: [(usize, usize, usize, u32, u32, usize); 4] = [
+    (128, 256, 64, 8, 3, 1),
+    (128, 128, 64, 4, 3, 0),
+    (64, 128, 64, 4, 4, 0),
+    (64, 64, 64, 4, 4, 0),
+];
+
+/// Candidates a miss times, nearest [`heuristic`] first (`tuned::distance`): within 3% of the
+/// best of all candidates at the recorded shapes where a wgmma tile ran (`tests/tune_data.rs`).
+pub const TOP_K: usize = 6;
+
+/// The config the tuner times first and runs with tuning off (rule *fill the SMs*): the first
+/// of [`HEURISTIC_TILES`] whose grid has at least half as many tiles as the device has SMs
+/// (`sm_count`), the smallest when none has; a wgmma twin where the device has wgmma and the
+/// inputs are 16-bit; one stage for f32 inputs. `fixed`'s set fields are held.
+pub fn heuristic(p: &MatmulProblem, sm_count: usize, fixed: &MatmulConfig) -> MatmulConfig {
+    let tiles = |bm: usize, bn: usize| p.m.div_ceil(bm) * p.n.div_ceil(bn);
+    let last = HEURISTIC_TILES[HEURISTIC_TILES.len() - 1];
+    let (bm, bn, bk, w, s, persistent) = HEURISTIC_TILES
+        .into_iter()
+        .find(|&(bm, bn, ..)| 2 * tiles(bm, bn) >= sm_count)
+        .unwrap_or(last);
+    let c = MatmulConfig {
+        block_m: bm,
+        block_n: bn,
+        block_k: bk,
+        group_m: fixed.group_m,
+        precision: fixed.precision,
+        launch: LaunchConfig::new(w, if pipelined(p) { s } else { 1 }),
+        persistent: Some(if pipelined(p) { persistent } else { 0 }),
+        wgmma: Some(p.wgmma && pipelined(p)),
+    };
+    c.held(fixed)
 }
 
 /// Whether the tuner also times `c` on a persistent grid: pipelined, 8 warps, at least
@@ -514,12 +555,14 @@ fn resolve_then<T: Element, O: Element, R>(
                 r.precision,
                 r.persistent.unwrap_or(0) > 0,
             )?;
+            let first = heuristic(&p, dev.sm_count().unwrap_or(132), &config).to_tuner();
             Ok(Tuning::new(
                 "tegula_kernels::matmul",
                 &ir.to_string(),
                 key.clone(),
                 cands.iter().map(|c| c.to_tuner()).collect(),
             )
+            .rank_with(TOP_K, move |c| tuned::distance(c, &first))
             .prepare_with(move |t| {
                 let c_cfg = MatmulConfig::from_tuner(t, &config)?;
                 tuned::prepare(dev, c_cfg.wgmma == Some(true), || launch(a, b, c, &c_cfg))

@@ -25,6 +25,39 @@ pub const AUTO_LAUNCH: LaunchConfig = LaunchConfig::new(0, 0);
 /// The largest f32 accumulator a thread should hold (in elements) before registers spill.
 pub(crate) const ACC_PER_THREAD: usize = 128;
 
+/// The tuner's performance model for a wrapper with a heuristic config (rule *nearest the
+/// heuristic*): a candidate ranks by its distance from `heuristic`, so a miss times the
+/// heuristic and its neighbours first ([`Tuning::rank_with`]), and with tuning off the
+/// heuristic itself (or the candidate nearest it) runs. The distance adds, per constexpr
+/// named `BLOCK_*`, the octaves between the two sizes; `WGMMA` apart 1.5, `PERSISTENT` apart
+/// 0.6, any other constexpr apart 1; the warps apart 0.7; half a unit a stage. A constexpr
+/// that one config lacks counts as 0 there. The weights put a tile's own stages and twins
+/// before the next tile size, which the timings of every candidate at the library's benchmark
+/// shapes on the H200 bear out (`benchmarks/tune-data`; tested in `tests/tune_data.rs`).
+pub fn distance(a: &Config, b: &Config) -> f64 {
+    let names: std::collections::BTreeSet<&String> =
+        a.constexprs.keys().chain(b.constexprs.keys()).collect();
+    let mut d = 0.0;
+    for name in names {
+        let (x, y) = (a.get(name).unwrap_or(0), b.get(name).unwrap_or(0));
+        d += if name.starts_with("BLOCK") && x > 0 && y > 0 {
+            (x as f64 / y as f64).log2().abs()
+        } else if x == y {
+            0.0
+        } else {
+            match name.as_str() {
+                "WGMMA" => 1.5,
+                "PERSISTENT" => 0.6,
+                _ => 1.0,
+            }
+        };
+    }
+    if a.num_warps != b.num_warps {
+        d += 0.7;
+    }
+    d + 0.5 * f64::from(a.num_stages.abs_diff(b.num_stages))
+}
+
 /// The block sizes worth trying for a dimension of `size` among `sizes`: none above the size
 /// rounded up to a power of two (at least 16), none below half of that or below `floor`
 /// (smaller blocks only serve small problems, where they are the only ones kept).

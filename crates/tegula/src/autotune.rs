@@ -328,17 +328,14 @@ impl<'a> Tuning<'a> {
         scored.into_iter().map(|(_, c)| c).collect()
     }
 
-    /// The candidates a miss times: the model's first `top_k` (`override_k` replacing the
+    /// How many candidates a miss times: the model's `top_k` (`override_k` replacing the
     /// request's), or every candidate without a model.
-    fn to_time(&self, override_k: Option<TopK>) -> Vec<Config> {
-        let mut ranked = self.ranked();
-        let k = match (override_k, &self.rank) {
-            (_, None) | (Some(TopK::All), _) => ranked.len(),
-            (Some(TopK::First(n)), Some(_)) => n,
-            (None, Some(rank)) => rank.top_k,
-        };
-        ranked.truncate(k);
-        ranked
+    fn how_many(&self, override_k: Option<TopK>, kept: usize) -> usize {
+        match (override_k, &self.rank) {
+            (_, None) | (Some(TopK::All), _) => kept,
+            (Some(TopK::First(n)), Some(_)) => n.min(kept),
+            (None, Some(rank)) => rank.top_k.min(kept),
+        }
     }
 
     /// `kernel|source|compiler|candidates|key|device|driver`.
@@ -559,23 +556,28 @@ impl Autotuner {
                 "it is not one of the kernel's candidates",
             );
         }
-        let candidates = tuning.to_time(self.top_k);
-        if self.mode == Mode::Cached || candidates.len() <= 1 {
+        // The first `k` by rank that the benchmark does not skip as another's kernels
+        // ([`Error::Pruned`]): a pruned candidate leaves its place to the next.
+        let k = tuning.how_many(self.top_k, ranked.len());
+        if self.mode == Mode::Cached || k <= 1 {
             return Ok(answer(target_default(&ranked), Source::Default));
         }
 
-        let bar = self.progress_bar(tuning, candidates.len());
+        let bar = self.progress_bar(tuning, k);
         let started = std::time::Instant::now();
         if let Some(prepare) = &tuning.prepare {
             bar.set_message("compiling the candidates");
-            prepare_all(prepare, &candidates, tune_threads(candidates.len()));
+            prepare_all(prepare, &ranked[..k], tune_threads(k));
         }
         let compile_s = started.elapsed().as_secs_f64();
         let mut timed: Vec<(Config, f64)> = Vec::new();
         let mut dropped = Vec::new();
         let mut pruned = 0;
         let mut first_error = None;
-        for config in &candidates {
+        for config in &ranked {
+            if timed.len() + dropped.len() >= k {
+                break;
+            }
             bar.set_message(config.to_string());
             let best = timed
                 .iter()
@@ -630,7 +632,7 @@ impl Autotuner {
             config,
             source: Source::Tuned {
                 ms,
-                timed: candidates.len() - dropped.len() - pruned,
+                timed: timed.len(),
             },
             dropped,
             pruned,

@@ -789,6 +789,22 @@ fn a_ranked_request_times_only_its_models_first() {
         assert_eq!(timed.borrow().len(), want, "{top_k:?}");
     }
 
+    // A candidate the benchmark skips as another's kernels leaves its place to the next.
+    timed.borrow_mut().clear();
+    let skip_256 = |c: &Config| {
+        timed.borrow_mut().push(c.get("BLOCK").unwrap());
+        if c.get("BLOCK") == Some(256) {
+            return Err(Error::Pruned {
+                why: "a twin".into(),
+            });
+        }
+        fake_bench(&Cell::new(0))(c)
+    };
+    let fresh = Autotuner::new(None, Mode::Full);
+    let got = fresh.tune_for(&gpu(), &ranked(), skip_256).unwrap();
+    assert_eq!(*timed.borrow(), [256, 128, 64]);
+    assert_eq!((got.pruned, got.timings.len()), (1, 2));
+
     // Tuning off: the model's first on a GPU, the list's first on the interpreter.
     let off = Autotuner::new(None, Mode::Off);
     let never = |_: &Config| -> tegula::Result<f64> { panic!("timed with tuning off") };

@@ -335,12 +335,17 @@ fn resolve_then<T: Element, R>(
                 r.block_m,
                 r.block_n,
             )?;
+            let first = super::tuning::forward_heuristic(dims, T::DTYPE, options, dev.has_wgmma())
+                .to_tuner();
             Ok(Tuning::new(
                 "tegula_kernels::attention::forward",
                 &ir.to_string(),
                 key.clone(),
                 candidates.iter().map(|c| c.to_tuner()).collect(),
             )
+            .rank_with(super::tuning::FORWARD_TOP_K, move |c| {
+                tuned::distance(c, &first)
+            })
             .prepare_with(move |c| {
                 let o = options.with_tuned(c)?;
                 let run = || launch(q, k, v, out, lse, &o, dims);

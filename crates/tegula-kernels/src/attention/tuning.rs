@@ -125,7 +125,9 @@ fn grid(
 /// `forward_plan_fits` refuses (the 160-value bound where Q stays in registers).
 ///
 /// The default is BLOCK_M 64, BLOCK_N 64, 4 warps, 2 stages, clamped to the lengths
-/// (`mma.sync`).
+/// (`mma.sync`). On a GPU the tuner ranks the candidates by their distance from
+/// [`forward_heuristic`] and times the nearest [`FORWARD_TOP_K`]; with tuning off the nearest
+/// runs.
 pub fn forward_candidates(
     dims: &Dims,
     dtype: DType,
@@ -153,6 +155,43 @@ pub fn forward_candidates(
         }
     }
     out
+}
+
+/// Candidates a forward miss times, nearest [`forward_heuristic`] first (`tuned::distance`):
+/// within 2% of the best of all candidates at every recorded shape (`tests/tune_data.rs`).
+pub const FORWARD_TOP_K: usize = 4;
+
+/// The forward's config the tuner times first and runs with tuning off (rule *head-dim
+/// tile*): 64 x 128 for head dims up to 64, 64 x 64 above, over 4 warps and 2 stages (1 for
+/// f32), the wgmma twin where the device has wgmma and the inputs are 16-bit; `options`' set
+/// fields held. The winners of every candidate's timing at the library's benchmark shapes on
+/// the H200 (`benchmarks/tune-data`).
+pub fn forward_heuristic(
+    dims: &Dims,
+    dtype: DType,
+    options: &AttentionOptions,
+    wgmma_device: bool,
+) -> AttentionOptions {
+    let (bm, bn) = if padded_head_dim(dims.head_dim) <= 64 {
+        (64, 128)
+    } else {
+        (64, 64)
+    };
+    let pick = |held: usize, h: usize| if held == AUTO { h } else { held };
+    let stages = if pipelined(dtype) { 2 } else { 1 };
+    AttentionOptions {
+        block_m: pick(options.block_m, bm),
+        block_n: pick(options.block_n, bn),
+        config: if options.config == AUTO_LAUNCH {
+            LaunchConfig::new(4, stages)
+        } else {
+            options.config
+        },
+        wgmma: options
+            .wgmma
+            .or((wgmma_device && pipelined(dtype)).then_some(true)),
+        ..*options
+    }
 }
 
 /// The forward's own rule over a candidate's compiled plans (after the tuner's, see
@@ -235,7 +274,7 @@ impl AttentionOptions {
     }
 
     /// The tuner's config: the blocks, warps and stages, and `WGMMA=1` for a wgmma twin.
-    pub(super) fn to_tuner(self) -> Config {
+    pub fn to_tuner(self) -> Config {
         let c = Config::new(self.config.num_warps, self.config.num_stages)
             .with("BLOCK_M", cx(self.block_m))
             .with("BLOCK_N", cx(self.block_n));
