@@ -431,9 +431,11 @@ const HEURISTIC_TILES: [(usize, usize, usize, u32, u32, usize); 4] = [
 pub const TOP_K: usize = 6;
 
 /// The config the tuner times first and runs with tuning off (rule *fill the SMs*): the first
-/// of [`HEURISTIC_TILES`] whose grid has at least half as many tiles as the device has SMs
-/// (`sm_count`), the smallest when none has; a wgmma twin where the device has wgmma and the
-/// inputs are 16-bit; one stage for f32 inputs. `fixed`'s set fields are held.
+/// of 128 x 256 x 64 (8 warps, 3 stages, persistent), 128 x 128 x 64 (4 warps, 3 stages),
+/// 64 x 128 x 64 and 64 x 64 x 64 (4 warps, 4 stages) whose grid has at least half as many
+/// tiles as the device has SMs (`sm_count`), the smallest when none has; a wgmma twin where
+/// the device has wgmma and the inputs are 16-bit; one stage for f32 inputs. `fixed`'s set
+/// fields are held.
 pub fn heuristic(p: &MatmulProblem, sm_count: usize, fixed: &MatmulConfig) -> MatmulConfig {
     let tiles = |bm: usize, bn: usize| p.m.div_ceil(bm) * p.n.div_ceil(bn);
     let last = HEURISTIC_TILES[HEURISTIC_TILES.len() - 1];

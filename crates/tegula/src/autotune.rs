@@ -1237,7 +1237,7 @@ const CONFIRM_WITHIN: f64 = 0.05;
 const CONFIRM_AT_MOST: usize = 4;
 
 /// A sweep candidate slower than the best so far by more than this fraction (in its first
-/// samples) cannot win, nor be among the close candidates timed again ([`CONFIRM_WITHIN`]).
+/// samples) cannot win, nor be among the close candidates timed again (within 5% of the best).
 pub const EARLY_STOP_ABOVE: f64 = 0.25;
 
 thread_local! {
