@@ -607,7 +607,12 @@ impl Autotuner {
                 message: format!("no config of `{}` could be timed", tuning.kernel),
             }));
         }
-        let confirmed = confirm_close_candidates(&timed, &mut bench, &bar);
+        let at_most = if tuning.rank.is_some() {
+            CONFIRM_AT_MOST_RANKED
+        } else {
+            CONFIRM_AT_MOST
+        };
+        let confirmed = confirm_close_candidates(&timed, &mut bench, &bar, at_most);
         bar.finish_and_clear();
         let (config, ms) = confirmed?;
         let timing_s = started.elapsed().as_secs_f64() - compile_s;
@@ -1235,6 +1240,9 @@ const CONFIRM_WITHIN: f64 = 0.05;
 /// At most this many of them, the fastest in the sweep: small launch-bound kernels time many
 /// candidates within 5% of each other, and each full-budget timing costs ~0.15 s.
 const CONFIRM_AT_MOST: usize = 4;
+/// At most this many for a ranked request ([`Tuning::rank_with`]), whose short list is there
+/// to keep a first call short: confirming four of four would time the list twice.
+const CONFIRM_AT_MOST_RANKED: usize = 2;
 
 /// A sweep candidate slower than the best so far by more than this fraction (in its first
 /// samples) cannot win, nor be among the close candidates timed again (within 5% of the best).
@@ -1299,7 +1307,8 @@ fn valid_ms(ms: f64) -> bool {
 }
 
 /// The winner among `timed` (each candidate's sweep timing, at least one). The candidates
-/// within [`CONFIRM_WITHIN`] of the best (at most [`CONFIRM_AT_MOST`]) are timed again under
+/// within [`CONFIRM_WITHIN`] of the best (at most `at_most`: [`CONFIRM_AT_MOST`], or
+/// [`CONFIRM_AT_MOST_RANKED`] for a ranked request) are timed again under
 /// [`confirming`], with the full budget, and ranked by that timing alone. The sweep's quick
 /// budget can misrank configs: a config can time several percent faster under it than under
 /// the full budget while its neighbour times the same under both (the causal attention
@@ -1309,6 +1318,7 @@ fn confirm_close_candidates(
     timed: &[(Config, f64)],
     bench: &mut impl FnMut(&Config) -> Result<f64>,
     bar: &indicatif::ProgressBar,
+    at_most: usize,
 ) -> Result<(Config, f64)> {
     let best = timed
         .iter()
@@ -1319,7 +1329,7 @@ fn confirm_close_candidates(
         .filter(|(_, ms)| *ms <= best * (1.0 + CONFIRM_WITHIN))
         .collect();
     close.sort_by(|a, b| a.1.total_cmp(&b.1));
-    close.truncate(CONFIRM_AT_MOST);
+    close.truncate(at_most);
     if let [only] = close[..] {
         return Ok(only.clone());
     }
@@ -1469,10 +1479,13 @@ pub fn measure(
     }
     let reps = options.reps_for(per_call);
     let mut samples = Vec::with_capacity(reps);
-    for _ in 0..reps {
+    while samples.len() < reps {
+        // Enqueued a batch at a time and read after (`Device::time_each`); a bounded sweep
+        // reads its first samples early, to stop a loser there.
+        let bounded = options.stop_above.is_some() && samples.len() < EARLY_STOP_SAMPLES;
+        let batch = (reps - samples.len()).min(if bounded { EARLY_STOP_SAMPLES } else { 64 });
         // As do_bench: the launches queue behind the L2 clear, so the sample is GPU time.
-        dev.clear_l2()?;
-        samples.push(dev.time(&mut work)?);
+        samples.extend(dev.time_each(batch, || dev.clear_l2(), &mut work)?);
         if let Some(bound) = options.stop_above {
             let median = Timing::from_samples(samples.clone()).map_or(0.0, |t| t.median);
             if samples.len() >= EARLY_STOP_SAMPLES && median > bound {

@@ -688,6 +688,38 @@ impl Device {
         }
     }
 
+    /// Milliseconds of each of `n` runs of the work `work` enqueues, each run preceded by the
+    /// untimed work of `before` (an L2 clear). On the GPU every run is enqueued between its
+    /// events before any is read, as `do_bench` does, so the host's reading leaves no idle
+    /// gap between runs; on the interpreter, wall-clock time per run.
+    pub fn time_each(
+        &self,
+        n: usize,
+        mut before: impl FnMut() -> Result<()>,
+        mut work: impl FnMut() -> Result<()>,
+    ) -> Result<Vec<f64>> {
+        match &self.inner.gpu {
+            Some(gpu) => {
+                let mut timers = Vec::with_capacity(n);
+                for _ in 0..n {
+                    before()?;
+                    let timer = gpu.runtime.event_timer()?;
+                    timer.start()?;
+                    work()?;
+                    timer.stop()?;
+                    timers.push(timer);
+                }
+                timers.iter().map(|t| Ok(t.elapsed_ms()? as f64)).collect()
+            }
+            None => (0..n)
+                .map(|_| {
+                    before()?;
+                    self.time(&mut work)
+                })
+                .collect(),
+        }
+    }
+
     /// Clears the GPU's L2 with a 256 MB write and leaves that work queued (a no-op on the
     /// interpreter); benchmarks call it before each timed sample, as `do_bench` does.
     pub fn clear_l2(&self) -> Result<()> {

@@ -932,3 +932,29 @@ fn each_tuning_appends_a_line_to_the_log() {
     assert_eq!(timed[1]["predicted"], 64.0);
     assert_eq!(lines[0]["winner"]["constexprs"]["BLOCK"], 128);
 }
+
+/// A ranked request confirms at most two close candidates; an unranked one up to four.
+#[test]
+fn a_ranked_request_confirms_at_most_two() {
+    let close = |confirmed: &Cell<usize>, c: &Config| {
+        if tegula::autotune::confirming() {
+            confirmed.set(confirmed.get() + 1);
+        }
+        // All four within 5% of the best.
+        Ok(1.0 + c.get("BLOCK").unwrap() as f64 / 10_000.0)
+    };
+    for (ranked, want) in [(true, 2), (false, 4)] {
+        let confirmed = Cell::new(0);
+        let t = Tuning::new("k", IR_V1, "N=1", configs());
+        let t = if ranked {
+            t.rank_with(4, |c| c.get("BLOCK").unwrap() as f64)
+        } else {
+            t
+        };
+        let tuner = Autotuner::new(None, Mode::Full);
+        tuner
+            .tune_for(&gpu(), &t, |c| close(&confirmed, c))
+            .unwrap();
+        assert_eq!(confirmed.get(), want, "ranked: {ranked}");
+    }
+}
