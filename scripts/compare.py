@@ -325,11 +325,14 @@ def main(argv=None):
         f.write("\n")
     with open(os.path.join(args.out, "BENCHMARKS.md"), "w") as f:
         f.write(markdown(records, meta, ceiling_lines(tegula, peer_files)))
-        # Sections measured by other calls (the candle example, ...), kept across regenerations.
-        interop = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "benchmarks", "interop.md")
-        if os.path.exists(interop):
-            with open(interop) as g:
-                f.write("\n" + g.read())
+        # Sections measured by other calls (the candle example, the tuner's cost), kept across
+        # regenerations.
+        here = os.path.dirname(os.path.abspath(__file__))
+        for name in ("interop.md", "tuning.md"):
+            section = os.path.join(here, "..", "benchmarks", name)
+            if os.path.exists(section):
+                with open(section) as g:
+                    f.write("\n" + g.read())
     joined = sum(1 for r in records if r["tegula"] and r["ratios"])
     print(f"compare: {len(tegula)} tegula records, {len(peer_files)} peer records, "
           f"{len(records)} cases, {joined} with both")
