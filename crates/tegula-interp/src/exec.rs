@@ -735,7 +735,7 @@ impl<'a> Program<'a> {
                     mask.as_deref().map(ints).transpose()?,
                 )
             }
-            Op::Print { prefix } => {
+            Op::Print { prefix, hex } => {
                 let [x, y, z] = self.pid;
                 let mut line = format!("pid ({x}, {y}, {z}) {prefix}");
                 for &v in &inst.args {
@@ -744,7 +744,8 @@ impl<'a> Program<'a> {
                         let param = self.mem.views[view as usize].param;
                         self.k.params[param].name.as_str()
                     };
-                    line.push_str(&format_value(self.k.ty(v).dtype(), &*self.val(v)?, names));
+                    let dtype = self.k.ty(v).dtype();
+                    line.push_str(&format_value(dtype, &*self.val(v)?, *hex, names));
                 }
                 eprintln!("{line}");
                 Ok(())
@@ -821,8 +822,31 @@ fn reserve(ty: tegula_ir::TileType) -> OpResult<()> {
     }
 }
 
-fn format_value<'n>(d: DType, v: &Data, names: impl Fn(u32) -> &'n str) -> String {
+/// The bits of an `f64` holding a value of float dtype `d`, in `d`'s format.
+fn float_bits(d: DType, a: f64) -> u64 {
+    match d {
+        DType::F16 => u64::from(half::f16::from_f64(a).to_bits()),
+        DType::BF16 => u64::from(half::bf16::from_f64(a).to_bits()),
+        DType::F32 => u64::from((a as f32).to_bits()),
+        _ => a.to_bits(),
+    }
+}
+
+/// `bits` as `0x` and hex digits, its low `d.bits()` bits zero-padded to that width.
+fn hex_bits(d: DType, bits: u64) -> String {
+    let width = d.bits().clamp(1, 64);
+    let masked = if width == 64 {
+        bits
+    } else {
+        bits & ((1u64 << width) - 1)
+    };
+    format!("0x{masked:0w$x}", w = (width as usize).div_ceil(4))
+}
+
+fn format_value<'n>(d: DType, v: &Data, hex: bool, names: impl Fn(u32) -> &'n str) -> String {
     let items: Vec<String> = match v {
+        Data::F(x) if hex => x.iter().map(|&a| hex_bits(d, float_bits(d, a))).collect(),
+        Data::I(x) if hex => x.iter().map(|&a| hex_bits(d, a as u64)).collect(),
         Data::F(x) => x.iter().map(|a| format!("{a}")).collect(),
         Data::I(x) if is_unsigned(d) => x.iter().map(|&a| format!("{}", a as u64)).collect(),
         Data::I(x) => x.iter().map(|a| format!("{a}")).collect(),
@@ -835,5 +859,34 @@ fn format_value<'n>(d: DType, v: &Data, names: impl Fn(u32) -> &'n str) -> Strin
         items[0].clone()
     } else {
         format!("[{}]", items.join(", "))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hex_prints_each_dtypes_bits_at_its_width() {
+        let none = |_: u32| "";
+        let f = |d: DType, v: f64| format_value(d, &Data::F(vec![v]), true, none);
+        let i = |d: DType, v: i64| format_value(d, &Data::I(vec![v]), true, none);
+        assert_eq!(f(DType::F32, 1.0), "0x3f800000");
+        assert_eq!(f(DType::F32, -0.0), "0x80000000");
+        assert_eq!(f(DType::F16, 1.0), "0x3c00");
+        assert_eq!(f(DType::BF16, -2.0), "0xc000");
+        assert_eq!(f(DType::F64, 1.0), "0x3ff0000000000000");
+        assert_eq!(i(DType::I8, -1), "0xff");
+        assert_eq!(i(DType::I16, 0x1234), "0x1234");
+        assert_eq!(i(DType::I32, -2), "0xfffffffe");
+        assert_eq!(i(DType::U32, 10), "0x0000000a");
+        assert_eq!(i(DType::I64, -1), "0xffffffffffffffff");
+        assert_eq!(i(DType::I1, 1), "0x1");
+        let tile = format_value(DType::I8, &Data::I(vec![1, -128]), true, none);
+        assert_eq!(tile, "[0x01, 0x80]");
+        assert_eq!(
+            format_value(DType::F32, &Data::F(vec![1.5]), false, none),
+            "1.5"
+        );
     }
 }

@@ -531,8 +531,9 @@ pub enum Op {
     Barrier,
     /// `(values..) -> ()`: prints values with a prefix, per program. The interpreter prints a
     /// line per program; the GPU a line per element, `pid (x, y, z) idx (i..) prefix value..`,
-    /// through `vprintf` (docs/semantics.md, "Printing").
-    Print { prefix: String },
+    /// through `vprintf` (docs/semantics.md, "Printing"). `hex`: each value's bit pattern in
+    /// hexadecimal, zero-padded to its dtype's width (`tl.device_print(.., hex=True)`).
+    Print { prefix: String, hex: bool },
     /// `(cond: i1) -> ()`: reports `message` when any element of `cond` is false.
     Assert { message: String },
 }

@@ -309,8 +309,9 @@ impl Printer<'_> {
                 parts.push(self.names(args));
                 push_sem(&mut parts, *sem);
             }
-            Op::Print { prefix } => {
-                parts.push(format!("{prefix:?}"));
+            Op::Print { prefix, hex } => {
+                let hex = if *hex { "hex " } else { "" };
+                parts.push(format!("{hex}{prefix:?}"));
                 parts.extend(args.iter().map(|&v| self.name(v)));
             }
             Op::Assert { message } | Op::Assume { message } => {

@@ -376,3 +376,15 @@ kernel @indexing(%x: ptr<f32>, %idx: ptr<i64>) {
 }"#,
     );
 }
+
+#[test]
+fn a_hex_print_says_so() {
+    let k = trace("hex", |_p| {
+        device_print_hex("bits", &[arange(0, 16)]);
+        device_print("value", &[arange(0, 16)]);
+    })
+    .unwrap();
+    let text = k.to_string();
+    assert!(text.contains("print hex \"bits\""), "{text}");
+    assert!(text.contains("print \"value\""), "{text}");
+}

@@ -51,6 +51,16 @@ fn print_loaded(dt: DType, n: usize) -> Kernel {
     .unwrap()
 }
 
+/// `print_loaded`'s first line with `hex`: the bits of a loaded tile of `dt` and the program id.
+fn print_loaded_hex(dt: DType, n: usize) -> Kernel {
+    trace("print_loaded_hex", |p| {
+        let x = p.ptr("x", dt);
+        let v = load_unmasked(x + program_id(0) * n as i64 + arange(0, n as i64));
+        device_print_hex("x=", &[v, program_id(0)]);
+    })
+    .unwrap()
+}
+
 /// Prints inside a loop, a 2-D loaded tile and a comparison (i1).
 fn print_in_loop() -> Kernel {
     trace("print_in_loop", |p| {
@@ -98,6 +108,7 @@ fn printing_kernels_assemble_for_sm80_and_sm90a() {
         DType::U64,
     ] {
         kernels.push((format!("loaded_{dt}_256"), print_loaded(dt, 256)));
+        kernels.push((format!("loaded_hex_{dt}_256"), print_loaded_hex(dt, 256)));
         kernels.push((format!("loaded_{dt}_32"), print_loaded(dt, 32)));
     }
     for (name, k) in &kernels {
@@ -306,4 +317,32 @@ fn a_scalar_prints_from_one_thread() {
         .filter(|&t| !run_thread(&p, t).is_empty())
         .collect();
     assert_eq!(callers, [0]);
+}
+
+#[test]
+fn hex_prints_bits_zero_padded_to_the_dtypes_width() {
+    let line = |dt: DType| {
+        let p = ptx(&print_loaded_hex(dt, 256), 90, 4);
+        (format_strings(&p)[0].clone(), p)
+    };
+    let (f, p) = line(DType::F32);
+    assert_eq!(f, "pid (%u, %u, %u) idx (%d) x= 0x%08x 0x%08x\n");
+    // The float's bits, not its value promoted to a double.
+    assert!(p.contains("mov.b32") && !p.contains("cvt.f64.f32"), "{p}");
+    let (f, p) = line(DType::F16);
+    assert_eq!(f, "pid (%u, %u, %u) idx (%d) x= 0x%04x 0x%08x\n");
+    assert!(p.contains("cvt.u32.u16"), "{p}");
+    let (f, p) = line(DType::I8);
+    assert_eq!(f, "pid (%u, %u, %u) idx (%d) x= 0x%02x 0x%08x\n");
+    assert!(p.contains("and.b32") && p.contains(", 255;"), "{p}");
+    let (f, p) = line(DType::F64);
+    assert_eq!(f, "pid (%u, %u, %u) idx (%d) x= 0x%016llx 0x%08x\n");
+    assert!(
+        p.contains("mov.b64") && p.contains("st.local.u64 [tg_print"),
+        "{p}"
+    );
+    // The same words reach vprintf as without hex for an i32 tile.
+    let k = trace("hex_arange", |_p| device_print_hex("v:", &[arange(0, 64)])).unwrap();
+    let want: Vec<Vec<i64>> = (0..64).map(|i| vec![i, i]).collect();
+    assert_eq!(printed(&k, 4), want);
 }

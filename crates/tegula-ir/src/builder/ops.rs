@@ -1100,14 +1100,27 @@ pub fn cat(a: impl IntoOperand, b: impl IntoOperand, can_reorder: bool) -> Tile 
 /// Prints `values` with `prefix` from every program (`tl.device_print`).
 #[track_caller]
 pub fn device_print(prefix: &str, values: &[Tile]) {
+    print_at(prefix, values, false, Loc::caller());
+}
+
+/// [`device_print`] with each value's bit pattern in hexadecimal, zero-padded to its dtype's
+/// width (`tl.device_print(prefix, .., hex=True)`): `0x3f800000` for an f32 1.0, `0xff` for
+/// an i8 -1. Pointers print as they do without it.
+#[track_caller]
+pub fn device_print_hex(prefix: &str, values: &[Tile]) {
+    print_at(prefix, values, true, Loc::caller());
+}
+
+fn print_at(prefix: &str, values: &[Tile], hex: bool, loc: Loc) {
     emit(
         Op::Print {
             prefix: prefix.to_string(),
+            hex,
         },
         values.iter().map(|t| t.value()).collect(),
         &[],
         vec![],
-        Loc::caller(),
+        loc,
     );
 }
 

@@ -39,9 +39,17 @@ struct Slot {
 
 /// The printf slot of an element type: the number of significant digits of each float format
 /// is the fewest that identify every value of that format (so a value reads back exactly).
-fn slot_of(e: Elem) -> Slot {
+/// With `hex`, the bits in hexadecimal, zero-padded to the dtype's width.
+fn slot_of(e: Elem, hex: bool) -> Slot {
     let (conversion, bytes) = match e {
         Elem::Ptr(_) => ("%p", 8),
+        Elem::Scalar(d) if hex => match d.bits() {
+            1 => ("0x%x", 4),
+            8 => ("0x%02x", 4),
+            16 => ("0x%04x", 4),
+            32 => ("0x%08x", 4),
+            _ => ("0x%016llx", 8),
+        },
         Elem::Scalar(d) => match d {
             DType::I1 | DType::I8 | DType::I16 | DType::I32 => ("%d", 4),
             DType::U8 | DType::U16 | DType::U32 => ("%u", 4),
@@ -117,7 +125,7 @@ impl Lower<'_> {
     /// `(operand i)` after the prefix.
     pub(super) fn lower_print(&mut self, inst: Inst) -> R<()> {
         let d = self.k.insts[inst].clone();
-        let Op::Print { prefix } = &d.op else {
+        let Op::Print { prefix, hex } = &d.op else {
             return Err(self.invalid("lower_print on another op"));
         };
         let tile_shapes: Vec<Shape> = d
@@ -127,16 +135,23 @@ impl Lower<'_> {
             .filter(|s| !s.is_scalar())
             .collect();
         if tile_shapes.windows(2).all(|w| w[0] == w[1]) {
-            return self.print_line(inst, 0, prefix, &d.args);
+            return self.print_line(inst, 0, prefix, *hex, &d.args);
         }
         for (i, &v) in d.args.iter().enumerate() {
-            self.print_line(inst, i, &format!("{prefix} (operand {i})"), &[v])?;
+            self.print_line(inst, i, &format!("{prefix} (operand {i})"), *hex, &[v])?;
         }
         Ok(())
     }
 
     /// One `vprintf` per owned element of `values` (all of one shape, or scalars).
-    fn print_line(&mut self, inst: Inst, part: usize, prefix: &str, values: &[Value]) -> R<()> {
+    fn print_line(
+        &mut self,
+        inst: Inst,
+        part: usize,
+        prefix: &str,
+        hex: bool,
+        values: &[Value],
+    ) -> R<()> {
         let tile = values
             .iter()
             .copied()
@@ -146,7 +161,10 @@ impl Lower<'_> {
             None => (Shape::SCALAR, Layout::scalar()),
         };
         let rank = shape.rank();
-        let slots: Vec<Slot> = values.iter().map(|&v| slot_of(self.k.ty(v).elem)).collect();
+        let slots: Vec<Slot> = values
+            .iter()
+            .map(|&v| slot_of(self.k.ty(v).elem, hex))
+            .collect();
         let args = ArgsLayout::new(rank, &slots);
         let regs: Vec<Vec<Reg>> = values
             .iter()
@@ -223,7 +241,12 @@ impl Lower<'_> {
                 } else {
                     regs[j][i]
                 };
-                let (opcode, stored) = self.printf_promote(self.k.ty(v).elem, r);
+                let elem = self.k.ty(v).elem;
+                let (opcode, stored) = if hex {
+                    self.printf_bits(elem, r)
+                } else {
+                    self.printf_promote(elem, r)
+                };
                 self.b
                     .emit(opcode, vec![buf(args.values[j]), stored.into()]);
             }
@@ -266,6 +289,37 @@ impl Lower<'_> {
 
     /// A value as C varargs pass it: the store opcode and the register to store (floats
     /// promoted to f64, i1 as an int).
+    /// The store of an element's bits for a `hex` slot: floats moved to integer registers
+    /// unconverted, narrow integers masked to their width (they live sign-extended).
+    fn printf_bits(&mut self, e: Elem, r: Reg) -> (&'static str, Reg) {
+        let d = match e {
+            Elem::Ptr(_) => return ("st.local.u64", r),
+            Elem::Scalar(d) => d,
+        };
+        match d {
+            DType::F32 => {
+                let b = self.b.op("mov.b32", RegClass::B32, vec![r.into()]);
+                ("st.local.u32", b)
+            }
+            DType::F64 => {
+                let b = self.b.op("mov.b64", RegClass::B64, vec![r.into()]);
+                ("st.local.u64", b)
+            }
+            DType::F16 | DType::BF16 => {
+                let b = self.b.op("cvt.u32.u16", RegClass::B32, vec![r.into()]);
+                ("st.local.u32", b)
+            }
+            DType::I8 | DType::I16 => {
+                let mask = if d == DType::I8 { 0xff } else { 0xffff };
+                let b = self
+                    .b
+                    .op("and.b32", RegClass::B32, vec![r.into(), Arg::Imm(mask)]);
+                ("st.local.u32", b)
+            }
+            _ => self.printf_promote(e, r),
+        }
+    }
+
     fn printf_promote(&mut self, e: Elem, r: Reg) -> (&'static str, Reg) {
         let d = match e {
             Elem::Ptr(_) => return ("st.local.u64", r),
