@@ -10,7 +10,8 @@
 //! candidate list, so neither another compiler's winner nor one picked from another list is
 //! reused. `TEGULA_AUTOTUNE=off|cached|full` chooses how much work a miss costs:
 //!
-//! - `off`: the default config (the first candidate that pruning keeps), no timing;
+//! - `off`: the default config (the first candidate that pruning keeps; on a GPU, a ranked
+//!   request's first by its model), no timing;
 //! - `cached`: the cached winner if there is one, else the default, no timing;
 //! - `full` (default): time every candidate on a miss and store the winner.
 //!
