@@ -497,7 +497,8 @@ impl<'a> Program<'a> {
             Op::ExpandDims { .. }
             | Op::Reshape
             | Op::MultipleOf { .. }
-            | Op::MaxContiguous { .. } => {
+            | Op::MaxContiguous { .. }
+            | Op::MaxConstancy { .. } => {
                 let v = arg(0)?;
                 self.set(inst.results[0], v);
                 return Ok(());

@@ -147,11 +147,14 @@ fn hints_take_one_value_per_axis() {
         let cols = arange(0, 64).row();
         let offs = multiple_of(max_contiguous(rows + cols, [1, 64]), [64, 16]);
         let one = multiple_of(arange(0, 16), 16);
+        let rows_alike = max_constancy(rows, [1, 64]);
         store_unmasked(x + offs, 1.0);
         store_unmasked(x + one, 2.0);
+        store_unmasked(x + rows_alike + cols, 3.0);
     })
     .unwrap();
     let ops: Vec<Op> = k.insts.iter().map(|(_, d)| d.op.clone()).collect();
+    assert!(ops.contains(&Op::MaxConstancy { n: vec![1, 64] }));
     assert!(ops.contains(&Op::MultipleOf { n: vec![64, 16] }));
     assert!(ops.contains(&Op::MaxContiguous { n: vec![1, 64] }));
     assert!(ops.contains(&Op::MultipleOf { n: vec![16] }));

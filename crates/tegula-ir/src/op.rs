@@ -522,6 +522,9 @@ pub enum Op {
     /// `(x) -> x`: the compiler may assume runs of `n[i]` consecutive elements along axis
     /// `i` are contiguous (each the previous plus one); one entry per axis (one for a scalar).
     MaxContiguous { n: Vec<u32> },
+    /// `(x) -> x`: the compiler may assume runs of `n[i]` consecutive elements along axis `i`
+    /// are equal; one entry per axis (one for a scalar).
+    MaxConstancy { n: Vec<u32> },
     /// `(cond: i1) -> ()`: the compiler may assume every element of `cond` is true
     /// (`tl.assume`). The interpreter checks it and reports `message` where it is false; the
     /// GPU emits nothing.
@@ -555,6 +558,7 @@ impl Op {
                 | Op::AddPtr
                 | Op::MultipleOf { .. }
                 | Op::MaxContiguous { .. }
+                | Op::MaxConstancy { .. }
         )
     }
 
@@ -594,6 +598,7 @@ impl Op {
             Op::Condition => "condition".into(),
             Op::MultipleOf { .. } => "multiple_of".into(),
             Op::MaxContiguous { .. } => "max_contiguous".into(),
+            Op::MaxConstancy { .. } => "max_constancy".into(),
             Op::Print { .. } => "print".into(),
             Op::Assert { .. } => "assert".into(),
             Op::Assume { .. } => "assume".into(),

@@ -336,7 +336,7 @@ impl Printer<'_> {
                         rounding: Rounding::TowardZero,
                     } => parts.push("rounding=rtz".into()),
                     Op::Dot { precision } => parts.push(format!("precision={}", precision.name())),
-                    Op::MultipleOf { n } | Op::MaxContiguous { n } => {
+                    Op::MultipleOf { n } | Op::MaxContiguous { n } | Op::MaxConstancy { n } => {
                         let s: Vec<String> = n.iter().map(|v| v.to_string()).collect();
                         parts.push(s.join(", "))
                     }

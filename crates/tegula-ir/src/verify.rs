@@ -266,7 +266,8 @@ fn signature(op: &Op) -> Signature {
         | Op::Reduce { .. }
         | Op::Scan { .. }
         | Op::MultipleOf { .. }
-        | Op::MaxContiguous { .. } => fixed("(x)", 1, 1),
+        | Op::MaxContiguous { .. }
+        | Op::MaxConstancy { .. } => fixed("(x)", 1, 1),
         Op::Binary(_) | Op::Compare(_) => fixed("(a, b)", 2, 1),
         Op::Gather { .. } => fixed("(src, index)", 2, 1),
         Op::Select => fixed("(cond, a, b)", 3, 1),
@@ -1026,7 +1027,7 @@ impl Check<'_> {
                 }
                 self.expect_result(c, "the accumulator's type")
             }
-            MultipleOf { n } | MaxContiguous { n } => {
+            MultipleOf { n } | MaxContiguous { n } | MaxConstancy { n } => {
                 let rank = self.arg(0).shape.rank().max(1);
                 if n.len() != rank || n.contains(&0) {
                     return self.fail(format!(

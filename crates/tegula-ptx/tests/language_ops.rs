@@ -123,7 +123,7 @@ fn barrier_pointers_hints_and_shape_ops_assemble() {
         let (x, y) = (p.ptr("x", DType::F32), p.ptr("y", DType::F32));
         let table = p.ptr("table", DType::I64);
         let n = p.scalar("n", DType::I32);
-        let rows = arange(0, 16).col() * 64;
+        let rows = max_constancy(arange(0, 16).col() * 64, [1, 64]);
         let offs = multiple_of(
             max_contiguous(rows + arange(0, 64).row(), [1, 64]),
             [64, 16],

@@ -908,6 +908,18 @@ pub fn max_contiguous(x: Tile, n: impl Into<HintValues>) -> Tile {
     h
 }
 
+/// Promises runs of `n` equal values along each axis (`tl.max_constancy`). `n` is one value,
+/// for the last axis, or one per axis (`max_constancy(rows, [16, 1])`). A hint, unchecked;
+/// like [`multiple_of`] it marks `x` for what is traced after it.
+#[track_caller]
+pub fn max_constancy(x: Tile, n: impl Into<HintValues>) -> Tile {
+    let loc = Loc::caller();
+    let n = hint_values(x, n.into(), "max_constancy", false, loc);
+    let h = emit1(Op::MaxConstancy { n }, vec![x.value()], x.ty(), loc);
+    super::mark_hinted(x.value(), h.value());
+    h
+}
+
 /// Tells the compiler that every element of `cond` is true (`tl.assume`); a numeric `cond`
 /// counts as true where nonzero. A hint for the GPU lowering, which emits nothing for it; the
 /// interpreter checks it and fails with "assumption violated" and the line where it is false.

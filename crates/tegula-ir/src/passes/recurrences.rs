@@ -108,7 +108,9 @@ fn recurrences(k: &Kernel, l: Inst) -> Vec<Recurrence> {
 fn unhinted(k: &Kernel, mut v: Value) -> Value {
     while let Some(i) = k.def_inst(v) {
         match k.insts[i].op {
-            Op::MultipleOf { .. } | Op::MaxContiguous { .. } => v = k.insts[i].args[0],
+            Op::MultipleOf { .. } | Op::MaxContiguous { .. } | Op::MaxConstancy { .. } => {
+                v = k.insts[i].args[0]
+            }
             _ => break,
         }
     }
@@ -142,6 +144,7 @@ fn invariant(k: &Kernel, body: Block, inside: &crate::fast_hash::HashSet<Value>,
             | Op::Fma
             | Op::MultipleOf { .. }
             | Op::MaxContiguous { .. }
+            | Op::MaxConstancy { .. }
     );
     cheap
         && k.blocks[body].insts.contains(&i)

@@ -177,7 +177,7 @@ pub fn affine_form(k: &Kernel, v: Value, iv: Value, inside: &HashSet<Value>) -> 
                 a
             })
         }
-        Op::MultipleOf { .. } | Op::MaxContiguous { .. } => arg(0),
+        Op::MultipleOf { .. } | Op::MaxContiguous { .. } | Op::MaxConstancy { .. } => arg(0),
         // Integer widening or narrowing: taken as exact, as the address arithmetic of
         // every load assumes offsets that do not wrap.
         Op::Cast { .. } if ty.dtype().is_int() && k.ty(d.args[0]).dtype().is_int() => arg(0),

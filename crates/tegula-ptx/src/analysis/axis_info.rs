@@ -194,6 +194,13 @@ impl AxisAnalysis {
                 }
                 a
             }
+            Op::MaxConstancy { n } => {
+                let mut a = arg(0);
+                for (c, &n) in a.constancy.iter_mut().zip(n) {
+                    *c = (*c).max(n as u64);
+                }
+                a
+            }
             Op::AddPtr => {
                 let (p, o) = (arg(0), arg(1));
                 let es = ty.dtype().size_bytes() as u64;
@@ -410,6 +417,34 @@ mod tests {
         assert_eq!(p.contiguity, vec![256]);
         assert_eq!(p.divisibility, vec![16]);
         assert_eq!(m.unwrap().constancy, vec![16]);
+    }
+
+    #[test]
+    fn max_constancy_raises_a_masks_constancy_to_the_hint() {
+        // A bound loaded per row: nothing shows the mask constant along a row but the hint.
+        let k = trace("t", |p| {
+            let x = p.ptr("x", DType::F32);
+            let bounds = p.ptr("bounds", DType::I32);
+            let rows = arange(0, 16).col();
+            let offs = rows * 64 + arange(0, 64).row();
+            let bound = load_unmasked(bounds + offs);
+            let m = max_constancy(offs.lt(bound), [1, 32]);
+            store(x + offs, 1.0f32, m);
+        })
+        .unwrap();
+        let (_, m) = info_of_store_ptr(&k);
+        assert_eq!(m.unwrap().constancy, vec![1, 32]);
+        let unhinted = trace("t", |p| {
+            let x = p.ptr("x", DType::F32);
+            let bounds = p.ptr("bounds", DType::I32);
+            let offs = arange(0, 16).col() * 64 + arange(0, 64).row();
+            store(x + offs, 1.0f32, offs.lt(load_unmasked(bounds + offs)));
+        })
+        .unwrap();
+        assert_eq!(
+            info_of_store_ptr(&unhinted).1.unwrap().constancy,
+            vec![1, 1]
+        );
     }
 
     #[test]

@@ -159,7 +159,9 @@ impl Lower<'_> {
                 self.convert(&src, src_ty, &sl, l, Some(&remap))
             }
             Op::Gather { axis } => self.lower_gather(&d, *axis as usize, l),
-            Op::MultipleOf { .. } | Op::MaxContiguous { .. } => self.get(d.args[0], l),
+            Op::MultipleOf { .. } | Op::MaxContiguous { .. } | Op::MaxConstancy { .. } => {
+                self.get(d.args[0], l)
+            }
             Op::AddPtr => {
                 let p = self.get(d.args[0], l)?;
                 let o = self.get(d.args[1], l)?;

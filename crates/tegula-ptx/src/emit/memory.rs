@@ -655,7 +655,9 @@ impl Lower<'_> {
                 }
                 self.constant_deltas(d.args[0], &l.slice(*axis as usize))
             }
-            Op::MultipleOf { .. } | Op::MaxContiguous { .. } => self.constant_deltas(d.args[0], l),
+            Op::MultipleOf { .. } | Op::MaxContiguous { .. } | Op::MaxConstancy { .. } => {
+                self.constant_deltas(d.args[0], l)
+            }
             Op::AddPtr => {
                 let es = ty.dtype().size_bytes() as i64;
                 let p = self.constant_deltas(d.args[0], l)?;

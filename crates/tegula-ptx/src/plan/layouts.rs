@@ -441,6 +441,7 @@ impl Planner<'_, '_> {
             Op::Broadcast
             | Op::MultipleOf { .. }
             | Op::MaxContiguous { .. }
+            | Op::MaxConstancy { .. }
             | Op::Gather { .. } => {
                 let from = if matches!(d.op, Op::Gather { .. }) {
                     d.args[1]

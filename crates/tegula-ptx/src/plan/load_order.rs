@@ -159,6 +159,12 @@ impl Transposer {
                 },
                 self.transpose_all(k, uses, &d.args)?,
             ),
+            Op::MaxConstancy { n } => (
+                Op::MaxConstancy {
+                    n: n.iter().rev().copied().collect(),
+                },
+                self.transpose_all(k, uses, &d.args)?,
+            ),
             Op::Broadcast => (Op::Broadcast, self.transpose_all(k, uses, &d.args)?),
             op if op.is_elementwise() => (d.op.clone(), self.transpose_all(k, uses, &d.args)?),
             _ => return None,
