@@ -588,7 +588,13 @@ impl Autotuner {
             let _bound = SweepBound::set(best.is_finite().then_some(bound));
             match bench(config) {
                 Ok(ms) if valid_ms(ms) => timed.push((config.clone(), ms)),
-                Err(Error::Pruned { .. }) => pruned += 1,
+                Err(Error::Pruned { .. }) => {
+                    pruned += 1;
+                    if k < ranked.len() {
+                        // Its place on the short list passes to the next candidate.
+                        bar.inc_length(1);
+                    }
+                }
                 Ok(ms) => dropped.push((config.clone(), format!("benchmark returned {ms} ms"))),
                 Err(e) if is_fatal(&e) => {
                     bar.finish_and_clear();
