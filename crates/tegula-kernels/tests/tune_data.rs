@@ -146,3 +146,32 @@ fn attention_forward_shortlist_holds_a_winner_at_every_recorded_shape() {
     }
     assert!(checked >= 8, "only {checked} forward tunings recorded");
 }
+
+/// The distance's weights: a tile's own stages, persistent and warp twins sit nearer than the
+/// next tile size, and its other lowering (wgmma or not) farther.
+#[test]
+fn distance_puts_a_tiles_twins_before_the_next_tile() {
+    let tile = |m: i64, n: i64| Config::new(8, 3).with("BLOCK_M", m).with("BLOCK_N", n);
+    let h = tile(128, 256).with("WGMMA", 1);
+    assert_eq!(distance(&h, &h), 0.0);
+    let stage = Config {
+        num_stages: 4,
+        ..h.clone()
+    };
+    let persistent = h.clone().with("PERSISTENT", 1);
+    let warps = Config {
+        num_warps: 4,
+        ..h.clone()
+    };
+    let next_tile = tile(128, 128).with("WGMMA", 1);
+    let other_lowering = tile(128, 256).with("WGMMA", 0);
+    let d = |c: &Config| distance(&h, c);
+    assert_eq!(d(&stage), 0.5);
+    assert_eq!(d(&persistent), 0.6);
+    assert_eq!(d(&warps), 0.7);
+    assert_eq!(d(&next_tile), 1.0);
+    assert_eq!(d(&other_lowering), 1.5);
+    // Symmetric, and a missing constexpr reads as 0.
+    assert_eq!(distance(&next_tile, &h), 1.0);
+    assert_eq!(distance(&tile(128, 256), &h), 1.5);
+}
