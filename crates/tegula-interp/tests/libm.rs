@@ -583,3 +583,102 @@ fn frexp_splits_mantissa_and_exponent() {
     assert_eq!(m, vec![f16::from_f32(0.5), f16::from_f32(-0.75)]);
     assert_eq!(e, vec![-23, 6]);
 }
+
+/// C's `logb` from `ilogb`: the exponent, -inf at zeros, +inf at infinities, NaN at NaN.
+fn logb_ref(x: f64, ilogb: i32) -> f64 {
+    match x {
+        _ if x.is_nan() => f64::NAN,
+        0.0 => f64::NEG_INFINITY,
+        _ if x.is_infinite() => f64::INFINITY,
+        _ => ilogb as f64,
+    }
+}
+
+#[test]
+fn logb_is_the_exponent_as_a_float() {
+    let mut xs = vec![
+        0.0f32,
+        -0.0,
+        1.0,
+        -0.75,
+        3.0,
+        f32::MIN_POSITIVE,
+        f32::from_bits(1),
+        f32::MAX,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        f32::NAN,
+    ];
+    let mut r = Rng::new(5);
+    xs.extend((0..2000).map(|_| f32::from_bits(r.next_u64() as u32)));
+    let out = eval(&[buf(&xs)], |t| logb(t[0])).to_vec::<f32>().unwrap();
+    for (x, g) in xs.iter().zip(&out) {
+        let want = logb_ref(*x as f64, libm::ilogbf(*x)) as f32;
+        assert!(
+            g.to_bits() == want.to_bits() || (g.is_nan() && want.is_nan()),
+            "logb({x:e}) = {g}, want {want}"
+        );
+    }
+    assert_eq!(&out[..3], &[f32::NEG_INFINITY, f32::NEG_INFINITY, 0.0]);
+    assert_eq!(
+        (out[6], out[8], out[9]),
+        (-149.0, f32::INFINITY, f32::INFINITY)
+    );
+    let d: Vec<f64> = xs.iter().map(|&x| x as f64 * 1e-300).collect();
+    let out = eval(&[buf(&d)], |t| logb(t[0])).to_vec::<f64>().unwrap();
+    for (x, g) in d.iter().zip(&out) {
+        let want = logb_ref(*x, libm::ilogb(*x));
+        assert!(
+            g == &want || (g.is_nan() && want.is_nan()),
+            "logb({x:e}) f64"
+        );
+    }
+    let h = [f16::from_bits(1), f16::MAX, f16::from_f32(0.0)];
+    let out = eval(&[buf(&h)], |t| logb(t[0])).to_vec::<f16>().unwrap();
+    assert_eq!(
+        out.iter().map(|v| v.to_f32()).collect::<Vec<_>>(),
+        vec![-24.0, 15.0, f32::NEG_INFINITY]
+    );
+}
+
+#[test]
+fn fdim_is_the_positive_difference() {
+    let mut r = Rng::new(6);
+    let mut xs = vec![
+        1.0f32,
+        2.0,
+        -0.0,
+        0.0,
+        f32::INFINITY,
+        f32::NAN,
+        1.0,
+        f32::MAX,
+    ];
+    let mut ys = vec![
+        2.0f32,
+        1.0,
+        0.0,
+        -0.0,
+        f32::INFINITY,
+        1.0,
+        f32::NAN,
+        -f32::MAX,
+    ];
+    for _ in 0..2000 {
+        xs.push(f32::from_bits(r.next_u64() as u32));
+        ys.push(f32::from_bits(r.next_u64() as u32));
+    }
+    let out = eval(&[buf(&xs), buf(&ys)], |t| fdim(t[0], t[1]))
+        .to_vec::<f32>()
+        .unwrap();
+    for ((x, y), g) in xs.iter().zip(&ys).zip(&out) {
+        let want = libm::fdimf(*x, *y);
+        assert!(
+            g.to_bits() == want.to_bits() || (g.is_nan() && want.is_nan()),
+            "fdim({x:e}, {y:e}) = {g}, want {want}"
+        );
+    }
+    assert_eq!(&out[..5], &[0.0, 1.0, 0.0, 0.0, 0.0]);
+    assert!(out[5].is_nan() && out[6].is_nan());
+    assert_eq!(out[7], f32::INFINITY);
+}

@@ -67,7 +67,7 @@ fn math_kernel(dt: DType) -> Kernel {
         acc += tan(a) + log10(a) + exp10(a) + erfc(a) + lgamma(a) + tgamma(a);
         acc += atan2(a, b) + pow(a, b) + hypot(a, b) + fmod(a, b) + copysign(a, b);
         let (m, e) = frexp(b);
-        acc += ldexp(a, ilogb(b)) + nextafter(a, b) + ldexp(m, e);
+        acc += ldexp(a, ilogb(b)) + nextafter(a, b) + ldexp(m, e) + logb(a) + fdim(a, b);
         acc += round(a) + rint(b) + trunc(a) + nearbyint(b);
         let flags = isnan(a) | isinf(b) | signbit(a) | isfinite(b);
         store_unmasked(out + o, select(flags, acc, 0.0));
@@ -92,7 +92,7 @@ fn math_kernels_assemble() {
         let o = arange(0, 128);
         let a = load_unmasked(x + o);
         let v = round(a) + rint(a) + trunc(a) + copysign(a, -1.0);
-        let v = v + ldexp(a, ilogb(a)) + nextafter(a, 0.0) + frexp(a).0;
+        let v = v + ldexp(a, ilogb(a)) + nextafter(a, 0.0) + frexp(a).0 + logb(a) + fdim(a, 1.0);
         store_unmasked(out + o, select(isnan(a) | signbit(a), 0.0, v));
     })
     .unwrap();

@@ -157,7 +157,7 @@ fn unary_functions_agree_with_the_interpreter_bit_for_bit() {
 #[test]
 fn binary_functions_agree_with_the_interpreter_bit_for_bit() {
     let mut r = Rng::new("libm_binary");
-    let fs: [(&str, Body); 6] = [
+    let fs: [(&str, Body); 8] = [
         ("atan2", |a, b| atan2(a, b)),
         ("pow", |a, b| pow(a, b)),
         ("hypot", |a, b| hypot(a, b)),
@@ -166,6 +166,8 @@ fn binary_functions_agree_with_the_interpreter_bit_for_bit() {
         ("ldexp", |a, b| ldexp(a, ilogb(b) * 2)),
         ("nextafter", |a, b| nextafter(a, b)),
         ("ilogb", |a, _| ilogb(a).cast(DType::F32)),
+        ("logb", |a, _| logb(a)),
+        ("fdim", |a, b| fdim(a, b)),
     ];
     for (name, f) in fs {
         check(&mut r, name, true, f);

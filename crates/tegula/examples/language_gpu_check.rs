@@ -46,6 +46,7 @@ fn unary_op<T: Element>(x: Ptr<T>, y: Ptr<T>, n: i32, #[constexpr] which: u32) {
             let (m, e) = frexp(a);
             m + e.to::<T>()
         }
+        27 => logb(a),
         _ => a,
     };
     store(y + offs, r, mask);
@@ -63,6 +64,7 @@ fn binary_op(x: Ptr<f32>, z: Ptr<f32>, y: Ptr<f32>, n: i32, #[constexpr] which: 
         2 => hypot(a, b),
         3 => nextafter(a, b),
         4 => ldexp(a, ilogb(b) * 2),
+        5 => fdim(a, b),
         _ => fmod(a, b),
     };
     store(y + offs, r, mask);
@@ -147,6 +149,7 @@ fn main() -> tegula::Result<()> {
         "ilogb",
         "ldexp",
         "frexp",
+        "logb",
     ];
     for (which, name) in names.iter().enumerate() {
         let mut out = Vec::new();
@@ -182,7 +185,15 @@ fn main() -> tegula::Result<()> {
         failed += bad;
     }
     let zs: Vec<f32> = xs.iter().rev().copied().collect();
-    let binary_names = ["atan2", "pow", "hypot", "nextafter", "ldexp", "fmod"];
+    let binary_names = [
+        "atan2",
+        "pow",
+        "hypot",
+        "nextafter",
+        "ldexp",
+        "fdim",
+        "fmod",
+    ];
     for (which, name) in binary_names.iter().enumerate() {
         let mut out = Vec::new();
         for dev in [&gpu, &cpu] {

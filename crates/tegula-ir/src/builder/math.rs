@@ -1,7 +1,7 @@
 //! The libdevice functions Triton users call (`tl.extra.cuda.libdevice` / `tl.math`): inverse
 //! trigonometric and hyperbolic functions, `pow`, `log1p`, `expm1`, `erfinv`, `cbrt`,
 //! `hypot`, `tan`, `log10`, `exp10`, `erfc`, `lgamma`, `tgamma`, the rounding family,
-//! classification, `copysign`, `ldexp`, `frexp`, `nextafter` and `ilogb`.
+//! classification, `copysign`, `ldexp`, `frexp`, `nextafter`, `ilogb`, `logb` and `fdim`.
 //!
 //! Float operands only (f16, bf16, f32, f64); integers are a trace error (convert first with
 //! `.to::<f32>()`). Rust literals take the other operand's dtype. f32 results are correctly
@@ -9,8 +9,9 @@
 //! and round once more; f64 runs on the interpreter only (std's functions, the `libm` crate's
 //! where std has none). The interpreter and the GPU compute the same bits
 //! (`tegula_ir::mathlib`). The rounding family, classification, `copysign`, `ldexp`, `frexp`,
-//! `nextafter` and `ilogb` are instead compositions of integer ops and exact float ops, exact
-//! in every float dtype, f64 included, on both backends.
+//! `nextafter`, `ilogb` and `logb` are instead compositions of integer ops and exact float ops,
+//! exact in every float dtype, f64 included, on both backends; `fdim` is one subtraction and a
+//! selection, in every float dtype too.
 
 use super::ops::select_at;
 use super::tile::{binary, to_tile, unify};
@@ -459,6 +460,48 @@ fn ilogb_at(x: Tile, loc: Loc) -> Tile {
     // NaN is unordered, so `!(|x| > 0)` holds at zeros and NaN alike.
     let pos = a.compare(CmpOp::Gt, Operand::Float(0.0), loc);
     select_at(pos, t(e), Operand::Int(i32::MIN as i64), loc)
+}
+
+/// The exponent of `x` as a float of its dtype (`libdevice.logb`): `floor(log2 |x|)`, exact;
+/// -inf at +-0, +inf at +-inf, NaN at NaN; subnormals give their own exponent.
+#[track_caller]
+pub fn logb(x: impl IntoOperand) -> Tile {
+    let loc = Loc::caller();
+    let x = float_operand(x, "logb", loc);
+    let d = x.dtype();
+    if !d.is_float() {
+        return x;
+    }
+    let t = Operand::Tile;
+    let e = ilogb_at(x, loc).cast_at(d, Rounding::NearestEven, loc);
+    let a = x.unary_at(UnaryOp::Abs, loc);
+    let zero = a.compare(CmpOp::Eq, Operand::Float(0.0), loc);
+    let inf = a.compare(CmpOp::Eq, Operand::Float(f64::INFINITY), loc);
+    let nan = x.compare(CmpOp::Ne, t(x), loc);
+    let e = select_at(zero, Operand::Float(f64::NEG_INFINITY), t(e), loc);
+    let e = select_at(inf, Operand::Float(f64::INFINITY), t(e), loc);
+    select_at(nan, t(x), t(e), loc)
+}
+
+/// The positive difference (`libdevice.fdim`): `x - y` where `x > y`, else +0; NaN when
+/// either is NaN. One rounding, as the subtraction.
+#[track_caller]
+pub fn fdim(x: impl IntoOperand, y: impl IntoOperand) -> Tile {
+    let loc = Loc::caller();
+    let lit = |o: Operand| match o {
+        Operand::Int(v) => Operand::Float(v as f64),
+        o => o,
+    };
+    let (a, b) = unify(lit(x.into_operand()), lit(y.into_operand()), "fdim", loc);
+    if a.is_ptr() || !a.dtype().is_float() {
+        report(loc, format!("fdim needs float operands, got {}", a.ty()));
+        return a;
+    }
+    let t = Operand::Tile;
+    let diff = binary(BinaryOp::Sub, t(a), t(b), loc);
+    // Ordered: false when either is NaN, which keeps the difference's NaN.
+    let not_above = a.compare(CmpOp::Le, t(b), loc);
+    select_at(not_above, Operand::Float(0.0), t(diff), loc)
 }
 
 /// `x` split as `m * 2^e` with `|m|` in `[1/2, 1)` and `e` an i32 tile (C's `frexp`, the
