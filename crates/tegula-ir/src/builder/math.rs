@@ -204,23 +204,10 @@ pub fn signbit(x: impl IntoOperand) -> Tile {
 #[track_caller]
 pub fn copysign(x: impl IntoOperand, y: impl IntoOperand) -> Tile {
     let loc = Loc::caller();
-    let lit = |o: Operand| match o {
-        Operand::Int(v) => Operand::Float(v as f64),
-        o => o,
+    let (a, b) = match float_pair(x, y, "copysign", loc) {
+        Ok(pair) => pair,
+        Err(a) => return a,
     };
-    let (a, b) = unify(
-        lit(x.into_operand()),
-        lit(y.into_operand()),
-        "copysign",
-        loc,
-    );
-    if a.is_ptr() || !a.dtype().is_float() {
-        report(
-            loc,
-            format!("copysign needs float operands, got {}", a.ty()),
-        );
-        return a;
-    }
     let d = a.dtype();
     let u = bits_dtype(d);
     let sign: i64 = match d.bits() {
@@ -243,6 +230,26 @@ pub fn copysign(x: impl IntoOperand, y: impl IntoOperand) -> Tile {
         loc,
     );
     binary(BinaryOp::Or, t(ma), t(sb), loc).bitcast_at(d, loc)
+}
+
+/// Two operands promoted to one float dtype, bare integer literals read as floats; or, with
+/// the error reported at `loc`, the first as it is (for the caller to return).
+fn float_pair(
+    x: impl IntoOperand,
+    y: impl IntoOperand,
+    what: &str,
+    loc: Loc,
+) -> Result<(Tile, Tile), Tile> {
+    let lit = |o: Operand| match o {
+        Operand::Int(v) => Operand::Float(v as f64),
+        o => o,
+    };
+    let (a, b) = unify(lit(x.into_operand()), lit(y.into_operand()), what, loc);
+    if a.is_ptr() || !a.dtype().is_float() {
+        report(loc, format!("{what} needs float operands, got {}", a.ty()));
+        return Err(a);
+    }
+    Ok((a, b))
 }
 
 /// A float operand, bare integer literals read as floats (`ldexp(1, n)` is f32).
@@ -357,23 +364,10 @@ fn scalbn(x: Tile, n: Tile, loc: Loc) -> Tile {
 #[track_caller]
 pub fn nextafter(x: impl IntoOperand, y: impl IntoOperand) -> Tile {
     let loc = Loc::caller();
-    let lit = |o: Operand| match o {
-        Operand::Int(v) => Operand::Float(v as f64),
-        o => o,
+    let (a, b) = match float_pair(x, y, "nextafter", loc) {
+        Ok(pair) => pair,
+        Err(a) => return a,
     };
-    let (a, b) = unify(
-        lit(x.into_operand()),
-        lit(y.into_operand()),
-        "nextafter",
-        loc,
-    );
-    if a.is_ptr() || !a.dtype().is_float() {
-        report(
-            loc,
-            format!("nextafter needs float operands, got {}", a.ty()),
-        );
-        return a;
-    }
     let t = Operand::Tile;
     let d = a.dtype();
     let si = signed_bits_dtype(d);
@@ -488,15 +482,10 @@ pub fn logb(x: impl IntoOperand) -> Tile {
 #[track_caller]
 pub fn fdim(x: impl IntoOperand, y: impl IntoOperand) -> Tile {
     let loc = Loc::caller();
-    let lit = |o: Operand| match o {
-        Operand::Int(v) => Operand::Float(v as f64),
-        o => o,
+    let (a, b) = match float_pair(x, y, "fdim", loc) {
+        Ok(pair) => pair,
+        Err(a) => return a,
     };
-    let (a, b) = unify(lit(x.into_operand()), lit(y.into_operand()), "fdim", loc);
-    if a.is_ptr() || !a.dtype().is_float() {
-        report(loc, format!("fdim needs float operands, got {}", a.ty()));
-        return a;
-    }
     let t = Operand::Tile;
     let diff = binary(BinaryOp::Sub, t(a), t(b), loc);
     // Ordered: false when either is NaN, which keeps the difference's NaN.
