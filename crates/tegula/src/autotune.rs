@@ -541,9 +541,8 @@ impl Autotuner {
             ));
         }
         // On a GPU the default is the model's first (the list's first without a model).
-        let ranked = tuning.ranked();
         if self.mode == Mode::Off {
-            return Ok(answer(target_default(&ranked), Source::Default));
+            return Ok(answer(target_default(&tuning.ranked()), Source::Default));
         }
         let key = tuning.cache_key(target);
         if let Some((config, ms)) = self.lookup(&key) {
@@ -559,6 +558,7 @@ impl Autotuner {
         }
         // The first `k` by rank that the benchmark does not skip as another's kernels
         // ([`Error::Pruned`]): a pruned candidate leaves its place to the next.
+        let ranked = tuning.ranked();
         let k = tuning.how_many(self.top_k, ranked.len());
         if self.mode == Mode::Cached || k <= 1 {
             return Ok(answer(target_default(&ranked), Source::Default));

@@ -880,6 +880,22 @@ fn hint_values(x: Tile, v: HintValues, what: &str, all_axes: bool, loc: Loc) -> 
     n
 }
 
+/// The hint `op` of per-axis values `n` on `x` (see [`hint_values`]), marking `x` as hinted for
+/// what is traced after it.
+fn hint(
+    x: Tile,
+    n: HintValues,
+    name: &str,
+    all_axes: bool,
+    op: impl FnOnce(Vec<u32>) -> Op,
+    loc: Loc,
+) -> Tile {
+    let n = hint_values(x, n, name, all_axes, loc);
+    let h = emit1(op(n), vec![x.value()], x.ty(), loc);
+    super::mark_hinted(x.value(), h.value());
+    h
+}
+
 /// Promises that the elements of `x` are multiples of `n` along each axis (`tl.multiple_of`):
 /// for an offset tile, that the first element of each contiguous run is. `n` is one value for
 /// every axis or one per axis (`multiple_of(offs, [16, 1])`). A hint: the GPU lowering uses
@@ -888,11 +904,14 @@ fn hint_values(x: Tile, v: HintValues, what: &str, all_axes: bool, loc: Loc) -> 
 /// may be ignored.
 #[track_caller]
 pub fn multiple_of(x: Tile, n: impl Into<HintValues>) -> Tile {
-    let loc = Loc::caller();
-    let n = hint_values(x, n.into(), "multiple_of", true, loc);
-    let h = emit1(Op::MultipleOf { n }, vec![x.value()], x.ty(), loc);
-    super::mark_hinted(x.value(), h.value());
-    h
+    hint(
+        x,
+        n.into(),
+        "multiple_of",
+        true,
+        |n| Op::MultipleOf { n },
+        Loc::caller(),
+    )
 }
 
 /// Promises runs of `n` contiguous values (each the previous plus one) along each axis
@@ -901,11 +920,14 @@ pub fn multiple_of(x: Tile, n: impl Into<HintValues>) -> Tile {
 /// for what is traced after it.
 #[track_caller]
 pub fn max_contiguous(x: Tile, n: impl Into<HintValues>) -> Tile {
-    let loc = Loc::caller();
-    let n = hint_values(x, n.into(), "max_contiguous", false, loc);
-    let h = emit1(Op::MaxContiguous { n }, vec![x.value()], x.ty(), loc);
-    super::mark_hinted(x.value(), h.value());
-    h
+    hint(
+        x,
+        n.into(),
+        "max_contiguous",
+        false,
+        |n| Op::MaxContiguous { n },
+        Loc::caller(),
+    )
 }
 
 /// Promises runs of `n` equal values along each axis (`tl.max_constancy`). `n` is one value,
@@ -913,11 +935,14 @@ pub fn max_contiguous(x: Tile, n: impl Into<HintValues>) -> Tile {
 /// like [`multiple_of`] it marks `x` for what is traced after it.
 #[track_caller]
 pub fn max_constancy(x: Tile, n: impl Into<HintValues>) -> Tile {
-    let loc = Loc::caller();
-    let n = hint_values(x, n.into(), "max_constancy", false, loc);
-    let h = emit1(Op::MaxConstancy { n }, vec![x.value()], x.ty(), loc);
-    super::mark_hinted(x.value(), h.value());
-    h
+    hint(
+        x,
+        n.into(),
+        "max_constancy",
+        false,
+        |n| Op::MaxConstancy { n },
+        Loc::caller(),
+    )
 }
 
 /// Tells the compiler that every element of `cond` is true (`tl.assume`); a numeric `cond`
