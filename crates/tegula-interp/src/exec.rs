@@ -360,6 +360,11 @@ impl<'a> Program<'a> {
                 Op::For { .. } => self.exec_for(inst)?,
                 Op::If => self.exec_if(inst)?,
                 Op::While => self.exec_while(inst)?,
+                // A descriptor access runs as its region: the same access as masked ops.
+                Op::DescLoad | Op::DescStore => {
+                    let results = self.block(inst.regions[0], Vec::new())?;
+                    self.bind_results(inst, results)?
+                }
                 _ => self.exec(inst).map_err(|f| self.error(f, inst))?,
             }
         }

@@ -485,6 +485,20 @@ pub enum Op {
     /// `(ptr, cmp, value) -> old`: store `value` where the current value equals `cmp`.
     AtomicCas { sem: MemSem },
 
+    // --- tensor descriptors --------------------------------------------------------------
+    /// `(base, shape0, shape1, stride0, stride1, offset0, offset1) -> block` (`desc.load`, of
+    /// Triton's `tl.make_tensor_descriptor`): the block of the result's 2-D shape whose first
+    /// element is `[offset0, offset1]` of the tensor at the scalar pointer `base` (`shape` and
+    /// `strides` in elements; integer scalars), with elements outside `shape` read as zero.
+    /// Its one region (no arguments) computes the same block with ordinary ops and ends in
+    /// `Yield(block)`: the interpreter runs it, and so does a GPU backend that does not move
+    /// the block with the tensor memory accelerator.
+    DescLoad,
+    /// `(base, shape0, shape1, stride0, stride1, offset0, offset1, value) -> ()` (`desc.store`):
+    /// writes the 2-D block `value` at `[offset0, offset1]`, nothing outside `shape`. Its
+    /// region does the same with ordinary ops and ends in `Yield()`.
+    DescStore,
+
     // --- reductions and matmul -----------------------------------------------------------
     /// `(x) -> y`: reduces `axis` away. Arg-reductions return i32 indices.
     Reduce { op: ReduceOp, axis: u8 },
@@ -588,6 +602,8 @@ impl Op {
             Op::Store { .. } => "store".into(),
             Op::Atomic { op, .. } => format!("atomic.{}", op.name()),
             Op::AtomicCas { .. } => "atomic.cas".into(),
+            Op::DescLoad => "desc_load".into(),
+            Op::DescStore => "desc_store".into(),
             Op::Reduce { op, .. } => format!("reduce.{}", op.name()),
             Op::Scan { op, .. } => format!("scan.{}", op.name()),
             Op::Dot { .. } => "dot".into(),
@@ -618,6 +634,7 @@ impl Op {
             Op::Store { .. }
                 | Op::Atomic { .. }
                 | Op::AtomicCas { .. }
+                | Op::DescStore
                 | Op::Print { .. }
                 | Op::Assert { .. }
                 | Op::Assume { .. }

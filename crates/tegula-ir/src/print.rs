@@ -230,10 +230,18 @@ impl Printer<'_> {
                 if !d.results.is_empty() {
                     write!(text, " : {}", self.types(&d.results)).unwrap();
                 }
-                if !d.regions.is_empty() {
+                let expanded = matches!(op, Op::DescLoad | Op::DescStore);
+                if !d.regions.is_empty() && !expanded {
                     write!(text, " <{} unexpected regions>", d.regions.len()).unwrap();
                 }
-                self.push(depth, text, loc);
+                if expanded && !d.regions.is_empty() {
+                    // The region: the same access in ordinary ops.
+                    self.push(depth, format!("{text} expanded {{"), loc);
+                    self.region(i, 0, depth + 1);
+                    self.push(depth, "}".into(), None);
+                } else {
+                    self.push(depth, text, loc);
+                }
             }
         }
     }

@@ -205,6 +205,7 @@ fn region_name(op: &Op, index: usize) -> &'static str {
         (Op::If, _) => "else branch",
         (Op::While, 0) => "condition region",
         (Op::While, _) => "body",
+        (Op::DescLoad | Op::DescStore, _) => "expansion",
         _ => "region",
     }
 }
@@ -328,6 +329,22 @@ fn signature(op: &Op) -> Signature {
         },
         Op::Condition | Op::Assert { .. } | Op::Assume { .. } => fixed("(cond)", 1, 0),
         Op::Barrier => fixed("()", 0, 0),
+        Op::DescLoad => Signature {
+            regions: 1,
+            ..fixed(
+                "(base, shape0, shape1, stride0, stride1, offset0, offset1)",
+                7,
+                1,
+            )
+        },
+        Op::DescStore => Signature {
+            regions: 1,
+            ..fixed(
+                "(base, shape0, shape1, stride0, stride1, offset0, offset1, value)",
+                8,
+                0,
+            )
+        },
     }
 }
 
@@ -1042,6 +1059,38 @@ impl Check<'_> {
                 "loop condition (a scalar i1)",
             ),
             Barrier => Ok(()),
+            DescLoad | DescStore => {
+                let base = self.arg(0);
+                if !base.is_ptr() || !base.shape.is_scalar() {
+                    return self.fail(format!(
+                        "a tensor descriptor's base must be a scalar pointer, got {}",
+                        self.describe_arg(0)
+                    ));
+                }
+                for i in 1..7 {
+                    let t = self.arg(i);
+                    if !t.shape.is_scalar() || !is_int_scalar_elem(t) {
+                        return self.fail(format!(
+                            "a tensor descriptor's shapes, strides and offsets must be integer \
+                             scalars, got {}",
+                            self.describe_arg(i)
+                        ));
+                    }
+                }
+                let block = if matches!(op, DescLoad) {
+                    self.res(0)
+                } else {
+                    self.arg(7)
+                };
+                let elem = self.pointee(0).elem;
+                if block.shape.rank() != 2 || block.elem != elem {
+                    return self.fail(format!(
+                        "a tensor descriptor moves 2-D blocks of its pointee type ({}), not {block}",
+                        elem
+                    ));
+                }
+                Ok(())
+            }
             Assert { .. } | Assume { .. } => {
                 let c = self.arg(0);
                 if c.is_ptr() || c.dtype() != DType::I1 {
@@ -1116,6 +1165,9 @@ impl Check<'_> {
                 let carried = self.result_types();
                 self.check_region(0, &carried, &Op::Condition, &[TileType::scalar(DType::I1)])?;
                 self.check_region(1, &carried, &Op::Yield, &carried)
+            }
+            Op::DescLoad | Op::DescStore => {
+                self.check_region(0, &[], &Op::Yield, &self.result_types())
             }
             _ => Ok(()),
         }

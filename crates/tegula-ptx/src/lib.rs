@@ -89,6 +89,9 @@ pub struct Compiled {
     /// Threads per block: `32 * num_warps`.
     pub num_threads: u32,
     pub params: Vec<ParamAbi>,
+    /// Tensor maps the launch encodes from the arguments and passes after them, in order
+    /// (the descriptor accesses on TMA, `plan/descriptors.rs`).
+    pub tensor_maps: Vec<plan::descriptors::TensorMapAbi>,
     /// What the compiler decided, for the kernel's author.
     pub report: plan::report::Report,
 }
@@ -191,15 +194,18 @@ pub fn plan(
     options: &CompileOptions,
 ) -> Result<Report, PtxError> {
     check_options(kernel, target, options)?;
-    let cx = plan::Context::new(kernel, target, options);
-    Ok(plan::Plan::build(&cx).report(&cx))
+    let (kernel, descriptors) = rewritten(kernel, target);
+    let cx = plan::Context::new(&kernel, target, options);
+    Ok(plan::Plan::build(&cx, descriptors).report(&cx))
 }
 
-/// `kernel` after the plan's rewriting rules ([`plan::load_order`]).
-fn rewritten(kernel: &Kernel) -> Kernel {
+/// `kernel` after the plan's rewriting rules ([`plan::descriptors`], which also decides the
+/// descriptor accesses on TMA, then [`plan::load_order`]).
+fn rewritten(kernel: &Kernel, target: &Target) -> (Kernel, plan::descriptors::Descriptors) {
     let mut k = kernel.clone();
+    let descriptors = plan::descriptors::place(&mut k, target);
     plan::load_order::transpose_loads(&mut k);
-    k
+    (k, descriptors)
 }
 
 fn check_options(
@@ -249,7 +255,8 @@ pub fn compile(
     options: &CompileOptions,
 ) -> Result<Compiled, PtxError> {
     check_options(kernel, target, options)?;
-    let kernel = &rewritten(kernel);
+    let (kernel, descriptors) = rewritten(kernel, target);
+    let kernel = &kernel;
     // The most stages any loop asks for: the launch's, or a loop's own.
     let most = kernel
         .walk()
@@ -263,7 +270,7 @@ pub fn compile(
     // The stages of the last attempt that did not fit.
     let mut failed = most;
     loop {
-        match compile_once(kernel, target, options, cap)? {
+        match compile_once(kernel, &descriptors, target, options, cap)? {
             Ok(mut compiled) => {
                 if cap < most {
                     compiled.report.stage_cut = Some(format!(
@@ -312,13 +319,14 @@ struct SharedOverflow {
 /// it needs exceeds the target's.
 fn compile_once(
     kernel: &Kernel,
+    descriptors: &plan::descriptors::Descriptors,
     target: &Target,
     options: &CompileOptions,
     stage_cap: u32,
 ) -> Result<Result<Compiled, SharedOverflow>, PtxError> {
     let w = options.num_warps;
     let cx = plan::Context::new(kernel, target, options).with_stage_cap(stage_cap);
-    let plan = plan::Plan::build(&cx);
+    let plan = plan::Plan::build(&cx, descriptors.clone());
     let mut lw = emit::Lower::new(&cx, &plan);
     lw.lower_kernel()?;
     let entry = format!("tg_{}", sanitize(&kernel.name));
@@ -335,12 +343,18 @@ fn compile_once(
             stages,
         }));
     }
-    let params: Vec<ParamDecl> = (0..kernel.params.len())
+    let mut params: Vec<ParamDecl> = (0..kernel.params.len())
         .map(|i| ParamDecl {
             name: param_name(kernel, i),
             ty: emit::types::param_ty(kernel.params[i].ty.elem),
+            bytes: None,
         })
         .collect();
+    params.extend(descriptors.maps.iter().map(|m| ParamDecl {
+        name: m.name.clone(),
+        ty: ptx::Ty::B8,
+        bytes: Some(128),
+    }));
     if shared_bytes > 0 {
         // Dynamic (sized by the launch), so a block may use more than the 48 KB that a static
         // array may declare.
@@ -384,6 +398,7 @@ fn compile_once(
         shared_bytes,
         num_threads: 32 * w,
         params: abi,
+        tensor_maps: descriptors.maps.clone(),
         report,
     }))
 }

@@ -145,6 +145,8 @@ pub enum Arg {
     /// `{%r1, %r2}`: vector operands and packing moves.
     Vec(Vec<Reg>),
     Label(String),
+    /// `[map, {%r1, %r2}]`: a tensor map's address and a block's coordinates (TMA copies).
+    TensorCoords(Reg, Vec<Reg>),
 }
 
 impl From<Reg> for Arg {
@@ -163,6 +165,16 @@ impl fmt::Display for Arg {
             Arg::Sym(s) | Arg::Label(s) => f.write_str(s),
             Arg::Addr(base, 0) => write!(f, "[{base}]"),
             Arg::Addr(base, off) => write!(f, "[{base}+{off}]"),
+            Arg::TensorCoords(map, coords) => {
+                write!(f, "[{map}, {{")?;
+                for (i, r) in coords.iter().enumerate() {
+                    if i > 0 {
+                        f.write_str(", ")?;
+                    }
+                    write!(f, "{r}")?;
+                }
+                f.write_str("}]")
+            }
             Arg::Vec(regs) => {
                 f.write_str("{")?;
                 for (i, r) in regs.iter().enumerate() {
@@ -228,6 +240,9 @@ impl fmt::Display for Stmt {
 pub struct ParamDecl {
     pub name: String,
     pub ty: Ty,
+    /// Passed as this many bytes, 64-byte aligned (`.param .align 64 .b8 NAME[N]`: a TMA
+    /// tensor map), instead of one value of `ty`.
+    pub bytes: Option<u32>,
 }
 
 /// The function being built: registers, a prologue (thread geometry, parameters, invariant
@@ -417,7 +432,10 @@ impl Builder {
         let _ = writeln!(s, ".visible .entry {entry}(");
         for (i, p) in params.iter().enumerate() {
             let sep = if i + 1 < params.len() { "," } else { "" };
-            let _ = writeln!(s, "\t.param {} {}{sep}", p.ty, p.name);
+            let _ = match p.bytes {
+                Some(n) => writeln!(s, "\t.param .align 64 .b8 {}[{n}]{sep}", p.name),
+                None => writeln!(s, "\t.param {} {}{sep}", p.ty, p.name),
+            };
         }
         let _ = writeln!(s, ")\n.maxntid {max_threads}, 1, 1");
         if let Some(n) = min_blocks_per_sm {
@@ -610,6 +628,10 @@ impl Arg {
             Arg::Reg(r) => f(*r),
             Arg::Addr(base, _) => base.for_each_reg(f),
             Arg::Vec(regs) => regs.iter().copied().for_each(f),
+            Arg::TensorCoords(map, coords) => {
+                f(*map);
+                coords.iter().copied().for_each(f)
+            }
             Arg::Imm(_) | Arg::F32(_) | Arg::F64(_) | Arg::Sym(_) | Arg::Label(_) => {}
         }
     }

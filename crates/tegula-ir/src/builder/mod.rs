@@ -8,6 +8,7 @@
 
 mod block_ptr;
 mod control;
+mod descriptor;
 mod indexing;
 mod math;
 mod ops;
@@ -19,6 +20,7 @@ pub use control::{
     for_range, for_range_with, if_else, if_then, range, scalar, static_range, while_any,
     while_loop, Carry, Condition, InKernelOrFunc, Named, RangeOptions, RustBool, StageCount,
 };
+pub use descriptor::{make_tensor_descriptor, TensorDescriptor};
 pub use indexing::*;
 pub use math::*;
 pub use ops::*;
@@ -123,7 +125,16 @@ pub(crate) fn defining_op(v: Value) -> Option<Op> {
 
 /// Creates a block for a region and makes it current while `f` runs.
 pub(crate) fn in_new_block<R>(arg_types: &[TileType], f: impl FnOnce(&[Tile]) -> R) -> (Block, R) {
-    let (block, args) = with_state(|s| {
+    let (block, args) = enter_block(arg_types);
+    let r = f(&args);
+    leave_block();
+    (block, r)
+}
+
+/// Creates a block for a region and makes it current until [`leave_block`]; for builders that
+/// trace a region themselves (a closure would lose the user's `#[track_caller]` location).
+pub(crate) fn enter_block(arg_types: &[TileType]) -> (Block, Vec<Tile>) {
+    with_state(|s| {
         let b = s.kernel.add_block(arg_types);
         s.blocks.push(b);
         let args: Vec<Tile> = s.kernel.blocks[b]
@@ -132,14 +143,16 @@ pub(crate) fn in_new_block<R>(arg_types: &[TileType], f: impl FnOnce(&[Tile]) ->
             .map(|&v| Tile::from_raw(v, s.kernel.ty(v)))
             .collect();
         (b, args)
-    });
-    let r = f(&args);
+    })
+}
+
+/// Makes the block around the current one current again (see [`enter_block`]).
+pub(crate) fn leave_block() {
     with_state(|s| {
         s.blocks.pop();
         let depth = s.blocks.len();
         s.hinted.retain(|&(d, _, _)| d <= depth);
     });
-    (block, r)
 }
 
 /// `shape` as a [`Shape`], or a trace error at `loc` (and a scalar shape, so the trace goes

@@ -27,6 +27,8 @@ pub fn is_anchored(op: &Op) -> bool {
             | Op::Print { .. }
             | Op::Assert { .. }
             | Op::Barrier
+            | Op::DescLoad
+            | Op::DescStore
             | Op::Yield
             | Op::Condition
     )

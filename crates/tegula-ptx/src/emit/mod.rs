@@ -34,6 +34,7 @@
 
 mod convert;
 mod convert_pieces;
+mod descriptor;
 mod dot;
 mod elementwise;
 mod gather;
@@ -161,6 +162,8 @@ pub(crate) struct SharedScratch {
     pub smem_bytes: u32,
     /// Scratch base and offset while pipeline buffers occupy the start of the buffer.
     smem_shift: Vec<(Reg, u32)>,
+    /// The `mbarrier`s declared so far (one a TMA load).
+    pub mbarriers: u32,
 }
 
 impl<'k> Lower<'k> {
@@ -707,6 +710,8 @@ impl<'k> Lower<'k> {
             Op::While => self.lower_while(inst),
             Op::Assert { .. } => self.lower_assert(inst),
             Op::Print { .. } => self.lower_print(inst),
+            Op::DescLoad => self.lower_desc_load(inst),
+            Op::DescStore => self.lower_desc_store(inst),
             Op::Barrier => {
                 self.b.emit("bar.sync", vec![Arg::Imm(0)]);
                 Ok(())

@@ -259,7 +259,8 @@ impl Planner<'_, '_> {
                 | Op::AtomicCas { .. }
                 | Op::Reduce { .. }
                 | Op::Scan { .. }
-                | Op::Dot { .. } => {
+                | Op::Dot { .. }
+                | Op::DescLoad => {
                     for &r in &d.results {
                         let (l, _) = self.natural(r);
                         self.anchor(r, l);
@@ -420,6 +421,8 @@ impl Planner<'_, '_> {
                 true,
             ),
             Op::Dot { .. } => (self.dot_layout(inst), true),
+            // Read from shared memory after its copy: any layout; the shape's default.
+            Op::DescLoad => (self.canonical(&ty.shape), true),
             Op::For { .. } => {
                 let body = d.regions[0];
                 let carried = k.blocks[body].args[1 + idx];

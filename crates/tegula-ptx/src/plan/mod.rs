@@ -2,7 +2,9 @@
 //! written, and kept as data in a [`Plan`] that the emitter (`emit/`) only reads.
 //!
 //! First, rules that rewrite the kernel into the shape the decisions below take:
-//! [`load_order`] (a load contiguous down its first axis is loaded transposed).
+//! [`descriptors`] (tensor-descriptor accesses on the tensor memory accelerator, the others
+//! replaced by their masked loads and stores) and [`load_order`] (a load contiguous down its
+//! first axis is loaded transposed).
 //!
 //! The passes, in order (each reads the kernel, the [`Context`] and the decisions of the
 //! passes before it):
@@ -22,6 +24,7 @@
 //! whatever layout their consumer asks for (rematerialization without conversions); the plan
 //! says which layout each one is cheapest in, from its anchored operands.
 
+pub mod descriptors;
 pub mod dots;
 pub mod layouts;
 pub mod load_order;
@@ -98,18 +101,21 @@ impl<'k> Context<'k> {
 
 /// Every decision about one kernel.
 pub struct Plan {
+    pub descriptors: descriptors::Descriptors,
     pub dots: dots::DotPlans,
     pub layouts: layouts::LayoutPlan,
     pub pipelines: pipeline::Pipelines,
 }
 
 impl Plan {
-    /// Runs the planning passes in order.
-    pub fn build(cx: &Context<'_>) -> Plan {
+    /// Runs the planning passes in order, after the rewriting rules (`descriptors` are the
+    /// decisions of the first).
+    pub fn build(cx: &Context<'_>, descriptors: descriptors::Descriptors) -> Plan {
         let dots = dots::plan(cx);
         let layouts = layouts::plan(cx, &dots);
         let pipelines = pipeline::plan(cx, &dots, &layouts);
         Plan {
+            descriptors,
             dots,
             layouts,
             pipelines,

@@ -107,6 +107,12 @@ pub struct Report {
     /// A lower bound of the registers a thread needs: the largest f32 accumulator of a
     /// tensor-core dot, in elements a thread.
     pub registers_estimate: u32,
+    /// Tensor maps the launch passes (rule *tensor memory accelerator*).
+    pub tensor_maps: usize,
+    /// Tensor-descriptor accesses moved on TMA: where, and the map each uses.
+    pub descriptors_on_tma: Vec<(Loc, usize)>,
+    /// Tensor-descriptor accesses run as masked loads and stores, with the condition unmet.
+    pub descriptors_expanded: Vec<(Loc, String)>,
 }
 
 impl Report {
@@ -195,6 +201,18 @@ impl Plan {
             blocks_per_sm: 0,
             min_blocks_per_sm: None,
             registers_estimate,
+            tensor_maps: self.descriptors.maps.len(),
+            descriptors_on_tma: {
+                let mut on: Vec<(Loc, usize)> = self
+                    .descriptors
+                    .on_tma
+                    .iter()
+                    .map(|(&i, &m)| (k.insts[i].loc, m))
+                    .collect();
+                on.sort_by_key(|&(l, m)| (l.line, l.col, m));
+                on
+            },
+            descriptors_expanded: self.descriptors.expanded.clone(),
         }
     }
 }
@@ -404,6 +422,15 @@ impl fmt::Display for Report {
         )?;
         if let Some(cut) = &self.stage_cut {
             writeln!(f, "  stages cut: {cut}")?;
+        }
+        for (loc, map) in &self.descriptors_on_tma {
+            writeln!(f, "  descriptor access at {loc}: on TMA (tensor map {map})")?;
+        }
+        for (loc, why) in &self.descriptors_expanded {
+            writeln!(
+                f,
+                "  descriptor access at {loc}: masked loads and stores ({why})"
+            )?;
         }
         for l in &self.loops {
             let pad = "  ".repeat(l.depth as usize + 1);

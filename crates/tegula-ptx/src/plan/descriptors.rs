@@ -1,0 +1,192 @@
+//! Rule *tensor memory accelerator*: a tensor descriptor's load or store (`Op::DescLoad`,
+//! `Op::DescStore`) moves its whole block with one TMA copy (`cp.async.bulk.tensor`) when
+//!
+//! 1. the target has TMA (sm_90 and newer);
+//! 2. the descriptor is known at launch: its base is a pointer parameter specialized as
+//!    16-byte aligned, its shapes and its first stride are parameters or constants (the
+//!    runtime encodes the tensor map from the launch's arguments);
+//! 3. its last stride is the constant 1 and its first, in bytes, a multiple of 16 (a constant,
+//!    or a parameter specialized as a multiple of 16);
+//! 4. its block has at most 256 elements a side and rows of a multiple of 16 bytes, of 1, 2,
+//!    4 or 8-byte elements;
+//! 5. for a load: it is not inside a loop (a loop's loads stream through the software
+//!    pipeline's `cp.async` slots, which TMA does not feed yet).
+//!
+//! Every other descriptor access is replaced by its region (the same access as masked loads
+//! and stores) before any other decision, so the rest of the plan sees ordinary loads and
+//! stores, pipelines them, and reports them as such. Accesses on TMA keep their instruction
+//! (without the region); the maps they use are kernel parameters the runtime fills in
+//! ([`TensorMapAbi`]), one per distinct descriptor and block shape.
+
+use crate::Target;
+use tegula_ir::fast_hash::HashMap;
+use tegula_ir::uses::Uses;
+use tegula_ir::{Constant, DType, Inst, Kernel, Loc, Op, Value, ValueDef};
+
+/// Where a number of the tensor map comes from at launch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum LaunchValue {
+    /// The kernel's parameter of this index.
+    Param(usize),
+    Const(i64),
+}
+
+/// A tensor map the launch encodes (`cuTensorMapEncodeTiled`) and passes as an extra kernel
+/// parameter (`.param .align 64 .b8 NAME[128]`) after the kernel's own.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct TensorMapAbi {
+    /// The PTX parameter's name.
+    pub name: String,
+    pub dtype: DType,
+    /// The pointer parameter holding the tensor's address.
+    pub base: usize,
+    /// Sizes, innermost (contiguous) axis first: `[shape1, shape0]`.
+    pub dims: [LaunchValue; 2],
+    /// The stride of the outer axis, in elements (`stride0`).
+    pub row_stride: LaunchValue,
+    /// The block, innermost axis first: `[block1, block0]`.
+    pub box_dims: [u32; 2],
+}
+
+/// The rule's decisions.
+#[derive(Clone, Debug, Default)]
+pub struct Descriptors {
+    pub maps: Vec<TensorMapAbi>,
+    /// Each access on TMA and the map it uses.
+    pub on_tma: HashMap<Inst, usize>,
+    /// Accesses replaced by their region, with the unmet condition, for the report.
+    pub expanded: Vec<(Loc, String)>,
+}
+
+/// Decides every descriptor access of `k` and replaces those not on TMA by their regions.
+pub fn place(k: &mut Kernel, target: &Target) -> Descriptors {
+    let uses = Uses::new(k);
+    let mut out = Descriptors::default();
+    let mut index: HashMap<TensorMapAbi, usize> = HashMap::default();
+    let accesses: Vec<Inst> = k
+        .walk()
+        .into_iter()
+        .filter(|&i| matches!(k.insts[i].op, Op::DescLoad | Op::DescStore))
+        .collect();
+    for inst in accesses {
+        match tma_map(k, &uses, target, inst) {
+            Ok(mut map) => {
+                let n = index.len();
+                map.name = format!("tmap{n}");
+                let key = TensorMapAbi {
+                    name: String::new(),
+                    ..map.clone()
+                };
+                let at = *index.entry(key).or_insert_with(|| {
+                    out.maps.push(map);
+                    n
+                });
+                out.on_tma.insert(inst, at);
+                k.insts[inst].regions.clear();
+            }
+            Err(why) => {
+                out.expanded.push((k.insts[inst].loc, why));
+                expand(k, &uses, inst);
+            }
+        }
+    }
+    out
+}
+
+/// The map of access `inst` when the rule takes it, else the first condition it fails.
+fn tma_map(k: &Kernel, uses: &Uses, target: &Target, inst: Inst) -> Result<TensorMapAbi, String> {
+    if target.sm < 90 {
+        return Err(format!("sm_{} has no tensor memory accelerator", target.sm));
+    }
+    let d = &k.insts[inst];
+    let is_load = matches!(d.op, Op::DescLoad);
+    if is_load && in_loop(k, uses, inst) {
+        return Err("a load inside a loop streams through the software pipeline".into());
+    }
+    let base = match k.values[d.args[0]].def {
+        ValueDef::Param(i) if k.params[i].facts.divisible_by_16 => i,
+        ValueDef::Param(_) => return Err("its base is not specialized as 16-byte aligned".into()),
+        _ => return Err("its base is computed in the kernel, not a parameter".into()),
+    };
+    let dtype = k.ty(d.args[0]).dtype();
+    let eb = dtype.size_bytes() as i64;
+    if dtype.is_bool() || !matches!(eb, 1 | 2 | 4 | 8) {
+        return Err(format!("TMA does not move {dtype} elements"));
+    }
+    let launch = |v: Value, what: &str| -> Result<LaunchValue, String> {
+        match k.values[v].def {
+            ValueDef::Param(i) => Ok(LaunchValue::Param(i)),
+            ValueDef::Result(def, 0) => match k.insts[def].op {
+                Op::Const(Constant::Int(c)) => Ok(LaunchValue::Const(c)),
+                _ => Err(format!("its {what} is computed in the kernel")),
+            },
+            _ => Err(format!("its {what} is computed in the kernel")),
+        }
+    };
+    let shape0 = launch(d.args[1], "shape")?;
+    let shape1 = launch(d.args[2], "shape")?;
+    let stride0 = launch(d.args[3], "first stride")?;
+    if launch(d.args[4], "last stride") != Ok(LaunchValue::Const(1)) {
+        return Err("its last stride is not the constant 1".into());
+    }
+    let aligned = match stride0 {
+        LaunchValue::Const(c) => (c * eb) % 16 == 0,
+        LaunchValue::Param(i) => k.params[i].facts.divisible_by_16,
+    };
+    if !aligned {
+        return Err("its first stride is not known to be a multiple of 16 bytes".into());
+    }
+    let block = if is_load {
+        k.ty(d.results[0]).shape
+    } else {
+        k.ty(d.args[7]).shape
+    };
+    let (b0, b1) = (block.dim(0) as i64, block.dim(1) as i64);
+    if b0 > 256 || b1 > 256 || (b1 * eb) % 16 != 0 {
+        return Err(format!(
+            "its block {b0}x{b1} is not one TMA moves (at most 256 a side, rows of a multiple \
+             of 16 bytes)"
+        ));
+    }
+    Ok(TensorMapAbi {
+        name: String::new(),
+        dtype,
+        base,
+        dims: [shape1, shape0],
+        row_stride: stride0,
+        box_dims: [b1 as u32, b0 as u32],
+    })
+}
+
+fn in_loop(k: &Kernel, uses: &Uses, inst: Inst) -> bool {
+    let mut at = uses.block_of(inst).and_then(|b| uses.parent_of(b));
+    while let Some(p) = at {
+        if matches!(k.insts[p].op, Op::For { .. } | Op::While) {
+            return true;
+        }
+        at = uses.block_of(p).and_then(|b| uses.parent_of(b));
+    }
+    false
+}
+
+/// Replaces access `inst` by the instructions of its region, the yielded value standing for
+/// its result.
+fn expand(k: &mut Kernel, uses: &Uses, inst: Inst) {
+    let block = uses.block_of(inst).expect("a live access");
+    let region = k.insts[inst].regions[0];
+    let mut body = k.blocks[region].insts.clone();
+    let term = body.pop().expect("the region ends in its yield");
+    let yielded = k.insts[term].args.clone();
+    let at = k.blocks[block]
+        .insts
+        .iter()
+        .position(|&i| i == inst)
+        .expect("the access is in its block");
+    k.blocks[block].insts.splice(at..=at, body);
+    k.blocks[region].insts.clear();
+    if let (Some(&r), Some(&v)) = (k.insts[inst].results.first(), yielded.first()) {
+        for &(u, pos) in uses.users(r).unwrap_or(&[]) {
+            k.insts[u].args[pos] = v;
+        }
+    }
+}

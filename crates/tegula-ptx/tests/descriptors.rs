@@ -1,0 +1,142 @@
+//! Rule *tensor memory accelerator* (`plan/descriptors.rs`): which tensor-descriptor accesses
+//! move on TMA, the tensor maps a compiled kernel asks the launch for, and the PTX of both
+//! paths.
+
+mod common;
+
+use common::aligned;
+use tegula_ir::prelude::*;
+use tegula_ir::Kernel;
+use tegula_ptx::plan::descriptors::LaunchValue;
+use tegula_ptx::{compile, CompileOptions, Compiled, MmaChoice, Target};
+
+/// `out[block] = 2 * x[block]` through two descriptors of one block shape.
+fn copy_kernel(dt: DType, block: [usize; 2], in_loop: bool) -> Kernel {
+    trace("desc_copy", |p| {
+        let x = p.ptr("x", dt);
+        let out = p.ptr("out", dt);
+        let m = p.scalar("m", DType::I32);
+        let n = p.scalar("n", DType::I32);
+        let stride = p.scalar("stride", DType::I32);
+        let dx = make_tensor_descriptor(x, (m, n), (stride, 1), block);
+        let dout = make_tensor_descriptor(out, (m, n), (stride, 1), block);
+        let row = program_id(0) * block[0] as i32;
+        if in_loop {
+            for_range(0, n, block[1] as i32, (), |j, ()| {
+                let v = dx.load((row, j));
+                dout.store((row, j), v * 2.0);
+            });
+        } else {
+            let col = program_id(1) * block[1] as i32;
+            let v = dx.load((row, col));
+            dout.store((row, col), v * 2.0);
+        }
+    })
+    .unwrap()
+}
+
+fn compiled(k: &Kernel, sm: u32) -> Compiled {
+    let options = CompileOptions {
+        num_warps: 4,
+        num_stages: 2,
+        mma: MmaChoice::Sync,
+        fp_fusion: true,
+    };
+    compile(k, &Target { sm }, &options).unwrap()
+}
+
+#[test]
+fn aligned_descriptors_move_on_tma_on_sm90() {
+    let k = aligned(copy_kernel(DType::F16, [32, 64], false));
+    let c = compiled(&k, 90);
+    // One map: both descriptors differ only in their base, so two maps.
+    assert_eq!(c.tensor_maps.len(), 2, "{:?}", c.tensor_maps);
+    let m = &c.tensor_maps[0];
+    assert_eq!(m.base, 0);
+    assert_eq!(m.dims, [LaunchValue::Param(3), LaunchValue::Param(2)]);
+    assert_eq!(m.row_stride, LaunchValue::Param(4));
+    assert_eq!(m.box_dims, [64, 32]);
+    assert_eq!(c.tensor_maps[1].base, 1);
+    for needle in [
+        ".param .align 64 .b8 tmap0[128]",
+        ".param .align 64 .b8 tmap1[128]",
+        "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes",
+        "mbarrier.arrive.expect_tx.shared::cta.b64 _, [%r",
+        "], 4096;",
+        "mbarrier.try_wait.parity.shared::cta.b64",
+        "cp.async.bulk.tensor.2d.global.shared::cta.tile.bulk_group",
+        "fence.proxy.async.shared::cta",
+        "cp.async.bulk.wait_group.read 0",
+    ] {
+        assert!(c.ptx.contains(needle), "missing `{needle}` in\n{}", c.ptx);
+    }
+    assert!(!c.ptx.contains("ld.global"), "{}", c.ptx);
+    assert_eq!(c.report.tensor_maps, 2);
+}
+
+#[test]
+fn without_tma_descriptors_are_masked_loads_and_stores() {
+    let k = aligned(copy_kernel(DType::F16, [32, 64], false));
+    let c = compiled(&k, 80);
+    assert!(c.tensor_maps.is_empty());
+    assert!(!c.ptx.contains("cp.async.bulk"), "{}", c.ptx);
+    assert!(c.ptx.contains("ld.global"), "{}", c.ptx);
+    assert!(c.ptx.contains("st.global"), "{}", c.ptx);
+    let why = &c.report.descriptors_expanded;
+    assert_eq!(why.len(), 2);
+    assert!(why[0].1.contains("sm_80"), "{why:?}");
+}
+
+#[test]
+fn each_unmet_condition_keeps_the_masked_access_and_says_why() {
+    // Strides not known to be multiples of 16 bytes.
+    let mut k = aligned(copy_kernel(DType::F16, [32, 64], false));
+    k.params[4].facts.divisible_by_16 = false;
+    let c = compiled(&k, 90);
+    assert!(c.tensor_maps.is_empty());
+    assert!(c.report.descriptors_expanded[0].1.contains("first stride"));
+    // A base not known to be aligned.
+    let mut k = aligned(copy_kernel(DType::F16, [32, 64], false));
+    k.params[0].facts.divisible_by_16 = false;
+    let c = compiled(&k, 90);
+    assert_eq!(c.tensor_maps.len(), 1, "the store's base is still aligned");
+    assert!(c.report.descriptors_expanded[0]
+        .1
+        .contains("16-byte aligned"));
+    // Rows of 8 bytes.
+    let k = aligned(copy_kernel(DType::F16, [32, 4], false));
+    let c = compiled(&k, 90);
+    assert!(c.tensor_maps.is_empty());
+    assert!(c.report.descriptors_expanded[0].1.contains("16 bytes"));
+    // In a loop: the load streams through the pipeline, the store moves on TMA.
+    let k = aligned(copy_kernel(DType::F32, [16, 32], true));
+    let c = compiled(&k, 90);
+    assert_eq!(c.tensor_maps.len(), 1);
+    assert_eq!(c.tensor_maps[0].base, 1);
+    assert!(c.report.descriptors_expanded[0].1.contains("loop"));
+    assert!(c.ptx.contains("bulk_group"), "{}", c.ptx);
+}
+
+#[test]
+fn tma_kernels_assemble() {
+    let Some(ptxas) = tegula_ptx::ptxas::find() else {
+        panic!("ptxas not found: run scripts/ptxas.sh (or set TEGULA_PTXAS) before this test");
+    };
+    let dir = std::env::temp_dir().join(format!("tegula-desc-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    for (i, (dt, block)) in [
+        (DType::F16, [32, 64]),
+        (DType::F32, [64, 32]),
+        (DType::BF16, [128, 64]),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let k = aligned(copy_kernel(dt, block, i == 1));
+        let c = compiled(&k, 90);
+        assert!(!c.tensor_maps.is_empty());
+        let a = tegula_ptx::ptxas::assemble(&ptxas, &c.ptx, 90, &dir, &format!("desc{i}"))
+            .unwrap_or_else(|e| panic!("{e}\n{}", c.ptx));
+        assert_eq!(a.spill_stores, 0);
+    }
+}
