@@ -108,6 +108,11 @@ fn each_unmet_condition_keeps_the_masked_access_and_says_why() {
     let c = compiled(&k, 90);
     assert!(c.tensor_maps.is_empty());
     assert!(c.report.descriptors_expanded[0].1.contains("16 bytes"));
+    // 8-bit integers, held widened in registers.
+    let k = aligned(copy_kernel(DType::I8, [32, 64], false));
+    let c = compiled(&k, 90);
+    assert!(c.tensor_maps.is_empty());
+    assert!(c.report.descriptors_expanded[0].1.contains("widened"));
     // In a loop: the load streams through the pipeline, the store moves on TMA.
     let k = aligned(copy_kernel(DType::F32, [16, 32], true));
     let c = compiled(&k, 90);

@@ -26,6 +26,7 @@ use crate::error::Result;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 use tegula_ir::DType;
+use tegula_ptx::plan::descriptors::{LaunchValue, TensorMapAbi};
 use tegula_ptx::ParamAbi;
 use thiserror::Error;
 
@@ -97,6 +98,9 @@ pub struct Entry {
     pub num_threads: u32,
     /// The PTX signature, in parameter order.
     pub params: Vec<Param>,
+    /// The tensor maps the launch encodes and passes after `params`.
+    #[serde(default)]
+    pub tensor_maps: Vec<TensorMapEntry>,
     /// The compile report's summary (its per-loop and per-dot parts are not bundled).
     pub report: ReportSummary,
 }
@@ -111,6 +115,44 @@ pub struct Param {
     pub dtype: String,
     /// Bytes of the `.param` (8 for a pointer).
     pub bytes: u32,
+}
+
+/// A bundled [`TensorMapAbi`].
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TensorMapEntry {
+    pub name: String,
+    /// [`DType::name`] of the elements.
+    pub dtype: String,
+    pub base: usize,
+    pub dims: [LaunchValueEntry; 2],
+    pub row_stride: LaunchValueEntry,
+    pub box_dims: [u32; 2],
+}
+
+/// A bundled [`LaunchValue`].
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LaunchValueEntry {
+    Param(usize),
+    Const(i64),
+}
+
+impl From<LaunchValue> for LaunchValueEntry {
+    fn from(v: LaunchValue) -> Self {
+        match v {
+            LaunchValue::Param(i) => LaunchValueEntry::Param(i),
+            LaunchValue::Const(c) => LaunchValueEntry::Const(c),
+        }
+    }
+}
+
+impl From<LaunchValueEntry> for LaunchValue {
+    fn from(v: LaunchValueEntry) -> Self {
+        match v {
+            LaunchValueEntry::Param(i) => LaunchValue::Param(i),
+            LaunchValueEntry::Const(c) => LaunchValue::Const(c),
+        }
+    }
 }
 
 /// What [`Report`] says of the whole kernel.
@@ -155,6 +197,18 @@ impl Entry {
                     },
                 })
                 .collect(),
+            tensor_maps: compiled
+                .tensor_maps
+                .iter()
+                .map(|m| TensorMapEntry {
+                    name: m.name.clone(),
+                    dtype: m.dtype.name().to_string(),
+                    base: m.base,
+                    dims: m.dims.map(Into::into),
+                    row_stride: m.row_stride.into(),
+                    box_dims: m.box_dims,
+                })
+                .collect(),
             report: ReportSummary {
                 kernel: r.kernel.clone(),
                 num_warps: r.num_warps,
@@ -194,6 +248,25 @@ impl Entry {
                 })
             })
             .collect::<std::result::Result<Vec<_>, BundleError>>()?;
+        let tensor_maps = self
+            .tensor_maps
+            .iter()
+            .map(|m| {
+                let dtype = DType::from_name(&m.dtype).ok_or_else(|| BundleError::Param {
+                    key: self.key.clone(),
+                    param: m.name.clone(),
+                    dtype: m.dtype.clone(),
+                })?;
+                Ok(TensorMapAbi {
+                    name: m.name.clone(),
+                    dtype,
+                    base: m.base,
+                    dims: m.dims.map(Into::into),
+                    row_stride: m.row_stride.into(),
+                    box_dims: m.box_dims,
+                })
+            })
+            .collect::<std::result::Result<Vec<_>, BundleError>>()?;
         let s = &self.report;
         Ok(Compiled {
             ptx: self.ptx.clone(),
@@ -201,6 +274,7 @@ impl Entry {
             shared_bytes: self.shared_bytes,
             num_threads: self.num_threads,
             params,
+            tensor_maps,
             report: Report {
                 kernel: s.kernel.clone(),
                 target: Target { sm: self.sm },
@@ -214,6 +288,9 @@ impl Entry {
                 blocks_per_sm: s.blocks_per_sm,
                 min_blocks_per_sm: s.min_blocks_per_sm,
                 registers_estimate: s.registers_estimate,
+                tensor_maps: self.tensor_maps.len(),
+                descriptors_on_tma: Vec::new(),
+                descriptors_expanded: Vec::new(),
             },
         })
     }

@@ -7,8 +7,8 @@
 //!    runtime encodes the tensor map from the launch's arguments);
 //! 3. its last stride is the constant 1 and its first, in bytes, a multiple of 16 (a constant,
 //!    or a parameter specialized as a multiple of 16);
-//! 4. its block has at most 256 elements a side and rows of a multiple of 16 bytes, of 1, 2,
-//!    4 or 8-byte elements;
+//! 4. its block has at most 256 elements a side and rows of a multiple of 16 bytes, of
+//!    elements held at their width in registers (f16, bf16, 32- and 64-bit types);
 //! 5. for a load: it is not inside a loop (a loop's loads stream through the software
 //!    pipeline's `cp.async` slots, which TMA does not feed yet).
 //!
@@ -110,8 +110,10 @@ fn tma_map(k: &Kernel, uses: &Uses, target: &Target, inst: Inst) -> Result<Tenso
     };
     let dtype = k.ty(d.args[0]).dtype();
     let eb = dtype.size_bytes() as i64;
-    if dtype.is_bool() || !matches!(eb, 1 | 2 | 4 | 8) {
-        return Err(format!("TMA does not move {dtype} elements"));
+    // Registers hold elements at their width, so that the block's bytes in shared memory
+    // are the registers' (8- and 16-bit integers and i1 are held widened).
+    if crate::emit::types::class_of(tegula_ir::Elem::Scalar(dtype)).bytes() as i64 != eb {
+        return Err(format!("its {dtype} elements are held widened in registers"));
     }
     let launch = |v: Value, what: &str| -> Result<LaunchValue, String> {
         match k.values[v].def {

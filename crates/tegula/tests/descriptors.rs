@@ -1,0 +1,152 @@
+//! Tensor descriptors (`make_tensor_descriptor`, `desc.load`, `desc.store`) against float64
+//! references on random inputs of odd sizes, with blocks that reach past every edge: on the
+//! interpreter here, and on the GPU (where aligned descriptors move on TMA) with
+//! `TEGULA_GPU_TESTS=1 cargo test -p tegula --test descriptors -- --ignored`.
+
+use tegula::prelude::*;
+
+/// Block `(bi, bj)` at `[bi * bm + dr, bj * bn + dc]`: `out = 2 * x` there through the
+/// descriptors, and the loaded block (zeros outside `x`) written whole into `dump`.
+#[tegula::kernel]
+#[allow(clippy::too_many_arguments)]
+fn desc_double<T: Element, const BM: usize, const BN: usize>(
+    x: Ptr<T>,
+    out: Ptr<T>,
+    dump: Ptr<T>,
+    m: i32,
+    n: i32,
+    sx: i32,
+    so: i32,
+    dr: i32,
+    dc: i32,
+) {
+    let dx = make_tensor_descriptor(x, (m, n), (sx, 1), [BM, BN]);
+    let dout = make_tensor_descriptor(out, (m, n), (so, 1), [BM, BN]);
+    let (bi, bj) = (program_id(0), program_id(1));
+    let r = bi * (BM as i32) + dr;
+    let c = bj * (BN as i32) + dc;
+    let v = dx.load((r, c));
+    dout.store((r, c), v.to::<f32>() * 2.0);
+    let rows = bi * (BM as i32) + arange(0, BM as i64).col();
+    let cols = bj * (BN as i32) + arange(0, BN as i64).row();
+    let width = num_programs(1) * (BN as i32);
+    store_unmasked(dump + rows * width + cols, v);
+}
+
+/// Runs [`desc_double`] on `dev` over an `m x n` view with row stride `stride` (columns past
+/// `n` are padding) and checks both outputs against float64.
+fn check<T: Element>(dev: &Device, m: usize, n: usize, stride: usize, shift: (i32, i32)) {
+    const BM: usize = 16;
+    const BN: usize = 64;
+    let full = dev.randn::<T>([m, stride]).unwrap();
+    let x = full.narrow(1, 0, n).unwrap();
+    let out_full = dev.full([m, stride], T::from_f64(-7.0)).unwrap();
+    let mut out_view = out_full.narrow(1, 0, n).unwrap();
+    let (gm, gn) = (m.div_ceil(BM) + 1, n.div_ceil(BN) + 1);
+    let mut dump = dev.full([gm * BM, gn * BN], T::from_f64(f64::NAN)).unwrap();
+    desc_double::launch::<T, BM, BN>(
+        dev,
+        [gm as u32, gn as u32],
+        &x,
+        &mut out_view,
+        &mut dump,
+        m as i32,
+        n as i32,
+        stride as i32,
+        stride as i32,
+        shift.0,
+        shift.1,
+    )
+    .unwrap();
+    let xs = full.to_f64_vec().unwrap();
+    let outs = out_full.to_f64_vec().unwrap();
+    let dumps = dump.to_f64_vec().unwrap();
+    let covered = |i: i64, lo: i32, blocks: usize, b: usize| {
+        i >= lo as i64 && i < lo as i64 + (blocks * b) as i64
+    };
+    for i in 0..m {
+        for j in 0..stride {
+            let got = outs[i * stride + j];
+            let want = if j < n
+                && covered(i as i64, shift.0, gm, BM)
+                && covered(j as i64, shift.1, gn, BN)
+            {
+                // 2x rounds exactly in every float dtype.
+                2.0 * xs[i * stride + j]
+            } else {
+                -7.0
+            };
+            assert_eq!(
+                got, want,
+                "out[{i}, {j}] (m {m}, n {n}, stride {stride}, shift {shift:?})"
+            );
+        }
+    }
+    for bi in 0..gm {
+        for bj in 0..gn {
+            for i in 0..BM {
+                for j in 0..BN {
+                    let r = (bi * BM + i) as i64 + shift.0 as i64;
+                    let c = (bj * BN + j) as i64 + shift.1 as i64;
+                    let inside = r >= 0 && c >= 0 && (r as usize) < m && (c as usize) < n;
+                    let want = if inside {
+                        xs[r as usize * stride + c as usize]
+                    } else {
+                        0.0
+                    };
+                    let got = dumps[(bi * BM + i) * gn * BN + bj * BN + j];
+                    assert_eq!(got, want, "block ({bi}, {bj}) [{i}, {j}] (shift {shift:?})");
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn descriptor_blocks_read_zero_outside_and_write_nothing_there() {
+    let dev = Device::cpu();
+    // A padded row stride (aligned: TMA on a GPU) and a contiguous odd one (masked accesses).
+    check::<f16>(&dev, 37, 45, 64, (-3, 0));
+    check::<f32>(&dev, 37, 45, 45, (5, -7));
+    check::<bf16>(&dev, 19, 70, 80, (0, 3));
+}
+
+#[test]
+fn a_descriptor_larger_than_its_view_is_an_error_at_the_access() {
+    let dev = Device::cpu();
+    let x = dev.randn::<f32>([8, 64]).unwrap();
+    let mut out = dev.zeros::<f32>([8, 64]).unwrap();
+    let mut dump = dev.zeros::<f32>([32, 128]).unwrap();
+    // Declares 16 rows of a tensor of 8.
+    let e = desc_double::launch::<f32, 16, 64>(
+        &dev,
+        [1u32, 1],
+        &x,
+        &mut out,
+        &mut dump,
+        16,
+        64,
+        64,
+        64,
+        0,
+        0,
+    )
+    .unwrap_err();
+    let s = e.to_string();
+    assert!(s.contains("descriptors.rs"), "{s}");
+    assert!(s.contains("x"), "{s}");
+}
+
+#[test]
+#[ignore = "needs a GPU: TEGULA_GPU_TESTS=1 cargo test -- --ignored"]
+fn descriptor_blocks_on_the_gpu() {
+    assert!(
+        tegula::env::bool_var("TEGULA_GPU_TESTS", false),
+        "GPU tests run with TEGULA_GPU_TESTS=1 on a machine with a GPU"
+    );
+    let dev = Device::cuda(0).unwrap();
+    check::<f16>(&dev, 37, 45, 64, (-3, 0));
+    check::<f32>(&dev, 37, 45, 45, (5, -7));
+    check::<f32>(&dev, 100, 33, 48, (-16, -32));
+    check::<bf16>(&dev, 19, 70, 80, (0, 3));
+}
