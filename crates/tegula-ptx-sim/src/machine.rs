@@ -1,9 +1,14 @@
 //! The SIMT machine: one CTA at a time, every thread in lockstep, shared memory with the
-//! barrier and race checks, `cp.async` and `wgmma` asynchrony modeled at their latest.
+//! barrier and race checks, `cp.async` and `wgmma` asynchrony modeled at their latest (the
+//! TMA's and the mbarriers' in `tma`).
 
 use crate::parse::{Ins, Opnd, Prog};
 use half::{bf16, f16};
 use std::collections::HashMap;
+
+mod tma;
+
+pub(crate) use tma::TensorMap;
 
 /// Global memory: buffers at fixed, widely spaced addresses.
 pub(crate) struct Gmem {
@@ -15,6 +20,15 @@ pub(crate) const GSPAN: u64 = 1 << 32;
 
 impl Gmem {
     fn at(&mut self, addr: u64, n: usize) -> &mut [u8] {
+        assert!(
+            !tma::is_tensor_map_address(addr),
+            "global access at {addr:#x}: a tensor map's address (an opaque object, for \
+             cp.async.bulk.tensor and prefetch.tensormap only)"
+        );
+        assert!(
+            addr >= GBASE && ((addr - GBASE) / GSPAN) < self.bufs.len() as u64,
+            "global access at {addr:#x}: not in a buffer"
+        );
         let b = ((addr - GBASE) / GSPAN) as usize;
         let off = ((addr - GBASE) % GSPAN) as usize;
         let buf = &mut self.bufs[b];
@@ -77,6 +91,9 @@ pub(crate) struct Machine<'p> {
     wgmma_reads: Vec<u16>,
     /// Per warpgroup (when the kernel uses wgmma).
     warpgroups: Vec<WarpgroupState>,
+    /// The tensor map arguments, and the TMA and mbarrier state.
+    tmaps: &'p [TensorMap],
+    tma: tma::TmaState,
 }
 
 /// One issued `wgmma.mma_async` of a warpgroup: it runs when a `wgmma.wait_group` retires
@@ -318,13 +335,23 @@ impl<'p> Machine<'p> {
             assert!(b < self.smem.len(), "shared access out of bounds");
             let other = |x: Option<Access>| by_another(x, self.epoch, t);
             let same_value = data.is_some_and(|d| d[k] == self.smem[b]);
-            assert!(
-                !other(self.writes[b]) || same_value,
-                "shared byte {b} (thread {t}) written by thread {} without a barrier (pc {}: {:?})",
-                self.writes[b].unwrap().thread,
-                self.pc,
-                self.prog.code[self.pc]
-            );
+            match self.tma_access(t, b, data.is_some()) {
+                // A bulk tensor load landed the byte: its waiters are ordered after it.
+                Some(ordered) => assert!(
+                    ordered || same_value,
+                    "shared byte {b} (thread {t}, pc {}) landed by a bulk tensor load that \
+                     thread {t} did not wait for (try_wait on its mbarrier), with no barrier \
+                     since",
+                    self.pc
+                ),
+                None => assert!(
+                    !other(self.writes[b]) || same_value,
+                    "shared byte {b} (thread {t}) written by thread {} without a barrier (pc {}: {:?})",
+                    self.writes[b].unwrap().thread,
+                    self.pc,
+                    self.prog.code[self.pc]
+                ),
+            }
             if let Some(d) = data {
                 assert!(
                     !other(self.reads[b]) || d[k] == self.smem[b],
@@ -338,6 +365,7 @@ impl<'p> Machine<'p> {
                 );
                 self.writes[b] = Some(me);
                 self.write_fences[b] = self.proxy_fences[t];
+                self.tma.landed[b] = None;
                 self.smem[b] = d[k];
             } else {
                 assert!(
@@ -376,6 +404,7 @@ impl<'p> Machine<'p> {
             }
             if op == "ret" {
                 self.assert_no_wgmma_pending();
+                self.tma_exit(gmem);
                 return;
             }
             if op.starts_with("wgmma.") {
@@ -386,8 +415,17 @@ impl<'p> Machine<'p> {
                 for (t, &on) in active.iter().enumerate() {
                     if on {
                         self.proxy_fences[t] += 1;
+                        self.tma.fence_epochs[t].push(self.epoch);
                     }
                 }
+                continue;
+            }
+            if op.starts_with("mbarrier.")
+                || op.starts_with("cp.async.bulk.")
+                || op.starts_with("fence.mbarrier_init")
+                || (op.starts_with("prefetch.") && op.ends_with(".tensormap"))
+            {
+                self.tma_op(ins, &active, gmem);
                 continue;
             }
             if op.starts_with("bra") {
@@ -433,6 +471,7 @@ impl<'p> Machine<'p> {
             }
         }
         self.assert_no_wgmma_pending();
+        self.tma_exit(gmem);
     }
 
     fn exec(&mut self, t: usize, ins: &Ins, gmem: &mut Gmem) {
@@ -549,6 +588,12 @@ impl<'p> Machine<'p> {
             "ld" if parts[1] == "param" => {
                 let Opnd::Addr(b, _) = &a[1] else { panic!() };
                 let Opnd::Sym(name) = &**b else { panic!() };
+                assert!(
+                    self.prog.params.get(name) != Some(&true),
+                    "{op} (pc {}) of {name}, a tensor map: an opaque object (take its address \
+                     with mov and cvta.param instead)",
+                    self.pc
+                );
                 let x = self.params[name];
                 self.set(t, &a[0], x);
             }
@@ -614,6 +659,11 @@ impl<'p> Machine<'p> {
             }
             "cvta" => {
                 let x = v(self, 1);
+                let x = if parts[1] == "param" {
+                    self.cvta_param(x)
+                } else {
+                    x
+                };
                 self.set(t, &a[0], x);
             }
             "cvt" => {
@@ -982,6 +1032,22 @@ impl<'p> Machine<'p> {
                     "wgmma (pc {}) reads shared byte {b} while a cp.async into it is in flight",
                     self.pc
                 );
+                // Bytes a bulk tensor load landed (the async proxy, as the wgmma): ordered
+                // for the warpgroup's threads that waited for the landing (or by a barrier).
+                if let Some(ordered) = self.tma_access(lanes.start, b, false) {
+                    let missed = lanes
+                        .clone()
+                        .find(|&t| !self.after_landing(t, self.tma.landed[b].unwrap()));
+                    assert!(
+                        ordered && missed.is_none(),
+                        "wgmma (pc {}) reads shared byte {b}, landed by a bulk tensor load that \
+                         thread {} of warpgroup {g} did not wait for, with no barrier since",
+                        self.pc,
+                        missed.unwrap_or(lanes.start)
+                    );
+                    self.wgmma_reads[b] += 1;
+                    continue;
+                }
                 let w = self.writes[b].unwrap_or_else(|| {
                     panic!(
                         "wgmma (pc {}) reads shared byte {b}, never written",
@@ -1212,6 +1278,7 @@ pub(crate) fn run_cta(
     prog: &Prog,
     gmem: &mut Gmem,
     params: &HashMap<String, u64>,
+    tmaps: &[TensorMap],
     threads: usize,
     ctaid: [u64; 3],
     grid: [u64; 3],
@@ -1241,6 +1308,8 @@ pub(crate) fn run_cta(
         } else {
             Vec::new()
         },
+        tmaps,
+        tma: tma::TmaState::new(threads, prog.shared.max(16)),
     };
     m.run(gmem);
 }

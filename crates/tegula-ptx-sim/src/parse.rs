@@ -12,6 +12,9 @@ pub(crate) enum Opnd {
     Addr(Box<Opnd>, i64),
     Vec(Vec<usize>),
     Label(String),
+    /// `[tensorMap, {c0, c1, ...}]`: a tensor map's address and the tensor coordinates of a
+    /// `cp.async.bulk.tensor` (registers or immediates).
+    Tensor(Box<Opnd>, Vec<Opnd>),
 }
 
 #[derive(Clone, Debug)]
@@ -36,6 +39,13 @@ pub(crate) fn named_regs(guard: Option<(usize, bool)>, args: &[Opnd]) -> Vec<usi
                     regs.push(r);
                 }
             }
+            Opnd::Tensor(base, coords) => {
+                for o in std::iter::once(&**base).chain(coords) {
+                    if let Opnd::Reg(r) = o {
+                        regs.push(*r);
+                    }
+                }
+            }
             _ => {}
         }
     }
@@ -53,6 +63,40 @@ pub(crate) struct Prog {
     pub(crate) reg_names: Vec<String>,
     /// Whether the kernel issues `wgmma`: only then are its register checks tracked.
     pub(crate) has_wgmma: bool,
+    /// The entry's `.param` declarations: name -> whether it is a tensor map
+    /// (`.param .align 64 .b8 NAME[128]`).
+    pub(crate) params: HashMap<String, bool>,
+}
+
+/// The entry's parameters, from `.entry NAME( .param TYPE NAME, ... )`: name -> whether the
+/// declaration is that of a tensor map, `.param .align 64 .b8 NAME[128]` (the 128-byte
+/// opaque `CUtensorMap`, 64-byte aligned).
+fn param_decls(ptx: &str) -> HashMap<String, bool> {
+    let mut out = HashMap::new();
+    let Some(at) = ptx.find(".entry") else {
+        return out;
+    };
+    let head = &ptx[at..];
+    let head = &head[..head.find(".maxntid").unwrap_or(head.len())];
+    let (Some(open), Some(close)) = (head.find('('), head.rfind(')')) else {
+        return out;
+    };
+    for decl in head[open + 1..close].split(',') {
+        let Some(decl) = decl.trim().strip_prefix(".param") else {
+            continue;
+        };
+        let words: Vec<&str> = decl.split_whitespace().collect();
+        let Some((&name, ty)) = words.split_last() else {
+            continue;
+        };
+        let (name, array) = match name.split_once('[') {
+            Some((n, len)) => (n, Some(len.trim_end_matches(']'))),
+            None => (name, None),
+        };
+        let tensor_map = ty == [".align", "64", ".b8"] && array == Some("128");
+        out.insert(name.to_string(), tensor_map);
+    }
+    out
 }
 
 pub(crate) fn split_args(s: &str) -> Vec<String> {
@@ -138,6 +182,36 @@ pub(crate) fn parse(ptx: &str, shared_bytes: usize) -> Prog {
         };
         let (op, rest) = l.split_once(' ').unwrap_or((l, ""));
         let parse_opnd = |a: &str, names: &mut HashMap<String, usize>| -> Opnd {
+            // `[tensorMap, {c0, c1}]`.
+            if let Some((map, coords)) = a
+                .strip_prefix('[')
+                .and_then(|v| v.strip_suffix(']'))
+                .and_then(|v| v.split_once(','))
+            {
+                let map = map.trim();
+                let map = if map.starts_with('%') {
+                    Opnd::Reg(reg(map, names))
+                } else {
+                    Opnd::Sym(map.to_string())
+                };
+                let coords = coords.trim();
+                let coords = coords
+                    .strip_prefix('{')
+                    .and_then(|c| c.strip_suffix('}'))
+                    .unwrap_or_else(|| panic!("tensor coordinates {coords:?}: not a {{vector}}"));
+                let coords = coords
+                    .split(',')
+                    .map(|c| {
+                        let c = c.trim();
+                        if c.starts_with('%') {
+                            Opnd::Reg(reg(c, names))
+                        } else {
+                            Opnd::Imm(c.parse().unwrap_or_else(|_| panic!("coordinate {c:?}")))
+                        }
+                    })
+                    .collect();
+                return Opnd::Tensor(Box::new(map), coords);
+            }
             if let Some(v) = a.strip_prefix('{') {
                 let v = v.trim_end_matches('}');
                 return Opnd::Vec(v.split(',').map(|r| reg(r.trim(), names)).collect());
@@ -202,5 +276,6 @@ pub(crate) fn parse(ptx: &str, shared_bytes: usize) -> Prog {
         shared_syms,
         reg_names,
         has_wgmma,
+        params: param_decls(ptx),
     }
 }
