@@ -50,6 +50,10 @@ pub enum CudaError {
     /// A host/device copy or fill with sizes that do not fit the buffer.
     #[error("{op}: {message}")]
     Size { op: &'static str, message: String },
+    /// A tensor map spec that breaks a limit of `cuTensorMapEncodeTiled` (found before the driver
+    /// is asked); `what` names the field, its value and the rule.
+    #[error("invalid tensor map: {what}")]
+    TensorMap { what: String },
     /// A buffer or cudarc slice that belongs to another CUDA context than this runtime.
     #[error("{what} belongs to a different CUDA context than this runtime")]
     WrongContext { what: &'static str },

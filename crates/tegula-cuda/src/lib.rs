@@ -10,6 +10,9 @@
 //!   [`CudaRuntime::synchronize`] names the kernel behind an asynchronous fault.
 //! - [`DeviceBuffer`]: device memory, and zero-copy interop with cudarc `CudaSlice`s (see `memory.rs`).
 //! - [`CudaRuntime::time`] / [`EventTimer`]: CUDA-event timing.
+//! - [`encode_tensor_map_2d`]: a Hopper TMA [`TensorMap`] from a [`TensorMapSpec`] checked against
+//!   the driver's limits ([`TensorMapSpec::validate`], no GPU needed), passed to a kernel as
+//!   [`KernelParam::TensorMap`] (128 bytes by value, `.param .align 64 .b8 NAME[128]`).
 
 mod cache;
 mod error;
@@ -18,6 +21,7 @@ pub mod jit_log;
 mod memory;
 mod params;
 mod runtime;
+mod tensor_map;
 
 pub use cache::{CachedCubin, CubinKey, DiskCache};
 pub use error::{CudaError, JitError};
@@ -26,6 +30,9 @@ pub use params::{entry_names, entry_param_sizes, KernelParam};
 pub use runtime::{
     device_count, driver_library_present, CudaRuntime, DeviceInfo, EventTimer, LoadedKernel,
     Resources,
+};
+pub use tensor_map::{
+    encode_tensor_map_2d, TensorMap, TensorMapSpec, TmaDtype, TmaSwizzle, TENSOR_MAP_BYTES,
 };
 
 /// The cudarc version this crate is built against, re-exported so interop callers use the same types.

@@ -5,7 +5,9 @@ use crate::cache::{sha256, CubinKey, DiskCache};
 use crate::error::{describe, drv, is_fault};
 use crate::jit::{self, JitFailure, Module};
 use crate::jit_log;
-use crate::params::{check_params, entry_names, entry_param_sizes, KernelParam, PackedParams};
+use crate::params::{
+    check_params, entry_names, entry_params, KernelParam, PackedParams, ParamDecl,
+};
 use crate::CudaError;
 use cudarc::driver::{result, sys, CudaContext, CudaEvent, CudaStream, DriverError};
 use std::collections::HashMap;
@@ -80,8 +82,8 @@ pub struct LoadedKernel {
     function: Function,
     module: Arc<Module>,
     resources: Resources,
-    /// Parameter sizes from the PTX signature, checked on every launch.
-    param_sizes: Option<Vec<u32>>,
+    /// Parameters from the PTX signature, checked on every launch.
+    params: Option<Vec<ParamDecl>>,
     /// Dynamic shared memory the function is currently allowed (raised on demand).
     dynamic_shared_limit: AtomicU32,
     raise_lock: Mutex<()>,
@@ -188,12 +190,32 @@ pub fn device_count() -> Result<usize, CudaError> {
     });
     match counted {
         Err(_) => Err(CudaError::NoDriver),
-        Ok(Err(e)) if e.0 == sys::CUresult::CUDA_ERROR_NO_DEVICE => Err(CudaError::NoDevice),
-        // The toolkit's stub libcuda.so answers every call with this.
-        Ok(Err(e)) if e.0 == sys::CUresult::CUDA_ERROR_STUB_LIBRARY => Err(CudaError::NoDriver),
-        Ok(Err(e)) => Err(CudaError::driver("cuInit", e)),
+        Ok(Err(e)) => Err(init_error(e)),
         Ok(Ok(n)) if n <= 0 => Err(CudaError::NoDevice),
         Ok(Ok(n)) => Ok(n as usize),
+    }
+}
+
+/// Loads and initialises the driver (`cuInit`) for host-only calls that need no context, such as
+/// encoding a tensor map. Never panics; the errors are `device_count`'s.
+pub(crate) fn init_driver() -> Result<(), CudaError> {
+    if !driver_library_present() {
+        return Err(CudaError::NoDriver);
+    }
+    match catch_unwind(result::init) {
+        Err(_) => Err(CudaError::NoDriver),
+        Ok(Err(e)) => Err(init_error(e)),
+        Ok(Ok(())) => Ok(()),
+    }
+}
+
+/// A failed `cuInit` (or device count) as our error.
+fn init_error(e: DriverError) -> CudaError {
+    match e.0 {
+        sys::CUresult::CUDA_ERROR_NO_DEVICE => CudaError::NoDevice,
+        // The toolkit's stub libcuda.so answers every call with this.
+        sys::CUresult::CUDA_ERROR_STUB_LIBRARY => CudaError::NoDriver,
+        _ => CudaError::driver("cuInit", e),
     }
 }
 
@@ -321,7 +343,7 @@ impl CudaRuntime {
             function: Function(f),
             module,
             resources,
-            param_sizes: entry_param_sizes(ptx, entry),
+            params: entry_params(ptx, entry),
             dynamic_shared_limit: AtomicU32::new(DEFAULT_DYNAMIC_SHARED_LIMIT),
             raise_lock: Mutex::new(()),
             from_disk_cache: from_disk,
@@ -468,8 +490,8 @@ impl CudaRuntime {
         if kernel.module.ctx.cu_ctx() != self.inner.ctx.cu_ctx() {
             return Err(CudaError::WrongContext { what: "kernel" });
         }
-        if let Some(sizes) = &kernel.param_sizes {
-            check_params(name, sizes, params)?;
+        if let Some(decls) = &kernel.params {
+            check_params(name, decls, params)?;
         }
         let shape = check_launch_shape(name, grid, block, kernel.resources.max_threads_per_block)?;
         if shape == LaunchShape::Empty {
@@ -488,9 +510,10 @@ impl CudaRuntime {
             pointers.as_mut_ptr()
         };
         // SAFETY: the function belongs to the bound context (checked above) and its module is kept
-        // loaded by `kernel`; `params_ptr` holds one pointer per PTX parameter (count and sizes
-        // checked when the PTX signature is known), each to an 8-byte slot in `packed`, which lives
-        // and stays in place until the call returns (the driver copies arguments at launch).
+        // loaded by `kernel`; `params_ptr` holds one pointer per PTX parameter (count, sizes and
+        // tensor-map slots checked when the PTX signature is known), each to its value in `packed`
+        // (an 8-byte slot, or a tensor map's 128 bytes at a 64-byte aligned address), which lives
+        // until the call returns (the driver copies arguments at launch).
         let r = unsafe {
             sys::cuLaunchKernel(
                 kernel.function.0,
