@@ -28,7 +28,7 @@
 //! | --- | --- |
 //! | `@triton.jit def _attn_fwd_inner(acc, l_i, m_i, ..)` with a `tl.range` loop | `#[tegula::func] fn _attn_fwd_inner(mut acc: Tile, ..)`: its `for start_n in range(lo, hi, BLOCK_N)` is a run-time loop carrying `acc`, `l_i`, `m_i`, `offsetk_y`, `offsetv_y` |
 //! | `acc.reshape([BM, 2, BN // 2]).permute(0, 2, 1).split()`, `tl.join(acc0, acc1)` | `split(acc.reshape([BM, 2, BN / 2]).permute(&[0, 2, 1]))`, `join(acc0, acc1)` |
-//! | `tl.make_tensor_descriptor(desc_q, shape=[y_dim, HEAD_DIM], ..)`, `desc_q.load([y, 0])` | [`crate::desc`]: block pointers at the offsets |
+//! | `tl.make_tensor_descriptor(desc_q, shape=[y_dim, HEAD_DIM], ..)`, `desc_q.load([y, 0])` | the same, `desc_q.load((y, 0))` |
 //! | `tl.dot(q, k)` with `k = desc_k.load(..).T` | `dot(q, k)` with `k = desc_k.load(..).trans()` |
 //! | `tl.math.exp2`, `tl.math.log2` | `exp2`, `log2` |
 //! | `m_ij[:, None]`, `m[None, :]` | `m_ij.col()`, `m.row()` |
@@ -70,7 +70,6 @@
 )]
 
 use crate::common::{self, config, cx};
-use crate::desc::{make_tensor_descriptor, TensorDescriptor};
 use crate::{Bench, BenchShape, CheckReport, Port};
 use tegula::autotune::{median_ms, Config, Tuning};
 use tegula::ir::DType;
@@ -186,7 +185,6 @@ pub fn _attn_fwd(
     let off_h = off_hz % H;
 
     let y_dim = Z * H * N_CTX;
-    // workaround: tensor descriptors are block pointers (crate::desc).
     let desc_q = make_tensor_descriptor(
         desc_q,
         (y_dim, HEAD_DIM),

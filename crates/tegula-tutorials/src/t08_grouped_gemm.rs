@@ -30,7 +30,7 @@
 //! | `tl.multiple_of(a_ptrs, [16, 16])` (its value unused) | `multiple_of(a_ptrs, [16, 16])`, unused likewise |
 //! | `tl.load(group_a_ptrs + g).to(tl.pointer_type(tl.float16))` | `int_to_ptr::<f16>(load_unmasked(group_a_ptrs + g))` ([`table_ptr`]) |
 //! | `torch.tensor([A.data_ptr() for A in group_A])` | the same table, from [`Tensor::data_ptr`](tegula::Tensor::data_ptr) |
-//! | `tl.make_tensor_descriptor(..)`, `desc.load([..])` | [`crate::desc`]: a block pointer at the offsets, bounds-checked |
+//! | `tl.make_tensor_descriptor(..)`, `desc.load([..])` | the same, `desc.load((..))` |
 //!
 //! # What differs
 //!
@@ -56,7 +56,6 @@
 #![allow(clippy::assign_op_pattern)]
 
 use crate::common::{self, config, cx};
-use crate::desc::make_tensor_descriptor;
 use crate::{Bench, BenchShape, CheckReport, Port};
 use tegula::autotune::{median_ms, Config, Tuning};
 use tegula::ir::DType;
@@ -269,7 +268,6 @@ pub fn grouped_matmul_tma_kernel(
             let b_ptr = table_ptr(group_b_ptrs, g, base_b, OFFSETS);
             let c_ptr = table_ptr(group_c_ptrs, g, base_c, OFFSETS);
 
-            // workaround: tensor descriptors are block pointers (crate::desc).
             let a_desc =
                 make_tensor_descriptor(a_ptr, (gm, gk), (lda, 1), [BLOCK_SIZE_M, BLOCK_SIZE_K]);
             let b_desc =

@@ -32,7 +32,7 @@
 //! | `for tile_id in tl.range(start_pid, num_tiles, NUM_SMS, flatten=True)` | `for tile_id in range(start_pid, num_tiles, NUM_SMS)` |
 //! | `pid_m, pid_n = _compute_pid(..)` (a `@triton.jit` helper) | `let (pid_m, pid_n) = _compute_pid(..)`: a Rust function over tiles, inlined by tracing |
 //! | `TensorDescriptor.from_tensor(a, block)` + `pre_hook` | the tensor's pointer and strides as arguments; the kernel makes the descriptor with the config's block |
-//! | `desc.load([i, j])`, `desc.store([i, j], v)` | [`crate::desc::TensorDescriptor`] |
+//! | `desc.load([i, j])`, `desc.store([i, j], v)` | `desc.load((i, j))`, `desc.store((i, j), v)` ([`TensorDescriptor`](tegula::ir::builder::TensorDescriptor)) |
 //! | `tl.reshape`, `tl.permute` | `.reshape(..)`, `.permute(&[..])` |
 //! | `acc.reshape(..).permute(..).split()` | `split(acc.reshape(..).permute(&[..]))` |
 //!
@@ -40,14 +40,14 @@
 //!
 //! The loop options `flatten=` and `warp_specialize=` of `tl.range` have no tegula
 //! counterpart (both are scheduling choices that leave the result alone); the ports loop
-//! plainly and the host functions accept `warp_specialize` without effect. Tensor descriptors
-//! are block pointers ([`crate::desc`]). fp8 inputs and outputs (`tl.float8e4nv`) are not
+//! plainly and the host functions accept `warp_specialize` without effect. Host tensor
+//! descriptors are their parts (pointer, shape, strides) as arguments, from which the kernel
+//! makes the same descriptor. fp8 inputs and outputs (`tl.float8e4nv`) are not
 //! ported: tegula has no fp8 dtype. The persistent kernels take `NUM_SMS` from the device; on the
 //! interpreter, which has no SMs, [`INTERPRETER_SMS`], so that its programs walk several tiles.
 #![allow(non_snake_case)]
 
 use crate::common::{self, config, cx};
-use crate::desc::make_tensor_descriptor;
 use crate::{Bench, BenchShape, CheckReport, Port};
 use tegula::autotune::{median_ms, Config, Tuning};
 use tegula::ir::{DType, Kernel, TraceError};
@@ -191,8 +191,8 @@ pub fn matmul_kernel_tma(
     #[constexpr] BLOCK_SIZE_K: usize,
     #[constexpr] GROUP_SIZE_M: usize,
 ) {
-    // workaround: TensorDescriptor (host TMA descriptors) is missing; the kernel makes block
-    // pointer descriptors from the parts, with the block shapes matmul_tma_set_block_size_hook
+    // workaround: host TensorDescriptor arguments are missing; the kernel makes the
+    // descriptors from their parts, with the block shapes matmul_tma_set_block_size_hook
     // sets. No fp8 (FP8_OUTPUT): dtype is float16.
     let a_desc =
         make_tensor_descriptor(a_desc, (M, K), (stride_a, 1), [BLOCK_SIZE_M, BLOCK_SIZE_K]);

@@ -6,8 +6,12 @@ use crate::error::{Error, Result};
 use crate::launch::{KernelArg, LaunchConfig};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use tegula_cuda::{CudaRuntime, DeviceBuffer, KernelParam, LoadedKernel};
+use tegula_cuda::{
+    encode_tensor_map_2d, CudaRuntime, DeviceBuffer, KernelParam, LoadedKernel, TensorMapSpec,
+    TmaDtype, TmaSwizzle,
+};
 use tegula_ir::{DType, Kernel};
+use tegula_ptx::plan::descriptors::{LaunchValue, TensorMapAbi};
 use tegula_ptx::{Compiled, ParamAbi, Target};
 
 /// A kernel specialization compiled and loaded on one GPU.
@@ -19,13 +23,82 @@ pub struct GpuKernel {
 impl GpuKernel {
     /// The arguments packed as the PTX signature reads them (what a raw driver launch takes).
     pub fn pack(&self, args: &[KernelArg]) -> Result<Vec<KernelParam>> {
-        self.compiled
+        let mut params = self
+            .compiled
             .params
             .iter()
             .zip(args)
             .map(|(abi, arg)| kernel_param(abi, arg))
-            .collect()
+            .collect::<Result<Vec<_>>>()?;
+        let maps = self
+            .compiled
+            .tensor_maps
+            .iter()
+            .map(|m| tensor_map(m, &params, args))
+            .collect::<Result<Vec<_>>>()?;
+        params.extend(maps);
+        Ok(params)
     }
+}
+
+/// The tensor map `m` encoded from the launch's arguments (`params` packed from `args`).
+fn tensor_map(m: &TensorMapAbi, params: &[KernelParam], args: &[KernelArg]) -> Result<KernelParam> {
+    let invalid = |message: String| Error::Invalid {
+        op: "launch".into(),
+        message: format!(
+            "tensor map {} (a tensor descriptor on TMA): {message}",
+            m.name
+        ),
+    };
+    let value = |v: LaunchValue| -> Result<i64> {
+        match v {
+            LaunchValue::Const(c) => Ok(c),
+            LaunchValue::Param(i) => match args.get(i) {
+                Some(KernelArg::Int { value, .. }) => Ok(*value),
+                _ => Err(invalid(format!("argument {i} is not an integer"))),
+            },
+        }
+    };
+    let Some(KernelParam::Ptr(base)) = params.get(m.base) else {
+        return Err(invalid(format!("argument {} is not a tensor", m.base)));
+    };
+    // TMA coordinates are signed 32-bit: a larger extent could not be addressed.
+    let dim = |v: LaunchValue, axis: usize| -> Result<u64> {
+        let d = value(v)?;
+        if !(1..=i32::MAX as i64).contains(&d) {
+            return Err(invalid(format!(
+                "shape[{axis}] is {d}; TMA moves tensors of 1 to 2^31 - 1 elements a side"
+            )));
+        }
+        Ok(d as u64)
+    };
+    let elem = m.dtype.size_bytes() as u64;
+    let stride = value(m.row_stride)?;
+    let row_stride_bytes = u64::try_from(stride)
+        .ok()
+        .and_then(|s| s.checked_mul(elem))
+        .ok_or_else(|| invalid(format!("strides[0] is {stride}")))?;
+    let dtype = match m.dtype {
+        DType::F16 => TmaDtype::F16,
+        DType::BF16 => TmaDtype::BF16,
+        DType::F32 => TmaDtype::F32,
+        DType::F64 => TmaDtype::F64,
+        DType::I32 => TmaDtype::I32,
+        DType::U32 => TmaDtype::U32,
+        DType::I64 => TmaDtype::I64,
+        DType::U64 => TmaDtype::U64,
+        other => return Err(invalid(format!("{other} elements"))),
+    };
+    let spec = TensorMapSpec {
+        dtype,
+        base: *base,
+        dims: [dim(m.dims[0], 1)?, dim(m.dims[1], 0)?],
+        row_stride_bytes,
+        box_dims: m.box_dims,
+        swizzle: TmaSwizzle::None,
+    };
+    let map = encode_tensor_map_2d(&spec).map_err(|e| invalid(e.to_string()))?;
+    Ok(KernelParam::TensorMap(map))
 }
 
 /// The CUDA runtime of a device and its compiled specializations.

@@ -59,7 +59,7 @@ impl Lower<'_> {
         self.shared.mbarriers += 1;
         let bar_sym = format!("{}{n}", MBARRIER);
         self.b
-            .declare_in_module(format!(".shared .align 8 .b64 {bar_sym}"));
+            .declare_in_function(format!(".shared .align 8 .b8 {bar_sym}[8]"));
         let bar = self.b.op("mov.u32", RegClass::B32, vec![Arg::Sym(bar_sym)]);
         let buf = self.smem(bytes);
         self.b.comment(format!("{ty} by TMA"));

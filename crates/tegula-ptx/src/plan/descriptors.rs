@@ -113,7 +113,9 @@ fn tma_map(k: &Kernel, uses: &Uses, target: &Target, inst: Inst) -> Result<Tenso
     // Registers hold elements at their width, so that the block's bytes in shared memory
     // are the registers' (8- and 16-bit integers and i1 are held widened).
     if crate::emit::types::class_of(tegula_ir::Elem::Scalar(dtype)).bytes() as i64 != eb {
-        return Err(format!("its {dtype} elements are held widened in registers"));
+        return Err(format!(
+            "its {dtype} elements are held widened in registers"
+        ));
     }
     let launch = |v: Value, what: &str| -> Result<LaunchValue, String> {
         match k.values[v].def {
