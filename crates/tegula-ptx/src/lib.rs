@@ -330,7 +330,7 @@ fn compile_once(
     let mut lw = emit::Lower::new(&cx, &plan);
     lw.lower_kernel()?;
     let entry = format!("tg_{}", sanitize(&kernel.name));
-    let shared_bytes = lw.shared.smem_bytes.div_ceil(16) * 16;
+    let shared_bytes = lw.shared_bytes();
     if shared_bytes > target.max_shared_bytes() {
         let stages = plan
             .pipelines

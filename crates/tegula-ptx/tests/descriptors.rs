@@ -153,12 +153,20 @@ mod sim;
 /// past every edge.
 #[test]
 fn tma_copies_run_on_the_simulator() {
+    // Outside loops (a TMA load and store), and in a loop (a store an iteration, each
+    // reusing the buffer the previous one's copy reads).
+    for in_loop in [false, true] {
+        simulate_copy(in_loop);
+    }
+}
+
+fn simulate_copy(in_loop: bool) {
     use tegula_ptx_sim::{Arg, TensorMapArg, TmaSwizzle};
     let (m, n, stride) = (37usize, 45usize, 64usize);
     let (bm, bn) = (16usize, 32usize);
-    let k = aligned(copy_kernel(DType::F32, [bm, bn], false));
+    let k = aligned(copy_kernel(DType::F32, [bm, bn], in_loop));
     let c = compiled(&k, 90);
-    assert_eq!(c.tensor_maps.len(), 2);
+    assert_eq!(c.tensor_maps.len(), if in_loop { 1 } else { 2 });
     let x = sim::values(m * stride, 7);
     let out_init = vec![-7.0f32; m * stride];
     let xb = sim::encode(DType::F32, &x);
@@ -180,13 +188,15 @@ fn tma_copies_run_on_the_simulator() {
         Arg::I32(m as i32),
         Arg::I32(n as i32),
         Arg::I32(stride as i32),
-        map(0),
-        map(1),
+        map(c.tensor_maps[0].base),
+        map(c.tensor_maps.last().unwrap().base),
     ];
+    let args = &args[..5 + c.tensor_maps.len()];
     let mut names = sim::param_names(&k);
     names.extend(c.tensor_maps.iter().map(|t| t.name.clone()));
-    let grid = [m.div_ceil(bm) as u64 + 1, n.div_ceil(bn) as u64 + 1, 1];
-    let out = tegula_ptx_sim::run_ptx(&c.ptx, c.shared_bytes as usize, &names, 4, grid, &args);
+    let cols = if in_loop { 1 } else { n.div_ceil(bn) as u64 + 1 };
+    let grid = [m.div_ceil(bm) as u64 + 1, cols, 1];
+    let out = tegula_ptx_sim::run_ptx(&c.ptx, c.shared_bytes as usize, &names, 4, grid, args);
     let got = sim::decode(DType::F32, &out[1]);
     for i in 0..m {
         for j in 0..stride {

@@ -3,19 +3,20 @@
 //! between global memory and the scratch buffer (row-major, unswizzled), and every thread
 //! reads or writes its elements there in the value's layout.
 //!
-//! A load completes on an `mbarrier` of its own (each access outside loops runs at most once,
-//! so its barrier's first phase, parity 0, is the one waited on); the copy's bytes are the
-//! barrier's expected transaction count. A store's shared-memory writes are made visible to
-//! the copy (the async proxy) with `fence.proxy.async`, and its thread waits until the copy
-//! has read them before the buffer is used again.
+//! A load completes on an `mbarrier` of its own, at the start of the shared array (each access
+//! outside loops runs at most once, so its barrier's first phase, parity 0, is the one waited
+//! on); the copy's bytes are the barrier's expected transaction count. A store's
+//! shared-memory writes are made visible to the copy (the async proxy) with
+//! `fence.proxy.async`; the copy runs on while the program goes on, until the next barrier,
+//! where its thread waits until the copy has read them (`Lower::barrier`).
 
 use super::{Lower, R};
-use crate::ptx::{Arg, Reg, RegClass};
+use crate::ptx::{Arg, Reg, RegClass, SMEM};
 use tegula_ir::{Inst, Op, Value};
 
 impl Lower<'_> {
     /// `%tid.x == 0`, the thread that issues the copies.
-    fn first_thread(&mut self) -> Reg {
+    pub(crate) fn first_thread(&mut self) -> Reg {
         let tid = self.thread.tid;
         self.b
             .in_prologue(|b| b.op("setp.eq.u32", RegClass::Pred, vec![tid.into(), Arg::Imm(0)]))
@@ -57,11 +58,16 @@ impl Lower<'_> {
         let first = self.first_thread();
         let n = self.shared.mbarriers;
         self.shared.mbarriers += 1;
-        let bar_sym = format!("{}{n}", MBARRIER);
-        self.b
-            .declare_in_function(format!(".shared .align 8 .b8 {bar_sym}[8]"));
-        let bar = self.b.op("mov.u32", RegClass::B32, vec![Arg::Sym(bar_sym)]);
         let buf = self.smem(bytes);
+        // The barriers sit below the scratch buffer (`Lower::mbarrier_bytes`).
+        let array = self
+            .b
+            .op("mov.u32", RegClass::B32, vec![Arg::Sym(SMEM.into())]);
+        let bar = self.b.op(
+            "add.s32",
+            RegClass::B32,
+            vec![array.into(), Arg::Imm(8 * n as i64)],
+        );
         self.b.comment(format!("{ty} by TMA"));
         let bar_addr = || Arg::Addr(Box::new(bar.into()), 0);
         self.b.emit_guarded(
@@ -140,18 +146,8 @@ impl Lower<'_> {
         );
         self.b
             .emit_guarded(first, false, "cp.async.bulk.commit_group", vec![]);
-        // The buffer is free again once the copy has read it; the barrier of its next user
-        // orders the other threads after this wait.
-        self.b.emit_guarded(
-            first,
-            false,
-            "cp.async.bulk.wait_group.read",
-            vec![Arg::Imm(0)],
-        );
-        self.barrier();
+        // The buffer is free again once the copy has read it: the next barrier waits for
+        // that (`Lower::barrier`).
         Ok(())
     }
 }
-
-/// The symbol prefix of the loads' mbarriers.
-const MBARRIER: &str = "tg_mbar";

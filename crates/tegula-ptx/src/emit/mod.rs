@@ -639,11 +639,36 @@ impl<'k> Lower<'k> {
         if let Some(r) = self.shared.smem_base {
             return r;
         }
-        let r = self
-            .b
-            .in_prologue(|b| b.op("mov.u32", RegClass::B32, vec![Arg::Sym(SMEM.into())]));
+        let prefix = self.mbarrier_bytes() as i64;
+        let r = self.b.in_prologue(|b| {
+            let r = b.op("mov.u32", RegClass::B32, vec![Arg::Sym(SMEM.into())]);
+            if prefix == 0 {
+                r
+            } else {
+                b.op("add.s32", RegClass::B32, vec![r.into(), Arg::Imm(prefix)])
+            }
+        });
         self.shared.smem_base = Some(r);
         r
+    }
+
+    /// Bytes at the start of the shared array that hold the TMA loads' `mbarrier`s, before
+    /// the scratch buffer: a multiple of [`Self::shared_alignment`], so the scratch stays as
+    /// aligned as the array (a static `.shared` barrier would move the dynamic array to an
+    /// address only 16-byte aligned, and TMA copies need 128).
+    pub fn mbarrier_bytes(&self) -> u32 {
+        let loads = self.plan.descriptors.tma_loads(self.k) as u32;
+        (8 * loads).div_ceil(self.shared_alignment()) * self.shared_alignment()
+    }
+
+    /// The shared memory the kernel declares: the barriers and the scratch buffer.
+    pub fn shared_bytes(&self) -> u32 {
+        let used = self.shared.smem_bytes + self.mbarrier_bytes();
+        if self.shared.smem_bytes == 0 && self.mbarrier_bytes() == 0 {
+            0
+        } else {
+            used.div_ceil(16) * 16
+        }
     }
 
     /// The alignment the scratch buffer is declared with: 1024 bytes when `wgmma` reads
@@ -656,7 +681,21 @@ impl<'k> Lower<'k> {
         }
     }
 
+    /// Every thread waits for the others. In a kernel with TMA stores, the thread that
+    /// issues them first waits until they have read their shared memory: every reuse of the
+    /// scratch buffer comes after a barrier, so a store's buffer is free again then, and the
+    /// store itself does not wait (its copy overlaps what follows it, as far as the next
+    /// barrier).
     pub fn barrier(&mut self) {
+        if self.plan.descriptors.tma_stores(self.k) > 0 {
+            let first = self.first_thread();
+            self.b.emit_guarded(
+                first,
+                false,
+                "cp.async.bulk.wait_group.read",
+                vec![Arg::Imm(0)],
+            );
+        }
         self.b.emit("bar.sync", vec![Arg::Imm(0)]);
     }
 
@@ -681,7 +720,14 @@ impl<'k> Lower<'k> {
     // --- program order -------------------------------------------------------------------
 
     pub fn lower_kernel(&mut self) -> R<()> {
-        self.lower_block(self.k.body)
+        self.lower_block(self.k.body)?;
+        if self.plan.descriptors.tma_stores(self.k) > 0 {
+            // The program's shared memory ends with it: its stores have read it first.
+            let first = self.first_thread();
+            self.b
+                .emit_guarded(first, false, "cp.async.bulk.wait_group", vec![Arg::Imm(0)]);
+        }
+        Ok(())
     }
 
     fn lower_block(&mut self, block: Block) -> R<()> {

@@ -58,6 +58,21 @@ pub struct Descriptors {
     pub expanded: Vec<(Loc, String)>,
 }
 
+impl Descriptors {
+    /// How many loads move on TMA (each waits on an `mbarrier` of its own).
+    pub fn tma_loads(&self, k: &Kernel) -> usize {
+        self.on_tma
+            .keys()
+            .filter(|&&i| matches!(k.insts[i].op, Op::DescLoad))
+            .count()
+    }
+
+    /// How many stores move on TMA.
+    pub fn tma_stores(&self, k: &Kernel) -> usize {
+        self.on_tma.len() - self.tma_loads(k)
+    }
+}
+
 /// Decides every descriptor access of `k` and replaces those not on TMA by their regions.
 pub fn place(k: &mut Kernel, target: &Target) -> Descriptors {
     let uses = Uses::new(k);
