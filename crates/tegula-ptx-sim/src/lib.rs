@@ -35,7 +35,11 @@
 //! (or `wait_group`) retires its bulk group, or at the kernel's exit, and writes the elements
 //! inside the tensor to global memory then: writing those shared bytes before is refused, and
 //! so is a store of bytes `st.shared` wrote with no `fence.proxy.async` by the writer after
-//! the write (and, another thread's, before a `bar.sync` before the store). An mbarrier
+//! the write (and, another thread's, before a `bar.sync` before the store). Two faults
+//! measured on the H200 (illegal instruction) are refused too: a copy, load or store, whose
+//! innermost coordinate times the element size is not a multiple of 16 bytes (its rows would
+//! not start 16-byte aligned), and a store at a negative coordinate (a load there zero-fills,
+//! negative innermost coordinates included when they are multiples of 16 bytes). An mbarrier
 //! synchronizes only the TMA landing with its waiters: threads that signal each other through
 //! an mbarrier still need a `bar.sync` between their shared accesses. Not modeled (refused as
 //! unsupported): other tensor ranks, im2col, multicast, cache hints, bulk reductions,

@@ -1,7 +1,11 @@
 //! The TMA and mbarrier model: hand-written kernels (one CTA of 4 warps) that load boxes of odd
 //! tensors with `cp.async.bulk.tensor.2d` (out of bounds on every side, swizzled or not), store
-//! them back, and feed a wgmma, checked byte for byte against references computed here; and
-//! each misuse the simulator refuses, by its message.
+//! them back (out of bounds past the end), and feed a wgmma, checked byte for byte against
+//! references computed here; and each misuse the simulator refuses, by its message.
+//!
+//! Every copy obeys the two rules measured on the H200 (which the simulator refuses, tested
+//! last): a box's innermost coordinate is a multiple of 16 bytes (4 f32, 8 f16 elements),
+//! negative ones included, and a store's coordinates are not negative.
 
 use half::bf16;
 use tegula_ptx_sim::{try_run_ptx, Arg, TensorMapArg, TmaSwizzle};
@@ -240,24 +244,30 @@ fn refused(result: Result<Vec<u8>, String>, why: &[&str]) {
 #[test]
 fn loads_land_boxes_with_zeros_outside_the_tensor() {
     let mut rng = Lcg::new();
-    // 45 x 37 f32 (rows of 180 bytes padded to 192) and a 16 x 32 box: inside, across each
-    // edge, from negative coordinates, and wholly outside.
-    let t = Tensor::new(&mut rng, 4, [45, 37], 0, [16, 32], TmaSwizzle::None, 4);
-    let ptx = load_kernel(t.box_bytes());
-    for c in [
-        [0, 0],
-        [-5, 20],
-        [40, -10],
-        [30, 5],
-        [29, 5],
-        [-20, -40],
-        [-15, 36],
-    ] {
-        let want = t.shared_image(c);
-        let got = run_load(&ptx, &t, c).unwrap();
-        assert_eq!(got, want, "f32 box at {c:?}");
-        if c == [-20, -40] {
-            assert!(got.iter().all(|&b| b == 0), "a box outside is zeros");
+    // f32 tensors 45, 44 and 47 wide, 37 tall (rows of 180, 176 and 188 bytes padded to 192)
+    // and a 16 x 32 box: inside, across each edge, from negative coordinates, and wholly
+    // outside. Columns 28 and 32 end the box at 44 and 48: exactly at the 44-wide tensor's
+    // end, one short of the 45-wide and one past the 47-wide; row 5 ends it exactly at the
+    // bottom.
+    for (width, pad) in [(45, 0), (44, 16), (47, 0)] {
+        let t = Tensor::new(&mut rng, 4, [width, 37], pad, [16, 32], TmaSwizzle::None, 4);
+        let ptx = load_kernel(t.box_bytes());
+        for c in [
+            [0, 0],
+            [-4, 20],
+            [40, -10],
+            [32, 5],
+            [28, 5],
+            [-20, -40],
+            [-12, 36],
+            [48, 0],
+        ] {
+            let want = t.shared_image(c);
+            let got = run_load(&ptx, &t, c).unwrap();
+            assert_eq!(got, want, "f32 box at {c:?} of a {width}-wide tensor");
+            if c == [-20, -40] || c == [48, 0] {
+                assert!(got.iter().all(|&b| b == 0), "a box outside is zeros");
+            }
         }
     }
 }
@@ -275,7 +285,7 @@ fn swizzled_loads_match_the_tensor_map_layouts() {
     ] {
         let t = Tensor::new(&mut rng, 2, [93, 37], 16, box_dims, swizzle, 4);
         let ptx = load_kernel(t.box_bytes());
-        for c in [[-7, 30], [40, -3], [0, 0], [50, 25], [-70, 3]] {
+        for c in [[-8, 30], [40, -3], [0, 0], [48, 25], [-72, 3]] {
             let want = t.shared_image(c);
             let got = run_load(&ptx, &t, c).unwrap();
             assert_eq!(got, want, "fp16 box {box_dims:?} {swizzle:?} at {c:?}");
@@ -367,7 +377,8 @@ fn a_barrier_serves_consecutive_phases() {
     let mut rng = Lcg::new();
     let t = Tensor::new(&mut rng, 2, [93, 37], 0, [64, 16], TmaSwizzle::B128, 4);
     let bytes = t.box_bytes();
-    let c = [-3i64, 11i64];
+    // The first box across the left edge, the second (at (c[1], -9)) across the top.
+    let c = [-8i64, 16i64];
     let run = |ptx: &str| {
         let out = vec![0u8; 2 * bytes];
         let args = [
@@ -394,7 +405,7 @@ fn waits_that_could_never_return_are_refused() {
     let mut rng = Lcg::new();
     let t = Tensor::new(&mut rng, 4, [45, 37], 0, [16, 32], TmaSwizzle::None, 4);
     let ptx = load_kernel(t.box_bytes());
-    let c = [-5, 20];
+    let c = [-4, 20];
     let arrive = "@%p1 mbarrier.arrive.expect_tx.shared::cta.b64 _, [%r5], 2048;";
     // No arrival at all.
     refused(
@@ -457,7 +468,7 @@ fn touching_the_box_before_its_phase_completes_is_refused() {
     let mut rng = Lcg::new();
     let t = Tensor::new(&mut rng, 2, [93, 37], 0, [64, 16], TmaSwizzle::B128, 4);
     let ptx = load_kernel(t.box_bytes());
-    let c = [-7, 30];
+    let c = [-8, 30];
     let wait = "$L_wait:
 	mbarrier.try_wait.parity.shared::cta.b64 %p2, [%r5], 0;
 	@!%p2 bra $L_wait;
@@ -505,7 +516,7 @@ fn barriers_must_be_initialized_visibly() {
     let mut rng = Lcg::new();
     let t = Tensor::new(&mut rng, 4, [45, 37], 0, [16, 32], TmaSwizzle::None, 4);
     let ptx = load_kernel(t.box_bytes());
-    let c = [3, 4];
+    let c = [4, 3];
     // The TMA needs the init fenced by its thread (fence.mbarrier_init or fence.proxy.async).
     let fence = "@%p1 fence.mbarrier_init.release.cluster;";
     refused(
@@ -696,12 +707,21 @@ fn stores_write_the_box_inside_the_tensor_only() {
         let t = Tensor::new(&mut rng, elem, dims, 16, box_dims, swizzle, 4);
         let image = rng.bytes(t.box_bytes());
         let ptx = store_kernel(t.box_bytes());
-        for c in [[0, 0], [-5, 20], [40, -10], [30, 30], [-70, -70]] {
+        // A store cannot start at a negative coordinate: inside, across the right edge, the
+        // bottom and both (half the box past them, the innermost coordinate a multiple of 8
+        // elements), and wholly outside past the end.
+        let (d0, d1) = (dims[0] as i64, dims[1] as i64);
+        let right = (d0 - box_dims[0] as i64 / 2) / 8 * 8;
+        let below = d1 - box_dims[1] as i64 / 2;
+        let outside = [(d0 + 7) / 8 * 8, d1 + 3];
+        for c in [[0, 0], [right, 0], [0, below], [right, below], outside] {
             let got = run_store(&ptx, &t, &image, c).unwrap();
             let want = t.stored(&image, c);
             assert_eq!(got, want, "store of {box_dims:?} {swizzle:?} at {c:?}");
-            if c == [-70, -70] {
+            if c == outside {
                 assert_eq!(got, t.bytes, "a box outside writes nothing");
+            } else {
+                assert_ne!(got, t.bytes, "a box in part inside writes");
             }
         }
     }
@@ -713,7 +733,8 @@ fn a_store_reads_its_box_at_the_group_wait_and_lands_by_the_exit() {
     let t = Tensor::new(&mut rng, 2, [93, 37], 0, [64, 16], TmaSwizzle::B128, 4);
     let image = rng.bytes(t.box_bytes());
     let ptx = store_kernel(t.box_bytes());
-    let c = [-7, 30];
+    // Across the right edge and the bottom.
+    let c = [40, 30];
     let want = t.stored(&image, c);
     // The spelling without `.tile`.
     let untiled = edit(
@@ -764,7 +785,7 @@ fn stores_need_the_writers_fence_proxy_async() {
     let t = Tensor::new(&mut rng, 4, [45, 37], 0, [16, 32], TmaSwizzle::None, 4);
     let image = rng.bytes(t.box_bytes());
     let ptx = store_kernel(t.box_bytes());
-    let c = [2, 3];
+    let c = [4, 3];
     let fence = "fence.proxy.async.shared::cta;\n\tbar.sync 0;\n";
     refused(
         run_store(&edit(&ptx, fence, "bar.sync 0;\n"), &t, &image, c),
@@ -976,7 +997,9 @@ fn a_landed_box_stores_back_without_a_proxy_fence() {
 	@%p1 cp.async.bulk.wait_group 0;
 	shl.b32 %r6, %r1, 2;";
     let ptx = edit(&ptx, "shl.b32 %r6, %r1, 2;", store);
-    let (c, out) = ([-9i64, 25i64], vec![0u8; src.box_bytes()]);
+    // The load across the bottom, the store (at (c[1], c[0]): not negative, and c[1] a
+    // multiple of 8) across the right edge.
+    let (c, out) = ([8i64, 24i64], vec![0u8; src.box_bytes()]);
     let args = [
         Arg::TensorMap(src.map),
         Arg::Buf(&out),
@@ -1016,4 +1039,61 @@ fn a_landed_box_stores_back_without_a_proxy_fence() {
         });
     let err = try_run_ptx(&lone, src.box_bytes() + 8, &names, 4, [1, 1, 1], &args).unwrap_err();
     assert!(err.contains("that thread 1 did not wait for"), "{err}");
+}
+
+#[test]
+fn boxes_whose_rows_would_not_start_16_byte_aligned_are_refused() {
+    let mut rng = Lcg::new();
+    // The H200 faults (illegal instruction) on a box whose innermost coordinate is not a
+    // multiple of 16 bytes: here -3 f16 elements, -6 bytes.
+    let t = Tensor::new(&mut rng, 2, [93, 37], 0, [64, 16], TmaSwizzle::B128, 4);
+    let ptx = load_kernel(t.box_bytes());
+    refused(
+        run_load(&ptx, &t, [-3, 5]),
+        &[
+            "innermost coordinate -3 of 2-byte elements",
+            "its rows would not start 16-byte aligned",
+        ],
+    );
+    // -8 f16 elements, 16 bytes, is aligned: it loads, zeros left of the tensor.
+    assert_eq!(
+        run_load(&ptx, &t, [-8, 5]).unwrap(),
+        t.shared_image([-8, 5])
+    );
+    // A store's rows too: 3 f16 elements.
+    let image = rng.bytes(t.box_bytes());
+    refused(
+        run_store(&store_kernel(t.box_bytes()), &t, &image, [3, 5]),
+        &["its rows would not start 16-byte aligned"],
+    );
+}
+
+#[test]
+fn stores_at_negative_coordinates_are_refused() {
+    let mut rng = Lcg::new();
+    // The H200 faults (illegal instruction) on a store at a negative coordinate, where a load
+    // zero-fills: here outer coordinate -1.
+    let t = Tensor::new(&mut rng, 4, [45, 37], 0, [16, 32], TmaSwizzle::None, 4);
+    let image = rng.bytes(t.box_bytes());
+    let ptx = store_kernel(t.box_bytes());
+    refused(
+        run_store(&ptx, &t, &image, [4, -1]),
+        &[
+            "a bulk tensor store at coordinates [4, -1]",
+            "cannot start at a negative coordinate",
+        ],
+    );
+    // An innermost coordinate of -4 f32 elements is aligned, and refused for its sign.
+    refused(
+        run_store(&ptx, &t, &image, [-4, 0]),
+        &["cannot start at a negative coordinate"],
+    );
+    // The same box at (4, 0) stores; the load at (4, -1) zero-fills its first row.
+    assert_eq!(
+        run_store(&ptx, &t, &image, [4, 0]).unwrap(),
+        t.stored(&image, [4, 0])
+    );
+    let load = run_load(&load_kernel(t.box_bytes()), &t, [4, -1]).unwrap();
+    assert_eq!(load, t.shared_image([4, -1]));
+    assert!(load[..16 * 4].iter().all(|&b| b == 0));
 }

@@ -421,7 +421,18 @@ impl Machine<'_> {
             coords.len()
         );
         let c = |i: usize| self.val(t, &coords[i]) as u32 as i32 as i64;
-        (m, [c(0), c(1)])
+        let coords = [c(0), c(1)];
+        // The H200 faults (illegal instruction) on a box whose rows do not start 16-byte
+        // aligned: the innermost coordinate times the element size is a multiple of 16.
+        let eb = self.tmaps[m].elem as i64;
+        assert!(
+            (coords[0] * eb).rem_euclid(16) == 0,
+            "pc {} (thread {t}): a bulk tensor copy at innermost coordinate {} of {eb}-byte \
+             elements: its rows would not start 16-byte aligned (the GPU faults)",
+            self.pc,
+            coords[0]
+        );
+        (m, coords)
     }
 
     /// The shared address of an mbarrier operand, checked: in shared memory, 8-byte aligned.
@@ -797,6 +808,13 @@ impl Machine<'_> {
     fn issue_store(&mut self, t: usize, ins: &Ins) {
         let pc = self.pc;
         let (m, coords) = self.tensor_operand(t, &ins.args[0]);
+        // Measured on the H200: a bulk tensor store at a negative coordinate faults (illegal
+        // instruction), where a load zero-fills.
+        assert!(
+            coords[0] >= 0 && coords[1] >= 0,
+            "pc {pc} (thread {t}): a bulk tensor store at coordinates {coords:?}: a store \
+             cannot start at a negative coordinate (the GPU faults)"
+        );
         let src = self.addr(t, &ins.args[1]);
         let map = &self.tmaps[m];
         let what = format!(
