@@ -20,6 +20,7 @@ fn main() {
         num_stages: 1,
         mma: MmaChoice::Sync,
         fp_fusion: true,
+        tma: false,
     };
     match compile(&k, &Target { sm: 80 }, &opts) {
         Ok(c) => println!("{}", c.ptx),

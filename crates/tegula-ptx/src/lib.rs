@@ -194,16 +194,20 @@ pub fn plan(
     options: &CompileOptions,
 ) -> Result<Report, PtxError> {
     check_options(kernel, target, options)?;
-    let (kernel, descriptors) = rewritten(kernel, target);
+    let (kernel, descriptors) = rewritten(kernel, target, options);
     let cx = plan::Context::new(&kernel, target, options);
     Ok(plan::Plan::build(&cx, descriptors).report(&cx))
 }
 
 /// `kernel` after the plan's rewriting rules ([`plan::descriptors`], which also decides the
 /// descriptor accesses on TMA, then [`plan::load_order`]).
-fn rewritten(kernel: &Kernel, target: &Target) -> (Kernel, plan::descriptors::Descriptors) {
+fn rewritten(
+    kernel: &Kernel,
+    target: &Target,
+    options: &CompileOptions,
+) -> (Kernel, plan::descriptors::Descriptors) {
     let mut k = kernel.clone();
-    let descriptors = plan::descriptors::place(&mut k, target);
+    let descriptors = plan::descriptors::place(&mut k, target, options);
     plan::load_order::transpose_loads(&mut k);
     (k, descriptors)
 }
@@ -255,7 +259,7 @@ pub fn compile(
     options: &CompileOptions,
 ) -> Result<Compiled, PtxError> {
     check_options(kernel, target, options)?;
-    let (kernel, descriptors) = rewritten(kernel, target);
+    let (kernel, descriptors) = rewritten(kernel, target, options);
     let kernel = &kernel;
     // The most stages any loop asks for: the launch's, or a loop's own.
     let most = kernel

@@ -12,22 +12,28 @@ use tegula_ptx::{compile, CompileOptions, Compiled, MmaChoice, Target};
 
 /// `out[block] = 2 * x[block]` through two descriptors of one block shape.
 fn copy_kernel(dt: DType, block: [usize; 2], in_loop: bool) -> Kernel {
+    shifted_copy_kernel(dt, block, in_loop, 0)
+}
+
+/// [`copy_kernel`] with its blocks `dr` rows (an argument) and `dc` columns (a constant) on.
+fn shifted_copy_kernel(dt: DType, block: [usize; 2], in_loop: bool, dc: i32) -> Kernel {
     trace("desc_copy", |p| {
         let x = p.ptr("x", dt);
         let out = p.ptr("out", dt);
         let m = p.scalar("m", DType::I32);
         let n = p.scalar("n", DType::I32);
         let stride = p.scalar("stride", DType::I32);
+        let dr = p.scalar("dr", DType::I32);
         let dx = make_tensor_descriptor(x, (m, n), (stride, 1), block);
         let dout = make_tensor_descriptor(out, (m, n), (stride, 1), block);
-        let row = program_id(0) * block[0] as i32;
+        let row = program_id(0) * block[0] as i32 + dr;
         if in_loop {
             for_range(0, n, block[1] as i32, (), |j, ()| {
                 let v = dx.load((row, j));
                 dout.store((row, j), v * 2.0);
             });
         } else {
-            let col = program_id(1) * block[1] as i32;
+            let col = program_id(1) * block[1] as i32 + dc;
             let v = dx.load((row, col));
             dout.store((row, col), v * 2.0);
         }
@@ -41,6 +47,7 @@ fn compiled(k: &Kernel, sm: u32) -> Compiled {
         num_stages: 2,
         mma: MmaChoice::Sync,
         fp_fusion: true,
+        tma: true,
     };
     compile(k, &Target { sm }, &options).unwrap()
 }
@@ -108,6 +115,15 @@ fn each_unmet_condition_keeps_the_masked_access_and_says_why() {
     let c = compiled(&k, 90);
     assert!(c.tensor_maps.is_empty());
     assert!(c.report.descriptors_expanded[0].1.contains("16 bytes"));
+    // A last offset not known to be 16-byte aligned (the GPU faults on such a box).
+    let k = aligned(shifted_copy_kernel(DType::F32, [16, 32], false, 3));
+    let c = compiled(&k, 90);
+    assert!(c.tensor_maps.is_empty());
+    assert!(c.report.descriptors_expanded[0]
+        .1
+        .contains("multiple of 4 elements"));
+    let k = aligned(shifted_copy_kernel(DType::F32, [16, 32], false, 8));
+    assert_eq!(compiled(&k, 90).tensor_maps.len(), 2);
     // 8-bit integers, held widened in registers.
     let k = aligned(copy_kernel(DType::I8, [32, 64], false));
     let c = compiled(&k, 90);
@@ -154,17 +170,26 @@ mod sim;
 #[test]
 fn tma_copies_run_on_the_simulator() {
     // Outside loops (a TMA load and store), and in a loop (a store an iteration, each
-    // reusing the buffer the previous one's copy reads).
+    // reusing the buffer the previous one's copy reads); blocks shifted up (the first row of
+    // blocks starts at a negative row: the load zero-fills, the store takes its masked path,
+    // since a TMA store there faults) and down.
     for in_loop in [false, true] {
-        simulate_copy(in_loop);
+        for dr in [0, -3, 5] {
+            simulate_copy(in_loop, dr);
+        }
     }
 }
 
-fn simulate_copy(in_loop: bool) {
+fn simulate_copy(in_loop: bool, dr: i32) {
     use tegula_ptx_sim::{Arg, TensorMapArg, TmaSwizzle};
     let (m, n, stride) = (37usize, 45usize, 64usize);
     let (bm, bn) = (16usize, 32usize);
-    let k = aligned(copy_kernel(DType::F32, [bm, bn], in_loop));
+    // The specialization facts of the arguments below: aligned pointers and stride; m, n
+    // and dr are not multiples of 16.
+    let mut k = aligned(copy_kernel(DType::F32, [bm, bn], in_loop));
+    for p in [2, 3, 5] {
+        k.params[p].facts.divisible_by_16 = false;
+    }
     let c = compiled(&k, 90);
     assert_eq!(c.tensor_maps.len(), if in_loop { 1 } else { 2 });
     let x = sim::values(m * stride, 7);
@@ -188,20 +213,34 @@ fn simulate_copy(in_loop: bool) {
         Arg::I32(m as i32),
         Arg::I32(n as i32),
         Arg::I32(stride as i32),
+        Arg::I32(dr),
         map(c.tensor_maps[0].base),
         map(c.tensor_maps.last().unwrap().base),
     ];
-    let args = &args[..5 + c.tensor_maps.len()];
+    let args = &args[..6 + c.tensor_maps.len()];
     let mut names = sim::param_names(&k);
     names.extend(c.tensor_maps.iter().map(|t| t.name.clone()));
-    let cols = if in_loop { 1 } else { n.div_ceil(bn) as u64 + 1 };
+    let cols = if in_loop {
+        1
+    } else {
+        n.div_ceil(bn) as u64 + 1
+    };
     let grid = [m.div_ceil(bm) as u64 + 1, cols, 1];
+    let rows_covered = |i: i64| i >= dr as i64 && i < dr as i64 + (grid[0] as i64) * bm as i64;
     let out = tegula_ptx_sim::run_ptx(&c.ptx, c.shared_bytes as usize, &names, 4, grid, args);
     let got = sim::decode(DType::F32, &out[1]);
     for i in 0..m {
         for j in 0..stride {
-            let want = if j < n { 2.0 * x[i * stride + j] } else { -7.0 };
-            assert_eq!(got[i * stride + j], want, "out[{i}, {j}]");
+            let want = if j < n && rows_covered(i as i64) {
+                2.0 * x[i * stride + j]
+            } else {
+                -7.0
+            };
+            assert_eq!(
+                got[i * stride + j],
+                want,
+                "out[{i}, {j}] (dr {dr}, loop {in_loop})"
+            );
         }
     }
 }

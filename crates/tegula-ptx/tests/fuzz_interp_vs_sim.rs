@@ -456,6 +456,7 @@ fn run(case: &Case) -> Result<Outcome, String> {
             num_stages: 1,
             mma: tegula_ptx::MmaChoice::Sync,
             fp_fusion: true,
+            tma: false,
         },
     )
     .map_err(|e| format!("the backend refused it: {e}"))?;

@@ -12,6 +12,7 @@ fn ptx(k: &tegula_ir::Kernel, warps: u32) -> String {
         num_stages: 1,
         mma: MmaChoice::Sync,
         fp_fusion: true,
+        tma: false,
     };
     compile(k, &Target { sm: 80 }, &opts).unwrap().ptx
 }
@@ -132,6 +133,7 @@ fn unused_relaxed_atomic_adds_lower_to_red_and_vectorize_on_sm_90() {
         num_stages: 1,
         mma: MmaChoice::Sync,
         fp_fusion: true,
+        tma: false,
     };
     let p90 = compile(&k, &Target { sm: 90 }, &opts).unwrap().ptx;
     // 512 elements over 128 threads, 16-byte aligned: one 4-wide `red` a thread.
@@ -232,6 +234,7 @@ fn fp_fusion_leaves_float_arithmetic_unrounded_for_ptxas_to_contract() {
             num_stages: 1,
             mma: MmaChoice::Sync,
             fp_fusion,
+            tma: false,
         };
         compile(&k, &Target { sm: 90 }, &opts).unwrap().ptx
     };

@@ -17,6 +17,7 @@ fn ptx(stages: u32) -> String {
         num_stages: stages,
         mma: MmaChoice::Sync,
         fp_fusion: true,
+        tma: false,
     };
     compile(&k, &Target { sm: 90 }, &options).unwrap().ptx
 }

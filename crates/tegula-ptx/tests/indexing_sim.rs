@@ -466,6 +466,7 @@ fn a_gather_larger_than_shared_memory_is_refused_at_its_line() {
             num_stages: 1,
             mma: MmaChoice::Sync,
             fp_fusion: true,
+            tma: false,
         },
     )
     .unwrap_err();

@@ -24,6 +24,7 @@ fn assemble(name: &str, k: &Kernel) -> String {
             num_stages: 1,
             mma: tegula_ptx::MmaChoice::Sync,
             fp_fusion: true,
+            tma: false,
         };
         let c = compile(k, &Target { sm }, &opts).unwrap_or_else(|e| panic!("{name}: {e}"));
         tegula_ptx::ptxas::assemble(&ptxas(), &c.ptx, sm, &dir, &format!("{name}_sm{sm}"))
@@ -111,6 +112,7 @@ fn math_kernels_assemble() {
             num_stages: 1,
             mma: tegula_ptx::MmaChoice::Sync,
             fp_fusion: true,
+            tma: false,
         },
     )
     .unwrap_err();

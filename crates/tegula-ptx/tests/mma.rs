@@ -36,6 +36,7 @@ fn assemble(
         num_stages: stages,
         mma: MmaChoice::Sync,
         fp_fusion: true,
+        tma: false,
     };
     let c = compile(k, &Target { sm }, &opts).map_err(|e| format!("{name}: {e}"))?;
     let stem = format!("{name}_sm{sm}_w{warps}_s{stages}");
@@ -58,6 +59,7 @@ fn ptx_staged(k: &Kernel, sm: u32, warps: u32, stages: u32) -> String {
         num_stages: stages,
         mma: MmaChoice::Sync,
         fp_fusion: true,
+        tma: false,
     };
     compile(k, &Target { sm }, &opts).unwrap().ptx
 }
@@ -169,6 +171,7 @@ fn compiled(k: &Kernel, warps: u32, stages: u32) -> tegula_ptx::Compiled {
         num_stages: stages,
         mma: MmaChoice::Sync,
         fp_fusion: true,
+        tma: false,
     };
     compile(k, &Target { sm: 90 }, &opts).unwrap()
 }

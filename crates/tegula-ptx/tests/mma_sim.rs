@@ -112,6 +112,7 @@ fn attention_with_q_resident_in_shared_memory_matches() {
             num_stages: 2,
             mma: tegula_ptx::MmaChoice::Sync,
             fp_fusion: true,
+            tma: false,
         };
         let ptx = compile(&kern, &Target { sm: 90 }, &options).unwrap().ptx;
         // Lines from the first loop's label to its end label.
@@ -151,6 +152,7 @@ fn resident_q_is_written_after_the_first_key_copies_are_issued() {
         num_stages: 2,
         mma: tegula_ptx::MmaChoice::Sync,
         fp_fusion: true,
+        tma: false,
     };
     let ptx = compile(&kern, &Target { sm: 90 }, &options).unwrap().ptx;
     let before_loop: Vec<&str> = ptx
@@ -211,6 +213,7 @@ fn attention_output_is_scaled_and_cast_before_its_crossing() {
             num_stages: stages,
             mma: tegula_ptx::MmaChoice::Sync,
             fp_fusion: true,
+            tma: false,
         };
         let ptx = compile(&kern, &Target { sm: 90 }, &options).unwrap().ptx;
         let epilogue: Vec<&str> = ptx
@@ -387,6 +390,7 @@ fn narrow_outputs_cross_shared_memory_after_the_cast() {
             num_stages: stages,
             mma: tegula_ptx::MmaChoice::Sync,
             fp_fusion: true,
+            tma: false,
         };
         let ptx = compile(&kern, &Target { sm: 80 }, &options).unwrap().ptx;
         assert!(
@@ -471,6 +475,7 @@ fn persistent_matmul_reuses_the_slots_tile_after_tile() {
             num_stages: stages,
             mma: tegula_ptx::MmaChoice::Sync,
             fp_fusion: true,
+            tma: false,
         };
         let ptx = compile(&kern, &Target { sm: 80 }, &options).unwrap().ptx;
         assert_eq!(
@@ -653,6 +658,7 @@ fn operands_of_a_nested_loop_stay_resident() {
                 num_stages: stages,
                 mma: tegula_ptx::MmaChoice::Sync,
                 fp_fusion: true,
+                tma: false,
             };
             let ptx = compile(&kern, &Target { sm: 80 }, &options).unwrap().ptx;
             let carried = format!("convert f32[{bn}, {d}]");
@@ -1059,6 +1065,7 @@ fn loop_carried_row_sums_reduce_across_threads_after_the_loop() {
                 num_stages: 1,
                 mma: tegula_ptx::MmaChoice::Sync,
                 fp_fusion: true,
+                tma: false,
             };
             let ptx = compile(&kern, &Target { sm: 90 }, &options).unwrap().ptx;
             let body = first_loop_body(&ptx);
@@ -1145,6 +1152,7 @@ fn attention_row_sums_are_partial_inside_the_loop() {
             num_stages: 2,
             mma: tegula_ptx::MmaChoice::Sync,
             fp_fusion: true,
+            tma: false,
         };
         let ptx = compile(&kern, &Target { sm: 90 }, &options).unwrap().ptx;
         let in_loop = first_loop_body(&ptx)
@@ -1285,6 +1293,7 @@ fn looping_bf16_row_sums_widen_in_the_loop() {
         num_stages: 1,
         mma: tegula_ptx::MmaChoice::Sync,
         fp_fusion: true,
+        tma: false,
     };
     let ptx = compile(&kern, &Target { sm: 90 }, &options).unwrap().ptx;
     let body = first_loop_body(&ptx);
@@ -1411,6 +1420,7 @@ fn rank1_loads_staged_beside_the_tiles_match() {
                 num_stages: stages,
                 mma: tegula_ptx::MmaChoice::Sync,
                 fp_fusion: true,
+                tma: false,
             };
             let ptx = compile(&kern, &Target { sm: 80 }, &options).unwrap().ptx;
             assert!(

@@ -66,6 +66,7 @@ fn check(dt: DType, sm: u32, mma: MmaChoice, blocks: (usize, usize, usize), ws: 
         num_stages: ws.1,
         mma,
         fp_fusion: true,
+        tma: false,
     };
     let compiled = compile(&kern, &Target { sm }, &options).unwrap();
     let what = format!("{dt} sm_{sm} {mma} {blocks:?} {ws:?}");

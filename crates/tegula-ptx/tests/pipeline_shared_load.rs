@@ -17,6 +17,7 @@ fn ptx(dt: DType, (bm, bn, d, e): (usize, usize, usize, usize), warps: u32, stag
         num_stages: stages,
         mma: MmaChoice::Sync,
         fp_fusion: true,
+        tma: false,
     };
     compile(&k, &Target { sm: 90 }, &options).unwrap().ptx
 }

@@ -15,6 +15,7 @@ fn ptx(k: &Kernel, sm: u32, warps: u32) -> String {
         num_stages: 1,
         mma: MmaChoice::Sync,
         fp_fusion: true,
+        tma: false,
     };
     compile(k, &Target { sm }, &opts).unwrap().ptx
 }

@@ -36,6 +36,7 @@ fn assemble(
         num_stages: 1,
         mma: MmaChoice::Sync,
         fp_fusion: true,
+        tma: false,
     };
     let c = compile(k, &Target { sm }, &opts).map_err(|e| format!("{name}: {e}"))?;
     let a =
@@ -176,6 +177,7 @@ fn a_kernel_declaring_one_block_more_fits_it() {
         num_stages: 1,
         mma: MmaChoice::Sync,
         fp_fusion: true,
+        tma: false,
     };
     let mut stepped = 0;
     for (dt, block) in [(DType::F16, 8192), (DType::F32, 8192), (DType::F16, 16384)] {

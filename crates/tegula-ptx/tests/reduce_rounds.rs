@@ -12,6 +12,7 @@ fn ptx(k: &Kernel, warps: u32) -> String {
         num_stages: 1,
         mma: MmaChoice::Sync,
         fp_fusion: true,
+        tma: false,
     };
     compile(k, &Target { sm: 90 }, &opts).unwrap().ptx
 }

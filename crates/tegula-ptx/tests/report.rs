@@ -17,6 +17,7 @@ fn report(k: &Kernel, sm: u32, warps: u32, stages: u32, mma: MmaChoice) -> Repor
         num_stages: stages,
         mma,
         fp_fusion: true,
+        tma: false,
     };
     compile(k, &Target { sm }, &options).unwrap().report
 }
@@ -253,6 +254,7 @@ fn a_loops_own_stages_replace_the_launchs() {
         num_stages: 4,
         mma: MmaChoice::Sync,
         fp_fusion: true,
+        tma: false,
         ..CompileOptions::default()
     };
     assert_eq!(

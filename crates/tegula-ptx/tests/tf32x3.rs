@@ -17,6 +17,7 @@ fn ptx(k: &Kernel, sm: u32, warps: u32) -> String {
         num_stages: 1,
         mma: MmaChoice::Sync,
         fp_fusion: true,
+        tma: false,
     };
     compile(k, &Target { sm }, &opts).unwrap().ptx
 }
@@ -152,6 +153,7 @@ fn tf32x3_attention_blocks_assemble_without_spills() {
             num_stages: 1,
             mma: MmaChoice::Sync,
             fp_fusion: true,
+            tma: false,
         };
         let c = compile(&k, &Target { sm }, &opts).unwrap();
         assert_eq!(

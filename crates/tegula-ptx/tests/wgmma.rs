@@ -23,6 +23,7 @@ fn ptx_with(k: &Kernel, sm: u32, warps: u32, stages: u32, mma: MmaChoice) -> Str
         num_stages: stages,
         mma,
         fp_fusion: true,
+        tma: false,
     };
     compile(k, &Target { sm }, &options).unwrap().ptx
 }
@@ -183,6 +184,7 @@ fn wgmma_tiles_assemble_without_spills() {
             num_stages: stages,
             mma: MmaChoice::Wgmma,
             fp_fusion: true,
+            tma: false,
         };
         let c = compile(&k, &Target { sm: 90 }, &options).unwrap();
         let name = format!("wgmma_{bm}x{bn}x{bk}_w{warps}");
@@ -306,6 +308,7 @@ fn attention_wgmma_tiles_assemble_without_spills() {
             num_stages: stages,
             mma: MmaChoice::Wgmma,
             fp_fusion: true,
+            tma: false,
         };
         let c = compile(&k, &Target { sm: 90 }, &options).unwrap();
         assert!(c.ptx.contains("wgmma.mma_async"));

@@ -101,6 +101,7 @@ pub fn options(config: LaunchConfig) -> CompileOptions {
         num_stages: config.num_stages,
         mma: config.mma,
         fp_fusion: config.fp_fusion,
+        tma: config.tma,
     }
 }
 

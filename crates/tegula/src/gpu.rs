@@ -319,12 +319,13 @@ pub(crate) fn specialization_key(
     config: LaunchConfig,
 ) -> String {
     format!(
-        "{name}|{key}|{}|w{}s{}{}{}",
+        "{name}|{key}|{}|w{}s{}{}{}{}",
         fact_bits(args),
         config.num_warps,
         config.num_stages,
         config.mma,
-        if config.fp_fusion { "" } else { "|nofusion" }
+        if config.fp_fusion { "" } else { "|nofusion" },
+        if config.tma { "|tma" } else { "" }
     )
 }
 

@@ -72,6 +72,9 @@ pub struct LaunchConfig {
     /// `enable_fp_fusion`, on by default); off, each rounds on its own, as on the interpreter
     /// (`CompileOptions::fp_fusion`).
     pub fp_fusion: bool,
+    /// Tensor-descriptor accesses may move on the tensor memory accelerator (sm_90) where the
+    /// compiler's rule allows (`CompileOptions::tma`); off by default.
+    pub tma: bool,
 }
 
 impl LaunchConfig {
@@ -83,6 +86,7 @@ impl LaunchConfig {
             num_stages,
             mma: MmaChoice::Auto,
             fp_fusion: true,
+            tma: false,
         }
     }
 
@@ -94,6 +98,12 @@ impl LaunchConfig {
     /// The same config with float multiply-add fusion on or off.
     pub const fn with_fp_fusion(self, fp_fusion: bool) -> LaunchConfig {
         LaunchConfig { fp_fusion, ..self }
+    }
+
+    /// The same config with tensor-descriptor accesses on TMA where the compiler's rule
+    /// allows (`tma`), or never.
+    pub const fn with_tma(self, tma: bool) -> LaunchConfig {
+        LaunchConfig { tma, ..self }
     }
 }
 

@@ -34,8 +34,21 @@ fn desc_double<T: Element, const BM: usize, const BN: usize>(
 }
 
 /// Runs [`desc_double`] on `dev` over an `m x n` view with row stride `stride` (columns past
-/// `n` are padding) and checks both outputs against float64.
+/// `n` are padding), with TMA asked for or not, and checks both outputs against float64.
 fn check<T: Element>(dev: &Device, m: usize, n: usize, stride: usize, shift: (i32, i32)) {
+    for tma in [false, true] {
+        check_with::<T>(dev, m, n, stride, shift, tma);
+    }
+}
+
+fn check_with<T: Element>(
+    dev: &Device,
+    m: usize,
+    n: usize,
+    stride: usize,
+    shift: (i32, i32),
+    tma: bool,
+) {
     const BM: usize = 16;
     const BN: usize = 64;
     let full = dev.randn::<T>([m, stride]).unwrap();
@@ -44,9 +57,10 @@ fn check<T: Element>(dev: &Device, m: usize, n: usize, stride: usize, shift: (i3
     let mut out_view = out_full.narrow(1, 0, n).unwrap();
     let (gm, gn) = (m.div_ceil(BM) + 1, n.div_ceil(BN) + 1);
     let mut dump = dev.full([gm * BM, gn * BN], T::from_f64(f64::NAN)).unwrap();
-    desc_double::launch::<T, BM, BN>(
+    desc_double::launch_with::<T, BM, BN>(
         dev,
         [gm as u32, gn as u32],
+        LaunchConfig::default().with_tma(tma),
         &x,
         &mut out_view,
         &mut dump,
@@ -95,7 +109,10 @@ fn check<T: Element>(dev: &Device, m: usize, n: usize, stride: usize, shift: (i3
                         0.0
                     };
                     let got = dumps[(bi * BM + i) * gn * BN + bj * BN + j];
-                    assert_eq!(got, want, "block ({bi}, {bj}) [{i}, {j}] (shift {shift:?})");
+                    assert_eq!(
+                        got, want,
+                        "block ({bi}, {bj}) [{i}, {j}] (shift {shift:?}, tma {tma})"
+                    );
                 }
             }
         }

@@ -10,7 +10,7 @@
 //! `fence.proxy.async`; the copy runs on while the program goes on, until the next barrier,
 //! where its thread waits until the copy has read them (`Lower::barrier`).
 
-use super::{Lower, R};
+use super::{Lower, Scope, R};
 use crate::ptx::{Arg, Reg, RegClass, SMEM};
 use tegula_ir::{Inst, Op, Value};
 
@@ -125,6 +125,23 @@ impl Lower<'_> {
         let tmap = self.tensor_map(map);
         let coords = self.tma_coords([d.args[5], d.args[6]])?;
         let first = self.first_thread();
+        // A TMA store cannot start at a negative coordinate: the region (the masked store)
+        // runs instead. The coordinates are scalars, so every thread takes the same branch.
+        let below: Vec<Reg> = coords
+            .iter()
+            .map(|&c| {
+                self.b
+                    .op("setp.lt.s32", RegClass::Pred, vec![c.into(), Arg::Imm(0)])
+            })
+            .collect();
+        let negative = self.b.op(
+            "or.pred",
+            RegClass::Pred,
+            vec![below[0].into(), below[1].into()],
+        );
+        let (masked, end) = (self.b.new_label("masked_store"), self.b.new_label("stored"));
+        let hoist_point = self.b.hoist_point();
+        self.b.bra_if(negative, false, &masked);
         let buf = self.smem(bytes);
         self.b.comment(format!("{ty} by TMA"));
         // The scratch's previous readers are done before it is overwritten.
@@ -148,6 +165,15 @@ impl Lower<'_> {
             .emit_guarded(first, false, "cp.async.bulk.commit_group", vec![]);
         // The buffer is free again once the copy has read it: the next barrier waits for
         // that (`Lower::barrier`).
+        self.b.bra(&end);
+        self.b.place_label(&masked);
+        self.vals.regions_open += 1;
+        self.vals.scopes.push(Scope::body(hoist_point));
+        self.lower_block(d.regions[0])?;
+        self.vals.scopes.pop();
+        self.vals.regions_open -= 1;
+        self.loc = d.loc;
+        self.b.place_label(&end);
         Ok(())
     }
 }

@@ -1,6 +1,7 @@
 //! Rule *tensor memory accelerator*: a tensor descriptor's load or store (`Op::DescLoad`,
 //! `Op::DescStore`) moves its whole block with one TMA copy (`cp.async.bulk.tensor`) when
 //!
+//! 0. the launch asks for it (`CompileOptions::tma`, `LaunchConfig::with_tma`);
 //! 1. the target has TMA (sm_90 and newer);
 //! 2. the descriptor is known at launch: its base is a pointer parameter specialized as
 //!    16-byte aligned, its shapes and its first stride are parameters or constants (the
@@ -9,16 +10,21 @@
 //!    or a parameter specialized as a multiple of 16);
 //! 4. its block has at most 256 elements a side and rows of a multiple of 16 bytes, of
 //!    elements held at their width in registers (f16, bf16, 32- and 64-bit types);
-//! 5. for a load: it is not inside a loop (a loop's loads stream through the software
+//! 5. its innermost offset is known to be a multiple of 16 bytes (a TMA copy's box starts
+//!    16-byte aligned along its rows: the GPU faults otherwise);
+//! 6. for a load: it is not inside a loop (a loop's loads stream through the software
 //!    pipeline's `cp.async` slots, which TMA does not feed yet).
 //!
+//! A TMA store cannot start at a negative coordinate (the GPU faults); a store on TMA keeps
+//! its region, which runs instead when an offset is negative at run time.
 //! Every other descriptor access is replaced by its region (the same access as masked loads
 //! and stores) before any other decision, so the rest of the plan sees ordinary loads and
 //! stores, pipelines them, and reports them as such. Accesses on TMA keep their instruction
 //! (without the region); the maps they use are kernel parameters the runtime fills in
 //! ([`TensorMapAbi`]), one per distinct descriptor and block shape.
 
-use crate::Target;
+use crate::analysis::axis_info::AxisAnalysis;
+use crate::{CompileOptions, Target};
 use tegula_ir::fast_hash::HashMap;
 use tegula_ir::uses::Uses;
 use tegula_ir::{Constant, DType, Inst, Kernel, Loc, Op, Value, ValueDef};
@@ -74,8 +80,9 @@ impl Descriptors {
 }
 
 /// Decides every descriptor access of `k` and replaces those not on TMA by their regions.
-pub fn place(k: &mut Kernel, target: &Target) -> Descriptors {
+pub fn place(k: &mut Kernel, target: &Target, options: &CompileOptions) -> Descriptors {
     let uses = Uses::new(k);
+    let axis = AxisAnalysis::run(k);
     let mut out = Descriptors::default();
     let mut index: HashMap<TensorMapAbi, usize> = HashMap::default();
     let accesses: Vec<Inst> = k
@@ -84,7 +91,12 @@ pub fn place(k: &mut Kernel, target: &Target) -> Descriptors {
         .filter(|&i| matches!(k.insts[i].op, Op::DescLoad | Op::DescStore))
         .collect();
     for inst in accesses {
-        match tma_map(k, &uses, target, inst) {
+        let asked = if options.tma {
+            Ok(())
+        } else {
+            Err("TMA not asked for (LaunchConfig::with_tma)".to_string())
+        };
+        match asked.and_then(|()| tma_map(k, &uses, &axis, target, inst)) {
             Ok(mut map) => {
                 let n = index.len();
                 map.name = format!("tmap{n}");
@@ -97,7 +109,9 @@ pub fn place(k: &mut Kernel, target: &Target) -> Descriptors {
                     n
                 });
                 out.on_tma.insert(inst, at);
-                k.insts[inst].regions.clear();
+                if matches!(k.insts[inst].op, Op::DescLoad) {
+                    k.insts[inst].regions.clear();
+                }
             }
             Err(why) => {
                 out.expanded.push((k.insts[inst].loc, why));
@@ -109,7 +123,13 @@ pub fn place(k: &mut Kernel, target: &Target) -> Descriptors {
 }
 
 /// The map of access `inst` when the rule takes it, else the first condition it fails.
-fn tma_map(k: &Kernel, uses: &Uses, target: &Target, inst: Inst) -> Result<TensorMapAbi, String> {
+fn tma_map(
+    k: &Kernel,
+    uses: &Uses,
+    axis: &AxisAnalysis,
+    target: &Target,
+    inst: Inst,
+) -> Result<TensorMapAbi, String> {
     if target.sm < 90 {
         return Err(format!("sm_{} has no tensor memory accelerator", target.sm));
     }
@@ -165,6 +185,22 @@ fn tma_map(k: &Kernel, uses: &Uses, target: &Target, inst: Inst) -> Result<Tenso
         return Err(format!(
             "its block {b0}x{b1} is not one TMA moves (at most 256 a side, rows of a multiple \
              of 16 bytes)"
+        ));
+    }
+    let inner = axis.get(k, d.args[6]);
+    let inner_divisor = inner
+        .constant
+        .map_or(inner.last_divisibility() as i64, |c| {
+            if c == 0 {
+                1 << 40
+            } else {
+                c.abs() & c.abs().wrapping_neg()
+            }
+        });
+    if inner_divisor.saturating_mul(eb) % 16 != 0 {
+        return Err(format!(
+            "its last offset is not known to be a multiple of {} elements (16 bytes)",
+            16 / eb
         ));
     }
     Ok(TensorMapAbi {

@@ -25,6 +25,7 @@ pub fn compiled_with(k: &Kernel, sm: u32, warps: u32, stages: u32, mma: MmaChoic
         num_stages: stages,
         mma,
         fp_fusion: true,
+        tma: false,
     };
     compile(k, &Target { sm }, &options).unwrap()
 }
@@ -357,6 +358,7 @@ pub fn agree_up_to(
             num_stages: 1,
             mma: MmaChoice::Sync,
             fp_fusion: true,
+            tma: false,
         },
     )
     .unwrap_or_else(|e| panic!("{what}: the backend refused it: {e}\n{k}"));
