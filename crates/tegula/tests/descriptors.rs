@@ -92,7 +92,7 @@ fn check_with<T: Element>(
             };
             assert_eq!(
                 got, want,
-                "out[{i}, {j}] (m {m}, n {n}, stride {stride}, shift {shift:?})"
+                "out[{i}, {j}] (m {m}, n {n}, stride {stride}, shift {shift:?}, tma {tma})"
             );
         }
     }
@@ -166,4 +166,8 @@ fn descriptor_blocks_on_the_gpu() {
     check::<f32>(&dev, 37, 45, 45, (5, -7));
     check::<f32>(&dev, 100, 33, 48, (-16, -32));
     check::<bf16>(&dev, 19, 70, 80, (0, 3));
+    // Rows of whole 16-byte words: the stores move on TMA too (the first row of blocks,
+    // at a negative row, on masked stores).
+    check::<f16>(&dev, 37, 64, 64, (-3, 0));
+    check::<f32>(&dev, 50, 96, 96, (5, 64));
 }

@@ -12,7 +12,10 @@
 //!    elements held at their width in registers (f16, bf16, 32- and 64-bit types);
 //! 5. its innermost offset is known to be a multiple of 16 bytes (a TMA copy's box starts
 //!    16-byte aligned along its rows: the GPU faults otherwise);
-//! 6. for a load: it is not inside a loop (a loop's loads stream through the software
+//! 6. for a store: its innermost shape is known to be a multiple of 16 bytes (measured on the
+//!    H200: a store into a tensor whose rows end inside a 16-byte word writes elements past
+//!    the end of the row);
+//! 7. for a load: it is not inside a loop (a loop's loads stream through the software
 //!    pipeline's `cp.async` slots, which TMA does not feed yet).
 //!
 //! A TMA store cannot start at a negative coordinate (the GPU faults); a store on TMA keeps
@@ -186,6 +189,18 @@ fn tma_map(
             "its block {b0}x{b1} is not one TMA moves (at most 256 a side, rows of a multiple \
              of 16 bytes)"
         ));
+    }
+    if !is_load {
+        let whole_words = match shape1 {
+            LaunchValue::Const(c) => (c * eb) % 16 == 0,
+            LaunchValue::Param(i) => k.params[i].facts.divisible_by_16,
+        };
+        if !whole_words {
+            return Err(format!(
+                "its last shape is not known to be a multiple of {} elements (16 bytes)",
+                16 / eb
+            ));
+        }
     }
     let inner = axis.get(k, d.args[6]);
     let inner_divisor = inner
