@@ -328,7 +328,7 @@ def main(argv=None):
         # Sections measured by other calls (the candle example, the tuner's cost), kept across
         # regenerations.
         here = os.path.dirname(os.path.abspath(__file__))
-        for name in ("interop.md", "tuning.md"):
+        for name in ("interop.md", "tuning.md", "tma.md"):
             section = os.path.join(here, "..", "benchmarks", name)
             if os.path.exists(section):
                 with open(section) as g:
