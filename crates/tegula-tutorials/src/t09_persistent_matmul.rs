@@ -32,7 +32,7 @@
 //! | `for tile_id in tl.range(start_pid, num_tiles, NUM_SMS, flatten=True)` | `for tile_id in range(start_pid, num_tiles, NUM_SMS)` |
 //! | `pid_m, pid_n = _compute_pid(..)` (a `@triton.jit` helper) | `let (pid_m, pid_n) = _compute_pid(..)`: a Rust function over tiles, inlined by tracing |
 //! | `TensorDescriptor.from_tensor(a, block)` + `pre_hook` | the tensor's pointer and strides as arguments; the kernel makes the descriptor with the config's block |
-//! | `desc.load([i, j])`, `desc.store([i, j], v)` | `desc.load((i, j))`, `desc.store((i, j), v)` ([`TensorDescriptor`](tegula::ir::builder::TensorDescriptor)) |
+//! | `desc.load([i, j])`, `desc.store([i, j], v)` | `desc.load((i, j))`, `desc.store((i, j), v)` ([`TensorDescriptor`]) |
 //! | `tl.reshape`, `tl.permute` | `.reshape(..)`, `.permute(&[..])` |
 //! | `acc.reshape(..).permute(..).split()` | `split(acc.reshape(..).permute(&[..]))` |
 //!

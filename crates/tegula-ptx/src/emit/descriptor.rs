@@ -17,9 +17,15 @@ use tegula_ir::{Inst, Op, Value};
 impl Lower<'_> {
     /// `%tid.x == 0`, the thread that issues the copies.
     pub(crate) fn first_thread(&mut self) -> Reg {
+        if let Some(p) = self.addr.first_thread {
+            return p;
+        }
         let tid = self.thread.tid;
-        self.b
-            .in_prologue(|b| b.op("setp.eq.u32", RegClass::Pred, vec![tid.into(), Arg::Imm(0)]))
+        let p = self
+            .b
+            .in_prologue(|b| b.op("setp.eq.u32", RegClass::Pred, vec![tid.into(), Arg::Imm(0)]));
+        self.addr.first_thread = Some(p);
+        p
     }
 
     /// The generic address of tensor map `map` (a `.param` of the kernel).

@@ -152,6 +152,8 @@ struct AddressCache {
     offsets: HashMap<(Layout, Vec<u32>, Vec<i64>), Option<Reg>>,
     owners: HashMap<(Layout, Vec<u32>), Option<Reg>>,
     policies: HashMap<u8, Reg>,
+    /// `%tid.x == 0` (created once): the thread that issues TMA copies.
+    first_thread: Option<Reg>,
 }
 
 /// The kernel's shared memory as emission uses it.
