@@ -29,15 +29,14 @@ pub struct BlockPtr {
     block_shape: [usize; 2],
 }
 
-fn index_scalar(x: impl IntoOperand, what: &str, loc: Loc) -> Tile {
+/// `x` as an integer scalar, or a trace error naming `owner`'s `what` (`block pointer`
+/// `shapes`, say).
+pub(super) fn index_scalar(x: impl IntoOperand, owner: &str, what: &str, loc: Loc) -> Tile {
     let t = to_tile(x.into_operand(), loc);
     if !t.shape().is_scalar() || !t.dtype().is_int() || t.dtype().is_bool() || t.is_ptr() {
         report(
             loc,
-            format!(
-                "block pointer {what} must be integer scalars, got {}",
-                t.ty()
-            ),
+            format!("{owner} {what} must be integer scalars, got {}", t.ty()),
         );
     }
     t
@@ -71,9 +70,9 @@ pub fn make_block_ptr(
     }
     BlockPtr {
         base,
-        shape: shape.map(|s| index_scalar(s, "shapes", loc)),
-        strides: strides.map(|s| index_scalar(s, "strides", loc)),
-        offsets: offsets.map(|s| index_scalar(s, "offsets", loc)),
+        shape: shape.map(|s| index_scalar(s, "block pointer", "shapes", loc)),
+        strides: strides.map(|s| index_scalar(s, "block pointer", "strides", loc)),
+        offsets: offsets.map(|s| index_scalar(s, "block pointer", "offsets", loc)),
         block_shape,
     }
 }
@@ -86,7 +85,7 @@ impl BlockPtr {
         let mut next = self;
         let delta = [delta.0.into_operand(), delta.1.into_operand()];
         for (axis, d) in delta.into_iter().enumerate() {
-            let d = index_scalar(d, "advances", loc);
+            let d = index_scalar(d, "block pointer", "advances", loc);
             next.offsets[axis] = super::tile::binary(
                 crate::op::BinaryOp::Add,
                 Operand::Tile(self.offsets[axis]),

@@ -9,7 +9,7 @@
 //! plan rule allows (`tegula-ptx`, `plan/descriptors.rs`).
 
 use super::block_ptr::{make_block_ptr, BlockPtr, Padding};
-use super::tile::{materialize, to_tile};
+use super::tile::materialize;
 use super::{emit, enter_block, leave_block, report, IntoOperand, Tile};
 use crate::kernel::Loc;
 use crate::op::Op;
@@ -26,17 +26,7 @@ pub struct TensorDescriptor {
 }
 
 fn index_scalar(x: impl IntoOperand, what: &str, loc: Loc) -> Tile {
-    let t = to_tile(x.into_operand(), loc);
-    if !t.shape().is_scalar() || !t.dtype().is_int() || t.dtype().is_bool() || t.is_ptr() {
-        report(
-            loc,
-            format!(
-                "tensor descriptor {what} must be integer scalars, got {}",
-                t.ty()
-            ),
-        );
-    }
-    t
+    super::block_ptr::index_scalar(x, "tensor descriptor", what, loc)
 }
 
 /// `tl.make_tensor_descriptor(base, shape=[s0, s1], strides=[t0, t1], block_shape=[b0, b1])`:
