@@ -12,7 +12,7 @@
 
 use super::{Lower, Scope, R};
 use crate::ptx::{Arg, Reg, RegClass, SMEM};
-use tegula_ir::{Inst, Op, Value};
+use tegula_ir::{Inst, Value};
 
 impl Lower<'_> {
     /// `%tid.x == 0`, the thread that issues the copies.
@@ -30,13 +30,18 @@ impl Lower<'_> {
 
     /// The generic address of tensor map `map` (a `.param` of the kernel).
     fn tensor_map(&mut self, map: usize) -> Reg {
+        if let Some(&r) = self.addr.tensor_maps.get(&map) {
+            return r;
+        }
         let name = self.plan.descriptors.maps[map].name.clone();
-        self.b.in_prologue(|b| {
+        let r = self.b.in_prologue(|b| {
             let p = b.op("mov.u64", RegClass::B64, vec![Arg::Sym(name)]);
             let g = b.op("cvta.param.u64", RegClass::B64, vec![p.into()]);
             b.emit("prefetch.tensormap", vec![Arg::Addr(Box::new(g.into()), 0)]);
             g
-        })
+        });
+        self.addr.tensor_maps.insert(map, r);
+        r
     }
 
     /// The copy's coordinates, innermost first: `{offset1, offset0}` as 32-bit registers.
@@ -120,7 +125,6 @@ impl Lower<'_> {
 
     pub(crate) fn lower_desc_store(&mut self, inst: Inst) -> R<()> {
         let d = self.k.insts[inst].clone();
-        debug_assert!(matches!(d.op, Op::DescStore));
         let map = self.plan.descriptors.on_tma[&inst];
         let value = d.args[7];
         let ty = self.k.ty(value);

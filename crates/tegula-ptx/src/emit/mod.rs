@@ -154,6 +154,8 @@ struct AddressCache {
     policies: HashMap<u8, Reg>,
     /// `%tid.x == 0` (created once): the thread that issues TMA copies.
     first_thread: Option<Reg>,
+    /// Each tensor map's generic address (created, and prefetched, once).
+    tensor_maps: HashMap<usize, Reg>,
 }
 
 /// The kernel's shared memory as emission uses it.
@@ -665,12 +667,7 @@ impl<'k> Lower<'k> {
 
     /// The shared memory the kernel declares: the barriers and the scratch buffer.
     pub fn shared_bytes(&self) -> u32 {
-        let used = self.shared.smem_bytes + self.mbarrier_bytes();
-        if self.shared.smem_bytes == 0 && self.mbarrier_bytes() == 0 {
-            0
-        } else {
-            used.div_ceil(16) * 16
-        }
+        (self.shared.smem_bytes + self.mbarrier_bytes()).div_ceil(16) * 16
     }
 
     /// The alignment the scratch buffer is declared with: 1024 bytes when `wgmma` reads
