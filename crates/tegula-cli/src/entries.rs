@@ -202,7 +202,7 @@ pub fn ir(name: &str, shape: Option<&str>, dtype: Option<&str>) -> Result<()> {
         print!("{kernel}");
         return Ok(());
     }
-    let (dtype, shape) = call_shape(&e, shape, dtype, &[false])?;
+    let (dtype, shape) = call_shape_of(&e, shape, dtype, &[false])?;
     for launch in e.record(&shape, dtype, None, crate::launch_cost::RECORDING_SMS)? {
         print!("{}", launch.kernel);
     }
@@ -227,7 +227,7 @@ pub fn target_of(text: Option<&str>) -> Result<Target> {
 /// The dtype and shape (the benchmark's dimensions) of a recorded call: `--dtype` and
 /// `--shape` (with the `CAUSAL` flag from `causal` when the shape leaves it out), or the
 /// entry's realistic ones.
-fn call_shape(
+pub(crate) fn call_shape_of(
     e: &Entry,
     shape: Option<&str>,
     dtype: Option<&str>,
@@ -268,52 +268,141 @@ fn record_call(
     causal: &str,
     config: Option<&str>,
 ) -> Result<Vec<tegula::RecordedLaunch>> {
-    let e = registry::find(name)?;
-    let config = config.map(crate::bench::parse_config).transpose()?;
-    let (dtype, shape) = call_shape(&e, shape, dtype, causal_of(causal)?)?;
-    eprintln!(
-        "// {} {} {dtype} as its host function launches it",
-        e.name,
-        describe(e.bench.dims, &shape)
-    );
-    e.record(
-        &shape,
-        dtype,
-        config.as_ref(),
-        crate::launch_cost::RECORDING_SMS,
-    )
+    let dev = tegula::Device::recording(crate::launch_cost::RECORDING_SMS);
+    record_call_on(&dev, name, shape, dtype, causal, config)
 }
 
-/// `tegula aot`: the call of `tegula ptx` compiled into an ahead-of-time bundle at `out`
-/// (`tegula::aot::Bundle`); a bundle already there (of this compiler) keeps its entries and
-/// gains the call's new specializations, so several calls can fill one bundle.
-#[allow(clippy::too_many_arguments)]
-pub fn aot(
+/// [`record_call`] on a recording device of the caller's.
+fn record_call_on(
+    dev: &tegula::Device,
     name: &str,
     shape: Option<&str>,
     dtype: Option<&str>,
     causal: &str,
     config: Option<&str>,
-    target: Option<&str>,
-    out: &std::path::Path,
-) -> Result<()> {
-    let target = target_of(target)?;
-    let launches = record_call(name, shape, dtype, causal, config)?;
-    let mut bundle = if out.exists() {
-        tegula::aot::Bundle::read(out)?
+) -> Result<Vec<tegula::RecordedLaunch>> {
+    let e = registry::find(name)?;
+    let config = config.map(crate::bench::parse_config).transpose()?;
+    let (dtype, shape) = call_shape_of(&e, shape, dtype, causal_of(causal)?)?;
+    eprintln!(
+        "// {} {} {dtype} as its host function launches it",
+        e.name,
+        describe(e.bench.dims, &shape)
+    );
+    e.record_on(dev, &shape, dtype, config.as_ref())
+}
+
+/// The options of `tegula ptx` that say which call to record.
+pub struct CallArgs<'a> {
+    pub shape: Option<&'a str>,
+    pub dtype: Option<&'a str>,
+    pub causal: &'a str,
+    pub config: Option<&'a str>,
+    pub target: Option<&'a str>,
+}
+
+/// `tegula aot`'s own options.
+pub struct AotArgs<'a> {
+    pub out: &'a std::path::Path,
+    pub tuned: Option<&'a std::path::Path>,
+    pub gpu: Option<&'a str>,
+    pub assemble: bool,
+}
+
+/// `tegula aot`: the call of `tegula ptx` compiled into an ahead-of-time bundle at `out`
+/// (`tegula::aot::Bundle`); a bundle already there (of this compiler) keeps its entries and
+/// gains the call's new specializations, so several calls can fill one bundle. With a tuning
+/// cache (`tuned`) the call is recorded standing for its GPU, tuned configs and all; with
+/// `assemble`, every entry gets its cubin from ptxas.
+pub fn aot(name: &str, call: CallArgs<'_>, aot: &AotArgs<'_>) -> Result<()> {
+    let target = target_of(call.target)?;
+    let launches = match aot.tuned {
+        None => record_call(name, call.shape, call.dtype, call.causal, call.config)?,
+        Some(tuned) => {
+            let text = std::fs::read_to_string(tuned).map_err(|e| Error::Invalid {
+                op: "tegula aot".into(),
+                message: format!("--tuned {}: {e}", tuned.display()),
+            })?;
+            let gpus = tegula::Autotuner::global().import_json_in_memory(&text)?;
+            let tuned_as = tuned_gpu(&gpus, aot.gpu, tuned)?;
+            eprintln!(
+                "// recorded as {} (driver {}) launches it, with its tuned configs",
+                tuned_as.device, tuned_as.driver_version
+            );
+            let dev = tegula::Device::recording_as(tegula::StandIn {
+                sm_count: crate::launch_cost::RECORDING_SMS,
+                target,
+                tuned_as,
+            });
+            record_call_on(&dev, name, call.shape, call.dtype, call.causal, call.config)?
+        }
+    };
+    let mut bundle = if aot.out.exists() {
+        tegula::aot::Bundle::read(aot.out)?
     } else {
         tegula::aot::Bundle::new()
     };
+    bundle.add_tuned(tegula::Autotuner::global().take_stand_in_hits());
     let added = bundle.add_launches(&launches, &target)?;
-    bundle.write(out)?;
+    let assembled = if aot.assemble {
+        let ptxas = tegula_ptx::ptxas::find().ok_or_else(|| Error::Invalid {
+            op: "tegula aot".into(),
+            message: "--assemble: no ptxas found (set TEGULA_PTXAS or run scripts/ptxas.sh)".into(),
+        })?;
+        bundle.assemble(&ptxas)?
+    } else {
+        0
+    };
+    bundle.write(aot.out)?;
     eprintln!(
-        "// {added} new of {} specializations for sm_{}; {} has {} entries",
+        "// {added} new of {} specializations for sm_{} ({assembled} assembled); {} has {} entries and {} tuned configs",
         launches.len(),
         target.sm,
-        out.display(),
-        bundle.entries.len()
+        aot.out.display(),
+        bundle.entries.len(),
+        bundle.tuned.len()
     );
     Ok(())
+}
+
+/// The GPU of a tuning cache to record for: the one named, else the only one.
+fn tuned_gpu(
+    gpus: &[tegula::autotune::Target],
+    named: Option<&str>,
+    file: &std::path::Path,
+) -> Result<tegula::autotune::Target> {
+    let names: Vec<String> = gpus
+        .iter()
+        .map(|g| format!("{} (driver {})", g.device, g.driver_version))
+        .collect();
+    let matching: Vec<&tegula::autotune::Target> = gpus
+        .iter()
+        .filter(|g| named.is_none_or(|n| g.device == n))
+        .collect();
+    match matching.as_slice() {
+        [one] => Ok((*one).clone()),
+        [] => Err(Error::Invalid {
+            op: "tegula aot".into(),
+            message: format!(
+                "--tuned {}: no entries{}; it holds: {}",
+                file.display(),
+                named.map(|n| format!(" for `{n}`")).unwrap_or_default(),
+                if names.is_empty() {
+                    "none".to_string()
+                } else {
+                    names.join(", ")
+                }
+            ),
+        }),
+        _ => Err(Error::Invalid {
+            op: "tegula aot".into(),
+            message: format!(
+                "--tuned {} holds entries of several GPUs or drivers ({}): name one with --gpu",
+                file.display(),
+                names.join(", ")
+            ),
+        }),
+    }
 }
 
 /// `tegula ptx`: the PTX of a call's kernels and their resource report from ptxas, when one

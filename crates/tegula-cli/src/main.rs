@@ -4,6 +4,7 @@ mod bench;
 mod ceilings;
 mod copy;
 mod entries;
+mod first_call;
 mod launch_cost;
 mod registry;
 
@@ -89,6 +90,17 @@ enum Command {
         /// The bundle to write (or add to).
         #[arg(long, value_name = "FILE")]
         out: PathBuf,
+        /// A tuning cache exported on the GPU (`tegula tune --export`): the call is recorded
+        /// as that GPU launches it, with its tuned configs, and the bundle carries them.
+        #[arg(long, value_name = "TUNED")]
+        tuned: Option<PathBuf>,
+        /// The GPU of the tuning cache to record for, by its name (needed when the file holds
+        /// several).
+        #[arg(long)]
+        gpu: Option<String>,
+        /// Assemble each entry with ptxas into a cubin the GPU loads without its JIT.
+        #[arg(long)]
+        assemble: bool,
     },
     /// What the compiler decides for a library kernel or a tutorial port, as its host call
     /// compiles it: per loop the pipeline stages it got (and why fewer than asked, at the
@@ -123,6 +135,23 @@ enum Command {
     LaunchCost {
         /// Entries whose name contains this (default: the library's kernels).
         filter: Option<String>,
+    },
+    /// Time the first call of an entry in this process (as `tegula aot` records it: its
+    /// benchmark's launch, at `--shape` in the benchmark's dimensions), after installing
+    /// `--bundle` when given: `FIRST_CALL` with the first and second call's milliseconds.
+    /// GPU only. For a cold first call, run it with an empty `TEGULA_CACHE_DIR` and
+    /// `CUDA_CACHE_DISABLE=1`.
+    FirstCall {
+        kernel: String,
+        #[arg(long)]
+        shape: Option<String>,
+        #[arg(long)]
+        dtype: Option<String>,
+        #[arg(long, default_value = "no")]
+        causal: String,
+        /// An ahead-of-time bundle (`tegula aot`) to install first.
+        #[arg(long, value_name = "FILE")]
+        bundle: Option<PathBuf>,
     },
     /// Time registry entries on the GPU beside the device's ceilings (see BENCHMARKS.md); a
     /// tutorial's also as `TEGULA <tutorial> <shape> <ms>` lines.
@@ -263,18 +292,41 @@ fn main() -> ExitCode {
             config,
             target,
             out,
+            tuned,
+            gpu,
+            assemble,
         } => entries::aot(
             &kernel,
-            shape.as_deref(),
-            dtype.as_deref(),
-            &causal,
-            config.as_deref(),
-            target.as_deref(),
-            &out,
+            entries::CallArgs {
+                shape: shape.as_deref(),
+                dtype: dtype.as_deref(),
+                causal: &causal,
+                config: config.as_deref(),
+                target: target.as_deref(),
+            },
+            &entries::AotArgs {
+                out: &out,
+                tuned: tuned.as_deref(),
+                gpu: gpu.as_deref(),
+                assemble,
+            },
         )
         .map(|()| true),
         Command::Check { filter } => entries::check_all(filter.as_deref()),
         Command::LaunchCost { filter } => launch_cost::run(filter.as_deref()),
+        Command::FirstCall {
+            kernel,
+            shape,
+            dtype,
+            causal,
+            bundle,
+        } => first_call::run(
+            &kernel,
+            shape.as_deref(),
+            dtype.as_deref(),
+            &causal,
+            bundle.as_deref(),
+        ),
         Command::Bench(args) => bench::run(args),
         Command::Tune(args) => tune(args),
         Command::List => {

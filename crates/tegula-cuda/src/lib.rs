@@ -29,7 +29,7 @@ pub use memory::{BorrowedBuffer, DeviceBuffer};
 pub use params::{entry_names, entry_param_sizes, KernelParam};
 pub use runtime::{
     device_count, driver_library_present, CudaRuntime, DeviceInfo, EventTimer, LoadedKernel,
-    Resources,
+    ModuleSource, Resources,
 };
 pub use tensor_map::{
     encode_tensor_map_2d, TensorMap, TensorMapSpec, TmaDtype, TmaSwizzle, TENSOR_MAP_BYTES,

@@ -87,8 +87,19 @@ pub struct LoadedKernel {
     /// Dynamic shared memory the function is currently allowed (raised on demand).
     dynamic_shared_limit: AtomicU32,
     raise_lock: Mutex<()>,
-    from_disk_cache: bool,
+    source: ModuleSource,
     jit_info_log: Arc<str>,
+}
+
+/// Where a loaded kernel's module came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ModuleSource {
+    /// The driver's JIT compiled the PTX.
+    Jit,
+    /// The disk cache held the cubin of an earlier JIT.
+    DiskCache,
+    /// A cubin assembled ahead of time ([`CudaRuntime::provide_cubin`]).
+    AheadOfTime,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -107,7 +118,11 @@ impl LoadedKernel {
     }
     /// True when the module came from the disk cache rather than a fresh JIT.
     pub fn from_disk_cache(&self) -> bool {
-        self.from_disk_cache
+        self.source == ModuleSource::DiskCache
+    }
+    /// Where the module came from.
+    pub fn source(&self) -> ModuleSource {
+        self.source
     }
     /// The JIT's verbose info log (ptxas resource lines), cached with the cubin.
     pub fn jit_info_log(&self) -> &str {
@@ -226,7 +241,9 @@ pub struct CudaRuntime {
 }
 
 /// A loaded module with its JIT info log and whether it came from the disk cache.
-type ModuleEntry = (Arc<Module>, Arc<str>, bool);
+type ModuleEntry = (Arc<Module>, Arc<str>, ModuleSource);
+/// A cubin offered for a PTX and ptxas's log of it.
+type ProvidedCubin = (Arc<[u8]>, Arc<str>);
 type KernelMap = HashMap<[u8; 32], HashMap<String, Arc<LoadedKernel>>>;
 
 #[derive(Debug)]
@@ -237,6 +254,9 @@ pub(crate) struct Inner {
     pub(crate) ctx: Arc<CudaContext>,
     info: DeviceInfo,
     disk: Mutex<Option<Arc<DiskCache>>>,
+    /// Cubins assembled ahead of time for PTX not yet loaded, by the PTX's hash
+    /// ([`CudaRuntime::provide_cubin`]).
+    provided: Mutex<HashMap<[u8; 32], ProvidedCubin>>,
     /// The most recent launch since the last successful synchronisation, for naming async faults.
     last_launch: Mutex<Option<Arc<str>>>,
     launches_since_sync: AtomicU64,
@@ -276,6 +296,7 @@ impl CudaRuntime {
                 ctx,
                 info,
                 disk: Mutex::new(None),
+                provided: Mutex::new(HashMap::new()),
                 last_launch: Mutex::new(None),
                 launches_since_sync: AtomicU64::new(0),
                 launch_blocking: AtomicBool::new(false),
@@ -288,6 +309,18 @@ impl CudaRuntime {
     /// (`TEGULA_CACHE_DIR`).
     pub fn set_disk_cache(&self, disk: Option<DiskCache>) {
         *self.inner.disk.lock().unwrap_or_else(|p| p.into_inner()) = disk.map(Arc::new);
+    }
+
+    /// Offers `cubin`, assembled ahead of time (by ptxas, for this GPU's architecture), as the
+    /// module of `ptx`, with ptxas's `-v` output `log` (read for spills as a JIT log is): the
+    /// first load of that PTX tries it before the disk cache and the JIT, and compiles the
+    /// PTX as usual if the driver refuses it (another architecture, a damaged image). A
+    /// module already loaded is kept.
+    pub fn provide_cubin(&self, ptx: &str, cubin: Arc<[u8]>, log: Arc<str>) {
+        let hash = sha256(ptx.as_bytes());
+        (self.inner.provided.lock())
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(hash, (cubin, log));
     }
 
     /// Makes every launch wait for its kernel, so that a fault is reported by the launch that
@@ -330,7 +363,7 @@ impl CudaRuntime {
         if let Some(k) = self.lock_kernels().get(&hash).and_then(|m| m.get(entry)) {
             return Ok(k.clone());
         }
-        let (module, info_log, from_disk) = self.module_for(ptx, hash, entry, source_map)?;
+        let (module, info_log, source) = self.module_for(ptx, hash, entry, source_map)?;
         let Some(f) = module.function(entry)? else {
             return Err(CudaError::EntryNotFound {
                 entry: entry.to_string(),
@@ -346,7 +379,7 @@ impl CudaRuntime {
             params: entry_params(ptx, entry),
             dynamic_shared_limit: AtomicU32::new(DEFAULT_DYNAMIC_SHARED_LIMIT),
             raise_lock: Mutex::new(()),
-            from_disk_cache: from_disk,
+            source,
             jit_info_log: info_log,
         });
         let mut kernels = self.lock_kernels();
@@ -400,9 +433,28 @@ impl CudaRuntime {
         };
         let disk = self.disk_cache();
         let mut loaded = None;
-        if let Some(hit) = disk.as_ref().and_then(|d| d.load(&key)) {
+        let provided = (self.inner.provided.lock())
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&hash);
+        if let Some((cubin, log)) = provided {
+            // A refused image falls through to the disk cache and the JIT.
+            if let Ok(m) = jit::load_cubin(ctx, &cubin) {
+                loaded = Some((Arc::new(m), log, ModuleSource::AheadOfTime));
+            }
+        }
+        if let Some(hit) = loaded
+            .is_none()
+            .then(|| disk.as_ref().and_then(|d| d.load(&key)))
+            .flatten()
+        {
             match jit::load_cubin(ctx, &hit.cubin) {
-                Ok(m) => loaded = Some((Arc::new(m), Arc::from(hit.info_log), true)),
+                Ok(m) => {
+                    loaded = Some((
+                        Arc::new(m),
+                        Arc::from(hit.info_log),
+                        ModuleSource::DiskCache,
+                    ))
+                }
                 Err(e) => {
                     if let Some(d) = &disk {
                         d.report_unusable(&key, &e.to_string());
@@ -422,14 +474,14 @@ impl CudaRuntime {
                         if let Some(d) = &disk {
                             d.store(&key, &cubin, &info_log);
                         }
-                        (Arc::new(m), Arc::from(info_log), false)
+                        (Arc::new(m), Arc::from(info_log), ModuleSource::Jit)
                     }
                     Err(JitFailure::Rejected { summary, log }) => {
                         return Err(jit_error(summary, log))
                     }
                     // The linker failed without a log: let cuModuleLoadDataEx try (and explain).
                     Err(JitFailure::Driver(_)) => match jit::load_ptx(ctx, ptx) {
-                        Ok((m, info_log)) => (Arc::new(m), Arc::from(info_log), false),
+                        Ok((m, info_log)) => (Arc::new(m), Arc::from(info_log), ModuleSource::Jit),
                         Err(JitFailure::Rejected { summary, log }) => {
                             return Err(jit_error(summary, log))
                         }

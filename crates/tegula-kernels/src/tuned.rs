@@ -110,7 +110,9 @@ pub(crate) fn run<'a, R>(
     bench: impl FnMut(&Config) -> Result<f64>,
     mut launch: impl FnMut(&Config) -> Result<R>,
 ) -> Result<R> {
-    let memo_key = format!("{kernel}|{key}|{:?}", dev.backend());
+    // Per device: a recording device standing for a GPU answers as that GPU, not as the
+    // interpreter whose backend it shares.
+    let memo_key = format!("{kernel}|{key}|{:?}|{}", dev.backend(), dev.id());
     let lock = || memo().lock().unwrap_or_else(|p| p.into_inner());
     let hit = lock().get(&memo_key).cloned();
     if let Some(hit) = hit {

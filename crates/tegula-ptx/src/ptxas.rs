@@ -33,6 +33,16 @@ pub struct Assembled {
     pub log: String,
 }
 
+/// ptxas's `--gpu-name` for `sm`: `sm_90a` for 90 (the kernels may use wgmma and
+/// setmaxnreg), else `sm_<sm>`.
+pub fn gpu_name(sm: u32) -> String {
+    if sm == 90 {
+        "sm_90a".to_string()
+    } else {
+        format!("sm_{sm}")
+    }
+}
+
 /// Assembles `ptx` for `sm` (90 means `sm_90a`) with `ptxas -v`, writing `<stem>.ptx` and
 /// `<stem>.cubin` into `dir`. An assembly error returns the first lines of ptxas's output.
 pub fn assemble(
@@ -44,11 +54,7 @@ pub fn assemble(
 ) -> Result<Assembled, String> {
     let file = dir.join(format!("{stem}.ptx"));
     std::fs::write(&file, ptx).map_err(|e| format!("writing {}: {e}", file.display()))?;
-    let gpu = if sm == 90 {
-        "sm_90a".to_string()
-    } else {
-        format!("sm_{sm}")
-    };
+    let gpu = gpu_name(sm);
     let out = Command::new(ptxas)
         .args(["--gpu-name", &gpu, "-v", "-o"])
         .arg(file.with_extension("cubin"))

@@ -253,7 +253,9 @@ pub fn autotune<'a>(
     tuning: impl FnOnce() -> Result<Tuning<'a>>,
     bench: impl FnMut(&Config) -> Result<f64>,
 ) -> Result<Config> {
-    let memo_key = format!("{kernel}|{key}|{:?}", dev.backend());
+    // Per device: a recording device standing for a GPU answers as that GPU, not as the
+    // interpreter whose backend it shares.
+    let memo_key = format!("{kernel}|{key}|{:?}|{}", dev.backend(), dev.id());
     let lock = || memo().lock().unwrap_or_else(|p| p.into_inner());
     if let Some(hit) = lock().get(&memo_key) {
         return Ok(hit.clone());

@@ -16,10 +16,18 @@
 //! as fresh GPU allocations, which the driver aligns to 256 bytes, so an entry recorded with
 //! whole tensors matches launches on whole GPU tensors (and on views whose first element is
 //! 16-byte aligned), not a view that starts off that alignment: such a launch compiles its own
-//! specialization. The recording device runs the interpreter's untuned configs, so an
-//! autotuned kernel's bundled entry is the one of the config the recording launched with.
+//! specialization.
+//!
+//! A plain recording device ([`Bundle::record`]) runs the interpreter's untuned configs, so an
+//! autotuned kernel's bundled entry is the one of its default config. [`Bundle::record_as`]
+//! records on a device standing for one GPU ([`crate::StandIn`]): the tuned wrappers launch
+//! the configs the tuner's cache holds for that GPU (tuned there, exported with `tegula tune
+//! --export` and imported where the bundle is made), and the bundle carries those choices
+//! ([`Bundle::tuned`]), so that at run time the tuner answers from them and the launch finds
+//! its entry: no trace, no tuning. [`Bundle::assemble`] adds each entry's cubin, made by
+//! ptxas, which the GPU loads instead of running the driver's JIT on the PTX.
 
-use crate::autotune::COMPILER;
+use crate::autotune::{TunedChoice, COMPILER};
 use crate::compiler::{Compiled, Report, Target};
 use crate::device::Device;
 use crate::error::Result;
@@ -54,6 +62,12 @@ pub enum BundleError {
         param: String,
         dtype: String,
     },
+    /// ptxas failed on an entry's PTX ([`Bundle::assemble`]).
+    #[error("bundle entry `{key}`: {message}")]
+    Assemble { key: String, message: String },
+    /// An entry's cubin is not base64.
+    #[error("bundle entry `{key}`: its cubin is not base64: {message}")]
+    Cubin { key: String, message: String },
     /// The bundle could not be written as JSON.
     #[error("cannot write the bundle as JSON: {0}")]
     Serialize(String),
@@ -78,6 +92,33 @@ pub struct Bundle {
     pub compiler: String,
     /// One per specialization and target, in the order first recorded.
     pub entries: Vec<Entry>,
+    /// The tuned configs the recording launched ([`Bundle::record_as`]), which
+    /// [`Device::install_bundle`] makes the tuner's answers on a GPU of their name.
+    #[serde(default)]
+    pub tuned: Vec<TunedChoice>,
+}
+
+/// A cubin ptxas assembled from an entry's PTX ([`Bundle::assemble`]).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Cubin {
+    /// ptxas's `--gpu-name`, e.g. `sm_90a`.
+    pub arch: String,
+    /// The image in base64 (standard alphabet, padded).
+    pub base64: String,
+    /// ptxas's `-v` output (registers and spills, read as a JIT log is).
+    pub log: String,
+}
+
+/// What [`Device::install_bundle`] installed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Installed {
+    /// Entries for this GPU's target put in its cache of compiled PTX (a specialization it
+    /// has compiled already keeps its own).
+    pub entries: usize,
+    /// Of those, the ones with a cubin, which the first launch loads instead of JIT-compiling.
+    pub cubins: usize,
+    /// Tuned configs of this GPU's name made the tuner's answers.
+    pub tuned: usize,
 }
 
 /// One compiled specialization: its key, its target and what a launch needs of its
@@ -103,6 +144,10 @@ pub struct Entry {
     pub tensor_maps: Vec<TensorMapEntry>,
     /// The compile report's summary (its per-loop and per-dot parts are not bundled).
     pub report: ReportSummary,
+    /// The PTX assembled for the target by ptxas, when the bundle was assembled
+    /// ([`Bundle::assemble`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cubin: Option<Cubin>,
 }
 
 /// One parameter of a bundled signature.
@@ -219,7 +264,23 @@ impl Entry {
                 min_blocks_per_sm: r.min_blocks_per_sm,
                 registers_estimate: r.registers_estimate,
             },
+            cubin: None,
         }
+    }
+
+    /// The bytes of the entry's cubin, if it has one.
+    pub fn cubin_bytes(&self) -> std::result::Result<Option<Vec<u8>>, BundleError> {
+        use base64::Engine;
+        let Some(cubin) = &self.cubin else {
+            return Ok(None);
+        };
+        base64::engine::general_purpose::STANDARD
+            .decode(&cubin.base64)
+            .map(Some)
+            .map_err(|e| BundleError::Cubin {
+                key: self.key.clone(),
+                message: e.to_string(),
+            })
     }
 
     /// The compiled kernel a launch loads: the bundled PTX and signature, and a report of the
@@ -309,6 +370,7 @@ impl Bundle {
             format: FORMAT,
             compiler: COMPILER.to_string(),
             entries: Vec::new(),
+            tuned: Vec::new(),
         }
     }
 
@@ -317,6 +379,21 @@ impl Bundle {
     pub fn record(target: &Target, work: impl FnOnce(&Device) -> Result<()>) -> Result<Bundle> {
         let mut bundle = Bundle::new();
         bundle.add_recorded(&Device::recording(132), target, work)?;
+        Ok(bundle)
+    }
+
+    /// Runs `work` on a recording device standing for `gpu` ([`Device::recording_as`]) and
+    /// compiles every launch it makes for the GPU's target. The tuned wrappers launch the
+    /// configs the process's tuner holds for that GPU ([`crate::Autotuner::global`]: its cache
+    /// file, or what [`crate::Autotuner::import_json`] gave it), and the bundle keeps those
+    /// choices ([`Bundle::tuned`]); where the tuner has none, the default config is recorded.
+    pub fn record_as(
+        gpu: crate::StandIn,
+        work: impl FnOnce(&Device) -> Result<()>,
+    ) -> Result<Bundle> {
+        let mut bundle = Bundle::new();
+        let target = gpu.target;
+        bundle.add_recorded(&Device::recording_as(gpu), &target, work)?;
         Ok(bundle)
     }
 
@@ -330,7 +407,56 @@ impl Bundle {
         work: impl FnOnce(&Device) -> Result<()>,
     ) -> Result<usize> {
         work(dev)?;
+        self.add_tuned(crate::Autotuner::global().take_stand_in_hits());
         self.add_launches(&dev.take_recorded(), target)
+    }
+
+    /// Adds tuned choices the bundle does not hold yet (a choice for the same request and
+    /// GPU replaces the older one).
+    pub fn add_tuned(&mut self, choices: impl IntoIterator<Item = TunedChoice>) {
+        for choice in choices {
+            self.tuned
+                .retain(|t| (&t.request, &t.device) != (&choice.request, &choice.device));
+            self.tuned.push(choice);
+        }
+    }
+
+    /// Assembles every entry that has no cubin yet with `ptxas` (`tegula_ptx::ptxas::find`
+    /// finds one) for its target; the entries assembled. A ptxas failure names the entry.
+    pub fn assemble(&mut self, ptxas: &Path) -> Result<usize> {
+        use base64::Engine;
+        // One directory per call: ptxas writes fixed file names into it.
+        static CALLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let dir = std::env::temp_dir().join(format!("tegula-aot-{}-{call}", std::process::id()));
+        std::fs::create_dir_all(&dir).map_err(|source| BundleError::Write {
+            path: dir.clone(),
+            source,
+        })?;
+        let mut assembled = 0;
+        let result = (|| -> std::result::Result<(), BundleError> {
+            for entry in self.entries.iter_mut().filter(|e| e.cubin.is_none()) {
+                let failed = |message: String| BundleError::Assemble {
+                    key: entry.key.clone(),
+                    message,
+                };
+                let done = tegula_ptx::ptxas::assemble(ptxas, &entry.ptx, entry.sm, &dir, "entry")
+                    .map_err(failed)?;
+                let path = dir.join("entry.cubin");
+                let image = std::fs::read(&path)
+                    .map_err(|e| failed(format!("reading {}: {e}", path.display())))?;
+                entry.cubin = Some(Cubin {
+                    arch: tegula_ptx::ptxas::gpu_name(entry.sm),
+                    base64: base64::engine::general_purpose::STANDARD.encode(image),
+                    log: done.log,
+                });
+                assembled += 1;
+            }
+            Ok(())
+        })();
+        let _ = std::fs::remove_dir_all(&dir);
+        result?;
+        Ok(assembled)
     }
 
     /// Adds an entry for `target` of every recorded launch's specialization that the bundle
@@ -428,6 +554,7 @@ fn parse(text: &str, what: &str) -> std::result::Result<Bundle, BundleError> {
     let bundle: Bundle = serde_json::from_value(value).map_err(|e| parse_error(e.to_string()))?;
     for entry in &bundle.entries {
         entry.to_compiled()?;
+        entry.cubin_bytes()?;
     }
     Ok(bundle)
 }

@@ -188,10 +188,17 @@ impl Target {
                     tunable: true,
                 }
             }
-            _ => Target {
-                device: "interpreter".into(),
-                driver_version: 0,
-                tunable: false,
+            _ => match dev.stand_in() {
+                // A recording device times nothing, but answers from the cache as its GPU would.
+                Some(stand_in) => Target {
+                    tunable: false,
+                    ..stand_in.tuned_as.clone()
+                },
+                None => Target {
+                    device: "interpreter".into(),
+                    driver_version: 0,
+                    tunable: false,
+                },
             },
         }
     }
@@ -341,15 +348,15 @@ impl<'a> Tuning<'a> {
 
     /// `kernel|source|compiler|candidates|key|device|driver`.
     fn cache_key(&self, target: &Target) -> String {
+        keyed_for(&self.request_key(), &target.device, target.driver_version)
+    }
+
+    /// The cache key without its target: what was tuned, by which compiler, among which
+    /// candidates.
+    fn request_key(&self) -> String {
         format!(
-            "{}|{}|{}|{}|{}|{}|{}",
-            self.kernel,
-            self.source_hash,
-            COMPILER,
-            self.candidates_hash,
-            self.key,
-            target.device,
-            target.driver_version
+            "{}|{}|{}|{}|{}",
+            self.kernel, self.source_hash, COMPILER, self.candidates_hash, self.key
         )
     }
 }
@@ -424,6 +431,8 @@ pub struct Autotuner {
     /// `TEGULA_TUNE_LOG`: a file each tuning appends a JSON line to.
     log: Option<PathBuf>,
     memo: Mutex<HashMap<String, (Config, f64)>>,
+    /// The cached configs a recording device's lookups found ([`Autotuner::take_stand_in_hits`]).
+    stand_in_hits: Mutex<Vec<TunedChoice>>,
     /// Notes for the user: corrupt cache files, failed writes. Each is said once.
     notes: Mutex<Vec<String>>,
     said: Mutex<HashSet<String>>,
@@ -440,6 +449,7 @@ impl Autotuner {
             top_k: None,
             log: None,
             memo: Mutex::new(HashMap::new()),
+            stand_in_hits: Mutex::new(Vec::new()),
             notes: Mutex::new(Vec::new()),
             said: Mutex::new(HashSet::new()),
         }
@@ -535,6 +545,21 @@ impl Autotuner {
             timing_s: 0.0,
         };
         if !target.tunable {
+            // A recording device standing for a GPU answers from that GPU's cache entries
+            // (the interpreter's target has none: nothing is tuned for it).
+            if self.mode != Mode::Off {
+                if let Some((config, ms)) = self.lookup(&tuning.cache_key(target)) {
+                    if tuning.configs.contains(&config) {
+                        lock(&self.stand_in_hits).push(TunedChoice {
+                            request: tuning.request_key(),
+                            device: target.device.clone(),
+                            config: config.clone(),
+                            ms,
+                        });
+                        return Ok(answer(config, Source::Cached { ms }));
+                    }
+                }
+            }
             return Ok(answer(
                 target_default(&tuning.candidates()),
                 Source::Default,
@@ -1065,21 +1090,58 @@ impl fmt::Display for ImportReport {
     }
 }
 
+/// A tuned config as an ahead-of-time bundle carries it ([`crate::aot::Bundle::tuned`]):
+/// the request it answers and the GPU it was tuned on, by name (the driver's version, part of
+/// the cache's key, is not: a bundle keeps its configs across driver updates).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TunedChoice {
+    /// The tuning request's key without its target (kernel, source, compiler, candidates,
+    /// the wrapper's key).
+    pub request: String,
+    /// The GPU's name, as [`Target::device`].
+    pub device: String,
+    pub config: Config,
+    /// Its milliseconds when it was tuned.
+    pub ms: f64,
+}
+
+impl Autotuner {
+    /// The cached configs that lookups of recording devices standing for a GPU found since
+    /// the last call ([`crate::Device::recording_as`]), oldest first, each once.
+    pub fn take_stand_in_hits(&self) -> Vec<TunedChoice> {
+        let mut hits = std::mem::take(&mut *lock(&self.stand_in_hits));
+        let mut seen = HashSet::new();
+        hits.retain(|h| seen.insert((h.request.clone(), h.device.clone())));
+        hits
+    }
+
+    /// Makes `choice` this process's answer on `target` (in memory; the cache file is left
+    /// as it is) when it was tuned on a GPU of the target's name. Whether it did.
+    pub fn remember(&self, target: &Target, choice: &TunedChoice) -> bool {
+        if choice.device != target.device || !valid_ms(choice.ms) {
+            return false;
+        }
+        let key = keyed_for(&choice.request, &target.device, target.driver_version);
+        lock(&self.memo).insert(key, (choice.config.clone(), choice.ms));
+        true
+    }
+}
+
 impl Entry {
     /// The key of this entry's fields: the same text as [`Tuning`]'s key for the request and
     /// target it was tuned for.
     fn cache_key(&self) -> String {
-        format!(
-            "{}|{}|{}|{}|{}|{}|{}",
-            self.kernel,
-            self.source_hash,
-            self.compiler,
-            self.candidates_hash,
-            self.key,
-            self.device,
-            self.driver_version
-        )
+        let request = format!(
+            "{}|{}|{}|{}|{}",
+            self.kernel, self.source_hash, self.compiler, self.candidates_hash, self.key
+        );
+        keyed_for(&request, &self.device, self.driver_version)
     }
+}
+
+/// A cache key: a request's key ([`Tuning::request_key`]) on a target.
+fn keyed_for(request: &str, device: &str, driver_version: i32) -> String {
+    format!("{request}|{device}|{driver_version}")
 }
 
 /// Parses a cache file's text (`file` names it in errors): JSON, an object whose `version` is
@@ -1176,6 +1238,27 @@ impl Autotuner {
     /// `include_str!("tuned.json")`; errors call it `the imported JSON`.
     pub fn import_json(&self, text: &str) -> Result<ImportReport> {
         self.import_text(text, "the imported JSON")
+    }
+
+    /// [`Autotuner::import_json`] into this tuner's memory only: this process answers from the
+    /// entries, its cache file is left as it is (`tegula aot --tuned`, which records a bundle
+    /// from a shipped tuning file). Returns the GPUs the entries were tuned on, each once.
+    pub fn import_json_in_memory(&self, text: &str) -> Result<Vec<Target>> {
+        let incoming = parse_cache(text, "the imported JSON")?;
+        let mut targets: Vec<Target> = Vec::new();
+        let mut memo = lock(&self.memo);
+        for (key, e) in incoming.entries {
+            let target = Target {
+                device: e.device.clone(),
+                driver_version: e.driver_version,
+                tunable: true,
+            };
+            if !targets.contains(&target) {
+                targets.push(target);
+            }
+            memo.insert(key, (e.config, e.ms));
+        }
+        Ok(targets)
     }
 
     fn import_text(&self, text: &str, file: &str) -> Result<ImportReport> {

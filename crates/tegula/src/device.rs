@@ -184,10 +184,29 @@ struct Inner {
     recorded: Option<Mutex<Vec<RecordedLaunch>>>,
     /// The SM count a recording device stands for.
     recorded_sms: usize,
+    /// The GPU a recording device made by [`Device::recording_as`] stands for.
+    stand_in: Option<StandIn>,
     /// Seeds `randn`/`rand` so every call draws fresh numbers.
     seed: AtomicU64,
     /// Tensors allocated so far (see [`Device::allocations`]).
     allocations: AtomicU64,
+}
+
+/// The GPU a recording device stands for ([`Device::recording_as`]): what the library's
+/// wrappers ask of a device before they launch (its SMs, whether it has `wgmma`, which tuned
+/// configs are its own), so that the recorded launches are the ones that GPU would make.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StandIn {
+    /// [`Device::sm_count`] of the GPU.
+    pub sm_count: usize,
+    /// The target its kernels are compiled for ([`Device::target`]; [`Device::has_wgmma`]
+    /// from sm 90 on).
+    pub target: compiler::Target,
+    /// The tuner's name for the GPU ([`crate::autotune::Target`], as `Target::of` reads it
+    /// on that GPU, `tunable` ignored): a tuned wrapper looks its config up in the tuner's
+    /// cache under this target, and takes its default where the cache has none (a recording
+    /// device times nothing).
+    pub tuned_as: crate::autotune::Target,
 }
 
 /// A launch that a recording device ([`Device::recording`]) kept instead of running: what a
@@ -229,7 +248,7 @@ pub struct Device {
 impl Device {
     /// The CPU interpreter.
     pub fn cpu() -> Device {
-        Device::with_backend(Backend::Interpreter, None, None)
+        Device::with_backend(Backend::Interpreter, None, None, None)
     }
 
     /// A device that records launches instead of running them (see
@@ -238,7 +257,21 @@ impl Device {
     /// interpret, without a GPU. `sm_count` is the GPU's the calls should size their grids
     /// for (132 on an H100 or H200; see [`Device::sm_count`]).
     pub fn recording(sm_count: usize) -> Device {
-        Device::with_backend(Backend::Interpreter, None, Some(sm_count))
+        Device::with_backend(Backend::Interpreter, None, Some(sm_count), None)
+    }
+
+    /// A recording device ([`Device::recording`]) that stands for one GPU: it reports that
+    /// GPU's SMs, target and `wgmma`, and the tuned wrappers launch the configs the tuner's
+    /// cache holds for it ([`StandIn::tuned_as`]; [`crate::aot::Bundle::record_as`] records a
+    /// program's tuned launches so).
+    pub fn recording_as(stand_in: StandIn) -> Device {
+        let sms = stand_in.sm_count;
+        Device::with_backend(Backend::Interpreter, None, Some(sms), Some(stand_in))
+    }
+
+    /// The GPU a recording device stands for, when made by [`Device::recording_as`].
+    pub fn stand_in(&self) -> Option<&StandIn> {
+        self.inner.stand_in.as_ref()
     }
 
     /// The streaming multiprocessors of the GPU, or the one a recording device stands for;
@@ -254,7 +287,11 @@ impl Device {
     /// Whether kernels compiled for this device may run `dot` on Hopper's `wgmma` (a GPU of
     /// compute capability 9.0 or newer, compiled for sm_90a); false on the interpreter.
     pub fn has_wgmma(&self) -> bool {
-        self.inner.gpu.as_ref().is_some_and(|g| g.target.sm >= 90)
+        match (&self.inner.gpu, &self.inner.stand_in) {
+            (Some(gpu), _) => gpu.target.sm >= 90,
+            (None, Some(stand_in)) => stand_in.target.sm >= 90,
+            (None, None) => false,
+        }
     }
 
     /// The launches recorded since the last call, oldest first (none unless
@@ -272,6 +309,7 @@ impl Device {
             Backend::Cuda(ordinal),
             Some(gpu),
             None,
+            None,
         ))
     }
 
@@ -287,11 +325,18 @@ impl Device {
             Backend::Cuda(ordinal),
             Some(Gpu::with_runtime(runtime)),
             None,
+            None,
         ))
     }
 
-    /// `recording_sms`: record launches (for a GPU of that many SMs) instead of running them.
-    fn with_backend(backend: Backend, gpu: Option<Gpu>, recording_sms: Option<usize>) -> Device {
+    /// `recording_sms`: record launches (for a GPU of that many SMs) instead of running them,
+    /// standing for `stand_in` when given.
+    fn with_backend(
+        backend: Backend,
+        gpu: Option<Gpu>,
+        recording_sms: Option<usize>,
+        stand_in: Option<StandIn>,
+    ) -> Device {
         let settings = crate::env::Settings::global();
         let (check, poison) = (settings.check_races, settings.poison_empty);
         let id = NEXT_DEVICE_ID.fetch_add(1, Ordering::Relaxed);
@@ -302,9 +347,13 @@ impl Device {
                     .map(|g| g.runtime.device_info().name.clone())
                     .unwrap_or_default()
             ),
-            (Backend::Interpreter, _, Some(sms)) => {
-                format!("recording#{id} (records launches for a GPU of {sms} SMs)")
-            }
+            (Backend::Interpreter, _, Some(sms)) => match &stand_in {
+                Some(s) => format!(
+                    "recording#{id} (records launches for {}, sm_{}, {sms} SMs)",
+                    s.tuned_as.device, s.target.sm
+                ),
+                None => format!("recording#{id} (records launches for a GPU of {sms} SMs)"),
+            },
             (Backend::Interpreter, _, None) => format!(
                 "cpu#{id} (interpreter, {} threads)",
                 std::thread::available_parallelism().map_or(1, |n| n.get())
@@ -321,6 +370,7 @@ impl Device {
                 poison_empty: AtomicBool::new(poison),
                 recorded: recording_sms.map(|_| Mutex::new(Vec::new())),
                 recorded_sms: recording_sms.unwrap_or(0),
+                stand_in,
                 seed: AtomicU64::new(rand::random()),
                 allocations: AtomicU64::new(0),
             }),
@@ -649,23 +699,42 @@ impl Device {
     /// Makes a bundle's specializations for this device's target launchable without tracing
     /// or compiling: on a GPU each entry compiled for its target (`sm`) goes into the GPU's
     /// cache of compiled PTX under its specialization key, and the first launch with that key
-    /// loads it; entries for other targets are skipped. The entries installed (a
-    /// specialization this device has already compiled keeps its own). On the interpreter and
-    /// on a recording device nothing is compiled, so nothing is installed: `Ok(0)`.
+    /// loads it (its cubin when the bundle was assembled, else the PTX through the driver's
+    /// JIT); entries for other targets are skipped. The bundle's tuned configs for a GPU of
+    /// this one's name become the tuner's answers in this process ([`Bundle::tuned`]), so a
+    /// tuned wrapper launches the bundled config without tuning. On the interpreter and on a
+    /// recording device nothing is compiled, so nothing is installed.
     ///
     /// A bundle of another compiler or format is refused ([`crate::aot::BundleError`]), as
-    /// is an entry whose signature does not parse.
-    pub fn install_bundle(&self, bundle: &crate::aot::Bundle) -> Result<usize> {
+    /// is an entry whose signature or cubin does not parse.
+    ///
+    /// [`Bundle::tuned`]: crate::aot::Bundle::tuned
+    pub fn install_bundle(&self, bundle: &crate::aot::Bundle) -> Result<crate::aot::Installed> {
         bundle.check_version()?;
+        let mut installed = crate::aot::Installed::default();
         let Some(gpu) = &self.inner.gpu else {
-            return Ok(0);
+            return Ok(installed);
         };
-        let mut installed = 0;
         for entry in bundle.entries.iter().filter(|e| e.sm == gpu.target.sm) {
-            if gpu.install(&entry.key, Arc::new(entry.to_compiled()?)) {
-                installed += 1;
+            let compiled = entry.to_compiled()?;
+            let cubin = entry.cubin_bytes()?;
+            if !gpu.install(&entry.key, Arc::new(compiled)) {
+                continue;
+            }
+            installed.entries += 1;
+            if let (Some(image), Some(c)) = (cubin, &entry.cubin) {
+                gpu.runtime
+                    .provide_cubin(&entry.ptx, image.into(), c.log.as_str().into());
+                installed.cubins += 1;
             }
         }
+        let target = crate::autotune::Target::of(self);
+        let tuner = crate::Autotuner::global();
+        installed.tuned = bundle
+            .tuned
+            .iter()
+            .filter(|choice| tuner.remember(&target, choice))
+            .count();
         Ok(installed)
     }
 
@@ -809,12 +878,18 @@ impl Device {
         Ok(())
     }
 
-    /// The GPU target this device's kernels are compiled for: the GPU's, or sm_90a for a
-    /// recording device (it stands for an H200); `None` on the interpreter.
+    /// The GPU target this device's kernels are compiled for: the GPU's, or for a recording
+    /// device the one it stands for (sm_90a, an H200, unless [`Device::recording_as`] says
+    /// otherwise); `None` on the interpreter.
     pub fn target(&self) -> Option<compiler::Target> {
         match (&self.inner.gpu, &self.inner.recorded) {
             (Some(gpu), _) => Some(gpu.target),
-            (None, Some(_)) => Some(compiler::DEFAULT_TARGET),
+            (None, Some(_)) => Some(
+                self.inner
+                    .stand_in
+                    .as_ref()
+                    .map_or(compiler::DEFAULT_TARGET, |s| s.target),
+            ),
             (None, None) => None,
         }
     }

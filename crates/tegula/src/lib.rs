@@ -39,7 +39,7 @@ mod tensor;
 
 pub use autotune::{Autotuner, Config, Tuning};
 pub use compiler::{specialize, Report};
-pub use device::{Backend, Device, RecordedLaunch};
+pub use device::{Backend, Device, RecordedLaunch, StandIn};
 pub use error::{Error, Result};
 pub use gpu::GpuKernel;
 pub use launch::{Grid, KernelArg, Launch, LaunchConfig, MmaChoice, Ptr, ScalarArg, TensorArg};

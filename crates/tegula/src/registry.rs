@@ -228,8 +228,19 @@ impl Entry {
         config: Option<&Config>,
         sm_count: usize,
     ) -> Result<Vec<RecordedLaunch>> {
-        let dev = Device::recording(sm_count);
-        let mut bench = self.prepare(&dev, shape, dtype, config)?;
+        self.record_on(&Device::recording(sm_count), shape, dtype, config)
+    }
+
+    /// [`Entry::record`] on a recording device of the caller's ([`Device::recording_as`]
+    /// stands for one GPU, whose tuned configs the tuned wrappers then launch).
+    pub fn record_on(
+        &self,
+        dev: &Device,
+        shape: &[usize],
+        dtype: DType,
+        config: Option<&Config>,
+    ) -> Result<Vec<RecordedLaunch>> {
+        let mut bench = self.prepare(dev, shape, dtype, config)?;
         dev.take_recorded();
         (bench.launch)()?;
         Ok(dev.take_recorded())

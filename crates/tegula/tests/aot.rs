@@ -5,7 +5,7 @@
 //! What only a GPU shows (a bundled launch runs without tracing) is the ignored test at the
 //! end: `TEGULA_GPU_TESTS=1 cargo test -p tegula --test aot -- --ignored`.
 
-use tegula::aot::{Bundle, BundleError, FORMAT};
+use tegula::aot::{Bundle, BundleError, Installed, FORMAT};
 use tegula::compiler::Target;
 use tegula::prelude::*;
 use tegula::Error;
@@ -151,9 +151,10 @@ fn another_compiler_or_format_or_garbage_is_refused_with_a_typed_error() {
 #[test]
 fn installing_on_the_interpreter_or_a_recording_device_installs_nothing() -> tegula::Result<()> {
     let bundle = bundle();
-    assert_eq!(Device::recording(132).install_bundle(&bundle)?, 0);
+    let nothing = Installed::default();
+    assert_eq!(Device::recording(132).install_bundle(&bundle)?, nothing);
     let dev = Device::cpu();
-    assert_eq!(dev.install_bundle(&bundle)?, 0);
+    assert_eq!(dev.install_bundle(&bundle)?, nothing);
     // Launches still run on the interpreter, traced as before.
     let data: Vec<f32> = (0..1000).map(|i| i as f32).collect();
     let x = dev.from_slice(&data, [1000])?;
@@ -181,13 +182,23 @@ fn gpu() -> Device {
 fn a_bundled_specialization_launches_on_the_gpu_without_tracing() -> tegula::Result<()> {
     let dev = gpu();
     let target = dev.target().expect("a GPU has a target");
-    let bundle = Bundle::from_json(&Bundle::record(&target, calls)?.to_json()?)?;
-    assert_eq!(dev.install_bundle(&bundle)?, 4);
+    let mut bundle = Bundle::record(&target, calls)?;
+    // With ptxas (the GPU machine has one), each entry carries its cubin, which the first
+    // launch loads instead of the driver's JIT.
+    let ptxas = tegula::compiler::ptxas::find().expect("ptxas on the GPU machine");
+    assert_eq!(bundle.assemble(&ptxas)?, 4);
+    let bundle = Bundle::from_json(&bundle.to_json()?)?;
+    let installed = dev.install_bundle(&bundle)?;
+    assert_eq!(
+        (installed.entries, installed.cubins),
+        (4, 4),
+        "{installed:?}"
+    );
     // Installing again adds nothing; another target's entries are skipped.
-    assert_eq!(dev.install_bundle(&bundle)?, 0);
+    assert_eq!(dev.install_bundle(&bundle)?.entries, 0);
     let other_sm = if target.sm == 80 { 90 } else { 80 };
     let other = Bundle::record(&Target { sm: other_sm }, calls)?;
-    assert_eq!(dev.install_bundle(&other)?, 0);
+    assert_eq!(dev.install_bundle(&other)?.entries, 0);
 
     for n in [4096usize, 1000] {
         let data: Vec<f32> = (0..n).map(|i| i as f32).collect();
@@ -208,6 +219,17 @@ fn a_bundled_specialization_launches_on_the_gpu_without_tracing() -> tegula::Res
         assert_eq!(out.to_vec()?, want);
     }
     assert_eq!(dev.traced_kernels(), 0, "a bundled launch traced");
+    // Each launched module is the bundled cubin (the runtime's loaded kernel of that PTX).
+    let rt = dev.cuda_runtime().expect("a GPU runtime");
+    for entry in &bundle.entries {
+        let loaded = rt.load(&entry.ptx, &entry.entry, &|_| None)?;
+        assert_eq!(
+            loaded.source(),
+            tegula::cuda::ModuleSource::AheadOfTime,
+            "{}",
+            entry.key
+        );
+    }
     // A specialization not bundled (another block) falls back to the JIT.
     let x = dev.full::<f32>([64], 1.0)?;
     let out = dev.empty::<f32>([64])?;
@@ -222,4 +244,48 @@ fn a_bundled_specialization_launches_on_the_gpu_without_tracing() -> tegula::Res
     assert!(matches!(e, Error::Device { .. }), "{e}");
     assert!(e.to_string().contains("`x`"), "{e}");
     Ok(())
+}
+
+#[test]
+fn an_assembled_bundle_carries_each_entrys_cubin_through_json() {
+    let ptxas = tegula::compiler::ptxas::find()
+        .expect("ptxas not found: run scripts/ptxas.sh (or set TEGULA_PTXAS) before this test");
+    let mut bundle = bundle();
+    assert!(bundle.entries.iter().all(|e| e.cubin.is_none()));
+    assert_eq!(bundle.assemble(&ptxas).unwrap(), 4);
+    // Entries already assembled are left as they are.
+    assert_eq!(bundle.assemble(&ptxas).unwrap(), 0);
+    for entry in &bundle.entries {
+        let cubin = entry.cubin.as_ref().expect("assembled");
+        assert_eq!(cubin.arch, "sm_90a");
+        assert!(cubin.log.contains("Used"), "{}", cubin.log);
+        let image = entry.cubin_bytes().unwrap().expect("a cubin");
+        assert_eq!(&image[..4], b"\x7fELF", "{}", entry.key);
+    }
+    let back = Bundle::from_json(&bundle.to_json().unwrap()).unwrap();
+    assert_eq!(back, bundle);
+
+    let mut damaged = bundle.clone();
+    damaged.entries[1]
+        .cubin
+        .as_mut()
+        .unwrap()
+        .base64
+        .insert(3, '!');
+    let e = Bundle::from_json(&damaged.to_json().unwrap()).unwrap_err();
+    assert!(
+        matches!(&e, Error::Bundle(BundleError::Cubin { key, .. }) if *key == bundle.entries[1].key),
+        "{e}"
+    );
+
+    let mut broken = damaged.clone();
+    for entry in &mut broken.entries {
+        entry.cubin = None;
+    }
+    broken.entries[0].ptx = broken.entries[0].ptx.replace(".entry", ".entry_typo");
+    let e = broken.assemble(&ptxas).unwrap_err();
+    assert!(
+        matches!(&e, Error::Bundle(BundleError::Assemble { key, .. }) if *key == broken.entries[0].key),
+        "{e}"
+    );
 }
