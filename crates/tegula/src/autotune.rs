@@ -639,12 +639,7 @@ impl Autotuner {
                 message: format!("no config of `{}` could be timed", tuning.kernel),
             }));
         }
-        let at_most = if tuning.rank.is_some() {
-            CONFIRM_AT_MOST_RANKED
-        } else {
-            CONFIRM_AT_MOST
-        };
-        let confirmed = confirm_close_candidates(&timed, &mut bench, &bar, at_most);
+        let confirmed = confirm_close_candidates(&timed, &mut bench, &bar, tuning.rank.is_some());
         bar.finish_and_clear();
         let (config, ms) = confirmed?;
         let timing_s = started.elapsed().as_secs_f64() - compile_s;
@@ -1342,6 +1337,9 @@ thread_local! {
     /// Whether this thread's tuner is confirming its close candidates: [`median_ms`] then
     /// times with the full `do_bench` budget instead of the quick one.
     static CONFIRMING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    /// Whether that confirmation is a ranked request's, timed with
+    /// [`MeasureOptions::confirm_ranked`].
+    static CONFIRMING_RANKED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
     /// The sweep's bound for the candidate being timed on this thread ([`median_ms`]).
     static SWEEP_BOUND: std::cell::Cell<Option<f64>> = const { std::cell::Cell::new(None) };
 }
@@ -1376,12 +1374,23 @@ pub fn confirming() -> bool {
     CONFIRMING.with(|c| c.get())
 }
 
+/// The budget [`median_ms`] confirms with on this thread: `do_bench`'s, or for a ranked
+/// request [`MeasureOptions::confirm_ranked`]; `None` when the tuner is not confirming.
+pub fn confirming_budget() -> Option<MeasureOptions> {
+    match (confirming(), CONFIRMING_RANKED.with(|c| c.get())) {
+        (false, _) => None,
+        (true, false) => Some(MeasureOptions::default()),
+        (true, true) => Some(MeasureOptions::confirm_ranked()),
+    }
+}
+
 /// Sets [`confirming`] for its lifetime, and clears it however the scope ends.
 struct Confirming;
 
 impl Confirming {
-    fn start() -> Confirming {
+    fn start(ranked: bool) -> Confirming {
         CONFIRMING.with(|c| c.set(true));
+        CONFIRMING_RANKED.with(|c| c.set(ranked));
         Confirming
     }
 }
@@ -1389,6 +1398,7 @@ impl Confirming {
 impl Drop for Confirming {
     fn drop(&mut self) {
         CONFIRMING.with(|c| c.set(false));
+        CONFIRMING_RANKED.with(|c| c.set(false));
     }
 }
 
@@ -1397,9 +1407,10 @@ fn valid_ms(ms: f64) -> bool {
 }
 
 /// The winner among `timed` (each candidate's sweep timing, at least one). The candidates
-/// within [`CONFIRM_WITHIN`] of the best (at most `at_most`: [`CONFIRM_AT_MOST`], or
-/// [`CONFIRM_AT_MOST_RANKED`] for a ranked request) are timed again under
-/// [`confirming`], with the full budget, and ranked by that timing alone. The sweep's quick
+/// within [`CONFIRM_WITHIN`] of the best (at most [`CONFIRM_AT_MOST`], or
+/// [`CONFIRM_AT_MOST_RANKED`] for a `ranked` request) are timed again under
+/// [`confirming`], with the full budget (a ranked request's shorter one:
+/// [`MeasureOptions::confirm_ranked`]), and ranked by that timing alone. The sweep's quick
 /// budget can misrank configs: a config can time several percent faster under it than under
 /// the full budget while its neighbour times the same under both (the causal attention
 /// forward at 4k; docs/performance.md, "The autotuner and its twins"). A close candidate whose
@@ -1408,8 +1419,13 @@ fn confirm_close_candidates(
     timed: &[(Config, f64)],
     bench: &mut impl FnMut(&Config) -> Result<f64>,
     bar: &indicatif::ProgressBar,
-    at_most: usize,
+    ranked: bool,
 ) -> Result<(Config, f64)> {
+    let at_most = if ranked {
+        CONFIRM_AT_MOST_RANKED
+    } else {
+        CONFIRM_AT_MOST
+    };
     let best = timed
         .iter()
         .map(|(_, ms)| *ms)
@@ -1424,7 +1440,7 @@ fn confirm_close_candidates(
         return Ok(only.clone());
     }
     bar.inc_length(close.len() as u64);
-    let _confirming = Confirming::start();
+    let _confirming = Confirming::start(ranked);
     let mut winner: Option<(Config, f64)> = None;
     for (config, _) in close {
         bar.set_message(format!("{config} (full budget)"));
@@ -1488,7 +1504,7 @@ impl Timing {
 }
 
 /// How long [`measure`] warms up and repeats.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub struct MeasureOptions {
     /// Device time spent warming up, in milliseconds (beyond the first calls).
     pub warmup_ms: f64,
@@ -1535,6 +1551,22 @@ impl MeasureOptions {
             max_total_ms: 500.0,
             batch: false,
             stop_above: None,
+        }
+    }
+
+    /// The budget a ranked request ([`Tuning::rank_with`]) confirms its close candidates
+    /// with: 10 ms of warm-up and 40 ms of repetitions, against `do_bench`'s 25 and 100. A
+    /// short list is there to keep a first call short, and the full budget's two
+    /// confirmations were about half of its timing (0.3 of 0.6 s for an attention forward of
+    /// 0.017 ms a call, each sample behind an L2 clear); 40 ms still takes the 400 samples
+    /// this allows of a kernel under 0.1 ms.
+    pub fn confirm_ranked() -> Self {
+        MeasureOptions {
+            warmup_ms: 10.0,
+            rep_ms: 40.0,
+            max_reps: 400,
+            max_total_ms: 2000.0,
+            ..MeasureOptions::default()
         }
     }
 
@@ -1605,13 +1637,9 @@ pub fn measure(
 /// candidates lose by more than that, and their full quick budget was most of a tuning's
 /// time. Its median then stands for a loser, not for a measurement to compare closely.
 pub fn median_ms(dev: &Device, work: impl FnMut() -> Result<()>) -> Result<f64> {
-    let budget = if confirming() {
-        MeasureOptions::default()
-    } else {
-        MeasureOptions {
-            stop_above: sweep_bound(),
-            ..MeasureOptions::quick()
-        }
-    };
+    let budget = confirming_budget().unwrap_or(MeasureOptions {
+        stop_above: sweep_bound(),
+        ..MeasureOptions::quick()
+    });
     Ok(measure(dev, &budget, work)?.median)
 }

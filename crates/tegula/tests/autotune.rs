@@ -933,13 +933,17 @@ fn each_tuning_appends_a_line_to_the_log() {
     assert_eq!(lines[0]["winner"]["constexprs"]["BLOCK"], 128);
 }
 
-/// A ranked request confirms at most two close candidates; an unranked one up to four.
+/// A ranked request confirms at most two close candidates, with the shorter budget; an
+/// unranked one up to four, with `do_bench`'s.
 #[test]
 fn a_ranked_request_confirms_at_most_two() {
+    use tegula::autotune::{confirming_budget, MeasureOptions};
+    let budgets = std::cell::RefCell::new(Vec::new());
     let close = |confirmed: &Cell<usize>, c: &Config| {
         if tegula::autotune::confirming() {
             confirmed.set(confirmed.get() + 1);
         }
+        budgets.borrow_mut().push(confirming_budget());
         // All four within 5% of the best.
         Ok(1.0 + c.get("BLOCK").unwrap() as f64 / 10_000.0)
     };
@@ -956,5 +960,16 @@ fn a_ranked_request_confirms_at_most_two() {
             .tune_for(&gpu(), &t, |c| close(&confirmed, c))
             .unwrap();
         assert_eq!(confirmed.get(), want, "ranked: {ranked}");
+        let seen = budgets.take();
+        let full = if ranked {
+            MeasureOptions::confirm_ranked()
+        } else {
+            MeasureOptions::default()
+        };
+        // The sweep's timings first, outside any confirmation; then each confirmation's.
+        assert_eq!(seen.iter().filter(|b| b.is_none()).count(), 4, "{seen:?}");
+        assert!(seen[4..].iter().all(|b| *b == Some(full)), "{seen:?}");
     }
+    assert_eq!(confirming_budget(), None);
+    assert!(MeasureOptions::confirm_ranked().rep_ms < MeasureOptions::default().rep_ms);
 }
