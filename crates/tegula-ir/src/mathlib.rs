@@ -17,6 +17,16 @@
 //! ulp). `tan` reduces its argument by pi/2 exactly at every magnitude (2/pi in exact pieces).
 //! The bounds measured by the tests are in docs/semantics.md.
 //!
+//! `asin` and `acos` also have an evaluation in f32 arithmetic, with no f64 operation
+//! ([`unary_f32`], over [`MathOps32`]): one degree-5 minimax polynomial on [0, 1/4] serves
+//! `|x| <= 1/2` and, through `asin |x| = pi/2 - 2 asin(sqrt((1 - |x|) / 2))`, `|x| > 1/2`; the
+//! square root comes from a bit-pattern estimate, two Newton steps and a residual (no `sqrt`,
+//! no division), and the last sums are split exactly, so the result is rounded once but for a
+//! few hundredths of an ulp: at most 0.5476 ulp (`asin`) and 0.5450 ulp (`acos`) over every
+//! f32 (tegula-ir's `tests/asin_f32.rs`). [`eval_f32`] and the PTX emitter still compute them
+//! in f64 through [`unary`]: they switch to [`unary_f32`] together, once the emitter
+//! implements [`MathOps32`], so that their bits stay the same.
+//!
 //! Every branch is computed and selected (no control flow), so the PTX is straight-line.
 //! f64 arithmetic runs at half the f32 rate on A100/H100-class GPUs, at 1/64 on consumer
 //! ones.
@@ -179,6 +189,110 @@ impl MathOps for Eval {
     }
 }
 
+/// The single-precision operations of the functions evaluated in f32 (`asin` and `acos`):
+/// f32 arithmetic rounded to nearest, comparisons and selection (with [`MathOps`]'
+/// predicates), 32-bit integer operations on the bits, and the conversions between f32 and the
+/// f64 of [`MathOps`] through which the other functions are computed. Subnormals are kept (no
+/// flush to zero), and nothing is contracted: an `fma` is asked for where one is meant, and
+/// a `mul` followed by an `add` stays two roundings.
+pub trait MathOps32: MathOps {
+    /// An f32 value.
+    type S: Copy;
+    /// An i32 value (the bits of an f32).
+    type W: Copy;
+    fn c32(&mut self, v: f32) -> Self::S;
+    fn ci32(&mut self, v: i32) -> Self::W;
+    fn add32(&mut self, a: Self::S, b: Self::S) -> Self::S;
+    fn sub32(&mut self, a: Self::S, b: Self::S) -> Self::S;
+    fn mul32(&mut self, a: Self::S, b: Self::S) -> Self::S;
+    /// `a * b + c` rounded once.
+    fn fma32(&mut self, a: Self::S, b: Self::S, c: Self::S) -> Self::S;
+    fn neg32(&mut self, a: Self::S) -> Self::S;
+    fn abs32(&mut self, a: Self::S) -> Self::S;
+    /// Ordered comparisons: false when either side is NaN.
+    fn lt32(&mut self, a: Self::S, b: Self::S) -> Self::P;
+    fn gt32(&mut self, a: Self::S, b: Self::S) -> Self::P;
+    /// `a` where `p`, else `b`.
+    fn sel32(&mut self, p: Self::P, a: Self::S, b: Self::S) -> Self::S;
+    fn bits32(&mut self, a: Self::S) -> Self::W;
+    fn of_bits32(&mut self, a: Self::W) -> Self::S;
+    fn isub32(&mut self, a: Self::W, b: Self::W) -> Self::W;
+    fn iand32(&mut self, a: Self::W, b: Self::W) -> Self::W;
+    fn ior32(&mut self, a: Self::W, b: Self::W) -> Self::W;
+    /// Logical shift right.
+    fn shr32(&mut self, a: Self::W, n: u32) -> Self::W;
+    /// f32 to f64 (exact).
+    fn widen(&mut self, a: Self::S) -> Self::F;
+    /// f64 to f32, rounded to nearest.
+    fn narrow(&mut self, a: Self::F) -> Self::S;
+}
+
+impl MathOps32 for Eval {
+    type S = f32;
+    type W = i32;
+    fn c32(&mut self, v: f32) -> f32 {
+        v
+    }
+    fn ci32(&mut self, v: i32) -> i32 {
+        v
+    }
+    fn add32(&mut self, a: f32, b: f32) -> f32 {
+        a + b
+    }
+    fn sub32(&mut self, a: f32, b: f32) -> f32 {
+        a - b
+    }
+    fn mul32(&mut self, a: f32, b: f32) -> f32 {
+        a * b
+    }
+    fn fma32(&mut self, a: f32, b: f32, c: f32) -> f32 {
+        a.mul_add(b, c)
+    }
+    fn neg32(&mut self, a: f32) -> f32 {
+        -a
+    }
+    fn abs32(&mut self, a: f32) -> f32 {
+        a.abs()
+    }
+    fn lt32(&mut self, a: f32, b: f32) -> bool {
+        a < b
+    }
+    fn gt32(&mut self, a: f32, b: f32) -> bool {
+        a > b
+    }
+    fn sel32(&mut self, p: bool, a: f32, b: f32) -> f32 {
+        if p {
+            a
+        } else {
+            b
+        }
+    }
+    fn bits32(&mut self, a: f32) -> i32 {
+        a.to_bits() as i32
+    }
+    fn of_bits32(&mut self, a: i32) -> f32 {
+        f32::from_bits(a as u32)
+    }
+    fn isub32(&mut self, a: i32, b: i32) -> i32 {
+        a.wrapping_sub(b)
+    }
+    fn iand32(&mut self, a: i32, b: i32) -> i32 {
+        a & b
+    }
+    fn ior32(&mut self, a: i32, b: i32) -> i32 {
+        a | b
+    }
+    fn shr32(&mut self, a: i32, n: u32) -> i32 {
+        ((a as u32) >> n) as i32
+    }
+    fn widen(&mut self, a: f32) -> f64 {
+        a as f64
+    }
+    fn narrow(&mut self, a: f64) -> f32 {
+        a as f32
+    }
+}
+
 /// The unary functions of this library.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Fn1 {
@@ -241,6 +355,27 @@ pub fn binary<O: MathOps>(o: &mut O, f: Fn2, x: O::F, y: O::F) -> O::F {
         Fn2::Pow => pow(o, x, y),
         Fn2::Hypot => hypot(o, x, y),
     }
+}
+
+/// `f(x)` for an f32 value (or an f16/bf16 value widened to f32), rounded to f32: `asin` and
+/// `acos` evaluated in f32 arithmetic, the others in f64 through [`unary`] and rounded once.
+pub fn unary_f32<O: MathOps32>(o: &mut O, f: Fn1, x: O::S) -> O::S {
+    match f {
+        Fn1::Asin => asin_f32(o, x),
+        Fn1::Acos => acos_f32(o, x),
+        _ => {
+            let xd = o.widen(x);
+            let r = unary(o, f, xd);
+            o.narrow(r)
+        }
+    }
+}
+
+/// `f(x, y)` for f32 values, rounded to f32 (computed in f64 through [`binary`]).
+pub fn binary_f32<O: MathOps32>(o: &mut O, f: Fn2, x: O::S, y: O::S) -> O::S {
+    let (xd, yd) = (o.widen(x), o.widen(y));
+    let r = binary(o, f, xd, yd);
+    o.narrow(r)
 }
 
 /// `f(x)` in f32 on the interpreter: exactly what the GPU computes.
@@ -547,6 +682,200 @@ fn acos<O: MathOps>(o: &mut O, x: O::F) -> O::F {
     let neg = signbit(o, x);
     let far_r = o.sel(neg, flipped, two_r);
     o.sel(far, far_r, near)
+}
+
+/// pi/2 rounded to f32, and the rest (pi/2 - PIO2_HI_F32 rounded to f32; what is left,
+/// 2^-49, is below 2^-25 ulp of any result it enters).
+const PIO2_HI_F32: f32 = f32::from_bits(0x3FC9_0FDB);
+const PIO2_LO_F32: f32 = f32::from_bits(0xB33B_BD2E);
+/// pi rounded to f32, and the rest (likewise).
+const PI_HI_F32: f32 = f32::from_bits(0x4049_0FDB);
+const PI_LO_F32: f32 = f32::from_bits(0xB3BB_BD2E);
+
+/// `asin(sqrt z) / sqrt z - 1 = z Q(z)` for `z` in [0, 1/4], Q the degree-5 minimax fit
+/// (weighted to the absolute error of `z Q`): a Remez exchange in mpmath at 40 digits, the
+/// coefficients rounded to f32 one at a time, lowest first, each rounding followed by a refit
+/// of the higher ones. |z Q(z) - (asin(sqrt z) / sqrt z - 1)| < 2^-31.6 on the range.
+const ASIN_Q: [f32; 6] = [
+    f32::from_bits(0x3E2A_AAA6), // 0.16666660
+    f32::from_bits(0x3D99_9C55), // 0.07500521
+    f32::from_bits(0x3D36_53EE), // 0.044513635
+    f32::from_bits(0x3D02_6686), // 0.031836055
+    f32::from_bits(0x3C6A_C4FA), // 0.014329189
+    f32::from_bits(0x3D1A_4F1A), // 0.037673093
+];
+
+/// The reduction shared by `asin_f32` and `acos_f32`, for `a = |x|`: whether `a > 1/2`
+/// (`far`, where `asin a = pi/2 - 2 asin s` for `s = sqrt z`, `z = (1 - a) / 2`), `z + z_lo`
+/// (exactly `a^2` when not `far`, `z_lo = 0` when `far`), and `s0 + ey / 2`, which is
+/// `sqrt((1 - a) / 2)` to within about 2^-34 relative.
+struct AsinReduced<O: MathOps32> {
+    far: O::P,
+    z: O::S,
+    z_lo: O::S,
+    s0: O::S,
+    ey: O::S,
+}
+
+fn asin_reduce_f32<O: MathOps32>(o: &mut O, a: O::S) -> AsinReduced<O> {
+    let half = o.c32(0.5);
+    let far = o.gt32(a, half);
+    // 1 - a is exact for a in [1/2, 2] (Sterbenz) and so is the halving (zf >= 2^-25 for
+    // a < 1: a normal f32).
+    let one = o.c32(1.0);
+    let d = o.sub32(one, a);
+    let zf = o.mul32(d, half);
+    // 1/sqrt(zf) without a square root or a division: the bit-pattern estimate
+    // 0x5F3759DF - bits/2 (within 3.5%), then two Newton steps y (3/2 - (zf/2) y^2), each
+    // squaring the relative error (within 2^-17 after the second). The step is computed as
+    // ((-zf/2) y) y, never y^2, so that y stays finite at zf = 0 (a = 1: the estimate is 2^63
+    // and the steps multiply it by 3/2).
+    let bz = o.bits32(zf);
+    let bh = o.shr32(bz, 1);
+    let magic = o.ci32(0x5F37_59DF);
+    let yb = o.isub32(magic, bh);
+    let mut y = o.of_bits32(yb);
+    let nhalf = o.c32(-0.5);
+    let nh = o.mul32(zf, nhalf);
+    let three_halves = o.c32(1.5);
+    for _ in 0..2 {
+        let nhy = o.mul32(nh, y);
+        let u = o.fma32(nhy, y, three_halves);
+        y = o.mul32(y, u);
+    }
+    // s0 = zf y is sqrt(zf) to 2^-17; (zf - s0^2) y (the residual by one fma, rounded once)
+    // is twice Newton's correction to s0, so s0 + ey / 2 is sqrt(zf) to about 2^-34.
+    let s0 = o.mul32(zf, y);
+    let ns0 = o.neg32(s0);
+    let e = o.fma32(ns0, s0, zf);
+    let ey = o.mul32(e, y);
+    let zn = o.mul32(a, a);
+    let nzn = o.neg32(zn);
+    let zn_lo = o.fma32(a, a, nzn);
+    let z = o.sel32(far, zf, zn);
+    let zero = o.c32(0.0);
+    let z_lo = o.sel32(far, zero, zn_lo);
+    AsinReduced {
+        far,
+        z,
+        z_lo,
+        s0,
+        ey,
+    }
+}
+
+/// `k_hi + k_lo + (b + b_lo) (1 + w Q(w))` for `w = z + z_lo` (`k_hi + k_lo` a multiple of
+/// pi/2, `b + b_lo` one of `+-a` and `+-2 sqrt z`, `b_lo` and `z_lo` tiny corrections, one of
+/// them 0) rounded once but for a few hundredths of an ulp: `k_hi + b` is split exactly into
+/// `hi + lo` (Fast2Sum: `|b| <= |k_hi|`, or `k_hi = 0`); the tail (up to 9% of the result) is
+/// summed onto `k_lo + b_lo + lo` by fmas, with `b z` split exactly into `bz + bz_lo` and the
+/// corrections' first-order terms added to `bz_lo`, its largest part `bz Q[0]` last, so the
+/// tail carries one rounding of its size and smaller ones of its parts; `hi` is added to it
+/// rounded once.
+fn asin_sum_f32<O: MathOps32>(
+    o: &mut O,
+    k: (O::S, O::S),
+    b: (O::S, O::S),
+    z: (O::S, O::S),
+) -> O::S {
+    let ((k_hi, k_lo), (b, b_lo), (z, z_lo)) = (k, b, z);
+    let hi = o.add32(k_hi, b);
+    let d = o.sub32(k_hi, hi);
+    let lo = o.add32(d, b);
+    let k = o.add32(k_lo, b_lo);
+    let k = o.add32(k, lo);
+    let bz = o.mul32(b, z);
+    let nbz = o.neg32(bz);
+    let bz_lo = o.fma32(b, z, nbz);
+    let bz_lo = o.fma32(b_lo, z, bz_lo);
+    let bz_lo = o.fma32(b, z_lo, bz_lo);
+    // (Q(z) - Q[0]) / z = Q[1] + Q[2] z + ..
+    let mut q = o.c32(ASIN_Q[ASIN_Q.len() - 1]);
+    for &c in ASIN_Q[1..ASIN_Q.len() - 1].iter().rev() {
+        let c = o.c32(c);
+        q = o.fma32(q, z, c);
+    }
+    // (bz + bz_lo) z: b_lo is up to 2^-17 of b, too much to leave out of any part of the tail.
+    let bzz = o.mul32(bz, z);
+    let bzz = o.fma32(bz_lo, z, bzz);
+    let small = o.fma32(bzz, q, k);
+    let q0 = o.c32(ASIN_Q[0]);
+    let small = o.fma32(bz_lo, q0, small);
+    let small = o.fma32(bz, q0, small);
+    o.add32(hi, small)
+}
+
+/// NaN where `|x| > 1` (infinities included); a NaN `x` stays NaN through the arithmetic.
+fn asin_domain_f32<O: MathOps32>(o: &mut O, a: O::S, r: O::S) -> O::S {
+    let one = o.c32(1.0);
+    let out = o.gt32(a, one);
+    let nan = o.c32(f32::NAN);
+    o.sel32(out, nan, r)
+}
+
+/// `asin x` in f32 arithmetic (tegula-ir's `tests/asin_f32.rs` measures it over every f32;
+/// docs/semantics.md has the bound). `|x| <= 1/2`: `a (1 + z Q(z))` for `a = |x|`,
+/// `z = a^2`; `|x| > 1/2`: `pi/2 - 2 s (1 + z Q(z))` for `s = sqrt z`, `z = (1 - a) / 2`; the
+/// sign of `x` copied onto the result.
+fn asin_f32<O: MathOps32>(o: &mut O, x: O::S) -> O::S {
+    let a = o.abs32(x);
+    let AsinReduced {
+        far,
+        z,
+        z_lo,
+        s0,
+        ey,
+    } = asin_reduce_f32(o, a);
+    let zero = o.c32(0.0);
+    let (pio2_hi, pio2_lo) = (o.c32(PIO2_HI_F32), o.c32(PIO2_LO_F32));
+    let k_hi = o.sel32(far, pio2_hi, zero);
+    let k_lo = o.sel32(far, pio2_lo, zero);
+    let ntwo = o.c32(-2.0);
+    let far_b = o.mul32(s0, ntwo);
+    let b = o.sel32(far, far_b, a);
+    let far_b_lo = o.neg32(ey);
+    let b_lo = o.sel32(far, far_b_lo, zero);
+    let r = asin_sum_f32(o, (k_hi, k_lo), (b, b_lo), (z, z_lo));
+    let r = asin_domain_f32(o, a, r);
+    // |r| with the sign bit of x (-0 stays -0; a NaN stays a NaN).
+    let (br, bx) = (o.bits32(r), o.bits32(x));
+    let (mag, sign) = (o.ci32(i32::MAX), o.ci32(i32::MIN));
+    let (mr, sx) = (o.iand32(br, mag), o.iand32(bx, sign));
+    let rb = o.ior32(mr, sx);
+    o.of_bits32(rb)
+}
+
+/// `acos x` in f32 arithmetic (measured as `asin_f32`). `|x| <= 1/2`: `pi/2 - x (1 + z Q(z))`
+/// for `z = x^2`; `x > 1/2`: `2 s (1 + z Q(z))` and `x < -1/2`: `pi - 2 s (1 + z Q(z))`, for
+/// `s = sqrt z`, `z = (1 - |x|) / 2`.
+fn acos_f32<O: MathOps32>(o: &mut O, x: O::S) -> O::S {
+    let a = o.abs32(x);
+    let AsinReduced {
+        far,
+        z,
+        z_lo,
+        s0,
+        ey,
+    } = asin_reduce_f32(o, a);
+    let zero = o.c32(0.0);
+    let neg = o.lt32(x, zero);
+    let (one, none) = (o.c32(1.0), o.c32(-1.0));
+    let g = o.sel32(neg, none, one);
+    let two = o.c32(2.0);
+    let s2 = o.mul32(s0, two);
+    let far_b = o.mul32(s2, g);
+    let far_b_lo = o.mul32(ey, g);
+    let (pi_hi, pi_lo) = (o.c32(PI_HI_F32), o.c32(PI_LO_F32));
+    let far_hi = o.sel32(neg, pi_hi, zero);
+    let far_lo = o.sel32(neg, pi_lo, zero);
+    let (pio2_hi, pio2_lo) = (o.c32(PIO2_HI_F32), o.c32(PIO2_LO_F32));
+    let k_hi = o.sel32(far, far_hi, pio2_hi);
+    let k_lo = o.sel32(far, far_lo, pio2_lo);
+    let nx = o.neg32(x);
+    let b = o.sel32(far, far_b, nx);
+    let b_lo = o.sel32(far, far_b_lo, zero);
+    let r = asin_sum_f32(o, (k_hi, k_lo), (b, b_lo), (z, z_lo));
+    asin_domain_f32(o, a, r)
 }
 
 fn sinh<O: MathOps>(o: &mut O, x: O::F) -> O::F {
