@@ -561,22 +561,21 @@ fn resolve_then<T: Element, O: Element, R>(
             let first = heuristic(&p, dev.sm_count().unwrap_or(132), &config);
             // The short list is measured only where the heuristic's wgmma tile runs: where
             // the plans refuse it (operands the wgmma path cannot take) or the GPU has no
-            // wgmma, every candidate is timed.
-            let shortlist = first.wgmma == Some(true)
-                && dev.cuda_runtime().is_some()
-                && adds_a_kernel(a, b, c, &first).unwrap_or(false);
+            // wgmma, every candidate is timed. Planned only if the rank is needed (not on
+            // a cache hit).
+            let shortlist = move || {
+                first.wgmma == Some(true)
+                    && dev.cuda_runtime().is_some()
+                    && adds_a_kernel(a, b, c, &first).unwrap_or(false)
+            };
             let first = first.to_tuner();
             let tuning = Tuning::new(
                 "tegula_kernels::matmul",
                 &ir.to_string(),
                 key.clone(),
                 cands.iter().map(|c| c.to_tuner()).collect(),
-            );
-            let tuning = if shortlist {
-                tuning.rank_with(TOP_K, move |c| tuned::distance(c, &first))
-            } else {
-                tuning
-            };
+            )
+            .rank_when(TOP_K, move |c| tuned::distance(c, &first), shortlist);
             Ok(tuning.prepare_with(move |t| {
                 let c_cfg = MatmulConfig::from_tuner(t, &config)?;
                 tuned::prepare(dev, c_cfg.wgmma == Some(true), || launch(a, b, c, &c_cfg))

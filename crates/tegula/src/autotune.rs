@@ -231,6 +231,9 @@ type Prepare<'a> = Box<dyn Fn(&Config) -> Result<()> + Sync + 'a>;
 struct Rank<'a> {
     top_k: usize,
     model: Box<dyn Fn(&Config) -> f64 + 'a>,
+    /// Whether the ranking applies ([`Tuning::rank_when`]): asked once, when first needed.
+    when: Option<Box<dyn Fn() -> bool + 'a>>,
+    applies: std::cell::OnceCell<bool>,
 }
 
 /// A tuning request: which kernel, which version of its source, which key, which candidates.
@@ -304,8 +307,35 @@ impl<'a> Tuning<'a> {
         self.rank = Some(Rank {
             top_k: top_k.max(1),
             model: Box::new(model),
+            when: None,
+            applies: std::cell::OnceCell::new(),
         });
         self
+    }
+
+    /// [`Tuning::rank_with`] where `when` says so: a model that holds only where, say, the
+    /// plans take its first candidate. `when` is asked once, and only by what needs the rank
+    /// (a miss, or the default with tuning off), not by a cache hit: a check that plans a
+    /// launch costs a hit nothing.
+    pub fn rank_when(
+        self,
+        top_k: usize,
+        model: impl Fn(&Config) -> f64 + 'a,
+        when: impl Fn() -> bool + 'a,
+    ) -> Tuning<'a> {
+        let mut tuning = self.rank_with(top_k, model);
+        if let Some(rank) = &mut tuning.rank {
+            rank.when = Some(Box::new(when));
+        }
+        tuning
+    }
+
+    /// The ranking, where it applies.
+    fn rank(&self) -> Option<&Rank<'a>> {
+        self.rank.as_ref().filter(|r| {
+            *r.applies
+                .get_or_init(|| r.when.as_ref().is_none_or(|when| when()))
+        })
     }
 
     /// The candidates that pruning keeps, in their given order.
@@ -321,7 +351,7 @@ impl<'a> Tuning<'a> {
     /// model).
     pub fn ranked(&self) -> Vec<Config> {
         let candidates = self.candidates();
-        let Some(rank) = &self.rank else {
+        let Some(rank) = self.rank() else {
             return candidates;
         };
         let mut scored: Vec<(f64, Config)> = candidates
@@ -339,7 +369,7 @@ impl<'a> Tuning<'a> {
     /// How many candidates a miss times: the model's `top_k` (`override_k` replacing the
     /// request's), or every candidate without a model.
     fn how_many(&self, override_k: Option<TopK>, kept: usize) -> usize {
-        match (override_k, &self.rank) {
+        match (override_k, self.rank()) {
             (_, None) | (Some(TopK::All), _) => kept,
             (Some(TopK::First(n)), Some(_)) => n.min(kept),
             (None, Some(rank)) => rank.top_k.min(kept),
@@ -639,7 +669,7 @@ impl Autotuner {
                 message: format!("no config of `{}` could be timed", tuning.kernel),
             }));
         }
-        let confirmed = confirm_close_candidates(&timed, &mut bench, &bar, tuning.rank.is_some());
+        let confirmed = confirm_close_candidates(&timed, &mut bench, &bar, tuning.rank().is_some());
         bar.finish_and_clear();
         let (config, ms) = confirmed?;
         let timing_s = started.elapsed().as_secs_f64() - compile_s;
@@ -689,7 +719,7 @@ impl Autotuner {
             .timings
             .iter()
             .map(|(c, ms)| {
-                let predicted = tuning.rank.as_ref().map(|r| (r.model)(c));
+                let predicted = tuning.rank().map(|r| (r.model)(c));
                 serde_json::json!({"config": c, "ms": ms, "predicted": predicted})
             })
             .collect();

@@ -973,3 +973,38 @@ fn a_ranked_request_confirms_at_most_two() {
     assert_eq!(confirming_budget(), None);
     assert!(MeasureOptions::confirm_ranked().rep_ms < MeasureOptions::default().rep_ms);
 }
+
+/// A conditional rank (`rank_when`): where its condition fails every candidate is timed, where
+/// it holds the short list is; the condition is asked once, on a miss, and never on a hit.
+#[test]
+fn a_conditional_rank_is_asked_only_on_a_miss() {
+    let model = |c: &Config| 1000.0 / c.get("BLOCK").unwrap() as f64;
+    let asked = &Cell::new(0);
+    let request = |holds: bool| {
+        Tuning::new("k", IR_V1, "N=1", configs()).rank_when(2, model, move || {
+            asked.set(asked.get() + 1);
+            holds
+        })
+    };
+    for (holds, want) in [(false, 4), (true, 2)] {
+        asked.set(0);
+        let timed = Cell::new(0);
+        let tuner = Autotuner::new(None, Mode::Full);
+        let got = tuner
+            .tune_for(&gpu(), &request(holds), fake_bench(&timed))
+            .unwrap();
+        assert!(
+            matches!(got.source, Source::Tuned { timed, .. } if timed == want),
+            "holds: {holds}: {:?}",
+            got.source
+        );
+        assert_eq!(asked.get(), 1, "asked once per tuning");
+        // A hit answers without asking.
+        asked.set(0);
+        let hit = tuner
+            .tune_for(&gpu(), &request(holds), |_| panic!("a hit times nothing"))
+            .unwrap();
+        assert!(matches!(hit.source, Source::Cached { .. }));
+        assert_eq!(asked.get(), 0, "a hit asked the condition");
+    }
+}
