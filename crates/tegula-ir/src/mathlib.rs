@@ -1,31 +1,31 @@
 //! The math library behind `asin`, `acos`, `atan`, `atan2`, `sinh`, `cosh`, `asinh`, `acosh`,
 //! `atanh`, `pow`, `log1p`, `expm1`, `erfinv`, `cbrt`, `hypot`, `tan`, `log10`, `exp10`,
 //! `erfc`, `lgamma` and `tgamma` on f32 (and f16/bf16, which compute through f32), written
-//! once over [`MathOps`] so that both backends run the same algorithm: the interpreter
-//! evaluates it on Rust `f64`s ([`Eval`]), the GPU lowering emits one PTX instruction per
-//! operation (`tegula-ptx`'s `emit/libm.rs`). Every operation is an IEEE operation rounded to
-//! nearest (`add.rn.f64`, `fma.rn.f64`, `div.rn.f64`, `sqrt.rn.f64`, `cvt.rni.f64.f64`,
-//! integer bit operations), so the two produce the same bits (NaN payloads aside).
+//! once over [`MathOps`] (f64) and [`MathOps32`] (f32) so that both backends run the same
+//! algorithm: the interpreter evaluates it on Rust `f64`s and `f32`s ([`Eval`]), the GPU
+//! lowering emits one PTX instruction per operation (`tegula-ptx`'s `emit/libm.rs`). Every
+//! operation is an IEEE operation rounded to nearest (`add.rn.f64`, `fma.rn.f64`,
+//! `div.rn.f64`, `sqrt.rn.f64`, `cvt.rni.f64.f64`, `fma.rn.f32`, `mul.rn.f32`, ..: subnormals
+//! kept, nothing contracted; integer bit operations), so the two produce the same bits (NaN
+//! payloads aside). An f32 argument enters through [`unary_f32`] or [`binary_f32`].
 //!
-//! An f32 argument is widened to f64 exactly (f32 subnormals are normal f64s), the function
-//! is computed in f64 by range reduction and polynomial (Taylor series of known
+//! `asin` and `acos` compute in f32 arithmetic, with no f64 operation: one degree-5 minimax
+//! polynomial on [0, 1/4] serves `|x| <= 1/2` and, through
+//! `asin |x| = pi/2 - 2 asin(sqrt((1 - |x|) / 2))`, `|x| > 1/2`; the square root comes from a
+//! bit-pattern estimate, two Newton steps and a residual (no `sqrt`, no division), and the
+//! last sums are split exactly, so the result is rounded once but for a few hundredths of an
+//! ulp: at most 0.5476 ulp (`asin`) and 0.5450 ulp (`acos`) over every f32 (tegula-ir's
+//! `tests/asin_f32.rs`).
+//!
+//! The others widen an f32 argument to f64 exactly (f32 subnormals are normal f64s), compute
+//! the function in f64 by range reduction and polynomial (Taylor series of known
 //! coefficients, which converge fast on the reduced ranges, or a Chebyshev fit where that
-//! takes far fewer terms: `asin` and `acos`, `erfc`'s `exp(x^2) erfc(x)`, `lgamma` near 2) to
-//! a relative error of about 2^-45 or better, and the caller rounds once to f32. The f32
-//! result is therefore correctly rounded except when the exact value lies within about 2^-20
-//! ulp of a rounding boundary (`erfinv`, an approximation of Giles, is the exception: a few
-//! ulp). `tan` reduces its argument by pi/2 exactly at every magnitude (2/pi in exact pieces).
-//! The bounds measured by the tests are in docs/semantics.md.
-//!
-//! `asin` and `acos` also have an evaluation in f32 arithmetic, with no f64 operation
-//! ([`unary_f32`], over [`MathOps32`]): one degree-5 minimax polynomial on [0, 1/4] serves
-//! `|x| <= 1/2` and, through `asin |x| = pi/2 - 2 asin(sqrt((1 - |x|) / 2))`, `|x| > 1/2`; the
-//! square root comes from a bit-pattern estimate, two Newton steps and a residual (no `sqrt`,
-//! no division), and the last sums are split exactly, so the result is rounded once but for a
-//! few hundredths of an ulp: at most 0.5476 ulp (`asin`) and 0.5450 ulp (`acos`) over every
-//! f32 (tegula-ir's `tests/asin_f32.rs`). [`eval_f32`] and the PTX emitter still compute them
-//! in f64 through [`unary`]: they switch to [`unary_f32`] together, once the emitter
-//! implements [`MathOps32`], so that their bits stay the same.
+//! takes far fewer terms: `erfc`'s `exp(x^2) erfc(x)`, `lgamma` near 2, and [`unary`]'s f64
+//! `asin` and `acos`) to a relative error of about 2^-45 or better, and round once to f32.
+//! That f32 result is therefore correctly rounded except when the exact value lies within
+//! about 2^-20 ulp of a rounding boundary (`erfinv`, an approximation of Giles, is the
+//! exception: a few ulp). `tan` reduces its argument by pi/2 exactly at every magnitude (2/pi
+//! in exact pieces). The bounds measured by the tests are in docs/semantics.md.
 //!
 //! Every branch is computed and selected (no control flow), so the PTX is straight-line.
 //! f64 arithmetic runs at half the f32 rate on A100/H100-class GPUs, at 1/64 on consumer
@@ -380,12 +380,12 @@ pub fn binary_f32<O: MathOps32>(o: &mut O, f: Fn2, x: O::S, y: O::S) -> O::S {
 
 /// `f(x)` in f32 on the interpreter: exactly what the GPU computes.
 pub fn eval_f32(f: Fn1, x: f32) -> f32 {
-    unary(&mut Eval, f, x as f64) as f32
+    unary_f32(&mut Eval, f, x)
 }
 
 /// `f(x, y)` in f32 on the interpreter: exactly what the GPU computes.
 pub fn eval2_f32(f: Fn2, x: f32, y: f32) -> f32 {
-    binary(&mut Eval, f, x as f64, y as f64) as f32
+    binary_f32(&mut Eval, f, x, y)
 }
 
 /// ln 2 to 32 bits (the low 21 mantissa bits zero, so `k * LN2_HI` is exact for |k| < 2^21).

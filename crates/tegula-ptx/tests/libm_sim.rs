@@ -1,8 +1,8 @@
 //! The math library (`asin` .. `cbrt`, `tan` .. `tgamma`, `atan2`, `pow`, `hypot`) and the
 //! exact compositions (`ldexp`, `nextafter`, `ilogb`, `frexp`) compiled to PTX and run on the
-//! PTX simulator against the interpreter, bit for bit: both evaluate the same IEEE f64
-//! operations (`tegula_ir::mathlib`), so every result, special values included, must agree
-//! (a NaN's sign and payload aside).
+//! PTX simulator against the interpreter, bit for bit: both evaluate the same IEEE f32 and
+//! f64 operations (`tegula_ir::mathlib`), so every result, special values included, must
+//! agree (a NaN's sign and payload aside).
 //! The emitter computes a thread's elements in groups (`emit/libm.rs`), so the tiles here
 //! give a thread 1, 2 and 8 elements (a group of one, a partial group, two whole groups),
 //! with a masked tail; f16 goes through the same f32 path.

@@ -23,12 +23,14 @@
 //! not run them, and it is the oracle every backend is tested against). Its math library
 //! (`tegula_ir::mathlib`) has `asin` and the rest of libdevice's common set as builtins
 //! instead: one algorithm both backends run operation for operation, so the interpreter and
-//! the GPU give the same bits. It is correctly rounded in f32 (0.5 ulp measured; libdevice's
-//! `__nv_asinf` is not) and evaluates in f64 arithmetic, which a GPU runs at
-//! a fraction of its f32 rate (half on H100/H200-class parts): one square root and 11 fused
-//! multiply-adds an element (a Chebyshev fit), a thread's elements four at a time, so the
-//! kernel is bound by f64 throughput and instruction issue where Triton's is bound by memory
-//! (benchmarks/tutorials.md). The harness compares with torch's `asin` within 1e-6.
+//! the GPU give the same bits. `asin` computes in f32 arithmetic, with no f64 operation and no
+//! approximate instruction: a degree-5 minimax polynomial in `x^2` for `|x| <= 1/2`, and
+//! `pi/2 - 2 asin(sqrt((1 - |x|) / 2))` above, the square root from a bit-pattern estimate,
+//! two Newton steps and a residual, pi/2 in two pieces and the last sums split exactly. That
+//! is about 51 SASS instructions an element (fma, mul, add, select; a few integer ones), all
+//! at the f32 rate, where an evaluation in f64 would be bound by f64 throughput. Its error is
+//! at most 0.5476 ulp over every f32 input (0.5 would be correctly rounded; neither is
+//! libdevice's `__nv_asinf`). The harness compares with torch's `asin` within 1e-6.
 #![allow(non_snake_case)]
 
 use crate::common;
@@ -79,10 +81,9 @@ pub fn asin_tensor(x: &Tensor<f32>) -> Result<Tensor<f32>> {
     Ok(out)
 }
 
-/// Tolerances `(atol, rtol)` of the port against float64: `asin` is correctly rounded to f32
-/// but for values within about 2^-20 ulp of a halfway point (docs/semantics.md: 0.5001 ulp),
-/// and half an ulp of a value `v` is at most `2^-24 |v|`.
-pub const TOLERANCE: (f64, f64) = (1e-45, 1.0002 / (1u64 << 24) as f64);
+/// Tolerances `(atol, rtol)` of the port against float64: `asin` is within 0.5476 ulp in f32
+/// (docs/semantics.md), and an ulp of a value `v` is at most `2^-23 |v|`.
+pub const TOLERANCE: (f64, f64) = (1e-45, 1.1 / (1u64 << 24) as f64);
 
 fn check(dev: &Device, shape: &[usize], _dtype: DType) -> Result<CheckReport> {
     let n = common::dim(shape, 0, 98432);
@@ -105,8 +106,8 @@ fn bench(dev: &Device, shape: &[usize], _dtype: DType) -> Result<Bench> {
     let x = dev.rand_uniform::<f32>([n], -1.0, 1.0)?;
     let out = dev.empty::<f32>([n])?;
     Ok(Bench {
-        // about twelve operations an element, as an f32 asin counts them (the f64 evaluation
-        // does more)
+        // about twelve operations an element, as an f32 asin counts them (tegula's does
+        // about fifty, fma, mul, add and select alike)
         flops: 12.0 * n as f64,
         bytes: 8.0 * n as f64,
         input_copies: 1,

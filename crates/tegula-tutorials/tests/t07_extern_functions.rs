@@ -1,6 +1,6 @@
 //! Tutorial 07 on the interpreter: the builtin asin over a dense grid of [-1, 1] (the
-//! boundary at 0.5, the ends, tiny values) within half an ulp, NaN outside, and the registry
-//! check on random inputs.
+//! boundary at 0.5, the ends, tiny values) within its bound (`TOLERANCE`), NaN outside, and
+//! the registry check on random inputs.
 
 use tegula::prelude::*;
 use tegula_tutorials::t07_extern_functions::{asin_tensor, TOLERANCE};

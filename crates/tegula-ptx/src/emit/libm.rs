@@ -1,6 +1,8 @@
 //! The math library of `tegula_ir::mathlib` emitted as PTX: one instruction per operation of
-//! [`MathOps`], all IEEE round-to-nearest f64 arithmetic and 64-bit integer operations, so the
-//! GPU computes exactly what the interpreter's evaluation of the same algorithm computes.
+//! [`MathOps`] and [`MathOps32`], all IEEE round-to-nearest f64 and f32 arithmetic (`.rn`
+//! everywhere, so ptxas contracts nothing, and no `.ftz`) and 32- and 64-bit integer
+//! operations, so the GPU computes exactly what the interpreter's evaluation of the same
+//! algorithm computes.
 //!
 //! A thread's elements are computed a few at a time in lockstep ([`LANES`]): each operation
 //! is emitted for every element of the group before the next. The group's reads of a constant
@@ -8,10 +10,11 @@
 //! spends two uniform moves on an f64 constant for every instruction that reads it), and the
 //! independent f64 chains interleave across the square root's slow-path branches, which would
 //! otherwise cut each element's chain into blocks of its own. The bits are the same either way.
+//! (`asin` and `acos` are evaluated in f32, the rest in f64: `mathlib::unary_f32`.)
 
 use super::Lower;
 use crate::ptx::{Arg, Reg, RegClass};
-use tegula_ir::mathlib::{self, Fn1, Fn2, MathOps};
+use tegula_ir::mathlib::{self, Fn1, Fn2, MathOps, MathOps32};
 
 /// Elements computed in lockstep: enough to share each constant and interleave the f64
 /// chains, few enough that the group's live f64 values (a handful per element) stay well
@@ -45,6 +48,12 @@ impl Emit<'_, '_> {
     }
     fn i(&mut self, op: &str, args: &[&Lanes]) -> Lanes {
         self.each(RegClass::B64, op, args, None)
+    }
+    fn s(&mut self, op: &str, args: &[&Lanes]) -> Lanes {
+        self.each(RegClass::F32, op, args, None)
+    }
+    fn w(&mut self, op: &str, args: &[&Lanes]) -> Lanes {
+        self.each(RegClass::B32, op, args, None)
     }
     fn p(&mut self, op: &str, args: &[&Lanes]) -> Lanes {
         self.each(RegClass::Pred, op, args, None)
@@ -164,19 +173,80 @@ impl MathOps for Emit<'_, '_> {
     }
 }
 
+impl MathOps32 for Emit<'_, '_> {
+    type S = Lanes;
+    type W = Lanes;
+    fn c32(&mut self, v: f32) -> Lanes {
+        self.splat(RegClass::F32, Arg::F32(v))
+    }
+    fn ci32(&mut self, v: i32) -> Lanes {
+        self.splat(RegClass::B32, Arg::Imm(v as u32 as i64))
+    }
+    fn add32(&mut self, a: Lanes, b: Lanes) -> Lanes {
+        self.s("add.rn.f32", &[&a, &b])
+    }
+    fn sub32(&mut self, a: Lanes, b: Lanes) -> Lanes {
+        self.s("sub.rn.f32", &[&a, &b])
+    }
+    fn mul32(&mut self, a: Lanes, b: Lanes) -> Lanes {
+        self.s("mul.rn.f32", &[&a, &b])
+    }
+    fn fma32(&mut self, a: Lanes, b: Lanes, c: Lanes) -> Lanes {
+        self.s("fma.rn.f32", &[&a, &b, &c])
+    }
+    fn neg32(&mut self, a: Lanes) -> Lanes {
+        self.s("neg.f32", &[&a])
+    }
+    fn abs32(&mut self, a: Lanes) -> Lanes {
+        self.s("abs.f32", &[&a])
+    }
+    fn lt32(&mut self, a: Lanes, b: Lanes) -> Lanes {
+        self.p("setp.lt.f32", &[&a, &b])
+    }
+    fn gt32(&mut self, a: Lanes, b: Lanes) -> Lanes {
+        self.p("setp.gt.f32", &[&a, &b])
+    }
+    fn sel32(&mut self, p: Lanes, a: Lanes, b: Lanes) -> Lanes {
+        self.s("selp.f32", &[&a, &b, &p])
+    }
+    fn bits32(&mut self, a: Lanes) -> Lanes {
+        self.w("mov.b32", &[&a])
+    }
+    fn of_bits32(&mut self, a: Lanes) -> Lanes {
+        self.s("mov.b32", &[&a])
+    }
+    fn isub32(&mut self, a: Lanes, b: Lanes) -> Lanes {
+        self.w("sub.s32", &[&a, &b])
+    }
+    fn iand32(&mut self, a: Lanes, b: Lanes) -> Lanes {
+        self.w("and.b32", &[&a, &b])
+    }
+    fn ior32(&mut self, a: Lanes, b: Lanes) -> Lanes {
+        self.w("or.b32", &[&a, &b])
+    }
+    fn shr32(&mut self, a: Lanes, n: u32) -> Lanes {
+        self.each(RegClass::B32, "shr.u32", &[&a], Some(Arg::Imm(n as i64)))
+    }
+    fn widen(&mut self, a: Lanes) -> Lanes {
+        self.f("cvt.f64.f32", &[&a])
+    }
+    fn narrow(&mut self, a: Lanes) -> Lanes {
+        self.s("cvt.rn.f32.f64", &[&a])
+    }
+}
+
 impl Lower<'_> {
-    /// `f(x)` for each f32 register of `xs`: widened to f64, computed there a group of
-    /// [`LANES`] at a time, rounded once to f32.
+    /// `f(x)` for each f32 register of `xs`, a group of [`LANES`] at a time
+    /// (`mathlib::unary_f32`: in f32, or widened to f64 and rounded once to f32).
     pub(crate) fn libm1_f32(&mut self, f: Fn1, xs: &[Reg]) -> Vec<Reg> {
         let mut out = Vec::with_capacity(xs.len());
         for group in xs.chunks(LANES) {
-            let xd = self.widen_f64(group);
             let mut e = Emit {
                 l: self,
                 n: group.len(),
             };
-            let r = mathlib::unary(&mut e, f, xd);
-            out.extend(self.narrow_f64(&r, group.len()));
+            let r = mathlib::unary_f32(&mut e, f, pad(group));
+            out.extend_from_slice(&r[..group.len()]);
         }
         out
     }
@@ -185,32 +255,13 @@ impl Lower<'_> {
     pub(crate) fn libm2_f32(&mut self, f: Fn2, xs: &[Reg], ys: &[Reg]) -> Vec<Reg> {
         let mut out = Vec::with_capacity(xs.len());
         for (gx, gy) in xs.chunks(LANES).zip(ys.chunks(LANES)) {
-            let xd = self.widen_f64(gx);
-            let yd = self.widen_f64(gy);
             let mut e = Emit {
                 l: self,
                 n: gx.len(),
             };
-            let r = mathlib::binary(&mut e, f, xd, yd);
-            out.extend(self.narrow_f64(&r, gx.len()));
+            let r = mathlib::binary_f32(&mut e, f, pad(gx), pad(gy));
+            out.extend_from_slice(&r[..gx.len()]);
         }
         out
-    }
-
-    /// A group of at most [`LANES`] f32 registers widened to f64.
-    fn widen_f64(&mut self, xs: &[Reg]) -> Lanes {
-        let regs: Vec<Reg> = xs
-            .iter()
-            .map(|&x| self.b.op("cvt.f64.f32", RegClass::F64, vec![x.into()]))
-            .collect();
-        pad(&regs)
-    }
-
-    /// The first `n` lanes rounded to f32.
-    fn narrow_f64(&mut self, xs: &Lanes, n: usize) -> Vec<Reg> {
-        xs[..n]
-            .iter()
-            .map(|&x| self.b.op("cvt.rn.f32.f64", RegClass::F32, vec![x.into()]))
-            .collect()
     }
 }
