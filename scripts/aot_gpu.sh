@@ -20,7 +20,7 @@ export CUDA_CACHE_DISABLE=1
 export TEGULA_PTXAS=${TEGULA_PTXAS:-$(command -v ptxas || echo /usr/local/cuda/bin/ptxas)}
 echo "== aot first call: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1), ptxas $("$TEGULA_PTXAS" --version 2>/dev/null | tail -1)"
 fail=0
-DEFAULT_CALLS="attention:2,8,1000,64,0 attention:1,16,3000,128,0 attention:4,32,4096,64,0 attention:4,32,4096,128,1 matmul:4096,4096,4096 matmul:1536,1536,1536"
+DEFAULT_CALLS="attention:2,8,1000,64 attention:1,16,3000,128 attention:4,32,4096,64 attention:4,32,4096,128,1 matmul:4096,4096,4096 matmul:1536,1536,1536"
 for what in ${CALLS:-$DEFAULT_CALLS}; do
     work=$(mktemp -d)
     call="${what%%:*} --shape ${what#*:} --dtype bf16"
