@@ -1,9 +1,11 @@
 //! Triton's indexing ops against host references on fresh random inputs: `swizzle2d` over
 //! ragged grids, `gather` over ranks 1 to 3, every axis, index tiles longer and shorter than
 //! the source, integer indices of every width and signedness and sources of every dtype,
-//! `flip` along every axis, and `sort` (ascending and descending, with ties, signed zeros and
-//! NaN). The tiles cover odd extents: loads and stores are masked to a ragged part of each
-//! power-of-two tile. Out-of-range gather indices are errors naming the gather's line.
+//! `flip` along every axis, `sort` (ascending and descending, with ties, signed zeros and
+//! NaN), and `histogram` of every integer dtype with and without a mask (values below, inside
+//! and past the bins). The tiles cover odd extents: loads and stores are masked to a ragged
+//! part of each power-of-two tile. Out-of-range gather indices are errors naming the gather's
+//! line, and so are bad operands of a histogram.
 //!
 //! The seed is printed and comes from the clock, or from `TEGULA_TEST_SEED`.
 
@@ -790,4 +792,212 @@ fn swizzle2d_matches_the_host_formula_and_permutes_the_grid() {
     })
     .unwrap_err();
     assert!(e.message.contains("`j` is the float 1.5"), "{e}");
+}
+
+/// The value of the bits of an integer `dt` (signed or unsigned; i1 as 0 or 1).
+fn int_value(dt: DType, bits: u64) -> i128 {
+    match key(dt, bits) {
+        Key::I(v) => v,
+        Key::F(_) => unreachable!("{dt} is an integer dtype"),
+    }
+}
+
+/// A histogram program: `src` (a tile of `n`, valid `ext`) loaded with `other`, its histogram
+/// into `bins` bins stored to `out`; `masked` counts only where the load's mask is true and
+/// the byte of `keep` is nonzero; `method` spells it `x.histogram(..)`.
+fn histogram_kernel(
+    dt: DType,
+    n: usize,
+    bins: usize,
+    masked: bool,
+    other: i64,
+    method: bool,
+) -> Kernel {
+    trace("histogram", |p| {
+        let (src, keep) = (p.ptr("src", dt), p.ptr("keep", DType::I8));
+        let out = p.ptr("out", DType::I32);
+        let ext = p.scalar("ext", DType::I32);
+        let o = arange(0, n as i64);
+        let m = o.lt(ext);
+        let x = load(src + o, m, other);
+        let h = match (masked, method) {
+            (false, false) => histogram(x, bins),
+            (false, true) => x.histogram(bins),
+            (true, false) => histogram_masked(x, bins, m & load(keep + o, m, 0).ne(0)),
+            (true, true) => x.histogram_masked(bins, m & load(keep + o, m, 0).ne(0)),
+        };
+        store_unmasked(out + arange(0, bins as i64), h);
+    })
+    .unwrap()
+}
+
+/// Bits of a value of the integer `dt`: mostly near the bins (below them, in them, past
+/// them; negative ones wrap in unsigned dtypes), else any bits of the dtype.
+fn histogram_value(r: &mut StdRng, dt: DType, bins: usize) -> u64 {
+    if dt == DType::I1 {
+        return r.gen_range(0..2);
+    }
+    let w = dt.bits();
+    let mask = if w == 64 { u64::MAX } else { (1u64 << w) - 1 };
+    if r.gen_bool(0.75) {
+        let spread = bins as i64 / 4 + 2;
+        (r.gen_range(-spread..bins as i64 + spread) as u64) & mask
+    } else {
+        r.gen::<u64>() & mask
+    }
+}
+
+const HISTOGRAM_DTYPES: [DType; 9] = [
+    DType::I32,
+    DType::I8,
+    DType::I16,
+    DType::I64,
+    DType::U8,
+    DType::U16,
+    DType::U32,
+    DType::U64,
+    DType::I1,
+];
+
+#[test]
+fn histogram_matches_a_host_count() {
+    let mut r = rng("histogram");
+    for case in 0..160 {
+        let dt = pick(&mut r, &HISTOGRAM_DTYPES);
+        let (n, bins) = loop {
+            let (n, bins) = (1usize << r.gen_range(0..=10), 1usize << r.gen_range(0..=9));
+            if n * bins <= 1 << 16 {
+                break (n, bins);
+            }
+        };
+        let ext = r.gen_range(1..=n);
+        let masked = case % 2 == 1;
+        // Lanes past `ext` read `other`: counted in its bin unless masked off.
+        let other = match dt {
+            DType::I1 | DType::U8 | DType::U16 | DType::U32 | DType::U64 => r.gen_range(0..2),
+            _ => r.gen_range(-1..2),
+        };
+        let k = histogram_kernel(dt, n, bins, masked, other, case % 4 >= 2);
+        let src: Vec<u64> = (0..n).map(|_| histogram_value(&mut r, dt, bins)).collect();
+        let keep: Vec<u64> = (0..n).map(|_| r.gen_bool(0.7) as u64).collect();
+        let out = buffer(DType::I32, &vec![0xdead; bins]);
+        run(
+            &k,
+            [1, 1, 1],
+            &[
+                Arg::ptr(&buffer(dt, &src)),
+                Arg::ptr(&buffer(DType::I8, &keep)),
+                Arg::ptr(&out),
+                Arg::Int(ext as i64),
+            ],
+            &Options::default(),
+        )
+        .unwrap();
+        let mut want = vec![0u64; bins];
+        for i in 0..n {
+            let v = if i < ext {
+                int_value(dt, src[i])
+            } else {
+                other as i128
+            };
+            let counted = !masked || (i < ext && keep[i] != 0);
+            if counted && (0..bins as i128).contains(&v) {
+                want[v as usize] += 1;
+            }
+        }
+        let got = read(&out);
+        assert_eq!(
+            got, want,
+            "histogram of {dt}[{n}] (valid {ext}, other {other}) into {bins} bins, masked \
+             {masked}"
+        );
+        let total: u64 = got.iter().sum();
+        assert!(total <= n as u64, "every element counts at most once");
+    }
+}
+
+#[test]
+fn histogram_of_a_small_tile() {
+    // Triton's semantics: bins of width 1 from 0; -1 and 5 fall outside 4 bins; a mask leaves
+    // elements out, and a scalar mask broadcasts.
+    let values: [i32; 8] = [0, 1, 1, 3, -1, 5, 2, 1];
+    let k = trace("small", |p| {
+        let (x, out) = (p.ptr("x", DType::I32), p.ptr("out", DType::I32));
+        let o = arange(0, 8);
+        let v = load_unmasked(x + o);
+        store_unmasked(out + arange(0, 4), histogram(v, 4));
+        store_unmasked(out + 4 + arange(0, 4), histogram_masked(v, 4, o.lt(3)));
+        let everywhere = program_id(0).eq(0);
+        store_unmasked(out + 8 + arange(0, 4), v.histogram_masked(4, everywhere));
+        store_unmasked(
+            out + 12 + arange(0, 4),
+            histogram_masked(v, 4, everywhere.ne(1)),
+        );
+        store_unmasked(out + 16 + arange(0, 16), histogram(v.cast(DType::U8), 16));
+    })
+    .unwrap();
+    let x = buffer(DType::I32, &values.map(|v| v as u32 as u64));
+    let out = buffer(DType::I32, &[7; 32]);
+    run(
+        &k,
+        [1, 1, 1],
+        &[Arg::ptr(&x), Arg::ptr(&out)],
+        &Options::default(),
+    )
+    .unwrap();
+    let got = read(&out);
+    assert_eq!(got[..4], [1, 3, 1, 1]);
+    assert_eq!(got[4..8], [1, 2, 0, 0]);
+    assert_eq!(got[8..12], [1, 3, 1, 1]);
+    assert_eq!(got[12..16], [0, 0, 0, 0]);
+    // As u8, -1 is 255: still outside 16 bins; 5 is inside.
+    let mut want = [0u64; 16];
+    for v in [0, 1, 1, 3, 5, 2, 1] {
+        want[v] += 1;
+    }
+    assert_eq!(got[16..32], want);
+}
+
+/// Traces a histogram that case `which` gets wrong; the error and the line of the histogram.
+fn bad_histogram(which: usize) -> (TraceError, u32) {
+    let mut line = 0;
+    let e = trace("bad", |p| {
+        let x = load_unmasked(p.ptr("x", DType::I32) + arange(0, 16));
+        let f = load_unmasked(p.ptr("f", DType::F32) + arange(0, 16));
+        let (m, q) = (x.gt(0), p.ptr("q", DType::I32) + arange(0, 16));
+        match which {
+            0 => (line, _) = (line!(), histogram(f, 8)),
+            1 => (line, _) = (line!(), histogram(x.reshape([4, 4]), 8)),
+            2 => (line, _) = (line!(), histogram(x, 12)),
+            3 => (line, _) = (line!(), x.histogram(0)),
+            4 => (line, _) = (line!(), histogram_masked(x, 8, m.reshape([4, 4]))),
+            5 => (line, _) = (line!(), histogram_masked(x, 8, arange(0, 8).gt(2))),
+            6 => (line, _) = (line!(), x.histogram_masked(8, x)),
+            7 => (line, _) = (line!(), histogram(q, 8)),
+            _ => (line, _) = (line!(), histogram(arange(0, 1 << 20), 1 << 13)),
+        }
+    })
+    .unwrap_err();
+    (e, line)
+}
+
+#[test]
+fn histogram_refuses_bad_operands_at_the_users_line() {
+    let wants = [
+        "histogram needs an integer tile, got f32[16]",
+        "histogram needs a 1-D tile, got i32[4, 4]",
+        "num_bins = 12 must be a positive power of two",
+        "num_bins = 0 must be a positive power of two",
+        "does not broadcast to the input's shape",
+        "does not broadcast to the input's shape",
+        "the mask of a histogram must be i1, got i32[16]",
+        "histogram needs an integer tile",
+        "more than a tile holds",
+    ];
+    for (which, want) in wants.iter().enumerate() {
+        let (e, line) = bad_histogram(which);
+        assert!(e.message.contains(want), "{want}: {e}");
+        assert_eq!(e.loc.line, line, "{e}");
+        assert!(e.loc.file.ends_with("indexing.rs"), "{e}");
+    }
 }

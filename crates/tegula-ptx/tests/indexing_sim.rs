@@ -1,9 +1,10 @@
-//! Triton's indexing ops (`swizzle2d`, `gather`, `flip`, `cat`, `sort`, `topk`) compiled to PTX and run on the
-//! PTX simulator against the interpreter, bit for bit (they move values, or are exact integer
-//! arithmetic): random shapes, axes, dtypes, index dtypes and warp counts on fresh inputs, and
-//! the layouts a gather meets (a blocked load, an mma accumulator as its source, a reduction
-//! and a broadcast as its consumers, a loop carrying what it gathers, an i1 source, an index
-//! longer than its source).
+//! Triton's indexing ops (`swizzle2d`, `gather`, `flip`, `cat`, `sort`, `topk`, `histogram`)
+//! compiled to PTX and run on the PTX simulator against the interpreter, bit for bit (they
+//! move values, or are exact integer arithmetic): random shapes, axes, dtypes, index dtypes
+//! and warp counts on fresh inputs (histograms of every integer dtype, masked and not, on 1, 4
+//! and 8 warps), and the layouts a gather meets (a blocked load, an mma accumulator as its
+//! source, a reduction and a broadcast as its consumers, a loop carrying what it gathers, an
+//! i1 source, an index longer than its source).
 //!
 //! The seed is printed and comes from the clock, or from `TEGULA_TEST_SEED`.
 
@@ -293,6 +294,78 @@ fn topk_agrees_with_the_interpreter() {
         );
         let what = format!("topk {k} of {dt}{shape:?} along {dim}");
         agree(&what, &kern, [1, 1, 1], &args, 80, warps);
+    }
+}
+
+/// A histogram program: `src` (a tile of `n`, valid `ext`) loaded with `other` (0: the lanes
+/// past `ext` count in bin 0), its histogram into `bins` bins stored; `masked` counts only
+/// where the load's mask is true and the byte of `keep` is nonzero.
+fn histogram_program(dt: DType, n: usize, bins: usize, masked: bool) -> Kernel {
+    trace("histogram", |p| {
+        let (src, keep) = (p.ptr("src", dt), p.ptr("keep", DType::I8));
+        let out = p.ptr("out", DType::I32);
+        let ext = p.scalar("ext", DType::I32);
+        let o = arange(0, n as i64);
+        let m = o.lt(ext);
+        let x = load(src + o, m, 0);
+        let h = if masked {
+            histogram_masked(x, bins, m & load(keep + o, m, 0).ne(0))
+        } else {
+            histogram(x, bins)
+        };
+        store_unmasked(out + arange(0, bins as i64), h);
+    })
+    .unwrap()
+}
+
+#[test]
+fn histogram_agrees_with_the_interpreter() {
+    let mut r = Rng::new("histogram");
+    let dtypes = [
+        DType::I32,
+        DType::I8,
+        DType::I16,
+        DType::I64,
+        DType::U8,
+        DType::U16,
+        DType::U32,
+        DType::U64,
+        DType::I1,
+    ];
+    for case in 0..24 {
+        let dt = r.pick(&dtypes);
+        let (n, bins) = loop {
+            let (n, bins) = (1usize << r.below(10), 1usize << r.below(9));
+            if n * bins <= 16384 {
+                break (n, bins);
+            }
+        };
+        let ext = 1 + r.below(n);
+        let masked = case % 2 == 1;
+        let warps = [1, 4, 8][case / 2 % 3];
+        let k = histogram_program(dt, n, bins, masked);
+        // Mostly values near the bins (negative ones too), some of any bits.
+        let w = dt.bits();
+        let bits_mask = if w == 64 { u64::MAX } else { (1u64 << w) - 1 };
+        let src = (0..n)
+            .map(|_| match r.below(4) {
+                _ if dt == DType::I1 => r.below(2) as u64,
+                0 => r.next() & bits_mask,
+                _ => {
+                    (r.below(bins + bins / 2 + 4) as u64).wrapping_sub(bins as u64 / 4 + 2)
+                        & bits_mask
+                }
+            })
+            .collect();
+        let keep = (0..n).map(|_| (r.below(10) < 7) as u64).collect();
+        let args = vec![
+            A::Buf(dt, src),
+            A::Buf(DType::I8, keep),
+            A::Buf(DType::I32, vec![0xdead; bins]),
+            A::I32(ext as i32),
+        ];
+        let what = format!("histogram of {dt}[{n}] (valid {ext}) into {bins}, masked {masked}");
+        agree(&what, &k, [1, 1, 1], &args, r.pick(&[80, 90]), warps);
     }
 }
 

@@ -197,3 +197,27 @@ fn indexing_ops_assemble() {
         "indices are clamped"
     );
 }
+
+#[test]
+fn histogram_assembles() {
+    // Masked and unmasked, of narrow, 32-bit and 64-bit, signed and unsigned inputs, into
+    // fewer bins than elements and more.
+    let k = trace("histogram", |p| {
+        let (x8, x64) = (p.ptr("x8", DType::I8), p.ptr("x64", DType::U64));
+        let x32 = p.ptr("x32", DType::I32);
+        let out = p.ptr("out", DType::I32);
+        let n = p.scalar("n", DType::I32);
+        let o = arange(0, 256);
+        let m = o.lt(n);
+        let a = histogram(load(x8 + o, m, -1), 64);
+        let b = histogram_masked(load(x64 + o, m, 0), 64, m);
+        store_unmasked(out + arange(0, 64), a + b);
+        let small = arange(0, 32);
+        let c = load(x32 + small, small.lt(n), 0).histogram_masked(512, small.lt(n));
+        store_unmasked(out + 64 + arange(0, 512), c);
+    })
+    .unwrap();
+    let ptx = assemble("histogram", &k);
+    // The bins compared in i32 for the i8 input, in u64 for the u64 one.
+    assert!(ptx.contains("setp.eq.s32") && ptx.contains("setp.eq.u64"));
+}

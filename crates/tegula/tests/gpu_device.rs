@@ -1,5 +1,6 @@
 //! The device's GPU paths of sizes, allocation, views, device errors and empty grids (their
-//! interpreter halves are in `sizes_and_devices.rs`).
+//! interpreter halves are in `sizes_and_devices.rs`), and shape ops and histograms against the
+//! interpreter.
 //!
 //! Ignored without a GPU (CI has none): `TEGULA_GPU_TESTS=1 cargo test -p tegula --test
 //! gpu_device -- --ignored` (the README's tests section). Asked to run without
@@ -132,4 +133,68 @@ fn shape_ops_match_the_interpreter_on_the_gpu() {
         (want[0], want[512], want[1023]),
         (data[0], data[512], data[1023])
     );
+}
+
+/// Per program of 256 values: their histogram into 64 bins, the same without multiples of 3,
+/// and the histogram of 256 bytes; the values past `n` masked off (or read as 0 and counted).
+#[tegula::kernel]
+fn histograms(x: Ptr<i32>, bytes: Ptr<u8>, h: Ptr<i32>, n: i32) {
+    let i = program_id(0) * 256 + arange(0, 256);
+    let m = i.lt(n);
+    let v = load(x + i, m, 0);
+    let out = h + program_id(0) * 192 + arange(0, 64);
+    store_unmasked(out, histogram(v, 64));
+    store_unmasked(out + 64, histogram_masked(v, 64, m & (v % 3).ne(0)));
+    store_unmasked(out + 128, load(bytes + i, m, 0).histogram_masked(64, m));
+}
+
+/// What `histograms` computes, on the host.
+fn host_histograms(x: &[i32], bytes: &[u8]) -> Vec<i32> {
+    let n = x.len();
+    let mut h = vec![0; n.div_ceil(256) * 192];
+    for p in 0..n.div_ceil(256) {
+        for i in p * 256..(p + 1) * 256 {
+            let (v, b) = (x.get(i).copied(), bytes.get(i).copied());
+            // Past n the unmasked histogram reads 0 and counts it.
+            let v0 = v.unwrap_or(0);
+            if (0..64).contains(&v0) {
+                h[p * 192 + v0 as usize] += 1;
+            }
+            if let Some(v) = v.filter(|v| (0..64).contains(v) && v % 3 != 0) {
+                h[p * 192 + 64 + v as usize] += 1;
+            }
+            if let Some(b) = b.filter(|&b| b < 64) {
+                h[p * 192 + 128 + b as usize] += 1;
+            }
+        }
+    }
+    h
+}
+
+#[test]
+#[ignore = "needs a GPU: TEGULA_GPU_TESTS=1 cargo test -- --ignored"]
+fn histogram_matches_the_interpreter_on_the_gpu() {
+    let dev = gpu();
+    let cpu = Device::cpu();
+    let n = 1000usize;
+    let mut s = 0x2545_f491_4f6c_dd1du64;
+    let mut next = || {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        s
+    };
+    // Values below, inside and past the 64 bins; bytes over all of 0..=255.
+    let x: Vec<i32> = (0..n).map(|_| (next() % 80) as i32 - 8).collect();
+    let bytes: Vec<u8> = (0..n).map(|_| next() as u8).collect();
+    let run = |d: &Device| {
+        let xt = d.from_slice(&x, [n]).unwrap();
+        let bt = d.from_slice(&bytes, [n]).unwrap();
+        let h = d.zeros::<i32>([n.div_ceil(256) * 192]).unwrap();
+        histograms::launch(d, n.div_ceil(256) as u32, &xt, &bt, &h, n as i32).unwrap();
+        h.to_vec().unwrap()
+    };
+    let (got, want) = (run(&dev), run(&cpu));
+    assert_eq!(want, host_histograms(&x, &bytes));
+    assert_eq!(got, want);
 }

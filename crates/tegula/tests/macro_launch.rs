@@ -189,3 +189,54 @@ fn static_range_stencil_matches_reference() -> tegula::Result<()> {
     }
     Ok(())
 }
+
+/// Histograms of `n` values in chunks of `block`, the counts of the chunks added (the way to
+/// histogram more values than one comparison tile should hold): of every value, and of the
+/// even ones only (a mask beside the bounds).
+#[tegula::kernel]
+fn bin_counts(
+    x: Ptr<i32>,
+    all: Ptr<i32>,
+    even: Ptr<i32>,
+    n: i32,
+    #[constexpr] bins: usize,
+    #[constexpr] block: usize,
+) {
+    let offs = arange(0, block as i64);
+    let mut counts = zeros::<i32>([bins]);
+    let mut evens = zeros::<i32>([bins]);
+    for start in range(0, n, block) {
+        let i = start + offs;
+        let mask = i.lt(n);
+        let v = load(x + i, mask, 0);
+        counts += histogram_masked(v, bins, mask);
+        evens += v.histogram_masked(bins, mask & (v % 2).eq(0));
+    }
+    let b = arange(0, bins as i64);
+    store_unmasked(all + b, counts);
+    store_unmasked(even + b, evens);
+}
+
+#[test]
+fn chunked_histograms_match_a_host_count() -> tegula::Result<()> {
+    let dev = Device::cpu();
+    let mut rng = StdRng::seed_from_u64(21);
+    for (n, bins, block) in [(1000usize, 32usize, 128usize), (77, 8, 16), (5, 64, 4)] {
+        let x: Vec<i32> = (0..n).map(|_| rng.gen_range(-3..bins as i32 + 3)).collect();
+        let xt = dev.from_slice(&x, [n])?;
+        let (all, even) = (dev.zeros::<i32>([bins])?, dev.zeros::<i32>([bins])?);
+        bin_counts::launch(&dev, 1u32, &xt, &all, &even, n as i32, bins, block)?;
+        let (mut want_all, mut want_even) = (vec![0; bins], vec![0; bins]);
+        for &v in &x {
+            if (0..bins as i32).contains(&v) {
+                want_all[v as usize] += 1;
+                if v % 2 == 0 {
+                    want_even[v as usize] += 1;
+                }
+            }
+        }
+        assert_eq!(all.to_vec()?, want_all, "{n} values into {bins} bins");
+        assert_eq!(even.to_vec()?, want_even, "{n} values into {bins} bins");
+    }
+    Ok(())
+}

@@ -1,15 +1,17 @@
-//! Triton's indexing and sorting ops: `swizzle2d`, `gather`, `flip`, `sort`.
+//! Triton's indexing and sorting ops: `swizzle2d`, `gather`, `flip`, `sort`, `topk`,
+//! `histogram`.
 //!
 //! `gather` and `flip` are ops of the IR ([`Op::Gather`], [`Op::Flip`]); `swizzle2d` is
-//! integer arithmetic over existing ops and `sort` a bitonic network of gathers and selects,
-//! so both backends run them as those ops.
+//! integer arithmetic over existing ops, `sort` a bitonic network of gathers and selects and
+//! `histogram` a comparison of every element with every bin summed per bin, so both backends
+//! run them as those ops.
 
-use super::ops::select_at;
+use super::ops::{reduce_at, select_at};
 use super::tile::binary;
-use super::{emit1, report, IntoOperand, Operand, Tile};
+use super::{constant, emit1, report, IntoOperand, Operand, Tile};
 use crate::dtype::DType;
 use crate::kernel::Loc;
-use crate::op::{BinaryOp, CmpOp, Op};
+use crate::op::{BinaryOp, CmpOp, Constant, Op, ReduceOp};
 use crate::types::{Shape, TileType};
 
 /// Triton's `tl.swizzle2d`: the indices `(i, j)` of a row-major `size_i x size_j` grid,
@@ -338,7 +340,149 @@ fn topk_at(x: Tile, k: usize, dim: usize, loc: Loc) -> Tile {
     gather_at(sorted, first.broadcast_at(out_shape, loc), dim, loc)
 }
 
+/// The histogram of the 1-D integer tile `x` over `num_bins` bins of width 1 starting at 0
+/// (`tl.histogram(x, num_bins)`): an i32 tile of `[num_bins]` whose element `b` counts the
+/// elements of `x` equal to `b`. Values outside `0..num_bins` (negative ones included) are
+/// not counted. Any integer dtype, signed or unsigned (an i1 counts as 0 or 1); the counts
+/// are exact.
+///
+/// Every element of `x` counts, so the lanes a masked load filled with `other` count too: use
+/// [`histogram_masked`] with the load's mask (or an `other` outside the bins) to leave them out.
+///
+/// `num_bins` must be a positive power of two: it is the length of the result, and GPU tiles
+/// (Triton's too) have power-of-two sizes. Errors, at this line: `x` not an integer tile or
+/// not of rank 1, `num_bins` not a positive power of two, or `n * num_bins` (`n` the length of
+/// `x`) more elements than a tile holds.
+///
+/// Cost: `x` is compared with `arange(0, num_bins)` as an `[n, num_bins]` tile and the hits
+/// are summed along `n`, so a histogram costs `n * num_bins` comparisons and additions
+/// (`n * num_bins / (32 * num_warps)` per thread on the GPU, as straight-line code), where
+/// Triton's lowering (warp ballots and shared-memory atomics) does work that grows with `n`,
+/// not with `n * num_bins`. It is made of ops every backend runs exactly (compare, cast,
+/// sum), so the GPU gives the interpreter's counts; for a large `n * num_bins`, histogram the
+/// input in chunks (a loop of loads) and add the counts. A lowering with shared-memory
+/// atomics, which the backend does not have yet, is what a plan rule could pick later.
+#[track_caller]
+pub fn histogram(x: Tile, num_bins: usize) -> Tile {
+    histogram_at(x, num_bins, None, Loc::caller())
+}
+
+/// [`histogram`] of the elements of `x` where `mask` is true (`tl.histogram(x, num_bins,
+/// mask)`): a masked-off element is not counted, whatever its value. `mask` is an i1 tile of
+/// `x`'s shape, or one that broadcasts to it (a scalar); another dtype or shape is an error at
+/// this line.
+#[track_caller]
+pub fn histogram_masked(x: Tile, num_bins: usize, mask: Tile) -> Tile {
+    histogram_at(x, num_bins, Some(mask), Loc::caller())
+}
+
+fn histogram_at(x: Tile, num_bins: usize, mask: Option<Tile>, loc: Loc) -> Tile {
+    let bins_shape = Shape::new(&[num_bins.max(1)]).unwrap_or(Shape::SCALAR);
+    let failed = || constant(Constant::Int(0), DType::I32, bins_shape, loc);
+    if x.is_ptr() || !x.dtype().is_int() {
+        report(
+            loc,
+            format!("histogram needs an integer tile, got {}", x.ty()),
+        );
+        return failed();
+    }
+    if x.shape().rank() != 1 {
+        report(loc, format!("histogram needs a 1-D tile, got {}", x.ty()));
+        return failed();
+    }
+    if !num_bins.is_power_of_two() || i32::try_from(num_bins).is_err() {
+        report(
+            loc,
+            format!(
+                "histogram: num_bins = {num_bins} must be a positive power of two (of at most \
+                 2^30), the length of the result tile"
+            ),
+        );
+        return failed();
+    }
+    let n = x.shape().dim(0);
+    let Some(pairs) = Shape::new(&[n, num_bins]) else {
+        report(
+            loc,
+            format!(
+                "histogram of {} into {num_bins} bins compares {n} x {num_bins} elements, more \
+                 than a tile holds (2^32 - 1); histogram it in chunks and add the counts",
+                x.ty()
+            ),
+        );
+        return failed();
+    };
+    let mask = match mask {
+        None => None,
+        Some(m) => {
+            if m.is_ptr() || m.dtype() != DType::I1 {
+                report(
+                    loc,
+                    format!("the mask of a histogram must be i1, got {}", m.ty()),
+                );
+                return failed();
+            }
+            match Shape::broadcast(m.shape(), x.shape()) {
+                Some(s) if s == x.shape() => Some(m.broadcast_at(s, loc)),
+                _ => {
+                    report(
+                        loc,
+                        format!(
+                            "the mask {} of a histogram does not broadcast to the input's \
+                             shape {}",
+                            m.ty(),
+                            x.shape()
+                        ),
+                    );
+                    return failed();
+                }
+            }
+        }
+    };
+    // Element i of x against bin b, at [i, b]: equal, and counted (the mask). The comparison
+    // is in the promotion of x's dtype and i32 (i32, u32, i64 or u64), which holds every bin
+    // (below 2^30) and every value of x, so an element matches its own bin only.
+    let dtype = DType::promote(x.dtype(), DType::I32);
+    let bins = emit1(
+        Op::Arange {
+            start: 0,
+            end: num_bins as i64,
+        },
+        vec![],
+        TileType::tile(DType::I32, bins_shape),
+        loc,
+    )
+    .cast_at(dtype, Default::default(), loc)
+    .expand_dims_at(0, loc)
+    .broadcast_at(pairs, loc);
+    let column = |t: Tile| t.expand_dims_at(1, loc).broadcast_at(pairs, loc);
+    let x = x.cast_at(dtype, Default::default(), loc);
+    let mut hit = column(x).compare(CmpOp::Eq, Operand::Tile(bins), loc);
+    if let Some(m) = mask {
+        hit = binary(
+            BinaryOp::And,
+            Operand::Tile(hit),
+            Operand::Tile(column(m)),
+            loc,
+        );
+    }
+    let ones = hit.cast_at(DType::I32, Default::default(), loc);
+    reduce_at(ones, ReduceOp::Sum, 0, loc)
+}
+
 impl Tile {
+    /// [`histogram`] as a method: `x.histogram(num_bins)`.
+    #[track_caller]
+    pub fn histogram(self, num_bins: usize) -> Tile {
+        histogram_at(self, num_bins, None, Loc::caller())
+    }
+
+    /// [`histogram_masked`] as a method: `x.histogram_masked(num_bins, mask)`.
+    #[track_caller]
+    pub fn histogram_masked(self, num_bins: usize, mask: Tile) -> Tile {
+        histogram_at(self, num_bins, Some(mask), Loc::caller())
+    }
+
     /// [`topk`] as a method: `x.topk(k, dim)`.
     #[track_caller]
     pub fn topk(self, k: usize, dim: usize) -> Tile {

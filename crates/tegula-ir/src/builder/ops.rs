@@ -585,7 +585,7 @@ pub fn atomic_cas(ptr: Tile, cmp: impl IntoOperand, value: impl IntoOperand) -> 
 
 // --- reductions, scans, dot --------------------------------------------------------------
 
-fn reduce_at(x: Tile, op: ReduceOp, axis: usize, loc: Loc) -> Tile {
+pub(crate) fn reduce_at(x: Tile, op: ReduceOp, axis: usize, loc: Loc) -> Tile {
     if x.is_ptr() || axis >= x.shape().rank() {
         report(
             loc,
