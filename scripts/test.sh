@@ -14,6 +14,10 @@ echo "== cargo fmt --check"
 cargo fmt --all -- --check
 echo "== cargo clippy"
 cargo clippy --workspace --all-targets --quiet -- -D warnings
+echo "== public API of tegula against crates/tegula/public-api.txt (scripts/check_public_api.sh)"
+# Before cargo doc: it shares that step's dependency checks, and documenting a crate as JSON
+# clears its HTML documentation, which cargo doc then writes again.
+bash scripts/check_public_api.sh
 echo "== cargo doc (broken or private links are errors)"
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --quiet
 echo "== cargo package (every published crate; offline, no build: README.md, \"Releasing\")"
