@@ -27,11 +27,11 @@ for what in ${CALLS:-$DEFAULT_CALLS}; do
     if [ -n "${BASE_BIN:-}" ]; then
         # shellcheck disable=SC2086
         TEGULA_CACHE_DIR="$work/base" "$BASE_BIN" first-call $call 2> "$work/base.err" | sed 's/^/base     /'
-        grep -h "tuned now" "$work/base.err" | sed 's/^/    /' | cut -c1-200
+        grep -h "tuned now" "$work/base.err" | sed 's/.*\]: /    /'
     fi
     # shellcheck disable=SC2086
     TEGULA_CACHE_DIR="$work/tune" "$BIN" first-call $call 2> "$work/tune.err" | sed 's/^/jit+tune /'
-    grep -h "tuned now" "$work/tune.err" | sed 's/^/    /' | cut -c1-200
+    grep -h "tuned now" "$work/tune.err" | sed 's/.*\]: /    /'
     TEGULA_CACHE_DIR="$work/tune" "$BIN" tune --export "$work/tuned.json" > /dev/null
     TEGULA_CACHE_DIR="$work/jit" "$BIN" tune --import "$work/tuned.json" > /dev/null
     # shellcheck disable=SC2086
