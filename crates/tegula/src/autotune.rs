@@ -623,7 +623,7 @@ impl Autotuner {
         let started = std::time::Instant::now();
         if let Some(prepare) = &tuning.prepare {
             bar.set_message("compiling the candidates");
-            prepare_all(prepare, &ranked[..k], tune_threads(k));
+            prepare_short_list(prepare, &ranked, k);
         }
         let compile_s = started.elapsed().as_secs_f64();
         let mut timed: Vec<(Config, f64)> = Vec::new();
@@ -908,26 +908,51 @@ pub fn tune_threads(candidates: usize) -> usize {
     n.min(candidates).max(1)
 }
 
+/// Prepares the `k` candidates a miss times, from the front of `ranked`: a candidate the plans
+/// prune ([`Error::Pruned`]) leaves its place on the list to the next, so that one is prepared
+/// too, in a further round. Cores the first `k` leave idle prepare the next candidates in the
+/// first round already (at most `k` more): a pruned one's replacement then costs no round of
+/// its own (a JIT of a few hundred milliseconds in the middle of the timing before).
+fn prepare_short_list(prepare: &Prepare<'_>, ranked: &[Config], k: usize) {
+    let threads = tune_threads(ranked.len());
+    let spare = threads.saturating_sub(k).min(k);
+    let (mut start, mut wanted, mut ahead) = (0, k, spare);
+    while wanted > 0 && start < ranked.len() {
+        let end = (start + wanted + ahead).min(ranked.len());
+        let batch = &ranked[start..end];
+        let pruned = prepare_all(prepare, batch, tune_threads(batch.len()));
+        // Those prepared ahead fill the places of the pruned first.
+        wanted = (wanted + pruned).saturating_sub(batch.len());
+        start = end;
+        ahead = 0;
+    }
+}
+
 /// Runs `prepare` on every candidate, `threads` at a time, each candidate once; errors are
-/// dropped (the benchmark meets them again and reports them with the candidate).
-fn prepare_all(prepare: &Prepare<'_>, candidates: &[Config], threads: usize) {
+/// dropped (the benchmark meets them again and reports them with the candidate). Returns how
+/// many the plans pruned.
+fn prepare_all(prepare: &Prepare<'_>, candidates: &[Config], threads: usize) -> usize {
     let next = std::sync::atomic::AtomicUsize::new(0);
+    let pruned = std::sync::atomic::AtomicUsize::new(0);
     let work = || loop {
         let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let Some(config) = candidates.get(i) else {
             break;
         };
-        let _ = prepare(config);
+        if let Err(Error::Pruned { .. }) = prepare(config) {
+            pruned.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
     };
     if threads <= 1 {
         work();
-        return;
+    } else {
+        std::thread::scope(|scope| {
+            for _ in 0..threads {
+                scope.spawn(work);
+            }
+        });
     }
-    std::thread::scope(|scope| {
-        for _ in 0..threads {
-            scope.spawn(work);
-        }
-    });
+    pruned.into_inner()
 }
 
 /// `$TEGULA_CACHE_DIR/autotune.json` (`off`, `0` or empty: none), else the user cache dir's

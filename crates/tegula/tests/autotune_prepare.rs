@@ -142,3 +142,58 @@ fn prepare_runs_no_launch_on_the_recording_device_or_the_interpreter() -> tegula
     }
     Ok(())
 }
+
+/// A short list whose candidates the plans prune: each pruned one's replacement is prepared
+/// before the first timing too (before, it compiled in the middle of the timing), and no
+/// more candidates are prepared than the list needs and the idle threads take.
+#[test]
+fn a_pruned_candidates_replacement_is_prepared_before_the_timing() {
+    let tuner = Autotuner::new(None, Mode::Full);
+    let prepared = Mutex::new(Vec::new());
+    // The model ranks by I; the plans prune I = 0 and I = 2.
+    let pruned = |c: &Config| matches!(c.get("I"), Some(0) | Some(2));
+    let t = Tuning::new("k3", "ir", "N=3", configs(10))
+        .rank_with(3, |c| c.get("I").unwrap() as f64)
+        .prepare_with(|c| {
+            prepared.lock().unwrap().push(c.get("I").unwrap());
+            if pruned(c) {
+                return Err(Error::Pruned {
+                    why: "a twin".into(),
+                });
+            }
+            Ok(())
+        });
+    let mut seen_at_first_timing = None;
+    let got = tuner
+        .tune_for(&gpu(), &t, |c| {
+            if pruned(c) {
+                return Err(Error::Pruned {
+                    why: "a twin".into(),
+                });
+            }
+            seen_at_first_timing.get_or_insert_with(|| {
+                let mut p = prepared.lock().unwrap().clone();
+                p.sort();
+                p
+            });
+            Ok(1.0 + c.get("I").unwrap() as f64)
+        })
+        .unwrap();
+    drop(t);
+    assert!(matches!(got.source, Source::Tuned { timed: 3, .. }));
+    let seen = seen_at_first_timing.expect("timed");
+    // The three timed (1, 3, 4) and the two pruned ahead of them were all prepared first.
+    for i in [0, 1, 2, 3, 4] {
+        assert!(
+            seen.contains(&i),
+            "{i} not prepared before the timing: {seen:?}"
+        );
+    }
+    // At most the list (3) and as many again on idle threads, plus the replacements.
+    assert!(seen.len() <= 3 + 3 + 2, "{seen:?}");
+    assert_eq!(
+        prepared.into_inner().unwrap().len(),
+        seen.len(),
+        "prepared during timing"
+    );
+}
