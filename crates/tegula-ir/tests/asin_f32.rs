@@ -5,25 +5,9 @@
 
 use std::f64::consts::{FRAC_PI_3, FRAC_PI_6};
 use tegula_ir::mathlib::{unary_f32, Eval, Fn1};
+use ulps::ulps;
 
-/// The distance from `got` to `want` (an f64 value of the exact result, within an f64 ulp of
-/// it), in ulps of f32 at `want` (subnormal ulps below the normal range); 0 when both are NaN,
-/// infinite when only one is.
-fn ulps(got: f32, want: f64) -> f64 {
-    if want.is_nan() || got.is_nan() {
-        return if want.is_nan() && got.is_nan() {
-            0.0
-        } else {
-            f64::INFINITY
-        };
-    }
-    let e = if want == 0.0 {
-        -126
-    } else {
-        want.abs().log2().floor().max(-126.0) as i32
-    };
-    (got as f64 - want).abs() / 2f64.powi(e - 23)
-}
+mod ulps;
 
 fn f32_of(f: Fn1, x: f32) -> f32 {
     unary_f32(&mut Eval, f, x)
