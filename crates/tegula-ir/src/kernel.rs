@@ -178,11 +178,39 @@ pub struct BlockData {
 }
 
 /// Facts about a pointer or integer argument that a specialization may rely on (Triton's
-/// `tt.divisibility=16`): they feed vectorization on the GPU and are part of the cache key.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+/// `tt.divisibility`): they feed vectorization on the GPU and are part of the cache key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct ParamFacts {
-    /// Pointer: its address is a multiple of 16 bytes. Integer: its value is a multiple of 16.
-    pub divisible_by_16: bool,
+    /// The largest power of two, at most [`ParamFacts::MAX_DIVISIBILITY`], known to divide the
+    /// argument: a pointer's address in bytes, an integer's value; 1 where nothing is known.
+    /// Triton specializes on 16 alone; the powers below it matter too: a bf16 row stride of
+    /// 1000 elements (divisible by 8) still gives 16-byte rows, so its loads vectorize.
+    pub divisibility: u32,
+}
+
+impl ParamFacts {
+    /// The largest divisibility a specialization records (16: a 16-byte vector's alignment).
+    pub const MAX_DIVISIBILITY: u32 = 16;
+
+    /// The fact of a value: its largest power-of-two divisor, capped at
+    /// [`ParamFacts::MAX_DIVISIBILITY`] (0 is divisible by everything).
+    pub fn of_value(value: u64) -> ParamFacts {
+        let cap = Self::MAX_DIVISIBILITY.trailing_zeros();
+        ParamFacts {
+            divisibility: 1 << value.trailing_zeros().min(cap),
+        }
+    }
+
+    /// Whether the argument is known to be a multiple of `n` (a power of two).
+    pub fn divisible_by(&self, n: u32) -> bool {
+        self.divisibility.is_multiple_of(n)
+    }
+}
+
+impl Default for ParamFacts {
+    fn default() -> ParamFacts {
+        ParamFacts { divisibility: 1 }
+    }
 }
 
 /// A kernel parameter: a pointer or a scalar.

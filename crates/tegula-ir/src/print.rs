@@ -37,10 +37,9 @@ impl fmt::Display for Kernel {
             .params
             .iter()
             .map(|prm| {
-                let facts = if prm.facts.divisible_by_16 {
-                    " div16"
-                } else {
-                    ""
+                let facts = match prm.facts.divisibility {
+                    1 => String::new(),
+                    d => format!(" div{d}"),
                 };
                 format!("%{}: {}{facts}", prm.name, prm.ty)
             })

@@ -278,7 +278,7 @@ fn prints_param_facts_and_broken_kernels() {
     use tegula_ir::{Loc, Op, TileType, Value};
     let mut k = Kernel::new("facts");
     let x = k.add_param("x", TileType::ptr(DType::BF16));
-    k.params[0].facts.divisible_by_16 = true;
+    k.params[0].facts.divisibility = 16;
     let body = k.body;
     let ty = TileType::ptr(DType::BF16);
     let i = k.append(

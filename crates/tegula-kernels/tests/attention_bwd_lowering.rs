@@ -7,7 +7,7 @@
 //! heads. ptxas (when installed) must assemble it.
 
 use tegula::compiler;
-use tegula::ir::{passes, Constant, Kernel};
+use tegula::ir::{passes, Constant, Kernel, ParamFacts};
 use tegula::prelude::*;
 use tegula_kernels::attention::kernels::attn_bwd_dkdv;
 
@@ -28,10 +28,10 @@ fn specialized(causal: bool) -> Kernel {
     }
     ints.extend([Some(HEADS), Some(1), Some(N), Some(N)]);
     for (i, p) in k.params.iter_mut().enumerate() {
-        p.facts.divisible_by_16 = match ints.get(i) {
-            Some(None) => true,
-            Some(Some(v)) => v % 16 == 0,
-            None => false,
+        p.facts = match ints.get(i) {
+            Some(None) => ParamFacts::of_value(0),
+            Some(Some(v)) => ParamFacts::of_value(*v as u64),
+            None => ParamFacts::default(),
         };
     }
     let group_size = ints.iter().rposition(|v| *v == Some(1)).unwrap();

@@ -250,6 +250,29 @@ fn hopper_adds_wgmma_twins_of_the_tiles_the_lowering_takes() {
     );
 }
 
+/// A bf16 row stride that is a multiple of 8 elements but not of 16 (K = 1000 for A, N = 3000
+/// for B) still makes 16-byte rows: the specialization's divisibility of 8 lets the operand
+/// stream through `cp.async` and the dot run on wgmma. An odd stride does not.
+#[test]
+fn strides_divisible_by_8_keep_the_wgmma_tile() {
+    let wgmma_tile = MatmulConfig {
+        launch: launch(8, 3),
+        persistent: Some(0),
+        wgmma: Some(true),
+        ..MatmulConfig::fixed(128, 256, 64)
+    };
+    let on_sm90 = |m, n, k| MatmulProblem {
+        wgmma: true,
+        ..problem(m, n, k, DType::BF16)
+    };
+    for (m, n, k) in [(3000, 2000, 1000), (2000, 3000, 4000)] {
+        let p = on_sm90(m, n, k);
+        assert_eq!(kept(&p, &[wgmma_tile]), vec![wgmma_tile], "{m}x{n}x{k}");
+    }
+    let odd = on_sm90(3000, 2000, 1001);
+    assert!(kept(&odd, &[wgmma_tile]).is_empty(), "K = 1001");
+}
+
 #[test]
 fn pruning_removes_oversize_candidates_for_small_shapes() {
     let p = problem(17, 31, 20, DType::F16);

@@ -98,13 +98,13 @@ fn without_tma_descriptors_are_masked_loads_and_stores() {
 fn each_unmet_condition_keeps_the_masked_access_and_says_why() {
     // Strides not known to be multiples of 16 bytes.
     let mut k = aligned(copy_kernel(DType::F16, [32, 64], false));
-    k.params[4].facts.divisible_by_16 = false;
+    k.params[4].facts.divisibility = 1;
     let c = compiled(&k, 90);
     assert!(c.tensor_maps.is_empty());
     assert!(c.report.descriptors_expanded[0].1.contains("first stride"));
     // A base not known to be aligned.
     let mut k = aligned(copy_kernel(DType::F16, [32, 64], false));
-    k.params[0].facts.divisible_by_16 = false;
+    k.params[0].facts.divisibility = 1;
     let c = compiled(&k, 90);
     assert_eq!(c.tensor_maps.len(), 1, "the store's base is still aligned");
     assert!(c.report.descriptors_expanded[0]
@@ -118,7 +118,7 @@ fn each_unmet_condition_keeps_the_masked_access_and_says_why() {
     // A store whose last shape is not known to be whole 16-byte words (the GPU writes past
     // the end of such rows); the load still moves on TMA.
     let mut k = aligned(copy_kernel(DType::F32, [16, 32], false));
-    k.params[3].facts.divisible_by_16 = false;
+    k.params[3].facts.divisibility = 1;
     let c = compiled(&k, 90);
     assert_eq!(c.tensor_maps.len(), 1);
     assert!(c.report.descriptors_expanded[0].1.contains("last shape"));
@@ -197,7 +197,7 @@ fn simulate_copy(in_loop: bool, dr: i32) {
     // and dr are not multiples of 16.
     let mut k = aligned(copy_kernel(DType::F32, [bm, bn], in_loop));
     for p in [2, 5] {
-        k.params[p].facts.divisible_by_16 = false;
+        k.params[p].facts.divisibility = 1;
     }
     let c = compiled(&k, 90);
     assert_eq!(c.tensor_maps.len(), if in_loop { 1 } else { 2 });

@@ -26,10 +26,25 @@ fn run_wgmma_matmul_ptx(
     (dt, out): (DType, DType),
     (bm, bn, bk): (usize, usize, usize),
     (warps, stages): (u32, u32),
-    (m, n, k): (usize, usize, usize),
+    mnk: (usize, usize, usize),
 ) -> (Result<Vec<f32>, String>, Vec<f64>, Vec<f64>) {
     let kern = wgmma_matmul(dt, out, (bm, bn, bk));
     let shared = compiled_wgmma(&kern, 90, warps, stages).shared_bytes as usize;
+    run_matmul_ptx_of(&kern, ptx, shared, (dt, out), (bm, bn), warps, mnk)
+}
+
+/// Runs `ptx`, compiled from `kern` (a [`wgmma_matmul`] of `bm x bn` output tiles, whatever
+/// its parameters' facts), with `shared` bytes of shared memory, as [`run_wgmma_matmul_ptx`].
+#[allow(clippy::type_complexity)]
+fn run_matmul_ptx_of(
+    kern: &Kernel,
+    ptx: &str,
+    shared: usize,
+    (dt, out): (DType, DType),
+    (bm, bn): (usize, usize),
+    warps: u32,
+    (m, n, k): (usize, usize, usize),
+) -> (Result<Vec<f32>, String>, Vec<f64>, Vec<f64>) {
     let av = values(m * k, 31 + m as u64);
     let bv = values(k * n, 37 + n as u64);
     let (want, scale) = matmul_reference(dt, &av, &bv, (m, n, k));
@@ -47,7 +62,7 @@ fn run_wgmma_matmul_ptx(
         ];
         decode(
             out,
-            &run_ptx(ptx, shared, &param_names(&kern), warps, grid, &args)[2],
+            &run_ptx(ptx, shared, &param_names(kern), warps, grid, &args)[2],
         )
     }))
     .map_err(|e| {
@@ -129,6 +144,44 @@ fn wgmma_matmul_large_tiles_match() {
     for ws in [(8, 3), (8, 4)] {
         let (types, blocks) = ((DType::BF16, DType::BF16), (128, 256, 64));
         check_wgmma_matmul(types, blocks, ws, (128, 256, 320));
+    }
+}
+
+/// Row strides that are not multiples of 16 bytes (the specialization records their
+/// divisibility: 4 or 2 elements) stream through 8- and 4-byte `cp.async` copies into the
+/// slots wgmma reads, beside 16-byte copies of the other operand where its rows allow them;
+/// C matches the float64 reference.
+#[test]
+fn wgmma_matmul_fed_by_narrow_copies_matches() {
+    // (m, n, k), the copy width of the narrower operand, whether both are narrow.
+    let cases = [
+        ((112, 196, 132), 8, true),
+        ((96, 130, 102), 4, true),
+        ((64, 200, 66), 4, false),
+    ];
+    for (mnk, width, both) in cases {
+        let (m, n, k) = mnk;
+        let mut kern = wgmma_matmul(DType::BF16, DType::F32, (64, 64, 32));
+        for (param, value) in kern.params[3..6].iter_mut().zip([m, n, k]) {
+            param.facts = tegula_ir::ParamFacts::of_value(value as u64);
+        }
+        let c = compiled_wgmma(&kern, 90, 4, 3);
+        let what = format!("{mnk:?}");
+        assert!(c.ptx.contains("wgmma.mma_async"), "{what}: not on wgmma");
+        assert!(
+            c.ptx.contains(&format!("], {width}, ")) && c.ptx.contains("cp.async.ca"),
+            "{what}: no {width}-byte cp.async"
+        );
+        assert_eq!(
+            c.ptx.contains("], 16, "),
+            !both,
+            "{what}: 16-byte copies only of 16-byte rows"
+        );
+        let types = (DType::BF16, DType::F32);
+        let shared = c.shared_bytes as usize;
+        let (got, want, scale) = run_matmul_ptx_of(&kern, &c.ptx, shared, types, (64, 64), 4, mnk);
+        let got = got.unwrap_or_else(|e| panic!("{what}: {e}"));
+        assert_close(&got, &want, &scale, 1e-6, &what);
     }
 }
 

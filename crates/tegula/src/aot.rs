@@ -10,8 +10,8 @@
 //! anything not bundled is traced and compiled just in time, as without a bundle.
 //!
 //! An entry is found only by a launch with the same key: the kernel's name and constexpr key,
-//! the argument facts (which pointers are 16-byte aligned, which integers are multiples of 16,
-//! which are 1: [`crate::compiler::fact_bits`]) and the config, on a GPU of the entry's target,
+//! the argument facts (each pointer's and integer's power-of-two divisor up to 16, which
+//! integers are 1: [`crate::compiler::fact_bits`]) and the config, on a GPU of the entry's target,
 //! with the compiler that made the bundle ([`COMPILER`]). A recording device's tensors count
 //! as fresh GPU allocations, which the driver aligns to 256 bytes, so an entry recorded with
 //! whole tensors matches launches on whole GPU tensors (and on views whose first element is

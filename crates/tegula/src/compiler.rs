@@ -14,7 +14,7 @@
 
 use crate::error::{Error, Result};
 use crate::launch::{KernelArg, LaunchConfig};
-use tegula_ir::Kernel;
+use tegula_ir::{Kernel, ParamFacts};
 pub use tegula_ptx::{
     ptxas, CompileOptions, Compiled, DotKind, DotReport, LoopReport, MmaChoice, OperandHome,
     Report, Target,
@@ -28,9 +28,11 @@ pub fn unit_arguments(args: &[KernelArg]) -> Vec<bool> {
         .collect()
 }
 
-/// Triton's specialization facts: which pointer arguments are 16-byte aligned and which integer
-/// arguments are multiples of 16. They are part of the cache key and feed vectorization.
-pub fn divisibility_facts(args: &[KernelArg]) -> Vec<bool> {
+/// Each argument's specialization fact: the largest power of two, at most 16, that divides a
+/// pointer's address (bytes) or an integer's value ([`tegula_ir::ParamFacts`]; 1 for floats).
+/// Triton records only "divisible by 16"; the smaller powers let a bf16 stride of 1000 still
+/// vectorize. Part of the cache key ([`fact_bits`]) and fed to vectorization.
+pub fn divisibilities(args: &[KernelArg]) -> Vec<ParamFacts> {
     args.iter()
         .map(|a| match a {
             KernelArg::Tensor {
@@ -42,31 +44,43 @@ pub fn divisibility_facts(args: &[KernelArg]) -> Vec<bool> {
                 // Host storage (a recording device's tensors) stands for a fresh GPU
                 // allocation, which the driver aligns to 256 bytes: base 0.
                 let base = storage.device_address().unwrap_or(0);
-                (base + (offset * dtype.size_bytes()) as u64).is_multiple_of(16)
+                ParamFacts::of_value(base + (offset * dtype.size_bytes()) as u64)
             }
-            KernelArg::Int { value, .. } => value.rem_euclid(16) == 0,
-            KernelArg::Float { .. } => false,
+            KernelArg::Int { value, .. } => ParamFacts::of_value(value.unsigned_abs()),
+            KernelArg::Float { .. } => ParamFacts::default(),
         })
         .collect()
 }
 
-/// The facts of [`specialize`] as a cache-key part: `1` per aligned/divisible argument, then
-/// `1` per unit argument (`1100|0001`).
+/// Triton's specialization facts: which pointer arguments are 16-byte aligned and which integer
+/// arguments are multiples of 16 (the top of [`divisibilities`]).
+pub fn divisibility_facts(args: &[KernelArg]) -> Vec<bool> {
+    divisibilities(args)
+        .iter()
+        .map(|f| f.divisible_by(16))
+        .collect()
+}
+
+/// The facts of [`specialize`] as a cache-key part: per argument the log2 of its divisibility
+/// (`0`-`4`), then `1` per unit argument (`4400|0001`).
 pub fn fact_bits(args: &[KernelArg]) -> String {
-    let bits = |v: Vec<bool>| -> String { v.iter().map(|&f| if f { '1' } else { '0' }).collect() };
-    format!(
-        "{}|{}",
-        bits(divisibility_facts(args)),
-        bits(unit_arguments(args))
-    )
+    let divs: String = divisibilities(args)
+        .iter()
+        .map(|f| char::from(b'0' + f.divisibility.trailing_zeros() as u8))
+        .collect();
+    let ones: String = unit_arguments(args)
+        .iter()
+        .map(|&f| if f { '1' } else { '0' })
+        .collect();
+    format!("{divs}|{ones}")
 }
 
 /// The kernel a launch with `args` compiles: the traced kernel with the divisibility facts of
 /// its parameters set and its unit integer parameters bound to 1, folded and verified.
 pub fn specialize(traced: &Kernel, args: &[KernelArg]) -> Result<Kernel> {
     let mut kernel = traced.clone();
-    for (param, fact) in kernel.params.iter_mut().zip(divisibility_facts(args)) {
-        param.facts.divisible_by_16 = fact;
+    for (param, facts) in kernel.params.iter_mut().zip(divisibilities(args)) {
+        param.facts = facts;
     }
     let ones = unit_arguments(args);
     for (i, _) in ones.iter().enumerate().filter(|(_, &one)| one) {

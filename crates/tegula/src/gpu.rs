@@ -427,7 +427,7 @@ mod tests {
         ];
         let config = LaunchConfig::new(8, 2);
         let key = specialization_key("scale", "block=1024", &args, config);
-        assert_eq!(fact_bits(&args), "110|001");
+        assert_eq!(fact_bits(&args), "440|001");
         assert_eq!(
             key,
             format!(

@@ -61,17 +61,49 @@ fn recorded_launch_compiles_the_gpu_specialization() -> tegula::Result<()> {
     assert_eq!(recorded.len(), 2);
 
     let aligned = tegula::specialize(&recorded[0].kernel, &recorded[0].args)?;
-    let facts: Vec<bool> = aligned
+    let facts: Vec<u32> = aligned
         .params
         .iter()
-        .map(|p| p.facts.divisible_by_16)
+        .map(|p| p.facts.divisibility)
         .collect();
-    assert_eq!(facts, [true, true, true, false]);
+    // x and y 16-byte aligned, n a multiple of 16, the stride 1.
+    assert_eq!(facts, [16, 16, 16, 1]);
+    let shifted_facts = tegula::specialize(&recorded[1].kernel, &recorded[1].args)?;
+    assert_eq!(
+        shifted_facts.params[0].facts.divisibility, 4,
+        "x one f32 in"
+    );
     let target = tegula::compiler::Target { sm: 90 };
     let aligned_ptx = recorded[0].compile(&target)?.ptx;
     let shifted_ptx = recorded[1].compile(&target)?.ptx;
     // Stride 1 is bound, so x's addresses are contiguous: 4-wide loads when aligned only.
     assert!(aligned_ptx.contains("ld.global.v4"), "{aligned_ptx}");
     assert!(!shifted_ptx.contains("ld.global.v4"), "{shifted_ptx}");
+    Ok(())
+}
+
+/// Below 16 the facts keep the largest power of two: a view two f32s in (8 bytes) and a length
+/// of 1000 (8) still give 8-byte loads, where "divisible by 16 or not" would give scalars.
+#[test]
+fn facts_below_16_keep_their_power_of_two() -> tegula::Result<()> {
+    let n = 1000usize;
+    let dev = Device::recording(132);
+    let x = dev.from_slice(&random(n + 2, 3), [n + 2])?;
+    let mut y = dev.zeros::<f32>([n])?;
+    let two_in = x.narrow(0, 2, n)?;
+    strided_copy::launch(&dev, n.div_ceil(BLOCK), &two_in, &mut y, n as i32, 1, BLOCK)?;
+    let recorded = dev.take_recorded();
+    let facts: Vec<u32> = tegula::specialize(&recorded[0].kernel, &recorded[0].args)?
+        .params
+        .iter()
+        .map(|p| p.facts.divisibility)
+        .collect();
+    assert_eq!(facts, [8, 16, 8, 1]);
+    assert_eq!(tegula::compiler::fact_bits(&recorded[0].args), "3430|0001");
+    let ptx = recorded[0]
+        .compile(&tegula::compiler::Target { sm: 90 })?
+        .ptx;
+    assert!(ptx.contains("ld.global.v2.b32"), "{ptx}");
+    assert!(!ptx.contains("ld.global.v4"), "{ptx}");
     Ok(())
 }

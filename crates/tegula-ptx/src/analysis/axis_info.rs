@@ -89,13 +89,13 @@ impl AxisAnalysis {
         };
         for p in &k.params {
             let ty = k.ty(p.value);
-            let div = if p.facts.divisible_by_16 {
-                16
-            } else if ty.is_ptr() {
+            // A pointer is at least aligned to its element.
+            let natural = if ty.is_ptr() {
                 ty.dtype().size_bytes() as u64
             } else {
                 1
             };
+            let div = natural.max(p.facts.divisibility as u64);
             a.info.insert(p.value, AxisInfo::uniform(&ty, div, None));
         }
         for inst in k.walk() {
@@ -411,8 +411,8 @@ mod tests {
             store(x + offs, 1.0f32, m);
         })
         .unwrap();
-        k.params[0].facts.divisible_by_16 = true;
-        k.params[1].facts.divisible_by_16 = true;
+        k.params[0].facts.divisibility = 16;
+        k.params[1].facts.divisibility = 16;
         let (p, m) = info_of_store_ptr(&k);
         assert_eq!(p.contiguity, vec![256]);
         assert_eq!(p.divisibility, vec![16]);
@@ -472,8 +472,8 @@ mod tests {
             store_unmasked(x + r * stride + c, 0.0f32);
         })
         .unwrap();
-        k.params[0].facts.divisible_by_16 = true;
-        k.params[1].facts.divisible_by_16 = true;
+        k.params[0].facts.divisibility = 16;
+        k.params[1].facts.divisibility = 16;
         let (p, _) = info_of_store_ptr(&k);
         assert_eq!(p.contiguity, vec![1, 64]);
         assert_eq!(p.divisibility[1], 16);

@@ -142,7 +142,7 @@ fn tma_map(
         return Err("a load inside a loop streams through the software pipeline".into());
     }
     let base = match k.values[d.args[0]].def {
-        ValueDef::Param(i) if k.params[i].facts.divisible_by_16 => i,
+        ValueDef::Param(i) if k.params[i].facts.divisible_by(16) => i,
         ValueDef::Param(_) => return Err("its base is not specialized as 16-byte aligned".into()),
         _ => return Err("its base is computed in the kernel, not a parameter".into()),
     };
@@ -171,10 +171,12 @@ fn tma_map(
     if launch(d.args[4], "last stride") != Ok(LaunchValue::Const(1)) {
         return Err("its last stride is not the constant 1".into());
     }
-    let aligned = match stride0 {
+    // A count of elements whose bytes are known to be a multiple of 16.
+    let whole_words_of = |v: LaunchValue| match v {
         LaunchValue::Const(c) => (c * eb) % 16 == 0,
-        LaunchValue::Param(i) => k.params[i].facts.divisible_by_16,
+        LaunchValue::Param(i) => (k.params[i].facts.divisibility as i64 * eb) % 16 == 0,
     };
+    let aligned = whole_words_of(stride0);
     if !aligned {
         return Err("its first stride is not known to be a multiple of 16 bytes".into());
     }
@@ -191,10 +193,7 @@ fn tma_map(
         ));
     }
     if !is_load {
-        let whole_words = match shape1 {
-            LaunchValue::Const(c) => (c * eb) % 16 == 0,
-            LaunchValue::Param(i) => k.params[i].facts.divisible_by_16,
-        };
+        let whole_words = whole_words_of(shape1);
         if !whole_words {
             return Err(format!(
                 "its last shape is not known to be a multiple of {} elements (16 bytes)",

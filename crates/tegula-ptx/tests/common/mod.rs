@@ -8,7 +8,7 @@ use tegula_ir::{Kernel, ReduceOp};
 pub fn aligned(mut k: Kernel) -> Kernel {
     for p in &mut k.params {
         if p.ty.is_ptr() || p.ty.dtype().is_int() {
-            p.facts.divisible_by_16 = true;
+            p.facts.divisibility = 16;
         }
     }
     k

@@ -387,7 +387,7 @@ pub fn resident_operand_nest(dt: DType, bm: usize, bn: usize, d: usize) -> Kerne
 pub fn aligned(mut k: Kernel) -> Kernel {
     for p in &mut k.params {
         if p.ty.is_ptr() || p.ty.dtype().is_int() {
-            p.facts.divisible_by_16 = true;
+            p.facts.divisibility = 16;
         }
     }
     k
