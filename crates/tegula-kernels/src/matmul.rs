@@ -427,14 +427,14 @@ const HEURISTIC_TILES: [(usize, usize, usize, u32, u32, usize); 4] = [
 ];
 
 /// Candidates a miss times, nearest [`heuristic`] first (`tuned::distance`), where the
-/// heuristic's wgmma tile runs (elsewhere every candidate is timed): within 4% of the best of
+/// heuristic's wgmma tile runs (elsewhere every candidate is timed): within 3% of the best of
 /// all candidates at every recorded shape (`tests/tune_data.rs`).
 pub const TOP_K: usize = 6;
 
 /// The config the tuner times first and runs with tuning off (rule *fill the SMs*): the first
 /// of 128 x 256 x 64 (8 warps, 3 stages, persistent), 128 x 128 x 64 (4 warps, 3 stages),
-/// 64 x 128 x 64 and 64 x 64 x 64 (4 warps, 4 stages) whose grid has at least half as many
-/// tiles as the device has SMs (`sm_count`), the smallest when none has; a wgmma twin where
+/// 64 x 128 x 64 and 64 x 64 x 64 (4 warps, 4 stages) whose grid has at least one tile per SM
+/// (`sm_count`: fewer leaves SMs idle for the whole call), the smallest when none has; a wgmma twin where
 /// the device has wgmma and the inputs are 16-bit; one stage for f32 inputs. `fixed`'s set
 /// fields are held.
 pub fn heuristic(p: &MatmulProblem, sm_count: usize, fixed: &MatmulConfig) -> MatmulConfig {
@@ -442,7 +442,7 @@ pub fn heuristic(p: &MatmulProblem, sm_count: usize, fixed: &MatmulConfig) -> Ma
     let last = HEURISTIC_TILES[HEURISTIC_TILES.len() - 1];
     let (bm, bn, bk, w, s, persistent) = HEURISTIC_TILES
         .into_iter()
-        .find(|&(bm, bn, ..)| 2 * tiles(bm, bn) >= sm_count)
+        .find(|&(bm, bn, ..)| tiles(bm, bn) >= sm_count)
         .unwrap_or(last);
     let c = MatmulConfig {
         block_m: bm,

@@ -7,7 +7,7 @@ use tegula::prelude::*;
 use tegula::LaunchConfig;
 use tegula_kernels::check;
 use tegula_kernels::matmul::{
-    adds_a_kernel, candidates, chosen_config, key, matmul_into, tolerance, MatmulConfig,
+    adds_a_kernel, candidates, chosen_config, heuristic, key, matmul_into, tolerance, MatmulConfig,
     MatmulProblem,
 };
 use tegula_kernels::tuned::{AUTO, AUTO_LAUNCH};
@@ -248,6 +248,27 @@ fn hopper_adds_wgmma_twins_of_the_tiles_the_lowering_takes() {
         cands.len(),
         plain.len()
     );
+}
+
+/// Rule *fill the SMs*: the largest of the heuristic's tiles whose grid has a tile per SM.
+#[test]
+fn the_heuristic_takes_the_largest_tile_that_fills_the_sms() {
+    let pick = |m, n, k| {
+        let p = MatmulProblem {
+            wgmma: true,
+            ..problem(m, n, k, DType::BF16)
+        };
+        let c = heuristic(&p, 132, &MatmulConfig::default());
+        (c.block_m, c.block_n, c.block_k, c.launch.num_warps, c.wgmma)
+    };
+    // 16 x 32 tiles of 128 x 256.
+    assert_eq!(pick(4096, 4096, 4096), (128, 256, 64, 8, Some(true)));
+    // 128 x 256 would make 72 tiles for 132 SMs; 128 x 128 makes 144.
+    assert_eq!(pick(1536, 1536, 1536), (128, 128, 64, 4, Some(true)));
+    // 64 x 128 makes 128 tiles, one short; 64 x 64 makes 256.
+    assert_eq!(pick(1024, 1024, 1024), (64, 64, 64, 4, Some(true)));
+    // Nothing fills the SMs: the smallest tile.
+    assert_eq!(pick(200, 150, 130), (64, 64, 64, 4, Some(true)));
 }
 
 /// A bf16 row stride that is a multiple of 8 elements but not of 16 (K = 1000 for A, N = 3000
