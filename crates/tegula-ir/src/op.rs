@@ -508,6 +508,17 @@ pub enum Op {
         axis: u8,
         reverse: bool,
     },
+    /// `(x0, .., x(n-1)) -> (y0, .., y(n-1))` (`tl.reduce` with a combine function): reduces
+    /// `axis` away from n tiles of one shape together. One region, the combine function: block
+    /// arguments `(l0, .., l(n-1), r0, .., r(n-1))`, rank-0 values of the operands' element
+    /// types (the left and the right element), ending in `Yield` of n such values. Each output
+    /// element combines the axis's elements as a balanced tree of adjacent pairs in index order
+    /// (docs/semantics.md, "Reductions and scans with a combine function").
+    ReduceWith { axis: u8 },
+    /// `(x0, .., x(n-1)) -> (y0, .., y(n-1))` (`tl.associative_scan`): inclusive scan along
+    /// `axis` of n tiles of one shape with the combine region of [`Op::ReduceWith`]; results
+    /// have the operands' types. `reverse`: from the last element to the first.
+    ScanWith { axis: u8, reverse: bool },
     /// `(a[M,K], b[K,N], acc[M,N]) -> acc'`: `acc + a @ b`.
     Dot { precision: InputPrecision },
 
@@ -606,6 +617,8 @@ impl Op {
             Op::DescStore => "desc_store".into(),
             Op::Reduce { op, .. } => format!("reduce.{}", op.name()),
             Op::Scan { op, .. } => format!("scan.{}", op.name()),
+            Op::ReduceWith { .. } => "reduce_with".into(),
+            Op::ScanWith { .. } => "scan_with".into(),
             Op::Dot { .. } => "dot".into(),
             Op::For { .. } => "for".into(),
             Op::If => "if".into(),
@@ -620,6 +633,12 @@ impl Op {
             Op::Assume { .. } => "assume".into(),
             Op::Barrier => "debug_barrier".into(),
         }
+    }
+
+    /// Ops a combine region ([`Op::ReduceWith`], [`Op::ScanWith`]) may hold besides its
+    /// `Yield`: pure scalar computations, which every backend can repeat at each combine step.
+    pub fn allowed_in_combine(&self) -> bool {
+        self.is_elementwise() || matches!(self, Op::Const(_) | Op::Splat)
     }
 
     /// Ops that end a region.

@@ -191,6 +191,23 @@ impl Printer<'_> {
                 self.region(i, 0, depth + 1);
                 self.push(depth, "}".into(), None);
             }
+            Op::ReduceWith { axis } | Op::ScanWith { axis, .. } => {
+                // `%y0, %y1 = reduce_with %x0, %x1 axis=0 -> (..) combine(%l0, %l1, %r0, %r1) {`
+                let mut text = format!(
+                    "{results}{} {} axis={axis}",
+                    d.op.name(),
+                    self.names(&d.args)
+                );
+                if let Op::ScanWith { reverse: true, .. } = d.op {
+                    text.push_str(" reverse");
+                }
+                let args = d.regions.first().map(|&b| self.block_args(b));
+                let args = self.names(&args.unwrap_or_default());
+                write!(text, "{arrow} combine({args}) {{").unwrap();
+                self.push(depth, text, loc);
+                self.region(i, 0, depth + 1);
+                self.push(depth, "}".into(), None);
+            }
             Op::If => {
                 let cond = self.names(&d.args);
                 self.push(depth, format!("{results}if {cond}{arrow} {{"), loc);

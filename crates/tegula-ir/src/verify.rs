@@ -206,6 +206,7 @@ fn region_name(op: &Op, index: usize) -> &'static str {
         (Op::While, 0) => "condition region",
         (Op::While, _) => "body",
         (Op::DescLoad | Op::DescStore, _) => "expansion",
+        (Op::ReduceWith { .. } | Op::ScanWith { .. }, _) => "combine function",
         _ => "region",
     }
 }
@@ -303,6 +304,13 @@ fn signature(op: &Op) -> Signature {
             operands: "(lo, hi, step, init..)",
             args: None,
             min_args: 3,
+            results: None,
+            regions: 1,
+        },
+        Op::ReduceWith { .. } | Op::ScanWith { .. } => Signature {
+            operands: "(x..)",
+            args: None,
+            min_args: 1,
             results: None,
             regions: 1,
         },
@@ -1021,6 +1029,7 @@ impl Check<'_> {
                 }
                 self.expect_result(x, "a scan keeps the operand's type")
             }
+            ReduceWith { axis } | ScanWith { axis, .. } => self.check_combined(*axis as usize),
             Dot { .. } => {
                 for n in 0..3 {
                     self.no_ptr(n)?;
@@ -1169,8 +1178,75 @@ impl Check<'_> {
             Op::DescLoad | Op::DescStore => {
                 self.check_region(0, &[], &Op::Yield, &self.result_types())
             }
+            Op::ReduceWith { .. } | Op::ScanWith { .. } => {
+                let elems: Vec<TileType> = (0..self.d.args.len())
+                    .map(|n| TileType::scalar(self.arg(n).dtype()))
+                    .collect();
+                let pair: Vec<TileType> = elems.iter().chain(&elems).copied().collect();
+                self.check_region(0, &pair, &Op::Yield, &elems)?;
+                self.check_combine_body()
+            }
             _ => Ok(()),
         }
+    }
+
+    /// The operands and results of `reduce_with` / `scan_with` along `axis`: n tiles of one
+    /// shape (no pointers), n results of the operands' element types, without the axis for a
+    /// reduction, of the operands' shape for a scan.
+    fn check_combined(&self, axis: usize) -> R {
+        let n = self.d.args.len();
+        let shape = self.arg(0).shape;
+        for i in 0..n {
+            self.no_ptr(i)?;
+            if self.arg(i).shape != shape {
+                return self.fail(format!(
+                    "combines tiles of one shape, but {} and {} differ",
+                    self.describe_arg(0),
+                    self.describe_arg(i)
+                ));
+            }
+        }
+        if axis >= shape.rank() {
+            return self.fail(format!(
+                "cannot combine along axis {axis} of {}, which has rank {}",
+                self.describe_arg(0),
+                shape.rank()
+            ));
+        }
+        let (out_shape, why) = match self.d.op {
+            Op::ReduceWith { .. } => (
+                shape.without_axis(axis),
+                "the operands' types without the reduced axis",
+            ),
+            _ => (shape, "the operands' types"),
+        };
+        let expected: Vec<TileType> = (0..n)
+            .map(|i| TileType::tile(self.arg(i).dtype(), out_shape))
+            .collect();
+        self.expect_results(&expected, why)
+    }
+
+    /// A combine region holds pure scalar ops only (each backend repeats it per step).
+    fn check_combine_body(&self) -> R {
+        let b = self.d.regions[0];
+        for &i in &self.k.blocks[b].insts {
+            let op = &self.k.insts[i].op;
+            if !op.allowed_in_combine() && !op.is_terminator() {
+                return Err(inst_error(
+                    self.k,
+                    i,
+                    format!(
+                        "`{}` cannot appear in the combine function of the {} at {}; a \
+                         combine function holds elementwise scalar ops only (arithmetic, \
+                         comparisons, select, casts)",
+                        op.name(),
+                        self.d.op.name(),
+                        self.d.loc
+                    ),
+                ));
+            }
+        }
+        Ok(())
     }
 
     fn check_region(
@@ -1200,6 +1276,9 @@ impl Check<'_> {
             let expected_desc = match op {
                 Op::For { .. } => "(induction variable, carried values..)",
                 Op::While => "(carried values..)",
+                Op::ReduceWith { .. } | Op::ScanWith { .. } => {
+                    "(left elements.., right elements..)"
+                }
                 _ => "()",
             };
             return self.fail(format!(

@@ -388,3 +388,48 @@ fn a_hex_print_says_so() {
     assert!(text.contains("print hex \"bits\""), "{text}");
     assert!(text.contains("print \"value\""), "{text}");
 }
+
+/// `reduce_with` and `scan_with`: the operands, the axis, the results' types and the combine
+/// region with its left and right arguments.
+#[test]
+fn prints_combine_regions() {
+    let k = trace("argmax", |p| {
+        let (x, out) = (p.ptr("x", DType::F32), p.ptr("out", DType::I32));
+        let v = load_unmasked(x + arange(0, 8));
+        let (_, at) = reduce_with((v, arange(0, 8)), 0, |(v0, i0), (v1, i1)| {
+            let take = v1.gt(v0);
+            (select(take, v1, v0), select(take, i1, i0))
+        });
+        store_unmasked(out, at);
+        let s = scan_with(v.to::<i32>(), 0, true, |a, b| a + b);
+        store_unmasked(out + arange(0, 8), s);
+    })
+    .unwrap();
+    golden(
+        &k,
+        r#"
+kernel @argmax(%x: ptr<f32>, %out: ptr<i32>) {
+  %2 = arange 0, 8 : i32[8]
+  %3 = splat %x : ptr<f32>[8]
+  %4 = addptr %3, %2 : ptr<f32>[8]
+  %5 = load %4 : f32[8]
+  %6 = arange 0, 8 : i32[8]
+  %14, %15 = reduce_with %5, %6 axis=0 -> (f32, i32) combine(%7, %8, %9, %10) {
+    %11 = cmp.gt %9, %7 : i1
+    %12 = select %11, %9, %7 : f32
+    %13 = select %11, %10, %8 : i32
+    yield %12, %13
+  }
+  store %out, %15
+  %16 = cast %5 : i32[8]
+  %20 = scan_with %16 axis=0 reverse -> (i32[8]) combine(%17, %18) {
+    %19 = add %17, %18 : i32
+    yield %19
+  }
+  %21 = arange 0, 8 : i32[8]
+  %22 = splat %out : ptr<i32>[8]
+  %23 = addptr %22, %21 : ptr<i32>[8]
+  store %23, %20
+}"#,
+    );
+}

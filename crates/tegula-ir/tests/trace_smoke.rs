@@ -114,3 +114,62 @@ fn oversized_tiles_are_trace_errors_at_the_users_line() {
         );
     }
 }
+
+/// `reduce_with`'s trace errors, each at the caller's line.
+#[test]
+fn combine_errors_are_trace_errors_at_the_users_line() {
+    let line = line!() + 4;
+    let e = trace("shapes", |p| {
+        let x = p.ptr("x", DType::F32);
+        let v = load_unmasked(x + arange(0, 8));
+        reduce_with((v, arange(0, 16)), 0, |a, _| a);
+    })
+    .unwrap_err();
+    assert_eq!(e.loc.line, line, "{e}");
+    assert!(
+        e.message.contains("one shape") && e.message.contains("i32[16]"),
+        "{e}"
+    );
+
+    let line = line!() + 3;
+    let e = trace("axis", |_| {
+        let v = arange(0, 8);
+        scan_with(v, 1, false, |a, b| a + b);
+    })
+    .unwrap_err();
+    assert_eq!(e.loc.line, line, "{e}");
+    assert!(e.message.contains("axis 1 does not exist"), "{e}");
+
+    // The combine promotes i32 + i64 to i64: the wrong dtype for the i32 tile.
+    let line = line!() + 3;
+    let e = trace("dtype", |_| {
+        let v = arange(0, 8);
+        reduce_with(v, 0, |a, b| a + b.to::<i64>());
+    })
+    .unwrap_err();
+    assert_eq!(e.loc.line, line, "{e}");
+    assert!(
+        e.message.contains("returns i64") && e.message.contains("must be i32"),
+        "{e}"
+    );
+
+    // A Vec of tiles whose combine drops one.
+    let line = line!() + 3;
+    let e = trace("arity", |_| {
+        let v = arange(0, 8);
+        reduce_with(vec![v, v], 0, |a, _| vec![a[0]]);
+    })
+    .unwrap_err();
+    assert_eq!(e.loc.line, line, "{e}");
+    assert!(e.message.contains("must return 2 values"), "{e}");
+
+    // A combine that returns a captured tile rather than a scalar.
+    let line = line!() + 3;
+    let e = trace("captured", |_| {
+        let v = arange(0, 8);
+        reduce_with(v, 0, |_, _| v);
+    })
+    .unwrap_err();
+    assert_eq!(e.loc.line, line, "{e}");
+    assert!(e.message.contains("i32[8]"), "{e}");
+}

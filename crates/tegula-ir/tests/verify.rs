@@ -1024,3 +1024,103 @@ fn zero_stages_asked_by_the_builder_is_a_trace_error_at_the_loop() {
     assert_eq!(e.loc.line, line, "{e}");
     assert!(e.message.contains("num_stages(-2)"), "{e}");
 }
+
+/// A `reduce_with` of `args` along `axis` with results `results` and a combine region taking
+/// `region_args` and yielding the first `yields` of them (the left elements).
+fn combine_kernel(
+    k: &mut Kernel,
+    op: Op,
+    args: &[Value],
+    results: &[TileType],
+    region_args: &[TileType],
+    yields: usize,
+) -> Inst {
+    let region = k.add_block(region_args);
+    let left: Vec<Value> = k.blocks[region].args[..yields].to_vec();
+    k.append(region, Op::Yield, left, &[], vec![], loc(9));
+    let body = k.body;
+    k.append(body, op, args.to_vec(), results, vec![region], loc(4))
+}
+
+#[test]
+fn reduce_with_checks_shapes_results_and_its_combine_region() {
+    let f = scalar(DType::F32);
+    let i = scalar(DType::I32);
+    let reduce = Op::ReduceWith { axis: 1 };
+    // Accepted: two tiles, results without the axis, (f32, i32, f32, i32) -> (f32, i32).
+    let mut k = Kernel::new("ok");
+    let a = constant(&mut k, tile(DType::F32, &[4, 8]), 1);
+    let b = constant(&mut k, tile(DType::I32, &[4, 8]), 2);
+    let out = [tile(DType::F32, &[4]), tile(DType::I32, &[4])];
+    combine_kernel(&mut k, reduce.clone(), &[a, b], &out, &[f, i, f, i], 2);
+    verify(&k).unwrap();
+
+    // Operands of two shapes.
+    let mut k = Kernel::new("shapes");
+    let a = constant(&mut k, tile(DType::F32, &[4, 8]), 1);
+    let b = constant(&mut k, tile(DType::I32, &[8, 4]), 2);
+    let r = combine_kernel(&mut k, reduce.clone(), &[a, b], &out, &[f, i, f, i], 2);
+    assert_rejects(&k, r, "reduce_with", 4, &["one shape", "i32[8, 4]"]);
+
+    // An axis out of range.
+    let mut k = Kernel::new("axis");
+    let a = constant(&mut k, tile(DType::F32, &[4, 8]), 1);
+    let op = Op::ReduceWith { axis: 2 };
+    let r = combine_kernel(&mut k, op, &[a], &out[..1], &[f, f], 1);
+    assert_rejects(&k, r, "reduce_with", 4, &["axis 2", "rank 2"]);
+
+    // Results that keep the axis.
+    let mut k = Kernel::new("results");
+    let a = constant(&mut k, tile(DType::F32, &[4, 8]), 1);
+    let wrong = [tile(DType::F32, &[4, 8])];
+    let r = combine_kernel(&mut k, reduce.clone(), &[a], &wrong, &[f, f], 1);
+    assert_rejects(&k, r, "reduce_with", 4, &["without the reduced axis"]);
+
+    // A combine region of the wrong arguments.
+    let mut k = Kernel::new("region");
+    let a = constant(&mut k, tile(DType::F32, &[4, 8]), 1);
+    let r = combine_kernel(&mut k, reduce.clone(), &[a], &out[..1], &[f, i], 1);
+    assert_rejects(
+        &k,
+        r,
+        "reduce_with",
+        4,
+        &["combine function", "(f32, i32)", "(f32, f32)"],
+    );
+
+    // A combine region yielding too few values: named at its yield.
+    let mut k = Kernel::new("yield");
+    let a = constant(&mut k, tile(DType::F32, &[4, 8]), 1);
+    let b = constant(&mut k, tile(DType::I32, &[4, 8]), 2);
+    combine_kernel(&mut k, reduce.clone(), &[a, b], &out, &[f, i, f, i], 1);
+    let e = verify(&k).unwrap_err();
+    assert_eq!((e.op.as_str(), e.loc), ("yield", loc(9)), "{e}");
+    assert!(e.message.contains("expects (f32, i32)"), "{e}");
+
+    // A load inside a combine function.
+    let mut k = Kernel::new("load");
+    let p = k.add_param("p", ptr(DType::F32));
+    let a = constant(&mut k, tile(DType::F32, &[4, 8]), 1);
+    let region = k.add_block(&[f, f]);
+    let ld = k.append(region, load_op(false, false), vec![p], &[f], vec![], loc(7));
+    let v = k.insts[ld].results[0];
+    k.append(region, Op::Yield, vec![v], &[], vec![], loc(9));
+    let body = k.body;
+    k.append(body, reduce, vec![a], &out[..1], vec![region], loc(4));
+    let e = verify(&k).unwrap_err();
+    assert_eq!((e.inst, e.loc), (ld, loc(7)), "{e}");
+    assert!(e.message.contains("elementwise scalar ops only"), "{e}");
+}
+
+#[test]
+fn scan_with_keeps_the_shape() {
+    let i = scalar(DType::I32);
+    let mut k = Kernel::new("scan");
+    let a = constant(&mut k, tile(DType::I32, &[64]), 1);
+    let op = Op::ScanWith {
+        axis: 0,
+        reverse: true,
+    };
+    let r = combine_kernel(&mut k, op, &[a], &[tile(DType::I32, &[])], &[i, i], 1);
+    assert_rejects(&k, r, "scan_with", 4, &["must match the operands' types"]);
+}

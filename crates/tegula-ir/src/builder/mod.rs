@@ -7,6 +7,7 @@
 //! builder keeps going with best-guess types so the body can finish.
 
 mod block_ptr;
+mod combine;
 mod control;
 mod descriptor;
 mod indexing;
@@ -16,6 +17,7 @@ mod random;
 mod tile;
 
 pub use block_ptr::{make_block_ptr, BlockPtr, Padding};
+pub use combine::{reduce_with, scan_with};
 pub use control::{
     for_range, for_range_with, if_else, if_then, range, scalar, static_range, while_any,
     while_loop, Carry, Condition, InKernelOrFunc, Named, RangeOptions, RustBool, StageCount,
