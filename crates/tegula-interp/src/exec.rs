@@ -360,6 +360,10 @@ impl<'a> Program<'a> {
                 Op::For { .. } => self.exec_for(inst)?,
                 Op::If => self.exec_if(inst)?,
                 Op::While => self.exec_while(inst)?,
+                Op::ReduceWith { axis } => self.exec_combined(inst, *axis as usize, None)?,
+                Op::ScanWith { axis, reverse } => {
+                    self.exec_combined(inst, *axis as usize, Some(*reverse))?
+                }
                 // A descriptor access runs as its region: the same access as masked ops.
                 Op::DescLoad | Op::DescStore => {
                     let results = self.block(inst.regions[0], Vec::new())?;
@@ -423,6 +427,120 @@ impl<'a> Program<'a> {
             iv += step;
         }
         self.bind_results(inst, carried)
+    }
+
+    /// `reduce_with` (`scan: None`) and `scan_with` (`scan: Some(reverse)`): the combine
+    /// region runs once per combine step. A reduction combines each output's elements as a
+    /// balanced tree of adjacent pairs in index order (the GPU's order: bit for bit the same
+    /// results); a scan folds in index order (from the end when `reverse`).
+    fn exec_combined(
+        &mut self,
+        inst: &InstData,
+        axis: usize,
+        scan: Option<bool>,
+    ) -> Result<(), InterpError> {
+        let k = self.k;
+        let inputs = inst
+            .args
+            .iter()
+            .map(|&v| self.val(v))
+            .collect::<OpResult<Vec<_>>>()
+            .map_err(|f| self.error(f, inst))?;
+        let dims: Vec<usize> = k
+            .ty(inst.args[0])
+            .shape
+            .dims()
+            .iter()
+            .map(|&d| d as usize)
+            .collect();
+        let s = ops::AxisSplit::new(&dims, axis);
+        if s.n == 0 && scan.is_none() {
+            return Err(self.error(Fault::Invalid("reduction over an empty tile".into()), inst));
+        }
+        let body = inst.regions[0];
+        let element = |x: &Data, at: usize| -> Rc<Data> {
+            Rc::new(match x {
+                Data::F(v) => Data::F(vec![v[at]]),
+                Data::I(v) => Data::I(vec![v[at]]),
+                Data::P(v) => Data::P(vec![v[at]]),
+            })
+        };
+        let at = |o: usize, j: usize, i: usize| (o * s.n + j) * s.inner + i;
+        let count = match scan {
+            None => s.outer * s.inner,
+            Some(_) => s.outer * s.n * s.inner,
+        };
+        // Per result, its elements in row-major order.
+        let mut out: Vec<Vec<Option<Rc<Data>>>> = vec![vec![None; count]; inputs.len()];
+        for o in 0..s.outer {
+            for i in 0..s.inner {
+                let column: Vec<Vec<Rc<Data>>> = (0..s.n)
+                    .map(|j| inputs.iter().map(|x| element(x, at(o, j, i))).collect())
+                    .collect();
+                match scan {
+                    None => {
+                        let total = self.combine_tree(body, column)?;
+                        for (r, v) in out.iter_mut().zip(total) {
+                            r[o * s.inner + i] = Some(v);
+                        }
+                    }
+                    Some(reverse) => {
+                        let order: Vec<usize> = if reverse {
+                            (0..s.n).rev().collect()
+                        } else {
+                            (0..s.n).collect()
+                        };
+                        let mut acc: Option<Vec<Rc<Data>>> = None;
+                        for &j in &order {
+                            // What the scan has passed is on the left.
+                            let next = match acc {
+                                None => column[j].clone(),
+                                Some(mut left) => {
+                                    left.extend(column[j].iter().cloned());
+                                    self.block(body, left)?
+                                }
+                            };
+                            for (r, v) in out.iter_mut().zip(&next) {
+                                r[at(o, j, i)] = Some(v.clone());
+                            }
+                            acc = Some(next);
+                        }
+                    }
+                }
+            }
+        }
+        let results = out
+            .into_iter()
+            .map(|elems| {
+                let elems: Vec<Rc<Data>> = elems.into_iter().flatten().collect();
+                Rc::new(concat(&elems))
+            })
+            .collect();
+        self.bind_results(inst, results)
+    }
+
+    /// The combination of `leaves` (each the n values of one element) as a balanced tree of
+    /// adjacent pairs: `((x0 x1) (x2 x3)) ..`, an odd last one passed up unpaired.
+    fn combine_tree(
+        &mut self,
+        body: Block,
+        mut level: Vec<Vec<Rc<Data>>>,
+    ) -> Result<Vec<Rc<Data>>, InterpError> {
+        while level.len() > 1 {
+            let mut next = Vec::with_capacity(level.len().div_ceil(2));
+            let mut it = level.into_iter();
+            while let Some(mut left) = it.next() {
+                match it.next() {
+                    Some(right) => {
+                        left.extend(right);
+                        next.push(self.block(body, left)?);
+                    }
+                    None => next.push(left),
+                }
+            }
+            level = next;
+        }
+        Ok(level.pop().expect("a reduction has elements"))
     }
 
     fn exec_if(&mut self, inst: &InstData) -> Result<(), InterpError> {
@@ -866,6 +984,24 @@ fn format_value<'n>(d: DType, v: &Data, hex: bool, names: impl Fn(u32) -> &'n st
     } else {
         format!("[{}]", items.join(", "))
     }
+}
+
+/// The scalars `parts` (each one element) as one tile's data, in order.
+fn concat(parts: &[Rc<Data>]) -> Data {
+    let mut out = match parts.first().map(|p| &**p) {
+        Some(Data::F(_)) => Data::F(Vec::with_capacity(parts.len())),
+        Some(Data::P(_)) => Data::P(Vec::with_capacity(parts.len())),
+        _ => Data::I(Vec::with_capacity(parts.len())),
+    };
+    for p in parts {
+        match (&mut out, &**p) {
+            (Data::F(o), Data::F(v)) => o.extend_from_slice(v),
+            (Data::I(o), Data::I(v)) => o.extend_from_slice(v),
+            (Data::P(o), Data::P(v)) => o.extend_from_slice(v),
+            _ => unreachable!("one result holds one kind of element"),
+        }
+    }
+    out
 }
 
 #[cfg(test)]
