@@ -468,6 +468,24 @@ impl<'p> Machine<'p> {
                 }
                 continue;
             }
+            // `shfl.sync.up.b32 d, a, b, 0, mask`: lane i reads lane i - b, its own value where
+            // that is below lane 0 (a `c` of 0: no segments).
+            if op.starts_with("shfl.sync.up") {
+                let src: Vec<u64> = (0..self.threads)
+                    .map(|t| self.val(t, &ins.args[1]))
+                    .collect();
+                for t in 0..self.threads {
+                    if active[t] {
+                        assert_eq!(self.val(t, &ins.args[3]), 0, "unsupported {op} segments");
+                        let b = self.val(t, &ins.args[2]) as usize;
+                        let lane = t & 31;
+                        let from = if lane >= b { lane - b } else { lane };
+                        let v = src[(t & !31) | from];
+                        self.set(t, &ins.args[0], v);
+                    }
+                }
+                continue;
+            }
             for (t, &on) in active.iter().enumerate() {
                 if on {
                     self.exec(t, ins, gmem);
@@ -679,6 +697,7 @@ impl<'p> Machine<'p> {
                     "cvt.f32.f16" => bits(f16::from_bits(x as u16).to_f32()),
                     "cvt.rna.tf32.f32" => bits(tf32(f32v(x))),
                     "cvt.u32.u64" => x & 0xffff_ffff,
+                    "cvt.u32.u16" | "cvt.u16.u32" => x & 0xffff,
                     "cvt.s64.s32" => x as u32 as i32 as i64 as u64,
                     "cvt.rn.f32.s32" => bits(x as u32 as i32 as f32),
                     "cvt.f64.f32" => (f32v(x) as f64).to_bits(),

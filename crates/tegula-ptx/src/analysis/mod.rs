@@ -20,6 +20,8 @@ pub fn is_anchored(op: &Op) -> bool {
             | Op::AtomicCas { .. }
             | Op::Reduce { .. }
             | Op::Scan { .. }
+            | Op::ReduceWith { .. }
+            | Op::ScanWith { .. }
             | Op::Dot { .. }
             | Op::For { .. }
             | Op::If

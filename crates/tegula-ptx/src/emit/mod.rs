@@ -32,6 +32,7 @@
 //!   (`ldmatrix`, `mma.sync`; operands staged, hoisted or resident in shared memory);
 //! - `pipeline.rs`: `cp.async` multi-stage pipelining of the loads a loop's dots read.
 
+mod combine;
 mod convert;
 mod convert_pieces;
 mod descriptor;
@@ -749,6 +750,8 @@ impl<'k> Lower<'k> {
             Op::Atomic { .. } | Op::AtomicCas { .. } => self.lower_atomic(inst),
             Op::Reduce { .. } => self.lower_reduce(inst),
             Op::Scan { .. } => self.lower_scan(inst),
+            Op::ReduceWith { .. } => self.lower_reduce_with(inst),
+            Op::ScanWith { .. } => self.lower_scan_with(inst),
             Op::Dot { .. } => self.lower_dot(inst),
             Op::For { .. } => self.lower_for(inst),
             Op::If => self.lower_if(inst),

@@ -111,7 +111,7 @@ impl Lower<'_> {
     }
 
     /// `shfl.sync.{mode}.b32` of any register (64-bit values as two halves).
-    fn shuffle(&mut self, mode: &str, x: Reg, amount: u32, c: i64) -> Reg {
+    pub(super) fn shuffle(&mut self, mode: &str, x: Reg, amount: u32, c: i64) -> Reg {
         let shfl = |s: &mut Self, r: Reg| {
             s.b.op(
                 format!("shfl.sync.{mode}.b32"),
@@ -150,7 +150,7 @@ impl Lower<'_> {
     }
 
     /// The warp's coordinate along parent axis `d` of `l`.
-    fn warp_coord(&mut self, l: &Layout, d: usize) -> Reg {
+    pub(super) fn warp_coord(&mut self, l: &Layout, d: usize) -> Reg {
         let ws = l.warp_strides()[d];
         let warp = self.thread.warp;
         let s = self.b.op(

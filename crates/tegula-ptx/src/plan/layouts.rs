@@ -259,6 +259,8 @@ impl Planner<'_, '_> {
                 | Op::AtomicCas { .. }
                 | Op::Reduce { .. }
                 | Op::Scan { .. }
+                | Op::ReduceWith { .. }
+                | Op::ScanWith { .. }
                 | Op::Dot { .. }
                 | Op::DescLoad => {
                     for &r in &d.results {
@@ -417,6 +419,16 @@ impl Planner<'_, '_> {
             }
             Op::Reduce { axis, .. } => (self.natural(d.args[0]).0.slice(*axis as usize), true),
             Op::Scan { axis, .. } => (
+                Layout::chunked(&ty.shape, *axis as usize, self.cx.num_warps()),
+                true,
+            ),
+            // The combine lowering's layout (emit/combine.rs): one contiguous run per thread.
+            Op::ReduceWith { axis } => {
+                let operand = k.ty(d.args[0]).shape;
+                let l = Layout::chunked(&operand, *axis as usize, self.cx.num_warps());
+                (l.slice(*axis as usize), true)
+            }
+            Op::ScanWith { axis, .. } => (
                 Layout::chunked(&ty.shape, *axis as usize, self.cx.num_warps()),
                 true,
             ),
