@@ -240,3 +240,57 @@ fn chunked_histograms_match_a_host_count() -> tegula::Result<()> {
     }
     Ok(())
 }
+
+/// Each row's largest value and its first column, with `reduce_with` and a closure over
+/// (value, index) pairs, and the running maximum of the row with `scan_with`.
+#[tegula::kernel]
+fn row_argmax(
+    x: Ptr<f32>,
+    best: Ptr<f32>,
+    at: Ptr<i32>,
+    running: Ptr<f32>,
+    n: i32,
+    #[constexpr] block: usize,
+) {
+    let row = program_id(0);
+    let cols = arange(0, block as i64);
+    let mask = cols.lt(n);
+    let v = load(x + row * n + cols, mask, f32::NEG_INFINITY);
+    let (m, i) = reduce_with((v, cols), 0, |(v0, i0), (v1, i1)| {
+        let take = v1.gt(v0) | (v1.eq(v0) & i1.lt(i0));
+        (select(take, v1, v0), select(take, i1, i0))
+    });
+    store_unmasked(best + row, m);
+    store_unmasked(at + row, i);
+    let r = scan_with(v, 0, false, |a, b| maximum(a, b));
+    store(running + row * n + cols, r, mask);
+}
+
+#[test]
+fn a_macro_kernel_reduces_and_scans_with_closures() -> tegula::Result<()> {
+    let dev = Device::cpu();
+    let mut rng = StdRng::seed_from_u64(11);
+    let (m, n) = (5usize, 91usize);
+    // Small integers: ties, which the first column wins.
+    let x: Vec<f32> = (0..m * n).map(|_| rng.gen_range(0..9) as f32).collect();
+    let xt = dev.from_slice(&x, [m, n])?;
+    let (mut bt, mut it, mut rt) = (
+        dev.zeros::<f32>([m])?,
+        dev.zeros::<i32>([m])?,
+        dev.zeros::<f32>([m, n])?,
+    );
+    row_argmax::launch(&dev, m, &xt, &mut bt, &mut it, &mut rt, n as i32, 128)?;
+    let (b, i, r) = (bt.to_vec()?, it.to_vec()?, rt.to_vec()?);
+    for row in 0..m {
+        let line = &x[row * n..(row + 1) * n];
+        let top = line.iter().copied().fold(f32::MIN, f32::max);
+        let first = line.iter().position(|&v| v == top).unwrap();
+        assert_eq!((b[row], i[row]), (top, first as i32), "row {row}");
+        let mut run = f32::MIN;
+        for c in 0..n {
+            run = run.max(line[c]);
+            assert_eq!(r[row * n + c], run, "row {row} column {c}");
+        }
+    }
+    Ok(())
+}
