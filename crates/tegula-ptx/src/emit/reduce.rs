@@ -693,7 +693,11 @@ impl Lower<'_> {
             .filter(|&i| g.coords(i)[p] == g.n[p] - 1)
             .collect();
         let mut prefix: Vec<Reg> = Vec::new();
-        let tpw = ls.tpw[p];
+        // The lanes and warps holding distinct runs: an axis shorter than the layout's threads
+        // is replicated across the rest, which must scan as copies of the first ones (each
+        // copy writes its value where a reverse scan flips the result back).
+        let pp = g.parent[p];
+        let tpw = ls.tpw[p].min((pp / ls.spt[p]).max(1));
         let lane = self.thread.lane;
         let lane_p = self.b.op(
             "and.b32",
@@ -731,7 +735,7 @@ impl Lower<'_> {
             prefix.push(incl);
         }
         // prefix holds (exclusive-lane, inclusive-lane) per group.
-        let wpc = ls.wpc[p];
+        let wpc = ls.wpc[p].min((pp / (tpw * ls.spt[p])).max(1));
         let mut warp_prefix: Vec<Option<Reg>> = vec![None; groups.len()];
         if wpc > 1 {
             let es = prefix[1].class.bytes() as i64;
@@ -746,7 +750,16 @@ impl Lower<'_> {
             let bytes = (m * wpc as i64 * es) as u32;
             let base = self.smem(bytes);
             let toff = self.thread_offset(&ls, &shape, &ostr);
-            let wcoord = self.warp_coord(&ls, p);
+            let wc = self.warp_coord(&ls, p);
+            let wcoord = if wpc < ls.wpc[p] {
+                self.b.op(
+                    "and.b32",
+                    RegClass::B32,
+                    vec![wc.into(), Arg::Imm(wpc as i64 - 1)],
+                )
+            } else {
+                wc
+            };
             let gbase = match toff {
                 Some(t) => self
                     .b
