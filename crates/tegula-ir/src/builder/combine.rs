@@ -13,11 +13,21 @@ use crate::types::TileType;
 /// one shape; `combine(left, right)` receives two values of that structure made of rank-0
 /// tiles, `left` from lower indices along the axis, and returns the combined one.
 ///
-/// ```ignore
-/// let (best, at) = reduce_with((x, idx), 1, |(v0, i0), (v1, i1)| {
-///     let take = v1.gt(v0) | (v1.eq(v0) & i1.lt(i0));
-///     (select(take, v1, v0), select(take, i1, i0))
-/// });
+/// ```
+/// use tegula_ir::prelude::*;
+/// let k = trace("row_argmax", |p| {
+///     let (x, out) = (p.ptr("x", DType::F32), p.ptr("out", DType::I32));
+///     let (rows, cols) = (arange(0, 4).col(), arange(0, 8).row());
+///     let v = load_unmasked(x + rows * 8 + cols);
+///     let idx = cols.broadcast_to([4, 8]);
+///     let (_best, at) = reduce_with((v, idx), 1, |(v0, i0), (v1, i1)| {
+///         let take = v1.gt(v0) | (v1.eq(v0) & i1.lt(i0));
+///         (select(take, v1, v0), select(take, i1, i0))
+///     });
+///     store_unmasked(out + arange(0, 4), at);
+/// })
+/// .unwrap();
+/// assert!(k.to_string().contains("reduce_with"));
 /// ```
 ///
 /// `combine` must be associative: the elements are combined as a balanced tree of adjacent
