@@ -875,6 +875,16 @@ impl<'p> Machine<'p> {
                     "div" => sx(x).wrapping_div(sx(y)) as u64,
                     "rem" if ty.starts_with('u') => (x & mask) % (y & mask),
                     "rem" => sx(x).wrapping_rem(sx(y)) as u64,
+                    // `bfe d, x, pos, len`: bits pos.. of x, sign-extended for .s32.
+                    "bfe" => {
+                        let len = v(self, 3) as u32;
+                        let field = (x >> y) & ((1u64 << len) - 1);
+                        if ty == "s32" && len > 0 && field >> (len - 1) & 1 == 1 {
+                            field | !((1u64 << len) - 1)
+                        } else {
+                            field
+                        }
+                    }
                     o => panic!("unsupported {o} ({op})"),
                 };
                 self.set(t, &a[0], r & mask);

@@ -51,6 +51,9 @@ enum Combine {
     Welford,
     /// Products of 2x2 i32 matrices (a, b, c, d), wrapping.
     MatMul,
+    /// (i1 or, u8 max, f64 sum): predicates, narrow integers and 64-bit floats through the
+    /// shuffles and shared memory.
+    Mixed,
 }
 
 impl Combine {
@@ -59,6 +62,16 @@ impl Combine {
             Combine::ArgMax(d) => vec![d, DType::I32],
             Combine::Welford => vec![DType::F32; 3],
             Combine::MatMul => vec![DType::I32; 4],
+            Combine::Mixed => vec![DType::I1, DType::U8, DType::F64],
+        }
+    }
+
+    /// The dtypes of the input buffers: the combined ones, except that `Mixed` makes its i1
+    /// and u8 tiles from i32 loads.
+    fn input_dtypes(self) -> Vec<DType> {
+        match self {
+            Combine::Mixed => vec![DType::I32, DType::I32, DType::F64],
+            c => c.dtypes(),
         }
     }
 }
@@ -96,9 +109,10 @@ fn matmul_combine(
 /// scan when `scan` is `Some(reverse)`) and stores every result flat.
 fn kernel(shape: &[usize], axis: usize, combine: Combine, scan: Option<bool>) -> Kernel {
     let dtypes = combine.dtypes();
+    let input_dtypes = combine.input_dtypes();
     trace("combine", |p| {
         let ins: Vec<Tile> = (0..dtypes.len())
-            .map(|i| p.ptr(&format!("x{i}"), dtypes[i]))
+            .map(|i| p.ptr(&format!("x{i}"), input_dtypes[i]))
             .collect();
         let outs: Vec<Tile> = (0..dtypes.len())
             .map(|i| p.ptr(&format!("y{i}"), dtypes[i]))
@@ -124,6 +138,18 @@ fn kernel(shape: &[usize], axis: usize, combine: Combine, scan: Option<bool>) ->
                 let (a, b, c) = match scan {
                     None => reduce_with(x, axis, welford_combine),
                     Some(rev) => scan_with(x, axis, rev, welford_combine),
+                };
+                vec![a, b, c]
+            }
+            Combine::Mixed => {
+                let l = |i: usize| load(ins[i] + offs, mask, 0);
+                let x = (l(0).eq(0) & mask, l(1).to::<u8>(), l(2));
+                let f = |(f0, u0, s0): (Tile, Tile, Tile), (f1, u1, s1): (Tile, Tile, Tile)| {
+                    (f0 | f1, maximum(u0, u1), s0 + s1)
+                };
+                let (a, b, c) = match scan {
+                    None => reduce_with(x, axis, f),
+                    Some(rev) => scan_with(x, axis, rev, f),
                 };
                 vec![a, b, c]
             }
@@ -166,6 +192,7 @@ fn random_input(r: &mut Rng, dt: DType, n: usize) -> Vec<u64> {
             // Few distinct values: many ties.
             DType::F32 => ((r.below(16) as f32 - 8.0) * 0.5).to_bits() as u64,
             DType::F16 => half::f16::from_f32(r.below(16) as f32 - 8.0).to_bits() as u64,
+            DType::F64 => (r.below(1 << 20) as f64 / 1024.0 - 512.0).to_bits(),
             _ => (r.below(9) as i64 - 4) as u32 as u64,
         })
         .collect()
@@ -188,7 +215,7 @@ fn check(r: &mut Rng, shape: &[usize], combine: Combine, scan: Option<bool>, war
     };
     let dtypes = combine.dtypes();
     let mut args = Vec::new();
-    for (i, &dt) in dtypes.iter().enumerate() {
+    for (i, &dt) in combine.input_dtypes().iter().enumerate() {
         let bits = match combine {
             Combine::Welford if i == 0 => welford_input(r, n),
             _ => random_input(r, dt, n),
@@ -228,6 +255,7 @@ fn reductions_agree_with_the_interpreter() {
                 Combine::ArgMax(DType::F16),
                 Combine::Welford,
                 Combine::MatMul,
+                Combine::Mixed,
             ] {
                 check(&mut r, shape, combine, None, warps);
             }
@@ -240,7 +268,7 @@ fn scans_agree_with_the_interpreter() {
     let mut r = Rng::new("scans_agree_with_the_interpreter");
     for warps in [1, 4, 8] {
         for shape in SHAPES {
-            for combine in [Combine::ArgMax(DType::F32), Combine::MatMul] {
+            for combine in [Combine::ArgMax(DType::F32), Combine::MatMul, Combine::Mixed] {
                 let reverse = r.below(2) == 1;
                 check(&mut r, shape, combine, Some(reverse), warps);
             }
@@ -264,6 +292,8 @@ fn combine_kernels_assemble() {
         (&[32, 16][..], Combine::MatMul, None),
         (&[4, 256][..], Combine::MatMul, Some(true)),
         (&[1024][..], Combine::ArgMax(DType::F32), Some(false)),
+        (&[16, 64][..], Combine::Mixed, None),
+        (&[16, 64][..], Combine::Mixed, Some(true)),
     ]
     .into_iter()
     .enumerate()
@@ -286,5 +316,40 @@ fn combine_kernels_assemble() {
                 }
             }
         }
+    }
+}
+
+/// A reduction inside a loop body (a row's argmax per block of columns, carried across the
+/// loop) whose combine also reads a kernel argument: the body is emitted anew at every step
+/// inside the loop, and the outer value is read where it is defined.
+#[test]
+fn a_reduction_in_a_loop_reads_an_outer_value() {
+    let mut r = Rng::new("a_reduction_in_a_loop_reads_an_outer_value");
+    let k = trace("loop", |p| {
+        let (x, y) = (p.ptr("x", DType::I32), p.ptr("y", DType::I32));
+        let (n, bias) = (p.scalar("n", DType::I32), p.scalar("bias", DType::I32));
+        let cols = arange(0, 32);
+        let rows = arange(0, 4).col();
+        let best = for_range(0, n, 32, full::<i32>([4], i32::MIN), |start, best| {
+            let c = start + cols.row();
+            let mask = c.lt(n).broadcast_to([4, 32]);
+            let v = load(x + rows * n + c, mask, i32::MIN);
+            // max(a, b + bias - bias) is max(a, b): the bias cancels, but the body reads it.
+            let m = reduce_with(v, 1, |a, b| maximum(a, b + bias - bias));
+            maximum(best, m)
+        });
+        store_unmasked(y + arange(0, 4), best);
+    })
+    .unwrap();
+    let n: usize = 77;
+    let x: Vec<u64> = (0..4 * n).map(|_| r.below(1000) as u64).collect();
+    for warps in [1, 4] {
+        let args = [
+            A::Buf(DType::I32, x.clone()),
+            A::Buf(DType::I32, vec![0; 4]),
+            A::I32(n as i32),
+            A::I32(5),
+        ];
+        agree("a reduction in a loop", &k, [1, 1, 1], &args, 80, warps);
     }
 }
