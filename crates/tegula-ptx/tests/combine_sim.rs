@@ -1,7 +1,8 @@
 //! `reduce_with` and `scan_with` (a combine function, tuple inputs) compiled to PTX and run
 //! on the PTX simulator against the interpreter, bit for bit: an argmax with indices (f32 and
-//! f16 values), Welford's (mean, m2, count) in f32, and 2x2 integer matrix products (four
-//! tiles, associative but not commutative, so any change of combine order shows), over fresh
+//! f16 values), Welford's (mean, m2, count) in f32, 2x2 integer matrix products (four
+//! tiles, associative but not commutative, so any change of combine order shows) and i1, u8
+//! and f64 tiles combined together (every register class through the shuffles), over fresh
 //! random inputs, masked tiles with odd extents, each axis, on 1, 4 and 8 warps; the kernels
 //! also assemble with ptxas for sm_80 and sm_90a.
 //!
