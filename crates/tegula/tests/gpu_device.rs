@@ -1,6 +1,6 @@
 //! The device's GPU paths of sizes, allocation, views, device errors and empty grids (their
-//! interpreter halves are in `sizes_and_devices.rs`), and shape ops and histograms against the
-//! interpreter.
+//! interpreter halves are in `sizes_and_devices.rs`), and shape ops, histograms,
+//! `reduce_with` and `scan_with` against the interpreter.
 //!
 //! Ignored without a GPU (CI has none): `TEGULA_GPU_TESTS=1 cargo test -p tegula --test
 //! gpu_device -- --ignored` (the README's tests section). Asked to run without
@@ -197,4 +197,102 @@ fn histogram_matches_the_interpreter_on_the_gpu() {
     let (got, want) = (run(&dev), run(&cpu));
     assert_eq!(want, host_histograms(&x, &bytes));
     assert_eq!(got, want);
+}
+
+/// Each row's largest value with its first column (`reduce_with` over (value, index) pairs),
+/// a Welford (count, mean, m2) reduction, and the running maximum (`scan_with`).
+#[tegula::kernel]
+fn row_combines(
+    x: Ptr<f32>,
+    best: Ptr<f32>,
+    at: Ptr<i32>,
+    stats: Ptr<f32>,
+    running: Ptr<f32>,
+    n: i32,
+    #[constexpr] block: usize,
+) {
+    let row = program_id(0);
+    let cols = arange(0, block as i64);
+    let mask = cols.lt(n);
+    let v = load(x + row * n + cols, mask, f32::NEG_INFINITY);
+    let (m, i) = reduce_with((v, cols), 0, |(v0, i0), (v1, i1)| {
+        let take = v1.gt(v0) | (v1.eq(v0) & i1.lt(i0));
+        (select(take, v1, v0), select(take, i1, i0))
+    });
+    store_unmasked(best + row, m);
+    store_unmasked(at + row, i);
+    let w = load(x + row * n + cols, mask, 0.0f32);
+    let count = select(
+        mask,
+        full::<f32>([block], 1.0f32),
+        full::<f32>([block], 0.0f32),
+    );
+    let (c, mean, m2) = reduce_with(
+        (count, w, zeros::<f32>([block])),
+        0,
+        |(c0, m0, s0), (c1, m1, s1)| {
+            let c = c0 + c1;
+            let safe = select(c.gt(0.0f32), c, full::<f32>([], 1.0f32));
+            let d = m1 - m0;
+            (c, m0 + d * (c1 / safe), s0 + s1 + d * d * (c0 * c1 / safe))
+        },
+    );
+    store_unmasked(stats + row * 3, c);
+    store_unmasked(stats + row * 3 + 1, mean);
+    store_unmasked(stats + row * 3 + 2, m2);
+    let r = scan_with(v, 0, false, |a, b| maximum(a, b));
+    store(running + row * n + cols, r, mask);
+}
+
+#[test]
+#[ignore = "needs a GPU: TEGULA_GPU_TESTS=1 cargo test -- --ignored"]
+fn reduce_with_and_scan_with_match_the_interpreter_on_the_gpu() {
+    let dev = gpu();
+    let cpu = Device::cpu();
+    let (m, n) = (37usize, 201usize);
+    let mut s = 0x9e37_79b9_7f4a_7c15u64;
+    let mut next = || {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        s
+    };
+    // Small integers (ties for the argmax) scaled, so Welford's sums are exact in f32.
+    let x: Vec<f32> = (0..m * n).map(|_| (next() % 17) as f32 * 0.25).collect();
+    let run = |d: &Device| {
+        let xt = d.from_slice(&x, [m, n]).unwrap();
+        let (mut b, mut i) = (d.zeros::<f32>([m]).unwrap(), d.zeros::<i32>([m]).unwrap());
+        let mut st = d.zeros::<f32>([m * 3]).unwrap();
+        let mut r = d.zeros::<f32>([m, n]).unwrap();
+        row_combines::launch(d, m, &xt, &mut b, &mut i, &mut st, &mut r, n as i32, 256).unwrap();
+        (
+            b.to_vec().unwrap(),
+            i.to_vec().unwrap(),
+            st.to_vec().unwrap(),
+            r.to_vec().unwrap(),
+        )
+    };
+    let (got, want) = (run(&dev), run(&cpu));
+    for row in 0..m {
+        let line = &x[row * n..(row + 1) * n];
+        let top = line.iter().copied().fold(f32::MIN, f32::max);
+        let first = line.iter().position(|&v| v == top).unwrap() as i32;
+        assert_eq!((want.0[row], want.1[row]), (top, first), "row {row}");
+        let mean = line.iter().map(|&v| v as f64).sum::<f64>() / n as f64;
+        let m2: f64 = line.iter().map(|&v| (v as f64 - mean).powi(2)).sum();
+        assert_eq!(want.2[3 * row], n as f32, "row {row}");
+        assert!((want.2[3 * row + 1] as f64 - mean).abs() < 1e-5 * mean.abs().max(1.0));
+        assert!((want.2[3 * row + 2] as f64 - m2).abs() < 1e-4 * m2.max(1.0));
+    }
+    // The same reduction tree on both: bit-identical (exact ops for the argmax and the scan;
+    // Welford's rounding follows the tree, up to ptxas's fma contraction).
+    assert_eq!(got.0, want.0);
+    assert_eq!(got.1, want.1);
+    assert_eq!(got.3, want.3);
+    for (g, w) in got.2.iter().zip(&want.2) {
+        assert!(
+            (g - w).abs() <= 1e-5 * w.abs().max(1.0),
+            "welford {g} vs {w}"
+        );
+    }
 }
