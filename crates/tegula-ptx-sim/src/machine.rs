@@ -447,10 +447,6 @@ impl<'p> Machine<'p> {
                 self.ldmatrix(ins, &active);
                 continue;
             }
-            if op.starts_with("stmatrix") {
-                self.stmatrix(ins, &active);
-                continue;
-            }
             if op.starts_with("mma.sync") {
                 self.mma(ins, &active);
                 continue;
@@ -1227,36 +1223,6 @@ impl<'p> Machine<'p> {
                         (half(self, q, 2 * p), half(self, q, 2 * p + 1))
                     };
                     self.regs[t][d] = h0 | (h1 << 16);
-                }
-            }
-        }
-    }
-
-    /// `stmatrix.sync.aligned.m8n8.x{1,2,4}.shared.b16` (sm_90): the inverse of `ldmatrix`
-    /// without `.trans`: lanes 8i..8i+7 give the row addresses of matrix i, and register i of
-    /// lane l goes to row l/4, elements 2(l%4) and 2(l%4)+1 of matrix i.
-    fn stmatrix(&mut self, ins: &Ins, active: &[bool]) {
-        assert!(active.iter().all(|&a| a), "stmatrix under a guard");
-        assert!(
-            !ins.op.contains(".trans"),
-            "stmatrix .trans is not modelled"
-        );
-        let Opnd::Vec(src) = &ins.args[1] else {
-            panic!("stmatrix takes a vector of registers")
-        };
-        for w in 0..self.threads / 32 {
-            let rows: Vec<u64> = (0..32)
-                .map(|l| self.addr(32 * w + l, &ins.args[0]))
-                .collect();
-            for (i, &r) in src.iter().enumerate() {
-                let row_at = |q: usize| rows[8 * i + q];
-                for l in 0..32usize {
-                    let t = 32 * w + l;
-                    let (q, p) = (l / 4, l % 4);
-                    assert_eq!(row_at(q) % 16, 0, "unaligned stmatrix row");
-                    let at = row_at(q) + 4 * p as u64;
-                    let word = (self.regs[t][r] as u32).to_le_bytes();
-                    self.smem_access(t, at, 4, Some(&word));
                 }
             }
         }

@@ -147,46 +147,6 @@ fn wgmma_matmul_large_tiles_match() {
     }
 }
 
-/// Rule *stmatrix exchange*: a bf16 C crosses shared memory on its way to the global stores
-/// with one `stmatrix.x4` per 16 x 16 block of a warp, not one 4-byte store per pair; C
-/// matches the reference, and a `stmatrix` whose registers are out of matrix order does not.
-#[test]
-fn bf16_c_crosses_shared_memory_by_stmatrix() {
-    let (types, blocks, ws, mnk) = (
-        (DType::BF16, DType::BF16),
-        (128, 256, 64),
-        (8, 3),
-        (128, 256, 320),
-    );
-    let ptx = wgmma_matmul_ptx(types.0, types.1, blocks, ws);
-    let stmatrix = ptx
-        .matches("stmatrix.sync.aligned.m8n8.x4.shared.b16")
-        .count();
-    // 128 x 256 over 256 threads: 128 elements, 64 pairs, 16 quads a thread.
-    assert_eq!(stmatrix, 16, "{ptx}");
-    assert!(!ptx.contains("st.shared.b32"), "pairs stored singly");
-    let (got, want, scale) = run_wgmma_matmul_ptx(&ptx, types, blocks, ws, mnk);
-    assert_close(&got.unwrap(), &want, &scale, 1e-2, "stmatrix epilogue");
-    // Swap the first stmatrix's second and third registers: rows 8-15 and columns 8-15 of a
-    // block trade places.
-    let line = ptx
-        .lines()
-        .find(|l| l.contains("stmatrix"))
-        .expect("a stmatrix");
-    let (head, regs) = line.split_once('{').unwrap();
-    let r: Vec<&str> = regs.trim_end_matches("};").split(", ").collect();
-    let swapped = format!("{head}{{{}, {}, {}, {}}};", r[0], r[2], r[1], r[3]);
-    let mutated = ptx.replacen(line, &swapped, 1);
-    let (bad, ..) = run_wgmma_matmul_ptx(&mutated, types, blocks, ws, mnk);
-    let bad = bad.unwrap();
-    let off = bad
-        .iter()
-        .zip(&want)
-        .filter(|(g, w)| (**g as f64 - **w).abs() > 0.05 * w.abs().max(1.0))
-        .count();
-    assert!(off > 0, "a misordered stmatrix went unnoticed");
-}
-
 /// Row strides that are not multiples of 16 bytes (the specialization records their
 /// divisibility: 4 or 2 elements) stream through 8- and 4-byte `cp.async` copies into the
 /// slots wgmma reads, beside 16-byte copies of the other operand where its rows allow them;

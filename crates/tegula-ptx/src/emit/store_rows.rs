@@ -9,9 +9,7 @@
 //! op before it whose other inputs the mma layout holds, e.g. attention's `acc * (1 / l)`
 //! with `l` reduced from the accumulator's rows) runs first, in the mma layout, and the
 //! narrower tile crosses in rows padded so that the rows of one write fall on different banks,
-//! with each thread's runs written and read as single vector accesses. On sm_90 a 2-byte
-//! tile in an mma layout is written with `stmatrix.x4`, four 8 x 8 blocks an instruction
-//! (rule *stmatrix exchange*), where a thread's runs are one 4-byte pair each.
+//! with each thread's runs written and read as single vector accesses.
 
 use super::memory::{vec_suffix, word_plan, word_ty};
 use super::types::class_of;
@@ -38,9 +36,6 @@ struct RowExchange {
     /// Elements each thread writes (reads) as one vector access.
     write_run: usize,
     read_run: usize,
-    /// Whether the writes go out as `stmatrix` (rule *stmatrix exchange*, see
-    /// [`Lower::stmatrix_fits`]) rather than one store per run.
-    stmatrix: bool,
 }
 
 impl Lower<'_> {
@@ -186,7 +181,6 @@ impl Lower<'_> {
         if slab_rows * row_bytes > budget || !slab_rows.is_multiple_of(least) {
             return None;
         }
-        let stmatrix = self.stmatrix_fits(from, &shape, es, write_run, row_bytes);
         Some(RowExchange {
             shape,
             dtype,
@@ -194,72 +188,7 @@ impl Lower<'_> {
             slab_rows,
             write_run: write_run as usize,
             read_run: read_run as usize,
-            stmatrix,
         })
-    }
-
-    /// Rule *stmatrix exchange*: on sm_90 and newer, a tile of 2-byte elements whose layout
-    /// gives every warp the m16n8 fragment pattern (lane `l` at row `l / 4`, columns
-    /// `2 (l % 4)` and the next, of 8 x 8 blocks starting at a multiple of 8 columns: an
-    /// `mma.sync` or `wgmma` accumulator) writes four such blocks with one `stmatrix.x4`
-    /// instead of four 4-byte stores (Triton's epilogue has as few shared stores). Rows must
-    /// be multiples of 16 bytes (`stmatrix` writes 16-byte rows).
-    fn stmatrix_fits(
-        &self,
-        from: &Layout,
-        shape: &Shape,
-        es: u32,
-        write_run: u32,
-        row_bytes: u32,
-    ) -> bool {
-        if self.sm() < 90 || es != 2 || write_run != 2 || !row_bytes.is_multiple_of(16) {
-            return false;
-        }
-        let cols = shape.dim(1) as u64;
-        let threads = 32 * self.num_warps();
-        let bases = from.thread_bases(shape, threads);
-        (0..threads as usize).all(|t| {
-            let lane = (t % 32) as u64;
-            let lead = bases[t - t % 32];
-            (lead % cols).is_multiple_of(8) && bases[t] == lead + (lane / 4) * cols + 2 * (lane % 4)
-        })
-    }
-
-    /// Each lane's `stmatrix` row address less its own first element's: lane `l` gives row
-    /// `l % 8` of matrix `l / 8`, and the four matrices of an `x4` are a warp's two row
-    /// halves (`+0`, `+8` rows) of two neighbouring 8-column blocks (`+0`, `+block_step`
-    /// bytes), where the lane's own element is at row `l / 4`, column `2 (l % 4)`.
-    fn stmatrix_lane_offset(&mut self, row_bytes: i64, block_step: i64) -> Reg {
-        let lane = self.thread.lane;
-        let op = |b: &mut crate::ptx::Builder, name: &str, args: Vec<Arg>| {
-            b.op(name, RegClass::B32, args)
-        };
-        let b = &mut self.b;
-        let in_matrix = op(b, "and.b32", vec![lane.into(), Arg::Imm(7)]);
-        let matrix = op(b, "shr.u32", vec![lane.into(), Arg::Imm(3)]);
-        let lower_half = op(b, "and.b32", vec![matrix.into(), Arg::Imm(1)]);
-        let row = op(
-            b,
-            "mad.lo.s32",
-            vec![lower_half.into(), Arg::Imm(8), in_matrix.into()],
-        );
-        let own_row = op(b, "shr.u32", vec![lane.into(), Arg::Imm(2)]);
-        let row_delta = op(b, "sub.s32", vec![row.into(), own_row.into()]);
-        let right_half = op(b, "shr.u32", vec![lane.into(), Arg::Imm(4)]);
-        let own_col = op(b, "and.b32", vec![lane.into(), Arg::Imm(3)]);
-        // Bytes: the next block for the right half, less 2 columns of 2 bytes a lane.
-        let own_col_bytes = op(b, "shl.b32", vec![own_col.into(), Arg::Imm(2)]);
-        let col_delta = op(
-            b,
-            "mad.lo.s32",
-            vec![right_half.into(), Arg::Imm(block_step), Arg::Imm(0)],
-        );
-        let col_delta = op(b, "sub.s32", vec![col_delta.into(), own_col_bytes.into()]);
-        op(
-            b,
-            "mad.lo.s32",
-            vec![row_delta.into(), Arg::Imm(row_bytes), col_delta.into()],
-        )
     }
 
     /// Moves `src` (in `from`) to `to` through shared memory as [`Lower::row_exchange`] planned:
@@ -290,41 +219,13 @@ impl Lower<'_> {
         let reads = runs(&gt, plan.read_run, &strides);
         let mut out: Vec<Option<Reg>> = vec![None; gt.count];
         let rounds = shape.dim(0) as u32 / plan.slab_rows;
-        let block_step = plan
-            .stmatrix
-            .then(|| stmatrix_block_step(&writes, plan.row_bytes))
-            .flatten();
-        let saddr = block_step.map(|step| {
-            let delta = self.stmatrix_lane_offset(plan.row_bytes, step);
-            let at = self
-                .b
-                .op("add.s32", RegClass::B32, vec![waddr.into(), delta.into()]);
-            (at, step)
-        });
         for s in 0..rounds {
             let in_round = |g: &RegGeometry, first: usize| {
                 g.const_index(0, g.coords(first)[0]) as u32 / plan.slab_rows == s
             };
             let shift = s as i64 * slab_bytes;
             self.barrier();
-            let round: Vec<&(Vec<usize>, i64)> =
-                writes.iter().filter(|(r, _)| in_round(&gf, r[0])).collect();
-            let (quads, singles) = match saddr {
-                Some((_, step)) => stmatrix_quads(&round, plan.row_bytes, step),
-                None => (Vec::new(), round),
-            };
-            for quad in &quads {
-                let mut words = Vec::with_capacity(4);
-                for (regs, _) in quad {
-                    let elems: Vec<Reg> = regs.iter().map(|&i| src[i]).collect();
-                    words.extend(self.words_of(plan.dtype, &elems).1);
-                }
-                let (at, _) = saddr.expect("quads only with stmatrix");
-                let addr = Arg::Addr(Box::new(at.into()), quad[0].1 - shift);
-                let op = "stmatrix.sync.aligned.m8n8.x4.shared.b16";
-                self.b.emit(op, vec![addr, vector(words)]);
-            }
-            for (regs, off) in singles {
+            for (regs, off) in writes.iter().filter(|(r, _)| in_round(&gf, r[0])) {
                 let elems: Vec<Reg> = regs.iter().map(|&i| src[i]).collect();
                 let (ws, words) = self.words_of(plan.dtype, &elems);
                 let addr = Arg::Addr(Box::new(waddr.into()), off - shift);
@@ -398,64 +299,6 @@ fn runs(g: &RegGeometry, run: usize, strides: &[i64; 2]) -> Vec<(Vec<usize>, i64
         }
     }
     out
-}
-
-/// The byte distance from a thread's first 8-column block to its next one in the same rows
-/// (16 for a `wgmma` accumulator; wider where warps interleave along the columns, as
-/// `mma.sync`'s do), or `None` where a thread has one block a row.
-fn stmatrix_block_step(writes: &[(Vec<usize>, i64)], row_bytes: i64) -> Option<i64> {
-    let first = writes.iter().map(|(_, o)| *o).min()?;
-    writes
-        .iter()
-        .map(|(_, o)| *o - first)
-        .filter(|&d| d > 0 && d < row_bytes - first % row_bytes)
-        .min()
-}
-
-/// The writes of one round grouped for `stmatrix.x4`: four 2-element runs at offsets `o`,
-/// `o + 8 rows`, `o + step` and `o + 8 rows + step` (in `stmatrix`'s matrix order, see
-/// [`Lower::stmatrix_lane_offset`]), `o` at a multiple of 8 columns; the writes left over,
-/// singly.
-#[allow(clippy::type_complexity)]
-fn stmatrix_quads<'a>(
-    writes: &[&'a (Vec<usize>, i64)],
-    row_bytes: i64,
-    step: i64,
-) -> (Vec<[&'a (Vec<usize>, i64); 4]>, Vec<&'a (Vec<usize>, i64)>) {
-    let mut by_offset: Vec<&(Vec<usize>, i64)> = writes
-        .iter()
-        .copied()
-        .filter(|(r, _)| r.len() == 2)
-        .collect();
-    by_offset.sort_by_key(|(_, o)| *o);
-    let at: std::collections::HashMap<i64, usize> = by_offset
-        .iter()
-        .enumerate()
-        .map(|(i, (_, o))| (*o, i))
-        .collect();
-    let mut used = vec![false; by_offset.len()];
-    let mut quads = Vec::new();
-    for i in 0..by_offset.len() {
-        let o = by_offset[i].1;
-        if used[i] || (o % row_bytes) / 2 % 8 != 0 {
-            continue;
-        }
-        let parts = [o, o + 8 * row_bytes, o + step, o + 8 * row_bytes + step].map(|x| at.get(&x));
-        if let [Some(&a), Some(&b), Some(&c), Some(&d)] = parts {
-            if [a, b, c, d].iter().all(|&j| !used[j]) {
-                for j in [a, b, c, d] {
-                    used[j] = true;
-                }
-                quads.push([by_offset[a], by_offset[b], by_offset[c], by_offset[d]]);
-            }
-        }
-    }
-    let singles = writes
-        .iter()
-        .copied()
-        .filter(|w| !quads.iter().flatten().any(|q| std::ptr::eq(*q, *w)))
-        .collect();
-    (quads, singles)
 }
 
 fn vector(words: Vec<Reg>) -> Arg {
