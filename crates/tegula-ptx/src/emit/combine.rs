@@ -166,8 +166,6 @@ impl Lower<'_> {
         distinct_warps: u32,
         parts: &mut [Part],
     ) -> R<()> {
-        let out_l = l.slice(p);
-        let gout = out_l.geometry(out_shape);
         let n_out = out_shape.numel() as i64;
         let words: Vec<RegClass> = parts[0]
             .iter()
@@ -190,33 +188,12 @@ impl Lower<'_> {
             )));
         }
         let base = self.smem(total as u32);
-        let wc = self.warp_coord(l, p);
-        let wcm = self.b.op(
-            "and.b32",
-            RegClass::B32,
-            vec![wc.into(), Arg::Imm(distinct_warps as i64 - 1)],
-        );
-        let ostr = Lower::parent_strides(&out_l, out_shape, 1);
-        let toff = self.thread_offset(&out_l, out_shape, &ostr);
-        // The thread's slot index for warp `w`: w * n_out + its first output's index.
-        let slot = |s: &mut Self, w: Reg| -> Reg {
-            let ws =
-                s.b.op("mul.lo.s32", RegClass::B32, vec![w.into(), Arg::Imm(n_out)]);
-            match toff {
-                Some(t) => s.b.op("add.s32", RegClass::B32, vec![ws.into(), t.into()]),
-                None => ws,
-            }
-        };
-        let out_offset = |o: usize| {
-            if out_l.is_scalar() {
-                0
-            } else {
-                Lower::reg_offset(&gout, o, &ostr)
-            }
-        };
-        let my = slot(self, wcm);
+        // The scan layout slices nothing: the axis is parent axis `p`.
+        let slots = self.warp_slots(l, p, out_shape, distinct_warps);
+        let out_offset = |o: usize| slots.out_offset(o);
+        let my = self.warp_slot(&slots, slots.warp);
         let zero = self.imm(RegClass::B32, Arg::Imm(0));
-        let first = slot(self, zero);
+        let first = self.warp_slot(&slots, zero);
         self.barrier();
         for (j, (&off, class)) in offsets.iter().zip(&words).enumerate() {
             let es = class.bytes() as i64;

@@ -408,9 +408,7 @@ impl Lower<'_> {
         if distinct_warps <= 1 {
             return Ok(());
         }
-        let out_l = l.slice(axis);
         let out_shape = self.k.ty(first).shape;
-        let gout = out_l.geometry(&out_shape);
         let n_out = out_shape.numel() as i64;
         // Byte offsets of each reduction's value and index slots, 16-byte aligned.
         let align = |b: i64| (b + 15) / 16 * 16;
@@ -432,31 +430,9 @@ impl Lower<'_> {
             )));
         }
         let base = self.smem(total as u32);
-        let wc = self.warp_coord(l, p);
-        let wcm = self.b.op(
-            "and.b32",
-            RegClass::B32,
-            vec![wc.into(), Arg::Imm(distinct_warps as i64 - 1)],
-        );
-        let ostr = Lower::parent_strides(&out_l, &out_shape, 1);
-        let toff = self.thread_offset(&out_l, &out_shape, &ostr);
-        // slot(w, o) = w * n_out + out_index(o)
-        let slot = |s: &mut Self, w: Reg| -> Reg {
-            let ws =
-                s.b.op("mul.lo.s32", RegClass::B32, vec![w.into(), Arg::Imm(n_out)]);
-            match toff {
-                Some(t) => s.b.op("add.s32", RegClass::B32, vec![ws.into(), t.into()]),
-                None => ws,
-            }
-        };
-        let out_offset = |o: usize| {
-            if out_l.is_scalar() {
-                0
-            } else {
-                Lower::reg_offset(&gout, o, &ostr)
-            }
-        };
-        let my = slot(self, wcm);
+        let slots = self.warp_slots(l, axis, &out_shape, distinct_warps);
+        let out_offset = |o: usize| slots.out_offset(o);
+        let my = self.warp_slot(&slots, slots.warp);
         self.barrier();
         for (r, &(voff, ioff, es)) in pending.iter().zip(&offsets) {
             let vaddr = self.b.op(
@@ -489,7 +465,7 @@ impl Lower<'_> {
         }
         self.barrier();
         let zero = self.imm(RegClass::B32, Arg::Imm(0));
-        let s0 = slot(self, zero);
+        let s0 = self.warp_slot(&slots, zero);
         for (r, &(voff, ioff, es)) in pending.iter_mut().zip(&offsets) {
             let class = r.parts[0].v.class;
             let st = super::convert::st_ty(class);
@@ -532,6 +508,51 @@ impl Lower<'_> {
             }
         }
         Ok(())
+    }
+
+    /// The shared-memory slots of a reduction along `axis` of `l` (parent axis `p`) whose
+    /// `distinct_warps` warps along it each hold partials of the `out_shape` result.
+    pub(crate) fn warp_slots(
+        &mut self,
+        l: &Layout,
+        axis: usize,
+        out_shape: &tegula_ir::Shape,
+        distinct_warps: u32,
+    ) -> WarpSlots {
+        let p = l.kept()[axis];
+        let wc = self.warp_coord(l, p);
+        let warp = self.b.op(
+            "and.b32",
+            RegClass::B32,
+            vec![wc.into(), Arg::Imm(distinct_warps as i64 - 1)],
+        );
+        let out = l.slice(axis);
+        let strides = Lower::parent_strides(&out, out_shape, 1);
+        let thread = self.thread_offset(&out, out_shape, &strides);
+        WarpSlots {
+            n_out: out_shape.numel() as i64,
+            warp,
+            thread,
+            scalar: out.is_scalar(),
+            geom: out.geometry(out_shape),
+            strides,
+        }
+    }
+
+    /// The slot of warp `w`'s partial of this thread's first output: `w * n_out` plus the
+    /// output's index.
+    pub(crate) fn warp_slot(&mut self, slots: &WarpSlots, w: Reg) -> Reg {
+        let ws = self.b.op(
+            "mul.lo.s32",
+            RegClass::B32,
+            vec![w.into(), Arg::Imm(slots.n_out)],
+        );
+        match slots.thread {
+            Some(t) => self
+                .b
+                .op("add.s32", RegClass::B32, vec![ws.into(), t.into()]),
+            None => ws,
+        }
     }
 
     // --- row sums carried as per-thread partials across a loop -------------------------
@@ -832,5 +853,31 @@ impl Lower<'_> {
         };
         self.define(d.results[0], &ls, out);
         Ok(())
+    }
+}
+
+/// Where a reduction across warps keeps the warps' partial results in shared memory: the
+/// partial of output `o` from the warp at coordinate `w` along the axis is slot
+/// `w * n_out + o` ([`Lower::warp_slots`]).
+pub(crate) struct WarpSlots {
+    /// Elements of the reduced result (slots a warp fills).
+    pub n_out: i64,
+    /// This thread's warp coordinate along the axis, below the distinct warps.
+    pub warp: Reg,
+    /// This thread's first output's index (`None`: 0).
+    thread: Option<Reg>,
+    scalar: bool,
+    geom: crate::layout::RegGeometry,
+    strides: Vec<i64>,
+}
+
+impl WarpSlots {
+    /// Output register `o`'s index beyond the thread's first output.
+    pub fn out_offset(&self, o: usize) -> i64 {
+        if self.scalar {
+            0
+        } else {
+            Lower::reg_offset(&self.geom, o, &self.strides)
+        }
     }
 }
