@@ -61,6 +61,8 @@ pub(crate) fn libm1_f64(f: Fn1, x: f64) -> f64 {
         Fn1::Erfc => libm::erfc(x),
         Fn1::Lgamma => libm::lgamma(x),
         Fn1::Tgamma => libm::tgamma(x),
+        Fn1::Rcbrt => 1.0 / x.cbrt(),
+        Fn1::Normcdf => 0.5 * libm::erfc(-x * std::f64::consts::FRAC_1_SQRT_2),
         Fn1::Erfinv => {
             let mut y = mathlib::unary(&mut mathlib::Eval, Fn1::Erfinv, x);
             if !y.is_finite() {

@@ -71,6 +71,8 @@ fn unary_cases() -> Vec<(Fn1, UnaryFn)> {
         (Fn1::Erfc, |t| erfc(t)),
         (Fn1::Lgamma, |t| lgamma(t)),
         (Fn1::Tgamma, |t| tgamma(t)),
+        (Fn1::Rcbrt, |t| rcbrt(t)),
+        (Fn1::Normcdf, |t| normcdf(t)),
     ]
 }
 
@@ -103,7 +105,7 @@ fn f32_results_are_the_math_librarys_bits() {
 #[test]
 fn known_values_and_special_cases() {
     let pi = std::f32::consts::PI;
-    let cases: [(f32, f32, UnaryFn); 27] = [
+    let cases: [(f32, f32, UnaryFn); 33] = [
         (1.0, pi / 2.0, |t| asin(t)),
         (-1.0, pi, |t| acos(t)),
         (f32::INFINITY, pi / 2.0, |t| atan(t)),
@@ -116,6 +118,12 @@ fn known_values_and_special_cases() {
         (f32::NEG_INFINITY, -1.0, |t| expm1(t)),
         (-1.0, f32::NEG_INFINITY, |t| erfinv(t)),
         (-27.0, -3.0, |t| cbrt(t)),
+        (-0.0, f32::NEG_INFINITY, |t| rcbrt(t)),
+        (-8.0, -0.5, |t| rcbrt(t)),
+        (f32::INFINITY, 0.0, |t| rcbrt(t)),
+        (0.0, 0.5, |t| normcdf(t)),
+        (f32::NEG_INFINITY, 0.0, |t| normcdf(t)),
+        (f32::INFINITY, 1.0, |t| normcdf(t)),
         (-0.0, -0.0, |t| tan(t)),
         (f32::INFINITY, f32::NAN, |t| tan(t)),
         (1000.0, 3.0, |t| log10(t)),
@@ -199,6 +207,8 @@ fn narrow_floats_round_the_f32_result_and_f64_uses_std() {
                 Fn1::Erfc => libm::erfc(*x),
                 Fn1::Lgamma => libm::lgamma(*x),
                 Fn1::Tgamma => libm::tgamma(*x),
+                Fn1::Rcbrt => 1.0 / x.cbrt(),
+                Fn1::Normcdf => 0.5 * libm::erfc(-x * std::f64::consts::FRAC_1_SQRT_2),
                 // Newton-refined: within 1e-12 relative of the exact value.
                 Fn1::Erfinv => {
                     let e = eval_f32(f, *x as f32) as f64;

@@ -1,6 +1,6 @@
 //! The math library behind `asin`, `acos`, `atan`, `atan2`, `sinh`, `cosh`, `asinh`, `acosh`,
 //! `atanh`, `pow`, `log1p`, `expm1`, `erfinv`, `cbrt`, `hypot`, `tan`, `log10`, `exp10`,
-//! `erfc`, `lgamma` and `tgamma` on f32 (and f16/bf16, which compute through f32), written
+//! `erfc`, `lgamma`, `tgamma`, `rcbrt` and `normcdf` on f32 (and f16/bf16, which compute through f32), written
 //! once over [`MathOps`] (f64) and [`MathOps32`] (f32) so that both backends run the same
 //! algorithm: the interpreter evaluates it on Rust `f64`s and `f32`s ([`Eval`]), the GPU
 //! lowering emits one PTX instruction per operation (`tegula-ptx`'s `emit/libm.rs`). Every
@@ -314,6 +314,8 @@ pub enum Fn1 {
     Erfc,
     Lgamma,
     Tgamma,
+    Rcbrt,
+    Normcdf,
 }
 
 /// The binary functions of this library.
@@ -345,6 +347,8 @@ pub fn unary<O: MathOps>(o: &mut O, f: Fn1, x: O::F) -> O::F {
         Fn1::Erfc => erfc(o, x),
         Fn1::Lgamma => lgamma(o, x),
         Fn1::Tgamma => tgamma(o, x),
+        Fn1::Rcbrt => rcbrt(o, x),
+        Fn1::Normcdf => normcdf(o, x),
     }
 }
 
@@ -1227,6 +1231,24 @@ const ERFCX: [f64; 22] = [
     -9.280174423817232e-09,
     -1.116334478633023e-09,
 ];
+
+/// `1 / cbrt(x)`: the f64 cube root and one f64 division, each within an f64 ulp, so the
+/// f32 result is rounded once (+-inf at +-0, +-0 at +-inf).
+fn rcbrt<O: MathOps>(o: &mut O, x: O::F) -> O::F {
+    let c = cbrt(o, x);
+    let one = o.c(1.0);
+    o.div(one, c)
+}
+
+/// The standard normal distribution function `erfc(-x / sqrt 2) / 2`: `erfc` keeps its
+/// relative error in the left tail, where `(1 + erf(x / sqrt 2)) / 2` would cancel to 0. The
+/// f64 product `x / sqrt 2` is off by one f64 rounding, which moves erfc by a relative
+/// `2 x^2 2^-53`, far below an f32 ulp for every `|x|` where the f32 result is not 0 or 1.
+fn normcdf<O: MathOps>(o: &mut O, x: O::F) -> O::F {
+    let t = mulc(o, x, -std::f64::consts::FRAC_1_SQRT_2);
+    let e = erfc(o, t);
+    mulc(o, e, 0.5)
+}
 
 /// `erfc x = 1 - erf x`, with a small relative error in the tail (where `1 - erf x` would be
 /// all cancellation): `exp(-x^2)` times the fit of `exp(x^2) erfc(x)`, and `2 - erfc(-x)` for

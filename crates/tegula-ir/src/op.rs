@@ -168,6 +168,10 @@ pub enum UnaryOp {
     Lgamma,
     /// The gamma function.
     Tgamma,
+    /// `1 / cbrt x`.
+    Rcbrt,
+    /// The standard normal distribution function.
+    Normcdf,
 }
 
 impl UnaryOp {
@@ -210,6 +214,8 @@ impl UnaryOp {
             Erfc => "erfc",
             Lgamma => "lgamma",
             Tgamma => "tgamma",
+            Rcbrt => "rcbrt",
+            Normcdf => "normcdf",
         }
     }
 
@@ -236,6 +242,8 @@ impl UnaryOp {
             Erfc => Fn1::Erfc,
             Lgamma => Fn1::Lgamma,
             Tgamma => Fn1::Tgamma,
+            Rcbrt => Fn1::Rcbrt,
+            Normcdf => Fn1::Normcdf,
             _ => return None,
         })
     }

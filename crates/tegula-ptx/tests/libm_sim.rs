@@ -1,4 +1,4 @@
-//! The math library (`asin` .. `cbrt`, `tan` .. `tgamma`, `atan2`, `pow`, `hypot`) and the
+//! The math library (`asin` .. `cbrt`, `tan` .. `tgamma`, `rcbrt`, `normcdf`, `atan2`, `pow`, `hypot`) and the
 //! exact compositions (`ldexp`, `nextafter`, `ilogb`, `frexp`) compiled to PTX and run on the
 //! PTX simulator against the interpreter, bit for bit: both evaluate the same IEEE f32 and
 //! f64 operations (`tegula_ir::mathlib`), so every result, special values included, must
@@ -129,7 +129,7 @@ fn check(r: &mut Rng, what: &str, binary: bool, f: Body) {
 #[test]
 fn unary_functions_agree_with_the_interpreter_bit_for_bit() {
     let mut r = Rng::new("libm_unary");
-    let fs: [(&str, Body); 18] = [
+    let fs: [(&str, Body); 20] = [
         ("asin", |a, _| asin(a)),
         ("acos", |a, _| acos(a)),
         ("atan", |a, _| atan(a)),
@@ -148,6 +148,8 @@ fn unary_functions_agree_with_the_interpreter_bit_for_bit() {
         ("erfc", |a, _| erfc(a)),
         ("lgamma", |a, _| lgamma(a)),
         ("tgamma", |a, _| tgamma(a)),
+        ("rcbrt", |a, _| rcbrt(a)),
+        ("normcdf", |a, _| normcdf(a)),
     ];
     for (name, f) in fs {
         check(&mut r, name, false, f);

@@ -1,6 +1,6 @@
 //! The libdevice functions Triton users call (`tl.extra.cuda.libdevice` / `tl.math`): inverse
 //! trigonometric and hyperbolic functions, `pow`, `log1p`, `expm1`, `erfinv`, `cbrt`,
-//! `hypot`, `tan`, `log10`, `exp10`, `erfc`, `lgamma`, `tgamma`, the rounding family,
+//! `hypot`, `tan`, `log10`, `exp10`, `erfc`, `lgamma`, `tgamma`, `rcbrt`, `normcdf`, the rounding family,
 //! classification, `copysign`, `ldexp`, `frexp`, `nextafter`, `ilogb`, `logb` and `fdim`.
 //!
 //! Float operands only (f16, bf16, f32, f64); integers are a trace error (convert first with
@@ -79,6 +79,12 @@ float_unary_fns! {
     /// The gamma function (`libdevice.tgamma`): +-inf at +-0, NaN at the negative integers
     /// and -inf; overflows to +inf past about 35.04 in f32.
     tgamma => Tgamma;
+    /// The reciprocal cube root `1 / cbrt(x)` (`libdevice.rcbrt`): +-inf at +-0, +-0 at
+    /// +-inf.
+    rcbrt => Rcbrt;
+    /// The standard normal distribution function `(1 + erf(x / sqrt 2)) / 2`
+    /// (`libdevice.normcdf`), with a small relative error in the left tail too.
+    normcdf => Normcdf;
     /// The nearest integer, halfway cases away from zero (`libdevice.round`); exact.
     round => Round;
     /// The nearest integer, halfway cases to even (`libdevice.rint`); exact.
