@@ -4,7 +4,8 @@
 //! pipeline's `affine_recurrences` turns the pointers into functions of the counter and the
 //! plan's *transposed load* rule loads B as its transpose, so both operands stream through the
 //! software pipeline (the report says so) — and the results must still be right, on
-//! `mma.sync` (sm_80) and on `wgmma` (sm_90a).
+//! `mma.sync` (sm_80) and on `wgmma` (sm_90a). With the tutorial's `offs_am = (..) % M` rows
+//! (not linear in the row), each copy's address is carried and advanced by the k-step.
 
 mod mma_kernels;
 mod sim;
@@ -16,8 +17,9 @@ use tegula_ir::{passes, Kernel};
 use tegula_ptx::{compile, CompileOptions, MmaChoice, OperandHome, Target};
 
 /// Tutorial 03's kernel body over `bm x bn x bk` tiles, B stored `[N, K]` row-major (so the
-/// `[K, N]` operand is contiguous down K), after the compile pipeline's IR passes.
-fn triton_matmul(dt: DType, (bm, bn, bk): (usize, usize, usize)) -> Kernel {
+/// `[K, N]` operand is contiguous down K), after the compile pipeline's IR passes. `wrap`
+/// loads rows `% m` and columns `% n`, as the tutorial does.
+fn triton_matmul(dt: DType, (bm, bn, bk): (usize, usize, usize), wrap: bool) -> Kernel {
     let mut k = trace("triton_matmul", |p| {
         let (a, b, c) = (p.ptr("a", dt), p.ptr("b", dt), p.ptr("c", DType::F32));
         let (m, n, kk) = (
@@ -28,8 +30,13 @@ fn triton_matmul(dt: DType, (bm, bn, bk): (usize, usize, usize)) -> Kernel {
         let offs_am = program_id(0) * bm + arange(0, bm as i64);
         let offs_bn = program_id(1) * bn + arange(0, bn as i64);
         let offs_k = arange(0, bk as i64);
-        let a_ptrs = a + (offs_am.col() * kk + offs_k.row());
-        let b_ptrs = b + (offs_k.col() + offs_bn.row() * kk);
+        let (rows, cols) = if wrap {
+            (offs_am % m, offs_bn % n)
+        } else {
+            (offs_am, offs_bn)
+        };
+        let a_ptrs = a + (rows.col() * kk + offs_k.row());
+        let b_ptrs = b + (offs_k.col() + cols.row() * kk);
         let steps = (kk + (bk as i64 - 1)) / bk as i64;
         let (acc, _, _) = for_range(
             0,
@@ -57,10 +64,17 @@ fn triton_matmul(dt: DType, (bm, bn, bk): (usize, usize, usize)) -> Kernel {
     k
 }
 
-fn check(dt: DType, sm: u32, mma: MmaChoice, blocks: (usize, usize, usize), ws: (u32, u32)) {
+fn check(
+    dt: DType,
+    sm: u32,
+    mma: MmaChoice,
+    blocks: (usize, usize, usize),
+    ws: (u32, u32),
+    wrap: bool,
+) {
     let (bm, bn, _) = blocks;
     let (m, n, k) = (72, 56, 200);
-    let kern = triton_matmul(dt, blocks);
+    let kern = triton_matmul(dt, blocks, wrap);
     let options = CompileOptions {
         num_warps: ws.0,
         num_stages: ws.1,
@@ -69,7 +83,14 @@ fn check(dt: DType, sm: u32, mma: MmaChoice, blocks: (usize, usize, usize), ws: 
         tma: false,
     };
     let compiled = compile(&kern, &Target { sm }, &options).unwrap();
-    let what = format!("{dt} sm_{sm} {mma} {blocks:?} {ws:?}");
+    let what = format!("{dt} sm_{sm} {mma} {blocks:?} {ws:?} wrap {wrap}");
+    // The copies' addresses advance by additions: no 64-bit multiply in the loop.
+    let body = compiled.ptx.split("$L_for_").nth(1).expect("a loop");
+    let body = body.split("bra.uni $L_for_").next().unwrap();
+    assert!(
+        !body.contains("mul.lo.s64") && !body.contains("mul.wide"),
+        "{what}: the loop recomputes addresses:\n{body}"
+    );
     let l = &compiled.report.loops[0];
     assert_eq!((l.stages, l.streamed.len()), (ws.1, 2), "{what}: {l:?}");
     assert_eq!(
@@ -105,11 +126,22 @@ fn check(dt: DType, sm: u32, mma: MmaChoice, blocks: (usize, usize, usize), ws: 
 #[test]
 fn tutorial_03s_loop_streams_both_operands_on_mma_sync() {
     for (dt, stages) in [(DType::F16, 2), (DType::BF16, 3)] {
-        check(dt, 80, MmaChoice::Sync, (32, 32, 32), (4, stages));
+        for wrap in [false, true] {
+            check(dt, 80, MmaChoice::Sync, (32, 32, 32), (4, stages), wrap);
+        }
     }
 }
 
 #[test]
 fn tutorial_03s_loop_streams_both_operands_on_wgmma() {
-    check(DType::BF16, 90, MmaChoice::Wgmma, (64, 32, 32), (4, 3));
+    for wrap in [false, true] {
+        check(
+            DType::BF16,
+            90,
+            MmaChoice::Wgmma,
+            (64, 32, 32),
+            (4, 3),
+            wrap,
+        );
+    }
 }

@@ -8,8 +8,9 @@ use tegula_ir::fast_hash::HashSet;
 use tegula_ir::{BinaryOp, Constant, Kernel, Op, Value, ValueDef};
 
 /// How an integer or pointer tile depends on the induction variable and on its element's
-/// coordinates: `value = v0 + iv * c_iv + sum(coord[d] * c_d)`, every coefficient the same
-/// for all elements and iterations (pointer coefficients in bytes).
+/// coordinates: `value = v0 + iv * c_iv + sum(f_d(coord[d]))`, each `f_d` linear
+/// (`coord[d] * c_d`, the coefficient the same for all elements and iterations; pointer
+/// coefficients in bytes) or, where [`Coef::Varying`], any function fixed before the loop.
 #[derive(Clone, Debug, PartialEq)]
 pub struct AffineForm {
     pub iv: Coef,
@@ -23,12 +24,17 @@ pub enum Coef {
     Zero,
     Const(i64),
     Runtime,
+    /// Along an axis: not linear in the coordinate (a `%`, a `where`, a loaded table, ..),
+    /// but the same at every iteration, so a copy's address still advances by the induction
+    /// variable's term alone (tutorial 03's `offs_am = (..) % M`).
+    Varying,
 }
 
 impl Coef {
     fn add(self, o: Coef, sign: i64) -> Coef {
         match (self, o) {
             (a, Coef::Zero) => a,
+            (Coef::Varying, _) | (_, Coef::Varying) => Coef::Varying,
             (Coef::Zero, Coef::Const(b)) => Coef::Const(sign * b),
             (Coef::Const(a), Coef::Const(b)) => {
                 a.checked_add(sign * b).map_or(Coef::Runtime, |c| {
@@ -46,6 +52,7 @@ impl Coef {
     fn scale(self, k: Option<i64>) -> Coef {
         match (self, k) {
             (Coef::Zero, _) | (_, Some(0)) => Coef::Zero,
+            (Coef::Varying, _) => Coef::Varying,
             (Coef::Const(a), Some(b)) => a.checked_mul(b).map_or(Coef::Runtime, Coef::Const),
             _ => Coef::Runtime,
         }
@@ -138,11 +145,18 @@ pub fn affine_form(k: &Kernel, v: Value, iv: Value, inside: &HashSet<Value>) -> 
             known: None,
         });
     }
-    // A scalar from outside the loop (a parameter, a program id, ...) is the same for
-    // every element and iteration.
-    let outer_scalar = !inside.contains(&v) && rank == 0;
+    // A value from outside the loop is fixed while it runs: a scalar (a parameter, a
+    // program id, ..) is the same for every element, a tile varies along its axes in a way
+    // its definition may tell (below).
+    let fixed = || {
+        (!inside.contains(&v)).then(|| AffineForm {
+            iv: Coef::Zero,
+            axes: vec![Coef::Varying; rank],
+            known: None,
+        })
+    };
     let Some(i) = k.def_inst(v) else {
-        return outer_scalar.then(|| AffineForm::uniform(0, None));
+        return fixed();
     };
     let d = &k.insts[i];
     let arg = |j: usize| affine_form(k, d.args[j], iv, inside);
@@ -200,6 +214,6 @@ pub fn affine_form(k: &Kernel, v: Value, iv: Value, inside: &HashSet<Value>) -> 
             p.known = None;
             Some(p)
         }
-        _ => outer_scalar.then(|| AffineForm::uniform(0, None)),
+        _ => fixed(),
     }
 }

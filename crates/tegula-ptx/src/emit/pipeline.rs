@@ -723,8 +723,16 @@ impl Lower<'_> {
             let rc = g.const_index(kept[0], c[kept[0]]) as i64;
             let cc = g.const_index(kept[1], c[kept[1]]) as i64;
             let key = (
-                if rows == Coef::Runtime { rc } else { 0 },
-                if cols == Coef::Runtime { cc } else { 0 },
+                if matches!(rows, Coef::Runtime | Coef::Varying) {
+                    rc
+                } else {
+                    0
+                },
+                if matches!(cols, Coef::Runtime | Coef::Varying) {
+                    cc
+                } else {
+                    0
+                },
             );
             let gi = match groups.iter().position(|x| (x.0, x.1) == key) {
                 Some(gi) => gi,
@@ -752,7 +760,7 @@ impl Lower<'_> {
         );
         let carry = |s: &mut Self, r: Reg| s.b.op("mov.b64", RegClass::B64, vec![r.into()]);
         // Groups on rows a fixed count apart (same column part) are one runtime step apart.
-        let chained = groups.len() >= 2 && {
+        let chained = groups.len() >= 2 && rows == Coef::Runtime && {
             let dr = groups[1].0 - groups[0].0;
             groups
                 .iter()
