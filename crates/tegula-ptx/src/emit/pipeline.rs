@@ -716,6 +716,7 @@ impl Lower<'_> {
         };
         // Copies whose coordinates differ only along axes of constant coefficient share a
         // group: (runtime row, runtime column, first copy, its row, its column).
+        let keyed = |c: Coef| matches!(c, Coef::Runtime | Coef::Varying);
         let mut groups: Vec<(i64, i64, usize, i64, i64)> = Vec::new();
         let mut copies = Vec::new();
         for start in (0..g.count).step_by(pl.vec as usize) {
@@ -723,16 +724,8 @@ impl Lower<'_> {
             let rc = g.const_index(kept[0], c[kept[0]]) as i64;
             let cc = g.const_index(kept[1], c[kept[1]]) as i64;
             let key = (
-                if matches!(rows, Coef::Runtime | Coef::Varying) {
-                    rc
-                } else {
-                    0
-                },
-                if matches!(cols, Coef::Runtime | Coef::Varying) {
-                    cc
-                } else {
-                    0
-                },
+                if keyed(rows) { rc } else { 0 },
+                if keyed(cols) { cc } else { 0 },
             );
             let gi = match groups.iter().position(|x| (x.0, x.1) == key) {
                 Some(gi) => gi,
