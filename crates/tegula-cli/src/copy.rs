@@ -66,6 +66,7 @@ fn tuned_config<T: Element>(x: &Tensor<T>, y: &Tensor<T>) -> Result<Config> {
             format!("from the autotune cache, no timing ({ms:.4} ms when tuned)")
         }
         Source::Default => "the default (no tuning: TEGULA_AUTOTUNE or the interpreter)".into(),
+        Source::Pinned => "pinned".into(),
     };
     eprintln!("copy: config {} {how}", tuned.config);
     for (c, why) in &tuned.dropped {

@@ -144,6 +144,7 @@ pub(crate) fn run<'a, R>(
             Source::Default => {
                 "the default (TEGULA_AUTOTUNE=off or cached without an entry)".into()
             }
+            Source::Pinned => "pinned (--config)".into(),
         };
         eprintln!("tegula: {kernel} [{key}]: {} {how}", tuned.config);
         for (c, why) in &tuned.dropped {

@@ -254,8 +254,9 @@ pub fn autotune<'a>(
     bench: impl FnMut(&Config) -> Result<f64>,
 ) -> Result<Config> {
     // Per device: a recording device standing for a GPU answers as that GPU, not as the
-    // interpreter whose backend it shares.
-    let memo_key = format!("{kernel}|{key}|{:?}|{}", dev.backend(), dev.id());
+    // interpreter whose backend it shares; a pinned config (`tegula bench --config`) apart.
+    let pin = tegula::autotune::pinned().map(|c| c.to_string());
+    let memo_key = format!("{kernel}|{key}|{:?}|{}|{pin:?}", dev.backend(), dev.id());
     let lock = || memo().lock().unwrap_or_else(|p| p.into_inner());
     if let Some(hit) = lock().get(&memo_key) {
         return Ok(hit.clone());
@@ -276,6 +277,7 @@ pub fn autotune<'a>(
             Source::Default => {
                 "the default (TEGULA_AUTOTUNE=off or cached without an entry)".into()
             }
+            Source::Pinned => "pinned (--config)".into(),
         };
         eprintln!("tegula: {kernel} [{key}]: {} {how}", tuned.config);
         for (c, why) in &tuned.dropped {

@@ -150,3 +150,43 @@ fn every_entry_records_its_launches() -> tegula::Result<()> {
     );
     Ok(())
 }
+
+#[test]
+fn a_config_pins_a_port_s_tuning() -> tegula::Result<()> {
+    // `tegula bench --config`: the port's tuned kernel launches at the pinned config (its
+    // recorded launch shows that config's grid and warps), every launch, not only the first.
+    let t = tegula_tutorials::find("06-attention-fwd").expect("registered");
+    let dev = Device::cpu();
+    for (bm, warps) in [(64, 4), (128, 8)] {
+        let c = tegula::autotune::Config::new(warps, 2)
+            .with("BLOCK_M", bm)
+            .with("BLOCK_N", 32);
+        let launches = t.record(t.default_shape, t.dtypes[0], Some(&c), 132)?;
+        let fwd = launches
+            .iter()
+            .find(|l| l.name == "_attn_fwd")
+            .expect("the forward");
+        assert_eq!(
+            fwd.grid.0[0] as usize,
+            t.default_shape[2].div_ceil(bm as usize),
+            "{c}"
+        );
+        assert_eq!(fwd.config.num_warps, warps, "{c}");
+        let mut b = t.prepare(&dev, t.default_shape, t.dtypes[0], Some(&c))?;
+        (b.launch)()?;
+        (b.launch)()?;
+    }
+    // A config the port's list does not hold is an error naming the candidates.
+    let odd = tegula::autotune::Config::new(4, 2)
+        .with("BLOCK_M", 48)
+        .with("BLOCK_N", 32);
+    let mut b = t.prepare(&dev, t.default_shape, t.dtypes[0], Some(&odd))?;
+    let e = (b.launch)().expect_err("48 rows is not a candidate");
+    assert!(e.to_string().contains("not one of kernel"), "{e}");
+    // A port that tunes nothing (the vector add launches a fixed block) refuses a config.
+    let add = tegula_tutorials::find("01-vector-add").expect("registered");
+    let mut b = add.prepare(&dev, add.default_shape, add.dtypes[0], Some(&odd))?;
+    let e = (b.launch)().expect_err("nothing to pin");
+    assert!(e.to_string().contains("tunes no kernel"), "{e}");
+    Ok(())
+}

@@ -402,6 +402,8 @@ pub enum Source {
     /// The default: tuning is off, the cache had no entry in `cached` mode, or the device is
     /// the interpreter.
     Default,
+    /// Pinned by the caller ([`with_pinned`]): neither timed nor cached.
+    Pinned,
 }
 
 /// The tuner's answer.
@@ -562,6 +564,34 @@ impl Autotuner {
                 op: "autotune".into(),
                 message: format!("kernel `{}` offers no candidate config", tuning.kernel),
             });
+        }
+        if let Some(config) = pinned() {
+            return if tuning.configs.contains(&config) {
+                PINNED_USED.with(|u| u.set(true));
+                Ok(Tuned {
+                    config,
+                    source: Source::Pinned,
+                    dropped: Vec::new(),
+                    pruned: 0,
+                    timings: Vec::new(),
+                    compile_s: 0.0,
+                    timing_s: 0.0,
+                })
+            } else {
+                Err(Error::Invalid {
+                    op: "autotune".into(),
+                    message: format!(
+                        "the pinned config {config} is not one of kernel `{}`'s candidates ({})",
+                        tuning.kernel,
+                        tuning
+                            .configs
+                            .iter()
+                            .map(|c| c.to_string())
+                            .collect::<Vec<_>>()
+                            .join("; ")
+                    ),
+                })
+            };
         }
         let target_default =
             |candidates: &[Config]| candidates.first().unwrap_or(&tuning.configs[0]).clone();
@@ -1397,6 +1427,33 @@ thread_local! {
     static CONFIRMING_RANKED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
     /// The sweep's bound for the candidate being timed on this thread ([`median_ms`]).
     static SWEEP_BOUND: std::cell::Cell<Option<f64>> = const { std::cell::Cell::new(None) };
+    /// The config every tuning on this thread answers with ([`with_pinned`]).
+    static PINNED: std::cell::RefCell<Option<Config>> = const { std::cell::RefCell::new(None) };
+    /// Whether a tuning answered with [`PINNED`] since [`with_pinned`] set it.
+    static PINNED_USED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Runs `f` with every tuning on this thread ([`Autotuner::tune_for`]) answered by `config`
+/// ([`Source::Pinned`]: not timed, not looked up, not cached; an error for a tuning that does
+/// not list it), as `tegula bench --config` pins a tuned host function. Returns what `f`
+/// returned and whether any tuning answered with the pin.
+pub fn with_pinned<R>(config: &Config, f: impl FnOnce() -> R) -> (R, bool) {
+    struct Unpin(Option<Config>, bool);
+    impl Drop for Unpin {
+        fn drop(&mut self) {
+            PINNED.with(|p| *p.borrow_mut() = self.0.take());
+            PINNED_USED.with(|u| u.set(self.1));
+        }
+    }
+    let outer = PINNED.with(|p| p.borrow_mut().replace(config.clone()));
+    let _unpin = Unpin(outer, PINNED_USED.with(|u| u.replace(false)));
+    let r = f();
+    (r, PINNED_USED.with(|u| u.get()))
+}
+
+/// The config [`with_pinned`] set on this thread, if any.
+pub fn pinned() -> Option<Config> {
+    PINNED.with(|p| p.borrow().clone())
 }
 
 /// The sweep's bound for the candidate this thread's tuner is timing: the milliseconds above

@@ -141,7 +141,9 @@ pub struct BenchSpec {
     /// Memory-bound, streaming its bytes once: also timed back to back, beside a copy.
     pub streaming: bool,
     pub prepare: BenchFn,
-    /// `None`: the host wrapper takes no config.
+    /// `None`: the host wrapper takes no config, or (a tutorial's port) tunes its kernels as
+    /// Triton's autotuner does, and a config pins those tunings
+    /// ([`crate::autotune::with_pinned`]).
     pub pinned: Option<PinnedBenchFn>,
 }
 
@@ -209,6 +211,31 @@ impl Entry {
         match (config, self.bench.pinned) {
             (None, _) => (self.bench.prepare)(dev, shape, dtype),
             (Some(c), Some(pinned)) => pinned(dev, shape, dtype, c),
+            (Some(c), None) if self.kind == Kind::Tutorial => {
+                // A port's host function tunes as Triton's autotuner would: pin its tunings.
+                let name = self.name;
+                let pin = c.clone();
+                let (bench, _) =
+                    crate::autotune::with_pinned(&pin, || (self.bench.prepare)(dev, shape, dtype));
+                let mut bench = bench?;
+                let mut inner = bench.launch;
+                // The first launch tunes (later ones answer from the port's memo).
+                let mut first = true;
+                bench.launch = Box::new(move || {
+                    let (done, used) = crate::autotune::with_pinned(&pin, &mut inner);
+                    done?;
+                    let was_first = std::mem::replace(&mut first, false);
+                    if used || !was_first {
+                        Ok(())
+                    } else {
+                        Err(crate::Error::Invalid {
+                            op: format!("tegula {name}"),
+                            message: format!("{name}'s launch tunes no kernel (got {pin})"),
+                        })
+                    }
+                });
+                Ok(bench)
+            }
             (Some(c), None) => Err(crate::Error::Invalid {
                 op: format!("tegula {}", self.name),
                 message: format!("{}'s host function takes no config (got {c})", self.name),
