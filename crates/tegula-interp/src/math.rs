@@ -39,9 +39,103 @@ pub(crate) fn erf(x: f64) -> f64 {
     (1.0 - erfc).copysign(x)
 }
 
+/// `x - 2 rint(x / 2)` in [-1, 1], exact for every finite f64.
+fn reduce2(x: f64) -> f64 {
+    x - 2.0 * (x / 2.0).round_ties_even()
+}
+
+/// `sin(pi x)`: std's `sin` or `cos` of `pi` times the exactly reduced argument (1/2 - |r|
+/// and 1 - |r| exact where they are used), with IEEE 754's signed zeros at the integers.
+fn sinpi(x: f64) -> f64 {
+    use std::f64::consts::PI;
+    if !x.is_finite() {
+        return f64::NAN;
+    }
+    let r = reduce2(x);
+    let a = r.abs();
+    let v = if a <= 0.25 {
+        (PI * a).sin()
+    } else if a <= 0.75 {
+        (PI * (0.5 - a)).cos()
+    } else {
+        (PI * (1.0 - a)).sin()
+    };
+    if v == 0.0 {
+        0f64.copysign(x)
+    } else {
+        v.copysign(r)
+    }
+}
+
+/// `cos(pi x)` likewise; +0 at the half-integers.
+fn cospi(x: f64) -> f64 {
+    use std::f64::consts::PI;
+    if !x.is_finite() {
+        return f64::NAN;
+    }
+    let a = reduce2(x).abs();
+    if a <= 0.25 {
+        (PI * a).cos()
+    } else if a <= 0.75 {
+        (PI * (0.5 - a)).sin()
+    } else {
+        -(PI * (1.0 - a)).cos()
+    }
+}
+
+/// `exp(x^2) erfc(x)`: the math library's f64 evaluation for `x >= 0` (a fit and an
+/// asymptotic series, no `exp`), `2 exp(x^2) - erfcx(-x)` with std's `exp` and `x^2` split
+/// exactly below.
+fn erfcx(x: f64) -> f64 {
+    if x >= 0.0 || x.is_nan() {
+        return mathlib::unary(&mut mathlib::Eval, Fn1::Erfcx, x);
+    }
+    let g = mathlib::unary(&mut mathlib::Eval, Fn1::Erfcx, -x);
+    let hi = x * x;
+    let lo = x.mul_add(x, -hi);
+    let e = hi.exp();
+    let e = if e.is_finite() { e.mul_add(lo, e) } else { e };
+    2.0 * e - g
+}
+
+/// `erfcinv y`: the math library's f64 evaluation as a start (it is good to about 2^-50 while
+/// `exp(x^2)` stays below its clamp, `y` above about 1e-87), else the asymptotic
+/// `sqrt(L - log(sqrt(pi L)))` for `L = -log y`, then Halley's method on the `libm` crate's
+/// `erfc` (`erf` against the exact `1 - y` above 1/2) with std's `exp`.
+fn erfcinv(y: f64) -> f64 {
+    if y.is_nan() || !(0.0..=2.0).contains(&y) {
+        return f64::NAN;
+    }
+    if y > 1.0 {
+        return -erfcinv(2.0 - y);
+    }
+    if y == 0.0 {
+        return f64::INFINITY;
+    }
+    let mut x = if y > 1e-80 {
+        mathlib::unary(&mut mathlib::Eval, Fn1::Erfcinv, y)
+    } else {
+        let l = -y.ln();
+        (l - (std::f64::consts::PI * l).sqrt().ln()).sqrt()
+    };
+    for _ in 0..4 {
+        let rho = if y > 0.5 {
+            (1.0 - y) - libm::erf(x)
+        } else {
+            libm::erfc(x) - y
+        };
+        let u = -rho * (x * x).exp() * (std::f64::consts::PI.sqrt() / 2.0);
+        if !u.is_finite() {
+            break;
+        }
+        x -= u / x.mul_add(u, 1.0);
+    }
+    x
+}
+
 /// A math-library function on f64 values (std's, or the `libm` crate's where std has none,
 /// correctly rounded or nearly; erfinv refined by Newton's method on [`erf`] from the f32
-/// algorithm's value).
+/// algorithm's value; `sinpi`, `cospi`, `erfcx` and `erfcinv` as their functions here say).
 pub(crate) fn libm1_f64(f: Fn1, x: f64) -> f64 {
     match f {
         Fn1::Asin => x.asin(),
@@ -63,6 +157,11 @@ pub(crate) fn libm1_f64(f: Fn1, x: f64) -> f64 {
         Fn1::Tgamma => libm::tgamma(x),
         Fn1::Rcbrt => 1.0 / x.cbrt(),
         Fn1::Normcdf => 0.5 * libm::erfc(-x * std::f64::consts::FRAC_1_SQRT_2),
+        Fn1::Sinpi => sinpi(x),
+        Fn1::Cospi => cospi(x),
+        Fn1::Erfcx => erfcx(x),
+        Fn1::Erfcinv => erfcinv(x),
+        Fn1::Normcdfinv => -std::f64::consts::SQRT_2 * erfcinv(2.0 * x) + 0.0,
         Fn1::Erfinv => {
             let mut y = mathlib::unary(&mut mathlib::Eval, Fn1::Erfinv, x);
             if !y.is_finite() {
@@ -76,12 +175,14 @@ pub(crate) fn libm1_f64(f: Fn1, x: f64) -> f64 {
     }
 }
 
-/// A binary math-library function on f64 values (std's).
+/// A binary math-library function on f64 values (std's; the `libm` crate's `remainder`).
 pub(crate) fn libm2_f64(f: Fn2) -> fn(f64, f64) -> f64 {
     match f {
         Fn2::Atan2 => f64::atan2,
         Fn2::Pow => f64::powf,
         Fn2::Hypot => f64::hypot,
+        Fn2::Remainder => libm::remainder,
+        Fn2::Rhypot => |x, y| 1.0 / x.hypot(y),
     }
 }
 

@@ -73,6 +73,11 @@ fn unary_cases() -> Vec<(Fn1, UnaryFn)> {
         (Fn1::Tgamma, |t| tgamma(t)),
         (Fn1::Rcbrt, |t| rcbrt(t)),
         (Fn1::Normcdf, |t| normcdf(t)),
+        (Fn1::Sinpi, |t| sinpi(t)),
+        (Fn1::Cospi, |t| cospi(t)),
+        (Fn1::Erfcx, |t| erfcx(t)),
+        (Fn1::Erfcinv, |t| erfcinv(t)),
+        (Fn1::Normcdfinv, |t| normcdfinv(t)),
     ]
 }
 
@@ -87,10 +92,12 @@ fn f32_results_are_the_math_librarys_bits() {
     }
     let ys: Vec<f32> = xs.iter().rev().copied().collect();
     type BinaryFn = fn(Tile, Tile) -> Tile;
-    let cases: [(Fn2, BinaryFn); 3] = [
+    let cases: [(Fn2, BinaryFn); 5] = [
         (Fn2::Atan2, |a, b| atan2(a, b)),
         (Fn2::Pow, |a, b| pow(a, b)),
         (Fn2::Hypot, |a, b| hypot(a, b)),
+        (Fn2::Remainder, |a, b| remainder(a, b)),
+        (Fn2::Rhypot, |a, b| rhypot(a, b)),
     ];
     for (f, op) in cases {
         let out = eval(&[buf(&xs), buf(&ys)], |t| op(t[0], t[1]))
@@ -105,7 +112,7 @@ fn f32_results_are_the_math_librarys_bits() {
 #[test]
 fn known_values_and_special_cases() {
     let pi = std::f32::consts::PI;
-    let cases: [(f32, f32, UnaryFn); 33] = [
+    let cases: [(f32, f32, UnaryFn); 66] = [
         (1.0, pi / 2.0, |t| asin(t)),
         (-1.0, pi, |t| acos(t)),
         (f32::INFINITY, pi / 2.0, |t| atan(t)),
@@ -139,6 +146,40 @@ fn known_values_and_special_cases() {
         (5.0, 24.0, |t| tgamma(t)),
         (-0.0, f32::NEG_INFINITY, |t| tgamma(t)),
         (-2.0, f32::NAN, |t| tgamma(t)),
+        // IEEE 754's sinPi and cosPi: signed zeros at the integers and half-integers.
+        (0.5, 1.0, |t| sinpi(t)),
+        (-1.5, 1.0, |t| sinpi(t)),
+        (1.0 / 6.0, 0.5, |t| sinpi(t)),
+        (-0.0, -0.0, |t| sinpi(t)),
+        (3.0, 0.0, |t| sinpi(t)),
+        (2.0, 0.0, |t| sinpi(t)),
+        (-3.0, -0.0, |t| sinpi(t)),
+        (-2.0, -0.0, |t| sinpi(t)),
+        (1e30, 0.0, |t| sinpi(t)),
+        (-16777215.0, -0.0, |t| sinpi(t)),
+        (f32::INFINITY, f32::NAN, |t| sinpi(t)),
+        (f32::NAN, f32::NAN, |t| sinpi(t)),
+        (-0.0, 1.0, |t| cospi(t)),
+        (1.0, -1.0, |t| cospi(t)),
+        (-16777215.0, -1.0, |t| cospi(t)),
+        (16777216.0, 1.0, |t| cospi(t)),
+        (0.5, 0.0, |t| cospi(t)),
+        (-2.5, 0.0, |t| cospi(t)),
+        (8388607.5, 0.0, |t| cospi(t)),
+        (-0.25, std::f32::consts::FRAC_1_SQRT_2, |t| cospi(t)),
+        (f32::NEG_INFINITY, f32::NAN, |t| cospi(t)),
+        (0.0, 1.0, |t| erfcx(t)),
+        (-0.0, 1.0, |t| erfcx(t)),
+        (f32::INFINITY, 0.0, |t| erfcx(t)),
+        (f32::NEG_INFINITY, f32::INFINITY, |t| erfcx(t)),
+        (-9.5, f32::INFINITY, |t| erfcx(t)),
+        (1.0, 0.0, |t| erfcinv(t)),
+        (0.0, f32::INFINITY, |t| erfcinv(t)),
+        (2.0, f32::NEG_INFINITY, |t| erfcinv(t)),
+        (-0.0, f32::INFINITY, |t| erfcinv(t)),
+        (0.5, 0.0, |t| normcdfinv(t)),
+        (0.0, f32::NEG_INFINITY, |t| normcdfinv(t)),
+        (1.0, f32::INFINITY, |t| normcdfinv(t)),
     ];
     for (x, want, f) in cases {
         let got = eval(&[buf(&[x])], |t| f(t[0])).to_vec::<f32>().unwrap()[0];
@@ -168,6 +209,126 @@ fn known_values_and_special_cases() {
         .to_vec::<f32>()
         .unwrap();
     assert_eq!(a, vec![-pi, pi]);
+    // Outside their domains erfcinv and normcdfinv are NaN; rhypot is +0 at an infinite
+    // side even next to a NaN, +inf at two zeros.
+    let un = |f: UnaryFn, xs: &[f32]| eval(&[buf(xs)], |t| f(t[0])).to_vec::<f32>().unwrap();
+    for g in un(
+        |t| erfcinv(t),
+        &[-1e-30, 2.000_000_2, f32::INFINITY, f32::NAN],
+    ) {
+        assert!(g.is_nan(), "erfcinv outside [0, 2]: {g}");
+    }
+    for g in un(
+        |t| normcdfinv(t),
+        &[-1e-45, 1.000_000_1, f32::NEG_INFINITY, f32::NAN],
+    ) {
+        assert!(g.is_nan(), "normcdfinv outside [0, 1]: {g}");
+    }
+    let rh = eval(&[buf(&[f32::INFINITY, f32::NAN, 0.0, -0.0])], |t| {
+        rhypot(t[0], select(isnan(t[0]), f32::NEG_INFINITY, f32::NAN))
+    })
+    .to_vec::<f32>()
+    .unwrap();
+    assert!(same(rh[0], 0.0) && same(rh[1], 0.0), "{rh:?}");
+    let rz = eval(&[buf(&[0.0f32, -0.0])], |t| rhypot(t[0], -0.0))
+        .to_vec::<f32>()
+        .unwrap();
+    assert_eq!(rz, vec![f32::INFINITY, f32::INFINITY]);
+}
+
+/// Pairs for `remainder`: special values, exact ties `(n + 1/2) y` (to even), multiples of
+/// `y` of both signs (signed zeros), the widest exponent gaps, and random bit patterns.
+fn remainder_pairs() -> (Vec<f32>, Vec<f32>) {
+    let special = [
+        0.0f32,
+        -0.0,
+        1.0,
+        -1.0,
+        0.5,
+        3.0,
+        f32::from_bits(1),
+        -f32::from_bits(3),
+        f32::MIN_POSITIVE,
+        f32::MAX,
+        f32::MIN,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        f32::NAN,
+    ];
+    let (mut xs, mut ys) = (Vec::new(), Vec::new());
+    for &x in &special {
+        for &y in &special {
+            xs.push(x);
+            ys.push(y);
+        }
+    }
+    for y in [1.0f32, 3.0, -0.75, 1e-40, 2.5e30, f32::from_bits(1)] {
+        for n in -41i32..41 {
+            let tie = (n as f64 + 0.5) * y as f64;
+            let mult = n as f64 * y as f64;
+            for v in [tie, mult] {
+                if (v as f32) as f64 == v {
+                    xs.push(v as f32);
+                    ys.push(y);
+                }
+            }
+        }
+    }
+    let mut r = Rng::new(13);
+    for i in 0..6000 {
+        let x = f32::from_bits(r.next_u64() as u32);
+        let y = if i % 3 == 0 {
+            // Nearby exponents: quotients that need one reduction step or none.
+            x * (r.f32s(1, 0.01, 100.0)[0])
+        } else {
+            f32::from_bits(r.next_u64() as u32)
+        };
+        xs.push(x);
+        ys.push(y);
+    }
+    (xs, ys)
+}
+
+#[test]
+fn remainder_is_ieee_remainder_exactly() {
+    let (xs, ys) = remainder_pairs();
+    let out = eval(&[buf(&xs), buf(&ys)], |t| remainder(t[0], t[1]))
+        .to_vec::<f32>()
+        .unwrap();
+    let mut ties = 0;
+    for ((x, y), g) in xs.iter().zip(&ys).zip(&out) {
+        let want = libm::remainderf(*x, *y);
+        assert!(
+            same(*g, want),
+            "remainder({x:e}, {y:e}) = {g:e}, want {want:e}"
+        );
+        if g.abs() == y.abs() / 2.0 {
+            ties += 1;
+        }
+    }
+    assert!(ties > 50, "{ties} ties");
+    // f16 rounds nothing (the remainder of two f16 values is an f16); f64 is libm's.
+    let h: Vec<f16> = xs.iter().map(|&x| f16::from_f32(x)).collect();
+    let hy: Vec<f16> = ys.iter().map(|&y| f16::from_f32(y)).collect();
+    let out = eval(&[buf(&h), buf(&hy)], |t| remainder(t[0], t[1]))
+        .to_vec::<f16>()
+        .unwrap();
+    for ((x, y), g) in h.iter().zip(&hy).zip(&out) {
+        let want = libm::remainderf(x.to_f32(), y.to_f32());
+        assert!(same(g.to_f32(), want), "remainder({x}, {y}) f16 = {g}");
+    }
+    let d: Vec<f64> = xs.iter().map(|&x| x as f64 * 1e200).collect();
+    let dy: Vec<f64> = ys.iter().map(|&y| y as f64 * 1e-100).collect();
+    let out = eval(&[buf(&d), buf(&dy)], |t| remainder(t[0], t[1]))
+        .to_vec::<f64>()
+        .unwrap();
+    for ((x, y), g) in d.iter().zip(&dy).zip(&out) {
+        let want = libm::remainder(*x, *y);
+        assert!(
+            g.to_bits() == want.to_bits() || (g.is_nan() && want.is_nan()),
+            "remainder({x:e}, {y:e}) f64 = {g:e}"
+        );
+    }
 }
 
 #[test]
@@ -209,6 +370,20 @@ fn narrow_floats_round_the_f32_result_and_f64_uses_std() {
                 Fn1::Tgamma => libm::tgamma(*x),
                 Fn1::Rcbrt => 1.0 / x.cbrt(),
                 Fn1::Normcdf => 0.5 * libm::erfc(-x * std::f64::consts::FRAC_1_SQRT_2),
+                // Computed in f64 by the interpreter's own routes: within a few f64 ulps of
+                // the exact values, which the f32 results (correctly rounded) bracket.
+                Fn1::Sinpi | Fn1::Cospi | Fn1::Erfcx | Fn1::Erfcinv | Fn1::Normcdfinv => {
+                    let e = eval_f32(f, *x as f32);
+                    let ok = if e.is_nan() || e.is_infinite() || e == 0.0 {
+                        same(*g as f32, e) || (e.is_infinite() && g.abs() > 3e38)
+                    } else {
+                        // Within the f32 rounding of the f64 value (subnormals: absolute).
+                        let ulp = (e.abs() as f64 * 2f64.powi(-23)).max(2f64.powi(-149));
+                        (g - e as f64).abs() <= 0.5 * ulp * 1.0001
+                    };
+                    assert!(ok, "{f:?}({x}) f64 = {g}, f32 {e}");
+                    continue;
+                }
                 // Newton-refined: within 1e-12 relative of the exact value.
                 Fn1::Erfinv => {
                     let e = eval_f32(f, *x as f32) as f64;

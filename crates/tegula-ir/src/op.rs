@@ -60,6 +60,11 @@ pub enum BinaryOp {
     Pow,
     /// Floats: `sqrt(a^2 + b^2)` without overflow or underflow in between.
     Hypot,
+    /// Floats: IEEE 754's `remainder`, `a - n b` with `n` the integer nearest `a / b`
+    /// (halfway cases to even); exact.
+    Remainder,
+    /// Floats: `1 / sqrt(a^2 + b^2)`.
+    Rhypot,
     /// Integers of 32 or 64 bits: the high half of the full product of the operands' bit
     /// patterns read as unsigned (Triton's `umulhi`, PTX `mul.hi.u32`/`mul.hi.u64`), whatever
     /// the dtype's signedness.
@@ -89,6 +94,8 @@ impl BinaryOp {
             Atan2 => "atan2",
             Pow => "pow",
             Hypot => "hypot",
+            Remainder => "remainder",
+            Rhypot => "rhypot",
         }
     }
 
@@ -104,6 +111,8 @@ impl BinaryOp {
             BinaryOp::Atan2 => Fn2::Atan2,
             BinaryOp::Pow => Fn2::Pow,
             BinaryOp::Hypot => Fn2::Hypot,
+            BinaryOp::Remainder => Fn2::Remainder,
+            BinaryOp::Rhypot => Fn2::Rhypot,
             _ => return None,
         })
     }
@@ -172,6 +181,16 @@ pub enum UnaryOp {
     Rcbrt,
     /// The standard normal distribution function.
     Normcdf,
+    /// `sin(pi x)`, reduced exactly.
+    Sinpi,
+    /// `cos(pi x)`, reduced exactly.
+    Cospi,
+    /// The scaled complementary error function `exp(x^2) erfc(x)`.
+    Erfcx,
+    /// The inverse of `erfc` on [0, 2].
+    Erfcinv,
+    /// The inverse of the standard normal distribution function on [0, 1].
+    Normcdfinv,
 }
 
 impl UnaryOp {
@@ -216,6 +235,11 @@ impl UnaryOp {
             Tgamma => "tgamma",
             Rcbrt => "rcbrt",
             Normcdf => "normcdf",
+            Sinpi => "sinpi",
+            Cospi => "cospi",
+            Erfcx => "erfcx",
+            Erfcinv => "erfcinv",
+            Normcdfinv => "normcdfinv",
         }
     }
 
@@ -244,6 +268,11 @@ impl UnaryOp {
             Tgamma => Fn1::Tgamma,
             Rcbrt => Fn1::Rcbrt,
             Normcdf => Fn1::Normcdf,
+            Sinpi => Fn1::Sinpi,
+            Cospi => Fn1::Cospi,
+            Erfcx => Fn1::Erfcx,
+            Erfcinv => Fn1::Erfcinv,
+            Normcdfinv => Fn1::Normcdfinv,
             _ => return None,
         })
     }

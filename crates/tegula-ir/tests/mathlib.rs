@@ -148,8 +148,108 @@ fn reference(f: Fn1, x: f64) -> f64 {
         Fn1::Tgamma => libm::tgamma(x),
         Fn1::Rcbrt => 1.0 / x.cbrt(),
         Fn1::Normcdf => 0.5 * libm::erfc(-x * std::f64::consts::FRAC_1_SQRT_2),
+        Fn1::Sinpi => sinpi64(x),
+        Fn1::Cospi => cospi64(x),
+        Fn1::Erfcx => erfcx64(x),
+        Fn1::Erfcinv => erfcinv64(x),
+        Fn1::Normcdfinv => normcdfinv64(x),
         Fn1::Erfinv => unreachable!(),
     }
+}
+
+/// `x - 2 rint(x / 2)` in [-1, 1], exact for every finite f64.
+fn reduce2(x: f64) -> f64 {
+    x - 2.0 * (x / 2.0).round_ties_even()
+}
+
+/// `sin(pi x)` by std's `sin` and `cos` after the exact reduction, with IEEE 754's zeros.
+fn sinpi64(x: f64) -> f64 {
+    use std::f64::consts::PI;
+    if !x.is_finite() {
+        return f64::NAN;
+    }
+    let r = reduce2(x);
+    let a = r.abs();
+    let v = if a <= 0.3 {
+        (PI * a).sin()
+    } else if a <= 0.7 {
+        (PI * (0.5 - a)).cos()
+    } else {
+        (PI * (1.0 - a)).sin()
+    };
+    if v == 0.0 {
+        0f64.copysign(x)
+    } else {
+        v.copysign(r)
+    }
+}
+
+/// `cos(pi x)` likewise (split at other points than the library's).
+fn cospi64(x: f64) -> f64 {
+    use std::f64::consts::PI;
+    if !x.is_finite() {
+        return f64::NAN;
+    }
+    let a = reduce2(x).abs();
+    if a <= 0.3 {
+        (PI * a).cos()
+    } else if a <= 0.7 {
+        (PI * (0.5 - a)).sin()
+    } else {
+        -(PI * (1.0 - a)).cos()
+    }
+}
+
+/// `exp(x^2) erfc(x)`: the product of libm's functions (`x^2` exact for an f32 `x`) below 26,
+/// Laplace's continued fraction above.
+fn erfcx64(x: f64) -> f64 {
+    if x.is_nan() {
+        return x;
+    }
+    if x < 26.0 {
+        return (x * x).exp() * libm::erfc(x);
+    }
+    let mut f = x;
+    for k in (1..=60).rev() {
+        f = x + (k as f64 / 2.0) / f;
+    }
+    1.0 / (f * std::f64::consts::PI.sqrt())
+}
+
+/// `erfcinv y` by bisection over the bit patterns of `x >= 0` on libm's `erfc` (or, for
+/// `y > 1/2`, `erf` against the exact `1 - y`), then the symmetry `erfcinv(2 - y)`.
+fn erfcinv64(y: f64) -> f64 {
+    if y.is_nan() || !(0.0..=2.0).contains(&y) {
+        return f64::NAN;
+    }
+    if y > 1.0 {
+        return -erfcinv64(2.0 - y);
+    }
+    if y == 0.0 {
+        return f64::INFINITY;
+    }
+    // g decreases from positive (x = 0, unless y = 1) to negative.
+    let g = |x: f64| {
+        if y > 0.5 {
+            (1.0 - y) - libm::erf(x)
+        } else {
+            libm::erfc(x) - y
+        }
+    };
+    let (mut lo, mut hi) = (0u64, 27f64.to_bits());
+    while hi - lo > 1 {
+        let mid = lo + (hi - lo) / 2;
+        if g(f64::from_bits(mid)) > 0.0 {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    f64::from_bits(lo)
+}
+
+fn normcdfinv64(p: f64) -> f64 {
+    -std::f64::consts::SQRT_2 * erfcinv64(2.0 * p) + 0.0
 }
 
 /// The largest error of `f` over the inputs, and the input where it occurs.
@@ -194,6 +294,11 @@ fn unary_functions_within_their_ulp_bounds() {
         (Fn1::Tgamma, 0.5001),
         (Fn1::Rcbrt, 0.5001),
         (Fn1::Normcdf, 0.5001),
+        (Fn1::Sinpi, 0.5001),
+        (Fn1::Cospi, 0.5001),
+        (Fn1::Erfcx, 0.5001),
+        (Fn1::Erfcinv, 0.5001),
+        (Fn1::Normcdfinv, 0.5001),
     ];
     let mut report = Vec::new();
     for (f, bound) in bounds {
@@ -212,6 +317,8 @@ fn reference2(f: Fn2, x: f64, y: f64) -> f64 {
         Fn2::Atan2 => x.atan2(y),
         Fn2::Pow => x.powf(y),
         Fn2::Hypot => x.hypot(y),
+        Fn2::Remainder => libm::remainder(x, y),
+        Fn2::Rhypot => 1.0 / x.hypot(y),
     }
 }
 
@@ -248,6 +355,8 @@ fn binary_functions_within_their_ulp_bounds() {
         (Fn2::Atan2, 0.5001),
         (Fn2::Pow, 0.5001),
         (Fn2::Hypot, 0.5001),
+        (Fn2::Remainder, 0.0),
+        (Fn2::Rhypot, 0.5001),
     ] {
         let mut worst = (0.0, (0.0f32, 0.0f32));
         for &(a, b) in &pairs {

@@ -66,7 +66,8 @@ fn math_kernel(dt: DType) -> Kernel {
         let mut acc = asin(a) + acos(a) + atan(a) + sinh(a) + cosh(a) + asinh(a);
         acc += acosh(a) + atanh(a) + log1p(a) + expm1(a) + erfinv(a) + cbrt(a);
         acc += tan(a) + log10(a) + exp10(a) + erfc(a) + lgamma(a) + tgamma(a);
-        acc += rcbrt(a) + normcdf(a);
+        acc += rcbrt(a) + normcdf(a) + sinpi(a) + cospi(a) + erfcx(a) + erfcinv(a);
+        acc += normcdfinv(a) + remainder(a, b) + rhypot(a, b);
         acc += atan2(a, b) + pow(a, b) + hypot(a, b) + fmod(a, b) + copysign(a, b);
         let (m, e) = frexp(b);
         acc += ldexp(a, ilogb(b)) + nextafter(a, b) + ldexp(m, e) + logb(a) + fdim(a, b);

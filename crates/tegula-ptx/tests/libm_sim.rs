@@ -1,5 +1,6 @@
-//! The math library (`asin` .. `cbrt`, `tan` .. `tgamma`, `rcbrt`, `normcdf`, `atan2`, `pow`, `hypot`) and the
-//! exact compositions (`ldexp`, `nextafter`, `ilogb`, `frexp`) compiled to PTX and run on the
+//! The math library (`asin` .. `cbrt`, `tan` .. `tgamma`, `rcbrt`, `normcdf`, `sinpi`,
+//! `cospi`, `erfcx`, `erfcinv`, `normcdfinv`, `atan2`, `pow`, `hypot`, `remainder`, `rhypot`)
+//! and the exact compositions (`ldexp`, `nextafter`, `ilogb`, `frexp`) compiled to PTX and run on the
 //! PTX simulator against the interpreter, bit for bit: both evaluate the same IEEE f32 and
 //! f64 operations (`tegula_ir::mathlib`), so every result, special values included, must
 //! agree (a NaN's sign and payload aside).
@@ -129,7 +130,7 @@ fn check(r: &mut Rng, what: &str, binary: bool, f: Body) {
 #[test]
 fn unary_functions_agree_with_the_interpreter_bit_for_bit() {
     let mut r = Rng::new("libm_unary");
-    let fs: [(&str, Body); 20] = [
+    let fs: [(&str, Body); 25] = [
         ("asin", |a, _| asin(a)),
         ("acos", |a, _| acos(a)),
         ("atan", |a, _| atan(a)),
@@ -150,6 +151,11 @@ fn unary_functions_agree_with_the_interpreter_bit_for_bit() {
         ("tgamma", |a, _| tgamma(a)),
         ("rcbrt", |a, _| rcbrt(a)),
         ("normcdf", |a, _| normcdf(a)),
+        ("sinpi", |a, _| sinpi(a)),
+        ("cospi", |a, _| cospi(a)),
+        ("erfcx", |a, _| erfcx(a)),
+        ("erfcinv", |a, _| erfcinv(a)),
+        ("normcdfinv", |a, _| normcdfinv(a)),
     ];
     for (name, f) in fs {
         check(&mut r, name, false, f);
@@ -159,10 +165,12 @@ fn unary_functions_agree_with_the_interpreter_bit_for_bit() {
 #[test]
 fn binary_functions_agree_with_the_interpreter_bit_for_bit() {
     let mut r = Rng::new("libm_binary");
-    let fs: [(&str, Body); 8] = [
+    let fs: [(&str, Body); 10] = [
         ("atan2", |a, b| atan2(a, b)),
         ("pow", |a, b| pow(a, b)),
         ("hypot", |a, b| hypot(a, b)),
+        ("remainder", |a, b| remainder(a, b)),
+        ("rhypot", |a, b| rhypot(a, b)),
         // Exponents from the second input, -298 to 254 (subnormal, vanishing and overflowing
         // results) and the wrapped sums of i32::MIN and i32::MAX.
         ("ldexp", |a, b| ldexp(a, ilogb(b) * 2)),

@@ -47,6 +47,13 @@ fn unary_op<T: Element>(x: Ptr<T>, y: Ptr<T>, n: i32, #[constexpr] which: u32) {
             m + e.to::<T>()
         }
         27 => logb(a),
+        28 => rcbrt(a),
+        29 => normcdf(a),
+        30 => sinpi(a),
+        31 => cospi(a),
+        32 => erfcx(a),
+        33 => erfcinv(a),
+        34 => normcdfinv(a),
         _ => a,
     };
     store(y + offs, r, mask);
@@ -65,6 +72,10 @@ fn binary_op(x: Ptr<f32>, z: Ptr<f32>, y: Ptr<f32>, n: i32, #[constexpr] which: 
         3 => nextafter(a, b),
         4 => ldexp(a, ilogb(b) * 2),
         5 => fdim(a, b),
+        6 => remainder(a, b),
+        7 => rhypot(a, b),
+        // y = x 2^k for k in -3..=3: exact multiples (signed zeros) and, at k = 1, ties.
+        8 => remainder(a, ldexp(a, offs % 7 - 3)),
         _ => fmod(a, b),
     };
     store(y + offs, r, mask);
@@ -150,6 +161,13 @@ fn main() -> tegula::Result<()> {
         "ldexp",
         "frexp",
         "logb",
+        "rcbrt",
+        "normcdf",
+        "sinpi",
+        "cospi",
+        "erfcx",
+        "erfcinv",
+        "normcdfinv",
     ];
     for (which, name) in names.iter().enumerate() {
         let mut out = Vec::new();
@@ -192,6 +210,9 @@ fn main() -> tegula::Result<()> {
         "nextafter",
         "ldexp",
         "fdim",
+        "remainder",
+        "rhypot",
+        "remainder_scaled",
         "fmod",
     ];
     for (which, name) in binary_names.iter().enumerate() {

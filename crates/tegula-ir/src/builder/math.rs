@@ -1,7 +1,9 @@
 //! The libdevice functions Triton users call (`tl.extra.cuda.libdevice` / `tl.math`): inverse
 //! trigonometric and hyperbolic functions, `pow`, `log1p`, `expm1`, `erfinv`, `cbrt`,
-//! `hypot`, `tan`, `log10`, `exp10`, `erfc`, `lgamma`, `tgamma`, `rcbrt`, `normcdf`, the rounding family,
-//! classification, `copysign`, `ldexp`, `frexp`, `nextafter`, `ilogb`, `logb` and `fdim`.
+//! `hypot`, `rhypot`, `tan`, `log10`, `exp10`, `erfc`, `erfcx`, `erfcinv`, `lgamma`,
+//! `tgamma`, `rcbrt`, `normcdf`, `normcdfinv`, `sinpi`, `cospi`, `remainder`, the rounding
+//! family, classification, `copysign`, `ldexp`, `frexp`, `nextafter`, `ilogb`, `logb` and
+//! `fdim`.
 //!
 //! Float operands only (f16, bf16, f32, f64); integers are a trace error (convert first with
 //! `.to::<f32>()`). Rust literals take the other operand's dtype. f32 results are correctly
@@ -85,6 +87,21 @@ float_unary_fns! {
     /// The standard normal distribution function `(1 + erf(x / sqrt 2)) / 2`
     /// (`libdevice.normcdf`), with a small relative error in the left tail too.
     normcdf => Normcdf;
+    /// `sin(pi x)` (`libdevice.sinpi`), the argument reduced exactly: `+0` at the positive
+    /// integers, `-0` at the negative ones, `+-0` at `+-0`, NaN at `+-inf`.
+    sinpi => Sinpi;
+    /// `cos(pi x)` (`libdevice.cospi`), the argument reduced exactly: `+0` at the
+    /// half-integers, `+-1` at the integers, NaN at `+-inf`.
+    cospi => Cospi;
+    /// The scaled complementary error function `exp(x^2) erfc(x)` (`libdevice.erfcx`): about
+    /// `1 / (x sqrt pi)` for large `x`, 0 at +inf, +inf below about -9.38 in f32.
+    erfcx => Erfcx;
+    /// The inverse complementary error function (`libdevice.erfcinv`): `erfc(erfcinv y) = y`
+    /// for `y` in [0, 2]; +inf at 0, -inf at 2, NaN outside [0, 2].
+    erfcinv => Erfcinv;
+    /// The inverse of the standard normal distribution function (`libdevice.normcdfinv`),
+    /// `-sqrt(2) erfcinv(2p)`: -inf at 0, +0 at 1/2, +inf at 1, NaN outside [0, 1].
+    normcdfinv => Normcdfinv;
     /// The nearest integer, halfway cases away from zero (`libdevice.round`); exact.
     round => Round;
     /// The nearest integer, halfway cases to even (`libdevice.rint`); exact.
@@ -132,6 +149,21 @@ pub fn div_rn(x: impl IntoOperand, y: impl IntoOperand) -> Tile {
 #[track_caller]
 pub fn hypot(x: impl IntoOperand, y: impl IntoOperand) -> Tile {
     float_binary(BinaryOp::Hypot, x, y, Loc::caller())
+}
+
+/// `1 / sqrt(x^2 + y^2)` (`libdevice.rhypot`) without intermediate overflow or underflow;
+/// +0 when either is infinite, even if the other is NaN; +inf when both are zero.
+#[track_caller]
+pub fn rhypot(x: impl IntoOperand, y: impl IntoOperand) -> Tile {
+    float_binary(BinaryOp::Rhypot, x, y, Loc::caller())
+}
+
+/// IEEE 754's remainder (`libdevice.remainder`): `x - n y` with `n` the integer nearest
+/// `x / y`, halfway cases to even, computed exactly (so `|result| <= |y| / 2`); a zero result
+/// has the sign of `x`; NaN when `y` is 0 or `x` is infinite, `x` when `y` is infinite.
+#[track_caller]
+pub fn remainder(x: impl IntoOperand, y: impl IntoOperand) -> Tile {
+    float_binary(BinaryOp::Remainder, x, y, Loc::caller())
 }
 
 /// The remainder of `x / y` with the sign of `x`, `x - trunc(x / y) * y` computed exactly

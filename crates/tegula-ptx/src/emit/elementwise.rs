@@ -418,7 +418,14 @@ impl Lower<'_> {
         let (x, y) = (self.widen(d, a), self.widen(d, b));
         let r = match (op, t) {
             (BinaryOp::Rem, Ty::F32 | Ty::F64) => self.fmod(t, x, y),
-            (BinaryOp::Atan2 | BinaryOp::Pow | BinaryOp::Hypot, Ty::F32) => {
+            (
+                BinaryOp::Atan2
+                | BinaryOp::Pow
+                | BinaryOp::Hypot
+                | BinaryOp::Remainder
+                | BinaryOp::Rhypot,
+                Ty::F32,
+            ) => {
                 let f = op.libm().expect("a library function");
                 self.libm2_f32(f, &[x], &[y])[0]
             }
