@@ -688,6 +688,8 @@ impl<'a> Program<'a> {
                     other.as_deref(),
                 )?
             }
+            // `sem` and `scope` change nothing here: every atomic is performed whole, in one
+            // order for the whole grid (sequentially consistent, whatever the scope).
             Op::Atomic { op, has_mask, .. } => {
                 let (ptr, vals) = (arg(0)?, arg(1)?);
                 let mask = if *has_mask { Some(arg(2)?) } else { None };

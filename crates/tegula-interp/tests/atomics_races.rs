@@ -252,3 +252,123 @@ fn races_through_aliasing_arguments_are_detected() {
         "{e}"
     );
 }
+
+const SEMS: [MemSem; 4] = [
+    MemSem::Relaxed,
+    MemSem::Acquire,
+    MemSem::Release,
+    MemSem::AcqRel,
+];
+const SCOPES: [MemScope; 3] = [MemScope::Cta, MemScope::Gpu, MemScope::Sys];
+
+/// Every ordering at every scope: the interpreter performs each atomic whole and in one order
+/// for the grid, so float sums are within the rounding of some order of additions of a float64
+/// sum, integer sums are exact, and a ticket counter hands out each ticket once.
+#[test]
+fn atomic_adds_at_every_ordering_and_scope_match_the_reference() {
+    const PROGRAMS: usize = 64;
+    const BLOCK: usize = 32;
+    const N: usize = BLOCK - 3; // masked-off columns stay as they were
+    for (case, (sem, scope)) in SEMS
+        .iter()
+        .flat_map(|&s| SCOPES.iter().map(move |&c| (s, c)))
+        .enumerate()
+    {
+        let k = trace("ordered_adds", |p| {
+            let (xf, xi) = (p.ptr("xf", DType::F32), p.ptr("xi", DType::I32));
+            let (af, ai) = (p.ptr("af", DType::F32), p.ptr("ai", DType::I32));
+            let (ticket, tickets) = (p.ptr("ticket", DType::I32), p.ptr("tickets", DType::I32));
+            let n = p.scalar("n", DType::I32);
+            let pid = program_id(0);
+            let offs = arange(0, BLOCK as i64);
+            let mask = offs.lt(n);
+            let row = pid * BLOCK as i64 + offs;
+            let vf = load(xf + row, mask, 0.0);
+            let vi = load(xi + row, mask, 0);
+            let _ = atomic_with(AtomicOp::Add, af + offs, vf, Some(mask), sem, scope);
+            let _ = atomic_with(AtomicOp::Add, ai + offs, vi, Some(mask), sem, scope);
+            let t = atomic_with(AtomicOp::Add, ticket, 1, None, sem, scope);
+            store_unmasked(tickets + pid, t);
+        })
+        .unwrap();
+        let mut rng = Rng::new(100 + case as u64);
+        let xf = rng.f32s(PROGRAMS * BLOCK, -1.0, 1.0);
+        let xi: Vec<i32> = (0..PROGRAMS * BLOCK)
+            .map(|_| rng.next_u64() as i32)
+            .collect();
+        let (af0, ai0) = (rng.f32s(BLOCK, -4.0, 4.0), vec![7i32; BLOCK]);
+        let (bxf, bxi) = (buf(&xf), buf(&xi));
+        let (af, ai) = (buf(&af0), buf(&ai0));
+        let ticket = buf(&[0i32]);
+        let tickets = Arc::new(Buffer::zeroed(DType::I32, PROGRAMS));
+        run(
+            &k,
+            [PROGRAMS as u32, 1, 1],
+            &[
+                ptr(&bxf),
+                ptr(&bxi),
+                ptr(&af),
+                ptr(&ai),
+                ptr(&ticket),
+                ptr(&tickets),
+                Arg::Int(N as i64),
+            ],
+            &checking(),
+        )
+        .unwrap();
+        let (af, ai) = (af.to_vec::<f32>().unwrap(), ai.to_vec::<i32>().unwrap());
+        for c in 0..BLOCK {
+            let what = format!("sem {} scope {} column {c}", sem.name(), scope.name());
+            if c >= N {
+                assert_eq!(af[c].to_bits(), af0[c].to_bits(), "{what}");
+                assert_eq!(ai[c], ai0[c], "{what}");
+                continue;
+            }
+            let col = (0..PROGRAMS).map(|p| p * BLOCK + c);
+            let exact: f64 = af0[c] as f64 + col.clone().map(|i| xf[i] as f64).sum::<f64>();
+            let magnitude: f64 =
+                af0[c].abs() as f64 + col.clone().map(|i| xf[i].abs() as f64).sum::<f64>();
+            // n additions, each rounding once: within n * 2^-24 of the magnitude.
+            let bound = PROGRAMS as f64 * pow2(-24) * magnitude;
+            assert!(
+                (af[c] as f64 - exact).abs() <= bound,
+                "{what}: {} vs {exact} (bound {bound})",
+                af[c]
+            );
+            let sum = col.fold(ai0[c], |s, i| s.wrapping_add(xi[i]));
+            assert_eq!(ai[c], sum, "{what}");
+        }
+        let mut t = tickets.to_vec::<i32>().unwrap();
+        t.sort_unstable();
+        assert_eq!(
+            t,
+            (0..PROGRAMS as i32).collect::<Vec<_>>(),
+            "{sem:?} {scope:?}"
+        );
+        assert_eq!(ticket.to_vec::<i32>().unwrap(), vec![PROGRAMS as i32]);
+    }
+}
+
+/// `atomic_cas_with` at every ordering and scope: a lock word taken by one program at a time.
+#[test]
+fn atomic_cas_at_every_ordering_and_scope_swaps_once() {
+    for sem in SEMS {
+        for scope in SCOPES {
+            let k = trace("ordered_cas", |p| {
+                let (word, won) = (p.ptr("word", DType::I32), p.ptr("won", DType::I32));
+                let pid = program_id(0);
+                // Every program tries to swap 0 for its id + 1; only the first finds 0.
+                let old = atomic_cas_with(word, 0, pid + 1, sem, scope);
+                store_unmasked(won + pid, old.eq(0).to::<i32>());
+            })
+            .unwrap();
+            let word = buf(&[0i32]);
+            let won = Arc::new(Buffer::zeroed(DType::I32, 50));
+            run(&k, [50, 1, 1], &[ptr(&word), ptr(&won)], &checking()).unwrap();
+            let won = won.to_vec::<i32>().unwrap();
+            assert_eq!(won.iter().sum::<i32>(), 1, "{sem:?} {scope:?}");
+            let winner = won.iter().position(|&w| w == 1).unwrap() as i32;
+            assert_eq!(word.to_vec::<i32>().unwrap(), vec![winner + 1]);
+        }
+    }
+}

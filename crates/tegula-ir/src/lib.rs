@@ -41,7 +41,8 @@ pub mod prelude {
     pub use crate::builder::*;
     pub use crate::dtype::{DType, Element};
     pub use crate::op::{
-        AtomicOp, CacheModifier, EvictionPolicy, InputPrecision, ReduceOp, Rounding,
+        AtomicOp, CacheModifier, EvictionPolicy, InputPrecision, MemScope, MemSem, ReduceOp,
+        Rounding,
     };
     pub use half::{bf16, f16};
 }

@@ -434,14 +434,54 @@ impl AtomicOp {
     }
 }
 
-/// Memory ordering of an atomic.
+/// Memory ordering of an atomic (Triton's `sem=`; the default is Triton's, `acq_rel`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
 pub enum MemSem {
+    /// Only the read-modify-write itself is atomic; no other access is ordered by it.
     Relaxed,
+    /// Accesses after it in program order are not performed before it.
     Acquire,
+    /// Accesses before it in program order are performed before it.
     Release,
+    /// Both acquire and release.
     #[default]
     AcqRel,
+}
+
+impl MemSem {
+    /// Triton's spelling (`"acq_rel"`), which is also PTX's qualifier without the dot.
+    pub fn name(self) -> &'static str {
+        match self {
+            MemSem::Relaxed => "relaxed",
+            MemSem::Acquire => "acquire",
+            MemSem::Release => "release",
+            MemSem::AcqRel => "acq_rel",
+        }
+    }
+}
+
+/// The threads an atomic's atomicity and ordering are promised to (Triton's `scope=`; the
+/// default is Triton's, `gpu`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub enum MemScope {
+    /// The threads of one program (a CTA).
+    Cta,
+    /// Every thread of the device.
+    #[default]
+    Gpu,
+    /// Every thread of the system: this device, other devices and the host.
+    Sys,
+}
+
+impl MemScope {
+    /// Triton's spelling (`"gpu"`), which is also PTX's qualifier without the dot.
+    pub fn name(self) -> &'static str {
+        match self {
+            MemScope::Cta => "cta",
+            MemScope::Gpu => "gpu",
+            MemScope::Sys => "sys",
+        }
+    }
 }
 
 /// Every operation of the Tile IR. Operand order is fixed per variant.
@@ -518,9 +558,10 @@ pub enum Op {
         op: AtomicOp,
         has_mask: bool,
         sem: MemSem,
+        scope: MemScope,
     },
     /// `(ptr, cmp, value) -> old`: store `value` where the current value equals `cmp`.
-    AtomicCas { sem: MemSem },
+    AtomicCas { sem: MemSem, scope: MemScope },
 
     // --- tensor descriptors --------------------------------------------------------------
     /// `(base, shape0, shape1, stride0, stride1, offset0, offset1) -> block` (`desc.load`, of

@@ -23,7 +23,7 @@
 //! `<missing ...>`, so a broken kernel can still be inspected.
 
 use crate::kernel::{Block, EntityRef, Inst, Kernel, Loc, Value, ValueDef};
-use crate::op::{CacheModifier, EvictionPolicy, MemSem, Op, Rounding};
+use crate::op::{CacheModifier, EvictionPolicy, MemScope, MemSem, Op, Rounding};
 use std::fmt::{self, Write};
 
 impl fmt::Display for Kernel {
@@ -325,13 +325,18 @@ impl Printer<'_> {
                 self.value_and_mask(&mut parts, args, *has_mask);
                 push_memory_hints(&mut parts, *cache, *evict);
             }
-            Op::Atomic { has_mask, sem, .. } => {
+            Op::Atomic {
+                has_mask,
+                sem,
+                scope,
+                ..
+            } => {
                 self.value_and_mask(&mut parts, args, *has_mask);
-                push_sem(&mut parts, *sem);
+                push_sem(&mut parts, *sem, *scope);
             }
-            Op::AtomicCas { sem } => {
+            Op::AtomicCas { sem, scope } => {
                 parts.push(self.names(args));
-                push_sem(&mut parts, *sem);
+                push_sem(&mut parts, *sem, *scope);
             }
             Op::Print { prefix, hex } => {
                 let hex = if *hex { "hex " } else { "" };
@@ -409,12 +414,12 @@ fn push_memory_hints(parts: &mut Vec<String>, cache: CacheModifier, evict: Evict
     }
 }
 
-fn push_sem(parts: &mut Vec<String>, sem: MemSem) {
-    let sem = match sem {
-        MemSem::AcqRel => return,
-        MemSem::Relaxed => "relaxed",
-        MemSem::Acquire => "acquire",
-        MemSem::Release => "release",
-    };
-    parts.push(format!("sem={sem}"));
+// The defaults (acq_rel, gpu) print nothing.
+fn push_sem(parts: &mut Vec<String>, sem: MemSem, scope: MemScope) {
+    if sem != MemSem::default() {
+        parts.push(format!("sem={}", sem.name()));
+    }
+    if scope != MemScope::default() {
+        parts.push(format!("scope={}", scope.name()));
+    }
 }

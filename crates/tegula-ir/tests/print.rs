@@ -433,3 +433,38 @@ kernel @argmax(%x: ptr<f32>, %out: ptr<i32>) {
 }"#,
     );
 }
+
+/// An atomic's ordering and scope print where they are not the defaults (acq_rel, gpu).
+#[test]
+fn prints_atomic_orderings_and_scopes() {
+    let k = trace("orders", |p| {
+        let (f, i) = (p.ptr("f", DType::F32), p.ptr("i", DType::I32));
+        let _ = atomic_add(f, 1.0, None);
+        let _ = atomic_with(AtomicOp::Add, f, 1.0, None, MemSem::Release, MemScope::Cta);
+        let _ = atomic_with(AtomicOp::Max, i, 1, None, MemSem::AcqRel, MemScope::Sys);
+        let _ = atomic_with(AtomicOp::Min, i, 1, None, MemSem::Acquire, MemScope::Gpu);
+        let _ = atomic_add_relaxed(f, 1.0, None);
+        let _ = atomic_cas_with(i, 0, 1, MemSem::Relaxed, MemScope::Cta);
+        let _ = atomic_cas(i, 0, 1);
+    })
+    .unwrap();
+    let text = k.to_string();
+    let atomics: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("atomic"))
+        .map(|l| l.trim().split_once(" = ").unwrap().1)
+        .collect();
+    assert_eq!(
+        atomics,
+        [
+            "atomic.add %f, %2 : f32",
+            "atomic.add %f, %4, sem=release, scope=cta : f32",
+            "atomic.max %i, %6, scope=sys : i32",
+            "atomic.min %i, %8, sem=acquire : i32",
+            "atomic.add %f, %10, sem=relaxed : f32",
+            "atomic.cas %i, %12, %13, sem=relaxed, scope=cta : i32",
+            "atomic.cas %i, %15, %16 : i32",
+        ],
+        "{text}"
+    );
+}

@@ -660,7 +660,7 @@ impl<'p> Machine<'p> {
                     }
                 }
             }
-            // `red.<sem>.gpu.global.add[.v2|.v4].f32 [addr], value(s)`: one f32 add per element.
+            // `red.<sem>.<scope>.global.add[.v2|.v4].f32 [addr], value(s)`: one f32 add per element.
             "red" => {
                 assert!(parts.contains(&"add") && ty == "f32", "unsupported {op}");
                 let addr = self.addr(t, &a[0]);

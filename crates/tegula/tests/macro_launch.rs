@@ -294,3 +294,81 @@ fn a_macro_kernel_reduces_and_scans_with_closures() -> tegula::Result<()> {
     }
     Ok(())
 }
+
+/// Triton's `tl.atomic_add(sums + cols, v, mask=mask, sem="relaxed", scope="sys")` and a
+/// ticket counter at the defaults, written with `atomic_with` in a `#[tegula::kernel]`.
+#[tegula::kernel]
+fn column_sums(
+    x: Ptr<f32>,
+    sums: Ptr<f32>,
+    count: Ptr<i32>,
+    tickets: Ptr<i32>,
+    n_cols: i32,
+    #[constexpr] block: usize,
+) {
+    let row = program_id(0);
+    let cols = arange(0, block as i64);
+    let mask = cols.lt(n_cols);
+    let v = load(x + row * n_cols + cols, mask, 0.0);
+    let _ = atomic_with(
+        AtomicOp::Add,
+        sums + cols,
+        v,
+        Some(mask),
+        MemSem::Relaxed,
+        MemScope::Sys,
+    );
+    let ticket = atomic_with(
+        AtomicOp::Add,
+        count,
+        1,
+        None,
+        MemSem::Release,
+        MemScope::Gpu,
+    );
+    store_unmasked(tickets + row, ticket);
+}
+
+#[test]
+fn atomics_with_ordering_and_scope_match_float64_reference() -> tegula::Result<()> {
+    let k = column_sums::trace(64).unwrap();
+    let orders: Vec<(MemSem, MemScope)> = k
+        .walk()
+        .into_iter()
+        .filter_map(|i| match k.insts[i].op {
+            tegula::ir::Op::Atomic { sem, scope, .. } => Some((sem, scope)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        orders,
+        [
+            (MemSem::Relaxed, MemScope::Sys),
+            (MemSem::Release, MemScope::Gpu)
+        ]
+    );
+    let dev = Device::cpu();
+    let mut rng = StdRng::seed_from_u64(13);
+    let (rows, cols) = (45usize, 50usize);
+    let xs: Vec<f32> = (0..rows * cols).map(|_| rng.gen_range(-1.0..1.0)).collect();
+    let x = dev.from_slice(&xs, [rows, cols])?;
+    let sums = dev.zeros::<f32>([cols])?;
+    let count = dev.zeros::<i32>([1])?;
+    let tickets = dev.zeros::<i32>([rows])?;
+    column_sums::launch(&dev, rows, &x, &sums, &count, &tickets, cols as i32, 64)?;
+    for (c, got) in sums.to_vec()?.into_iter().enumerate() {
+        let want: f64 = (0..rows).map(|r| xs[r * cols + c] as f64).sum();
+        let magnitude: f64 = (0..rows).map(|r| xs[r * cols + c].abs() as f64).sum();
+        // 45 additions, each rounding once.
+        let bound = rows as f64 * f32::EPSILON as f64 / 2.0 * magnitude;
+        assert!(
+            (got as f64 - want).abs() <= bound,
+            "column {c}: {got} vs {want}"
+        );
+    }
+    assert_eq!(count.to_vec()?, vec![rows as i32]);
+    let mut t = tickets.to_vec()?;
+    t.sort_unstable();
+    assert_eq!(t, (0..rows as i32).collect::<Vec<_>>());
+    Ok(())
+}

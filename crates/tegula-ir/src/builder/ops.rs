@@ -5,8 +5,8 @@ use super::{constant, emit, emit1, report, shape_at, IntoOperand, Operand, Tile}
 use crate::dtype::{DType, Element};
 use crate::kernel::Loc;
 use crate::op::{
-    AtomicOp, BinaryOp, CacheModifier, Constant, EvictionPolicy, InputPrecision, MemSem, Op,
-    ReduceOp, UnaryOp,
+    AtomicOp, BinaryOp, CacheModifier, Constant, EvictionPolicy, InputPrecision, MemScope, MemSem,
+    Op, ReduceOp, UnaryOp,
 };
 use crate::types::{Elem, IntoShape, Shape, TileType};
 
@@ -499,26 +499,40 @@ fn stored_value(ptr: Tile, value: Operand, what: &str, loc: Loc) -> Tile {
 }
 
 /// Atomic read-modify-write of every element `ptr` points to where `mask` (if any) is true;
-/// returns the old values.
+/// returns the old values. Ordered `acq_rel` at `gpu` scope, Triton's defaults; other orderings
+/// and scopes: [`atomic_with`].
 #[track_caller]
 pub fn atomic(op: AtomicOp, ptr: Tile, value: impl IntoOperand, mask: Option<Tile>) -> Tile {
-    atomic_sem(op, ptr, value, mask, MemSem::AcqRel)
+    atomic_with(op, ptr, value, mask, MemSem::AcqRel, MemScope::Gpu)
 }
 
 /// `atomic_add` with relaxed ordering: only the sum is atomic, no other memory access is
 /// ordered by it (accumulating partial sums; on the GPU, a `red` when the result is unused).
 #[track_caller]
 pub fn atomic_add_relaxed(ptr: Tile, value: impl IntoOperand, mask: Option<Tile>) -> Tile {
-    atomic_sem(AtomicOp::Add, ptr, value, mask, MemSem::Relaxed)
+    atomic_with(
+        AtomicOp::Add,
+        ptr,
+        value,
+        mask,
+        MemSem::Relaxed,
+        MemScope::Gpu,
+    )
 }
 
+/// `atomic` with Triton's `sem=` and `scope=`: `sem` is the ordering it gives this thread's
+/// other memory accesses, `scope` the threads (of the program, of the device, of the system)
+/// it is atomic and ordered with respect to. Triton's
+/// `tl.atomic_add(p, v, mask=m, sem="release", scope="cta")` is
+/// `atomic_with(AtomicOp::Add, p, v, Some(m), MemSem::Release, MemScope::Cta)`.
 #[track_caller]
-fn atomic_sem(
+pub fn atomic_with(
     op: AtomicOp,
     ptr: Tile,
     value: impl IntoOperand,
     mask: Option<Tile>,
     sem: MemSem,
+    scope: MemScope,
 ) -> Tile {
     let loc = Loc::caller();
     check_ptr(ptr, "atomic", loc);
@@ -535,6 +549,7 @@ fn atomic_sem(
             op,
             has_mask: mask.is_some(),
             sem,
+            scope,
         },
         args,
         v.ty(),
@@ -566,17 +581,28 @@ pub fn atomic_xchg(ptr: Tile, value: impl IntoOperand, mask: Option<Tile>) -> Ti
     atomic(AtomicOp::Xchg, ptr, value, mask)
 }
 
-/// Compare-and-swap: where `*ptr == cmp`, stores `value`; returns the old values.
+/// Compare-and-swap: where `*ptr == cmp`, stores `value`; returns the old values. Ordered
+/// `acq_rel` at `gpu` scope; others: [`atomic_cas_with`].
 #[track_caller]
 pub fn atomic_cas(ptr: Tile, cmp: impl IntoOperand, value: impl IntoOperand) -> Tile {
+    atomic_cas_with(ptr, cmp, value, MemSem::AcqRel, MemScope::Gpu)
+}
+
+/// `atomic_cas` with Triton's `sem=` and `scope=` (see [`atomic_with`]).
+#[track_caller]
+pub fn atomic_cas_with(
+    ptr: Tile,
+    cmp: impl IntoOperand,
+    value: impl IntoOperand,
+    sem: MemSem,
+    scope: MemScope,
+) -> Tile {
     let loc = Loc::caller();
     check_ptr(ptr, "atomic_cas", loc);
     let c = stored_value(ptr, cmp.into_operand(), "atomic_cas", loc);
     let v = stored_value(ptr, value.into_operand(), "atomic_cas", loc);
     emit1(
-        Op::AtomicCas {
-            sem: MemSem::AcqRel,
-        },
+        Op::AtomicCas { sem, scope },
         vec![ptr.value(), c.value(), v.value()],
         v.ty(),
         loc,

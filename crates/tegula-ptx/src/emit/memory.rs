@@ -418,20 +418,25 @@ impl Lower<'_> {
         let dt = pty.dtype();
         let l = self.access_layout(inst);
         let ptrs = self.get(d.args[0], &l)?;
-        let (op, sem, vals, cmp, mask) = match d.op {
-            Op::Atomic { op, has_mask, sem } => {
+        let (op, sem, scope, vals, cmp, mask) = match d.op {
+            Op::Atomic {
+                op,
+                has_mask,
+                sem,
+                scope,
+            } => {
                 let v = self.get(d.args[1], &l)?;
                 let m = if has_mask {
                     Some(self.get(d.args[2], &l)?)
                 } else {
                     None
                 };
-                (Some(op), sem, v, None, m)
+                (Some(op), sem, scope, v, None, m)
             }
-            Op::AtomicCas { sem } => {
+            Op::AtomicCas { sem, scope } => {
                 let c = self.get(d.args[1], &l)?;
                 let v = self.get(d.args[2], &l)?;
-                (None, sem, v, Some(c), None)
+                (None, sem, scope, v, Some(c), None)
             }
             _ => unreachable!(),
         };
@@ -440,12 +445,9 @@ impl Lower<'_> {
                 "atomics on {dt} (PTX atomics are 16 bits and wider)"
             )));
         }
-        let sem = match sem {
-            MemSem::Relaxed => ".relaxed",
-            MemSem::Acquire => ".acquire",
-            MemSem::Release => ".release",
-            MemSem::AcqRel => ".acq_rel",
-        };
+        // `atom{.sem}{.scope}` and `red{.sem}{.scope}`: PTX writes the ordering, then the
+        // scope, both always spelled out (an `atom` without `.sem` would be relaxed).
+        let order = format!(".{}.{}", sem.name(), scope.name());
         let owner = self.owner(&l, &pty.shape);
         if let Some(op) = op.filter(|_| self.result_unused(inst)) {
             if let Some(suffix) = self.red_rule(op, dt, sem) {
@@ -458,7 +460,7 @@ impl Lower<'_> {
                     &vals,
                     mask.as_deref(),
                     owner,
-                    sem,
+                    &order,
                     &suffix,
                     vec,
                     deltas.as_deref(),
@@ -487,7 +489,7 @@ impl Lower<'_> {
                         args.push(c[i].into());
                     }
                     args.push(vals[i].into());
-                    let opc = format!("atom{sem}.gpu.global.{suffix}");
+                    let opc = format!("atom{order}.global.{suffix}");
                     match guard {
                         Some(g) => self.b.emit_guarded(g, false, opc, args),
                         None => self.b.emit(opc, args),
@@ -495,7 +497,7 @@ impl Lower<'_> {
                 }
                 None => {
                     let op = op.expect("cas is always direct");
-                    self.cas_loop(op, dt, sem, ptrs[i], vals[i], res, guard)?;
+                    self.cas_loop(op, dt, &order, ptrs[i], vals[i], res, guard)?;
                 }
             }
             out.push(res);
@@ -524,9 +526,11 @@ impl Lower<'_> {
     }
 
     /// The `red` opcode suffix for an atomic whose result is unused: the `atom` operation where
-    /// `red` has it too (not exchange) and the ordering is one `red` takes (relaxed, release).
-    fn red_rule(&self, op: AtomicOp, d: DType, sem: &str) -> Option<String> {
-        if op == AtomicOp::Xchg || !matches!(sem, ".relaxed" | ".release") {
+    /// `red` has it too (not exchange) and the ordering is one `red` takes (`red_takes`): an
+    /// acquire or acq_rel atomic stays an `atom` whose result is dropped. `red` takes every
+    /// scope.
+    fn red_rule(&self, op: AtomicOp, d: DType, sem: MemSem) -> Option<String> {
+        if op == AtomicOp::Xchg || !red_takes(sem) {
             return None;
         }
         self.atom_rule(op, d)
@@ -544,7 +548,7 @@ impl Lower<'_> {
         vals: &[Reg],
         mask: Option<&[Reg]>,
         owner: Option<Reg>,
-        sem: &str,
+        order: &str,
         suffix: &str,
         vec: usize,
         deltas: Option<&[i64]>,
@@ -576,12 +580,9 @@ impl Lower<'_> {
             };
             let (opc, src) = if vec > 1 {
                 let regs = group.iter().map(|&j| vals[j]).collect();
-                (
-                    format!("red{sem}.gpu.global.add.v{vec}.f32"),
-                    Arg::Vec(regs),
-                )
+                (format!("red{order}.global.add.v{vec}.f32"), Arg::Vec(regs))
             } else {
-                (format!("red{sem}.gpu.global.{suffix}"), vals[i].into())
+                (format!("red{order}.global.{suffix}"), vals[i].into())
             };
             let args = vec![addr, src];
             match guard {
@@ -758,7 +759,7 @@ impl Lower<'_> {
         &mut self,
         op: AtomicOp,
         d: DType,
-        sem: &str,
+        order: &str,
         ptr: Reg,
         v: Reg,
         res: Reg,
@@ -799,7 +800,7 @@ impl Lower<'_> {
             self.b.op(format!("mov{bits}"), wc, vec![new.into()])
         };
         let prev = self.b.op(
-            format!("atom{sem}.gpu.global.cas{bits}"),
+            format!("atom{order}.global.cas{bits}"),
             wc,
             vec![addr, old.into(), newb.into()],
         );
@@ -819,6 +820,12 @@ impl Lower<'_> {
         self.b.place_label(&skip);
         Ok(())
     }
+}
+
+/// Whether PTX's `red` has the ordering `sem` (`.relaxed`, `.release`; not `.acquire` or
+/// `.acq_rel`, which order accesses after a read that `red` does not return).
+pub(crate) fn red_takes(sem: MemSem) -> bool {
+    matches!(sem, MemSem::Relaxed | MemSem::Release)
 }
 
 fn zero_of(c: RegClass) -> Arg {

@@ -56,6 +56,7 @@ use crate::layout::Layout;
 use crate::plan::{Context, Plan};
 use crate::ptx::{Arg, Builder, HoistPoint, Reg, RegClass, SMEM};
 use crate::PtxError;
+pub(crate) use memory::red_takes;
 use tegula_ir::fast_hash::{HashMap, HashSet};
 use tegula_ir::{Block, Inst, Kernel, Loc, Op, Shape, TileType, Value, ValueDef};
 use types::class_of;

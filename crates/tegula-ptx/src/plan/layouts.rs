@@ -564,8 +564,9 @@ impl Planner<'_, '_> {
             d.op,
             Op::Atomic {
                 op: AtomicOp::Add,
+                sem,
                 ..
-            }
+            } if crate::emit::red_takes(sem)
         ) && dt == DType::F32;
         if !add_f32 || self.cx.target.sm < 90 || shape.is_scalar() || !l.sliced.is_empty() {
             return 1;
