@@ -78,6 +78,8 @@ fn unary_cases() -> Vec<(Fn1, UnaryFn)> {
         (Fn1::Erfcx, |t| erfcx(t)),
         (Fn1::Erfcinv, |t| erfcinv(t)),
         (Fn1::Normcdfinv, |t| normcdfinv(t)),
+        (Fn1::CylBesselI0, |t| cyl_bessel_i0(t)),
+        (Fn1::CylBesselI1, |t| cyl_bessel_i1(t)),
     ]
 }
 
@@ -112,7 +114,7 @@ fn f32_results_are_the_math_librarys_bits() {
 #[test]
 fn known_values_and_special_cases() {
     let pi = std::f32::consts::PI;
-    let cases: [(f32, f32, UnaryFn); 66] = [
+    let cases: [(f32, f32, UnaryFn); 74] = [
         (1.0, pi / 2.0, |t| asin(t)),
         (-1.0, pi, |t| acos(t)),
         (f32::INFINITY, pi / 2.0, |t| atan(t)),
@@ -180,6 +182,14 @@ fn known_values_and_special_cases() {
         (0.5, 0.0, |t| normcdfinv(t)),
         (0.0, f32::NEG_INFINITY, |t| normcdfinv(t)),
         (1.0, f32::INFINITY, |t| normcdfinv(t)),
+        (0.0, 1.0, |t| cyl_bessel_i0(t)),
+        (-0.0, 1.0, |t| cyl_bessel_i0(t)),
+        (f32::NEG_INFINITY, f32::INFINITY, |t| cyl_bessel_i0(t)),
+        (92.0, f32::INFINITY, |t| cyl_bessel_i0(t)),
+        (-0.0, -0.0, |t| cyl_bessel_i1(t)),
+        (f32::NEG_INFINITY, f32::NEG_INFINITY, |t| cyl_bessel_i1(t)),
+        (f32::INFINITY, f32::INFINITY, |t| cyl_bessel_i1(t)),
+        (-92.0, f32::NEG_INFINITY, |t| cyl_bessel_i1(t)),
     ];
     for (x, want, f) in cases {
         let got = eval(&[buf(&[x])], |t| f(t[0])).to_vec::<f32>().unwrap()[0];
@@ -372,7 +382,13 @@ fn narrow_floats_round_the_f32_result_and_f64_uses_std() {
                 Fn1::Normcdf => 0.5 * libm::erfc(-x * std::f64::consts::FRAC_1_SQRT_2),
                 // Computed in f64 by the interpreter's own routes: within a few f64 ulps of
                 // the exact values, which the f32 results (correctly rounded) bracket.
-                Fn1::Sinpi | Fn1::Cospi | Fn1::Erfcx | Fn1::Erfcinv | Fn1::Normcdfinv => {
+                Fn1::Sinpi
+                | Fn1::Cospi
+                | Fn1::Erfcx
+                | Fn1::Erfcinv
+                | Fn1::Normcdfinv
+                | Fn1::CylBesselI0
+                | Fn1::CylBesselI1 => {
                     let e = eval_f32(f, *x as f32);
                     let ok = if e.is_nan() || e.is_infinite() || e == 0.0 {
                         same(*g as f32, e) || (e.is_infinite() && g.abs() > 3e38)

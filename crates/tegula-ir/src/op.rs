@@ -191,6 +191,10 @@ pub enum UnaryOp {
     Erfcinv,
     /// The inverse of the standard normal distribution function on [0, 1].
     Normcdfinv,
+    /// The modified Bessel function of the first kind of order 0, `I_0`.
+    CylBesselI0,
+    /// The modified Bessel function of the first kind of order 1, `I_1`.
+    CylBesselI1,
 }
 
 impl UnaryOp {
@@ -240,6 +244,8 @@ impl UnaryOp {
             Erfcx => "erfcx",
             Erfcinv => "erfcinv",
             Normcdfinv => "normcdfinv",
+            CylBesselI0 => "cyl_bessel_i0",
+            CylBesselI1 => "cyl_bessel_i1",
         }
     }
 
@@ -273,6 +279,8 @@ impl UnaryOp {
             Erfcx => Fn1::Erfcx,
             Erfcinv => Fn1::Erfcinv,
             Normcdfinv => Fn1::Normcdfinv,
+            CylBesselI0 => Fn1::CylBesselI0,
+            CylBesselI1 => Fn1::CylBesselI1,
             _ => return None,
         })
     }

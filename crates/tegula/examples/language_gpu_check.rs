@@ -54,6 +54,8 @@ fn unary_op<T: Element>(x: Ptr<T>, y: Ptr<T>, n: i32, #[constexpr] which: u32) {
         32 => erfcx(a),
         33 => erfcinv(a),
         34 => normcdfinv(a),
+        35 => cyl_bessel_i0(a),
+        36 => cyl_bessel_i1(a),
         _ => a,
     };
     store(y + offs, r, mask);
@@ -168,6 +170,8 @@ fn main() -> tegula::Result<()> {
         "erfcx",
         "erfcinv",
         "normcdfinv",
+        "cyl_bessel_i0",
+        "cyl_bessel_i1",
     ];
     for (which, name) in names.iter().enumerate() {
         let mut out = Vec::new();

@@ -1,7 +1,8 @@
 //! The libdevice functions Triton users call (`tl.extra.cuda.libdevice` / `tl.math`): inverse
 //! trigonometric and hyperbolic functions, `pow`, `log1p`, `expm1`, `erfinv`, `cbrt`,
 //! `hypot`, `rhypot`, `tan`, `log10`, `exp10`, `erfc`, `erfcx`, `erfcinv`, `lgamma`,
-//! `tgamma`, `rcbrt`, `normcdf`, `normcdfinv`, `sinpi`, `cospi`, `remainder`, the rounding
+//! `tgamma`, `rcbrt`, `normcdf`, `normcdfinv`, `sinpi`, `cospi`, `remainder`,
+//! `cyl_bessel_i0`, `cyl_bessel_i1`, the rounding
 //! family, classification, `copysign`, `ldexp`, `frexp`, `nextafter`, `ilogb`, `logb` and
 //! `fdim`.
 //!
@@ -102,6 +103,13 @@ float_unary_fns! {
     /// The inverse of the standard normal distribution function (`libdevice.normcdfinv`),
     /// `-sqrt(2) erfcinv(2p)`: -inf at 0, +0 at 1/2, +inf at 1, NaN outside [0, 1].
     normcdfinv => Normcdfinv;
+    /// The modified Bessel function of the first kind of order 0, `I_0(x)`
+    /// (`libdevice.cyl_bessel_i0`; unscaled): 1 at 0, even, +inf past about 91.9 in f32.
+    cyl_bessel_i0 => CylBesselI0;
+    /// The modified Bessel function of the first kind of order 1, `I_1(x)`
+    /// (`libdevice.cyl_bessel_i1`; unscaled): odd, `+-0` at `+-0`, `+-inf` past about 91.9
+    /// in f32.
+    cyl_bessel_i1 => CylBesselI1;
     /// The nearest integer, halfway cases away from zero (`libdevice.round`); exact.
     round => Round;
     /// The nearest integer, halfway cases to even (`libdevice.rint`); exact.
