@@ -552,12 +552,11 @@ fn attention_on_wgmma_match() {
         let c = compiled_wgmma(&kern, 90, warps, stages);
         let what =
             format!("attention, wgmma, {dt} {bm}x{bn}x{d} {warps}w {stages}s, two loops {split}");
-        // Each loop: both dots, one wgmma a k16 step and 64-row block of a warpgroup; a Q
-        // resident in shared memory (over 32 registers a thread: 128 x 128 over 4 warps)
-        // is read there by Q K^T's descriptors (K-major panels).
+        // Each loop: both dots, one wgmma a k16 step and 64-row block of a warpgroup; Q
+        // resident in shared memory (a wgmma's invariant A stays there whatever its size)
+        // is read there by Q K^T's descriptors (K-major, panels past 128-byte rows).
         let loops = if split { 2 } else { 1 };
         let blocks = bm / (16 * warps as usize);
-        let q_resident = bm * d / (64 * warps as usize) > 32;
         let k_steps = (d + bn) / 16;
         assert_eq!(
             c.ptx.matches("wgmma.mma_async").count(),
@@ -565,7 +564,7 @@ fn attention_on_wgmma_match() {
             "{what}"
         );
         assert!(!c.ptx.contains("mma.sync.aligned.m16n8k16"), "{what}");
-        assert_eq!(c.ptx.contains("A from shared memory"), q_resident, "{what}");
+        assert!(c.ptx.contains("A from shared memory"), "{what}");
         // The two loops split the keys after the first block.
         let split_at = split.then_some(bn as i32);
         check_attention_kernel(&kern, split_at, 90, (dt, bm, bn, d, warps, stages));

@@ -205,12 +205,13 @@ const ATTENTION_TILES: [(usize, usize, usize, u32, u32); 4] = [
     (64, 32, 64, 4, 2),
 ];
 
-/// The forward's Q K^T (Q in registers, K K-major from its slot) and P V (P from registers,
-/// the previous dot's accumulator after the softmax; V N-major, `trans-b` 1) both on the
-/// register-A form of wgmma, one instruction per k16 step and 64-row block of a warpgroup; no
-/// `ldmatrix` or `mma.sync` in the loop. In the loop: the first dot's refill between its commit and
-/// its wait, and the second dot's fence after the first's wait (no overlap of the two); Q's
-/// words packed before the loop.
+/// The forward's Q K^T (Q resident in shared memory, read by descriptor: rule *resident
+/// operands* keeps a wgmma's invariant A there whatever its size; K K-major from its slot)
+/// and P V (P from registers, the previous dot's accumulator after the softmax; V N-major,
+/// `trans-b` 1, on the register-A form), one instruction per k16 step and 64-row block of a
+/// warpgroup; no `ldmatrix` or `mma.sync` anywhere. In the loop: the first dot's refill
+/// between its commit and its wait, and the second dot's fence after the first's wait (no
+/// overlap of the two); only P's words are packed.
 #[test]
 fn attention_dots_run_on_wgmma() {
     for (bm, bn, d, warps, stages) in ATTENTION_TILES {
@@ -224,26 +225,23 @@ fn attention_dots_run_on_wgmma() {
                 .collect();
             let qk = format!("m64n{bn}k16.f32.{dt}.{dt} ");
             let pv = format!("m64n{d}k16.f32.{dt}.{dt} ");
-            let count = |shape: &str, trans_b: u32| {
-                let end = format!(", 1, 1, {trans_b};");
-                issued
-                    .iter()
-                    .filter(|l| l.contains(shape) && l.ends_with(&end))
-                    .count()
-            };
-            if bn == d {
-                assert_eq!(count(&qk, 0) + count(&pv, 1), issued.len(), "{what}");
-            }
-            assert_eq!(count(&qk, 0), blocks * d / 16, "{what}");
-            assert_eq!(count(&pv, 1), blocks * bn / 16, "{what}");
-            // Register A: the accumulator's vector, then A's four words.
-            assert!(issued.iter().all(|l| l.contains("}, {%r")), "{what}");
+            // Q K^T: the accumulator's vector, then A's descriptor (`trans-a` 0, `trans-b`
+            // 0); P V: the accumulator, then A's four words (no `trans-a`), `trans-b` 1.
+            let qk_lines = issued
+                .iter()
+                .filter(|l| l.contains(&qk) && l.contains("}, %rd") && l.ends_with(", 1, 1, 0, 0;"))
+                .count();
+            let pv_lines = issued
+                .iter()
+                .filter(|l| l.contains(&pv) && l.contains("}, {%r") && l.ends_with(", 1, 1, 1;"))
+                .count();
+            assert_eq!(qk_lines + pv_lines, issued.len(), "{what}");
+            assert_eq!(qk_lines, blocks * d / 16, "{what}");
+            assert_eq!(pv_lines, blocks * bn / 16, "{what}");
             let at = |pat: &str, from: usize| from + text[from..].find(pat).unwrap();
             let fence = at("wgmma.fence", 0);
-            // (Q's fragments are read with `ldmatrix` once, before the loop.)
-            let in_loop = &text[fence..];
             assert!(
-                !in_loop.contains("ldmatrix") && !in_loop.contains("mma.sync"),
+                !text.contains("ldmatrix") && !text.contains("mma.sync"),
                 "{what}"
             );
             let commit = at("wgmma.commit_group", fence);
@@ -252,7 +250,7 @@ fn attention_dots_run_on_wgmma() {
             let second = at("wgmma.fence", fence + 1);
             assert!(refill < wait && wait < second, "{what}");
             assert_eq!(text.matches("wgmma.fence").count(), 2, "{what}");
-            // Q's words are packed once, before the loop; in the loop only P's.
+            // P's words, in the loop.
             let body = &text[text.find("\n$L_for").unwrap()..text.find("\n$L_endfor").unwrap()];
             let packs = body
                 .lines()

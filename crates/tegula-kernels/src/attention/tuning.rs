@@ -196,8 +196,8 @@ pub fn forward_heuristic(
 
 /// The forward's own rule over a candidate's compiled plans (after the tuner's, see
 /// `tuned::plan_or_prune`): more than [`VALUES_PER_THREAD`] values a thread only when the plan
-/// keeps Q resident in shared memory, and no `wgmma` twin then (a Q too large for registers
-/// spills on that path).
+/// keeps Q resident in shared memory on `mma.sync` (on `wgmma` Q is resident whatever its
+/// size, and the accumulators over the bound spill).
 pub(super) fn forward_plan_fits(
     c: &AttentionOptions,
     dims: &Dims,
@@ -211,11 +211,8 @@ pub(super) fn forward_plan_fits(
         .flat_map(|r| &r.dots)
         .any(|dot| dot.a == OperandHome::Resident);
     let pruned = |why: &str| Err(tegula::Error::Pruned { why: why.into() });
-    if values > VALUES_PER_THREAD && !q_resident {
-        return pruned("over 160 values a thread with Q in registers");
-    }
-    if c.wgmma == Some(true) && q_resident {
-        return pruned("wgmma with Q resident in shared memory");
+    if values > VALUES_PER_THREAD && (!q_resident || c.wgmma == Some(true)) {
+        return pruned("over 160 values a thread with Q in registers or on wgmma");
     }
     Ok(())
 }

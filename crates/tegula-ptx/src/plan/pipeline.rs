@@ -432,17 +432,43 @@ impl Planner<'_, '_> {
                 candidates.push((v, role, plan, inst));
             }
         }
-        let registers: u32 = candidates
+        // An A that a `wgmma` reads with a descriptor costs neither registers nor
+        // instructions where it is resident, so it stays there whatever its size (as Triton
+        // keeps a loaded wgmma A in shared memory); the register budget is for the others,
+        // which `ldmatrix` re-reads at each use.
+        let (by_descriptor, others): (Vec<_>, Vec<_>) = candidates
+            .into_iter()
+            .partition(|(v, role, plan, _)| self.descriptor_reads(*v, *role, plan));
+        let mut out: Vec<Resident> = by_descriptor
+            .into_iter()
+            .filter_map(|(v, role, plan, inst)| self.stay_resident(v, role, &plan, inst))
+            .collect();
+        let registers: u32 = others
             .iter()
             .map(|(_, role, plan, _)| plan.fragment_registers(*role))
             .sum();
-        if registers <= HOISTED_OPERAND_REGS {
-            return Vec::new();
+        if registers > HOISTED_OPERAND_REGS {
+            out.extend(
+                others
+                    .into_iter()
+                    .filter_map(|(v, role, plan, inst)| self.stay_resident(v, role, &plan, inst)),
+            );
         }
-        candidates
-            .into_iter()
-            .filter_map(|(v, role, plan, inst)| self.stay_resident(v, role, &plan, inst))
-            .collect()
+        out
+    }
+
+    /// Whether a `wgmma` candidate would read the invariant operand `v` in `role` from its
+    /// resident copy with a descriptor ([`Self::stay_resident`]'s `wgmma_a`): an A, stored
+    /// K-major in rows of 64 bytes or a multiple of 128, at a 1024-byte aligned offset.
+    fn descriptor_reads(&self, v: Value, role: Role, plan: &MmaPlan) -> bool {
+        let (_, src_k_major) = staging_source(self.cx.k, v, role);
+        let (st, _) = plan.operand_stage(role, src_k_major, 0);
+        let row_bytes = st.cols * st.kind.elem_bytes();
+        plan.wgmma
+            && role == Role::A
+            && st.k_major
+            && self.reserved_shared().is_multiple_of(1024)
+            && (row_bytes == 64 || row_bytes.is_multiple_of(128))
     }
 
     /// Keeps the loop-invariant operand `v` in shared memory for the rest of the kernel, when
