@@ -195,6 +195,10 @@ pub enum UnaryOp {
     CylBesselI0,
     /// The modified Bessel function of the first kind of order 1, `I_1`.
     CylBesselI1,
+    /// The Bessel function of the first kind of order 0, `J_0`.
+    J0,
+    /// The Bessel function of the first kind of order 1, `J_1`.
+    J1,
 }
 
 impl UnaryOp {
@@ -246,6 +250,8 @@ impl UnaryOp {
             Normcdfinv => "normcdfinv",
             CylBesselI0 => "cyl_bessel_i0",
             CylBesselI1 => "cyl_bessel_i1",
+            J0 => "j0",
+            J1 => "j1",
         }
     }
 
@@ -281,6 +287,8 @@ impl UnaryOp {
             Normcdfinv => Fn1::Normcdfinv,
             CylBesselI0 => Fn1::CylBesselI0,
             CylBesselI1 => Fn1::CylBesselI1,
+            J0 => Fn1::J0,
+            J1 => Fn1::J1,
             _ => return None,
         })
     }

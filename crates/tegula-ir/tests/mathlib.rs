@@ -166,6 +166,8 @@ fn reference(f: Fn1, x: f64) -> f64 {
         Fn1::Normcdfinv => normcdfinv64(x),
         Fn1::CylBesselI0 => bessel_i64(x, 0),
         Fn1::CylBesselI1 => bessel_i64(x, 1),
+        Fn1::J0 => libm::j0(x),
+        Fn1::J1 => libm::j1(x),
         Fn1::Erfinv => unreachable!(),
     }
 }
@@ -348,6 +350,8 @@ fn unary_functions_within_their_ulp_bounds() {
         (Fn1::Normcdfinv, 0.5001),
         (Fn1::CylBesselI0, 0.5001),
         (Fn1::CylBesselI1, 0.5001),
+        (Fn1::J0, 0.5001),
+        (Fn1::J1, 0.5001),
     ];
     let mut report = Vec::new();
     for (f, bound) in bounds {
@@ -357,6 +361,56 @@ fn unary_functions_within_their_ulp_bounds() {
             e <= bound,
             "{f:?}: {e} ulp at {x:e} (bound {bound})\n{report:#?}"
         );
+    }
+    eprintln!("{}", report.join("\n"));
+}
+
+/// `J_0` and `J_1` at the f32 values nearest their first zeros (up to 200, where the
+/// relative error of a sum that cancels is largest), against the `libm` crate's f64
+/// functions: the zeros by bisection of libm's sign changes, then the three f32s on each
+/// side.
+#[test]
+fn bessel_j_near_its_zeros() {
+    let mut report = Vec::new();
+    for (f, g) in [(Fn1::J0, libm::j0 as fn(f64) -> f64), (Fn1::J1, libm::j1)] {
+        let mut worst = (0.0, 0.0f32);
+        let mut zeros = 0;
+        let mut x = 0.5f64;
+        while x < 200.0 {
+            let (mut lo, mut hi) = (x, x + 0.05);
+            if g(lo).signum() != g(hi).signum() {
+                for _ in 0..80 {
+                    let mid = 0.5 * (lo + hi);
+                    if g(mid).signum() == g(lo).signum() {
+                        lo = mid;
+                    } else {
+                        hi = mid;
+                    }
+                }
+                zeros += 1;
+                let z = lo as f32;
+                let mut v = vec![z];
+                let (mut up, mut down) = (z, z);
+                for _ in 0..3 {
+                    up = f32::from_bits(up.to_bits() + 1);
+                    down = f32::from_bits(down.to_bits() - 1);
+                    v.extend([up, down, -up, -down]);
+                }
+                for x in v {
+                    let e = ulps(eval_f32(f, x), reference(f, x as f64));
+                    if e > worst.0 {
+                        worst = (e, x);
+                    }
+                }
+            }
+            x += 0.05;
+        }
+        assert!(zeros > 60, "{f:?}: {zeros} zeros");
+        report.push(format!(
+            "{f:?}: {:.4} ulp at {:e} ({zeros} zeros)",
+            worst.0, worst.1
+        ));
+        assert!(worst.0 <= 0.5001, "{f:?}: {worst:?}");
     }
     eprintln!("{}", report.join("\n"));
 }

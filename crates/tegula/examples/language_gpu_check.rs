@@ -56,6 +56,8 @@ fn unary_op<T: Element>(x: Ptr<T>, y: Ptr<T>, n: i32, #[constexpr] which: u32) {
         34 => normcdfinv(a),
         35 => cyl_bessel_i0(a),
         36 => cyl_bessel_i1(a),
+        37 => j0(a),
+        38 => j1(a),
         _ => a,
     };
     store(y + offs, r, mask);
@@ -172,6 +174,8 @@ fn main() -> tegula::Result<()> {
         "normcdfinv",
         "cyl_bessel_i0",
         "cyl_bessel_i1",
+        "j0",
+        "j1",
     ];
     for (which, name) in names.iter().enumerate() {
         let mut out = Vec::new();

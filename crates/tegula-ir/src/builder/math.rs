@@ -2,7 +2,7 @@
 //! trigonometric and hyperbolic functions, `pow`, `log1p`, `expm1`, `erfinv`, `cbrt`,
 //! `hypot`, `rhypot`, `tan`, `log10`, `exp10`, `erfc`, `erfcx`, `erfcinv`, `lgamma`,
 //! `tgamma`, `rcbrt`, `normcdf`, `normcdfinv`, `sinpi`, `cospi`, `remainder`,
-//! `cyl_bessel_i0`, `cyl_bessel_i1`, the rounding
+//! `cyl_bessel_i0`, `cyl_bessel_i1`, `j0`, `j1`, the rounding
 //! family, classification, `copysign`, `ldexp`, `frexp`, `nextafter`, `ilogb`, `logb` and
 //! `fdim`.
 //!
@@ -110,6 +110,12 @@ float_unary_fns! {
     /// (`libdevice.cyl_bessel_i1`; unscaled): odd, `+-0` at `+-0`, `+-inf` past about 91.9
     /// in f32.
     cyl_bessel_i1 => CylBesselI1;
+    /// The Bessel function of the first kind of order 0, `J_0(x)` (`libdevice.j0`): even, 1
+    /// at 0, +0 at +-inf; a small relative error near its zeros too.
+    j0 => J0;
+    /// The Bessel function of the first kind of order 1, `J_1(x)` (`libdevice.j1`): odd,
+    /// `+-0` at `+-0` and at `+-inf`; a small relative error near its zeros too.
+    j1 => J1;
     /// The nearest integer, halfway cases away from zero (`libdevice.round`); exact.
     round => Round;
     /// The nearest integer, halfway cases to even (`libdevice.rint`); exact.
