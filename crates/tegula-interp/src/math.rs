@@ -166,6 +166,8 @@ pub(crate) fn libm1_f64(f: Fn1, x: f64) -> f64 {
         Fn1::Normcdfinv => -std::f64::consts::SQRT_2 * erfcinv(2.0 * x) + 0.0,
         Fn1::J0 => libm::j0(x),
         Fn1::J1 => libm::j1(x),
+        Fn1::Y0 => libm::y0(x),
+        Fn1::Y1 => libm::y1(x),
         Fn1::CylBesselI0 | Fn1::CylBesselI1 => {
             // The library's exp saturates at e^200; past it, the rest of e^|x| by std's.
             let v = mathlib::unary(&mut mathlib::Eval, f, x);

@@ -82,6 +82,8 @@ fn unary_cases() -> Vec<(Fn1, UnaryFn)> {
         (Fn1::CylBesselI1, |t| cyl_bessel_i1(t)),
         (Fn1::J0, |t| j0(t)),
         (Fn1::J1, |t| j1(t)),
+        (Fn1::Y0, |t| y0(t)),
+        (Fn1::Y1, |t| y1(t)),
     ]
 }
 
@@ -116,7 +118,7 @@ fn f32_results_are_the_math_librarys_bits() {
 #[test]
 fn known_values_and_special_cases() {
     let pi = std::f32::consts::PI;
-    let cases: [(f32, f32, UnaryFn); 81] = [
+    let cases: [(f32, f32, UnaryFn); 91] = [
         (1.0, pi / 2.0, |t| asin(t)),
         (-1.0, pi, |t| acos(t)),
         (f32::INFINITY, pi / 2.0, |t| atan(t)),
@@ -199,6 +201,16 @@ fn known_values_and_special_cases() {
         (f32::INFINITY, 0.0, |t| j1(t)),
         (f32::NEG_INFINITY, -0.0, |t| j1(t)),
         (f32::NAN, f32::NAN, |t| j0(t)),
+        (0.0, f32::NEG_INFINITY, |t| y0(t)),
+        (-0.0, f32::NEG_INFINITY, |t| y0(t)),
+        (-1.0, f32::NAN, |t| y0(t)),
+        (f32::NEG_INFINITY, f32::NAN, |t| y0(t)),
+        (f32::INFINITY, 0.0, |t| y0(t)),
+        (0.0, f32::NEG_INFINITY, |t| y1(t)),
+        (-0.0, f32::NEG_INFINITY, |t| y1(t)),
+        (1e-39, f32::NEG_INFINITY, |t| y1(t)),
+        (-1e-30, f32::NAN, |t| y1(t)),
+        (f32::INFINITY, 0.0, |t| y1(t)),
     ];
     for (x, want, f) in cases {
         let got = eval(&[buf(&[x])], |t| f(t[0])).to_vec::<f32>().unwrap()[0];
@@ -390,6 +402,8 @@ fn narrow_floats_round_the_f32_result_and_f64_uses_std() {
                 Fn1::Rcbrt => 1.0 / x.cbrt(),
                 Fn1::J0 => libm::j0(*x),
                 Fn1::J1 => libm::j1(*x),
+                Fn1::Y0 => libm::y0(*x),
+                Fn1::Y1 => libm::y1(*x),
                 Fn1::Normcdf => 0.5 * libm::erfc(-x * std::f64::consts::FRAC_1_SQRT_2),
                 // Computed in f64 by the interpreter's own routes: within a few f64 ulps of
                 // the exact values, which the f32 results (correctly rounded) bracket.

@@ -1,7 +1,8 @@
 //! The math library behind `asin`, `acos`, `atan`, `atan2`, `sinh`, `cosh`, `asinh`, `acosh`,
 //! `atanh`, `pow`, `log1p`, `expm1`, `erfinv`, `cbrt`, `hypot`, `tan`, `log10`, `exp10`,
 //! `erfc`, `lgamma`, `tgamma`, `rcbrt`, `normcdf`, `sinpi`, `cospi`, `remainder`, `rhypot`,
-//! `erfcx`, `erfcinv`, `normcdfinv`, `cyl_bessel_i0`, `cyl_bessel_i1`, `j0` and `j1` on f32 (and f16/bf16, which compute through f32), written
+//! `erfcx`, `erfcinv`, `normcdfinv`, `cyl_bessel_i0`, `cyl_bessel_i1`, `j0`, `j1`, `y0` and
+//! `y1` on f32 (and f16/bf16, which compute through f32), written
 //! once over [`MathOps`] (f64) and [`MathOps32`] (f32) so that both backends run the same
 //! algorithm: the interpreter evaluates it on Rust `f64`s and `f32`s ([`Eval`]), the GPU
 //! lowering emits one PTX instruction per operation (`tegula-ptx`'s `emit/libm.rs`). Every
@@ -327,6 +328,8 @@ pub enum Fn1 {
     CylBesselI1,
     J0,
     J1,
+    Y0,
+    Y1,
 }
 
 /// The binary functions of this library.
@@ -371,6 +374,8 @@ pub fn unary<O: MathOps>(o: &mut O, f: Fn1, x: O::F) -> O::F {
         Fn1::CylBesselI1 => bessel_i(o, x, 1),
         Fn1::J0 => bessel_j(o, x, 0),
         Fn1::J1 => bessel_j(o, x, 1),
+        Fn1::Y0 => bessel_y(o, x, 0),
+        Fn1::Y1 => bessel_y(o, x, 1),
     }
 }
 
@@ -1903,9 +1908,33 @@ fn bessel_j<O: MathOps>(o: &mut O, x: O::F, nu: u32) -> O::F {
     let ac = o.sel(big, top, a);
     let h = mulc(o, ac, 0.5);
     let q = o.mul(h, h);
-    // Double-double Horner: p <- p q + c_k.
-    let cs = bessel_j_coefficients(48, nu);
-    let (mut ph, mut pl) = (o.c(cs[47].0), o.c(cs[47].1));
+    let (ph, pl) = dd_horner(o, q, &bessel_j_coefficients(48, nu));
+    let p = o.add(ph, pl);
+    let series = if nu == 1 { o.mul(h, p) } else { p };
+    let ab = o.sel(big, a, top);
+    let hk = hankel(o, ab, nu);
+    let pcw = o.mul(hk.p, hk.cos_w);
+    let nq = o.neg(hk.q);
+    let comb = o.fma(nq, hk.sin_w, pcw);
+    let asym = o.mul(hk.amp, comb);
+    let ai = isinf(o, a);
+    let zero = o.c(0.0);
+    let asym = o.sel(ai, zero, asym);
+    let v = o.sel(big, asym, series);
+    if nu == 1 {
+        let neg = signbit(o, x);
+        let nv = o.neg(v);
+        o.sel(neg, nv, v)
+    } else {
+        v
+    }
+}
+
+/// Horner's rule in double-double arithmetic for a polynomial in an f64 `q` with
+/// double-double coefficients: `p <- p q + c_k`, the product's error by fma.
+fn dd_horner<O: MathOps>(o: &mut O, q: O::F, cs: &[(f64, f64)]) -> (O::F, O::F) {
+    let last = cs[cs.len() - 1];
+    let (mut ph, mut pl) = (o.c(last.0), o.c(last.1));
     for &(ch, cl) in cs.iter().rev().skip(1) {
         let m = o.mul(ph, q);
         let nm = o.neg(m);
@@ -1920,10 +1949,20 @@ fn bessel_j<O: MathOps>(o: &mut O, x: O::F, nu: u32) -> O::F {
         ph = s;
         pl = e;
     }
-    let p = o.add(ph, pl);
-    let series = if nu == 1 { o.mul(h, p) } else { p };
-    // The asymptotic form.
-    let ab = o.sel(big, a, top);
+    (ph, pl)
+}
+
+/// The pieces of Hankel's asymptotic forms for `x > 20` (see `bessel_j`):
+/// `J_nu = amp (P cos w - Q sin w)`, `Y_nu = amp (P sin w + Q cos w)`.
+struct Hankel<O: MathOps> {
+    amp: O::F,
+    p: O::F,
+    q: O::F,
+    cos_w: O::F,
+    sin_w: O::F,
+}
+
+fn hankel<O: MathOps>(o: &mut O, ab: O::F, nu: u32) -> Hankel<O> {
     let one = o.c(1.0);
     let u = o.div(one, ab);
     let w2 = o.mul(u, u);
@@ -1991,21 +2030,132 @@ fn bessel_j<O: MathOps>(o: &mut O, x: O::F, nu: u32) -> O::F {
     let sw = o.sel(q1, ct, st);
     let sw = o.sel(q2, nst, sw);
     let sw = o.sel(q3, nct, sw);
-    let pcw = o.mul(pp, cw);
-    let nqq = o.neg(qq);
-    let comb = o.fma(nqq, sw, pcw);
     let amp = mulc(o, u, 2.0 / PI);
     let amp = o.sqrt(amp);
-    let asym = o.mul(amp, comb);
-    let ai = isinf(o, a);
-    let zero = o.c(0.0);
-    let asym = o.sel(ai, zero, asym);
-    let v = o.sel(big, asym, series);
-    if nu == 1 {
-        let neg = signbit(o, x);
-        let nv = o.neg(v);
-        o.sel(neg, nv, v)
-    } else {
-        v
+    Hankel {
+        amp,
+        p: pp,
+        q: qq,
+        cos_w: cw,
+        sin_w: sw,
     }
+}
+
+/// Euler's constant.
+const EULER_GAMMA: f64 = 0.577_215_664_901_532_9;
+
+/// Double-double product of two double-doubles (in Rust, for coefficients).
+fn dd_mul_rs((ah, al): (f64, f64), (bh, bl): (f64, f64)) -> (f64, f64) {
+    let p = ah * bh;
+    let e = ah.mul_add(bh, -p) + (ah * bl + al * bh);
+    let s = p + e;
+    (s, e - (s - p))
+}
+
+/// The double-double coefficients of the logarithmic Bessel series: `H_k (-1)^k / (k!)^2`
+/// for `nu = 0`, `(H_k + H_(k+1)) (-1)^k / (k! (k + 1)!)` for `nu = 1` (`H_k` the harmonic
+/// numbers, `H_0 = 0`).
+fn bessel_y_coefficients(len: usize, nu: u32) -> Vec<(f64, f64)> {
+    let two_sum = |a: f64, b: f64| {
+        let s = a + b;
+        let bb = s - a;
+        (s, (a - (s - bb)) + (b - bb))
+    };
+    let add = |(ah, al): (f64, f64), (bh, bl): (f64, f64)| {
+        let (s, e) = two_sum(ah, bh);
+        let e = e + al + bl;
+        let t = s + e;
+        (t, e - (t - s))
+    };
+    let mut h = vec![(0.0f64, 0.0f64)];
+    for j in 1..=len {
+        let r = 1.0 / j as f64;
+        let rl = (-r).mul_add(j as f64, 1.0) / j as f64;
+        let prev = h[j - 1];
+        h.push(add(prev, (r, rl)));
+    }
+    let js = bessel_j_coefficients(len, nu);
+    (0..len)
+        .map(|k| {
+            let hk = if nu == 0 { h[k] } else { add(h[k], h[k + 1]) };
+            dd_mul_rs(hk, js[k])
+        })
+        .collect()
+}
+
+/// The Bessel function of the second kind `Y_nu(x)`, `nu` 0 or 1 (`libdevice.y0`, `y1`).
+///
+/// `x <= 20`: the series of Abramowitz and Stegun 9.1.11 in double-double arithmetic,
+/// `Y_0 = (2/pi) (L J_0 - D_0)` and `Y_1 = (1/pi) (x (L P_1 - D_1 / 2) - 2 / x)` with
+/// `L = log(x / 2) + gamma` (f64), `J_1 = (x/2) P_1`, `D_nu` the sums of
+/// `bessel_y_coefficients` in `q = x^2 / 4` (to k = 47); the products and differences that
+/// cancel near the zeros are double-double, `L` and the final scaling are f64. Above 20:
+/// Hankel's form `sqrt(2 / (pi x)) (P sin w + Q cos w)` (`hankel`). -inf at +-0, NaN below
+/// 0 and for NaN, +0 at +inf.
+fn bessel_y<O: MathOps>(o: &mut O, x: O::F, nu: u32) -> O::F {
+    let top = o.c(20.0);
+    let big = o.gt(x, top);
+    let xc = o.sel(big, top, x);
+    let h = mulc(o, xc, 0.5);
+    let q = o.mul(h, h);
+    let (jh, jl) = dd_horner(o, q, &bessel_j_coefficients(48, nu));
+    let (dh, dl) = dd_horner(o, q, &bessel_y_coefficients(48, nu));
+    let lg = log_core(o, h);
+    let l = addc(o, lg, EULER_GAMMA);
+    // L (jh + jl) - d, in double-double (d = D_0, or D_1 / 2).
+    let (dh, dl) = if nu == 1 {
+        (mulc(o, dh, 0.5), mulc(o, dl, 0.5))
+    } else {
+        (dh, dl)
+    };
+    let m = o.mul(l, jh);
+    let nm = o.neg(m);
+    let me = o.fma(l, jh, nm);
+    let me = o.fma(l, jl, me);
+    let ndh = o.neg(dh);
+    let (s, e) = two_sum(o, m, ndh);
+    let e = o.add(e, me);
+    let e = o.sub(e, dl);
+    let (bh, bl) = fast_two_sum(o, s, e);
+    let series = if nu == 0 {
+        let b = o.add(bh, bl);
+        mulc(o, b, 2.0 / PI)
+    } else {
+        // x (bh + bl) - 2 / x in double-double, then / pi.
+        let m = o.mul(xc, bh);
+        let nm = o.neg(m);
+        let me = o.fma(xc, bh, nm);
+        let me = o.fma(xc, bl, me);
+        let two = o.c(2.0);
+        let r = o.div(two, xc);
+        let nr = o.neg(r);
+        let re = o.fma(nr, xc, two);
+        let re = o.div(re, xc);
+        let (s, e) = two_sum(o, m, nr);
+        let e = o.add(e, me);
+        let e = o.sub(e, re);
+        let b = o.add(s, e);
+        let b = mulc(o, b, 1.0 / PI);
+        // Below about 1e-38 the product and the correction are not finite; -2 / (pi x) is
+        // the value (and overflows f32 there).
+        let tiny = o.c(1e-30);
+        let small = o.lt(xc, tiny);
+        let lead = mulc(o, r, -1.0 / PI);
+        o.sel(small, lead, b)
+    };
+    let ab = o.sel(big, x, top);
+    let hk = hankel(o, ab, nu);
+    let psw = o.mul(hk.p, hk.sin_w);
+    let comb = o.fma(hk.q, hk.cos_w, psw);
+    let asym = o.mul(hk.amp, comb);
+    let xi = isinf(o, x);
+    let zero = o.c(0.0);
+    let asym = o.sel(xi, zero, asym);
+    let v = o.sel(big, asym, series);
+    let at0 = o.eq(x, zero);
+    let ninf = o.c(f64::NEG_INFINITY);
+    let v = o.sel(at0, ninf, v);
+    let neg = o.lt(x, zero);
+    let nan = o.c(f64::NAN);
+    o.sel(neg, nan, v)
 }

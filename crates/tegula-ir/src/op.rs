@@ -199,6 +199,10 @@ pub enum UnaryOp {
     J0,
     /// The Bessel function of the first kind of order 1, `J_1`.
     J1,
+    /// The Bessel function of the second kind of order 0, `Y_0`.
+    Y0,
+    /// The Bessel function of the second kind of order 1, `Y_1`.
+    Y1,
 }
 
 impl UnaryOp {
@@ -252,6 +256,8 @@ impl UnaryOp {
             CylBesselI1 => "cyl_bessel_i1",
             J0 => "j0",
             J1 => "j1",
+            Y0 => "y0",
+            Y1 => "y1",
         }
     }
 
@@ -289,6 +295,8 @@ impl UnaryOp {
             CylBesselI1 => Fn1::CylBesselI1,
             J0 => Fn1::J0,
             J1 => Fn1::J1,
+            Y0 => Fn1::Y0,
+            Y1 => Fn1::Y1,
             _ => return None,
         })
     }

@@ -168,6 +168,8 @@ fn reference(f: Fn1, x: f64) -> f64 {
         Fn1::CylBesselI1 => bessel_i64(x, 1),
         Fn1::J0 => libm::j0(x),
         Fn1::J1 => libm::j1(x),
+        Fn1::Y0 => libm::y0(x),
+        Fn1::Y1 => libm::y1(x),
         Fn1::Erfinv => unreachable!(),
     }
 }
@@ -352,6 +354,8 @@ fn unary_functions_within_their_ulp_bounds() {
         (Fn1::CylBesselI1, 0.5001),
         (Fn1::J0, 0.5001),
         (Fn1::J1, 0.5001),
+        (Fn1::Y0, 0.5001),
+        (Fn1::Y1, 0.5001),
     ];
     let mut report = Vec::new();
     for (f, bound) in bounds {
@@ -365,14 +369,19 @@ fn unary_functions_within_their_ulp_bounds() {
     eprintln!("{}", report.join("\n"));
 }
 
-/// `J_0` and `J_1` at the f32 values nearest their first zeros (up to 200, where the
+/// `J_0`, `J_1`, `Y_0` and `Y_1` at the f32 values nearest their first zeros (up to 200, where the
 /// relative error of a sum that cancels is largest), against the `libm` crate's f64
 /// functions: the zeros by bisection of libm's sign changes, then the three f32s on each
 /// side.
 #[test]
-fn bessel_j_near_its_zeros() {
+fn bessel_functions_near_their_zeros() {
     let mut report = Vec::new();
-    for (f, g) in [(Fn1::J0, libm::j0 as fn(f64) -> f64), (Fn1::J1, libm::j1)] {
+    for (f, g) in [
+        (Fn1::J0, libm::j0 as fn(f64) -> f64),
+        (Fn1::J1, libm::j1),
+        (Fn1::Y0, libm::y0),
+        (Fn1::Y1, libm::y1),
+    ] {
         let mut worst = (0.0, 0.0f32);
         let mut zeros = 0;
         let mut x = 0.5f64;

@@ -68,7 +68,7 @@ fn math_kernel(dt: DType) -> Kernel {
         acc += tan(a) + log10(a) + exp10(a) + erfc(a) + lgamma(a) + tgamma(a);
         acc += rcbrt(a) + normcdf(a) + sinpi(a) + cospi(a) + erfcx(a) + erfcinv(a);
         acc += normcdfinv(a) + remainder(a, b) + rhypot(a, b);
-        acc += cyl_bessel_i0(a) + cyl_bessel_i1(b) + j0(a) + j1(b);
+        acc += cyl_bessel_i0(a) + cyl_bessel_i1(b) + j0(a) + j1(b) + y0(a) + y1(b);
         acc += atan2(a, b) + pow(a, b) + hypot(a, b) + fmod(a, b) + copysign(a, b);
         let (m, e) = frexp(b);
         acc += ldexp(a, ilogb(b)) + nextafter(a, b) + ldexp(m, e) + logb(a) + fdim(a, b);

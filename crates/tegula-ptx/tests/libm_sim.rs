@@ -1,5 +1,5 @@
 //! The math library (`asin` .. `cbrt`, `tan` .. `tgamma`, `rcbrt`, `normcdf`, `sinpi`,
-//! `cospi`, `erfcx`, `erfcinv`, `normcdfinv`, `cyl_bessel_i0`, `cyl_bessel_i1`, `j0`, `j1`, `atan2`, `pow`, `hypot`, `remainder`, `rhypot`)
+//! `cospi`, `erfcx`, `erfcinv`, `normcdfinv`, `cyl_bessel_i0`, `cyl_bessel_i1`, `j0`, `j1`, `y0`, `y1`, `atan2`, `pow`, `hypot`, `remainder`, `rhypot`)
 //! and the exact compositions (`ldexp`, `nextafter`, `ilogb`, `frexp`) compiled to PTX and run on the
 //! PTX simulator against the interpreter, bit for bit: both evaluate the same IEEE f32 and
 //! f64 operations (`tegula_ir::mathlib`), so every result, special values included, must
@@ -130,7 +130,7 @@ fn check(r: &mut Rng, what: &str, binary: bool, f: Body) {
 #[test]
 fn unary_functions_agree_with_the_interpreter_bit_for_bit() {
     let mut r = Rng::new("libm_unary");
-    let fs: [(&str, Body); 29] = [
+    let fs: [(&str, Body); 31] = [
         ("asin", |a, _| asin(a)),
         ("acos", |a, _| acos(a)),
         ("atan", |a, _| atan(a)),
@@ -160,6 +160,8 @@ fn unary_functions_agree_with_the_interpreter_bit_for_bit() {
         ("cyl_bessel_i1", |a, _| cyl_bessel_i1(a)),
         ("j0", |a, _| j0(a)),
         ("j1", |a, _| j1(a)),
+        ("y0", |a, _| y0(a)),
+        ("y1", |a, _| y1(a)),
     ];
     for (name, f) in fs {
         check(&mut r, name, false, f);

@@ -58,6 +58,8 @@ fn unary_op<T: Element>(x: Ptr<T>, y: Ptr<T>, n: i32, #[constexpr] which: u32) {
         36 => cyl_bessel_i1(a),
         37 => j0(a),
         38 => j1(a),
+        39 => y0(a),
+        40 => y1(a),
         _ => a,
     };
     store(y + offs, r, mask);
@@ -176,6 +178,8 @@ fn main() -> tegula::Result<()> {
         "cyl_bessel_i1",
         "j0",
         "j1",
+        "y0",
+        "y1",
     ];
     for (which, name) in names.iter().enumerate() {
         let mut out = Vec::new();

@@ -2,7 +2,7 @@
 //! trigonometric and hyperbolic functions, `pow`, `log1p`, `expm1`, `erfinv`, `cbrt`,
 //! `hypot`, `rhypot`, `tan`, `log10`, `exp10`, `erfc`, `erfcx`, `erfcinv`, `lgamma`,
 //! `tgamma`, `rcbrt`, `normcdf`, `normcdfinv`, `sinpi`, `cospi`, `remainder`,
-//! `cyl_bessel_i0`, `cyl_bessel_i1`, `j0`, `j1`, the rounding
+//! `cyl_bessel_i0`, `cyl_bessel_i1`, `j0`, `j1`, `y0`, `y1`, the rounding
 //! family, classification, `copysign`, `ldexp`, `frexp`, `nextafter`, `ilogb`, `logb` and
 //! `fdim`.
 //!
@@ -116,6 +116,12 @@ float_unary_fns! {
     /// The Bessel function of the first kind of order 1, `J_1(x)` (`libdevice.j1`): odd,
     /// `+-0` at `+-0` and at `+-inf`; a small relative error near its zeros too.
     j1 => J1;
+    /// The Bessel function of the second kind of order 0, `Y_0(x)` (`libdevice.y0`): -inf at
+    /// +-0, NaN below 0, +0 at +inf; a small relative error near its zeros too.
+    y0 => Y0;
+    /// The Bessel function of the second kind of order 1, `Y_1(x)` (`libdevice.y1`): -inf at
+    /// +-0 (and below about 6e-39 in f32), NaN below 0, +0 at +inf.
+    y1 => Y1;
     /// The nearest integer, halfway cases away from zero (`libdevice.round`); exact.
     round => Round;
     /// The nearest integer, halfway cases to even (`libdevice.rint`); exact.
