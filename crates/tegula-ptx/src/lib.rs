@@ -98,23 +98,14 @@ pub struct Compiled {
 
 impl Compiled {
     /// The same kernel declaring `.minnctapersm blocks` (ptxas then budgets registers so
-    /// that `blocks` blocks fit an SM), in place of what it declares; `None` when it already
-    /// declares that many or more.
+    /// that `blocks` blocks fit an SM); `None` when it already declares one.
     pub fn declaring_min_blocks_per_sm(&self, blocks: u32) -> Option<Compiled> {
+        if self.report.min_blocks_per_sm.is_some() {
+            return None;
+        }
         let maxntid = format!("\n.maxntid {}, 1, 1\n", self.num_threads);
         let at = self.ptx.find(&maxntid)? + maxntid.len();
         let mut c = self.clone();
-        match self.report.min_blocks_per_sm {
-            Some(declared) if declared >= blocks => return None,
-            Some(declared) => {
-                let line = format!(".minnctapersm {declared}\n");
-                if !self.ptx[at..].starts_with(&line) {
-                    return None;
-                }
-                c.ptx.replace_range(at..at + line.len(), "");
-            }
-            None => {}
-        }
         c.ptx.insert_str(at, &format!(".minnctapersm {blocks}\n"));
         c.report.min_blocks_per_sm = Some(blocks);
         Some(c)

@@ -261,18 +261,19 @@ impl Gpu {
     }
 
     /// Rule *occupancy step* ([`Target::occupancy_step`]), applied where only the driver's
-    /// JIT knows a kernel's registers: a kernel whose registers hold its SM under half its
-    /// threads is loaded again declaring one block more (in place of the blocks a kernel
-    /// with dots declares for a full register budget), and that load is kept when ptxas
-    /// fitted it without local memory (spills); else the first. Off with
-    /// `TEGULA_OCCUPANCY_STEP=0`.
+    /// JIT knows a kernel's registers: a kernel without dots that declares no blocks a SM and
+    /// whose registers hold its SM under half its threads is loaded again declaring one
+    /// block more, and that load is kept when ptxas fitted it without local memory (spills);
+    /// else the first. Off with `TEGULA_OCCUPANCY_STEP=0`.
     fn occupancy_step(
         &self,
         compiled: Arc<Compiled>,
         loaded: Arc<LoadedKernel>,
     ) -> Result<(Arc<Compiled>, Arc<LoadedKernel>)> {
         let r = loaded.resources();
-        let step = (crate::env::Settings::global().occupancy_step && r.local_bytes_per_thread == 0)
+        let step = (crate::env::Settings::global().occupancy_step
+            && compiled.report.dots.is_empty()
+            && r.local_bytes_per_thread == 0)
             .then(|| {
                 self.target.occupancy_step(
                     r.registers_per_thread,
