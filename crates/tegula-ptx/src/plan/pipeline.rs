@@ -11,8 +11,9 @@
 //!   [`HOISTED_OPERAND_REGS`] registers a thread together as fragments, each stays resident in
 //!   shared memory (as long as it fits), written once before the loop and read with
 //!   `ldmatrix` (or a `wgmma` descriptor) at each use; one copy serves both roles when both
-//!   read it as loaded. Smaller sets of invariant operands are loaded into registers once
-//!   before the loop.
+//!   read it as loaded. An A that a `wgmma` candidate would read by descriptor stays resident
+//!   whatever its size (it then costs no registers and no instructions). Smaller sets of
+//!   other invariant operands are loaded into registers once before the loop.
 //! - **stage count** ([`super::Context::stages_asked`]): a loop asks for its own
 //!   `num_stages` when it has one (`range(..).num_stages(s)`, Triton's `tl.range(..,
 //!   num_stages=s)`), else for the launch's; an inner loop of a nest asks for its own count
