@@ -1100,6 +1100,20 @@ fn erfinv<O: MathOps>(o: &mut O, x: O::F) -> O::F {
     o.sel(at1, sinf, r)
 }
 
+/// `(hi + lo) * pi / 2` as one f64: the double-double `hi + lo` times pi/2 in two parts, the
+/// high product's rounding error recovered with an fma (tan's and the Bessel phases'
+/// reduction).
+fn times_half_pi<O: MathOps>(o: &mut O, hi: O::F, lo: O::F) -> O::F {
+    let (ph, pl) = (o.c(FRAC_PI_2), o.c(FRAC_PI_2_LO));
+    let yh = o.mul(hi, ph);
+    let nyh = o.neg(yh);
+    let ye = o.fma(hi, ph, nyh);
+    let t = o.mul(lo, ph);
+    let t = o.fma(hi, pl, t);
+    let t = o.add(ye, t);
+    o.add(yh, t)
+}
+
 /// `a + b` as `(s, e)`: `s` the rounded sum, `e` its rounding error exactly (Knuth's TwoSum,
 /// for operands of any magnitudes).
 fn two_sum<O: MathOps>(o: &mut O, a: O::F, b: O::F) -> (O::F, O::F) {
@@ -1150,14 +1164,7 @@ fn tan<O: MathOps>(o: &mut O, x: O::F) -> O::F {
     let n = o.rint(hi);
     let r0 = o.sub(hi, n);
     let (rh, rl) = two_sum(o, r0, lo);
-    let (ph, pl) = (o.c(FRAC_PI_2), o.c(FRAC_PI_2_LO));
-    let yh = o.mul(rh, ph);
-    let nyh = o.neg(yh);
-    let ye = o.fma(rh, ph, nyh);
-    let t = o.mul(rl, ph);
-    let t = o.fma(rh, pl, t);
-    let t = o.add(ye, t);
-    let y = o.add(yh, t);
+    let y = times_half_pi(o, rh, rl);
     // sin y and cos y by Taylor series: for |y| <= pi/4 the first terms left out are below
     // 2^-55 of the sums.
     let y2 = o.mul(y, y);
@@ -1998,14 +2005,7 @@ fn hankel<O: MathOps>(o: &mut O, ab: O::F, nu: u32) -> Hankel<O> {
     let nhalf = o.c(-0.5);
     let (th, te) = two_sum(o, rh, nhalf);
     let tl = o.add(te, rl);
-    let (pi2h, pi2l) = (o.c(FRAC_PI_2), o.c(FRAC_PI_2_LO));
-    let yh = o.mul(th, pi2h);
-    let nyh = o.neg(yh);
-    let ye = o.fma(th, pi2h, nyh);
-    let t2 = o.mul(tl, pi2h);
-    let t2 = o.fma(th, pi2l, t2);
-    let t2 = o.add(ye, t2);
-    let t = o.add(yh, t2);
+    let t = times_half_pi(o, th, tl);
     let tt = o.mul(t, t);
     let sp = horner(o, tt, &sin_coefficients(12));
     let st = o.mul(t, sp);
