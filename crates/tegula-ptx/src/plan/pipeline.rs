@@ -499,14 +499,9 @@ impl Planner<'_, '_> {
             return Some(r);
         }
         let shift = self.reserved_shared();
-        // An A a `wgmma` may read with a descriptor: K-major, rows of 64 bytes or multiples of
-        // 128 (panels past 128), 1024-byte aligned; the backward's K and V.
+        // An A a `wgmma` may read with a descriptor (the backward's K and V, the forward's Q).
         let row_bytes = st.cols * st.kind.elem_bytes();
-        let wgmma_a = plan.wgmma
-            && role == Role::A
-            && st.k_major
-            && shift.is_multiple_of(1024)
-            && (row_bytes == 64 || row_bytes.is_multiple_of(128));
+        let wgmma_a = self.descriptor_reads(v, role, plan);
         st.panel_major = wgmma_a && row_bytes > 128;
         let align = if wgmma_a { 1024 } else { 128 };
         let bytes = st.bytes().div_ceil(align) * align;
