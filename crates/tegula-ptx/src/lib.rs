@@ -354,7 +354,7 @@ fn compile_once(
             bytes: None,
         })
         .collect();
-    params.extend(descriptors.maps.iter().map(|m| ParamDecl {
+    params.extend(plan.descriptors.maps.iter().map(|m| ParamDecl {
         name: m.name.clone(),
         ty: ptx::Ty::B8,
         bytes: Some(128),
@@ -402,7 +402,7 @@ fn compile_once(
         shared_bytes,
         num_threads: 32 * w,
         params: abi,
-        tensor_maps: descriptors.maps.clone(),
+        tensor_maps: plan.descriptors.maps.clone(),
         report,
     }))
 }

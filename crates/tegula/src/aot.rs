@@ -172,6 +172,9 @@ pub struct TensorMapEntry {
     pub dims: [LaunchValueEntry; 2],
     pub row_stride: LaunchValueEntry,
     pub box_dims: [u32; 2],
+    /// [`TensorMapAbi::swizzle`]: the span in bytes, 0 for none (bundles without it have none).
+    #[serde(default)]
+    pub swizzle: u32,
 }
 
 /// A bundled [`LaunchValue`].
@@ -252,6 +255,7 @@ impl Entry {
                     dims: m.dims.map(Into::into),
                     row_stride: m.row_stride.into(),
                     box_dims: m.box_dims,
+                    swizzle: m.swizzle,
                 })
                 .collect(),
             report: ReportSummary {
@@ -325,6 +329,7 @@ impl Entry {
                     dims: m.dims.map(Into::into),
                     row_stride: m.row_stride.into(),
                     box_dims: m.box_dims,
+                    swizzle: m.swizzle,
                 })
             })
             .collect::<std::result::Result<Vec<_>, BundleError>>()?;

@@ -89,13 +89,20 @@ fn tensor_map(m: &TensorMapAbi, params: &[KernelParam], args: &[KernelArg]) -> R
         DType::U64 => TmaDtype::U64,
         other => return Err(invalid(format!("{other} elements"))),
     };
+    let swizzle = match m.swizzle {
+        0 => TmaSwizzle::None,
+        32 => TmaSwizzle::B32,
+        64 => TmaSwizzle::B64,
+        128 => TmaSwizzle::B128,
+        other => return Err(invalid(format!("a swizzle of {other} bytes"))),
+    };
     let spec = TensorMapSpec {
         dtype,
         base: *base,
         dims: [dim(m.dims[0], 1)?, dim(m.dims[1], 0)?],
         row_stride_bytes,
         box_dims: m.box_dims,
-        swizzle: TmaSwizzle::None,
+        swizzle,
     };
     let map = encode_tensor_map_2d(&spec).map_err(|e| invalid(e.to_string()))?;
     Ok(KernelParam::TensorMap(map))

@@ -471,7 +471,7 @@ impl Machine<'_> {
         let op = ins.op.as_str();
         let words: Vec<&str> = op.split('.').collect();
         let allowed: &[&str] = match words[1] {
-            "init" => &["shared", "shared::cta", "b64"],
+            "init" | "inval" => &["shared", "shared::cta", "b64"],
             "arrive" => &[
                 "expect_tx",
                 "release",
@@ -540,6 +540,30 @@ impl Machine<'_> {
                         init_fences: fences,
                     },
                 );
+            }
+            "inval" => {
+                // The object ends: no phase may be under way (arrivals or bytes announced, or
+                // copies not landed), and its bytes are plain shared memory again.
+                let bar = self.mbar_address(t, &a[0]);
+                let mb = self.mbar_for(t, bar);
+                assert!(
+                    mb.pending == mb.count && mb.tx == 0 && mb.copies.is_empty(),
+                    "mbarrier.inval (thread {t}, pc {pc}) at shared {bar:#x}: its phase {} is \
+                     under way ({} of {} arrivals missing, tx-count {}, {} copies in flight)",
+                    mb.phase,
+                    mb.pending,
+                    mb.count,
+                    mb.tx,
+                    mb.copies.len()
+                );
+                self.tma.mbars.remove(&bar);
+                for b in bar as usize..bar as usize + 8 {
+                    self.tma.is_mbar[b] = false;
+                }
+                // A barrier initialized here again counts its phases from 0.
+                for seen in &mut self.tma.seen {
+                    seen.remove(&bar);
+                }
             }
             "expect_tx" => {
                 let bar = self.mbar_address(t, &a[0]);

@@ -29,7 +29,7 @@ impl Lower<'_> {
     }
 
     /// The generic address of tensor map `map` (a `.param` of the kernel).
-    fn tensor_map(&mut self, map: usize) -> Reg {
+    pub(crate) fn tensor_map(&mut self, map: usize) -> Reg {
         if let Some(&r) = self.addr.tensor_maps.get(&map) {
             return r;
         }
@@ -45,7 +45,7 @@ impl Lower<'_> {
     }
 
     /// The copy's coordinates, innermost first: `{offset1, offset0}` as 32-bit registers.
-    fn tma_coords(&mut self, offsets: [Value; 2]) -> R<Vec<Reg>> {
+    pub(crate) fn tma_coords(&mut self, offsets: [Value; 2]) -> R<Vec<Reg>> {
         let mut out = Vec::new();
         for v in [offsets[1], offsets[0]] {
             let r = self.scalar(v)?;

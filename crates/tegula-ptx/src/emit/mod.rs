@@ -664,7 +664,8 @@ impl<'k> Lower<'k> {
     /// address only 16-byte aligned, and TMA copies need 128).
     pub fn mbarrier_bytes(&self) -> u32 {
         let loads = self.plan.descriptors.tma_loads(self.k) as u32;
-        (8 * loads).div_ceil(self.shared_alignment()) * self.shared_alignment()
+        let slots = self.plan.pipelines.tma_barriers;
+        (8 * (loads + slots)).div_ceil(self.shared_alignment()) * self.shared_alignment()
     }
 
     /// The shared memory the kernel declares: the barriers and the scratch buffer.
@@ -673,9 +674,10 @@ impl<'k> Lower<'k> {
     }
 
     /// The alignment the scratch buffer is declared with: 1024 bytes when `wgmma` reads
-    /// pipeline slots (its swizzle pattern repeats every 1024 bytes of address), else 128.
+    /// pipeline slots or TMA fills them (their swizzle patterns repeat every 1024 bytes of
+    /// address), else 128.
     pub fn shared_alignment(&self) -> u32 {
-        if !self.plan.pipelines.any_wgmma() {
+        if !self.plan.pipelines.any_wgmma() && self.plan.pipelines.tma_barriers == 0 {
             128
         } else {
             1024

@@ -54,7 +54,7 @@ use super::types::{class_of, mem_ty};
 use super::{Lower, R};
 use crate::layout::Layout;
 use crate::mma_layout::{Role, Stage};
-use crate::ptx::{Arg, Reg, RegClass};
+use crate::ptx::{Arg, Reg, RegClass, SMEM};
 use std::collections::HashMap;
 use tegula_ir::fast_hash::HashSet;
 use tegula_ir::{Block, Elem, Inst, Op, Value};
@@ -93,6 +93,34 @@ struct Pipe {
     /// Whether the loop is the inner loop of a nest pipelined across its outer loop (see
     /// [`Nest`]): its slots and its first `S - 1` stages come from there.
     nested: bool,
+    /// The slots' `mbarrier`s, when TMA fills some (see [`SlotBarriers`]).
+    bars: Option<SlotBarriers>,
+}
+
+/// The `mbarrier`s of a pipeline whose loads TMA copies (rule *TMA slots*), one a slot, below
+/// the scratch buffer ([`Lower::mbarrier_bytes`]). Each slot's barrier completes one phase a
+/// fill: the thread that issues the copies arms it with their bytes (`expect_tx`), the copies
+/// complete it, and every thread waits for the phase with `try_wait.parity` before the
+/// iteration's barrier. The slot read advances one a iteration, so the parity to wait for
+/// flips each time the read slot wraps to slot 0. Fills past the loop's end copy nothing and
+/// arm nothing; no iteration waits for them.
+///
+/// ```text
+/// before the loop:   bar.sync; init S barriers (count 1); fence.mbarrier_init; bar.sync
+///                    for s in 0..S-1: arm barrier s; copy iteration s into slot s
+/// iteration i:       try_wait.parity barrier i mod S, (i / S) & 1; bar.sync
+///                    ... arm barrier (i-1) mod S; copy iteration i+S-1 into its slot ...
+/// after the loop:    bar.sync; inval S barriers
+/// ```
+#[derive(Clone, Copy, Debug)]
+struct SlotBarriers {
+    /// Shared address of slot 0's barrier.
+    first: Reg,
+    /// Shared addresses of the barriers of the slot read and the slot written this
+    /// iteration, and the parity the read slot's completes next (loop-carried).
+    read: Reg,
+    write: Reg,
+    phase: Reg,
 }
 
 /// A loop nest pipelined across its outer loop (a persistent matmul's `for tile { for k {
@@ -254,7 +282,11 @@ impl Lower<'_> {
             carried: vec![],
             boundary: None,
             nested,
+            bars: None,
         };
+        if let Some(first) = pp.barriers {
+            pipe.bars = Some(self.init_slot_barriers(first, stages));
+        }
         // The carried addresses start at the first iteration the prologue did not copy.
         let first_refill = if nested {
             self.b.op(
@@ -267,7 +299,10 @@ impl Lower<'_> {
         };
         let inside = region_values(self.k, body);
         for pl in &pipe.loads {
-            let carried = self.carry_addrs(pl, pipe.iv, first_refill, step, &inside)?;
+            let carried = match pl.tma {
+                Some(_) => None,
+                None => self.carry_addrs(pl, pipe.iv, first_refill, step, &inside)?,
+            };
             pipe.carried.push(carried);
         }
         self.b.comment(format!(
@@ -294,6 +329,50 @@ impl Lower<'_> {
             self.boundary_prologue(dot);
         }
         Ok(true)
+    }
+
+    /// Before a loop whose slots TMA fills: its `S` barriers, from index `first` among the
+    /// pipelines', initialized (after the barrier that `reserve_slots` placed: every thread
+    /// is done with a previous run of the loop) and visible to every thread.
+    fn init_slot_barriers(&mut self, first: u32, stages: u32) -> SlotBarriers {
+        let index = self.plan.descriptors.tma_loads(self.k) as u32 + first;
+        let array = self
+            .b
+            .op("mov.u32", RegClass::B32, vec![Arg::Sym(SMEM.into())]);
+        let first = self.b.op(
+            "add.s32",
+            RegClass::B32,
+            vec![array.into(), Arg::Imm(8 * index as i64)],
+        );
+        let thread0 = self.first_thread();
+        for s in 0..stages {
+            self.b.emit_guarded(
+                thread0,
+                false,
+                "mbarrier.init.shared::cta.b64",
+                vec![Arg::Addr(Box::new(first.into()), 8 * s as i64), Arg::Imm(1)],
+            );
+        }
+        self.b.emit_guarded(
+            thread0,
+            false,
+            "fence.mbarrier_init.release.cluster",
+            vec![],
+        );
+        self.barrier();
+        let read = self.b.op("mov.u32", RegClass::B32, vec![first.into()]);
+        let write = self.b.op(
+            "add.s32",
+            RegClass::B32,
+            vec![first.into(), Arg::Imm(8 * (stages as i64 - 1))],
+        );
+        let phase = self.imm(RegClass::B32, Arg::Imm(0));
+        SlotBarriers {
+            first,
+            read,
+            write,
+            phase,
+        }
     }
 
     /// `total` bytes of slots at the start of the free scratch buffer (after enclosing
@@ -443,7 +522,8 @@ impl Lower<'_> {
         let valid = self
             .b
             .op("setp.lt.s32", RegClass::Pred, vec![it.into(), hi.into()]);
-        self.pipeline_issue(pipe, it, valid, pipe.write_off)
+        let bar = pipe.bars.map(|b| (b.write, 0));
+        self.pipeline_issue(pipe, it, valid, pipe.write_off, bar)
     }
 
     /// At the bottom of an iteration: both slots advance by one (mod S).
@@ -458,6 +538,39 @@ impl Lower<'_> {
         for r in [pipe.read_off, pipe.write_off] {
             self.next_slot(&pipe, r, Some(r));
         }
+        if let Some(bars) = pipe.bars {
+            let end = bars.first;
+            for (r, flips) in [(bars.read, true), (bars.write, false)] {
+                let next = self
+                    .b
+                    .op("add.s32", RegClass::B32, vec![r.into(), Arg::Imm(8)]);
+                let past = self.b.op(
+                    "add.s32",
+                    RegClass::B32,
+                    vec![end.into(), Arg::Imm(8 * pipe.stages as i64)],
+                );
+                let wrap = self.b.op(
+                    "setp.ge.u32",
+                    RegClass::Pred,
+                    vec![next.into(), past.into()],
+                );
+                self.b.emit(
+                    "selp.b32",
+                    vec![r.into(), end.into(), next.into(), wrap.into()],
+                );
+                if flips {
+                    let flip = self.b.op(
+                        "selp.b32",
+                        RegClass::B32,
+                        vec![Arg::Imm(1), Arg::Imm(0), wrap.into()],
+                    );
+                    self.b.emit(
+                        "xor.b32",
+                        vec![bars.phase.into(), bars.phase.into(), flip.into()],
+                    );
+                }
+            }
+        }
         Ok(())
     }
 
@@ -465,13 +578,27 @@ impl Lower<'_> {
     /// flight), then a barrier: every thread's copies are visible, and every read of the slot
     /// the next refill overwrites is done (but a `wgmma`'s in flight, see the module doc).
     fn wait_for_slot(&mut self, pipe: &Pipe) {
-        self.b.emit(
-            "cp.async.wait_group",
-            vec![Arg::Imm(i64::from(pipe.stages - 2))],
-        );
+        if let Some(bars) = pipe.bars {
+            let wait = self.b.new_label("slot_wait");
+            self.b.place_label(&wait);
+            let done = self.b.op(
+                "mbarrier.try_wait.parity.shared::cta.b64",
+                RegClass::Pred,
+                vec![Arg::Addr(Box::new(bars.read.into()), 0), bars.phase.into()],
+            );
+            self.b.bra_if(done, true, &wait);
+        }
+        let by_threads = |l: &&PipeLoad| l.tma.is_none();
+        if pipe.loads.iter().any(|l| by_threads(&l)) || !pipe.rows.is_empty() {
+            self.b.emit(
+                "cp.async.wait_group",
+                vec![Arg::Imm(i64::from(pipe.stages - 2))],
+            );
+        }
         if pipe
             .loads
             .iter()
+            .filter(by_threads)
             .any(|l| self.plan.pipelines.wgmma_loads.contains(&l.inst))
         {
             // The copies wrote through the generic proxy; wgmma reads through the async one.
@@ -511,6 +638,19 @@ impl Lower<'_> {
     pub(crate) fn pipeline_epilogue(&mut self) -> R<()> {
         self.b.emit("cp.async.wait_all", vec![]);
         let pipe = self.pipe.active.pop().expect("a pipeline");
+        if let Some(bars) = pipe.bars {
+            // Every thread is past its last wait before the barriers end.
+            self.barrier();
+            let thread0 = self.first_thread();
+            for s in 0..pipe.stages {
+                self.b.emit_guarded(
+                    thread0,
+                    false,
+                    "mbarrier.inval.shared::cta.b64",
+                    vec![Arg::Addr(Box::new(bars.first.into()), 8 * s as i64)],
+                );
+            }
+        }
         if pipe.in_flight {
             // The last k-tile's wgmma is still in flight: its accumulator is read next.
             self.b
@@ -632,6 +772,7 @@ impl Lower<'_> {
             carried: vec![],
             boundary: None,
             nested: true,
+            bars: None,
         };
         self.issue_first_stages(&pipe, lo, step, hi, Some(exists))?;
         Ok(())
@@ -663,19 +804,94 @@ impl Lower<'_> {
                     .op("and.pred", RegClass::Pred, vec![valid.into(), guard.into()]);
             }
             let slot = self.imm(RegClass::B32, Arg::Imm((s * pipe.slot_bytes) as i64));
-            self.pipeline_issue(pipe, it, valid, slot)?;
+            let bar = pipe.bars.map(|b| (b.first, 8 * s as i64));
+            self.pipeline_issue(pipe, it, valid, slot, bar)?;
         }
         Ok(())
     }
 
-    fn pipeline_issue(&mut self, pipe: &Pipe, it: Reg, valid: Reg, slot: Reg) -> R<()> {
+    /// Copies iteration `it` (when `valid`) into the slot at byte offset `slot`, whose
+    /// `mbarrier` (address and offset) is `bar` when TMA fills some of it.
+    fn pipeline_issue(
+        &mut self,
+        pipe: &Pipe,
+        it: Reg,
+        valid: Reg,
+        slot: Reg,
+        bar: Option<(Reg, i64)>,
+    ) -> R<()> {
         // Evaluate the addresses with the induction variable bound to `it`.
         self.vals.scopes.push(Default::default());
         self.define(pipe.iv, &Layout::scalar(), vec![it]);
-        let r = self.pipeline_issue_loads(pipe, valid, slot);
+        let r = match bar {
+            Some(bar) => self.issue_tma_copies(pipe, valid, slot, bar),
+            None => Ok(()),
+        };
+        let r = r.and_then(|()| self.pipeline_issue_loads(pipe, valid, slot));
         self.vals.scopes.pop();
         r?;
-        self.b.emit("cp.async.commit_group", vec![]);
+        if pipe.loads.iter().any(|l| l.tma.is_none()) || !pipe.rows.is_empty() {
+            self.b.emit("cp.async.commit_group", vec![]);
+        }
+        Ok(())
+    }
+
+    /// The TMA copies of one slot fill (see [`SlotBarriers`]): the first thread, when
+    /// `valid`, arms the slot's barrier with the bytes of every copy, then issues them.
+    fn issue_tma_copies(&mut self, pipe: &Pipe, valid: Reg, slot: Reg, bar: (Reg, i64)) -> R<()> {
+        let thread0 = self.first_thread();
+        let issue = self.b.op(
+            "and.pred",
+            RegClass::Pred,
+            vec![thread0.into(), valid.into()],
+        );
+        let bytes: u32 = pipe
+            .loads
+            .iter()
+            .filter(|l| l.tma.is_some())
+            .map(|l| l.stage.bytes())
+            .sum();
+        let bar_addr = || Arg::Addr(Box::new(bar.0.into()), bar.1);
+        self.b.emit_guarded(
+            issue,
+            false,
+            "mbarrier.arrive.expect_tx.shared::cta.b64",
+            vec![Arg::Sym("_".into()), bar_addr(), Arg::Imm(bytes as i64)],
+        );
+        let at_slot = self.b.op(
+            "add.s32",
+            RegClass::B32,
+            vec![pipe.base.into(), slot.into()],
+        );
+        for pl in &pipe.loads {
+            let Some(feed) = &pl.tma else {
+                continue;
+            };
+            let tmap = self.tensor_map(feed.map);
+            let coords = self.tma_coords(feed.offsets)?;
+            for p in 0..feed.copies {
+                let col = if p == 0 {
+                    coords[0]
+                } else {
+                    self.b.op(
+                        "add.s32",
+                        RegClass::B32,
+                        vec![coords[0].into(), Arg::Imm((p * feed.box_cols) as i64)],
+                    )
+                };
+                let dst = pl.stage.offset + p * pl.stage.rows * 128;
+                self.b.emit_guarded(
+                    issue,
+                    false,
+                    "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes",
+                    vec![
+                        Arg::Addr(Box::new(at_slot.into()), dst as i64),
+                        Arg::TensorCoords(tmap, vec![col, coords[1]]),
+                        bar_addr(),
+                    ],
+                );
+            }
+        }
         Ok(())
     }
 
@@ -817,6 +1033,9 @@ impl Lower<'_> {
 
     fn pipeline_issue_loads(&mut self, pipe: &Pipe, valid: Reg, slot: Reg) -> R<()> {
         for (li, pl) in pipe.loads.iter().enumerate() {
+            if pl.tma.is_some() {
+                continue;
+            }
             let d = self.k.insts[pl.inst].clone();
             let Op::Load { has_mask, .. } = d.op else {
                 unreachable!()

@@ -15,8 +15,10 @@
 //! 6. for a store: its innermost shape is known to be a multiple of 16 bytes (measured on the
 //!    H200: a store into a tensor whose rows end inside a 16-byte word writes elements past
 //!    the end of the row);
-//! 7. for a load: it is not inside a loop (a loop's loads stream through the software
-//!    pipeline's `cp.async` slots, which TMA does not feed yet).
+//! 7. for a load: it is not inside a loop. A load inside a loop that meets 0-5 is a
+//!    [`Streamable`] instead: replaced by its region like the others, it remembers its map
+//!    and coordinates, and a software pipeline that streams it fills its slots with TMA
+//!    copies (rule *TMA slots* of [`super::pipeline`]), which adds its map then.
 //!
 //! A TMA store cannot start at a negative coordinate (the GPU faults); a store on TMA keeps
 //! its region, which runs instead when an offset is negative at run time.
@@ -55,6 +57,19 @@ pub struct TensorMapAbi {
     pub row_stride: LaunchValue,
     /// The block, innermost axis first: `[block1, block0]`.
     pub box_dims: [u32; 2],
+    /// The shared-memory swizzle of the box, as the span in bytes whose 16-byte chunks it
+    /// permutes (`CU_TENSOR_MAP_SWIZZLE_32B`/`64B`/`128B`), or 0 for none.
+    pub swizzle: u32,
+}
+
+/// A descriptor load inside a loop that a TMA copy can move (conditions 0-5 of the module
+/// doc), replaced by its region: the pipeline may fill its slots by TMA.
+#[derive(Clone, Debug)]
+pub struct Streamable {
+    /// Its map, unnamed, unswizzled, with the block as its box.
+    pub map: TensorMapAbi,
+    /// The block's offsets `[o0, o1]` (scalars).
+    pub offsets: [Value; 2],
 }
 
 /// The rule's decisions.
@@ -65,6 +80,8 @@ pub struct Descriptors {
     pub on_tma: HashMap<Inst, usize>,
     /// Accesses replaced by their region, with the unmet condition, for the report.
     pub expanded: Vec<(Loc, String)>,
+    /// The loads inside loops that TMA can move, by the region's load that replaced them.
+    pub streamable: HashMap<Inst, Streamable>,
 }
 
 impl Descriptors {
@@ -80,6 +97,23 @@ impl Descriptors {
     pub fn tma_stores(&self, k: &Kernel) -> usize {
         self.on_tma.len() - self.tma_loads(k)
     }
+
+    /// The index of `map` (named here when it is new), one per distinct map.
+    pub fn add_map(&mut self, map: &TensorMapAbi) -> usize {
+        let same = |m: &TensorMapAbi| TensorMapAbi {
+            name: String::new(),
+            ..m.clone()
+        };
+        if let Some(i) = self.maps.iter().position(|m| same(m) == same(map)) {
+            return i;
+        }
+        let n = self.maps.len();
+        self.maps.push(TensorMapAbi {
+            name: format!("tmap{n}"),
+            ..map.clone()
+        });
+        n
+    }
 }
 
 /// Decides every descriptor access of `k` and replaces those not on TMA by their regions.
@@ -87,7 +121,6 @@ pub fn place(k: &mut Kernel, target: &Target, options: &CompileOptions) -> Descr
     let uses = Uses::new(k);
     let axis = AxisAnalysis::run(k);
     let mut out = Descriptors::default();
-    let mut index: HashMap<TensorMapAbi, usize> = HashMap::default();
     let accesses: Vec<Inst> = k
         .walk()
         .into_iter()
@@ -99,21 +132,20 @@ pub fn place(k: &mut Kernel, target: &Target, options: &CompileOptions) -> Descr
         } else {
             Err("TMA not asked for (LaunchConfig::with_tma)".to_string())
         };
-        match asked.and_then(|()| tma_map(k, &uses, &axis, target, inst)) {
-            Ok(mut map) => {
-                let n = index.len();
-                map.name = format!("tmap{n}");
-                let key = TensorMapAbi {
-                    name: String::new(),
-                    ..map.clone()
-                };
-                let at = *index.entry(key).or_insert_with(|| {
-                    out.maps.push(map);
-                    n
-                });
+        let is_load = matches!(k.insts[inst].op, Op::DescLoad);
+        let looped = is_load && in_loop(k, &uses, inst);
+        match asked.and_then(|()| tma_map(k, &axis, target, inst)) {
+            Ok(map) if !looped => {
+                let at = out.add_map(&map);
                 out.on_tma.insert(inst, at);
-                if matches!(k.insts[inst].op, Op::DescLoad) {
+                if is_load {
                     k.insts[inst].regions.clear();
+                }
+            }
+            Ok(map) => {
+                let offsets = [k.insts[inst].args[5], k.insts[inst].args[6]];
+                if let Some(load) = expand(k, &uses, inst) {
+                    out.streamable.insert(load, Streamable { map, offsets });
                 }
             }
             Err(why) => {
@@ -128,7 +160,6 @@ pub fn place(k: &mut Kernel, target: &Target, options: &CompileOptions) -> Descr
 /// The map of access `inst` when the rule takes it, else the first condition it fails.
 fn tma_map(
     k: &Kernel,
-    uses: &Uses,
     axis: &AxisAnalysis,
     target: &Target,
     inst: Inst,
@@ -138,9 +169,6 @@ fn tma_map(
     }
     let d = &k.insts[inst];
     let is_load = matches!(d.op, Op::DescLoad);
-    if is_load && in_loop(k, uses, inst) {
-        return Err("a load inside a loop streams through the software pipeline".into());
-    }
     let base = match k.values[d.args[0]].def {
         ValueDef::Param(i) if k.params[i].facts.divisible_by(16) => i,
         ValueDef::Param(_) => return Err("its base is not specialized as 16-byte aligned".into()),
@@ -224,6 +252,7 @@ fn tma_map(
         dims: [shape1, shape0],
         row_stride: stride0,
         box_dims: [b1 as u32, b0 as u32],
+        swizzle: 0,
     })
 }
 
@@ -239,8 +268,8 @@ fn in_loop(k: &Kernel, uses: &Uses, inst: Inst) -> bool {
 }
 
 /// Replaces access `inst` by the instructions of its region, the yielded value standing for
-/// its result.
-fn expand(k: &mut Kernel, uses: &Uses, inst: Inst) {
+/// its result; returns the region's load whose value that is.
+fn expand(k: &mut Kernel, uses: &Uses, inst: Inst) -> Option<Inst> {
     let block = uses.block_of(inst).expect("a live access");
     let region = k.insts[inst].regions[0];
     let mut body = k.blocks[region].insts.clone();
@@ -253,9 +282,10 @@ fn expand(k: &mut Kernel, uses: &Uses, inst: Inst) {
         .expect("the access is in its block");
     k.blocks[block].insts.splice(at..=at, body);
     k.blocks[region].insts.clear();
-    if let (Some(&r), Some(&v)) = (k.insts[inst].results.first(), yielded.first()) {
-        for &(u, pos) in uses.users(r).unwrap_or(&[]) {
-            k.insts[u].args[pos] = v;
-        }
+    let (&r, &v) = (k.insts[inst].results.first()?, yielded.first()?);
+    for &(u, pos) in uses.users(r).unwrap_or(&[]) {
+        k.insts[u].args[pos] = v;
     }
+    k.def_inst(v)
+        .filter(|&i| matches!(k.insts[i].op, Op::Load { .. }))
 }

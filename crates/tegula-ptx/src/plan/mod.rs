@@ -110,10 +110,10 @@ pub struct Plan {
 impl Plan {
     /// Runs the planning passes in order, after the rewriting rules (`descriptors` are the
     /// decisions of the first).
-    pub fn build(cx: &Context<'_>, descriptors: descriptors::Descriptors) -> Plan {
+    pub fn build(cx: &Context<'_>, mut descriptors: descriptors::Descriptors) -> Plan {
         let dots = dots::plan(cx);
         let layouts = layouts::plan(cx, &dots);
-        let pipelines = pipeline::plan(cx, &dots, &layouts);
+        let pipelines = pipeline::plan(cx, &dots, &layouts, &mut descriptors);
         Plan {
             descriptors,
             dots,

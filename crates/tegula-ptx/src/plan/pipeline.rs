@@ -27,6 +27,16 @@
 //!   mask depend on the induction variable and values from outside the loop only, its
 //!   `other` is zero and its accesses are 4, 8 or 16 bytes. Slots that do not fit in the
 //!   shared memory left cost stages (down to 2), then loads.
+//! - **TMA slots** ([`TmaFeed`], loops not in a nest): a streamed load that replaced a
+//!   tensor descriptor's load TMA can move ([`super::descriptors::Streamable`]) has its slots
+//!   filled by one thread's `cp.async.bulk.tensor` copies, completed on an `mbarrier` per
+//!   slot, instead of every thread's `cp.async`, when its stored rows are a TMA swizzle's
+//!   span (32, 64 or 128 bytes; or panels of 128) and its place in the slot, the slots and the
+//!   scratch before them keep the swizzle's alignment. The copy writes the block as the slot
+//!   holds it (row-major, its 16-byte chunks swizzled by row) and zero-fills outside the
+//!   tensor, as the region's masked load reads; it needs no address or mask registers. The
+//!   loop then crosses no tile boundary with its fragments (the next slot's barrier is
+//!   another's).
 //! - **row loads** ([`RowLoad`]): a rank-1 word load of the body whose uses broadcast it into
 //!   an mma accumulator (rule *broadcast load* of [`super::layouts`]) rides along in each slot.
 //! - **wgmma slots**: a `wgmma` candidate dot runs on `wgmma` when B (and A unless A comes in
@@ -44,6 +54,7 @@
 //!   memory, and the registers the loop then needs fit ([`BOUNDARY_MAX_REGISTERS`]), the next
 //!   tile's first fragments are loaded before the current tile's last mmas.
 
+use super::descriptors::{Descriptors, TensorMapAbi};
 use super::dots::{DotPlans, MmaPlan};
 use super::layouts::LayoutPlan;
 use super::Context;
@@ -84,6 +95,23 @@ pub struct PipeLoad {
     pub reads: Vec<(Role, bool)>,
     pub layout: Layout,
     pub vec: u32,
+    /// Its slots filled by TMA (rule *TMA slots*), else by `cp.async`.
+    pub tma: Option<TmaFeed>,
+}
+
+/// A streamed load whose slots TMA fills: one thread arms the slot's `mbarrier` with the
+/// bytes and issues the copies, every thread waits on the barrier's phase.
+#[derive(Clone, Debug)]
+pub struct TmaFeed {
+    /// Its tensor map ([`super::descriptors::Descriptors::maps`]).
+    pub map: usize,
+    /// The block's offsets `[o0, o1]`, evaluated at the iteration a refill copies.
+    pub offsets: [Value; 2],
+    /// Copies a slot takes: one per 128-byte panel of a panel-major stage, else one; copy `p`
+    /// starts `p * box columns` on and `p * rows * 128` bytes into the stage.
+    pub copies: u32,
+    /// Columns of one copy's box.
+    pub box_cols: u32,
 }
 
 /// A rank-1 load staged beside the tiles: each slot holds its elements in order in a region of
@@ -111,6 +139,9 @@ pub struct PipePlan {
     /// Whether a `wgmma` dot of the body stays in flight into the next iteration: the refill
     /// then follows that dot's wait for last iteration's k-tile and a barrier.
     pub in_flight: bool,
+    /// With loads on TMA: the index of its first slot's `mbarrier` among the pipelines'
+    /// ([`Pipelines::tma_barriers`]; one a slot).
+    pub barriers: Option<u32>,
 }
 
 /// A loop nest pipelined across its outer loop: the inner loop and its pipeline.
@@ -171,6 +202,8 @@ pub struct Pipelines {
     /// `wgmma` dots whose accumulator is a loop-carried value only this dot reads: written in
     /// place (no copy of the carried registers first), in flight or not.
     pub wgmma_in_place: HashSet<Inst>,
+    /// `mbarrier`s the pipelines with loads on TMA use, one a slot.
+    pub tma_barriers: u32,
 }
 
 impl Pipelines {
@@ -190,12 +223,19 @@ impl Pipelines {
     }
 }
 
-/// Plans the pipelines of `cx`'s kernel in program order.
-pub fn plan(cx: &Context<'_>, dots: &DotPlans, layouts: &LayoutPlan) -> Pipelines {
+/// Plans the pipelines of `cx`'s kernel in program order; the maps of loads on TMA join
+/// `descriptors`.
+pub fn plan(
+    cx: &Context<'_>,
+    dots: &DotPlans,
+    layouts: &LayoutPlan,
+    descriptors: &mut Descriptors,
+) -> Pipelines {
     let mut p = Planner {
         cx,
         dots,
         layouts,
+        descriptors,
         reserved: Vec::new(),
         active: Vec::new(),
         nests: Vec::new(),
@@ -217,6 +257,7 @@ struct Planner<'a, 'k> {
     cx: &'a Context<'k>,
     dots: &'a DotPlans,
     layouts: &'a LayoutPlan,
+    descriptors: &'a mut Descriptors,
     /// Bytes at the start of the scratch buffer held by enclosing pipelines and resident
     /// operands, innermost last (cumulative).
     reserved: Vec<u32>,
@@ -319,8 +360,9 @@ impl Planner<'_, '_> {
                 })
             }
             None => match self.plan_pipeline(inst) {
-                Ok((pipe, left_out)) => {
+                Ok((mut pipe, left_out)) => {
                     lp.note = left_out;
+                    self.plan_tma_slots(&mut pipe);
                     self.reserve(pipe.stages * pipe.slot_bytes);
                     Some(PipePlan {
                         in_flight: self.has_dot_in_flight(body),
@@ -714,8 +756,9 @@ impl Planner<'_, '_> {
                     offset,
                     panel_major: false,
                 };
-                // wgmma's swizzle is anchored at 1024-byte boundaries.
-                let align = if plan.wgmma { 1024 } else { 128 };
+                // wgmma's swizzle, and TMA's, are anchored at 1024-byte boundaries.
+                let on_tma = self.descriptors.streamable.contains_key(&li);
+                let align = if plan.wgmma || on_tma { 1024 } else { 128 };
                 offset += stage.bytes().div_ceil(align) * align;
                 loads.push(PipeLoad {
                     inst: li,
@@ -724,6 +767,7 @@ impl Planner<'_, '_> {
                     reads,
                     layout: self.layouts.access(li).layout.clone(),
                     vec,
+                    tma: None,
                 });
             }
         }
@@ -754,13 +798,16 @@ impl Planner<'_, '_> {
             ));
         }
         let (rows, mut slot_bytes) = self.plan_row_loads(body, &inside, offset, stages, room);
-        // Slots of wgmma tiles start at multiples of 1024 bytes, also when row loads follow the
-        // tiles in each slot.
+        // Slots of wgmma or TMA tiles start at multiples of 1024 bytes, also when row loads
+        // follow the tiles in each slot.
         let wgmma_slots = offset.is_multiple_of(1024)
-            && k.blocks[body]
+            && (k.blocks[body]
                 .insts
                 .iter()
-                .any(|&i| self.mma_plan(i).is_some_and(|p| p.wgmma));
+                .any(|&i| self.mma_plan(i).is_some_and(|p| p.wgmma))
+                || loads
+                    .iter()
+                    .any(|l| self.descriptors.streamable.contains_key(&l.inst)));
         if wgmma_slots && stages * slot_bytes.next_multiple_of(1024) <= room {
             slot_bytes = slot_bytes.next_multiple_of(1024);
         }
@@ -773,9 +820,50 @@ impl Planner<'_, '_> {
                 stages,
                 slot_bytes,
                 in_flight: false,
+                barriers: None,
             },
             left_out,
         ))
+    }
+
+    /// Rule *TMA slots* (see the module doc) over a loop's own pipeline.
+    fn plan_tma_slots(&mut self, pipe: &mut PipePlan) {
+        if !self.reserved_shared().is_multiple_of(1024) {
+            return;
+        }
+        let mut any = false;
+        for pl in &mut pipe.loads {
+            let Some(source) = self.descriptors.streamable.get(&pl.inst).cloned() else {
+                continue;
+            };
+            let st = &pl.stage;
+            let row_bytes = st.cols * st.kind.elem_bytes();
+            let span = if st.panel_major { 128 } else { row_bytes };
+            // The swizzle TMA writes is the slot's (`Swizzle::for_row_bytes`) for these
+            // spans, anchored at multiples of 8 of them.
+            let aligned =
+                st.offset.is_multiple_of(8 * span) && pipe.slot_bytes.is_multiple_of(8 * span);
+            if !matches!(span, 32 | 64 | 128) || !aligned {
+                continue;
+            }
+            let box_cols = span / st.kind.elem_bytes();
+            let map = self.descriptors.add_map(&TensorMapAbi {
+                box_dims: [box_cols, st.rows],
+                swizzle: span,
+                ..source.map.clone()
+            });
+            pl.tma = Some(TmaFeed {
+                map,
+                offsets: source.offsets,
+                copies: st.cols / box_cols,
+                box_cols,
+            });
+            any = true;
+        }
+        if any {
+            pipe.barriers = Some(self.out.tma_barriers);
+            self.out.tma_barriers += pipe.stages;
+        }
     }
 
     /// How the dots read `src` (a load's value in the loop body), as (role, K-major) per
@@ -1048,6 +1136,7 @@ impl Planner<'_, '_> {
         let dot = dot?;
         let plan = self.mma_plan(dot)?;
         if self.out.wgmma_dots.contains(&dot)
+            || pipe.barriers.is_some()
             || plan.k / plan.kind.k_step() < 2
             || plan.split_tf32
             || self.boundary_registers(pipe, &plan) > BOUNDARY_MAX_REGISTERS

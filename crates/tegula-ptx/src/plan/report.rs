@@ -65,6 +65,8 @@ pub struct LoopReport {
     pub own_stages: bool,
     /// Loads streamed through the slots, by source line.
     pub streamed: Vec<Loc>,
+    /// Those of them whose slots TMA fills (rule *TMA slots*), with the tensor map each uses.
+    pub on_tma: Vec<(Loc, usize)>,
     /// Rank-1 loads riding along in the slots.
     pub row_loads: Vec<Loc>,
     pub slot_bytes: u32,
@@ -259,6 +261,12 @@ fn loop_report(cx: &Context<'_>, plan: &Plan, inst: Inst, depth: u32) -> LoopRep
             }
         ),
         streamed: pipe.map_or(vec![], |p| p.loads.iter().map(|l| loc_of(l.inst)).collect()),
+        on_tma: pipe.map_or(vec![], |p| {
+            p.loads
+                .iter()
+                .filter_map(|l| Some((loc_of(l.inst), l.tma.as_ref()?.map)))
+                .collect()
+        }),
         row_loads: pipe.map_or(vec![], |p| p.rows.iter().map(|r| loc_of(r.inst)).collect()),
         slot_bytes: pipe.map_or(0, |p| p.slot_bytes),
         nested: lp.nested,
@@ -470,7 +478,13 @@ impl fmt::Display for Report {
             }
             writeln!(f)?;
             for s in &l.streamed {
-                writeln!(f, "{pad}  streams the load at {s}")?;
+                match l.on_tma.iter().find(|(at, _)| at == s) {
+                    Some((_, map)) => writeln!(
+                        f,
+                        "{pad}  streams the load at {s} on TMA (tensor map {map})"
+                    )?,
+                    None => writeln!(f, "{pad}  streams the load at {s}")?,
+                }
             }
             if let Some(why) = &l.why {
                 if l.candidate || l.stages > 1 {

@@ -1,0 +1,190 @@
+//! Rule *TMA slots* (`plan/pipeline.rs`): a tensor descriptor's load inside a pipelined loop
+//! fills its slots with `cp.async.bulk.tensor` copies completed on an `mbarrier` a slot, and
+//! the kernel still computes what the float64 reference does, on the PTX simulator (which
+//! checks the swizzle, the barriers' phases and every read before its copy completes), on
+//! `mma.sync` and on `wgmma`, with ragged edges the copies zero-fill.
+
+mod common;
+mod sim;
+
+use common::aligned;
+use sim::*;
+use tegula_ir::prelude::*;
+use tegula_ir::Kernel;
+use tegula_ptx::{compile, CompileOptions, Compiled, MmaChoice, Target};
+use tegula_ptx_sim::{TensorMapArg, TmaSwizzle};
+
+/// `C = A B` over descriptors of A `[m, k]` and B `[k, n]`, the k-loop's loads addressed
+/// from its counter.
+fn desc_matmul(dt: DType, (bm, bn, bk): (usize, usize, usize)) -> Kernel {
+    trace("desc_matmul", |p| {
+        let (a, b, c) = (p.ptr("a", dt), p.ptr("b", dt), p.ptr("c", DType::F32));
+        let (m, n, kk) = (
+            p.scalar("m", DType::I32),
+            p.scalar("n", DType::I32),
+            p.scalar("k", DType::I32),
+        );
+        let da = make_tensor_descriptor(a, (m, kk), (kk, 1), [bm, bk]);
+        let db = make_tensor_descriptor(b, (kk, n), (n, 1), [bk, bn]);
+        let row = program_id(0) * bm as i32;
+        let col = program_id(1) * bn as i32;
+        let acc = for_range(0, kk, bk as i32, zeros::<f32>([bm, bn]), |k0, acc| {
+            dot_acc(da.load((row, k0)), db.load((k0, col)), acc)
+        });
+        let offs_m = row + arange(0, bm as i64);
+        let offs_n = col + arange(0, bn as i64);
+        store(
+            c + offs_m.col() * n + offs_n.row(),
+            acc,
+            offs_m.col().lt(m) & offs_n.row().lt(n),
+        );
+    })
+    .map(aligned)
+    .unwrap()
+}
+
+fn compiled(k: &Kernel, mma: MmaChoice, warps: u32, stages: u32) -> Compiled {
+    let options = CompileOptions {
+        num_warps: warps,
+        num_stages: stages,
+        mma,
+        fp_fusion: true,
+        tma: true,
+    };
+    compile(k, &Target { sm: 90 }, &options).unwrap()
+}
+
+/// The loop's PTX: from its label to its back edge.
+fn loop_body(ptx: &str) -> &str {
+    let body = ptx.split("$L_for_").nth(1).expect("a loop");
+    body.split("bra.uni $L_for_").next().unwrap()
+}
+
+#[test]
+fn descriptor_loads_in_a_pipelined_loop_fill_their_slots_by_tma() {
+    let k = desc_matmul(DType::F16, (64, 64, 64));
+    let c = compiled(&k, MmaChoice::Sync, 4, 3);
+    let l = &c.report.loops[0];
+    assert_eq!(
+        (l.stages, l.streamed.len(), l.on_tma.len()),
+        (3, 2, 2),
+        "{l:?}"
+    );
+    assert_eq!(c.tensor_maps.len(), 2, "{:?}", c.tensor_maps);
+    for m in &c.tensor_maps {
+        assert_eq!((m.box_dims, m.swizzle), ([64, 64], 128), "{m:?}");
+    }
+    let body = loop_body(&c.ptx);
+    for needle in [
+        "mbarrier.try_wait.parity.shared::cta.b64",
+        "mbarrier.arrive.expect_tx.shared::cta.b64 _, [%r",
+        // Both tiles, 8 KB each, arm one barrier.
+        "], 16384;",
+        "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes",
+    ] {
+        assert!(body.contains(needle), "missing `{needle}` in\n{body}");
+    }
+    // No thread copies or computes an address or a mask for them.
+    for absent in [
+        "cp.async.cg",
+        "cp.async.ca",
+        "cp.async.wait_group",
+        "mul.wide",
+    ] {
+        assert!(!body.contains(absent), "`{absent}` in\n{body}");
+    }
+    assert!(
+        c.report.to_string().contains("on TMA (tensor map 0)"),
+        "{}",
+        c.report
+    );
+}
+
+#[test]
+fn without_tma_or_in_a_nest_the_slots_stay_on_cp_async() {
+    let k = desc_matmul(DType::F16, (64, 64, 64));
+    let options = CompileOptions {
+        num_warps: 4,
+        num_stages: 3,
+        mma: MmaChoice::Sync,
+        fp_fusion: true,
+        tma: false,
+    };
+    let c = compile(&k, &Target { sm: 90 }, &options).unwrap();
+    assert!(c.tensor_maps.is_empty());
+    assert!(c.report.loops[0].on_tma.is_empty());
+    assert!(loop_body(&c.ptx).contains("cp.async.cg"));
+    // Rows of 256 bytes are no TMA swizzle's span for `ldmatrix`'s full-row slots.
+    let k = desc_matmul(DType::F16, (64, 128, 128));
+    let c = compiled(&k, MmaChoice::Sync, 4, 2);
+    assert_eq!(c.report.loops[0].streamed.len(), 2);
+    assert!(
+        c.report.loops[0].on_tma.is_empty(),
+        "{:?}",
+        c.report.loops[0]
+    );
+}
+
+#[test]
+fn tma_slots_run_on_the_simulator() {
+    // mma.sync reading swizzled 128-byte rows; wgmma reading them, and 64-byte rows; wgmma
+    // with B's 256-byte rows as two panels (two copies a slot); ragged m, n and k.
+    for (mma, blocks, stages) in [
+        (MmaChoice::Sync, (64, 64, 64), 3),
+        (MmaChoice::Wgmma, (64, 64, 64), 3),
+        (MmaChoice::Wgmma, (64, 32, 32), 2),
+        (MmaChoice::Wgmma, (64, 128, 64), 2),
+    ] {
+        simulate(DType::F16, mma, blocks, stages);
+    }
+}
+
+fn simulate(dt: DType, mma: MmaChoice, (bm, bn, bk): (usize, usize, usize), stages: u32) {
+    let what = format!("{mma} {bm}x{bn}x{bk} {stages} stages");
+    let (m, n, kk) = (bm + 9, 2 * bn - 8, 3 * bk + 8);
+    let k = desc_matmul(dt, (bm, bn, bk));
+    let c = compiled(&k, mma, 4, stages);
+    let l = &c.report.loops[0];
+    assert_eq!(l.on_tma.len(), 2, "{what}: {l:?}\n{}", c.report);
+    let av = values(m * kk, 5);
+    let bv = values(kk * n, 6);
+    let (want, scale) = matmul_reference(dt, &av, &bv, (m, n, kk));
+    let (ab, bb) = (encode(dt, &av), encode(dt, &bv));
+    let out = vec![0u8; m * n * 4];
+    let map = |t: &tegula_ptx::plan::descriptors::TensorMapAbi| {
+        let (dims, stride) = if t.base == 0 {
+            ([kk, m], kk)
+        } else {
+            ([n, kk], n)
+        };
+        Arg::TensorMap(TensorMapArg {
+            buf: t.base,
+            byte_offset: 0,
+            elem_bytes: 2,
+            dims: [dims[0] as u64, dims[1] as u64],
+            row_stride_bytes: (stride * 2) as u64,
+            box_dims: t.box_dims,
+            swizzle: match t.swizzle {
+                0 => TmaSwizzle::None,
+                32 => TmaSwizzle::B32,
+                64 => TmaSwizzle::B64,
+                _ => TmaSwizzle::B128,
+            },
+        })
+    };
+    let mut args = vec![
+        Arg::Buf(&ab),
+        Arg::Buf(&bb),
+        Arg::Buf(&out),
+        Arg::I32(m as i32),
+        Arg::I32(n as i32),
+        Arg::I32(kk as i32),
+    ];
+    args.extend(c.tensor_maps.iter().map(map));
+    let mut names = param_names(&k);
+    names.extend(c.tensor_maps.iter().map(|t| t.name.clone()));
+    let grid = [m.div_ceil(bm) as u64, n.div_ceil(bn) as u64, 1];
+    let bufs = run_ptx(&c.ptx, c.shared_bytes as usize, &names, 4, grid, &args);
+    let got = decode(DType::F32, &bufs[2]);
+    assert_close(&got, &want, &scale, 2e-3, &what);
+}
