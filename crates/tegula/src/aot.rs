@@ -178,11 +178,16 @@ pub struct TensorMapEntry {
 }
 
 /// A bundled [`LaunchValue`].
-#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum LaunchValueEntry {
     Param(usize),
     Const(i64),
+    /// [`LaunchValue::Product`]: the parameters multiplied, and the constant factor.
+    Product {
+        params: Vec<usize>,
+        scale: i64,
+    },
 }
 
 impl From<LaunchValue> for LaunchValueEntry {
@@ -190,15 +195,30 @@ impl From<LaunchValue> for LaunchValueEntry {
         match v {
             LaunchValue::Param(i) => LaunchValueEntry::Param(i),
             LaunchValue::Const(c) => LaunchValueEntry::Const(c),
+            LaunchValue::Product {
+                params,
+                count,
+                scale,
+            } => LaunchValueEntry::Product {
+                params: params[..count].to_vec(),
+                scale,
+            },
         }
     }
 }
 
-impl From<LaunchValueEntry> for LaunchValue {
-    fn from(v: LaunchValueEntry) -> Self {
-        match v {
-            LaunchValueEntry::Param(i) => LaunchValue::Param(i),
-            LaunchValueEntry::Const(c) => LaunchValue::Const(c),
+impl LaunchValueEntry {
+    /// The value it bundles; `None` for a product of more parameters than a
+    /// [`LaunchValue::Product`] holds.
+    fn launch_value(&self) -> Option<LaunchValue> {
+        match self {
+            LaunchValueEntry::Param(i) => Some(LaunchValue::Param(*i)),
+            LaunchValueEntry::Const(c) => Some(LaunchValue::Const(*c)),
+            LaunchValueEntry::Product { params, scale } => params
+                .iter()
+                .try_fold(LaunchValue::Const(*scale), |acc, &i| {
+                    acc.times(LaunchValue::Param(i))
+                }),
         }
     }
 }
@@ -322,12 +342,18 @@ impl Entry {
                     param: m.name.clone(),
                     dtype: m.dtype.clone(),
                 })?;
+                let value = |v: &LaunchValueEntry| {
+                    v.launch_value().ok_or_else(|| BundleError::Parse {
+                        what: format!("entry `{}`, tensor map `{}`", self.key, m.name),
+                        message: format!("{v:?} multiplies more parameters than a launch does"),
+                    })
+                };
                 Ok(TensorMapAbi {
                     name: m.name.clone(),
                     dtype,
                     base: m.base,
-                    dims: m.dims.map(Into::into),
-                    row_stride: m.row_stride.into(),
+                    dims: [value(&m.dims[0])?, value(&m.dims[1])?],
+                    row_stride: value(&m.row_stride)?,
                     box_dims: m.box_dims,
                     swizzle: m.swizzle,
                 })

@@ -51,13 +51,15 @@ fn tensor_map(m: &TensorMapAbi, params: &[KernelParam], args: &[KernelArg]) -> R
         ),
     };
     let value = |v: LaunchValue| -> Result<i64> {
-        match v {
-            LaunchValue::Const(c) => Ok(c),
-            LaunchValue::Param(i) => match args.get(i) {
-                Some(KernelArg::Int { value, .. }) => Ok(*value),
-                _ => Err(invalid(format!("argument {i} is not an integer"))),
-            },
-        }
+        let int = |i: usize| match args.get(i) {
+            Some(KernelArg::Int { value, .. }) => Some(*value),
+            _ => None,
+        };
+        v.eval(int).ok_or_else(|| {
+            invalid(format!(
+                "{v:?}: an argument is not an integer, or their product overflows"
+            ))
+        })
     };
     let Some(KernelParam::Ptr(base)) = params.get(m.base) else {
         return Err(invalid(format!("argument {} is not a tensor", m.base)));

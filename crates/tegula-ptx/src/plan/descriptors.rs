@@ -1,7 +1,8 @@
 //! Rule *tensor memory accelerator*: a tensor descriptor's load or store (`Op::DescLoad`,
 //! `Op::DescStore`) moves its whole block with one TMA copy (`cp.async.bulk.tensor`) when
 //!
-//! 0. the launch asks for it (`CompileOptions::tma`, `LaunchConfig::with_tma`);
+//! 0. the launch asks for it (`CompileOptions::tma`, `LaunchConfig::with_tma`), or it is a
+//!    load inside a loop (condition 7: a pipeline's TMA copies cost its threads nothing);
 //! 1. the target has TMA (sm_90 and newer);
 //! 2. the descriptor is known at launch: its base is a pointer parameter specialized as
 //!    16-byte aligned, its shapes and its first stride are parameters or constants (the
@@ -32,7 +33,7 @@ use crate::analysis::axis_info::AxisAnalysis;
 use crate::{CompileOptions, Target};
 use tegula_ir::fast_hash::HashMap;
 use tegula_ir::uses::Uses;
-use tegula_ir::{Constant, DType, Inst, Kernel, Loc, Op, Value, ValueDef};
+use tegula_ir::{BinaryOp, Constant, DType, Inst, Kernel, Loc, Op, Value, ValueDef};
 
 /// Where a number of the tensor map comes from at launch.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -40,6 +41,61 @@ pub enum LaunchValue {
     /// The kernel's parameter of this index.
     Param(usize),
     Const(i64),
+    /// The product of the first `count` of these integer parameters and `scale` (a shape
+    /// the kernel computes as `Z * H * N_CTX`); the launch refuses one it cannot represent.
+    Product {
+        params: [usize; MAX_FACTORS],
+        count: usize,
+        scale: i64,
+    },
+}
+
+/// The most parameters a [`LaunchValue::Product`] multiplies.
+pub const MAX_FACTORS: usize = 4;
+
+impl LaunchValue {
+    /// The value from the launch's integer arguments (`arg(i)`: parameter `i`'s), `None`
+    /// when one is missing or the product overflows.
+    pub fn eval(self, arg: impl Fn(usize) -> Option<i64>) -> Option<i64> {
+        match self {
+            LaunchValue::Param(i) => arg(i),
+            LaunchValue::Const(c) => Some(c),
+            LaunchValue::Product {
+                params,
+                count,
+                scale,
+            } => params[..count]
+                .iter()
+                .try_fold(scale, |acc, &i| acc.checked_mul(arg(i)?)),
+        }
+    }
+
+    /// `self * other`, while the factors fit in a [`LaunchValue::Product`].
+    pub fn times(self, other: LaunchValue) -> Option<LaunchValue> {
+        let parts = |v: LaunchValue| match v {
+            LaunchValue::Param(i) => (vec![i], 1),
+            LaunchValue::Const(c) => (vec![], c),
+            LaunchValue::Product {
+                params,
+                count,
+                scale,
+            } => (params[..count].to_vec(), scale),
+        };
+        let (mut ps, a) = parts(self);
+        let (qs, b) = parts(other);
+        ps.extend(qs);
+        let scale = a.checked_mul(b)?;
+        if ps.len() > MAX_FACTORS {
+            return None;
+        }
+        let mut params = [0; MAX_FACTORS];
+        params[..ps.len()].copy_from_slice(&ps);
+        Some(LaunchValue::Product {
+            params,
+            count: ps.len(),
+            scale,
+        })
+    }
 }
 
 /// A tensor map the launch encodes (`cuTensorMapEncodeTiled`) and passes as an extra kernel
@@ -127,13 +183,13 @@ pub fn place(k: &mut Kernel, target: &Target, options: &CompileOptions) -> Descr
         .filter(|&i| matches!(k.insts[i].op, Op::DescLoad | Op::DescStore))
         .collect();
     for inst in accesses {
-        let asked = if options.tma {
+        let is_load = matches!(k.insts[inst].op, Op::DescLoad);
+        let looped = is_load && in_loop(k, &uses, inst);
+        let asked = if options.tma || looped {
             Ok(())
         } else {
             Err("TMA not asked for (LaunchConfig::with_tma)".to_string())
         };
-        let is_load = matches!(k.insts[inst].op, Op::DescLoad);
-        let looped = is_load && in_loop(k, &uses, inst);
         match asked.and_then(|()| tma_map(k, &axis, target, inst)) {
             Ok(map) if !looped => {
                 let at = out.add_map(&map);
@@ -184,14 +240,12 @@ fn tma_map(
         ));
     }
     let launch = |v: Value, what: &str| -> Result<LaunchValue, String> {
-        match k.values[v].def {
-            ValueDef::Param(i) => Ok(LaunchValue::Param(i)),
-            ValueDef::Result(def, 0) => match k.insts[def].op {
-                Op::Const(Constant::Int(c)) => Ok(LaunchValue::Const(c)),
-                _ => Err(format!("its {what} is computed in the kernel")),
-            },
-            _ => Err(format!("its {what} is computed in the kernel")),
-        }
+        launch_value(k, v).ok_or_else(|| {
+            format!(
+                "its {what} is computed in the kernel (other than as a product of parameters \
+                 and constants)"
+            )
+        })
     };
     let shape0 = launch(d.args[1], "shape")?;
     let shape1 = launch(d.args[2], "shape")?;
@@ -200,9 +254,10 @@ fn tma_map(
         return Err("its last stride is not the constant 1".into());
     }
     // A count of elements whose bytes are known to be a multiple of 16.
-    let whole_words_of = |v: LaunchValue| match v {
-        LaunchValue::Const(c) => (c * eb) % 16 == 0,
-        LaunchValue::Param(i) => (k.params[i].facts.divisibility as i64 * eb) % 16 == 0,
+    let whole_words_of = |v: LaunchValue| {
+        let divisor = |i: usize| Some(k.params[i].facts.divisibility as i64);
+        v.eval(divisor)
+            .is_some_and(|d| d.saturating_mul(eb) % 16 == 0)
     };
     let aligned = whole_words_of(stride0);
     if !aligned {
@@ -254,6 +309,34 @@ fn tma_map(
         box_dims: [b1 as u32, b0 as u32],
         swizzle: 0,
     })
+}
+
+/// `v` as the launch computes it: a parameter, an integer constant, or a product of them
+/// (through integer casts).
+fn launch_value(k: &Kernel, v: Value) -> Option<LaunchValue> {
+    match k.values[v].def {
+        ValueDef::Param(i) => Some(LaunchValue::Param(i)),
+        ValueDef::Result(def, 0) => {
+            let d = &k.insts[def];
+            let int = |v: Value| k.ty(v).dtype().is_int();
+            match d.op {
+                Op::Const(Constant::Int(c)) => Some(LaunchValue::Const(c)),
+                Op::Binary(BinaryOp::Mul) if int(d.results[0]) => {
+                    launch_value(k, d.args[0])?.times(launch_value(k, d.args[1])?)
+                }
+                // Widening only: a narrowing cast would wrap what the launch computes whole.
+                Op::Cast { .. } | Op::Splat
+                    if int(d.results[0])
+                        && int(d.args[0])
+                        && k.ty(d.results[0]).dtype().bits() >= k.ty(d.args[0]).dtype().bits() =>
+                {
+                    launch_value(k, d.args[0])
+                }
+                _ => None,
+            }
+        }
+        _ => None,
+    }
 }
 
 fn in_loop(k: &Kernel, uses: &Uses, inst: Inst) -> bool {

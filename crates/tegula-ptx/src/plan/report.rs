@@ -214,7 +214,28 @@ impl Plan {
                 on.sort_by_key(|&(l, m)| (l.line, l.col, m));
                 on
             },
-            descriptors_expanded: self.descriptors.expanded.clone(),
+            descriptors_expanded: {
+                // Loads in loops that TMA could move but no pipeline's slots stream.
+                let on_tma: Vec<Inst> = self
+                    .pipelines
+                    .loops()
+                    .filter_map(|(_, l)| l.pipeline.as_ref())
+                    .flat_map(|p| p.loads.iter().filter(|l| l.tma.is_some()).map(|l| l.inst))
+                    .collect();
+                let mut left: Vec<(Loc, String)> = self
+                    .descriptors
+                    .streamable
+                    .keys()
+                    .filter(|i| !on_tma.contains(i))
+                    .map(|&i| {
+                        let why = "a load in a loop moves on TMA only into the slots of a \
+                                   pipeline that streams it, and none does";
+                        (k.insts[i].loc, why.to_string())
+                    })
+                    .collect();
+                left.sort_by_key(|(l, _)| (l.line, l.col));
+                [self.descriptors.expanded.clone(), left].concat()
+            },
         }
     }
 }
