@@ -311,3 +311,132 @@ fn umulhi_is_the_high_half_of_the_unsigned_product() {
     .unwrap_err();
     assert!(e.message.contains("umulhi"), "{e}");
 }
+
+/// Philox 4x64, written from Random123's `philox4x64_R` independently of the builder's
+/// version: `mulhilo` through a u128 product, the key bumped between rounds.
+fn philox64_ref(ctr: [u64; 4], key: [u64; 2], rounds: usize) -> [u64; 4] {
+    let mulhilo = |a: u64, b: u64| {
+        let p = a as u128 * b as u128;
+        ((p >> 64) as u64, p as u64)
+    };
+    let (mut c, mut k) = (ctr, key);
+    for r in 0..rounds {
+        if r > 0 {
+            k = [
+                k[0].wrapping_add(0x9E37_79B9_7F4A_7C15),
+                k[1].wrapping_add(0xBB67_AE85_84CA_A73B),
+            ];
+        }
+        let (hi0, lo0) = mulhilo(0xD2E7_470E_E14C_6C93, c[0]);
+        let (hi1, lo1) = mulhilo(0xCA5A_8263_9512_1157, c[2]);
+        c = [hi1 ^ c[1] ^ k[0], lo1, hi0 ^ c[3] ^ k[1], lo0];
+    }
+    c
+}
+
+#[test]
+fn philox_on_64_bit_counters_is_philox4x64() {
+    // Random123's kat_vectors for philox4x64_10: counter, key, result.
+    let kats: [([u64; 4], [u64; 2], [u64; 4]); 3] = [
+        (
+            [0; 4],
+            [0; 2],
+            [
+                0x1655_4d9e_ca36_314c,
+                0xdb20_fe9d_672d_0fdc,
+                0xd7e7_72ce_e186_176b,
+                0x7e68_b68a_ec7b_a23b,
+            ],
+        ),
+        (
+            [u64::MAX; 4],
+            [u64::MAX; 2],
+            [
+                0x87b0_92c3_013f_e90b,
+                0x438c_3c67_be8d_0224,
+                0x9cc7_d7c6_9cd7_77b6,
+                0xa09c_aebf_594f_0ba0,
+            ],
+        ),
+        (
+            [
+                0x243f_6a88_85a3_08d3,
+                0x1319_8a2e_0370_7344,
+                0xa409_3822_299f_31d0,
+                0x082e_fa98_ec4e_6c89,
+            ],
+            [0x4528_21e6_38d0_1377, 0xbe54_66cf_34e9_0c6c],
+            [
+                0xa528_f454_03e6_1d95,
+                0x38c7_2dbd_566e_9788,
+                0xa5a1_610e_72fd_18b5,
+                0x57bd_43b5_e52b_7fe6,
+            ],
+        ),
+    ];
+    for (ctr, key, want) in kats {
+        assert_eq!(philox64_ref(ctr, key, 10), want, "reference implementation");
+    }
+    // Through the kernel: 64-bit counters take the whole seed as key word 0 and 0 as word 1
+    // (Triton's `philox` for 64-bit counters), on 256 lanes of counters that use all 64 bits.
+    let n = 256;
+    for (seed, base) in [(0u64, 0i64), (0xDEAD_BEEF_1234_5678, -(1 << 40) - 3)] {
+        let outs = run_lanes(n, DType::I64, base, |offs| {
+            let hi = offs * 0x1_0000_0001i64;
+            let c = [offs, hi, offs ^ 0x5555, Tile::cast(offs * 3, DType::U64)];
+            philox(seed, c.map(Operand::Tile), 10).to_vec()
+        });
+        for b in &outs {
+            assert_eq!(b.dtype(), DType::U64);
+        }
+        let words: Vec<Vec<u64>> = outs.iter().map(|b| b.to_vec::<u64>().unwrap()).collect();
+        for i in 0..n {
+            let off = base.wrapping_add(i as i64);
+            let ctr = [
+                off as u64,
+                off.wrapping_mul(0x1_0000_0001) as u64,
+                (off ^ 0x5555) as u64,
+                off.wrapping_mul(3) as u64,
+            ];
+            let want = philox64_ref(ctr, [seed, 0], 10);
+            for w in 0..4 {
+                assert_eq!(
+                    words[w][i], want[w],
+                    "seed {seed:#x} counter {ctr:x?} word {w}"
+                );
+            }
+        }
+    }
+    // The zero vector through the kernel too (seed 0: the key the KAT uses).
+    let outs = run_lanes(1, DType::U64, 0, |offs| {
+        philox(0u64, [offs; 4].map(Operand::Tile), 10).to_vec()
+    });
+    let got: Vec<u64> = outs.iter().map(|b| b.to_vec::<u64>().unwrap()[0]).collect();
+    assert_eq!(got, kats[0].2.to_vec());
+}
+
+#[test]
+fn philox_counters_of_two_widths_are_a_trace_error() {
+    let err = trace("mixed", |p| {
+        let o = p.ptr("o", DType::U64);
+        let offs = arange(0, 16);
+        let [a, _, _, _] = philox(
+            1,
+            [
+                Operand::Tile(offs.cast(DType::I64)),
+                Operand::Tile(offs),
+                Operand::Int(0),
+                Operand::Int(0),
+            ],
+            10,
+        );
+        store_unmasked(o + arange(0, 16), a);
+    })
+    .unwrap_err();
+    let text = err.to_string();
+    assert!(text.contains("one width"), "{text}");
+    assert!(
+        text.contains("random.rs"),
+        "the error names the user's line: {text}"
+    );
+}

@@ -843,9 +843,12 @@ impl<'p> Machine<'p> {
                 let wide = op.contains("wide");
                 let is64 = matches!(ty, "s64" | "u64" | "b64") || wide;
                 let mask = if is64 { u64::MAX } else { 0xffff_ffff };
+                // 32-bit operands extend by their type's signedness (what `.wide` multiplies).
                 let sx = |x: u64| -> i64 {
                     if matches!(ty, "s64" | "u64" | "b64") {
                         x as i64
+                    } else if ty.starts_with('u') {
+                        x as u32 as i64
                     } else {
                         x as u32 as i32 as i64
                     }
@@ -854,6 +857,12 @@ impl<'p> Machine<'p> {
                 let r = match parts[0] {
                     "add" => sx(x).wrapping_add(sx(y)) as u64,
                     "sub" => sx(x).wrapping_sub(sx(y)) as u64,
+                    // The high half of the full product.
+                    "mul" if parts.contains(&"hi") => match ty {
+                        "u64" => ((x as u128 * y as u128) >> 64) as u64,
+                        "s64" => ((x as i64 as i128 * y as i64 as i128) >> 64) as u64,
+                        _ => ((sx(x) as i128 * sx(y) as i128) >> 32) as u64,
+                    },
                     "mul" => sx(x).wrapping_mul(sx(y)) as u64,
                     "mad" => sx(x).wrapping_mul(sx(y)).wrapping_add(sx(v(self, 3))) as u64,
                     "and" => x & y,

@@ -13,10 +13,11 @@
 //! words are zero.
 
 use super::tile::{binary, materialize};
-use super::{cos, log, maximum, report, sin, sqrt, IntoOperand, Operand, Tile};
+use super::{constant, cos, log, maximum, report, sin, sqrt, IntoOperand, Operand, Tile};
 use crate::dtype::DType;
 use crate::kernel::Loc;
 use crate::op::BinaryOp;
+use crate::op::Constant;
 use crate::types::Shape;
 
 /// Philox's first key increment (the golden ratio), `0x9E3779B9`.
@@ -27,12 +28,19 @@ pub const PHILOX_KEY_B: u32 = 0xBB67_AE85;
 pub const PHILOX_ROUND_A: u32 = 0xD251_1F53;
 /// The multiplier of counter words 2 and 3, `0xCD9E8D57`.
 pub const PHILOX_ROUND_B: u32 = 0xCD9E_8D57;
+/// Philox 4x64's key increments and round multipliers (Random123's `PHILOX_W64_0`,
+/// `PHILOX_W64_1`, `PHILOX_M4x64_0`, `PHILOX_M4x64_1`), for 64-bit counters.
+pub const PHILOX_KEY_A_64: u64 = 0x9E37_79B9_7F4A_7C15;
+pub const PHILOX_KEY_B_64: u64 = 0xBB67_AE85_84CA_A73B;
+pub const PHILOX_ROUND_A_64: u64 = 0xD2E7_470E_E14C_6C93;
+pub const PHILOX_ROUND_B_64: u64 = 0xCA5A_8263_9512_1157;
+
 /// The number of rounds of [`randint4x`] and the functions built on it (Triton's
 /// `N_ROUNDS_DEFAULT`).
 pub const N_ROUNDS_DEFAULT: usize = 10;
 
-/// `(low, high)` 32-bit key words of a seed, as u32 scalars.
-fn seed_words(seed: Operand, loc: Loc) -> (Tile, Tile) {
+/// The seed as a u64 scalar (signed seeds sign-extend), checked to be an integer.
+fn seed_word(seed: Operand, loc: Loc) -> Tile {
     if let Operand::Tile(t) = seed {
         if t.is_ptr() || !t.dtype().is_int() || t.dtype().is_bool() {
             report(
@@ -44,7 +52,12 @@ fn seed_words(seed: Operand, loc: Loc) -> (Tile, Tile) {
     if matches!(seed, Operand::Float(_) | Operand::Bool(_)) {
         report(loc, "a Philox seed must be an integer");
     }
-    let s = materialize(seed, DType::U64, loc);
+    materialize(seed, DType::U64, loc)
+}
+
+/// `(low, high)` 32-bit key words of a seed, as u32 scalars.
+fn seed_words(seed: Operand, loc: Loc) -> (Tile, Tile) {
+    let s = seed_word(seed, loc);
     let lo = s.cast_at(DType::U32, Default::default(), loc);
     let hi = binary(BinaryOp::Shr, Operand::Tile(s), Operand::Int(32), loc).cast_at(
         DType::U32,
@@ -54,24 +67,63 @@ fn seed_words(seed: Operand, loc: Loc) -> (Tile, Tile) {
     (lo, hi)
 }
 
-/// A 32-bit counter word as u32 (the same bits).
-fn counter_word(c: Operand, loc: Loc) -> Tile {
-    let t = materialize(c, DType::U32, loc);
-    if t.is_ptr() || !t.dtype().is_int() || t.dtype().bits() != 32 {
-        report(
-            loc,
-            format!(
-                "Philox counters must be 32-bit integers, got {} (64-bit Philox is not supported)",
-                t.ty()
-            ),
-        );
+/// A counter word as an unsigned integer of `bits` bits (the same bits).
+fn counter_word(c: Operand, bits: u32, loc: Loc) -> Tile {
+    let d = if bits == 64 { DType::U64 } else { DType::U32 };
+    if let Operand::Tile(t) = c {
+        if t.is_ptr() || !t.dtype().is_int() || t.dtype().is_bool() || t.dtype().bits() != bits {
+            report(
+                loc,
+                format!(
+                    "Philox counters must be integers of one width, 32 or 64 bits (the first \
+                     is {bits}-bit), got {}",
+                    t.ty()
+                ),
+            );
+        }
     }
-    t
+    materialize(c, d, loc)
+}
+
+/// Philox's constants for counters of one width: key increments A and B, round multipliers
+/// A and B.
+fn philox_constants(bits: u32) -> [i64; 4] {
+    if bits == 64 {
+        // The bit patterns, as the u64 literals they stand for.
+        [
+            PHILOX_KEY_A_64 as i64,
+            PHILOX_KEY_B_64 as i64,
+            PHILOX_ROUND_A_64 as i64,
+            PHILOX_ROUND_B_64 as i64,
+        ]
+    } else {
+        [
+            PHILOX_KEY_A as i64,
+            PHILOX_KEY_B as i64,
+            PHILOX_ROUND_A as i64,
+            PHILOX_ROUND_B as i64,
+        ]
+    }
 }
 
 fn philox_at(seed: Operand, c: [Operand; 4], n_rounds: usize, loc: Loc) -> [Tile; 4] {
-    let (mut k0, mut k1) = seed_words(seed, loc);
-    let mut c: [Tile; 4] = c.map(|w| counter_word(w, loc));
+    // The counters' width is the first's (a Rust integer counts as 32-bit), as Triton's
+    // `philox` decides on `c0`'s bitwidth: 64-bit counters run Philox 4x64, keyed by the
+    // whole seed and a zero word.
+    let bits = match c[0] {
+        Operand::Tile(t) if t.dtype().bits() == 64 => 64,
+        _ => 32,
+    };
+    let (mut k0, mut k1) = if bits == 64 {
+        let s = seed_word(seed, loc);
+        (
+            s,
+            constant(Constant::Int(0), DType::U64, Shape::SCALAR, loc),
+        )
+    } else {
+        seed_words(seed, loc)
+    };
+    let mut c: [Tile; 4] = c.map(|w| counter_word(w, bits, loc));
     // One shape for the four words, so each output has the counters' broadcast shape.
     let mut shape = Shape::SCALAR;
     for w in &c {
@@ -87,30 +139,21 @@ fn philox_at(seed: Operand, c: [Operand; 4], n_rounds: usize, loc: Loc) -> [Tile
         }
     }
     c = c.map(|w| w.broadcast_at(shape, loc));
+    let [key_a, key_b, round_a, round_b] = philox_constants(bits).map(Operand::Int);
     let t = Operand::Tile;
     let xor = |a: Tile, b: Tile| binary(BinaryOp::Xor, t(a), t(b), loc);
     for _ in 0..n_rounds {
         let [c0, c1, c2, c3] = c;
-        let hi_b = umulhi_at(Operand::Int(PHILOX_ROUND_B as i64), t(c2), loc);
-        let hi_a = umulhi_at(Operand::Int(PHILOX_ROUND_A as i64), t(c0), loc);
+        let hi_b = umulhi_at(round_b, t(c2), loc);
+        let hi_a = umulhi_at(round_a, t(c0), loc);
         c = [
             xor(xor(hi_b, c1), k0),
-            binary(
-                BinaryOp::Mul,
-                Operand::Int(PHILOX_ROUND_B as i64),
-                t(c2),
-                loc,
-            ),
+            binary(BinaryOp::Mul, round_b, t(c2), loc),
             xor(xor(hi_a, c3), k1),
-            binary(
-                BinaryOp::Mul,
-                Operand::Int(PHILOX_ROUND_A as i64),
-                t(c0),
-                loc,
-            ),
+            binary(BinaryOp::Mul, round_a, t(c0), loc),
         ];
-        k0 = binary(BinaryOp::Add, t(k0), Operand::Int(PHILOX_KEY_A as i64), loc);
-        k1 = binary(BinaryOp::Add, t(k1), Operand::Int(PHILOX_KEY_B as i64), loc);
+        k0 = binary(BinaryOp::Add, t(k0), key_a, loc);
+        k1 = binary(BinaryOp::Add, t(k1), key_b, loc);
     }
     c
 }
@@ -119,17 +162,21 @@ fn umulhi_at(a: Operand, b: Operand, loc: Loc) -> Tile {
     binary(BinaryOp::UMulHi, a, b, loc)
 }
 
-/// `n_rounds` rounds of Philox 4x32 on the counter words `c` under the key `seed`
-/// (Triton's `triton.language.random.philox`): four u32 tiles of the counters' broadcast
-/// shape.
+/// `n_rounds` rounds of Philox on the counter words `c` under the key `seed` (Triton's
+/// `triton.language.random.philox`): four tiles of the counters' broadcast shape, u32 for
+/// 32-bit counters, u64 for 64-bit ones.
 ///
-/// - `seed`: an integer; its low 32 bits are key word 0, its high 32 bits key word 1.
-/// - `c`: four 32-bit integer counters (tiles or Rust integers; signed ones are read as their
-///   bits).
-/// - `n_rounds`: 10 is Philox 4x32-10, the standard strength ([`N_ROUNDS_DEFAULT`]).
+/// - `seed`: an integer. With 32-bit counters its low 32 bits are key word 0 and its high 32
+///   bits key word 1; with 64-bit counters it is key word 0 whole and key word 1 is 0.
+/// - `c`: four integer counters of one width, 32 or 64 bits, the first's (tiles, or Rust
+///   integers, which take the first tile's width and count as 32-bit in its place; signed ones
+///   are read as their bits).
+/// - `n_rounds`: 10 is Philox 4x32-10 / 4x64-10, the standard strength ([`N_ROUNDS_DEFAULT`]).
 ///
-/// With `n_rounds = 10` this is Random123's `philox4x32_10(ctr, key)` with
-/// `key = [seed_lo, seed_hi]`.
+/// With `n_rounds = 10` this is Random123's `philox4x32_10(ctr, [seed_lo, seed_hi])`, or
+/// `philox4x64_10(ctr, [seed, 0])` for 64-bit counters (round multipliers
+/// [`PHILOX_ROUND_A_64`], [`PHILOX_ROUND_B_64`], key increments [`PHILOX_KEY_A_64`],
+/// [`PHILOX_KEY_B_64`]).
 #[track_caller]
 pub fn philox(seed: impl IntoOperand, c: [Operand; 4], n_rounds: usize) -> [Tile; 4] {
     philox_at(seed.into_operand(), c, n_rounds, Loc::caller())
