@@ -111,6 +111,10 @@ fn generate(f: &ItemFn, sig: &Signature) -> TokenStream {
     let mut trace_args = Vec::new();
     let mut declare_params = Vec::new();
     let mut constexpr_names = Vec::new();
+    // What launch passes trace, in parameter order (constexprs, descriptors' block shapes).
+    let mut trace_values: Vec<TokenStream> = Vec::new();
+    let mut key_descriptors: Vec<Ident> = Vec::new();
+    let mut trace_names: Vec<String> = Vec::new();
     // launch(): every parameter, tensors through TensorArg, scalars through ScalarArg.
     let mut launch_args = Vec::new();
     let mut launch_names = Vec::new();
@@ -128,7 +132,7 @@ fn generate(f: &ItemFn, sig: &Signature) -> TokenStream {
                         #pstr, <#elem as ::tegula::ir::Element>::DTYPE);
                 ));
                 launch_args.push(quote!(#pname: impl ::tegula::TensorArg<#elem>));
-                kernel_args.push(quote!(::tegula::TensorArg::kernel_arg(&#pname)));
+                kernel_args.push(quote!([::tegula::TensorArg::kernel_arg(&#pname)]));
                 doc_params.push(format!(
                     "- `{pstr}: {ty_str}`: a pointer tile; the launcher takes a tensor"
                 ));
@@ -139,15 +143,50 @@ fn generate(f: &ItemFn, sig: &Signature) -> TokenStream {
                         #pstr, <#ty as ::tegula::ir::Element>::DTYPE);
                 ));
                 launch_args.push(quote!(#pname: #ty));
-                kernel_args.push(quote!(::tegula::ScalarArg::kernel_arg(#pname)));
+                kernel_args.push(quote!([::tegula::ScalarArg::kernel_arg(#pname)]));
                 doc_params.push(format!("- `{pstr}: {ty_str}`: a scalar tile"));
             }
             ParamKind::Constexpr => {
                 trace_args.push(quote!(#mutability #pname: #ty));
+                trace_values.push(quote!(::core::clone::Clone::clone(&#pname)));
+                trace_names.push(pstr.clone());
                 constexpr_names.push(pname.clone());
                 launch_args.push(quote!(#pname: #ty));
                 doc_params.push(format!(
                     "- `{pstr}: {ty_str}`: constexpr, a Rust value at trace time"
+                ));
+            }
+            ParamKind::Descriptor(elem) => {
+                // The body sees the descriptor made from its parts; `trace` takes its block
+                // shape, the launch its parts (`tegula::TensorDescriptor::kernel_args`).
+                let block = format_ident!("{}_block_shape", pname);
+                let (base, shape0, shape1, stride0) = (
+                    format!("{pstr}_base"),
+                    format!("{pstr}_shape0"),
+                    format!("{pstr}_shape1"),
+                    format!("{pstr}_stride0"),
+                );
+                declare_params.push(quote_spanned!(pname.span()=>
+                    let #mutability #pname = ::tegula::ir::builder::make_tensor_descriptor(
+                        #params_var.ptr(#base, <#elem as ::tegula::ir::Element>::DTYPE),
+                        (
+                            #params_var.scalar(#shape0, ::tegula::ir::DType::I32),
+                            #params_var.scalar(#shape1, ::tegula::ir::DType::I32),
+                        ),
+                        (#params_var.scalar(#stride0, ::tegula::ir::DType::I32), 1),
+                        #block,
+                    );
+                ));
+                trace_args.push(quote!(#block: [usize; 2]));
+                trace_values.push(quote!(::tegula::TensorDescriptor::block_shape(#pname)));
+                trace_names.push(block.to_string());
+                key_descriptors.push(pname.clone());
+                launch_args.push(quote!(#pname: &::tegula::TensorDescriptor<#elem>));
+                kernel_args.push(quote!(::tegula::TensorDescriptor::kernel_args(#pname)));
+                doc_params.push(format!(
+                    "- `{pstr}: {ty_str}`: a host tensor descriptor (its tensor's pointer, shape \
+                     and row stride at run time, its block shape at trace time); a tensor \
+                     descriptor in the body"
                 ));
             }
         }
@@ -169,6 +208,10 @@ fn generate(f: &ItemFn, sig: &Signature) -> TokenStream {
         key_parts.push(format!("{t}={{:?}}"));
         key_values.push(quote!(<#t as ::tegula::ir::Element>::DTYPE));
     }
+    for d in &key_descriptors {
+        key_parts.push(format!("{d}.block_shape={{:?}}"));
+        key_values.push(quote!(::tegula::TensorDescriptor::block_shape(#d)));
+    }
     let key_format = key_parts.join(", ");
 
     // Scalar parameters of a type parameter's type are passed by value: `T: ScalarArg`.
@@ -182,18 +225,8 @@ fn generate(f: &ItemFn, sig: &Signature) -> TokenStream {
     let launch_where = &launch_generics.where_clause;
 
     let body = &f.block;
-    let trace_call_args: Vec<_> = constexpr_names
-        .iter()
-        .map(|c| quote!(::core::clone::Clone::clone(&#c)))
-        .collect();
-    let trace_sig_doc = format!(
-        "`trace({})`",
-        constexpr_names
-            .iter()
-            .map(|c| c.to_string())
-            .collect::<Vec<_>>()
-            .join(", ")
-    );
+    let trace_call_args = &trace_values;
+    let trace_sig_doc = format!("`trace({})`", trace_names.join(", "));
     let launch_sig_doc = format!(
         "`launch(dev, grid, {})`",
         launch_names
@@ -266,7 +299,11 @@ fn generate(f: &ItemFn, sig: &Signature) -> TokenStream {
                     trace: &#trace_fn,
                     grid: ::core::convert::Into::into(#grid),
                     config: #config,
-                    args: ::std::vec![#(#kernel_args),*],
+                    args: {
+                        let mut args = ::std::vec::Vec::new();
+                        #(args.extend(#kernel_args);)*
+                        args
+                    },
                 })
             }
 
@@ -288,7 +325,11 @@ fn generate(f: &ItemFn, sig: &Signature) -> TokenStream {
                     trace: &#trace_fn,
                     grid: ::core::convert::Into::into(#grid),
                     config: #config,
-                    args: ::std::vec![#(#kernel_args),*],
+                    args: {
+                        let mut args = ::std::vec::Vec::new();
+                        #(args.extend(#kernel_args);)*
+                        args
+                    },
                 })
             }
         }

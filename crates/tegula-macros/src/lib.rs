@@ -25,7 +25,10 @@ use proc_macro::TokenStream;
 ///
 /// Parameters: `Ptr<T>` (a pointer tile; the launcher takes a tensor), scalars (`i32`, `i64`,
 /// `u32`, `u64`, `i8`, `i16`, `u8`, `u16`, `f32`, `f64`, `f16`, `bf16`, `bool` or a type
-/// parameter; a scalar tile), and `#[constexpr] name: Type` (a Rust value at trace time, part of
+/// parameter; a scalar tile), `TensorDescriptor<T>` (a host tensor descriptor,
+/// `tegula::TensorDescriptor`: a tensor descriptor in the body, made from the tensor's pointer,
+/// shape and row stride, run-time parameters, and its block shape, which `trace` takes and the
+/// specialization key holds), and `#[constexpr] name: Type` (a Rust value at trace time, part of
 /// the specialization key). Type parameters and const generics become generic parameters of the
 /// generated functions; const generics are constexprs too.
 #[proc_macro_attribute]

@@ -18,6 +18,10 @@ pub enum ParamKind {
     Scalar,
     /// `#[constexpr]`: a Rust value in the body.
     Constexpr,
+    /// `TensorDescriptor<T>`: a host tensor descriptor (Triton's `TensorDescriptor` argument),
+    /// a tensor descriptor in the body; the element type `T`. Its tensor's pointer, shape and
+    /// row stride are run-time parameters, its block shape a trace-time value.
+    Descriptor(Box<Type>),
 }
 
 pub struct Param {
@@ -62,9 +66,19 @@ fn type_ident(ty: &Type) -> Option<&Ident> {
 
 /// `T` of `Ptr<T>` (any path ending in `Ptr`).
 fn ptr_element(ty: &Type) -> Option<&Type> {
+    generic_element(ty, "Ptr")
+}
+
+/// `T` of `TensorDescriptor<T>` (any path ending in `TensorDescriptor`, with one type).
+fn descriptor_element(ty: &Type) -> Option<&Type> {
+    generic_element(ty, "TensorDescriptor")
+}
+
+/// `T` of `Name<T>` (any path ending in `Name`).
+fn generic_element<'t>(ty: &'t Type, name: &str) -> Option<&'t Type> {
     let Type::Path(p) = ty else { return None };
     let seg = p.path.segments.last()?;
-    if seg.ident != "Ptr" {
+    if seg.ident != name {
         return None;
     }
     match &seg.arguments {
@@ -168,6 +182,15 @@ pub fn parse(f: &mut ItemFn) -> Result<Signature, Error> {
                 ));
             }
             ParamKind::Ptr(Box::new(elem.clone()))
+        } else if let Some(elem) = descriptor_element(&ty) {
+            if constexpr {
+                errors.push(Error::new(
+                    ty.span(),
+                    "a `TensorDescriptor` cannot be `#[constexpr]`: its tensor is a run-time \
+                     argument (its block shape is part of the specialization already)",
+                ));
+            }
+            ParamKind::Descriptor(Box::new(elem.clone()))
         } else if constexpr {
             ParamKind::Constexpr
         } else if is_scalar_type(&ty, &type_params) {
@@ -175,9 +198,9 @@ pub fn parse(f: &mut ItemFn) -> Result<Signature, Error> {
         } else {
             errors.push(Error::new(
                 ty.span(),
-                "unsupported kernel parameter type: use `Ptr<T>`, a scalar (bool, i8..i64, \
-                 u8..u64, f16, bf16, f32, f64, or a type parameter), or mark a trace-time value \
-                 `#[constexpr]`",
+                "unsupported kernel parameter type: use `Ptr<T>`, `TensorDescriptor<T>`, a \
+                 scalar (bool, i8..i64, u8..u64, f16, bf16, f32, f64, or a type parameter), or \
+                 mark a trace-time value `#[constexpr]`",
             ));
             continue;
         };

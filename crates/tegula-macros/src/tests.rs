@@ -50,6 +50,11 @@ fn unsupported_parameter_types() {
         "a `Ptr` cannot be `#[constexpr]`",
         2,
     );
+    assert_error(
+        "fn k(a: Ptr<f32>,\n      #[constexpr] d: TensorDescriptor<f32>) {}",
+        "a `TensorDescriptor` cannot be `#[constexpr]`",
+        2,
+    );
     assert_error("fn k(\n  (a, b): (i32, i32)) {}", "plain names", 2);
     assert_error("fn k<'a>(x: Ptr<f32>) {}", "lifetime", 1);
     assert_error("fn k(x: Ptr<f32>) -> i32 { 0 }", "returns nothing", 1);

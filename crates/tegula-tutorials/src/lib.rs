@@ -33,11 +33,11 @@
 //! (07), `tl.assume` (03), `tl.debug_barrier` (05), int-to-pointer casts (08), `tl.split` and
 //! `tl.join` (06, 09), `tl.where` on an integer condition (04), per-axis `tl.multiple_of` (08),
 //! `tl.load` without `other` (`load_masked`), and `@triton.jit` helpers with run-time loops
-//! (`#[tegula::func]`, 06), tensor descriptors (06, 08, 09). The workarounds left, each at a `// workaround:` comment:
+//! (`#[tegula::func]`, 06), tensor descriptors (06, 08, 09), host tensor descriptors
+//! (`TensorDescriptor` arguments, 09). The workarounds left, each at a `// workaround:` comment:
 //!
 //! | Triton | where | what the port does |
 //! | --- | --- | --- |
-//! | host tensor descriptors (`TensorDescriptor` arguments) | 09 (TMA variant) | the parts as arguments; the kernel makes the descriptor |
 //! | `tl.range(.., warp_specialize=, flatten=)` | 06, 09 | a plain `range` loop; the host accepts the flags |
 //! | fp8 dtypes (`tl.float8e5`, `tl.float8e4nv`) | 06, 08, 09 | the fp16 path only |
 //! | PDL (`gdc_wait`, `gdc_launch_dependents`, `launch_pdl`) | 11 | the kernel without PDL; the host refuses `launch_pdl` |

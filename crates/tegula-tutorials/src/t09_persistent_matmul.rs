@@ -31,7 +31,7 @@
 //! | `tl.max_contiguous(tl.multiple_of(x, B), B)` | `max_contiguous(multiple_of(x, B), B)` (facts about the first element of each run, as Triton's) |
 //! | `for tile_id in tl.range(start_pid, num_tiles, NUM_SMS, flatten=True)` | `for tile_id in range(start_pid, num_tiles, NUM_SMS)` |
 //! | `pid_m, pid_n = _compute_pid(..)` (a `@triton.jit` helper) | `let (pid_m, pid_n) = _compute_pid(..)`: a Rust function over tiles, inlined by tracing |
-//! | `TensorDescriptor.from_tensor(a, block)` + `pre_hook` | the tensor's pointer and strides as arguments; the kernel makes the descriptor with the config's block |
+//! | `TensorDescriptor(a, a.shape, a.stride(), block)` + `pre_hook` setting `block_shape` | `tegula::TensorDescriptor::from_tensor(&a, block)` with the hook's block shapes; a `a_desc: TensorDescriptor<f16>` parameter |
 //! | `desc.load([i, j])`, `desc.store([i, j], v)` | `desc.load((i, j))`, `desc.store((i, j), v)` ([`TensorDescriptor`]) |
 //! | `tl.reshape`, `tl.permute` | `.reshape(..)`, `.permute(&[..])` |
 //! | `acc.reshape(..).permute(..).split()` | `split(acc.reshape(..).permute(&[..]))` |
@@ -40,9 +40,7 @@
 //!
 //! The loop options `flatten=` and `warp_specialize=` of `tl.range` have no tegula
 //! counterpart (both are scheduling choices that leave the result alone); the ports loop
-//! plainly and the host functions accept `warp_specialize` without effect. Host tensor
-//! descriptors are their parts (pointer, shape, strides) as arguments, from which the kernel
-//! makes the same descriptor. fp8 inputs and outputs (`tl.float8e4nv`) are not
+//! plainly and the host functions accept `warp_specialize` without effect. fp8 inputs and outputs (`tl.float8e4nv`) are not
 //! ported: tegula has no fp8 dtype. The persistent kernels take `NUM_SMS` from the device; on the
 //! interpreter, which has no SMs, [`INTERPRETER_SMS`], so that its programs walk several tiles.
 #![allow(non_snake_case)]
@@ -175,31 +173,18 @@ pub fn matmul_kernel(
 
 #[tegula::kernel]
 pub fn matmul_kernel_tma(
-    // The host descriptors (TensorDescriptor.from_tensor) as their parts: base pointers and row
-    // strides; the shapes are [M, K], [N, K] and [M, N].
-    a_desc: Ptr<f16>,
-    b_desc: Ptr<f16>,
-    c_desc: Ptr<f16>,
+    a_desc: TensorDescriptor<f16>,
+    b_desc: TensorDescriptor<f16>,
+    c_desc: TensorDescriptor<f16>,
     M: i32,
     N: i32,
     K: i32,
-    stride_a: i32,
-    stride_b: i32,
-    stride_c: i32,
     #[constexpr] BLOCK_SIZE_M: usize,
     #[constexpr] BLOCK_SIZE_N: usize,
     #[constexpr] BLOCK_SIZE_K: usize,
     #[constexpr] GROUP_SIZE_M: usize,
 ) {
-    // workaround: host TensorDescriptor arguments are missing; the kernel makes the
-    // descriptors from their parts, with the block shapes matmul_tma_set_block_size_hook
-    // sets. No fp8 (FP8_OUTPUT): dtype is float16.
-    let a_desc =
-        make_tensor_descriptor(a_desc, (M, K), (stride_a, 1), [BLOCK_SIZE_M, BLOCK_SIZE_K]);
-    let b_desc =
-        make_tensor_descriptor(b_desc, (N, K), (stride_b, 1), [BLOCK_SIZE_N, BLOCK_SIZE_K]);
-    let c_desc =
-        make_tensor_descriptor(c_desc, (M, N), (stride_c, 1), [BLOCK_SIZE_M, BLOCK_SIZE_N]);
+    // workaround: no fp8 dtype (FP8_OUTPUT): dtype is float16.
 
     let pid = program_id(0);
     let num_pid_m = cdiv(M, BLOCK_SIZE_M);
@@ -332,16 +317,12 @@ pub fn matmul_kernel_persistent(
 
 #[tegula::kernel]
 pub fn matmul_kernel_tma_persistent(
-    // The host descriptors as their parts (see matmul_kernel_tma).
-    a_desc: Ptr<f16>,
-    b_desc: Ptr<f16>,
-    c_desc: Ptr<f16>,
+    a_desc: TensorDescriptor<f16>,
+    b_desc: TensorDescriptor<f16>,
+    c_desc: TensorDescriptor<f16>,
     M: i32,
     N: i32,
     K: i32,
-    stride_a: i32,
-    stride_b: i32,
-    stride_c: i32,
     #[constexpr] BLOCK_SIZE_M: usize,
     #[constexpr] BLOCK_SIZE_N: usize,
     #[constexpr] BLOCK_SIZE_K: usize,
@@ -349,18 +330,7 @@ pub fn matmul_kernel_tma_persistent(
     #[constexpr] EPILOGUE_SUBTILE: bool,
     #[constexpr] NUM_SMS: usize,
 ) {
-    // workaround: TensorDescriptor is missing (see matmul_kernel_tma); the block shapes are
-    // the ones matmul_tma_set_block_size_hook sets, C's halved with EPILOGUE_SUBTILE.
-    let c_block_n = if EPILOGUE_SUBTILE {
-        BLOCK_SIZE_N / 2
-    } else {
-        BLOCK_SIZE_N
-    };
-    let a_desc =
-        make_tensor_descriptor(a_desc, (M, K), (stride_a, 1), [BLOCK_SIZE_M, BLOCK_SIZE_K]);
-    let b_desc =
-        make_tensor_descriptor(b_desc, (N, K), (stride_b, 1), [BLOCK_SIZE_N, BLOCK_SIZE_K]);
-    let c_desc = make_tensor_descriptor(c_desc, (M, N), (stride_c, 1), [BLOCK_SIZE_M, c_block_n]);
+    // workaround: no fp8 dtype (FP8_OUTPUT): dtype is float16.
 
     let start_pid = program_id(0);
     let num_pid_m = cdiv(M, BLOCK_SIZE_M);
@@ -680,16 +650,47 @@ pub fn launch(
             dev, grid, lc, a, b, c, m, n, k, sa.0, sa.1, sb.0, sb.1, sc.0, sc.1, BM, BN, BK, GROUP,
             NUM_SMS,
         ),
-        Variant::Tma => matmul_kernel_tma::launch_with(
-            dev, grid, lc, a, b, c, m, n, k, sa.0, sb.0, sc.0, BM, BN, BK, GROUP,
-        ),
-        Variant::TmaPersistent => matmul_kernel_tma_persistent::launch_with(
-            dev, grid, lc, a, b, c, m, n, k, sa.0, sb.0, sc.0, BM, BN, BK, GROUP, subtile, NUM_SMS,
-        ),
+        Variant::Tma => {
+            let [a_desc, b_desc, c_desc] = host_descriptors(a, b, c, (BM, BN, BK), false)?;
+            matmul_kernel_tma::launch_with(
+                dev, grid, lc, &a_desc, &b_desc, &c_desc, m, n, k, BM, BN, BK, GROUP,
+            )
+        }
+        Variant::TmaPersistent => {
+            let [a_desc, b_desc, c_desc] = host_descriptors(a, b, c, (BM, BN, BK), subtile)?;
+            matmul_kernel_tma_persistent::launch_with(
+                dev, grid, lc, &a_desc, &b_desc, &c_desc, m, n, k, BM, BN, BK, GROUP, subtile,
+                NUM_SMS,
+            )
+        }
         Variant::DescriptorPersistent => matmul_kernel_descriptor_persistent::launch_with(
             dev, grid, lc, a, b, c, m, n, k, BM, BN, BK, GROUP, subtile, NUM_SMS,
         ),
     }
+}
+
+/// The block shapes the tutorial's `matmul_tma_set_block_size_hook` gives A, B (`[N, K]`) and
+/// C (half as wide with `EPILOGUE_SUBTILE`).
+fn descriptor_blocks((bm, bn, bk): (usize, usize, usize), subtile: bool) -> [[usize; 2]; 3] {
+    let c_bn = if subtile { bn / 2 } else { bn };
+    [[bm, bk], [bn, bk], [bm, c_bn]]
+}
+
+/// The tutorial's host descriptors (`TensorDescriptor(a, a.shape, a.stride(), ..)`) with the
+/// hook's block shapes.
+fn host_descriptors(
+    a: &Tensor<f16>,
+    b: &Tensor<f16>,
+    c: &Tensor<f16>,
+    blocks: (usize, usize, usize),
+    subtile: bool,
+) -> Result<[tegula::TensorDescriptor<f16>; 3]> {
+    let [ba, bb, bc] = descriptor_blocks(blocks, subtile);
+    Ok([
+        tegula::TensorDescriptor::from_tensor(a, ba)?,
+        tegula::TensorDescriptor::from_tensor(b, bb)?,
+        tegula::TensorDescriptor::from_tensor(c, bc)?,
+    ])
 }
 
 fn trace(variant: Variant, meta: &Config, sms: usize) -> std::result::Result<Kernel, TraceError> {
@@ -704,8 +705,14 @@ fn trace(variant: Variant, meta: &Config, sms: usize) -> std::result::Result<Ker
     match variant {
         Variant::Naive => matmul_kernel::trace(bm, bn, bk, g),
         Variant::Persistent => matmul_kernel_persistent::trace(bm, bn, bk, g, sms),
-        Variant::Tma => matmul_kernel_tma::trace(bm, bn, bk, g),
-        Variant::TmaPersistent => matmul_kernel_tma_persistent::trace(bm, bn, bk, g, subtile, sms),
+        Variant::Tma => {
+            let [a, b, c] = descriptor_blocks((bm, bn, bk), false);
+            matmul_kernel_tma::trace(a, b, c, bm, bn, bk, g)
+        }
+        Variant::TmaPersistent => {
+            let [a, b, c] = descriptor_blocks((bm, bn, bk), subtile);
+            matmul_kernel_tma_persistent::trace(a, b, c, bm, bn, bk, g, subtile, sms)
+        }
         Variant::DescriptorPersistent => {
             matmul_kernel_descriptor_persistent::trace(bm, bn, bk, g, subtile, sms)
         }

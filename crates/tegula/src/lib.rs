@@ -28,6 +28,7 @@
 pub mod aot;
 pub mod autotune;
 pub mod compiler;
+mod descriptor;
 mod device;
 pub mod dlpack;
 pub mod env;
@@ -39,6 +40,7 @@ mod tensor;
 
 pub use autotune::{Autotuner, Config, Tuning};
 pub use compiler::{specialize, Report};
+pub use descriptor::TensorDescriptor;
 pub use device::{Backend, Device, RecordedLaunch, StandIn};
 pub use error::{Error, Result};
 pub use gpu::GpuKernel;

@@ -170,4 +170,77 @@ fn descriptor_blocks_on_the_gpu() {
     // at a negative row, on masked stores).
     check::<f16>(&dev, 37, 64, 64, (-3, 0));
     check::<f32>(&dev, 50, 96, 96, (5, 64));
+    // Host descriptors: the tensor maps come from the descriptor's parts.
+    check_host::<f16>(&dev, 37, 64, 64, [16, 64]);
+    check_host::<f32>(&dev, 50, 96, 96, [32, 32]);
+}
+
+/// The same copy through host descriptors (Triton's `TensorDescriptor` arguments): the block
+/// shape comes with the descriptor, the tensor's pointer, shape and row stride with the launch.
+#[tegula::kernel]
+fn host_desc_double<T: Element>(x: TensorDescriptor<T>, out: TensorDescriptor<T>, dr: i32) {
+    let [bm, bn] = x.block_shape();
+    let r = program_id(0) * (bm as i32) + dr;
+    let c = program_id(1) * (bn as i32);
+    let v = x.load((r, c));
+    out.store((r, c), v.to::<f32>() * 2.0);
+}
+
+fn check_host<T: Element>(dev: &Device, m: usize, n: usize, stride: usize, block: [usize; 2]) {
+    let full = dev.randn::<T>([m, stride]).unwrap();
+    let x = full.narrow(1, 0, n).unwrap();
+    let out_full = dev.full([m, stride], T::from_f64(-7.0)).unwrap();
+    let out = out_full.narrow(1, 0, n).unwrap();
+    let dx = tegula::TensorDescriptor::from_tensor(&x, [1, 1]).unwrap();
+    // What a tuner's pre_hook does: the config's block shape.
+    let dx = dx.with_block_shape(block).unwrap();
+    let dout = tegula::TensorDescriptor::from_tensor(&out, block).unwrap();
+    assert_eq!(
+        (dx.block_shape(), dx.shape()),
+        (block, [m as i32, n as i32])
+    );
+    let grid = [
+        (m.div_ceil(block[0]) + 1) as u32,
+        n.div_ceil(block[1]) as u32,
+    ];
+    host_desc_double::launch::<T>(dev, grid, &dx, &dout, -3).unwrap();
+    let (xs, outs) = (full.to_f64_vec().unwrap(), out_full.to_f64_vec().unwrap());
+    for i in 0..m {
+        for j in 0..stride {
+            let want = if j < n {
+                2.0 * xs[i * stride + j]
+            } else {
+                -7.0
+            };
+            assert_eq!(outs[i * stride + j], want, "out[{i}, {j}] block {block:?}");
+        }
+    }
+}
+
+#[test]
+fn host_descriptors_carry_their_block_shape_into_the_specialization() {
+    let dev = Device::cpu();
+    // Two block shapes of one kernel: two specializations, both right.
+    check_host::<f32>(&dev, 37, 45, 48, [16, 32]);
+    check_host::<f32>(&dev, 37, 45, 48, [8, 64]);
+    check_host::<f16>(&dev, 21, 70, 80, [16, 16]);
+    let ir = host_desc_double::trace::<f32>([4, 16], [4, 16])
+        .unwrap()
+        .to_string();
+    assert!(ir.contains("desc_load"), "{ir}");
+}
+
+#[test]
+fn host_descriptors_refuse_what_a_tensor_map_cannot_describe() {
+    let dev = Device::cpu();
+    let e = |r: tegula::Result<tegula::TensorDescriptor<f32>>| r.unwrap_err().to_string();
+    let cube = dev.zeros::<f32>([2, 3, 4]).unwrap();
+    assert!(e(tegula::TensorDescriptor::from_tensor(&cube, [1, 1])).contains("2-D"));
+    // A transposed view: its last axis strides by 8.
+    let t = dev.zeros::<f32>([8, 4]).unwrap().transpose(0, 1).unwrap();
+    assert!(e(tegula::TensorDescriptor::from_tensor(&t, [2, 2])).contains("contiguous"));
+    let x = dev.zeros::<f32>([8, 8]).unwrap();
+    assert!(e(tegula::TensorDescriptor::from_tensor(&x, [3, 8])).contains("power of two"));
+    let d = tegula::TensorDescriptor::from_tensor(&x, [8, 8]).unwrap();
+    assert!(e(d.with_block_shape([8, 0])).contains("power of two"));
 }
