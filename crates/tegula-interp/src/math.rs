@@ -190,6 +190,24 @@ pub(crate) fn libm1_f64(f: Fn1, x: f64) -> f64 {
     }
 }
 
+/// `J_n(x)` or `Y_n(x)` for an integer `n` held in an f64 (an i32 order: the builder
+/// converts it) by the `libm` crate's `jn` or `yn` of `|n|` and `J_(-n) = (-1)^n J_n`
+/// (likewise `Y`, whose limit at 0 is then +inf for a negative odd order); `J_n(-x)` by
+/// `libm`'s own reflection.
+fn bessel_n(f: fn(i32, f64) -> f64, n: f64, x: f64, first: bool) -> f64 {
+    let na = n.abs().min(i32::MAX as f64) as i32;
+    let v = if !first && x == 0.0 {
+        f64::NEG_INFINITY
+    } else {
+        f(na, x)
+    };
+    if n < 0.0 && na % 2 == 1 {
+        -v
+    } else {
+        v
+    }
+}
+
 /// A binary math-library function on f64 values (std's; the `libm` crate's `remainder`).
 pub(crate) fn libm2_f64(f: Fn2) -> fn(f64, f64) -> f64 {
     match f {
@@ -198,6 +216,8 @@ pub(crate) fn libm2_f64(f: Fn2) -> fn(f64, f64) -> f64 {
         Fn2::Hypot => f64::hypot,
         Fn2::Remainder => libm::remainder,
         Fn2::Rhypot => |x, y| 1.0 / x.hypot(y),
+        Fn2::Jn => |n, x| bessel_n(libm::jn, n, x, true),
+        Fn2::Yn => |n, x| bessel_n(libm::yn, n, x, false),
     }
 }
 

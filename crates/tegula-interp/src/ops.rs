@@ -148,9 +148,8 @@ fn float_binary(op: BinaryOp, d: DType, x: &[f64], y: &[f64]) -> OpResult<Vec<f6
         Min => zip_f(x, y, fmin),
         MaxNan => zip_f(x, y, fmax_nan),
         MinNan => zip_f(x, y, fmin_nan),
-        And | Or | Xor | Shl | Shr | UMulHi | Atan2 | Pow | Hypot | Remainder | Rhypot => {
-            return invalid(format!("{} on floats", op.name()))
-        }
+        And | Or | Xor | Shl | Shr | UMulHi | Atan2 | Pow | Hypot | Remainder | Rhypot | Jn
+        | Yn => return invalid(format!("{} on floats", op.name())),
     };
     round_slice(d, &mut out);
     Ok(out)
@@ -201,7 +200,7 @@ fn int_binary(op: BinaryOp, d: DType, x: &[i64], y: &[i64]) -> OpResult<Vec<i64>
             let m = (1u64 << bits) - 1;
             ((((a as u64) & m) * ((b as u64) & m)) >> bits) as i64
         }),
-        Atan2 | Pow | Hypot | Remainder | Rhypot | DivRn => {
+        Atan2 | Pow | Hypot | Remainder | Rhypot | Jn | Yn | DivRn => {
             return invalid(format!("{} on integers", op.name()))
         }
         Max | MaxNan if unsigned => zip_i(x, y, |a, b| (a as u64).max(b as u64) as i64),

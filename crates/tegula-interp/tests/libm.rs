@@ -908,3 +908,148 @@ fn fdim_is_the_positive_difference() {
     assert!(out[5].is_nan() && out[6].is_nan());
     assert_eq!(out[7], f32::INFINITY);
 }
+
+/// Orders and arguments for `jn` and `yn`: every order to 12 of both signs and larger ones,
+/// each beside random arguments of `[-60, 60]`, tiny ones and the special values.
+fn bessel_n_pairs() -> (Vec<i32>, Vec<f32>) {
+    let mut r = Rng::new(29);
+    let (mut ns, mut xs) = (Vec::new(), Vec::new());
+    let special = [
+        0.0f32,
+        -0.0,
+        1e-40,
+        1e-8,
+        1.0,
+        -1.0,
+        f32::MAX,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        f32::NAN,
+    ];
+    let orders: Vec<i32> = (-12..=12).chain([20, 50, -51, 200]).collect();
+    for &n in &orders {
+        let mut v = special.to_vec();
+        v.extend(r.f32s(24, -60.0, 60.0));
+        v.push(r.uniform(0.0, 1.5 * n.abs() as f64) as f32);
+        for x in v {
+            ns.push(n);
+            xs.push(x);
+        }
+    }
+    (ns, xs)
+}
+
+#[test]
+fn jn_and_yn_are_the_math_librarys_bits() {
+    let (ns, xs) = bessel_n_pairs();
+    type BesselN = fn(Tile, Tile) -> Tile;
+    type Libm = fn(i32, f64) -> f64;
+    let cases: [(Fn2, BesselN, Libm); 2] = [
+        (Fn2::Jn, |n, x| jn(n, x), libm::jn),
+        (Fn2::Yn, |n, x| yn(n, x), libm::yn),
+    ];
+    for (f, op, g) in cases {
+        // An i32 tile of orders, elementwise.
+        let out = eval(&[buf(&ns), buf(&xs)], |t| op(t[0], t[1]))
+            .to_vec::<f32>()
+            .unwrap();
+        for ((n, x), got) in ns.iter().zip(&xs).zip(&out) {
+            let want = eval2_f32(f, *n as f32, *x);
+            assert!(
+                same(*got, want),
+                "{f:?}({n}, {x:e}) = {got:e}, want {want:e}"
+            );
+        }
+        // A literal order, and an i64 one.
+        let out = eval(&[buf(&xs)], |t| match f {
+            Fn2::Jn => jn(-5, t[0]),
+            _ => yn(-5, t[0]),
+        })
+        .to_vec::<f32>()
+        .unwrap();
+        for (x, got) in xs.iter().zip(&out) {
+            assert!(same(*got, eval2_f32(f, -5.0, *x)), "{f:?}(-5, {x:e})");
+        }
+        let out = eval(&[buf(&xs)], |t| op(full::<i64>([1], 7), t[0]))
+            .to_vec::<f32>()
+            .unwrap();
+        for (x, got) in xs.iter().zip(&out) {
+            assert!(same(*got, eval2_f32(f, 7.0, *x)), "{f:?}(7, {x:e})");
+        }
+        // f16 and bf16 compute in f32 and round once; f64 is the libm crate's.
+        let h: Vec<f16> = xs.iter().map(|&x| f16::from_f32(x)).collect();
+        let out = eval(&[buf(&ns), buf(&h)], |t| op(t[0], t[1]))
+            .to_vec::<f16>()
+            .unwrap();
+        for ((n, x), got) in ns.iter().zip(&h).zip(&out) {
+            let want = f16::from_f32(eval2_f32(f, *n as f32, x.to_f32()));
+            assert!(same(got.to_f32(), want.to_f32()), "{f:?}({n}, {x}) f16");
+        }
+        let b: Vec<bf16> = xs.iter().map(|&x| bf16::from_f32(x)).collect();
+        let out = eval(&[buf(&ns), buf(&b)], |t| op(t[0], t[1]))
+            .to_vec::<bf16>()
+            .unwrap();
+        for ((n, x), got) in ns.iter().zip(&b).zip(&out) {
+            let want = bf16::from_f32(eval2_f32(f, *n as f32, x.to_f32()));
+            assert!(same(got.to_f32(), want.to_f32()), "{f:?}({n}, {x}) bf16");
+        }
+        let d: Vec<f64> = xs.iter().map(|&x| x as f64).collect();
+        let out = eval(&[buf(&ns), buf(&d)], |t| op(t[0], t[1]))
+            .to_vec::<f64>()
+            .unwrap();
+        for ((n, x), got) in ns.iter().zip(&d).zip(&out) {
+            let v = if f == Fn2::Yn && *x == 0.0 {
+                f64::NEG_INFINITY
+            } else {
+                g(n.abs(), *x)
+            };
+            let want = if *n < 0 && n % 2 != 0 { -v } else { v };
+            assert!(
+                got.to_bits() == want.to_bits() || (got.is_nan() && want.is_nan()),
+                "{f:?}({n}, {x:e}) f64 = {got:e}, want {want:e}"
+            );
+        }
+    }
+}
+
+#[test]
+fn jn_and_yn_special_values_and_errors() {
+    let (inf, nan) = (f32::INFINITY, f32::NAN);
+    let xs = [0.0f32, -0.0, inf, -inf, nan, -1.0];
+    let cases: [(i32, [f32; 6]); 4] = [
+        (0, [1.0, 1.0, 0.0, 0.0, nan, 0.765_197_7]),
+        (3, [0.0, -0.0, 0.0, -0.0, nan, -0.019_563_355]),
+        (-3, [-0.0, 0.0, -0.0, 0.0, nan, 0.019_563_355]),
+        (-4, [0.0, 0.0, 0.0, 0.0, nan, 0.002_476_638_9]),
+    ];
+    for (n, want) in cases {
+        let out = eval(&[buf(&xs)], |t| jn(n, t[0])).to_vec::<f32>().unwrap();
+        for ((x, got), w) in xs.iter().zip(&out).zip(want) {
+            assert!(same(*got, w), "jn({n}, {x}) = {got:e}, want {w:e}");
+        }
+    }
+    let ys = eval(&[buf(&xs)], |t| yn(-3, t[0])).to_vec::<f32>().unwrap();
+    for (got, w) in ys.iter().zip([inf, inf, -0.0, nan, nan, nan]) {
+        assert!(same(*got, w), "yn(-3, ..) = {ys:?}");
+    }
+    let ys = eval(&[buf(&xs)], |t| yn(2, t[0])).to_vec::<f32>().unwrap();
+    for (got, w) in ys.iter().zip([-inf, -inf, 0.0, nan, nan, nan]) {
+        assert!(same(*got, w), "yn(2, ..) = {ys:?}");
+    }
+    // A float order is a trace error at the caller's line.
+    let mut line = 0;
+    let e = trace("bad", |p| {
+        let x = p.ptr("x", DType::F32);
+        let offs = arange(0, 16);
+        let t = load(x + offs, offs.lt(16), 0.0);
+        line = line!() + 1;
+        let y = jn(t, t);
+        store(x + offs, y, offs.lt(16));
+    })
+    .unwrap_err();
+    assert!(
+        e.message.contains("jn needs an integer order, got f32[16]"),
+        "{e}"
+    );
+    assert_eq!(e.loc.line, line, "{e}");
+}

@@ -1,8 +1,8 @@
 //! The math library behind `asin`, `acos`, `atan`, `atan2`, `sinh`, `cosh`, `asinh`, `acosh`,
 //! `atanh`, `pow`, `log1p`, `expm1`, `erfinv`, `cbrt`, `hypot`, `tan`, `log10`, `exp10`,
 //! `erfc`, `lgamma`, `tgamma`, `rcbrt`, `normcdf`, `sinpi`, `cospi`, `remainder`, `rhypot`,
-//! `erfcx`, `erfcinv`, `normcdfinv`, `cyl_bessel_i0`, `cyl_bessel_i1`, `j0`, `j1`, `y0` and
-//! `y1` on f32 (and f16/bf16, which compute through f32), written
+//! `erfcx`, `erfcinv`, `normcdfinv`, `cyl_bessel_i0`, `cyl_bessel_i1`, `j0`, `j1`, `y0`,
+//! `y1`, `jn` and `yn` on f32 (and f16/bf16, which compute through f32), written
 //! once over [`MathOps`] (f64) and [`MathOps32`] (f32) so that both backends run the same
 //! algorithm: the interpreter evaluates it on Rust `f64`s and `f32`s ([`Eval`]), the GPU
 //! lowering emits one PTX instruction per operation (`tegula-ptx`'s `emit/libm.rs`). Every
@@ -30,7 +30,8 @@
 //! every magnitude (2/pi in exact pieces), `sinpi` and `cospi` by 2 (exact in f64);
 //! `erfcinv` refines a start by Halley's method on `erfc`. The bounds measured by the tests are in docs/semantics.md.
 //!
-//! Every branch is computed and selected (no control flow), so the PTX is straight-line.
+//! Every branch is computed and selected, so the PTX is straight-line but for the loops of
+//! `jn`'s and `yn`'s recurrences ([`MathOps::repeat`]), whose exit the CTA agrees on.
 //! f64 arithmetic runs at half the f32 rate on A100/H100-class GPUs, at 1/64 on consumer
 //! ones.
 
@@ -83,6 +84,14 @@ pub trait MathOps {
     fn shr(&mut self, a: Self::I, n: u32) -> Self::I;
     /// Round to the nearest integer (ties to even), saturating; NaN gives 0.
     fn f2i(&mut self, a: Self::F) -> Self::I;
+    /// A loop: `carried <- body(k, carried)` for `k = 0, 1, ..` (f64 integers) while
+    /// `k < count` (an f64 integer; NaN or below 1: no step), the values after the last step.
+    /// The GPU runs every element of a warp for the warp's largest count (a uniform branch),
+    /// so `body` must leave the carried values unchanged for `k >= count` (select on
+    /// `k < count`): the bits are then the same on both backends.
+    fn repeat<B>(&mut self, count: Self::F, carried: Vec<Self::F>, body: B) -> Vec<Self::F>
+    where
+        B: FnMut(&mut Self, Self::F, &[Self::F]) -> Vec<Self::F>;
 }
 
 /// [`MathOps`] on Rust values: the interpreter's evaluation.
@@ -189,6 +198,17 @@ impl MathOps for Eval {
     fn f2i(&mut self, a: f64) -> i64 {
         // `as` saturates and maps NaN to 0, as PTX's cvt.rni.s64.f64 does.
         a.round_ties_even() as i64
+    }
+    fn repeat<B>(&mut self, count: f64, mut carried: Vec<f64>, mut body: B) -> Vec<f64>
+    where
+        B: FnMut(&mut Self, f64, &[f64]) -> Vec<f64>,
+    {
+        let mut k = 0.0;
+        while k < count {
+            carried = body(self, k, &carried);
+            k += 1.0;
+        }
+        carried
     }
 }
 
@@ -340,6 +360,10 @@ pub enum Fn2 {
     Hypot,
     Remainder,
     Rhypot,
+    /// `J_n(x)`: the first operand is the order `n`, an integer held in the float.
+    Jn,
+    /// `Y_n(x)`, the order first likewise.
+    Yn,
 }
 
 /// `f(x)` for an f64 holding an f32 (or f16/bf16) value; the caller rounds the result to f32.
@@ -387,6 +411,8 @@ pub fn binary<O: MathOps>(o: &mut O, f: Fn2, x: O::F, y: O::F) -> O::F {
         Fn2::Hypot => hypot(o, x, y),
         Fn2::Remainder => remainder(o, x, y),
         Fn2::Rhypot => rhypot(o, x, y),
+        Fn2::Jn => bessel_jn(o, x, y),
+        Fn2::Yn => bessel_yn(o, x, y),
     }
 }
 
@@ -2158,4 +2184,151 @@ fn bessel_y<O: MathOps>(o: &mut O, x: O::F, nu: u32) -> O::F {
     let neg = o.lt(x, zero);
     let nan = o.c(f64::NAN);
     o.sel(neg, nan, v)
+}
+
+/// One step `J_(m+1) = (2m / x) J_m - J_(m-1)` (`m = k + 1`) of the three-term recurrence
+/// that `J_n` and `Y_n` satisfy, taken where `k < count` (else `a`, `b` unchanged); a `b` of
+/// +-inf stays (`Y_n` past the f64 range, where the next step would be inf - inf).
+fn bessel_forward_step<O: MathOps>(
+    o: &mut O,
+    x: O::F,
+    k: O::F,
+    count: O::F,
+    v: &[O::F],
+) -> Vec<O::F> {
+    let (a, b) = (v[0], v[1]);
+    let two = o.c(2.0);
+    let m2 = o.fma(k, two, two);
+    let t = o.div(m2, x);
+    let na = o.neg(a);
+    let c = o.fma(t, b, na);
+    let bi = isinf(o, b);
+    let c = o.sel(bi, b, c);
+    let on = o.lt(k, count);
+    let a = o.sel(on, b, a);
+    let b = o.sel(on, c, b);
+    vec![a, b]
+}
+
+/// `J_n(x)` for an integer `n` (held in an f64) by the recurrence from this library's f64
+/// `J_0` and `J_1` of `|x|`: forward (`|n| - 1` steps, stable while the index stays below
+/// `|x|`) when `|n| <= |x|`, else backward (Miller's algorithm, the minimal solution: from
+/// `f_(M+1) = 0`, `f_M = 1` at `M = |n| + 16 + trunc(sqrt(40 |n|))` down to `f_0`, rescaled
+/// by 2^-600 past 2^600), normalized by `J_0 / f_0` or `J_1 / f_1`, whichever of `J_0`,
+/// `J_1` is larger in magnitude (they have no common zero). `J_(-n) = (-1)^n J_n` and
+/// `J_n(-x) = (-1)^n J_n(x)`; `J_0(0) = 1`, `J_n(0) = +-0` otherwise, +-0 at +-inf, NaN for
+/// NaN.
+fn bessel_jn<O: MathOps>(o: &mut O, n: O::F, x: O::F) -> O::F {
+    let zero = o.c(0.0);
+    let one = o.c(1.0);
+    let na = o.abs(n);
+    let ax = o.abs(x);
+    let j0 = bessel_j(o, ax, 0);
+    let j1 = bessel_j(o, ax, 1);
+    // No steps at 0, +-inf and NaN, whose values are selected below.
+    let inf = o.c(f64::INFINITY);
+    let fin = o.lt(ax, inf);
+    let x0 = o.eq(ax, zero);
+    let nx0 = o.not(x0);
+    let regular = o.and(fin, nx0);
+    let backward = o.gt(na, ax);
+    let nm1 = o.sub(na, one);
+    let fcount = o.sel(backward, zero, nm1);
+    let fcount = o.sel(fin, fcount, zero);
+    let fw = o.repeat(fcount, vec![j0, j1], |o, k, v| {
+        bessel_forward_step(o, ax, k, fcount, v)
+    });
+    // Miller's start and its step count (0 when forward).
+    let r40 = mulc(o, na, 40.0);
+    let r40 = o.sqrt(r40);
+    let r40 = o.trunc(r40);
+    let m = addc(o, na, 16.0);
+    let m = o.add(m, r40);
+    let bcount = o.sel(backward, m, zero);
+    let bcount = o.sel(regular, bcount, zero);
+    let bw = o.repeat(bcount, vec![zero, one, zero], |o, i, v| {
+        let (p, q, fnv) = (v[0], v[1], v[2]);
+        // The top index kt = M - i; f_(kt-1) = (2 kt / x) f_kt - f_(kt+1).
+        let kt = o.sub(m, i);
+        let two = o.c(2.0);
+        let t2 = o.mul(kt, two);
+        let t = o.div(t2, ax);
+        let np = o.neg(p);
+        let nq = o.fma(t, q, np);
+        let below = o.sub(kt, one);
+        let at_n = o.eq(below, na);
+        let fnv = o.sel(at_n, nq, fnv);
+        let anq = o.abs(nq);
+        let lim = o.c(2f64.powi(600));
+        let big = o.gt(anq, lim);
+        let s = o.c(2f64.powi(-600));
+        let one = o.c(1.0);
+        let s = o.sel(big, s, one);
+        let p2 = o.mul(q, s);
+        let q2 = o.mul(nq, s);
+        let f2 = o.mul(fnv, s);
+        let on = o.lt(i, bcount);
+        vec![o.sel(on, p2, p), o.sel(on, q2, q), o.sel(on, f2, fnv)]
+    });
+    let (f1, f0, fnv) = (bw[0], bw[1], bw[2]);
+    let a0 = o.abs(j0);
+    let a1 = o.abs(j1);
+    let use1 = o.gt(a1, a0);
+    let jj = o.sel(use1, j1, j0);
+    let ff = o.sel(use1, f1, f0);
+    let ratio = o.div(fnv, ff);
+    let jb = o.mul(ratio, jj);
+    let n0 = o.eq(na, zero);
+    let jf = o.sel(n0, j0, fw[1]);
+    let v = o.sel(backward, jb, jf);
+    let at0 = o.sel(n0, one, zero);
+    let v = o.sel(x0, at0, v);
+    // (-1)^n for a negative order or a negative x (not both).
+    let flip = bessel_order_odd(o, na);
+    let nn = o.lt(n, zero);
+    let nx = signbit(o, x);
+    let nnx = o.not(nx);
+    let nxn = o.not(nn);
+    let one_neg = o.and(nn, nnx);
+    let other_neg = o.and(nxn, nx);
+    let either = o.or(one_neg, other_neg);
+    let flip = o.and(flip, either);
+    let nv = o.neg(v);
+    o.sel(flip, nv, v)
+}
+
+/// Whether the integer `na >= 0` is odd.
+fn bessel_order_odd<O: MathOps>(o: &mut O, na: O::F) -> O::P {
+    let h = mulc(o, na, 0.5);
+    let t = o.trunc(h);
+    let f = o.eq(h, t);
+    o.not(f)
+}
+
+/// `Y_n(x)` for an integer `n` (held in an f64) by the forward recurrence (the dominant
+/// solution: stable) from this library's f64 `Y_0` and `Y_1`, `|n| - 1` steps; `-inf` stays
+/// once reached. `Y_(-n) = (-1)^n Y_n`; -inf at +-0 (+inf for a negative odd order, the
+/// reflection's limit), NaN below 0 and for NaN, +0 at +inf.
+fn bessel_yn<O: MathOps>(o: &mut O, n: O::F, x: O::F) -> O::F {
+    let zero = o.c(0.0);
+    let one = o.c(1.0);
+    let inf = o.c(f64::INFINITY);
+    let na = o.abs(n);
+    let y0 = bessel_y(o, x, 0);
+    let y1 = bessel_y(o, x, 1);
+    let pos = o.gt(x, zero);
+    let fin = o.lt(x, inf);
+    let ok = o.and(pos, fin);
+    let nm1 = o.sub(na, one);
+    let count = o.sel(ok, nm1, zero);
+    let fw = o.repeat(count, vec![y0, y1], |o, k, v| {
+        bessel_forward_step(o, x, k, count, v)
+    });
+    let n0 = o.eq(na, zero);
+    let v = o.sel(n0, y0, fw[1]);
+    let odd = bessel_order_odd(o, na);
+    let nn = o.lt(n, zero);
+    let flip = o.and(odd, nn);
+    let nv = o.neg(v);
+    o.sel(flip, nv, v)
 }

@@ -65,6 +65,11 @@ pub enum BinaryOp {
     Remainder,
     /// Floats: `1 / sqrt(a^2 + b^2)`.
     Rhypot,
+    /// Floats: the Bessel function of the first kind `J_a(b)` of an integer order `a` (held
+    /// in the float; the builder's `jn` converts an integer tile).
+    Jn,
+    /// Floats: the Bessel function of the second kind `Y_a(b)`, the order `a` likewise.
+    Yn,
     /// Integers of 32 or 64 bits: the high half of the full product of the operands' bit
     /// patterns read as unsigned (Triton's `umulhi`, PTX `mul.hi.u32`/`mul.hi.u64`), whatever
     /// the dtype's signedness.
@@ -96,6 +101,8 @@ impl BinaryOp {
             Hypot => "hypot",
             Remainder => "remainder",
             Rhypot => "rhypot",
+            Jn => "jn",
+            Yn => "yn",
         }
     }
 
@@ -113,6 +120,8 @@ impl BinaryOp {
             BinaryOp::Hypot => Fn2::Hypot,
             BinaryOp::Remainder => Fn2::Remainder,
             BinaryOp::Rhypot => Fn2::Rhypot,
+            BinaryOp::Jn => Fn2::Jn,
+            BinaryOp::Yn => Fn2::Yn,
             _ => return None,
         })
     }

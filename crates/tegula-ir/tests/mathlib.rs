@@ -424,6 +424,17 @@ fn bessel_functions_near_their_zeros() {
     eprintln!("{}", report.join("\n"));
 }
 
+/// `J_n(x)` or `Y_n(x)` by the `libm` crate's f64 `jn`, `yn` of `|n|` and the reflection
+/// `(-1)^n` for a negative order (`libm`'s `yn` is -inf at 0 whatever the order).
+fn bessel_n64(f: fn(i32, f64) -> f64, n: f64, x: f64) -> f64 {
+    let v = f(n.abs() as i32, x);
+    if n < 0.0 && n % 2.0 != 0.0 {
+        -v
+    } else {
+        v
+    }
+}
+
 fn reference2(f: Fn2, x: f64, y: f64) -> f64 {
     match f {
         Fn2::Atan2 => x.atan2(y),
@@ -431,6 +442,8 @@ fn reference2(f: Fn2, x: f64, y: f64) -> f64 {
         Fn2::Hypot => x.hypot(y),
         Fn2::Remainder => libm::remainder(x, y),
         Fn2::Rhypot => 1.0 / x.hypot(y),
+        Fn2::Jn => bessel_n64(libm::jn, x, y),
+        Fn2::Yn => bessel_n64(libm::yn, x, y),
     }
 }
 
@@ -485,4 +498,152 @@ fn binary_functions_within_their_ulp_bounds() {
         );
     }
     eprintln!("{}", report.join("\n"));
+}
+
+/// The orders the tests of `jn` and `yn` take: every order to 12 of both signs, then larger
+/// ones (Miller's start and the forward recurrence's length).
+fn bessel_orders() -> Vec<i32> {
+    let mut ns: Vec<i32> = (-12..=12).collect();
+    ns.extend([17, 20, 33, 50, 100, -101, 300, 1000]);
+    ns
+}
+
+/// `jn` and `yn` in f32 against the `libm` crate's f64 `jn` and `yn` (the reflection for
+/// negative orders): for each order, 4,000 uniform samples of `[-(2|n| + 40), 2|n| + 40]`
+/// (forward and backward recurrence, the switch at `|n| = |x|`), 1,000 log-uniform ones of
+/// `[1e-40, 1]` (the tiny values where `J_n` underflows and `Y_n` overflows) and the edge
+/// values.
+#[test]
+fn bessel_jn_yn_within_their_ulp_bounds() {
+    let mut s = 0x1234_5678_9ABC_DEF1u64;
+    let mut next = || {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        (s >> 11) as f64 / (1u64 << 53) as f64
+    };
+    let mut report = Vec::new();
+    for (f, g) in [
+        (Fn2::Jn, libm::jn as fn(i32, f64) -> f64),
+        (Fn2::Yn, libm::yn),
+    ] {
+        let mut worst = (0.0, (0, 0.0f32));
+        for n in bessel_orders() {
+            let top = 2.0 * n.abs() as f64 + 40.0;
+            let mut xs = edges();
+            for _ in 0..4000 {
+                xs.push(((2.0 * next() - 1.0) * top) as f32);
+            }
+            for _ in 0..1000 {
+                xs.push(10f64.powf(-40.0 * next()) as f32);
+            }
+            for x in xs {
+                let got = eval2_f32(f, n as f32, x);
+                let want = bessel_n64(g, n as f64, x as f64);
+                let e = ulps(got, want);
+                if e > worst.0 || e.is_nan() {
+                    worst = (e, (n, x));
+                }
+            }
+        }
+        report.push(format!("{f:?}: {:.4} ulp at {:?}", worst.0, worst.1));
+        assert!(worst.0 <= 0.5001, "{f:?}: {worst:?}");
+    }
+    eprintln!("{}", report.join("\n"));
+}
+
+/// `jn` and `yn` at the three f32s on each side of their zeros below 100, for orders 2, 3,
+/// 5, 10, 20 and -3 (the forward recurrence cancels there): the zeros by bisection of the
+/// `libm` crate's sign changes, as for `j0` .. `y1`.
+#[test]
+fn bessel_jn_yn_near_their_zeros() {
+    let mut report = Vec::new();
+    for (f, g) in [
+        (Fn2::Jn, libm::jn as fn(i32, f64) -> f64),
+        (Fn2::Yn, libm::yn),
+    ] {
+        let mut worst = (0.0, (0, 0.0f32));
+        let mut zeros = 0;
+        for n in [2, 3, 5, 10, 20, -3] {
+            let h = |x: f64| bessel_n64(g, n as f64, x);
+            let mut x = 0.5f64;
+            while x < 100.0 {
+                let (mut lo, mut hi) = (x, x + 0.05);
+                if h(lo).signum() != h(hi).signum() {
+                    for _ in 0..80 {
+                        let mid = 0.5 * (lo + hi);
+                        if h(mid).signum() == h(lo).signum() {
+                            lo = mid;
+                        } else {
+                            hi = mid;
+                        }
+                    }
+                    zeros += 1;
+                    let z = lo as f32;
+                    let mut v = vec![z];
+                    let (mut up, mut down) = (z, z);
+                    for _ in 0..3 {
+                        up = f32::from_bits(up.to_bits() + 1);
+                        down = f32::from_bits(down.to_bits() - 1);
+                        v.extend([up, down]);
+                        if f == Fn2::Jn {
+                            v.extend([-up, -down]);
+                        }
+                    }
+                    for x in v {
+                        let e = ulps(eval2_f32(f, n as f32, x), h(x as f64));
+                        if e > worst.0 {
+                            worst = (e, (n, x));
+                        }
+                    }
+                }
+                x += 0.05;
+            }
+        }
+        assert!(zeros > 150, "{f:?}: {zeros} zeros");
+        report.push(format!(
+            "{f:?}: {:.4} ulp at {:?} ({zeros} zeros)",
+            worst.0, worst.1
+        ));
+        assert!(worst.0 <= 0.5001, "{f:?}: {worst:?}");
+    }
+    eprintln!("{}", report.join("\n"));
+}
+
+/// The special values of `jn` and `yn`.
+#[test]
+fn bessel_jn_yn_special_values() {
+    let (inf, nan) = (f32::INFINITY, f32::NAN);
+    let same = |a: f32, b: f32| a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan());
+    let cases: [(Fn2, i32, f32, f32); 22] = [
+        (Fn2::Jn, 0, 0.0, 1.0),
+        (Fn2::Jn, 0, -0.0, 1.0),
+        (Fn2::Jn, 3, 0.0, 0.0),
+        (Fn2::Jn, 3, -0.0, -0.0),
+        (Fn2::Jn, -3, 0.0, -0.0),
+        (Fn2::Jn, -3, -0.0, 0.0),
+        (Fn2::Jn, 4, -0.0, 0.0),
+        (Fn2::Jn, 5, inf, 0.0),
+        (Fn2::Jn, 5, -inf, -0.0),
+        (Fn2::Jn, 2, nan, nan),
+        (Fn2::Jn, 100, 1e-30, 0.0),
+        (Fn2::Jn, -1, 2.0, -0.576_724_8),
+        (Fn2::Yn, 0, 0.0, -inf),
+        (Fn2::Yn, 4, 0.0, -inf),
+        (Fn2::Yn, 4, -0.0, -inf),
+        (Fn2::Yn, -3, 0.0, inf),
+        (Fn2::Yn, 3, -1.0, nan),
+        (Fn2::Yn, 3, inf, 0.0),
+        (Fn2::Yn, 3, nan, nan),
+        (Fn2::Yn, 50, 1.0, -inf),
+        (Fn2::Yn, -50, 1.0, -inf),
+        (Fn2::Yn, -51, 1.0, inf),
+    ];
+    for (f, n, x, want) in cases {
+        let got = eval2_f32(f, n as f32, x);
+        assert!(
+            same(got, want),
+            "{f:?}({n}, {x:e}) = {got:e}, want {want:e}"
+        );
+    }
 }

@@ -443,6 +443,26 @@ impl<'p> Machine<'p> {
                 self.epoch += 1;
                 continue;
             }
+            // `bar.red.{or,and}.pred d, 0, p`: a barrier that gives every thread the or (the
+            // and) of `p` over the CTA's threads.
+            if op.starts_with("bar.red.") {
+                let ps: Vec<bool> = (0..self.threads)
+                    .filter(|&t| active[t])
+                    .map(|t| self.val(t, &ins.args[2]) != 0)
+                    .collect();
+                let r = match op {
+                    "bar.red.or.pred" => ps.iter().any(|&p| p),
+                    "bar.red.and.pred" => ps.iter().all(|&p| p),
+                    o => panic!("{o}"),
+                };
+                for (t, &on) in active.iter().enumerate() {
+                    if on {
+                        self.set(t, &ins.args[0], r as u64);
+                    }
+                }
+                self.epoch += 1;
+                continue;
+            }
             if op.starts_with("ldmatrix") {
                 self.ldmatrix(ins, &active);
                 continue;

@@ -69,6 +69,7 @@ fn math_kernel(dt: DType) -> Kernel {
         acc += rcbrt(a) + normcdf(a) + sinpi(a) + cospi(a) + erfcx(a) + erfcinv(a);
         acc += normcdfinv(a) + remainder(a, b) + rhypot(a, b);
         acc += cyl_bessel_i0(a) + cyl_bessel_i1(b) + j0(a) + j1(b) + y0(a) + y1(b);
+        acc += jn(ilogb(b), a) + yn(-3, b);
         acc += atan2(a, b) + pow(a, b) + hypot(a, b) + fmod(a, b) + copysign(a, b);
         let (m, e) = frexp(b);
         acc += ldexp(a, ilogb(b)) + nextafter(a, b) + ldexp(m, e) + logb(a) + fdim(a, b);
@@ -84,6 +85,8 @@ fn math_kernels_assemble() {
     for dt in [DType::F32, DType::F16, DType::BF16] {
         let ptx = assemble(&format!("math_{dt}"), &math_kernel(dt));
         assert!(ptx.contains("fma.rn.f64") && ptx.contains("cvt.rn.f32.f64"));
+        // jn's and yn's recurrences: loops whose exit the CTA agrees on.
+        assert!(ptx.contains("bar.red.or.pred"));
         assert!(
             !ptx.contains(".approx.f64"),
             "the math library uses no approximations"

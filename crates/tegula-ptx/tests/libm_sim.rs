@@ -1,5 +1,5 @@
 //! The math library (`asin` .. `cbrt`, `tan` .. `tgamma`, `rcbrt`, `normcdf`, `sinpi`,
-//! `cospi`, `erfcx`, `erfcinv`, `normcdfinv`, `cyl_bessel_i0`, `cyl_bessel_i1`, `j0`, `j1`, `y0`, `y1`, `atan2`, `pow`, `hypot`, `remainder`, `rhypot`)
+//! `cospi`, `erfcx`, `erfcinv`, `normcdfinv`, `cyl_bessel_i0`, `cyl_bessel_i1`, `j0`, `j1`, `y0`, `y1`, `jn`, `yn`, `atan2`, `pow`, `hypot`, `remainder`, `rhypot`)
 //! and the exact compositions (`ldexp`, `nextafter`, `ilogb`, `frexp`) compiled to PTX and run on the
 //! PTX simulator against the interpreter, bit for bit: both evaluate the same IEEE f32 and
 //! f64 operations (`tegula_ir::mathlib`), so every result, special values included, must
@@ -187,6 +187,87 @@ fn binary_functions_agree_with_the_interpreter_bit_for_bit() {
     ];
     for (name, f) in fs {
         check(&mut r, name, true, f);
+    }
+}
+
+/// `jn` and `yn` with an i32 tile of orders, each element its own (-12 to 12, a few to 60
+/// and a scalar order too): the recurrences' loops run to the warp's largest count, so the
+/// elements of a warp take different numbers of steps of their own; 1, 2 and 8 elements a
+/// thread, f32 and f16.
+#[test]
+fn jn_and_yn_agree_with_the_interpreter_bit_for_bit() {
+    let mut r = Rng::new("libm_bessel_n");
+    type BesselN = fn(Tile, Tile) -> Tile;
+    let fs: [(&str, BesselN); 4] = [
+        ("jn", |n, x| jn(n, x)),
+        ("yn", |n, x| yn(n, x)),
+        ("jn_scalar", |_, x| jn(-7, x)),
+        ("yn_scalar", |_, x| yn(9, x)),
+    ];
+    for (what, f) in fs {
+        for (dt, block, warps) in [
+            (DType::F32, 128, 4),
+            (DType::F32, 256, 4),
+            (DType::F32, 1024, 4),
+            (DType::F16, 256, 4),
+        ] {
+            let k = trace(what, |p| {
+                let ns = p.ptr("n", DType::I32);
+                let x = p.ptr("x", dt);
+                let out = p.ptr("out", dt);
+                let len = p.scalar("len", DType::I32);
+                let o = program_id(0) * block as i64 + arange(0, block as i64);
+                let m = o.lt(len);
+                let n = load(ns + o, m, 0);
+                let a = load(x + o, m, 0.0);
+                store(out + o, f(n, a), m);
+            })
+            .unwrap();
+            let programs = 2;
+            let len = programs * block;
+            let orders: Vec<u64> = (0..len)
+                .map(|_| {
+                    let n = match r.below(8) {
+                        0 => r.below(61) as i64 - 30,
+                        _ => r.below(25) as i64 - 12,
+                    };
+                    n as i32 as u32 as u64
+                })
+                .collect();
+            let xs: Vec<f32> = inputs(&mut r, len)
+                .into_iter()
+                .enumerate()
+                .map(|(i, x)| {
+                    if i % 2 == 0 && x.abs() > 80.0 {
+                        x % 80.0
+                    } else {
+                        x
+                    }
+                })
+                .collect();
+            let xs: Vec<u64> = match dt {
+                DType::F16 => xs
+                    .iter()
+                    .map(|&x| f16::from_f32(x).to_bits() as u64)
+                    .collect(),
+                _ => xs.iter().map(|&x| x.to_bits() as u64).collect(),
+            };
+            let args = vec![
+                A::Buf(DType::I32, orders),
+                A::Buf(dt, xs),
+                A::Buf(dt, vec![0x7e00; len]),
+                A::I32(len as i32 - 3),
+            ];
+            agree_up_to(
+                &format!("{what} on {dt}, {block} elements over {warps} warps"),
+                &k,
+                [programs as u32, 1, 1],
+                &args,
+                90,
+                warps,
+                same_up_to_nan_payload,
+            );
+        }
     }
 }
 

@@ -1,5 +1,5 @@
 //! GPU check of the language ops against the interpreter, bit for bit: every math-library
-//! function and the exact compositions (`nextafter`, `ilogb`, `ldexp`, `frexp`) over a stride through
+//! function (`jn` and `yn` with orders -20 to 20) and the exact compositions (`nextafter`, `ilogb`, `ldexp`, `frexp`) over a stride through
 //! all f32 bit patterns (and f16 samples), Philox
 //! random numbers, the rounding family, pointer round trips and a barrier.
 //!
@@ -82,6 +82,10 @@ fn binary_op(x: Ptr<f32>, z: Ptr<f32>, y: Ptr<f32>, n: i32, #[constexpr] which: 
         7 => rhypot(a, b),
         // y = x 2^k for k in -3..=3: exact multiples (signed zeros) and, at k = 1, ties.
         8 => remainder(a, ldexp(a, offs % 7 - 3)),
+        // Orders -20 to 20 across the elements: the recurrences' loops run to the CTA's
+        // largest count.
+        10 => jn(offs % 41 - 20, a),
+        11 => yn(offs % 41 - 20, a),
         _ => fmod(a, b),
     };
     store(y + offs, r, mask);
@@ -226,6 +230,8 @@ fn main() -> tegula::Result<()> {
         "rhypot",
         "remainder_scaled",
         "fmod",
+        "jn",
+        "yn",
     ];
     for (which, name) in binary_names.iter().enumerate() {
         let mut out = Vec::new();

@@ -2,7 +2,7 @@
 //! trigonometric and hyperbolic functions, `pow`, `log1p`, `expm1`, `erfinv`, `cbrt`,
 //! `hypot`, `rhypot`, `tan`, `log10`, `exp10`, `erfc`, `erfcx`, `erfcinv`, `lgamma`,
 //! `tgamma`, `rcbrt`, `normcdf`, `normcdfinv`, `sinpi`, `cospi`, `remainder`,
-//! `cyl_bessel_i0`, `cyl_bessel_i1`, `j0`, `j1`, `y0`, `y1`, the rounding
+//! `cyl_bessel_i0`, `cyl_bessel_i1`, `j0`, `j1`, `y0`, `y1`, `jn`, `yn`, the rounding
 //! family, classification, `copysign`, `ldexp`, `frexp`, `nextafter`, `ilogb`, `logb` and
 //! `fdim`.
 //!
@@ -184,6 +184,53 @@ pub fn rhypot(x: impl IntoOperand, y: impl IntoOperand) -> Tile {
 #[track_caller]
 pub fn remainder(x: impl IntoOperand, y: impl IntoOperand) -> Tile {
     float_binary(BinaryOp::Remainder, x, y, Loc::caller())
+}
+
+/// The Bessel function of the first kind of integer order `n`, `J_n(x)` (`libdevice.jn`):
+/// `n` an integer tile or literal (i32 in Triton), `x` a float tile. By the recurrence from
+/// `j0` and `j1` in f64 (forward when `|n| <= |x|`, Miller's backward recurrence above), so
+/// it costs about `|n|` steps (of the largest order in a warp, on the GPU) beyond `j0` and
+/// `j1`; `J_(-n) = (-1)^n J_n` (CUDA's `jnf` gives NaN for `n < 0`), `J_n(-x) = (-1)^n
+/// J_n(x)`, `J_0(0) = 1` and `+-0` at 0 otherwise, `+-0` at `+-inf`. f32 computes with `n`
+/// as an f32 (exact to `|n| = 2^24`), f16/bf16 through f32.
+#[track_caller]
+pub fn jn(n: impl IntoOperand, x: impl IntoOperand) -> Tile {
+    bessel_n(BinaryOp::Jn, n, x, Loc::caller())
+}
+
+/// The Bessel function of the second kind of integer order `n`, `Y_n(x)` (`libdevice.yn`),
+/// `n` as for [`jn`]: the forward recurrence from `y0` and `y1` in f64, about `|n|` steps;
+/// `Y_(-n) = (-1)^n Y_n` (CUDA's `ynf` gives NaN for `n < 0`), -inf at `+-0` (+inf for a
+/// negative odd `n`, the reflection's limit), NaN below 0, +0 at +inf, -inf where `Y_n`
+/// passes the f32 range near 0.
+#[track_caller]
+pub fn yn(n: impl IntoOperand, x: impl IntoOperand) -> Tile {
+    bessel_n(BinaryOp::Yn, n, x, Loc::caller())
+}
+
+fn bessel_n(op: BinaryOp, n: impl IntoOperand, x: impl IntoOperand, loc: Loc) -> Tile {
+    let x = float_operand(x, op.name(), loc);
+    let n = to_tile(n.into_operand(), loc);
+    if n.is_ptr() || !n.dtype().is_int() {
+        report(
+            loc,
+            format!("{} needs an integer order, got {}", op.name(), n.ty()),
+        );
+        return x;
+    }
+    if x.is_ptr() || !x.dtype().is_float() {
+        return x;
+    }
+    let d = x.dtype();
+    let work = if d == DType::F64 {
+        DType::F64
+    } else {
+        DType::F32
+    };
+    let nf = n.cast_at(work, Rounding::NearestEven, loc);
+    let xw = x.cast_at(work, Rounding::NearestEven, loc);
+    let r = binary(op, Operand::Tile(nf), Operand::Tile(xw), loc);
+    r.cast_at(d, Rounding::NearestEven, loc)
 }
 
 /// The remainder of `x / y` with the sign of `x`, `x - trunc(x / y) * y` computed exactly

@@ -423,7 +423,9 @@ impl Lower<'_> {
                 | BinaryOp::Pow
                 | BinaryOp::Hypot
                 | BinaryOp::Remainder
-                | BinaryOp::Rhypot,
+                | BinaryOp::Rhypot
+                | BinaryOp::Jn
+                | BinaryOp::Yn,
                 Ty::F32,
             ) => {
                 let f = op.libm().expect("a library function");

@@ -171,6 +171,72 @@ impl MathOps for Emit<'_, '_> {
     fn f2i(&mut self, a: Lanes) -> Lanes {
         self.i("cvt.rni.s64.f64", &[&a])
     }
+    /// A loop of uniform branches: the step `k` (one f64 register) runs while any element
+    /// of any thread of the CTA has `k < count` (an or of the group's comparisons, then
+    /// `bar.red.or.pred` over the CTA), so no warp diverges and every thread meets the same
+    /// barriers; the carried values live in registers of their own, moved to at the end of
+    /// each step.
+    fn repeat<B>(&mut self, count: Lanes, carried: Vec<Lanes>, mut body: B) -> Vec<Lanes>
+    where
+        B: FnMut(&mut Self, Lanes, &[Lanes]) -> Vec<Lanes>,
+    {
+        let n = self.n;
+        let vars: Vec<Lanes> = carried
+            .iter()
+            .map(|v| {
+                let regs: Vec<Reg> = (0..n)
+                    .map(|i| {
+                        let r = self.l.b.reg(RegClass::F64);
+                        self.l.b.mov(r, v[i]);
+                        r
+                    })
+                    .collect();
+                pad(&regs)
+            })
+            .collect();
+        let k = self.l.b.reg(RegClass::F64);
+        self.l.b.mov(k, Arg::F64(0.0));
+        let top = self.l.b.new_label("libm_loop");
+        let done = self.l.b.new_label("libm_done");
+        self.l.b.place_label(&top);
+        let mut more = self.l.b.op(
+            "setp.lt.f64",
+            RegClass::Pred,
+            vec![k.into(), count[0].into()],
+        );
+        for &c in &count[1..n] {
+            let p = self
+                .l
+                .b
+                .op("setp.lt.f64", RegClass::Pred, vec![k.into(), c.into()]);
+            more = self
+                .l
+                .b
+                .op("or.pred", RegClass::Pred, vec![more.into(), p.into()]);
+        }
+        // The CTA's or: the lowering's code is the same for every thread, and its barriers
+        // (`bar.sync 0`) are too.
+        let go = self.l.b.op(
+            "bar.red.or.pred",
+            RegClass::Pred,
+            vec![Arg::Imm(0), more.into()],
+        );
+        self.l.b.bra_if(go, true, &done);
+        let out = body(self, [k; LANES], &vars);
+        for (v, o) in vars.iter().zip(&out) {
+            for i in 0..n {
+                self.l.b.mov(v[i], o[i]);
+            }
+        }
+        let k1 = self
+            .l
+            .b
+            .op("add.rn.f64", RegClass::F64, vec![k.into(), Arg::F64(1.0)]);
+        self.l.b.mov(k, k1);
+        self.l.b.bra(&top);
+        self.l.b.place_label(&done);
+        vars
+    }
 }
 
 impl MathOps32 for Emit<'_, '_> {

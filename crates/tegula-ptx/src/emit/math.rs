@@ -15,7 +15,7 @@
 //! | erf   | |x|<1: Taylor series in x^2 (11 terms); else Abramowitz-Stegun 7.1.26 | ~2e-7 absolute |
 //! | floor, ceil | `cvt.rmi` / `cvt.rpi`            | exact                                   |
 //! | rint, trunc, round | `cvt.rni`, `cvt.rzi`; round: trunc + 1 where `|x - trunc x| >= 1/2` | exact |
-//! | asin .. cbrt, tan, log10, exp10, erfc, lgamma, tgamma, rcbrt, normcdf, sinpi, cospi, erfcx, erfcinv, normcdfinv, cyl_bessel_i0, cyl_bessel_i1, j0, j1, y0, y1, atan2, pow, hypot, remainder, rhypot | `tegula_ir::mathlib` in f64 (`libm.rs`), rounded once | correctly rounded but ~2^-20 ulp of halfway; erfinv 2.5 ulp; remainder exact; the interpreter's bits |
+//! | asin .. cbrt, tan, log10, exp10, erfc, lgamma, tgamma, rcbrt, normcdf, sinpi, cospi, erfcx, erfcinv, normcdfinv, cyl_bessel_i0, cyl_bessel_i1, j0, j1, y0, y1, atan2, pow, hypot, remainder, rhypot, jn, yn | `tegula_ir::mathlib` in f64 (`libm.rs`; jn and yn loop, the CTA agreeing on each step), rounded once | correctly rounded but ~2^-20 ulp of halfway; erfinv 2.5 ulp; remainder exact; the interpreter's bits |
 
 use super::{Lower, R};
 use crate::ptx::{Arg, Reg, RegClass, Ty};
