@@ -680,19 +680,59 @@ impl<'p> Machine<'p> {
                     }
                 }
             }
-            // `red.<sem>.<scope>.global.add[.v2|.v4].f32 [addr], value(s)`: one f32 add per element.
-            "red" => {
-                assert!(parts.contains(&"add") && ty == "f32", "unsupported {op}");
-                let addr = self.addr(t, &a[0]);
-                let vals: Vec<u64> = match &a[1] {
+            // `red.<sem>.<scope>.global.<op>[.v2|.v4].<ty> [addr], value(s)` and
+            // `atom.<sem>.<scope>.global.<op>.<ty> d, [addr], value` (`.cas`: `cmp, value`):
+            // the threads run one at a time, so each update is atomic as it is written.
+            "red" | "atom" => {
+                assert!(!parts.contains(&"shared"), "unsupported {op} (global memory only)");
+                let returns = parts[0] == "atom";
+                let (addr_at, first_value) = if returns { (1, 2) } else { (0, 1) };
+                let w = width(ty);
+                let addr = self.addr(t, &a[addr_at]);
+                let kind = parts
+                    .iter()
+                    .copied()
+                    .find(|p| {
+                        matches!(
+                            *p,
+                            "add" | "min" | "max" | "and" | "or" | "xor" | "exch" | "cas"
+                        )
+                    })
+                    .unwrap_or_else(|| panic!("unsupported {op}"));
+                let vals: Vec<u64> = match &a[first_value] {
                     Opnd::Vec(regs) => regs.iter().map(|&r| self.regs[t][r]).collect(),
                     s => vec![self.val(t, s)],
                 };
-                assert_eq!(addr % (4 * vals.len() as u64), 0, "misaligned {op}");
+                assert_eq!(addr % (w * vals.len()) as u64, 0, "misaligned {op}");
+                let cas_new = (kind == "cas").then(|| self.val(t, &a[first_value + 1]));
+                let mut olds = Vec::new();
                 for (k, x) in vals.into_iter().enumerate() {
-                    let word = gmem.at(addr + 4 * k as u64, 4);
-                    let old = f32::from_le_bytes([word[0], word[1], word[2], word[3]]);
-                    word.copy_from_slice(&(old + f32v(x)).to_le_bytes());
+                    let at = addr + (k * w) as u64;
+                    let cell = gmem.at(at, w);
+                    let mut bytes = [0u8; 8];
+                    bytes[..w].copy_from_slice(cell);
+                    let old = u64::from_le_bytes(bytes);
+                    let new = match cas_new {
+                        Some(v) => {
+                            let m = if w == 8 {
+                                u64::MAX
+                            } else {
+                                (1u64 << (8 * w)) - 1
+                            };
+                            if old & m == x & m {
+                                v
+                            } else {
+                                old
+                            }
+                        }
+                        None => atomic_update(kind, ty, old, x),
+                    };
+                    cell.copy_from_slice(&new.to_le_bytes()[..w]);
+                    olds.push(old);
+                }
+                if returns {
+                    assert_eq!(olds.len(), 1, "unsupported {op}");
+                    self.set(t, &a[0], olds[0]);
                 }
             }
             "cvta" => {
@@ -1387,5 +1427,31 @@ mod tests {
         assert_eq!(max_f32(f32::NAN, 1.0), 1.0);
         assert_eq!(min_f32(-1.0, f32::NAN), -1.0);
         assert_eq!(max_f32(-0.0, -0.0).to_bits(), 0x8000_0000);
+    }
+}
+
+/// What an atomic `kind` (`add`, `min`, `max`, `and`, `or`, `xor`, `exch`) of type `ty` writes
+/// over `old` with operand `x` (bit patterns of the type's width).
+fn atomic_update(kind: &str, ty: &str, old: u64, x: u64) -> u64 {
+    let f32_of = |b: u64| f32::from_bits(b as u32);
+    let f64_of = f64::from_bits;
+    match (kind, ty) {
+        ("exch", _) => x,
+        ("and", _) => old & x,
+        ("or", _) => old | x,
+        ("xor", _) => old ^ x,
+        ("add", "f32") => (f32_of(old) + f32_of(x)).to_bits() as u64,
+        ("add", "f64") => (f64_of(old) + f64_of(x)).to_bits(),
+        ("add", "u64" | "s64" | "b64") => old.wrapping_add(x),
+        ("add", _) => (old as u32).wrapping_add(x as u32) as u64,
+        ("min", "s32") => (old as i32).min(x as i32) as u32 as u64,
+        ("max", "s32") => (old as i32).max(x as i32) as u32 as u64,
+        ("min", "u32") => (old as u32).min(x as u32) as u64,
+        ("max", "u32") => (old as u32).max(x as u32) as u64,
+        ("min", "s64") => (old as i64).min(x as i64) as u64,
+        ("max", "s64") => (old as i64).max(x as i64) as u64,
+        ("min", "u64") => old.min(x),
+        ("max", "u64") => old.max(x),
+        _ => panic!("unsupported atomic {kind}.{ty}"),
     }
 }

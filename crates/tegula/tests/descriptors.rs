@@ -244,3 +244,101 @@ fn host_descriptors_refuse_what_a_tensor_map_cannot_describe() {
     let d = tegula::TensorDescriptor::from_tensor(&x, [8, 8]).unwrap();
     assert!(e(d.with_block_shape([8, 0])).contains("power of two"));
 }
+
+/// `out[i, :] = x[rows[i], y0 ..]` by `desc.gather`, then the same rows written back into
+/// `back` by `desc.scatter`, and every element of `count` bumped by `desc.atomic_add` once a
+/// program for each block of the grid that covers it (the blocks overlap).
+#[tegula::kernel]
+#[allow(clippy::too_many_arguments)]
+fn desc_gather_scatter<const M: usize, const N: usize>(
+    x: Ptr<f32>,
+    rows: Ptr<i32>,
+    out: Ptr<f32>,
+    back: Ptr<f32>,
+    count: Ptr<i32>,
+    latest: Ptr<i32>,
+    m: i32,
+    n: i32,
+    y0: i32,
+) {
+    let dx = make_tensor_descriptor(x, (m, n), (n, 1), [1, N]);
+    let dback = make_tensor_descriptor(back, (m, n), (n, 1), [1, N]);
+    let idx = load_unmasked(rows + arange(0, M as i64));
+    let v = dx.gather(idx, y0);
+    store_unmasked(
+        out + arange(0, M as i64).col() * (N as i32) + arange(0, N as i64).row(),
+        v,
+    );
+    dback.scatter(v, idx, y0);
+    let dcount = make_tensor_descriptor(count, (m, n), (n, 1), [M, N]);
+    dcount.atomic_add((program_id(0) * 4 - 3, y0), 1);
+    let dlatest = make_tensor_descriptor(latest, (m, n), (n, 1), [M, N]);
+    dlatest.atomic_max((program_id(0) * 4 - 3, y0), program_id(0));
+}
+
+#[test]
+fn descriptor_gathers_scatters_and_atomics_stay_inside_the_tensor() {
+    const M: usize = 8;
+    const N: usize = 16;
+    let dev = Device::cpu();
+    let (m, n, y0) = (13usize, 21usize, 9i32);
+    let x = dev.randn::<f32>([m, n]).unwrap();
+    // Rows out of range (negative, past the end) gather zeros and scatter nothing.
+    let idx: Vec<i32> = vec![4, -1, 12, 0, 13, 7, 2, 30];
+    let rows = dev.from_slice(&idx, [M]).unwrap();
+    let out = dev.full([M, N], -5.0f32).unwrap();
+    let back = dev.full([m, n], -7.0f32).unwrap();
+    let count = dev.zeros::<i32>([m, n]).unwrap();
+    let latest = dev.full([m, n], -1i32).unwrap();
+    let programs = 3;
+    desc_gather_scatter::launch::<M, N>(
+        &dev,
+        [programs, 1],
+        &x,
+        &rows,
+        &out,
+        &back,
+        &count,
+        &latest,
+        m as i32,
+        n as i32,
+        y0,
+    )
+    .unwrap();
+    let (xs, outs, backs) = (
+        x.to_f64_vec().unwrap(),
+        out.to_f64_vec().unwrap(),
+        back.to_f64_vec().unwrap(),
+    );
+    let counts: Vec<i32> = count.to_vec().unwrap();
+    let latests: Vec<i32> = latest.to_vec().unwrap();
+    let inside = |r: i64, c: i64| r >= 0 && c >= 0 && r < m as i64 && c < n as i64;
+    for (i, &r) in idx.iter().enumerate() {
+        for j in 0..N {
+            let c = y0 as i64 + j as i64;
+            let want = if inside(r as i64, c) {
+                xs[r as usize * n + c as usize]
+            } else {
+                0.0
+            };
+            assert_eq!(outs[i * N + j], want, "gathered [{i}, {j}] (row {r})");
+        }
+    }
+    for r in 0..m {
+        for c in 0..n {
+            let gathered = idx.contains(&(r as i32)) && c as i32 >= y0;
+            let want = if gathered { xs[r * n + c] } else { -7.0 };
+            assert_eq!(backs[r * n + c], want, "scattered [{r}, {c}]");
+            // Program p's block covers rows 4p - 3 .. 4p + 5, columns y0 .. y0 + 16.
+            let covering: Vec<i32> = (0..programs as i32)
+                .filter(|p| {
+                    let lo = 4 * p - 3;
+                    (lo..lo + M as i32).contains(&(r as i32)) && c as i32 >= y0
+                })
+                .collect();
+            assert_eq!(counts[r * n + c], covering.len() as i32, "count [{r}, {c}]");
+            let last = covering.iter().max().copied().unwrap_or(-1);
+            assert_eq!(latests[r * n + c], last, "max [{r}, {c}]");
+        }
+    }
+}
