@@ -337,21 +337,20 @@ fn signature(op: &Op) -> Signature {
         },
         Op::Condition | Op::Assert { .. } | Op::Assume { .. } => fixed("(cond)", 1, 0),
         Op::Barrier => fixed("()", 0, 0),
+        // Arity by the block's rank: checked by the op's own rule.
         Op::DescLoad => Signature {
+            operands: "(base, shapes.., strides.., offsets..)",
+            args: None,
+            min_args: 4,
+            results: Some(1),
             regions: 1,
-            ..fixed(
-                "(base, shape0, shape1, stride0, stride1, offset0, offset1)",
-                7,
-                1,
-            )
         },
         Op::DescStore => Signature {
+            operands: "(base, shapes.., strides.., offsets.., value)",
+            args: None,
+            min_args: 5,
+            results: Some(0),
             regions: 1,
-            ..fixed(
-                "(base, shape0, shape1, stride0, stride1, offset0, offset1, value)",
-                8,
-                0,
-            )
         },
     }
 }
@@ -1076,7 +1075,26 @@ impl Check<'_> {
                         self.describe_arg(0)
                     ));
                 }
-                for i in 1..7 {
+                let block = if matches!(op, DescLoad) {
+                    self.res(0)
+                } else {
+                    self.arg(self.d.args.len() - 1)
+                };
+                let rank = block.shape.rank();
+                let want = 1 + 3 * rank + usize::from(matches!(op, DescStore));
+                if rank == 0 || self.d.args.len() != want {
+                    return self.fail(format!(
+                        "a tensor descriptor access of a {rank}-D block takes {want} operands \
+                         (base, then {rank} shapes, strides and offsets{}), got {}",
+                        if matches!(op, DescStore) {
+                            ", then the value"
+                        } else {
+                            ""
+                        },
+                        self.d.args.len()
+                    ));
+                }
+                for i in 1..=3 * rank {
                     let t = self.arg(i);
                     if !t.shape.is_scalar() || !is_int_scalar_elem(t) {
                         return self.fail(format!(
@@ -1086,15 +1104,10 @@ impl Check<'_> {
                         ));
                     }
                 }
-                let block = if matches!(op, DescLoad) {
-                    self.res(0)
-                } else {
-                    self.arg(7)
-                };
                 let elem = self.pointee(0).elem;
-                if block.shape.rank() != 2 || block.elem != elem {
+                if block.elem != elem {
                     return self.fail(format!(
-                        "a tensor descriptor moves 2-D blocks of its pointee type ({}), not {block}",
+                        "a tensor descriptor moves blocks of its pointee type ({}), not {block}",
                         elem
                     ));
                 }

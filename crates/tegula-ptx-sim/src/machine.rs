@@ -684,7 +684,10 @@ impl<'p> Machine<'p> {
             // `atom.<sem>.<scope>.global.<op>.<ty> d, [addr], value` (`.cas`: `cmp, value`):
             // the threads run one at a time, so each update is atomic as it is written.
             "red" | "atom" => {
-                assert!(!parts.contains(&"shared"), "unsupported {op} (global memory only)");
+                assert!(
+                    !parts.contains(&"shared"),
+                    "unsupported {op} (global memory only)"
+                );
                 let returns = parts[0] == "atom";
                 let (addr_at, first_value) = if returns { (1, 2) } else { (0, 1) };
                 let w = width(ty);

@@ -329,3 +329,68 @@ fn descriptor_gather_scatter_and_atomics_match_the_interpreter() {
     // Not all zeros: the kernel gathered real rows and counted real blocks.
     assert!(bufs[2].read_bits(0) != 0 && bufs[4].read_bits(n * 5 + 10) != 0);
 }
+
+/// A 3-D descriptor's accesses are masked loads and stores (the rule moves 2-D blocks), and
+/// say so; its PTX runs on the simulator as the interpreter runs the kernel.
+#[test]
+fn descriptors_of_three_axes_are_masked_accesses_that_run() {
+    use std::sync::Arc;
+    use tegula_interp::{Arg as IArg, Buffer};
+    let k = trace("desc3", |p| {
+        let x = p.ptr("x", DType::F32);
+        let out = p.ptr("out", DType::F32);
+        let (b, m, n) = (
+            p.scalar("b", DType::I32),
+            p.scalar("m", DType::I32),
+            p.scalar("n", DType::I32),
+        );
+        let dx = make_tensor_descriptor(x, (b, m, n), (m * n, n, 1), [2, 4, 8]);
+        let dout = make_tensor_descriptor(out, (b, m, n), (m * n, n, 1), [2, 4, 8]);
+        let at = (program_id(0) * 2, program_id(1) * 4 - 1, program_id(2) * 8);
+        dout.store(at, dx.load(at) * 3.0 + 1.0);
+    })
+    .map(aligned)
+    .unwrap();
+    let c = compiled(&k, 90);
+    assert!(c.tensor_maps.is_empty());
+    assert!(
+        c.report.descriptors_expanded[0].1.contains("3-D"),
+        "{}",
+        c.report
+    );
+    let (b, m, n) = (3usize, 9usize, 19usize);
+    let xv = sim::values(b * m * n, 11);
+    let xb = sim::encode(DType::F32, &xv);
+    let ob = sim::encode(DType::F32, &vec![-7.0; b * m * n]);
+    let grid = [2u64, 3, 3];
+    let out = sim::run_on(
+        90,
+        &k,
+        4,
+        1,
+        grid,
+        &[
+            sim::Arg::Buf(&xb),
+            sim::Arg::Buf(&ob),
+            sim::Arg::I32(b as i32),
+            sim::Arg::I32(m as i32),
+            sim::Arg::I32(n as i32),
+        ],
+    );
+    let bx = Arc::new(Buffer::from_slice(&xv));
+    let bo = Arc::new(Buffer::from_slice(&vec![-7.0f32; b * m * n]));
+    let args = [
+        IArg::ptr(&bx),
+        IArg::ptr(&bo),
+        IArg::Int(b as i64),
+        IArg::Int(m as i64),
+        IArg::Int(n as i64),
+    ];
+    tegula_interp::run(&k, [2, 3, 3], &args, &tegula_interp::Options::default()).unwrap();
+    let want: Vec<f32> = bo.to_vec().unwrap();
+    let got = sim::decode(DType::F32, &out[1]);
+    assert_eq!(got, want);
+    for (i, (&g, &x)) in got.iter().zip(&xv).enumerate() {
+        assert_eq!(g, x * 3.0 + 1.0, "out[{i}]");
+    }
+}

@@ -179,7 +179,7 @@ fn descriptor_blocks_on_the_gpu() {
 /// shape comes with the descriptor, the tensor's pointer, shape and row stride with the launch.
 #[tegula::kernel]
 fn host_desc_double<T: Element>(x: TensorDescriptor<T>, out: TensorDescriptor<T>, dr: i32) {
-    let [bm, bn] = x.block_shape();
+    let (bm, bn) = (x.block_shape()[0], x.block_shape()[1]);
     let r = program_id(0) * (bm as i32) + dr;
     let c = program_id(1) * (bn as i32);
     let v = x.load((r, c));
@@ -341,4 +341,91 @@ fn descriptor_gathers_scatters_and_atomics_stay_inside_the_tensor() {
             assert_eq!(latests[r * n + c], last, "max [{r}, {c}]");
         }
     }
+}
+
+/// A 3-D descriptor over `[b, m, n]` (a batch of matrices) and a 1-D one over `v`: `out =
+/// 2 x` block by block, and `w[i] = v[i] + 1` through 1-D blocks, every block reaching past
+/// the ends.
+#[tegula::kernel]
+#[allow(clippy::too_many_arguments)]
+fn desc_ranks(
+    x: Ptr<f32>,
+    out: Ptr<f32>,
+    v: Ptr<f32>,
+    w: Ptr<f32>,
+    b: i32,
+    m: i32,
+    n: i32,
+    len: i32,
+) {
+    let dx = make_tensor_descriptor(x, (b, m, n), (m * n, n, 1), [2, 4, 8]);
+    let dout = make_tensor_descriptor(out, [b, m, n], (m * n, n, 1), [2, 4, 8]);
+    let (i, j, k) = (program_id(0) * 2, program_id(1) * 4 - 1, program_id(2) * 8);
+    let blk = dx.load((i, j, k));
+    dout.store((i, j, k), blk * 2.0);
+    let dv = make_tensor_descriptor(v, (len,), (1,), [16]);
+    let dw = make_tensor_descriptor(w, (len,), (1,), [16]);
+    let at = program_id(0) * 16 + program_id(1) * 64 + program_id(2) * 256;
+    dw.store((at,), dv.load((at,)) + 1.0);
+}
+
+#[test]
+fn descriptors_of_one_and_three_axes() {
+    let dev = Device::cpu();
+    let (b, m, n, len) = (3usize, 9usize, 19usize, 1000usize);
+    let x = dev.randn::<f32>([b, m, n]).unwrap();
+    let out = dev.full([b, m, n], -7.0f32).unwrap();
+    let v = dev.randn::<f32>([len]).unwrap();
+    let w = dev.full([len], -7.0f32).unwrap();
+    let grid = [
+        b.div_ceil(2) as u32,
+        (m + 1).div_ceil(4) as u32,
+        n.div_ceil(8) as u32,
+    ];
+    desc_ranks::launch(
+        &dev, grid, &x, &out, &v, &w, b as i32, m as i32, n as i32, len as i32,
+    )
+    .unwrap();
+    let (xs, outs) = (x.to_f64_vec().unwrap(), out.to_f64_vec().unwrap());
+    for i in 0..b * m * n {
+        assert_eq!(outs[i], 2.0 * xs[i], "out[{i}]");
+    }
+    // The 1-D blocks start at 16 p0 + 64 p1 + 256 p2 over the same grid.
+    let starts: Vec<usize> = (0..grid[0] as usize)
+        .flat_map(|p0| (0..grid[1] as usize).map(move |p1| (p0, p1)))
+        .flat_map(|(p0, p1)| (0..grid[2] as usize).map(move |p2| 16 * p0 + 64 * p1 + 256 * p2))
+        .collect();
+    let (vs, ws) = (v.to_f64_vec().unwrap(), w.to_f64_vec().unwrap());
+    for i in 0..len {
+        let covered = starts.iter().any(|&s| (s..s + 16).contains(&i));
+        let want = if covered {
+            (vs[i] as f32 + 1.0) as f64
+        } else {
+            -7.0
+        };
+        assert_eq!(ws[i], want, "w[{i}]");
+    }
+}
+
+#[test]
+fn a_descriptor_s_axes_must_agree() {
+    let e = tegula::ir::builder::trace("bad_desc", |p| {
+        let x = p.ptr("x", tegula::ir::DType::F32);
+        let d = make_tensor_descriptor(x, (4, 4), (4, 1, 1), [2, 2]);
+        let _ = d.load((0, 0));
+    })
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("2 shapes, 3 strides"), "{e}");
+    let e = tegula::ir::builder::trace("bad_offsets", |p| {
+        let x = p.ptr("x", tegula::ir::DType::F32);
+        let d = make_tensor_descriptor(x, (4, 4, 4), (16, 4, 1), [2, 2, 2]);
+        let _ = d.load((0, 0));
+    })
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains("3-D tensor descriptor takes 3 offsets, got 2"),
+        "{e}"
+    );
 }

@@ -1,46 +1,75 @@
-//! Tensor descriptors (Triton's `tl.make_tensor_descriptor`): a 2-D tensor and the block shape
-//! its loads and stores move, addressed by the block's first element.
+//! Tensor descriptors (Triton's `tl.make_tensor_descriptor`): a tensor of 1 to [`MAX_RANK`]
+//! axes and the block shape its loads and stores move, addressed by the block's first element.
 //!
-//! A descriptor is a trace-time value. `desc.load([o0, o1])` and `desc.store([o0, o1], v)` trace
-//! to one [`Op::DescLoad`] / [`Op::DescStore`] each, whose region holds the same access as a
-//! block pointer would trace it (pointer arithmetic and a mask on both axes, zero padding), so
+//! A descriptor is a trace-time value. `desc.load((o0, o1))` and `desc.store((o0, o1), v)`
+//! trace to one [`Op::DescLoad`] / [`Op::DescStore`] each (operands: the base, the shapes, the
+//! strides and the offsets, an axis at a time), whose region holds the same access as a block
+//! pointer would trace it (pointer arithmetic and a mask on every axis, zero padding), so
 //! the interpreter and a backend without the tensor memory accelerator run ordinary masked
 //! loads and stores, and the GPU backend can move the whole block with one TMA copy where its
 //! plan rule allows (`tegula-ptx`, `plan/descriptors.rs`).
 
 use super::block_ptr::{make_block_ptr, BlockPtr, Padding};
 use super::tile::materialize;
-use super::{arange, atomic_with, emit, enter_block, leave_block, report, IntoOperand, Tile};
+use super::{
+    arange, atomic_with, emit, enter_block, leave_block, report, IntoOperand, Operand, Tile,
+};
 use crate::kernel::Loc;
 use crate::op::Op;
 use crate::op::{AtomicOp, MemScope, MemSem};
-use crate::types::{Elem, Shape, TileType};
+use crate::types::{Elem, Shape, TileType, MAX_RANK};
 
-/// A 2-D tensor (base, shape, strides in elements) and the block shape its loads and stores
-/// move (`tl.tensor_descriptor`).
+/// A tensor of `rank` axes (base, shape, strides in elements) and the block shape its loads
+/// and stores move (`tl.tensor_descriptor`). Axes past the rank hold copies of the base
+/// (unused), so that the descriptor stays `Copy`.
 #[derive(Clone, Copy, Debug)]
 pub struct TensorDescriptor {
     base: Tile,
-    shape: [Tile; 2],
-    strides: [Tile; 2],
-    block_shape: [usize; 2],
+    rank: usize,
+    shape: [Tile; MAX_RANK],
+    strides: [Tile; MAX_RANK],
+    block_shape: [usize; MAX_RANK],
 }
 
 fn index_scalar(x: impl IntoOperand, what: &str, loc: Loc) -> Tile {
     super::block_ptr::index_scalar(x, "tensor descriptor", what, loc)
 }
 
-/// `tl.make_tensor_descriptor(base, shape=[s0, s1], strides=[t0, t1], block_shape=[b0, b1])`:
-/// `base` a scalar pointer, `shape` and `strides` integer scalars (elements), `block_shape`
-/// powers of two. On the GPU the descriptor's blocks move on the tensor memory accelerator
-/// when `strides[1]` is 1 and the rest is known at launch (see docs/semantics.md, "Tensor
-/// descriptors"); elsewhere as masked loads and stores.
+/// One integer an axis, as a descriptor's shape, strides and offsets take them: a tuple of 1
+/// to 4 (`(n,)`, `(m, n)`, ..) or an array (`[o0, o1, o2]`).
+pub trait Indices {
+    fn operands(self) -> Vec<Operand>;
+}
+
+impl<T: IntoOperand, const N: usize> Indices for [T; N] {
+    fn operands(self) -> Vec<Operand> {
+        self.into_iter().map(IntoOperand::into_operand).collect()
+    }
+}
+
+macro_rules! tuple_indices {
+    ($(($($t:ident $i:tt),+)),*) => {$(
+        impl<$($t: IntoOperand),+> Indices for ($($t,)+) {
+            fn operands(self) -> Vec<Operand> {
+                vec![$(self.$i.into_operand()),+]
+            }
+        }
+    )*};
+}
+tuple_indices!((A 0), (A 0, B 1), (A 0, B 1, C 2), (A 0, B 1, C 2, D 3));
+
+/// `tl.make_tensor_descriptor(base, shape=[..], strides=[..], block_shape=[..])`: `base` a
+/// scalar pointer, `shape` and `strides` integer scalars (elements), one an axis, for 1 to
+/// [`MAX_RANK`] axes, `block_shape` as many powers of two. On the GPU the blocks of a 2-D
+/// descriptor move on the tensor memory accelerator when `strides[1]` is 1 and the rest is
+/// known at launch (see docs/semantics.md, "Tensor descriptors"); elsewhere, and for other
+/// ranks, as masked loads and stores.
 #[track_caller]
 pub fn make_tensor_descriptor(
     base: Tile,
-    shape: (impl IntoOperand, impl IntoOperand),
-    strides: (impl IntoOperand, impl IntoOperand),
-    block_shape: [usize; 2],
+    shape: impl Indices,
+    strides: impl Indices,
+    block_shape: impl AsRef<[usize]>,
 ) -> TensorDescriptor {
     let loc = Loc::caller();
     if !base.is_ptr() || !base.shape().is_scalar() {
@@ -52,74 +81,149 @@ pub fn make_tensor_descriptor(
             ),
         );
     }
-    if let Some(&b) = block_shape.iter().find(|b| !b.is_power_of_two()) {
+    let block = block_shape.as_ref();
+    let (shape, strides) = (shape.operands(), strides.operands());
+    let rank = block.len();
+    if !(1..=MAX_RANK).contains(&rank) || shape.len() != rank || strides.len() != rank {
         report(
             loc,
             format!(
-                "make_tensor_descriptor: block_shape {block_shape:?} has {b}, not a power of two"
+                "make_tensor_descriptor: {} shapes, {} strides and a block of {} axes; a \
+                 descriptor has one of each an axis, for 1 to {MAX_RANK} axes",
+                shape.len(),
+                strides.len(),
+                rank
             ),
         );
     }
-    TensorDescriptor {
-        base,
-        shape: [
-            index_scalar(shape.0, "shapes", loc),
-            index_scalar(shape.1, "shapes", loc),
-        ],
-        strides: [
-            index_scalar(strides.0, "strides", loc),
-            index_scalar(strides.1, "strides", loc),
-        ],
-        block_shape,
+    if let Some(&b) = block.iter().find(|b| !b.is_power_of_two()) {
+        report(
+            loc,
+            format!("make_tensor_descriptor: block_shape {block:?} has {b}, not a power of two"),
+        );
     }
+    // After a reported mismatch, the axes all three name (at least one) stand in.
+    let rank = rank.min(shape.len()).min(strides.len()).clamp(1, MAX_RANK);
+    let mut d = TensorDescriptor {
+        base,
+        rank,
+        shape: [base; MAX_RANK],
+        strides: [base; MAX_RANK],
+        block_shape: [1; MAX_RANK],
+    };
+    for axis in 0..rank {
+        let at = |v: &[Operand]| v.get(axis).copied().unwrap_or(Operand::Int(1));
+        d.shape[axis] = index_scalar(at(&shape), "shapes", loc);
+        d.strides[axis] = index_scalar(at(&strides), "strides", loc);
+        d.block_shape[axis] = block.get(axis).copied().unwrap_or(1);
+    }
+    d
 }
 
 impl TensorDescriptor {
+    /// The offsets as index scalars, one an axis, or a trace error naming the count.
+    fn offsets(&self, offsets: impl Indices, loc: Loc) -> Vec<Tile> {
+        let offsets = offsets.operands();
+        if offsets.len() != self.rank {
+            report(
+                loc,
+                format!(
+                    "a {}-D tensor descriptor takes {} offsets, got {}",
+                    self.rank,
+                    self.rank,
+                    offsets.len()
+                ),
+            );
+        }
+        (0..self.rank)
+            .map(|axis| match offsets.get(axis) {
+                Some(&o) => index_scalar(o, "offsets", loc),
+                None => index_scalar(0, "offsets", loc),
+            })
+            .collect()
+    }
+
     #[track_caller]
-    fn block_ptr(&self, offsets: [Tile; 2]) -> BlockPtr {
+    fn block_ptr(&self, offsets: &[Tile]) -> BlockPtr {
         make_block_ptr(
             self.base,
             (self.shape[0], self.shape[1]),
             (self.strides[0], self.strides[1]),
             (offsets[0], offsets[1]),
-            self.block_shape,
+            [self.block_shape[0], self.block_shape[1]],
         )
     }
 
-    fn operands(&self, offsets: [Tile; 2]) -> Vec<crate::kernel::Value> {
+    /// The block's pointers at `offsets` and where they are inside the tensor, for any rank:
+    /// axis `i`'s indices run along axis `i` of the block and broadcast along the others.
+    fn block_elements(&self, offsets: &[Tile], loc: Loc) -> (Tile, Tile) {
+        let r = self.rank;
+        let mut ptrs = self.base;
+        let mut inside: Option<Tile> = None;
+        for (axis, &o) in offsets.iter().enumerate() {
+            let dims: Vec<usize> = (0..r)
+                .map(|j| if j == axis { self.block_shape[axis] } else { 1 })
+                .collect();
+            let idx = o + arange(0, self.block_shape[axis] as i64).reshape(&dims[..]);
+            ptrs = ptrs + idx * self.strides[axis];
+            let here = idx.ge(0) & idx.lt(self.shape[axis]);
+            inside = Some(match inside {
+                Some(m) => m & here,
+                None => here,
+            });
+        }
+        let shape = self.block_type(loc).shape;
+        let inside = inside.expect("a descriptor has an axis");
+        (
+            ptrs.broadcast_at(shape, loc),
+            inside.broadcast_at(shape, loc),
+        )
+    }
+
+    fn operands(&self, offsets: &[Tile]) -> Vec<crate::kernel::Value> {
+        let r = self.rank;
         let mut v = vec![self.base.value()];
-        v.extend(self.shape.iter().map(|t| t.value()));
-        v.extend(self.strides.iter().map(|t| t.value()));
+        v.extend(self.shape[..r].iter().map(|t| t.value()));
+        v.extend(self.strides[..r].iter().map(|t| t.value()));
         v.extend(offsets.iter().map(|t| t.value()));
         v
     }
 
     fn block_type(&self, loc: Loc) -> TileType {
-        let shape = Shape::check(&self.block_shape).unwrap_or_else(|e| {
+        let shape = Shape::check(self.block_shape()).unwrap_or_else(|e| {
             report(loc, format!("tensor descriptor block_shape: {e}"));
             Shape::SCALAR
         });
         TileType::new(Elem::Scalar(self.base.dtype()), shape)
     }
 
-    /// `desc.load([o0, o1])`: the block whose first element is `[o0, o1]`, zero where it lies
-    /// outside the tensor.
+    /// `desc.load([o0, ..])`: the block whose first element is at the offsets (one an axis),
+    /// zero where it lies outside the tensor.
     #[track_caller]
-    pub fn load(&self, offsets: (impl IntoOperand, impl IntoOperand)) -> Tile {
+    pub fn load(&self, offsets: impl Indices) -> Tile {
         let loc = Loc::caller();
-        let offsets = [
-            index_scalar(offsets.0, "offsets", loc),
-            index_scalar(offsets.1, "offsets", loc),
-        ];
+        let offsets = self.offsets(offsets, loc);
         let ty = self.block_type(loc);
         // Traced without a closure, so the region's ops carry the user's line.
         let (region, _) = enter_block(&[]);
-        let v = self.block_ptr(offsets).load(&[0, 1], Padding::Zero);
+        let v = if self.rank == 2 {
+            self.block_ptr(&offsets).load(&[0, 1], Padding::Zero)
+        } else {
+            let (ptrs, inside) = self.block_elements(&offsets, loc);
+            super::load_with(
+                ptrs,
+                super::LoadOptions {
+                    mask: Some(inside),
+                    other: Some(Operand::Int(0)),
+                    ..Default::default()
+                },
+            )
+        };
         emit(Op::Yield, vec![v.value()], &[], vec![], loc);
         leave_block();
         let r = emit(
             Op::DescLoad,
-            self.operands(offsets),
+            self.operands(&offsets),
             &[ty],
             vec![region],
             loc,
@@ -127,38 +231,55 @@ impl TensorDescriptor {
         Tile::from_raw(r[0], ty)
     }
 
-    /// `desc.store([o0, o1], value)`: writes the block whose first element is `[o0, o1]`,
+    /// `desc.store([o0, ..], value)`: writes the block whose first element is at the offsets,
     /// nothing outside the tensor; `value` converts to the tensor's dtype and broadcasts to the
     /// block shape, as a store's does.
     #[track_caller]
-    pub fn store(&self, offsets: (impl IntoOperand, impl IntoOperand), value: impl IntoOperand) {
+    pub fn store(&self, offsets: impl Indices, value: impl IntoOperand) {
         let loc = Loc::caller();
-        let offsets = [
-            index_scalar(offsets.0, "offsets", loc),
-            index_scalar(offsets.1, "offsets", loc),
-        ];
+        let offsets = self.offsets(offsets, loc);
+        let Some(v) = self.block_value(value, "store", loc) else {
+            return;
+        };
+        let (region, _) = enter_block(&[]);
+        if self.rank == 2 {
+            self.block_ptr(&offsets).store(v, &[0, 1]);
+        } else {
+            let (ptrs, inside) = self.block_elements(&offsets, loc);
+            super::store_with(
+                ptrs,
+                v,
+                super::StoreOptions {
+                    mask: Some(inside),
+                    ..Default::default()
+                },
+            );
+        }
+        emit(Op::Yield, vec![], &[], vec![], loc);
+        leave_block();
+        let mut args = self.operands(&offsets);
+        args.push(v.value());
+        emit(Op::DescStore, args, &[], vec![region], loc);
+    }
+
+    /// `value` converted to the tensor's dtype and broadcast to the block, or a trace error
+    /// (for `desc.what`) when it does not fit.
+    fn block_value(&self, value: impl IntoOperand, what: &str, loc: Loc) -> Option<Tile> {
         let ty = self.block_type(loc);
         let v = materialize(value.into_operand(), ty.dtype(), loc);
-        let v = match Shape::broadcast(v.shape(), ty.shape) {
-            Some(s) if s == ty.shape => v.broadcast_at(s, loc),
+        match Shape::broadcast(v.shape(), ty.shape) {
+            Some(s) if s == ty.shape => Some(v.broadcast_at(s, loc)),
             _ => {
                 report(
                     loc,
                     format!(
-                        "desc.store: the value {} does not fit the block {ty}",
+                        "desc.{what}: the value {} does not fit the block {ty}",
                         v.ty()
                     ),
                 );
-                return;
+                None
             }
-        };
-        let (region, _) = enter_block(&[]);
-        self.block_ptr(offsets).store(v, &[0, 1]);
-        emit(Op::Yield, vec![], &[], vec![], loc);
-        leave_block();
-        let mut args = self.operands(offsets);
-        args.push(v.value());
-        emit(Op::DescStore, args, &[], vec![region], loc);
+        }
     }
 
     /// `desc.gather(x_offsets, y_offset)`: rows `x_offsets` (a rank-1 integer tile of `m`
@@ -260,37 +381,13 @@ impl TensorDescriptor {
         self.reduce(AtomicOp::Xor, offsets, value, Loc::caller());
     }
 
-    fn reduce(
-        &self,
-        op: AtomicOp,
-        offsets: (impl IntoOperand, impl IntoOperand),
-        value: impl IntoOperand,
-        loc: Loc,
-    ) {
-        let offsets = [
-            index_scalar(offsets.0, "offsets", loc),
-            index_scalar(offsets.1, "offsets", loc),
-        ];
-        let ty = self.block_type(loc);
-        let v = materialize(value.into_operand(), ty.dtype(), loc);
-        let v = match Shape::broadcast(v.shape(), ty.shape) {
-            Some(s) if s == ty.shape => v.broadcast_at(s, loc),
-            _ => {
-                report(
-                    loc,
-                    format!(
-                        "desc.atomic_{}: the value {} does not fit the block {ty}",
-                        op.name(),
-                        v.ty()
-                    ),
-                );
-                return;
-            }
+    fn reduce(&self, op: AtomicOp, offsets: impl Indices, value: impl IntoOperand, loc: Loc) {
+        let offsets = self.offsets(offsets, loc);
+        let Some(v) = self.block_value(value, &format!("atomic_{}", op.name()), loc) else {
+            return;
         };
-        let rows = offsets[0] + arange(0, self.block_shape[0] as i64).col();
-        let cols = offsets[1] + arange(0, self.block_shape[1] as i64).row();
-        let (ptrs, mask) = self.elements(rows, cols);
-        atomic_with(op, ptrs, v, Some(mask), MemSem::Relaxed, MemScope::Gpu);
+        let (ptrs, inside) = self.block_elements(&offsets, loc);
+        atomic_with(op, ptrs, v, Some(inside), MemSem::Relaxed, MemScope::Gpu);
     }
 
     /// The pointers of rows `x_offsets` from column `y_offset` on, and where they are inside
@@ -302,12 +399,13 @@ impl TensorDescriptor {
         what: &str,
         loc: Loc,
     ) -> (Tile, Tile) {
-        if self.block_shape[0] != 1 {
+        if self.rank != 2 || self.block_shape[0] != 1 {
             report(
                 loc,
                 format!(
-                    "desc.{what} moves single rows: the block shape must be [1, n], not {:?}",
-                    self.block_shape
+                    "desc.{what} moves single rows of a 2-D descriptor: the block shape must be \
+                     [1, n], not {:?}",
+                    self.block_shape()
                 ),
             );
         }
@@ -335,17 +433,33 @@ impl TensorDescriptor {
     }
 
     /// A descriptor of the same tensor moving blocks of another shape (what Triton's
-    /// `pre_hook` does to a host descriptor's `block_shape` per config).
-    pub fn with_block_shape(self, block_shape: [usize; 2]) -> TensorDescriptor {
-        TensorDescriptor {
-            block_shape,
-            ..self
+    /// `pre_hook` does to a host descriptor's `block_shape` per config), of as many axes.
+    #[track_caller]
+    pub fn with_block_shape(self, block_shape: impl AsRef<[usize]>) -> TensorDescriptor {
+        let block = block_shape.as_ref();
+        if block.len() != self.rank || block.iter().any(|b| !b.is_power_of_two()) {
+            report(
+                Loc::caller(),
+                format!(
+                    "with_block_shape({block:?}): a {}-D descriptor's block is {} powers of two",
+                    self.rank, self.rank
+                ),
+            );
+            return self;
         }
+        let mut next = self;
+        next.block_shape[..self.rank].copy_from_slice(block);
+        next
     }
 
-    /// The block shape its loads and stores move.
-    pub fn block_shape(&self) -> [usize; 2] {
-        self.block_shape
+    /// The block shape its loads and stores move, one side an axis.
+    pub fn block_shape(&self) -> &[usize] {
+        &self.block_shape[..self.rank]
+    }
+
+    /// Its number of axes.
+    pub fn rank(&self) -> usize {
+        self.rank
     }
 
     /// The element dtype of the tensor.

@@ -22,7 +22,7 @@ pub use control::{
     for_range, for_range_with, if_else, if_then, range, scalar, static_range, while_any,
     while_loop, Carry, Condition, InKernelOrFunc, Named, RangeOptions, RustBool, StageCount,
 };
-pub use descriptor::{make_tensor_descriptor, TensorDescriptor};
+pub use descriptor::{make_tensor_descriptor, Indices, TensorDescriptor};
 pub use indexing::*;
 pub use math::*;
 pub use ops::*;

@@ -1,8 +1,9 @@
 //! Rule *tensor memory accelerator*: a tensor descriptor's load or store (`Op::DescLoad`,
 //! `Op::DescStore`) moves its whole block with one TMA copy (`cp.async.bulk.tensor`) when
 //!
-//! 0. the launch asks for it (`CompileOptions::tma`, `LaunchConfig::with_tma`), or it is a
-//!    load inside a loop (condition 7: a pipeline's TMA copies cost its threads nothing);
+//! 0. its block is 2-D, and the launch asks for it (`CompileOptions::tma`,
+//!    `LaunchConfig::with_tma`) or it is a load inside a loop (condition 7: a pipeline's TMA
+//!    copies cost its threads nothing);
 //! 1. the target has TMA (sm_90 and newer);
 //! 2. the descriptor is known at launch: its base is a pointer parameter specialized as
 //!    16-byte aligned, its shapes and its first stride are parameters or constants (the
@@ -225,6 +226,14 @@ fn tma_map(
     }
     let d = &k.insts[inst];
     let is_load = matches!(d.op, Op::DescLoad);
+    let rank = if is_load {
+        k.ty(d.results[0]).shape.rank()
+    } else {
+        k.ty(d.args[d.args.len() - 1]).shape.rank()
+    };
+    if rank != 2 {
+        return Err(format!("its block is {rank}-D (the rule moves 2-D blocks)"));
+    }
     let base = match k.values[d.args[0]].def {
         ValueDef::Param(i) if k.params[i].facts.divisible_by(16) => i,
         ValueDef::Param(_) => return Err("its base is not specialized as 16-byte aligned".into()),
