@@ -3,7 +3,8 @@
 //! - `for p in range(..)` becomes `for_range(lo, hi, step, carried, |p, carried| { .. })`;
 //!   the carried values are the variables from outside the loop assigned inside it, passed in
 //!   and out as a tuple and assigned back after the loop. `for p in range(..).num_stages(s)`
-//!   becomes `for_range_with(lo, hi, step, RangeOptions::new().num_stages(s), carried, ..)`.
+//!   becomes `for_range_with(lo, hi, step, RangeOptions::new().num_stages(s), carried, ..)`,
+//!   and `.loop_unroll_factor(u)` likewise.
 //! - `if c { .. } else { .. }` becomes `Condition::branch(c, carried, |taken, carried| ..)`,
 //!   which decides at trace time for a Rust `bool` and emits an IR `if` for a tile (the type is
 //!   unknown here, so a trait decides). Conditions that are visibly Rust bools (comparisons,
@@ -66,34 +67,37 @@ impl Rewriter {
     }
 
     fn rewrite_for(&mut self, f: &mut ExprForLoop) -> Option<Expr> {
-        // `range(..).num_stages(s)`: the loop's options, then its bounds.
-        let (call, options) = match &*f.expr {
-            Expr::Call(call) => (call, None),
-            Expr::MethodCall(m) => {
-                let Expr::Call(call) = &*m.receiver else {
-                    return None;
-                };
-                let Expr::Path(func) = &*call.func else {
-                    return None;
-                };
-                if !func.path.is_ident("range") {
-                    return None;
-                }
-                match (m.method.to_string().as_str(), m.args.len()) {
-                    ("num_stages", 1) => {
-                        let s = &m.args[0];
+        // `range(..).num_stages(s).loop_unroll_factor(u)`: the loop's options (any of them, in
+        // any order), then its bounds.
+        let mut methods = Vec::new();
+        let mut receiver = &*f.expr;
+        while let Expr::MethodCall(m) = receiver {
+            methods.push(m);
+            receiver = &m.receiver;
+        }
+        let Expr::Call(call) = receiver else {
+            return None;
+        };
+        let options = if methods.is_empty() {
+            None
+        } else {
+            let Expr::Path(func) = &*call.func else {
+                return None;
+            };
+            if !func.path.is_ident("range") {
+                return None;
+            }
+            let mut options = quote!(::tegula::ir::builder::RangeOptions::new());
+            for m in methods.iter().rev() {
+                let name = m.method.to_string();
+                match (name.as_str(), m.args.len()) {
+                    ("num_stages" | "loop_unroll_factor", 1) => {
+                        let (method, arg) = (&m.method, &m.args[0]);
                         let span = m.method.span();
-                        (
-                            call,
-                            Some(quote_spanned!(span=>
-                                ::tegula::ir::builder::RangeOptions::new().num_stages(#s))),
-                        )
+                        options = quote_spanned!(span=> #options.#method(#arg));
                     }
-                    ("num_stages", n) => {
-                        self.error(
-                            m.span(),
-                            format!("`num_stages` takes one argument (the stage count), got {n}"),
-                        );
+                    ("num_stages" | "loop_unroll_factor", n) => {
+                        self.error(m.span(), format!("`{name}` takes one argument, got {n}"));
                         return None;
                     }
                     (other, _) => {
@@ -101,14 +105,15 @@ impl Rewriter {
                             m.method.span(),
                             format!(
                                 "`range(..).{other}(..)` is not a loop option: a run-time loop \
-                                 takes `.num_stages(s)` (Triton's `tl.range(.., num_stages=s)`)"
+                                 takes `.num_stages(s)` and `.loop_unroll_factor(u)` (Triton's \
+                                 `tl.range(.., num_stages=s, loop_unroll_factor=u)`)"
                             ),
                         );
                         return None;
                     }
                 }
             }
-            _ => return None,
+            Some(options)
         };
         let Expr::Path(func) = &*call.func else {
             return None;

@@ -199,6 +199,11 @@ fn range_num_stages() {
     // The two-argument form takes it too; a plain `range` stays `for_range`.
     let e = expansion("fn k(n: i32) { for i in range(1, n).num_stages(3) {} }");
     assert!(e.contains("for_range_with (1 , n , 1"), "{e}");
+    let e = expansion("fn k(n: i32) { for i in range(n).loop_unroll_factor(4).num_stages(2) {} }");
+    assert!(
+        e.contains("RangeOptions :: new () . loop_unroll_factor (4) . num_stages (2)"),
+        "{e}"
+    );
     let e = expansion("fn k(n: i32) { for i in range(n) {} }");
     assert!(!e.contains("for_range_with"), "{e}");
     assert!(!e.contains("RangeOptions"), "{e}");

@@ -145,3 +145,94 @@ fn tutorial_03s_loop_streams_both_operands_on_wgmma() {
         );
     }
 }
+
+/// `tl.range(.., loop_unroll_factor=2)` on a k-loop whose loads are addressed from the
+/// counter: the unrolled loop streams both copies' operands (four loads) through its slots,
+/// the remainder loop (one iteration here) runs unpipelined, and C is A B.
+#[test]
+fn an_unrolled_k_loop_streams_every_copy_and_computes_the_product() {
+    use tegula_ir::builder::{for_range_with, RangeOptions};
+    let (bm, bn, bk) = (32usize, 32usize, 32usize);
+    // Strides of whole 16-element rows (the specialization says so); 5 k-steps, the last half.
+    let (m, n, k) = (40usize, 48usize, 4 * bk + 16);
+    for (sm, mma) in [(80, MmaChoice::Sync), (90, MmaChoice::Wgmma)] {
+        let kern = trace("unrolled_matmul", |p| {
+            let dt = DType::F16;
+            let (a, b, c) = (p.ptr("a", dt), p.ptr("b", dt), p.ptr("c", DType::F32));
+            let (mm, nn, kk) = (
+                p.scalar("m", DType::I32),
+                p.scalar("n", DType::I32),
+                p.scalar("k", DType::I32),
+            );
+            let offs_m = program_id(0) * bm + arange(0, bm as i64);
+            let offs_n = program_id(1) * bn + arange(0, bn as i64);
+            let acc = for_range_with(
+                0,
+                kk,
+                bk as i32,
+                RangeOptions::new().loop_unroll_factor(2),
+                zeros::<f32>([bm, bn]),
+                |k0, acc| {
+                    let offs_k = k0 + arange(0, bk as i64);
+                    let at = load(
+                        a + offs_m.col() * kk + offs_k.row(),
+                        offs_m.col().lt(mm) & offs_k.row().lt(kk),
+                        0.0,
+                    );
+                    let bt = load(
+                        b + offs_k.col() * nn + offs_n.row(),
+                        offs_k.col().lt(kk) & offs_n.row().lt(nn),
+                        0.0,
+                    );
+                    dot_acc(at, bt, acc)
+                },
+            );
+            store(
+                c + offs_m.col() * nn + offs_n.row(),
+                acc,
+                offs_m.col().lt(mm) & offs_n.row().lt(nn),
+            );
+        })
+        .map(aligned)
+        .unwrap();
+        let options = CompileOptions {
+            num_warps: 4,
+            num_stages: 3,
+            mma,
+            fp_fusion: true,
+            tma: false,
+        };
+        let compiled = compile(&kern, &Target { sm }, &options).unwrap();
+        let loops = &compiled.report.loops;
+        assert_eq!(loops.len(), 2, "{}", compiled.report);
+        assert_eq!(
+            (loops[0].stages, loops[0].streamed.len()),
+            (3, 4),
+            "{:?}",
+            loops[0]
+        );
+        assert_eq!(loops[1].stages, 1, "{:?}", loops[1]);
+        let av = values(m * k, 17);
+        let bv = values(k * n, 19);
+        let (want, scale) = matmul_reference(DType::F16, &av, &bv, (m, n, k));
+        let c = vec![0u8; m * n * 4];
+        let grid = [m.div_ceil(bm) as u64, n.div_ceil(bn) as u64, 1];
+        let bufs = run_ptx(
+            &compiled.ptx,
+            compiled.shared_bytes as usize,
+            &param_names(&kern),
+            4,
+            grid,
+            &[
+                Arg::Buf(&encode(DType::F16, &av)),
+                Arg::Buf(&encode(DType::F16, &bv)),
+                Arg::Buf(&c),
+                Arg::I32(m as i32),
+                Arg::I32(n as i32),
+                Arg::I32(k as i32),
+            ],
+        );
+        let what = format!("sm_{sm} {mma}");
+        assert_close(&decode(DType::F32, &bufs[2]), &want, &scale, 1e-6, &what);
+    }
+}

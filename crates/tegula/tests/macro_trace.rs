@@ -488,3 +488,110 @@ fn staged_gemv(x: Ptr<f32>, out: Ptr<f32>, n: i32, #[constexpr] block: usize) {
     }
     store_unmasked(out + offs, acc);
 }
+
+/// `range(lo, hi, step).loop_unroll_factor(u)` with a carried recurrence whose result depends
+/// on every iteration and its order (`h = 31 h + i`, wrapping), and a store an iteration.
+#[tegula::kernel]
+fn unrolled_hash(
+    out: Ptr<i32>,
+    trace_out: Ptr<i32>,
+    lo: i32,
+    hi: i32,
+    #[constexpr] step: i32,
+    #[constexpr] unroll: u32,
+) {
+    let mut h = zeros::<i32>([1]) + 7;
+    let mut slot = zeros::<i32>([1]);
+    for i in range(lo, hi, step).num_stages(2).loop_unroll_factor(unroll) {
+        h = h * 31 + i;
+        store_unmasked(trace_out + slot, zeros::<i32>([1]) + i);
+        slot = slot + 1;
+    }
+    store_unmasked(out + arange(0, 1), h);
+}
+
+#[test]
+fn loop_unroll_factor_keeps_every_iteration_in_order() -> tegula::Result<()> {
+    let dev = Device::cpu();
+    for (lo, hi, step, unroll) in [
+        (0, 37, 1, 4),
+        (-5, 20, 3, 2),
+        (3, 3, 1, 4),
+        (10, 2, 1, 3),
+        (0, 3, 1, 4),
+        (0, 4, 1, 4),
+        (1, 18, 2, 8),
+        (0, 9, 1, 1),
+    ] {
+        let out = dev.zeros::<i32>([1])?;
+        let seen = dev.full([64], -1i32)?;
+        unrolled_hash::launch(&dev, 1u32, &out, &seen, lo, hi, step, unroll)?;
+        let iters: Vec<i32> = (lo..hi).step_by(step as usize).collect();
+        let want = iters
+            .iter()
+            .fold(7i32, |h, &i| h.wrapping_mul(31).wrapping_add(i));
+        let what = format!("range({lo}, {hi}, {step}).loop_unroll_factor({unroll})");
+        assert_eq!(out.to_vec()?[0], want, "{what}");
+        let got = seen.to_vec()?;
+        assert_eq!(&got[..iters.len()], &iters[..], "{what}");
+        assert!(got[iters.len()..].iter().all(|&x| x == -1), "{what}");
+    }
+    // Two loops: the unrolled one (its body 4 copies, its stages the loop's) and the rest
+    // (one stage: it runs fewer than 4 iterations).
+    let k = unrolled_hash::trace(1, 4).unwrap();
+    let loops = find(&k, |o| matches!(o, Op::For { .. }));
+    assert_eq!(loops.len(), 2, "{k}");
+    let stages: Vec<Option<u32>> = loops
+        .iter()
+        .map(|&l| match k.insts[l].op {
+            Op::For { num_stages } => num_stages,
+            _ => unreachable!(),
+        })
+        .collect();
+    assert_eq!(stages, [Some(2), Some(1)]);
+    let stores_in = |l| {
+        let body = k.insts[l].regions[0];
+        k.blocks[body]
+            .insts
+            .iter()
+            .filter(|&&i| matches!(k.insts[i].op, Op::Store { .. }))
+            .count()
+    };
+    assert_eq!((stores_in(loops[0]), stores_in(loops[1])), (4, 1));
+    let e = unrolled_hash::trace(1, 0).unwrap_err();
+    assert!(e.message.contains("loop_unroll_factor(0)"), "{e}");
+    Ok(())
+}
+
+/// [`unrolled_hash`] with a run-time step, which may be negative.
+#[tegula::kernel]
+fn unrolled_hash_runtime_step(out: Ptr<i32>, lo: i32, hi: i32, step: i32) {
+    let mut h = zeros::<i32>([1]) + 7;
+    for i in range(lo, hi, step).loop_unroll_factor(3) {
+        h = h * 31 + i;
+    }
+    store_unmasked(out + arange(0, 1), h);
+}
+
+#[test]
+fn loop_unroll_factor_with_a_run_time_step_of_either_sign() -> tegula::Result<()> {
+    let dev = Device::cpu();
+    for (lo, hi, step) in [
+        (0, 20, 1),
+        (2, 30, 4),
+        (20, 0, -1),
+        (17, -5, -3),
+        (0, 5, -1),
+    ] {
+        let out = dev.zeros::<i32>([1])?;
+        unrolled_hash_runtime_step::launch(&dev, 1u32, &out, lo, hi, step)?;
+        let mut want = 7i32;
+        let mut i = lo;
+        while (step > 0 && i < hi) || (step < 0 && i > hi) {
+            want = want.wrapping_mul(31).wrapping_add(i);
+            i += step;
+        }
+        assert_eq!(out.to_vec()?[0], want, "range({lo}, {hi}, {step})");
+    }
+    Ok(())
+}

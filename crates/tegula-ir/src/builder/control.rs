@@ -281,12 +281,16 @@ stage_count_int!(u8, u16, u32, u64, usize, i8, i16, i32, i64, isize);
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct RangeOptions {
     num_stages: Option<i128>,
+    unroll: Option<i128>,
 }
 
 impl RangeOptions {
     /// No options: the loop pipelines with the launch's `num_stages`.
     pub const fn new() -> RangeOptions {
-        RangeOptions { num_stages: None }
+        RangeOptions {
+            num_stages: None,
+            unroll: None,
+        }
     }
 
     /// The loop's own pipelining depth: on the GPU the loads that feed its tensor-core dots
@@ -296,6 +300,20 @@ impl RangeOptions {
     pub fn num_stages(self, s: impl StageCount) -> RangeOptions {
         RangeOptions {
             num_stages: Some(s.stage_count()),
+            ..self
+        }
+    }
+
+    /// Unrolls the loop `u` times (`tl.range(.., loop_unroll_factor=u)`): a loop whose body
+    /// is `u` copies of this one, for `lo, lo + u step, ..` while a whole group of `u`
+    /// iterations fits, then this loop for the iterations left (fewer than `u`, not
+    /// pipelined). The iterations, their order and the results are the original loop's. A
+    /// step that is not positive at run time runs the original loop whole (unpipelined); a
+    /// constant one is a trace error, as is `u = 0`; 1 leaves the loop as it is.
+    pub fn loop_unroll_factor(self, u: impl StageCount) -> RangeOptions {
+        RangeOptions {
+            unroll: Some(u.stage_count()),
+            ..self
         }
     }
 }
@@ -312,12 +330,15 @@ pub fn for_range<C: Carry>(
     init: C,
     body: impl FnOnce(Tile, C) -> C,
 ) -> C {
-    for_range_with(lo, hi, step, RangeOptions::new(), init, body)
+    let loc = Loc::caller();
+    let (lo, hi, step) = (lo.into_operand(), hi.into_operand(), step.into_operand());
+    emit_for(lo, hi, step, None, init, body, loc)
 }
 
 /// [`for_range`] with [`RangeOptions`]: `for_range_with(0, k, bk, RangeOptions::new()
 /// .num_stages(2), acc, |i, acc| ..)` is `for i in range(0, k, bk).num_stages(2)` in a kernel
-/// body, Triton's `for i in tl.range(0, K, BK, num_stages=2)`.
+/// body, Triton's `for i in tl.range(0, K, BK, num_stages=2)`. The body may be traced more
+/// than once (once a copy with `loop_unroll_factor`).
 #[track_caller]
 pub fn for_range_with<C: Carry>(
     lo: impl IntoOperand,
@@ -325,24 +346,68 @@ pub fn for_range_with<C: Carry>(
     step: impl IntoOperand,
     options: RangeOptions,
     init: C,
-    body: impl FnOnce(Tile, C) -> C,
+    mut body: impl FnMut(Tile, C) -> C,
 ) -> C {
     let loc = Loc::caller();
-    // 0 reaches the verifier, which rejects it at this loop's line.
-    let num_stages = options.num_stages.and_then(|s| match u32::try_from(s) {
-        Ok(s) => Some(s),
-        Err(_) => {
-            report(
-                loc,
-                format!(
-                    "num_stages({s}): a loop's stage count is an integer from 1 to {}",
-                    u32::MAX
-                ),
-            );
-            None
+    let count = |what: &str, v: Option<i128>| {
+        v.and_then(|s| match u32::try_from(s) {
+            Ok(s) => Some(s),
+            Err(_) => {
+                report(
+                    loc,
+                    format!("{what}({s}): an integer from 1 to {}", u32::MAX),
+                );
+                None
+            }
+        })
+    };
+    // 0 stages reaches the verifier, which rejects it at this loop's line.
+    let num_stages = count("num_stages", options.num_stages);
+    let unroll = count("loop_unroll_factor", options.unroll);
+    let (lo, hi, step) = (lo.into_operand(), hi.into_operand(), step.into_operand());
+    match unroll {
+        Some(0) => {
+            report(loc, "loop_unroll_factor(0): a loop unrolls at least once");
+            emit_for(lo, hi, step, num_stages, init, body, loc)
         }
-    });
-    let bounds = [lo.into_operand(), hi.into_operand(), step.into_operand()];
+        Some(u) if u >= 2 => {
+            if matches!(step, Operand::Int(s) if s <= 0) {
+                report(loc, "an unrolled loop needs a positive step");
+            }
+            let [lo_t, hi_t, step_t] = loop_bounds([lo, hi, step], loc);
+            // Whole groups of `u` iterations: n = ceil(max(hi - lo, 0) / step), the first
+            // n - n % u of them in the unrolled loop, from `lo` to `split` by `u step`.
+            let t = Operand::Tile;
+            let span = step_t * (u as i64);
+            let distance = super::maximum(hi_t - lo_t, t(lo_t * 0));
+            let n = (distance + step_t - 1) / step_t;
+            let grouped_end = lo_t + (n / (u as i64)) * span;
+            // A step not positive at run time: no groups, the original loop runs whole.
+            let split = super::select_at(step_t.gt(0), t(grouped_end), t(lo_t), loc);
+            let grouped = emit_for(
+                t(lo_t),
+                t(split),
+                t(span),
+                num_stages,
+                init,
+                |iv, mut c| {
+                    for j in 0..u {
+                        let at = if j == 0 { iv } else { iv + step_t * (j as i64) };
+                        c = body(at, c);
+                    }
+                    c
+                },
+                loc,
+            );
+            emit_for(t(split), t(hi_t), t(step_t), Some(1), grouped, body, loc)
+        }
+        _ => emit_for(lo, hi, step, num_stages, init, body, loc),
+    }
+}
+
+/// The bounds as integer scalars of the induction variable's dtype (i32, or i64 when one is
+/// i64), with their errors reported at `loc`.
+fn loop_bounds(bounds: [Operand; 3], loc: Loc) -> [Tile; 3] {
     let mut iv_dtype = DType::I32;
     for b in &bounds {
         if let Operand::Tile(t) = b {
@@ -359,10 +424,21 @@ pub fn for_range_with<C: Carry>(
     if let Operand::Int(0) = bounds[2] {
         report(loc, "the loop step must not be zero");
     }
-    let bounds: Vec<Tile> = bounds
-        .iter()
-        .map(|&b| materialize(b, iv_dtype, loc))
-        .collect();
+    bounds.map(|b| materialize(b, iv_dtype, loc))
+}
+
+/// One `for` op over `lo..hi` by `step` with its own stage count.
+fn emit_for<C: Carry>(
+    lo: Operand,
+    hi: Operand,
+    step: Operand,
+    num_stages: Option<u32>,
+    init: C,
+    body: impl FnOnce(Tile, C) -> C,
+    loc: Loc,
+) -> C {
+    let bounds = loop_bounds([lo, hi, step], loc);
+    let iv_dtype = bounds[0].dtype();
     let init_tiles = init.tiles();
     let carried_types = types_of(&init_tiles);
     let mut block_types = vec![TileType::scalar(iv_dtype)];
