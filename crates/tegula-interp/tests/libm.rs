@@ -1053,3 +1053,118 @@ fn jn_and_yn_special_values_and_errors() {
     );
     assert_eq!(e.loc.line, line, "{e}");
 }
+
+/// `quo` of `remquo` against the `libm` crate's (musl's, which keeps 31 bits): the same
+/// three low bits of the magnitude and the same sign where they are not 0.
+fn quo_agrees(got: i32, want: i32) -> bool {
+    got.unsigned_abs() == want.unsigned_abs() % 8 && (got == 0 || (got < 0) == (want < 0))
+}
+
+#[test]
+fn remquo_is_remainder_and_the_quotients_low_bits() {
+    let (xs, ys) = remainder_pairs();
+    let out = eval(&[buf(&xs), buf(&ys)], |t| remquo(t[0], t[1]).0)
+        .to_vec::<f32>()
+        .unwrap();
+    let quo = eval(&[buf(&xs), buf(&ys)], |t| remquo(t[0], t[1]).1)
+        .to_vec::<i32>()
+        .unwrap();
+    let mut odd = [0; 8];
+    for (((x, y), r), q) in xs.iter().zip(&ys).zip(&out).zip(&quo) {
+        let (wr, wq) = libm::remquof(*x, *y);
+        assert!(same(*r, wr), "remquo({x:e}, {y:e}).0 = {r:e}, want {wr:e}");
+        if r.is_nan() {
+            assert_eq!(*q, 0, "remquo({x:e}, {y:e}).1 beside a NaN");
+        } else {
+            assert!(
+                quo_agrees(*q, wq),
+                "remquo({x:e}, {y:e}).1 = {q}, libm's {wq}"
+            );
+            odd[q.unsigned_abs() as usize] += 1;
+        }
+    }
+    assert!(odd.iter().all(|&c| c > 20), "every low quotient: {odd:?}");
+    // f16 goes through f32 (both results exact); f64 against libm's remquo.
+    let h: Vec<f16> = xs.iter().map(|&x| f16::from_f32(x)).collect();
+    let hy: Vec<f16> = ys.iter().map(|&y| f16::from_f32(y)).collect();
+    let out = eval(&[buf(&h), buf(&hy)], |t| remquo(t[0], t[1]).0)
+        .to_vec::<f16>()
+        .unwrap();
+    let quo = eval(&[buf(&h), buf(&hy)], |t| remquo(t[0], t[1]).1)
+        .to_vec::<i32>()
+        .unwrap();
+    for (((x, y), r), q) in h.iter().zip(&hy).zip(&out).zip(&quo) {
+        let (wr, wq) = libm::remquof(x.to_f32(), y.to_f32());
+        assert!(same(r.to_f32(), wr), "remquo({x}, {y}) f16");
+        assert!(
+            r.is_nan() || quo_agrees(*q, wq),
+            "remquo({x}, {y}).1 f16 = {q}, {wq}"
+        );
+    }
+    let d: Vec<f64> = xs.iter().map(|&x| x as f64 * 1e200).collect();
+    let dy: Vec<f64> = ys.iter().map(|&y| y as f64 * 1e-100).collect();
+    let out = eval(&[buf(&d), buf(&dy)], |t| remquo(t[0], t[1]).0)
+        .to_vec::<f64>()
+        .unwrap();
+    let quo = eval(&[buf(&d), buf(&dy)], |t| remquo(t[0], t[1]).1)
+        .to_vec::<i32>()
+        .unwrap();
+    for (((x, y), r), q) in d.iter().zip(&dy).zip(&out).zip(&quo) {
+        let (wr, wq) = libm::remquo(*x, *y);
+        assert!(
+            r.to_bits() == wr.to_bits() || (r.is_nan() && wr.is_nan()),
+            "remquo({x:e}, {y:e}) f64 = {r:e}"
+        );
+        assert!(
+            r.is_nan() || quo_agrees(*q, wq),
+            "remquo({x:e}, {y:e}).1 f64 = {q}, {wq}"
+        );
+    }
+    // A literal takes the tile's dtype.
+    let q = eval(&[buf(&[7.0f32, -7.0, 2.5, 3.5])], |t| remquo(t[0], 2).1)
+        .to_vec::<i32>()
+        .unwrap();
+    assert_eq!(q, vec![4, -4, 1, 2]);
+}
+
+#[test]
+fn sincospi_is_sinpi_and_cospi() {
+    let xs = inputs();
+    let s = eval(&[buf(&xs)], |t| sincospi(t[0]).0)
+        .to_vec::<f32>()
+        .unwrap();
+    let c = eval(&[buf(&xs)], |t| sincospi(t[0]).1)
+        .to_vec::<f32>()
+        .unwrap();
+    for ((x, s), c) in xs.iter().zip(&s).zip(&c) {
+        assert!(same(*s, eval_f32(Fn1::Sinpi, *x)), "sincospi({x}).0 = {s}");
+        assert!(same(*c, eval_f32(Fn1::Cospi, *x)), "sincospi({x}).1 = {c}");
+    }
+    let d: Vec<f64> = xs.iter().map(|&x| x as f64).collect();
+    let s = eval(&[buf(&d)], |t| sincospi(t[0]).0)
+        .to_vec::<f64>()
+        .unwrap();
+    let s1 = eval(&[buf(&d)], |t| sinpi(t[0])).to_vec::<f64>().unwrap();
+    let c = eval(&[buf(&d)], |t| sincospi(t[0]).1)
+        .to_vec::<f64>()
+        .unwrap();
+    let c1 = eval(&[buf(&d)], |t| cospi(t[0])).to_vec::<f64>().unwrap();
+    for i in 0..d.len() {
+        assert!(s[i].to_bits() == s1[i].to_bits() || s[i].is_nan() && s1[i].is_nan());
+        assert!(c[i].to_bits() == c1[i].to_bits() || c[i].is_nan() && c1[i].is_nan());
+    }
+    // IEEE 754's signed zeros and ones at the integers and half-integers.
+    let v = [1.0f32, -1.0, 0.5, -0.5];
+    let s = eval(&[buf(&v)], |t| sincospi(t[0]).0)
+        .to_vec::<f32>()
+        .unwrap();
+    let c = eval(&[buf(&v)], |t| sincospi(t[0]).1)
+        .to_vec::<f32>()
+        .unwrap();
+    for (got, want) in s.iter().zip([0.0f32, -0.0, 1.0, -1.0]) {
+        assert!(same(*got, want), "sincospi({v:?}).0 = {s:?}");
+    }
+    for (got, want) in c.iter().zip([-1.0f32, -1.0, 0.0, 0.0]) {
+        assert!(same(*got, want), "sincospi({v:?}).1 = {c:?}");
+    }
+}

@@ -763,6 +763,12 @@ impl<'p> Machine<'p> {
                     "cvt.rn.f32.f64" => bits(f64::from_bits(x) as f32),
                     "cvt.rni.f64.f64" => f64::from_bits(x).round_ties_even().to_bits(),
                     "cvt.rzi.f64.f64" => f64::from_bits(x).trunc().to_bits(),
+                    "cvt.rni.f32.f32" => bits(f32v(x).round_ties_even()),
+                    "cvt.rzi.f32.f32" => bits(f32v(x).trunc()),
+                    "cvt.rmi.f32.f32" => bits(f32v(x).floor()),
+                    "cvt.rpi.f32.f32" => bits(f32v(x).ceil()),
+                    // Saturating, NaN to 0 (as Rust's `as`), the 32-bit result zero-extended.
+                    "cvt.rzi.sat.s32.f32" => f32v(x) as i32 as u32 as u64,
                     // Saturating, NaN to 0 (as Rust's `as`).
                     "cvt.rni.s64.f64" => f64::from_bits(x).round_ties_even() as i64 as u64,
                     other => panic!("unsupported {other}"),

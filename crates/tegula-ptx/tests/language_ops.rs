@@ -70,6 +70,8 @@ fn math_kernel(dt: DType) -> Kernel {
         acc += normcdfinv(a) + remainder(a, b) + rhypot(a, b);
         acc += cyl_bessel_i0(a) + cyl_bessel_i1(b) + j0(a) + j1(b) + y0(a) + y1(b);
         acc += jn(ilogb(b), a) + yn(-3, b);
+        let ((s, c), (r, q)) = (sincospi(a), remquo(a, b));
+        acc += s + c + r + q.to::<f32>();
         acc += atan2(a, b) + pow(a, b) + hypot(a, b) + fmod(a, b) + copysign(a, b);
         let (m, e) = frexp(b);
         acc += ldexp(a, ilogb(b)) + nextafter(a, b) + ldexp(m, e) + logb(a) + fdim(a, b);

@@ -1,5 +1,5 @@
 //! The math library (`asin` .. `cbrt`, `tan` .. `tgamma`, `rcbrt`, `normcdf`, `sinpi`,
-//! `cospi`, `erfcx`, `erfcinv`, `normcdfinv`, `cyl_bessel_i0`, `cyl_bessel_i1`, `j0`, `j1`, `y0`, `y1`, `jn`, `yn`, `atan2`, `pow`, `hypot`, `remainder`, `rhypot`)
+//! `cospi`, `sincospi`, `erfcx`, `erfcinv`, `normcdfinv`, `cyl_bessel_i0`, `cyl_bessel_i1`, `j0`, `j1`, `y0`, `y1`, `jn`, `yn`, `atan2`, `pow`, `hypot`, `remainder`, `remquo`, `rhypot`)
 //! and the exact compositions (`ldexp`, `nextafter`, `ilogb`, `frexp`) compiled to PTX and run on the
 //! PTX simulator against the interpreter, bit for bit: both evaluate the same IEEE f32 and
 //! f64 operations (`tegula_ir::mathlib`), so every result, special values included, must
@@ -130,7 +130,7 @@ fn check(r: &mut Rng, what: &str, binary: bool, f: Body) {
 #[test]
 fn unary_functions_agree_with_the_interpreter_bit_for_bit() {
     let mut r = Rng::new("libm_unary");
-    let fs: [(&str, Body); 31] = [
+    let fs: [(&str, Body); 33] = [
         ("asin", |a, _| asin(a)),
         ("acos", |a, _| acos(a)),
         ("atan", |a, _| atan(a)),
@@ -162,6 +162,8 @@ fn unary_functions_agree_with_the_interpreter_bit_for_bit() {
         ("j1", |a, _| j1(a)),
         ("y0", |a, _| y0(a)),
         ("y1", |a, _| y1(a)),
+        ("sincospi_sin", |a, _| sincospi(a).0),
+        ("sincospi_cos", |a, _| sincospi(a).1),
     ];
     for (name, f) in fs {
         check(&mut r, name, false, f);
@@ -171,12 +173,14 @@ fn unary_functions_agree_with_the_interpreter_bit_for_bit() {
 #[test]
 fn binary_functions_agree_with_the_interpreter_bit_for_bit() {
     let mut r = Rng::new("libm_binary");
-    let fs: [(&str, Body); 10] = [
+    let fs: [(&str, Body); 12] = [
         ("atan2", |a, b| atan2(a, b)),
         ("pow", |a, b| pow(a, b)),
         ("hypot", |a, b| hypot(a, b)),
         ("remainder", |a, b| remainder(a, b)),
         ("rhypot", |a, b| rhypot(a, b)),
+        ("remquo", |a, b| remquo(a, b).0),
+        ("remquo_quo", |a, b| remquo(a, b).1.cast(DType::F32)),
         // Exponents from the second input, -298 to 254 (subnormal, vanishing and overflowing
         // results) and the wrapped sums of i32::MIN and i32::MAX.
         ("ldexp", |a, b| ldexp(a, ilogb(b) * 2)),

@@ -60,6 +60,8 @@ fn unary_op<T: Element>(x: Ptr<T>, y: Ptr<T>, n: i32, #[constexpr] which: u32) {
         38 => j1(a),
         39 => y0(a),
         40 => y1(a),
+        41 => sincospi(a).0,
+        42 => sincospi(a).1,
         _ => a,
     };
     store(y + offs, r, mask);
@@ -86,6 +88,8 @@ fn binary_op(x: Ptr<f32>, z: Ptr<f32>, y: Ptr<f32>, n: i32, #[constexpr] which: 
         // largest count.
         10 => jn(offs % 41 - 20, a),
         11 => yn(offs % 41 - 20, a),
+        12 => remquo(a, b).0,
+        13 => remquo(a, b).1.to::<f32>(),
         _ => fmod(a, b),
     };
     store(y + offs, r, mask);
@@ -184,6 +188,8 @@ fn main() -> tegula::Result<()> {
         "j1",
         "y0",
         "y1",
+        "sincospi.0",
+        "sincospi.1",
     ];
     for (which, name) in names.iter().enumerate() {
         let mut out = Vec::new();
@@ -232,6 +238,8 @@ fn main() -> tegula::Result<()> {
         "fmod",
         "jn",
         "yn",
+        "remquo.0",
+        "remquo.1",
     ];
     for (which, name) in binary_names.iter().enumerate() {
         let mut out = Vec::new();

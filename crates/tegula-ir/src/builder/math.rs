@@ -1,7 +1,8 @@
 //! The libdevice functions Triton users call (`tl.extra.cuda.libdevice` / `tl.math`): inverse
 //! trigonometric and hyperbolic functions, `pow`, `log1p`, `expm1`, `erfinv`, `cbrt`,
 //! `hypot`, `rhypot`, `tan`, `log10`, `exp10`, `erfc`, `erfcx`, `erfcinv`, `lgamma`,
-//! `tgamma`, `rcbrt`, `normcdf`, `normcdfinv`, `sinpi`, `cospi`, `remainder`,
+//! `tgamma`, `rcbrt`, `normcdf`, `normcdfinv`, `sinpi`, `cospi`, `sincospi`, `remainder`,
+//! `remquo`,
 //! `cyl_bessel_i0`, `cyl_bessel_i1`, `j0`, `j1`, `y0`, `y1`, `jn`, `yn`, the rounding
 //! family, classification, `copysign`, `ldexp`, `frexp`, `nextafter`, `ilogb`, `logb` and
 //! `fdim`.
@@ -231,6 +232,77 @@ fn bessel_n(op: BinaryOp, n: impl IntoOperand, x: impl IntoOperand, loc: Loc) ->
     let xw = x.cast_at(work, Rounding::NearestEven, loc);
     let r = binary(op, Operand::Tile(nf), Operand::Tile(xw), loc);
     r.cast_at(d, Rounding::NearestEven, loc)
+}
+
+/// `(sin(pi x), cos(pi x))` (`libdevice.sincospi`, whose results CUDA stores through two
+/// pointers): [`sinpi`] and [`cospi`], the same bits, each its own op (each reduces the
+/// argument itself, a few exact operations).
+#[track_caller]
+pub fn sincospi(x: impl IntoOperand) -> (Tile, Tile) {
+    let loc = Loc::caller();
+    let t = float_operand(x, "sincospi", loc);
+    if t.is_ptr() || !t.dtype().is_float() {
+        return (t, t);
+    }
+    (
+        t.unary_at(UnaryOp::Sinpi, loc),
+        t.unary_at(UnaryOp::Cospi, loc),
+    )
+}
+
+/// `(remainder(x, y), quo)` (`libdevice.remquo`, whose quotient CUDA stores through a
+/// pointer): IEEE 754's remainder, exact, as [`remainder`], and an i32 tile with the sign of
+/// `x / y` and the low three bits of the magnitude of the integer quotient `n` (the one
+/// `remainder` rounds to, halfway cases to even), C99's minimum and glibc's choice; `quo` is
+/// 0 where the remainder is NaN. The bits come from `m = remainder(|x|, 8|y|)` (exact, in
+/// `[-4|y|, 4|y|]`: `|x| / |y| = 8k + m / |y|`, and rounding half to even commutes with the
+/// even `8k`) as `rint(m / |y| - remainder(m, |y|) / |y|)` mod 8, an integer from -4 to 4
+/// whose rounding errors stay far below 1/2.
+#[track_caller]
+pub fn remquo(x: impl IntoOperand, y: impl IntoOperand) -> (Tile, Tile) {
+    let loc = Loc::caller();
+    let lit = |o: Operand| match o {
+        Operand::Int(v) => Operand::Float(v as f64),
+        o => o,
+    };
+    let (x, y) = unify(lit(x.into_operand()), lit(y.into_operand()), "remquo", loc);
+    let t = Operand::Tile;
+    let r = binary(BinaryOp::Remainder, t(x), t(y), loc);
+    if r.is_ptr() || !r.dtype().is_float() {
+        return (r, r);
+    }
+    let work = if x.dtype() == DType::F64 {
+        DType::F64
+    } else {
+        DType::F32
+    };
+    let xw = x.cast_at(work, Rounding::NearestEven, loc);
+    let yw = y.cast_at(work, Rounding::NearestEven, loc);
+    let ax = xw.unary_at(UnaryOp::Abs, loc);
+    let ay = yw.unary_at(UnaryOp::Abs, loc);
+    let ay8 = binary(BinaryOp::Mul, t(ay), Operand::Float(8.0), loc);
+    let m = binary(BinaryOp::Remainder, t(ax), t(ay8), loc);
+    let rm = binary(BinaryOp::Remainder, t(m), t(ay), loc);
+    let a = binary(BinaryOp::DivRn, t(m), t(ay), loc);
+    let b = binary(BinaryOp::DivRn, t(rm), t(ay), loc);
+    let q = binary(BinaryOp::Sub, t(a), t(b), loc).unary_at(UnaryOp::Rint, loc);
+    let q = q.cast_at(DType::I32, Rounding::NearestEven, loc);
+    let q = binary(BinaryOp::And, t(q), Operand::Int(7), loc);
+    let sign = |v: Tile| {
+        let signed = if work == DType::F64 {
+            DType::I64
+        } else {
+            DType::I32
+        };
+        v.bitcast_at(signed, loc)
+            .compare(CmpOp::Lt, Operand::Int(0), loc)
+    };
+    let neg = binary(BinaryOp::Xor, t(sign(xw)), t(sign(yw)), loc);
+    let nq = binary(BinaryOp::Sub, Operand::Int(0), t(q), loc);
+    let q = select_at(neg, t(nq), t(q), loc);
+    let nan = r.compare(CmpOp::Ne, t(r), loc);
+    let q = select_at(nan, Operand::Int(0), t(q), loc);
+    (r, q)
 }
 
 /// The remainder of `x / y` with the sign of `x`, `x - trunc(x / y) * y` computed exactly
