@@ -1,7 +1,7 @@
 //! GPU check of the language ops against the interpreter, bit for bit: every math-library
 //! function (`jn` and `yn` with orders -20 to 20) and the exact compositions (`nextafter`, `ilogb`, `ldexp`, `frexp`) over a stride through
 //! all f32 bit patterns (and f16 samples), Philox
-//! random numbers, the rounding family, pointer round trips and a barrier.
+//! random numbers (4x32 and 4x64), the rounding family, pointer round trips and a barrier.
 //!
 //!     cargo run --release -p tegula --example language_gpu_check
 //!
@@ -106,6 +106,18 @@ fn random(w: Ptr<u32>, u: Ptr<f32>, g: Ptr<f32>, seed: i64, n: i32) {
     store(w + offs * 4 + 3, d, mask);
     store(u + offs, rand(seed, offs), mask);
     store(g + offs, randn(seed, offs), mask);
+}
+
+/// Philox 4x64 on 64-bit counters that use all their bits.
+#[tegula::kernel]
+fn random64(w: Ptr<u64>, seed: i64, n: i32) {
+    let offs = program_id(0) * 256 + arange(0, 256);
+    let mask = offs.lt(n);
+    let c = offs.to::<i64>() * 0x1_0000_0001i64 + seed;
+    let words = philox(seed, [c, c ^ 0x5555, c * 3, -c].map(Operand::Tile), 10);
+    for (i, word) in words.into_iter().enumerate() {
+        store(w + offs * 4 + i as i32, word, mask);
+    }
 }
 
 #[tegula::kernel]
@@ -289,6 +301,15 @@ fn main() -> tegula::Result<()> {
         "randint4x: {wbad} words differ; rand: {ubad} differ; randn: max |gpu - cpu| {gmax:e}"
     );
     failed += wbad + ubad + (gmax > 1e-5) as usize;
+    let mut words64 = Vec::new();
+    for dev in [&gpu, &cpu] {
+        let w = dev.empty::<u64>([4 * m])?;
+        random64::launch(dev, (m as u32) / 256, &w, -0x0123_4567_89AB_CDEF, m as i32)?;
+        words64.push(w.to_vec()?);
+    }
+    let bad64 = (0..4 * m).filter(|&i| words64[0][i] != words64[1][i]).count();
+    println!("philox 4x64: {bad64} words differ");
+    failed += bad64;
     let x = gpu.from_slice(&vec![1.0f32; 256], [256])?;
     let y = gpu.empty::<f32>([256])?;
     let d = gpu.empty::<i64>([256])?;

@@ -173,6 +173,8 @@ fn descriptor_blocks_on_the_gpu() {
     // Host descriptors: the tensor maps come from the descriptor's parts.
     check_host::<f16>(&dev, 37, 64, 64, [16, 64]);
     check_host::<f32>(&dev, 50, 96, 96, [32, 32]);
+    check_gather_scatter_atomics(&dev);
+    check_ranks(&dev);
 }
 
 /// The same copy through host descriptors (Triton's `TensorDescriptor` arguments): the block
@@ -278,9 +280,12 @@ fn desc_gather_scatter<const M: usize, const N: usize>(
 
 #[test]
 fn descriptor_gathers_scatters_and_atomics_stay_inside_the_tensor() {
+    check_gather_scatter_atomics(&Device::cpu());
+}
+
+fn check_gather_scatter_atomics(dev: &Device) {
     const M: usize = 8;
     const N: usize = 16;
-    let dev = Device::cpu();
     let (m, n, y0) = (13usize, 21usize, 9i32);
     let x = dev.randn::<f32>([m, n]).unwrap();
     // Rows out of range (negative, past the end) gather zeros and scatter nothing.
@@ -292,7 +297,7 @@ fn descriptor_gathers_scatters_and_atomics_stay_inside_the_tensor() {
     let latest = dev.full([m, n], -1i32).unwrap();
     let programs = 3;
     desc_gather_scatter::launch::<M, N>(
-        &dev,
+        dev,
         [programs, 1],
         &x,
         &rows,
@@ -371,7 +376,10 @@ fn desc_ranks(
 
 #[test]
 fn descriptors_of_one_and_three_axes() {
-    let dev = Device::cpu();
+    check_ranks(&Device::cpu());
+}
+
+fn check_ranks(dev: &Device) {
     let (b, m, n, len) = (3usize, 9usize, 19usize, 1000usize);
     let x = dev.randn::<f32>([b, m, n]).unwrap();
     let out = dev.full([b, m, n], -7.0f32).unwrap();
@@ -383,7 +391,7 @@ fn descriptors_of_one_and_three_axes() {
         n.div_ceil(8) as u32,
     ];
     desc_ranks::launch(
-        &dev, grid, &x, &out, &v, &w, b as i32, m as i32, n as i32, len as i32,
+        dev, grid, &x, &out, &v, &w, b as i32, m as i32, n as i32, len as i32,
     )
     .unwrap();
     let (xs, outs) = (x.to_f64_vec().unwrap(), out.to_f64_vec().unwrap());
