@@ -1421,24 +1421,6 @@ pub(crate) fn run_cta(
     m.run(gmem);
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// What `max.f32`/`min.f32` of two zeros give on the H200 (sm_90, checked with
-    /// hand-written PTX): +0 and -0, whatever the order.
-    #[test]
-    fn max_and_min_of_signed_zeros_do_not_depend_on_the_order() {
-        for (a, b) in [(0.0f32, -0.0f32), (-0.0, 0.0)] {
-            assert_eq!(max_f32(a, b).to_bits(), 0);
-            assert_eq!(min_f32(a, b).to_bits(), 0x8000_0000);
-        }
-        assert_eq!(max_f32(f32::NAN, 1.0), 1.0);
-        assert_eq!(min_f32(-1.0, f32::NAN), -1.0);
-        assert_eq!(max_f32(-0.0, -0.0).to_bits(), 0x8000_0000);
-    }
-}
-
 /// What an atomic `kind` (`add`, `min`, `max`, `and`, `or`, `xor`, `exch`) of type `ty` writes
 /// over `old` with operand `x` (bit patterns of the type's width).
 fn atomic_update(kind: &str, ty: &str, old: u64, x: u64) -> u64 {
@@ -1462,5 +1444,23 @@ fn atomic_update(kind: &str, ty: &str, old: u64, x: u64) -> u64 {
         ("min", "u64") => old.min(x),
         ("max", "u64") => old.max(x),
         _ => panic!("unsupported atomic {kind}.{ty}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What `max.f32`/`min.f32` of two zeros give on the H200 (sm_90, checked with
+    /// hand-written PTX): +0 and -0, whatever the order.
+    #[test]
+    fn max_and_min_of_signed_zeros_do_not_depend_on_the_order() {
+        for (a, b) in [(0.0f32, -0.0f32), (-0.0, 0.0)] {
+            assert_eq!(max_f32(a, b).to_bits(), 0);
+            assert_eq!(min_f32(a, b).to_bits(), 0x8000_0000);
+        }
+        assert_eq!(max_f32(f32::NAN, 1.0), 1.0);
+        assert_eq!(min_f32(-1.0, f32::NAN), -1.0);
+        assert_eq!(max_f32(-0.0, -0.0).to_bits(), 0x8000_0000);
     }
 }

@@ -30,7 +30,7 @@ fn philox_kernel(dt: DType) -> Kernel {
         let c = if dt.bits() == 64 {
             [
                 offs,
-                offs * 0x1_0000_0001i64 ^ offs,
+                (offs * 0x1_0000_0001i64) ^ offs,
                 offs * 3,
                 offs ^ 0x5555,
             ]
@@ -58,7 +58,7 @@ fn philox_ptx_matches_the_interpreter_bit_for_bit() {
             .map(|_| Arc::new(Buffer::zeroed(word, 256)))
             .collect();
         let mut args = vec![tegula_interp::Arg::Int(base)];
-        args.extend(bufs.iter().map(|b| tegula_interp::Arg::ptr(b)));
+        args.extend(bufs.iter().map(tegula_interp::Arg::ptr));
         run(&k, [1, 1, 1], &args, &Options::default()).unwrap();
         let c = sim::compiled(&k, 80, 4, 1);
         if dt.bits() == 64 {

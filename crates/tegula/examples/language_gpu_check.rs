@@ -307,7 +307,9 @@ fn main() -> tegula::Result<()> {
         random64::launch(dev, (m as u32) / 256, &w, -0x0123_4567_89AB_CDEF, m as i32)?;
         words64.push(w.to_vec()?);
     }
-    let bad64 = (0..4 * m).filter(|&i| words64[0][i] != words64[1][i]).count();
+    let bad64 = (0..4 * m)
+        .filter(|&i| words64[0][i] != words64[1][i])
+        .count();
     println!("philox 4x64: {bad64} words differ");
     failed += bad64;
     let x = gpu.from_slice(&vec![1.0f32; 256], [256])?;

@@ -505,7 +505,7 @@ fn unrolled_hash(
     for i in range(lo, hi, step).num_stages(2).loop_unroll_factor(unroll) {
         h = h * 31 + i;
         store_unmasked(trace_out + slot, zeros::<i32>([1]) + i);
-        slot = slot + 1;
+        slot += 1;
     }
     store_unmasked(out + arange(0, 1), h);
 }

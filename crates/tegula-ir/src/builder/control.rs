@@ -379,7 +379,7 @@ pub fn for_range_with<C: Carry>(
             // n - n % u of them in the unrolled loop, from `lo` to `split` by `u step`.
             let t = Operand::Tile;
             let span = step_t * (u as i64);
-            let distance = super::maximum(hi_t - lo_t, t(lo_t * 0));
+            let distance = super::maximum(hi_t - lo_t, Operand::Int(0));
             let n = (distance + step_t - 1) / step_t;
             let grouped_end = lo_t + (n / (u as i64)) * span;
             // A step not positive at run time: no groups, the original loop runs whole.

@@ -165,7 +165,7 @@ impl TensorDescriptor {
                 .map(|j| if j == axis { self.block_shape[axis] } else { 1 })
                 .collect();
             let idx = o + arange(0, self.block_shape[axis] as i64).reshape(&dims[..]);
-            ptrs = ptrs + idx * self.strides[axis];
+            ptrs += idx * self.strides[axis];
             let here = idx.ge(0) & idx.lt(self.shape[axis]);
             inside = Some(match inside {
                 Some(m) => m & here,
