@@ -204,3 +204,87 @@ fn simulate(dt: DType, mma: MmaChoice, (bm, bn, bk): (usize, usize, usize), stag
     let got = decode(DType::F32, &bufs[2]);
     assert_close(&got, &want, &scale, 2e-3, &what);
 }
+
+/// Two TMA-fed k-loops inside an outer loop over two column tiles: each run of a loop
+/// initializes its barriers again after the last one invalidated them, and the products are
+/// still A B.
+#[test]
+fn tma_slots_of_loops_run_again_and_again() {
+    let (bm, bn, bk) = (64usize, 32usize, 32usize);
+    let dt = DType::F16;
+    let k = trace("desc_matmul_twice", |p| {
+        let (a, b, c) = (p.ptr("a", dt), p.ptr("b", dt), p.ptr("c", DType::F32));
+        let (m, n, kk) = (
+            p.scalar("m", DType::I32),
+            p.scalar("n", DType::I32),
+            p.scalar("k", DType::I32),
+        );
+        let da = make_tensor_descriptor(a, (m, kk), (kk, 1), [bm, bk]);
+        let db = make_tensor_descriptor(b, (kk, n), (n, 1), [bk, bn]);
+        let row = program_id(0) * bm as i32;
+        let offs_m = row + arange(0, bm as i64);
+        for_range(0, 2, 1, (), |t, ()| {
+            let col = (program_id(1) * 2 + t) * bn as i32;
+            // The first half of K, then the second, in two loops.
+            let half = kk / (2 * bk as i32) * bk as i32;
+            let acc = for_range(0, half, bk as i32, zeros::<f32>([bm, bn]), |k0, acc| {
+                dot_acc(da.load((row, k0)), db.load((k0, col)), acc)
+            });
+            let acc = for_range(half, kk, bk as i32, acc, |k0, acc| {
+                dot_acc(da.load((row, k0)), db.load((k0, col)), acc)
+            });
+            let offs_n = col + arange(0, bn as i64);
+            store(
+                c + offs_m.col() * n + offs_n.row(),
+                acc,
+                offs_m.col().lt(m) & offs_n.row().lt(n),
+            );
+        });
+    })
+    .map(aligned)
+    .unwrap();
+    let c = compiled(&k, MmaChoice::Wgmma, 4, 2);
+    let on_tma: usize = c.report.loops.iter().map(|l| l.on_tma.len()).sum();
+    assert_eq!(on_tma, 4, "{}", c.report);
+    let (m, n, kk) = (bm + 3, 4 * bn - 16, 4 * bk);
+    let av = values(m * kk, 8);
+    let bv = values(kk * n, 9);
+    let (want, scale) = matmul_reference(dt, &av, &bv, (m, n, kk));
+    let (ab, bb) = (encode(dt, &av), encode(dt, &bv));
+    let out = vec![0u8; m * n * 4];
+    let map = |t: &tegula_ptx::plan::descriptors::TensorMapAbi| {
+        let (dims, stride) = if t.base == 0 {
+            ([kk, m], kk)
+        } else {
+            ([n, kk], n)
+        };
+        Arg::TensorMap(TensorMapArg {
+            buf: t.base,
+            byte_offset: 0,
+            elem_bytes: 2,
+            dims: [dims[0] as u64, dims[1] as u64],
+            row_stride_bytes: (stride * 2) as u64,
+            box_dims: t.box_dims,
+            swizzle: match t.swizzle {
+                32 => TmaSwizzle::B32,
+                64 => TmaSwizzle::B64,
+                128 => TmaSwizzle::B128,
+                _ => TmaSwizzle::None,
+            },
+        })
+    };
+    let mut args = vec![
+        Arg::Buf(&ab),
+        Arg::Buf(&bb),
+        Arg::Buf(&out),
+        Arg::I32(m as i32),
+        Arg::I32(n as i32),
+        Arg::I32(kk as i32),
+    ];
+    args.extend(c.tensor_maps.iter().map(map));
+    let mut names = param_names(&k);
+    names.extend(c.tensor_maps.iter().map(|t| t.name.clone()));
+    let grid = [m.div_ceil(bm) as u64, 2, 1];
+    let bufs = run_ptx(&c.ptx, c.shared_bytes as usize, &names, 4, grid, &args);
+    assert_close(&decode(DType::F32, &bufs[2]), &want, &scale, 2e-3, "twice");
+}
