@@ -63,11 +63,14 @@ pub struct CompileOptions {
     /// (one rounding instead of two), as Triton's `enable_fp_fusion` lets it by default. Off,
     /// every add, subtract and multiply rounds on its own, as on the interpreter.
     pub fp_fusion: bool,
-    /// Tensor-descriptor accesses may move on the tensor memory accelerator where the plan's
-    /// rule allows (`plan/descriptors.rs`); off, they are masked loads and stores. Off by
-    /// default until the copies' shared-memory staging is swizzled: unswizzled, an
-    /// accumulator's epilogue through a TMA store has 8-way bank conflicts and measured
-    /// slower than direct stores (BENCHMARKS.md, "Tensor descriptors on TMA").
+    /// Tensor-descriptor accesses outside loops (stores, and loads before or after a loop) may
+    /// move on the tensor memory accelerator where the plan's rule allows
+    /// (`plan/descriptors.rs`); off, they are masked loads and stores. Off by default until
+    /// the copies' shared-memory staging is swizzled: unswizzled, an accumulator's epilogue
+    /// through a TMA store has 8-way bank conflicts and measured slower than direct stores
+    /// (BENCHMARKS.md, "Tensor descriptors on TMA"). Loads inside loops that a loop's own
+    /// pipeline streams fill its slots by TMA either way (rule *TMA slots*: swizzled as the
+    /// slots are, no thread copies).
     pub tma: bool,
 }
 

@@ -72,8 +72,9 @@ pub struct LaunchConfig {
     /// `enable_fp_fusion`, on by default); off, each rounds on its own, as on the interpreter
     /// (`CompileOptions::fp_fusion`).
     pub fp_fusion: bool,
-    /// Tensor-descriptor accesses may move on the tensor memory accelerator (sm_90) where the
-    /// compiler's rule allows (`CompileOptions::tma`); off by default.
+    /// Tensor-descriptor accesses outside loops may move on the tensor memory accelerator
+    /// (sm_90) where the compiler's rule allows (`CompileOptions::tma`); off by default. A
+    /// descriptor load a loop's pipeline streams moves on TMA either way.
     pub tma: bool,
 }
 
@@ -100,8 +101,8 @@ impl LaunchConfig {
         LaunchConfig { fp_fusion, ..self }
     }
 
-    /// The same config with tensor-descriptor accesses on TMA where the compiler's rule
-    /// allows (`tma`), or never.
+    /// The same config with tensor-descriptor accesses outside loops on TMA where the
+    /// compiler's rule allows (`tma`), or never.
     pub const fn with_tma(self, tma: bool) -> LaunchConfig {
         LaunchConfig { tma, ..self }
     }
