@@ -32,6 +32,7 @@
 //! assert_eq!(buf.to_vec::<f32>().unwrap(), vec![2.0, 4.0, 6.0, 8.0, 10.0]);
 //! ```
 
+mod bits;
 mod buffer;
 mod error;
 mod exec;

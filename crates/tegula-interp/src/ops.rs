@@ -2,11 +2,12 @@
 //!
 //! Each op matches on op and dtype once and then runs a tight loop over slices.
 
+use crate::bits;
 use crate::math::erf;
 use crate::round::*;
 use crate::value::Data;
 use tegula_ir::mathlib;
-use tegula_ir::{BinaryOp, CmpOp, DType, InputPrecision, ReduceOp, Rounding, UnaryOp};
+use tegula_ir::{BinaryOp, CmpOp, DType, InputPrecision, ReduceOp, Rounding, TernaryOp, UnaryOp};
 
 /// Why an op could not produce its result; the executor adds kernel, line and program id.
 #[derive(Debug)]
@@ -148,8 +149,8 @@ fn float_binary(op: BinaryOp, d: DType, x: &[f64], y: &[f64]) -> OpResult<Vec<f6
         Min => zip_f(x, y, fmin),
         MaxNan => zip_f(x, y, fmax_nan),
         MinNan => zip_f(x, y, fmin_nan),
-        And | Or | Xor | Shl | Shr | UMulHi | Atan2 | Pow | Hypot | Remainder | Rhypot | Jn
-        | Yn => return invalid(format!("{} on floats", op.name())),
+        And | Or | Xor | Shl | Shr | UMulHi | MulHi | Mul24 | Atan2 | Pow | Hypot | Remainder
+        | Rhypot | Jn | Yn => return invalid(format!("{} on floats", op.name())),
     };
     round_slice(d, &mut out);
     Ok(out)
@@ -200,6 +201,17 @@ fn int_binary(op: BinaryOp, d: DType, x: &[i64], y: &[i64]) -> OpResult<Vec<i64>
             let m = (1u64 << bits) - 1;
             ((((a as u64) & m) * ((b as u64) & m)) >> bits) as i64
         }),
+        MulHi | Mul24 => {
+            let f = match (op, bits, unsigned) {
+                (MulHi, 64, true) => bits::umulhi64,
+                (MulHi, 64, false) => bits::mulhi64,
+                (MulHi, _, true) => bits::umulhi32,
+                (MulHi, _, false) => bits::mulhi32,
+                (_, _, true) => bits::umul24,
+                _ => bits::mul24,
+            };
+            zip_i(x, y, f)
+        }
         Atan2 | Pow | Hypot | Remainder | Rhypot | Jn | Yn | DivRn => {
             return invalid(format!("{} on integers", op.name()))
         }
@@ -266,6 +278,12 @@ pub(crate) fn unary(op: UnaryOp, d: DType, x: &Data) -> OpResult {
                 // abs(MIN) wraps to MIN; unsigned values are their own absolute value.
                 Abs if is_unsigned(d) => v.clone(),
                 Abs => v.iter().map(|a| a.wrapping_abs()).collect(),
+                Clz if d.bits() == 64 => v.iter().map(|&a| bits::clz64(a)).collect(),
+                Clz => v.iter().map(|&a| bits::clz32(a)).collect(),
+                Popc if d.bits() == 64 => v.iter().map(|&a| bits::popc64(a)).collect(),
+                Popc => v.iter().map(|&a| bits::popc32(a)).collect(),
+                Brev if d.bits() == 64 => v.iter().map(|&a| bits::brev64(a)).collect(),
+                Brev => v.iter().map(|&a| bits::brev32(a)).collect(),
                 _ => return invalid(format!("{} on integers", op.name())),
             };
             wrap_slice(d, &mut out);
@@ -325,6 +343,29 @@ pub(crate) fn select(cond: &Data, a: &Data, b: &Data) -> OpResult {
         (Data::P(x), Data::P(y)) => Ok(Data::P(pick(c, x, y))),
         _ => invalid("select of mismatched operands"),
     }
+}
+
+/// The integer op `op(a, b, c)` elementwise; operands and result of dtype `d`.
+pub(crate) fn ternary(op: TernaryOp, d: DType, a: &Data, b: &Data, c: &Data) -> OpResult {
+    let (Data::I(a), Data::I(b), Data::I(c)) = (a, b, c) else {
+        return invalid(format!("{} needs integer operands", op.name()));
+    };
+    if a.len() != b.len() || a.len() != c.len() {
+        return invalid(format!("{} operands of unequal lengths", op.name()));
+    }
+    let f = match op {
+        TernaryOp::Sad if is_unsigned(d) => bits::usad,
+        TernaryOp::Sad => bits::sad,
+        TernaryOp::BytePerm => bits::byte_perm,
+    };
+    let mut out: Vec<i64> = a
+        .iter()
+        .zip(b)
+        .zip(c)
+        .map(|((&x, &y), &z)| f(x, y, z))
+        .collect();
+    wrap_slice(d, &mut out);
+    Ok(Data::I(out))
 }
 
 /// `a * b + c` with one rounding.

@@ -74,6 +74,14 @@ pub enum BinaryOp {
     /// patterns read as unsigned (Triton's `umulhi`, PTX `mul.hi.u32`/`mul.hi.u64`), whatever
     /// the dtype's signedness.
     UMulHi,
+    /// Integers of 32 or 64 bits: the high half of the full product, signed or unsigned as
+    /// the dtype is (libdevice's `mulhi`, `umulhi`, `mul64hi`, `umul64hi`; PTX
+    /// `mul.hi.s32/u32/s64/u64`).
+    MulHi,
+    /// 32-bit integers: the low 32 bits of the product of the operands' low 24 bits, those
+    /// read as signed 24-bit integers for i32, unsigned for u32 (libdevice's `mul24`,
+    /// `umul24`; PTX `mul24.lo.s32/u32`).
+    Mul24,
 }
 
 impl BinaryOp {
@@ -96,6 +104,8 @@ impl BinaryOp {
             MaxNan => "max.nan",
             MinNan => "min.nan",
             UMulHi => "umulhi",
+            MulHi => "mulhi",
+            Mul24 => "mul24",
             Atan2 => "atan2",
             Pow => "pow",
             Hypot => "hypot",
@@ -129,7 +139,17 @@ impl BinaryOp {
     /// Bit ops and shifts accept integers only.
     pub fn int_only(self) -> bool {
         use BinaryOp::*;
-        matches!(self, And | Or | Xor | Shl | Shr | UMulHi)
+        matches!(self, And | Or | Xor | Shl | Shr | UMulHi | MulHi | Mul24)
+    }
+
+    /// The integer widths an integer-only op accepts beyond the rest (`None`: any).
+    pub fn int_bits(self) -> Option<&'static [u32]> {
+        use BinaryOp::*;
+        match self {
+            UMulHi | MulHi => Some(&[32, 64]),
+            Mul24 => Some(&[32]),
+            _ => None,
+        }
     }
 }
 
@@ -212,6 +232,15 @@ pub enum UnaryOp {
     Y0,
     /// The Bessel function of the second kind of order 1, `Y_1`.
     Y1,
+    /// Integers of 32 or 64 bits: the number of leading zero bits, 0 to the width
+    /// (libdevice's `clz`, `clzll`; PTX `clz.b32/b64`), in the operand's dtype.
+    Clz,
+    /// Integers of 32 or 64 bits: the number of set bits (libdevice's `popc`, `popcll`; PTX
+    /// `popc.b32/b64`), in the operand's dtype.
+    Popc,
+    /// Integers of 32 or 64 bits: the bits in reverse order (libdevice's `brev`, `brevll`;
+    /// PTX `brev.b32/b64`).
+    Brev,
 }
 
 impl UnaryOp {
@@ -267,6 +296,9 @@ impl UnaryOp {
             J1 => "j1",
             Y0 => "y0",
             Y1 => "y1",
+            Clz => "clz",
+            Popc => "popc",
+            Brev => "brev",
         }
     }
 
@@ -312,11 +344,58 @@ impl UnaryOp {
 
     /// Transcendental and rounding ops accept floats only.
     pub fn float_only(self) -> bool {
-        !matches!(self, UnaryOp::Neg | UnaryOp::Not | UnaryOp::Abs)
+        !matches!(self, UnaryOp::Neg | UnaryOp::Not | UnaryOp::Abs) && !self.int_only()
     }
 
     pub fn int_only(self) -> bool {
-        matches!(self, UnaryOp::Not)
+        use UnaryOp::*;
+        matches!(self, Not | Clz | Popc | Brev)
+    }
+
+    /// The integer widths an integer-only op accepts (`None`: any).
+    pub fn int_bits(self) -> Option<&'static [u32]> {
+        use UnaryOp::*;
+        match self {
+            Clz | Popc | Brev => Some(&[32, 64]),
+            _ => None,
+        }
+    }
+}
+
+/// "32- or 64-bit", "32-bit": the integer widths an op accepts, in words.
+pub(crate) fn width_words(bits: &[u32]) -> String {
+    let w: Vec<String> = bits.iter().map(|b| b.to_string()).collect();
+    format!("{}-bit", w.join("- or "))
+}
+
+/// Elementwise integer ops of three operands; the operands and the result share one type.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum TernaryOp {
+    /// Integers of 32 or 64 bits: `|a - b| + c`, the difference's magnitude exact (as an
+    /// unsigned number of the width) and the sum wrapping (libdevice's `sad`, `usad`; PTX
+    /// `sad.s32/u32/s64/u64`); `a < b` compares as the dtype is signed or not.
+    Sad,
+    /// 32-bit integers: CUDA's `__byte_perm(a, b, s)`, PTX `prmt.b32` in its default mode:
+    /// byte `n` of the result is byte `s[4n+2 : 4n]` of the eight bytes `b:a` (`a`'s bytes
+    /// 0-3, `b`'s 4-7), and where bit `4n+3` of `s` is set, that byte's top bit copied into
+    /// all eight bits; `s`'s upper 16 bits are not read.
+    BytePerm,
+}
+
+impl TernaryOp {
+    pub fn name(self) -> &'static str {
+        match self {
+            TernaryOp::Sad => "sad",
+            TernaryOp::BytePerm => "byte_perm",
+        }
+    }
+
+    /// The integer widths the op accepts.
+    pub fn int_bits(self) -> &'static [u32] {
+        match self {
+            TernaryOp::Sad => &[32, 64],
+            TernaryOp::BytePerm => &[32],
+        }
     }
 }
 
@@ -561,6 +640,8 @@ pub enum Op {
     Select,
     /// `(a, b, c) -> a * b + c` with one rounding (floats only).
     Fma,
+    /// `(a, b, c) -> d`, all one integer type.
+    Ternary(TernaryOp),
     /// `(x) -> y`: value conversion to the result's dtype. Float to int truncates toward zero
     /// and saturates; `rounding` applies to float results that lose precision.
     Cast { rounding: Rounding },
@@ -689,6 +770,7 @@ impl Op {
                 | Op::Compare(_)
                 | Op::Select
                 | Op::Fma
+                | Op::Ternary(_)
                 | Op::Cast { .. }
                 | Op::Bitcast
                 | Op::AddPtr
@@ -717,6 +799,7 @@ impl Op {
             Op::Compare(c) => format!("cmp.{}", c.name()),
             Op::Select => "select".into(),
             Op::Fma => "fma".into(),
+            Op::Ternary(t) => t.name().into(),
             Op::Cast { .. } => "cast".into(),
             Op::Bitcast => "bitcast".into(),
             Op::AddPtr => "addptr".into(),

@@ -15,7 +15,7 @@
 use crate::dtype::DType;
 use crate::error::VerifyError;
 use crate::kernel::{Block, EntityRef, Inst, InstData, Kernel, Value, ValueDef};
-use crate::op::{AtomicOp, BinaryOp, Constant, Op};
+use crate::op::{AtomicOp, Constant, Op};
 use crate::types::{Elem, TileType};
 
 /// Checks every invariant of `kernel`; the error names the first offending instruction.
@@ -273,7 +273,7 @@ fn signature(op: &Op) -> Signature {
         Op::Binary(_) | Op::Compare(_) => fixed("(a, b)", 2, 1),
         Op::Gather { .. } => fixed("(src, index)", 2, 1),
         Op::Select => fixed("(cond, a, b)", 3, 1),
-        Op::Fma => fixed("(a, b, c)", 3, 1),
+        Op::Fma | Op::Ternary(_) => fixed("(a, b, c)", 3, 1),
         Op::AddPtr => fixed("(ptr, offset)", 2, 1),
         Op::Load {
             has_mask,
@@ -853,11 +853,14 @@ impl Check<'_> {
                         self.arg(0)
                     ));
                 }
-                if *b == BinaryOp::UMulHi && !matches!(self.arg(0).dtype().bits(), 32 | 64) {
-                    return self.fail(format!(
-                        "`umulhi` needs 32- or 64-bit integers, got {}",
-                        self.arg(0)
-                    ));
+                if let Some(bits) = b.int_bits() {
+                    if !bits.contains(&self.arg(0).dtype().bits()) {
+                        return self.fail(format!(
+                            "`{name}` needs {} integers, got {}",
+                            crate::op::width_words(bits),
+                            self.arg(0)
+                        ));
+                    }
                 }
                 Ok(())
             }
@@ -877,6 +880,15 @@ impl Check<'_> {
                         self.arg(0)
                     ));
                 }
+                if let Some(bits) = u.int_bits() {
+                    if !bits.contains(&d.bits()) {
+                        return self.fail(format!(
+                            "`{name}` needs a {} integer, got {}",
+                            crate::op::width_words(bits),
+                            self.arg(0)
+                        ));
+                    }
+                }
                 Ok(())
             }
             Compare(_) => {
@@ -887,6 +899,18 @@ impl Check<'_> {
                 self.same_types(&[1, 2], true)?;
                 let expected = i1_of(self.res(0));
                 self.expect_arg(0, expected, "condition (i1 of the result's shape)")
+            }
+            Ternary(op) => {
+                self.same_types(&[0, 1, 2], true)?;
+                let d = self.arg(0).dtype();
+                if self.arg(0).is_ptr() || !d.is_int() || !op.int_bits().contains(&d.bits()) {
+                    return self.fail(format!(
+                        "`{name}` needs {} integers, got {}",
+                        crate::op::width_words(op.int_bits()),
+                        self.arg(0)
+                    ));
+                }
+                Ok(())
             }
             Fma => {
                 self.same_types(&[0, 1, 2], true)?;

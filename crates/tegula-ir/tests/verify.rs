@@ -4,7 +4,8 @@
 use tegula_ir::prelude::*;
 use tegula_ir::verify::verify;
 use tegula_ir::{
-    BinaryOp, CmpOp, Constant, Inst, Kernel, Loc, Op, ReduceOp, Shape, TileType, UnaryOp, Value,
+    BinaryOp, CmpOp, Constant, Inst, Kernel, Loc, Op, ReduceOp, Shape, TernaryOp, TileType,
+    UnaryOp, Value,
 };
 
 fn loc(line: u32) -> Loc {
@@ -200,6 +201,66 @@ fn integer_only_op_on_floats() {
         2,
     );
     assert_rejects(&k, shl, "shl", 2, &["needs integer operands, got f32"]);
+}
+
+#[test]
+fn integer_intrinsics_of_other_widths_or_floats() {
+    let mut k = Kernel::new("clz");
+    let a = constant(&mut k, tile(DType::F32, &[8]), 1);
+    let (c, _) = op(
+        &mut k,
+        Op::Unary(UnaryOp::Clz),
+        &[a],
+        tile(DType::F32, &[8]),
+        2,
+    );
+    assert_rejects(&k, c, "clz", 2, &["needs an integer operand, got f32[8]"]);
+    let mut k = Kernel::new("popc");
+    let a = constant(&mut k, tile(DType::I16, &[8]), 1);
+    let (c, _) = op(
+        &mut k,
+        Op::Unary(UnaryOp::Popc),
+        &[a],
+        tile(DType::I16, &[8]),
+        2,
+    );
+    assert_rejects(
+        &k,
+        c,
+        "popc",
+        2,
+        &["needs a 32- or 64-bit integer, got i16[8]"],
+    );
+    let mut k = Kernel::new("mul24");
+    let a = constant(&mut k, scalar(DType::I64), 1);
+    let (m, _) = op(
+        &mut k,
+        Op::Binary(BinaryOp::Mul24),
+        &[a, a],
+        scalar(DType::I64),
+        2,
+    );
+    assert_rejects(&k, m, "mul24", 2, &["needs 32-bit integers, got i64"]);
+    let mut k = Kernel::new("prmt");
+    let a = constant(&mut k, scalar(DType::U64), 1);
+    let (p, _) = op(
+        &mut k,
+        Op::Ternary(TernaryOp::BytePerm),
+        &[a, a, a],
+        scalar(DType::U64),
+        2,
+    );
+    assert_rejects(&k, p, "byte_perm", 2, &["needs 32-bit integers, got u64"]);
+    let mut k = Kernel::new("sad");
+    let a = constant(&mut k, scalar(DType::F32), 1);
+    let (p, _) = op(
+        &mut k,
+        Op::Ternary(TernaryOp::Sad),
+        &[a, a],
+        scalar(DType::F32),
+        2,
+    );
+    assert_rejects(&k, p, "sad", 2, &["takes 3 operands (a, b, c), but has 2"]);
 }
 
 #[test]

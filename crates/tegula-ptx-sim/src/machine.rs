@@ -755,7 +755,7 @@ impl<'p> Machine<'p> {
                     "cvt.f32.bf16" => bits(bf16::from_bits(x as u16).to_f32()),
                     "cvt.f32.f16" => bits(f16::from_bits(x as u16).to_f32()),
                     "cvt.rna.tf32.f32" => bits(tf32(f32v(x))),
-                    "cvt.u32.u64" => x & 0xffff_ffff,
+                    "cvt.u32.u64" | "cvt.u64.u32" => x & 0xffff_ffff,
                     "cvt.u32.u16" | "cvt.u16.u32" => x & 0xffff,
                     "cvt.s64.s32" => x as u32 as i32 as i64 as u64,
                     "cvt.rn.f32.s32" => bits(x as u32 as i32 as f32),
@@ -933,6 +933,57 @@ impl<'p> Machine<'p> {
                         _ => ((sx(x) as i128 * sx(y) as i128) >> 32) as u64,
                     },
                     "mul" => sx(x).wrapping_mul(sx(y)) as u64,
+                    // The low 32 bits of the 48-bit product of the low 24 bits, read as signed
+                    // (bit 23 the sign) for .s32.
+                    "mul24" => {
+                        assert!(parts.contains(&"lo"), "unsupported {op}");
+                        let f = |x: u64| -> i64 {
+                            let l = (x & 0xff_ffff) as i64;
+                            if ty == "s32" && l & 0x80_0000 != 0 {
+                                l - (1 << 24)
+                            } else {
+                                l
+                            }
+                        };
+                        (f(x) * f(y)) as u64
+                    }
+                    // `sad d, a, b, c`: c + |a - b|, the comparison by the type's signedness.
+                    "sad" => {
+                        let c = v(self, 3);
+                        let lt = if ty.starts_with('u') {
+                            (x & mask) < (y & mask)
+                        } else {
+                            sx(x) < sx(y)
+                        };
+                        let d = if lt {
+                            y.wrapping_sub(x)
+                        } else {
+                            x.wrapping_sub(y)
+                        };
+                        d.wrapping_add(c)
+                    }
+                    "clz" if is64 => x.leading_zeros() as u64,
+                    "clz" => (x as u32).leading_zeros() as u64,
+                    "popc" => (x & mask).count_ones() as u64,
+                    "brev" if is64 => x.reverse_bits(),
+                    "brev" => (x as u32).reverse_bits() as u64,
+                    // The default mode of `prmt.b32 d, a, b, c`: byte n of d is byte c[4n+2:4n]
+                    // of b:a, or that byte's top bit in all eight where c[4n+3] is set.
+                    "prmt" => {
+                        assert_eq!(op, "prmt.b32", "unsupported {op}");
+                        let c = v(self, 3);
+                        let src = (y & 0xffff_ffff) << 32 | (x & 0xffff_ffff);
+                        (0..4).fold(0u64, |acc, n| {
+                            let nib = (c >> (4 * n)) & 0xf;
+                            let byte = (src >> (8 * (nib & 7))) & 0xff;
+                            let byte = match (nib & 8 != 0, byte & 0x80 != 0) {
+                                (true, true) => 0xff,
+                                (true, false) => 0,
+                                (false, _) => byte,
+                            };
+                            acc | byte << (8 * n)
+                        })
+                    }
                     "mad" => sx(x).wrapping_mul(sx(y)).wrapping_add(sx(v(self, 3))) as u64,
                     "and" => x & y,
                     "or" => x | y,

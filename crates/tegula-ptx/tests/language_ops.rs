@@ -229,3 +229,36 @@ fn histogram_assembles() {
     // The bins compared in i32 for the i8 input, in u64 for the u64 one.
     assert!(ptx.contains("setp.eq.s32") && ptx.contains("setp.eq.u64"));
 }
+
+/// libdevice's integer intrinsics on each dtype they cover assemble for sm_80 and sm_90a.
+#[test]
+fn integer_intrinsics_assemble() {
+    for dt in [DType::I32, DType::U32, DType::I64, DType::U64] {
+        let k = trace(&format!("intrinsics_{dt}"), |p| {
+            let (x, y, out) = (p.ptr("x", dt), p.ptr("y", dt), p.ptr("out", dt));
+            let o = program_id(0) * 128 + arange(0, 128);
+            let (a, b) = (load_unmasked(x + o), load_unmasked(y + o));
+            let counts = clz(a) + popc(b) + ffs(a);
+            let mut acc = brev(a) ^ mulhi(a, b) ^ umulhi(a, b) ^ counts.cast(dt);
+            acc = acc ^ hadd(a, b) ^ rhadd(a, b) ^ uhadd(a, b) ^ urhadd(a, b);
+            acc = acc ^ sad(a, b, acc) ^ usad(b, a, 7);
+            if dt.bits() == 32 {
+                acc = acc ^ mul24(a, b) ^ umul24(a, b) ^ byte_perm(a, b, acc);
+            }
+            store_unmasked(out + o, acc);
+        })
+        .unwrap();
+        let ptx = assemble(&format!("intrinsics_{dt}"), &k);
+        let w = dt.bits();
+        for op in [
+            format!("clz.b{w}"),
+            format!("popc.b{w}"),
+            format!("brev.b{w}"),
+        ] {
+            assert!(ptx.contains(&op), "{op} on {dt}");
+        }
+        if w == 32 {
+            assert!(ptx.contains("prmt.b32") && ptx.contains("mul24.lo"), "{dt}");
+        }
+    }
+}

@@ -1,7 +1,9 @@
 //! GPU check of the language ops against the interpreter, bit for bit: every math-library
 //! function (`jn` and `yn` with orders -20 to 20) and the exact compositions (`nextafter`, `ilogb`, `ldexp`, `frexp`) over a stride through
 //! all f32 bit patterns (and f16 samples), Philox
-//! random numbers (4x32 and 4x64), the rounding family, pointer round trips and a barrier.
+//! random numbers (4x32 and 4x64), the integer intrinsics (`clz`, `popc`, `brev`, `ffs`,
+//! `mulhi`, `hadd`, `rhadd`, `uhadd`, `urhadd`, `sad`, `usad`, `mul24`, `umul24`, `byte_perm`)
+//! on i32, u32, i64 and u64, the rounding family, pointer round trips and a barrier.
 //!
 //!     cargo run --release -p tegula --example language_gpu_check
 //!
@@ -118,6 +120,109 @@ fn random64(w: Ptr<u64>, seed: i64, n: i32) {
     for (i, word) in words.into_iter().enumerate() {
         store(w + offs * 4 + i as i32, word, mask);
     }
+}
+
+/// libdevice's integer intrinsics on one integer dtype (`mul24`, `umul24` and `byte_perm`,
+/// `which` 10 to 12, on 32-bit dtypes only).
+#[tegula::kernel]
+fn int_op<T: Element>(x: Ptr<T>, z: Ptr<T>, w: Ptr<T>, y: Ptr<T>, n: i32, #[constexpr] which: u32) {
+    let offs = program_id(0) * 256 + arange(0, 256);
+    let mask = offs.lt(n);
+    let (a, b, c) = (
+        load(x + offs, mask, 0),
+        load(z + offs, mask, 0),
+        load(w + offs, mask, 0),
+    );
+    let r = match which {
+        0 => clz(a).to::<T>(),
+        1 => popc(a).to::<T>(),
+        2 => brev(a),
+        3 => ffs(a).to::<T>(),
+        4 => mulhi(a, b),
+        5 => hadd(a, b),
+        6 => rhadd(a, b),
+        7 => uhadd(a, b),
+        8 => urhadd(a, b),
+        9 => sad(a, b, c),
+        10 => mul24(a, b),
+        11 => umul24(a, b),
+        12 => byte_perm(a, b, c),
+        _ => usad(a, b, c),
+    };
+    store(y + offs, r, mask);
+}
+
+/// Runs every intrinsic of `int_op` on `gpu` and `cpu` over the bit patterns `v` (as `T`
+/// through `conv`) and returns the number of differing elements.
+fn int_ops<T: Element + PartialEq + std::fmt::Debug>(
+    gpu: &Device,
+    cpu: &Device,
+    v: &[u64],
+    conv: fn(u64) -> T,
+) -> tegula::Result<usize> {
+    let n = v.len();
+    let xs: Vec<T> = v.iter().map(|&b| conv(b)).collect();
+    let zs: Vec<T> = v
+        .iter()
+        .map(|&b| conv(b.rotate_left(17) ^ 0x9e37_79b9_7f4a_7c15))
+        .collect();
+    let ws: Vec<T> = v
+        .iter()
+        .map(|&b| conv(b.wrapping_mul(0x2545_f491_4f6c_dd1d)))
+        .collect();
+    let names = [
+        "clz",
+        "popc",
+        "brev",
+        "ffs",
+        "mulhi",
+        "hadd",
+        "rhadd",
+        "uhadd",
+        "urhadd",
+        "sad",
+        "mul24",
+        "umul24",
+        "byte_perm",
+        "usad",
+    ];
+    let wide = std::mem::size_of::<T>() == 8;
+    let mut failed = 0;
+    for (which, name) in names.iter().enumerate() {
+        if wide && (10..=12).contains(&which) {
+            continue;
+        }
+        let mut out = Vec::new();
+        for dev in [gpu, cpu] {
+            let x = dev.from_slice(&xs, [n])?;
+            let z = dev.from_slice(&zs, [n])?;
+            let w = dev.from_slice(&ws, [n])?;
+            let y = dev.empty::<T>([n])?;
+            int_op::launch(
+                dev,
+                (n as u32).div_ceil(256),
+                &x,
+                &z,
+                &w,
+                &y,
+                n as i32,
+                which as u32,
+            )?;
+            out.push(y.to_vec()?);
+        }
+        let bad = (0..n).filter(|&i| out[0][i] != out[1][i]).count();
+        let first = (0..n).find(|&i| out[0][i] != out[1][i]);
+        println!(
+            "{} {name}: {n} elements, {bad} differ{}",
+            std::any::type_name::<T>(),
+            first.map_or(String::new(), |i| format!(
+                " (first ({:?}, {:?}, {:?}): gpu {:?} cpu {:?})",
+                xs[i], zs[i], ws[i], out[0][i], out[1][i]
+            ))
+        );
+        failed += bad;
+    }
+    Ok(failed)
 }
 
 #[tegula::kernel]
@@ -312,6 +417,17 @@ fn main() -> tegula::Result<()> {
         .count();
     println!("philox 4x64: {bad64} words differ");
     failed += bad64;
+    // Integer intrinsics: edge patterns (powers of two, their neighbours, the extremes) and
+    // a stride of multiplicative hashes.
+    let mut pats: Vec<u64> = vec![0, 1, u64::MAX, u64::MAX >> 1, 1 << 63, 0xff_ffff, 0x80_0000];
+    for k in 0..64 {
+        pats.extend([1u64 << k, (1u64 << k) - 1, !(1u64 << k), 1u64 << (k % 32)]);
+    }
+    pats.extend((0..1u64 << 16).map(|i| i.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (i % 40)));
+    failed += int_ops(&gpu, &cpu, &pats, |b| b as i32)?;
+    failed += int_ops(&gpu, &cpu, &pats, |b| b as u32)?;
+    failed += int_ops(&gpu, &cpu, &pats, |b| b as i64)?;
+    failed += int_ops(&gpu, &cpu, &pats, |b| b)?;
     let x = gpu.from_slice(&vec![1.0f32; 256], [256])?;
     let y = gpu.empty::<f32>([256])?;
     let d = gpu.empty::<i64>([256])?;

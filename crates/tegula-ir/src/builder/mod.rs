@@ -6,6 +6,7 @@
 //! the user's source line (`#[track_caller]` all the way down) and returned by [`trace`]; the
 //! builder keeps going with best-guess types so the body can finish.
 
+mod bits;
 mod block_ptr;
 mod combine;
 mod control;
@@ -16,6 +17,7 @@ mod ops;
 mod random;
 mod tile;
 
+pub use bits::*;
 pub use block_ptr::{make_block_ptr, BlockPtr, Padding};
 pub use combine::{reduce_with, scan_with};
 pub use control::{

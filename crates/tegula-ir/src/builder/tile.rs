@@ -221,6 +221,16 @@ pub(crate) fn binary(op: BinaryOp, a: Operand, b: Operand, loc: Loc) -> Tile {
             loc,
             format!("`{}` needs integer operands, got {}", op.name(), x.ty),
         );
+    } else if op.int_bits().is_some_and(|b| !b.contains(&d.bits())) {
+        report(
+            loc,
+            format!(
+                "`{}` needs {} integers, got {}",
+                op.name(),
+                crate::op::width_words(op.int_bits().unwrap_or(&[])),
+                x.ty
+            ),
+        );
     } else if op.float_only() && !d.is_float() {
         report(
             loc,
@@ -313,6 +323,16 @@ impl Tile {
             report(
                 loc,
                 format!("`{}` needs an integer operand, got {}", op.name(), self.ty),
+            );
+        } else if op.int_bits().is_some_and(|b| !b.contains(&d.bits())) {
+            report(
+                loc,
+                format!(
+                    "`{}` needs a {} integer, got {}",
+                    op.name(),
+                    crate::op::width_words(op.int_bits().unwrap_or(&[])),
+                    self.ty
+                ),
             );
         }
         emit1(Op::Unary(op), vec![self.value], self.ty, loc)

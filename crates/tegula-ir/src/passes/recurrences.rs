@@ -142,6 +142,7 @@ fn invariant(k: &Kernel, body: Block, inside: &crate::fast_hash::HashSet<Value>,
             | Op::Compare(_)
             | Op::Select
             | Op::Fma
+            | Op::Ternary(_)
             | Op::MultipleOf { .. }
             | Op::MaxContiguous { .. }
             | Op::MaxConstancy { .. }

@@ -273,7 +273,12 @@ impl AxisAnalysis {
                     constant: None,
                 }
             }
-            Op::Binary(_) | Op::Unary(_) | Op::Cast { .. } | Op::Bitcast | Op::Fma => {
+            Op::Binary(_)
+            | Op::Unary(_)
+            | Op::Cast { .. }
+            | Op::Bitcast
+            | Op::Fma
+            | Op::Ternary(_) => {
                 // Float values: only constancy survives.
                 let mut c = arg(0).constancy;
                 for i in 1..d.args.len() {

@@ -6,7 +6,9 @@ use super::types::{arith_class, arith_ty, class_of, is_narrow_int, param_ty};
 use super::{Lower, Vals, R};
 use crate::layout::Layout;
 use crate::ptx::{Arg, Reg, RegClass, Ty};
-use tegula_ir::{BinaryOp, CmpOp, Constant, DType, Elem, Op, Rounding, UnaryOp, Value, ValueDef};
+use tegula_ir::{
+    BinaryOp, CmpOp, Constant, DType, Elem, Op, Rounding, TernaryOp, UnaryOp, Value, ValueDef,
+};
 
 /// The PTX opcode of a binary op on an arithmetic type, where one instruction does it.
 /// `fuse`: float add, sub and mul carry no rounding modifier, which lets ptxas contract a
@@ -47,6 +49,8 @@ fn binary_rule(op: BinaryOp, t: Ty, fuse: bool) -> Option<String> {
         (MinNan, Ty::F32) => "min.NaN.f32".into(),
         (UMulHi, Ty::S32 | Ty::U32) => "mul.hi.u32".into(),
         (UMulHi, Ty::S64 | Ty::U64) => "mul.hi.u64".into(),
+        (MulHi, Ty::S32 | Ty::U32 | Ty::S64 | Ty::U64) => format!("mul.hi{t}"),
+        (Mul24, Ty::S32 | Ty::U32) => format!("mul24.lo{t}"),
         (MaxNan, _) if !float => format!("max{t}"),
         (MinNan, _) if !float => format!("min{t}"),
         _ => return None,
@@ -238,6 +242,31 @@ impl Lower<'_> {
                             vec![x.into(), y.into(), z.into()],
                         );
                         self.narrow(dt, r, Rounding::NearestEven)
+                    })
+                    .collect())
+            }
+            Op::Ternary(op) => {
+                let a = self.get(d.args[0], l)?;
+                let b = self.get(d.args[1], l)?;
+                let c = self.get(d.args[2], l)?;
+                let dt = ty.dtype();
+                let t = arith_ty(dt);
+                let (opc, class) = match (op, t) {
+                    (TernaryOp::Sad, Ty::S32 | Ty::U32 | Ty::S64 | Ty::U64) => {
+                        (format!("sad{t}"), arith_class(dt))
+                    }
+                    (TernaryOp::BytePerm, Ty::S32 | Ty::U32) => {
+                        ("prmt.b32".to_string(), RegClass::B32)
+                    }
+                    _ => return Err(self.unsupported(format!("`{}` on {dt}", op.name()))),
+                };
+                Ok((0..n)
+                    .map(|i| {
+                        self.b.op(
+                            opc.clone(),
+                            class,
+                            vec![a[i].into(), b[i].into(), c[i].into()],
+                        )
                     })
                     .collect())
             }
@@ -567,6 +596,22 @@ impl Lower<'_> {
             UnaryOp::Abs if float => self.b.op(format!("abs{t}"), class, vec![x.into()]),
             UnaryOp::Abs if d.is_unsigned_int() => x,
             UnaryOp::Abs => self.b.op(format!("abs{t}"), class, vec![x.into()]),
+            // `clz` and `popc` write a 32-bit count whatever the operand's width.
+            UnaryOp::Clz | UnaryOp::Popc if !float => {
+                let (w, name) = (bits_of(class), op.name());
+                let n = self
+                    .b
+                    .op(format!("{name}.{w}"), RegClass::B32, vec![x.into()]);
+                if class == RegClass::B64 {
+                    self.b.op("cvt.u64.u32", RegClass::B64, vec![n.into()])
+                } else {
+                    n
+                }
+            }
+            UnaryOp::Brev if !float => {
+                let w = bits_of(class);
+                self.b.op(format!("brev.{w}"), class, vec![x.into()])
+            }
             UnaryOp::Floor => self.b.op(format!("cvt.rmi{t}{t}"), class, vec![x.into()]),
             UnaryOp::Ceil => self.b.op(format!("cvt.rpi{t}{t}"), class, vec![x.into()]),
             UnaryOp::Rint => self.b.op(format!("cvt.rni{t}{t}"), class, vec![x.into()]),
@@ -857,5 +902,14 @@ fn int_range(d: DType) -> (i64, i64) {
         DType::U8 => (0, 255),
         DType::U16 => (0, 65535),
         _ => (i64::MIN, i64::MAX),
+    }
+}
+
+/// `b32` or `b64`: the bit-type suffix of a 32- or 64-bit integer register.
+fn bits_of(class: RegClass) -> &'static str {
+    if class == RegClass::B64 {
+        "b64"
+    } else {
+        "b32"
     }
 }
