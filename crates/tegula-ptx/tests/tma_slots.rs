@@ -288,3 +288,95 @@ fn tma_slots_of_loops_run_again_and_again() {
     let bufs = run_ptx(&c.ptx, c.shared_bytes as usize, &names, 4, grid, &args);
     assert_close(&decode(DType::F32, &bufs[2]), &want, &scale, 2e-3, "twice");
 }
+
+/// A persistent matmul (tutorial 09's descriptor kernel's shape): each program walks tiles
+/// `pid, pid + programs, ..`, its k-loop a nest pipelined across the tile loop with its slots
+/// filled by TMA; the slot barriers' parities carry over the tiles.
+#[test]
+fn tma_slots_in_a_nest_pipelined_across_the_tile_loop() {
+    let (bm, bn, bk) = (64usize, 64usize, 64usize);
+    let dt = DType::F16;
+    let programs = 2usize;
+    let k = trace("desc_persistent", |p| {
+        let (a, b, c) = (p.ptr("a", dt), p.ptr("b", dt), p.ptr("c", DType::F32));
+        let (m, n, kk) = (
+            p.scalar("m", DType::I32),
+            p.scalar("n", DType::I32),
+            p.scalar("k", DType::I32),
+        );
+        let da = make_tensor_descriptor(a, (m, kk), (kk, 1), [bm, bk]);
+        let db = make_tensor_descriptor(b, (kk, n), (n, 1), [bk, bn]);
+        let tiles_n = (n + (bn as i32 - 1)) / bn as i32;
+        let tiles = (m + (bm as i32 - 1)) / bm as i32 * tiles_n;
+        for_range(program_id(0), tiles, programs as i32, (), |tile, ()| {
+            let row = tile / tiles_n * bm as i32;
+            let col = tile % tiles_n * bn as i32;
+            let acc = for_range(0, kk, bk as i32, zeros::<f32>([bm, bn]), |k0, acc| {
+                dot_acc(da.load((row, k0)), db.load((k0, col)), acc)
+            });
+            let offs_m = row + arange(0, bm as i64);
+            let offs_n = col + arange(0, bn as i64);
+            store(
+                c + offs_m.col() * n + offs_n.row(),
+                acc,
+                offs_m.col().lt(m) & offs_n.row().lt(n),
+            );
+        });
+    })
+    .map(aligned)
+    .unwrap();
+    for (mma, stages) in [(MmaChoice::Wgmma, 3), (MmaChoice::Sync, 2)] {
+        let c = compiled(&k, mma, 4, stages);
+        let outer = &c.report.loops[0];
+        assert!(outer.pipelines_inner_loop, "{}", c.report);
+        assert_eq!(c.report.loops[1].on_tma.len(), 2, "{}", c.report);
+        // 3 x 2 tiles over 2 programs: three tiles each, k in 3 steps (the last ragged).
+        let (m, n, kk) = (3 * bm - 5, 2 * bn - 16, 3 * bk - 16);
+        let av = values(m * kk, 12);
+        let bv = values(kk * n, 13);
+        let (want, scale) = matmul_reference(dt, &av, &bv, (m, n, kk));
+        let (ab, bb) = (encode(dt, &av), encode(dt, &bv));
+        let out = vec![0u8; m * n * 4];
+        let map = |t: &tegula_ptx::plan::descriptors::TensorMapAbi| {
+            let (dims, stride) = if t.base == 0 {
+                ([kk, m], kk)
+            } else {
+                ([n, kk], n)
+            };
+            Arg::TensorMap(TensorMapArg {
+                buf: t.base,
+                byte_offset: 0,
+                elem_bytes: 2,
+                dims: [dims[0] as u64, dims[1] as u64],
+                row_stride_bytes: (stride * 2) as u64,
+                box_dims: t.box_dims,
+                swizzle: match t.swizzle {
+                    32 => TmaSwizzle::B32,
+                    64 => TmaSwizzle::B64,
+                    128 => TmaSwizzle::B128,
+                    _ => TmaSwizzle::None,
+                },
+            })
+        };
+        let mut args = vec![
+            Arg::Buf(&ab),
+            Arg::Buf(&bb),
+            Arg::Buf(&out),
+            Arg::I32(m as i32),
+            Arg::I32(n as i32),
+            Arg::I32(kk as i32),
+        ];
+        args.extend(c.tensor_maps.iter().map(map));
+        let mut names = param_names(&k);
+        names.extend(c.tensor_maps.iter().map(|t| t.name.clone()));
+        let grid = [programs as u64, 1, 1];
+        let bufs = run_ptx(&c.ptx, c.shared_bytes as usize, &names, 4, grid, &args);
+        assert_close(
+            &decode(DType::F32, &bufs[2]),
+            &want,
+            &scale,
+            2e-3,
+            &format!("{mma}"),
+        );
+    }
+}

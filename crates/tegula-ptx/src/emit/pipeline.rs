@@ -101,26 +101,32 @@ struct Pipe {
 /// the scratch buffer ([`Lower::mbarrier_bytes`]). Each slot's barrier completes one phase a
 /// fill: the thread that issues the copies arms it with their bytes (`expect_tx`), the copies
 /// complete it, and every thread waits for the phase with `try_wait.parity` before the
-/// iteration's barrier. The slot read advances one a iteration, so the parity to wait for
-/// flips each time the read slot wraps to slot 0. Fills past the loop's end copy nothing and
-/// arm nothing; no iteration waits for them.
+/// iteration's barrier. Every fill of a slot is waited for once before the slot is filled
+/// again, so the parity a slot's next wait needs is the count of its waits so far, mod 2: a
+/// bit a slot, flipped after each wait, in a register that lives as long as the barriers (a
+/// nest's across its outer loop). Fills past the loop's end copy nothing and arm nothing; no
+/// iteration waits for them.
 ///
 /// ```text
 /// before the loop:   bar.sync; init S barriers (count 1); fence.mbarrier_init; bar.sync
 ///                    for s in 0..S-1: arm barrier s; copy iteration s into slot s
-/// iteration i:       try_wait.parity barrier i mod S, (i / S) & 1; bar.sync
+/// iteration i:       try_wait.parity barrier i mod S, its bit; flip its bit; bar.sync
 ///                    ... arm barrier (i-1) mod S; copy iteration i+S-1 into its slot ...
 /// after the loop:    bar.sync; inval S barriers
 /// ```
+///
+/// A nest's inner loop takes the nest's barriers and bits: the nest initializes them before its
+/// outer loop and invalidates them after it.
 #[derive(Clone, Copy, Debug)]
 struct SlotBarriers {
     /// Shared address of slot 0's barrier.
     first: Reg,
     /// Shared addresses of the barriers of the slot read and the slot written this
-    /// iteration, and the parity the read slot's completes next (loop-carried).
+    /// iteration (loop-carried).
     read: Reg,
     write: Reg,
-    phase: Reg,
+    /// Bit `s`: the parity slot `s`'s next wait needs.
+    phases: Reg,
 }
 
 /// A loop nest pipelined across its outer loop (a persistent matmul's `for tile { for k {
@@ -158,6 +164,8 @@ struct Nest {
     /// The inner loop's [`Pipe::in_flight`].
     in_flight: bool,
     base: Reg,
+    /// The inner loop's slot barriers, when TMA fills some of its slots.
+    bars: Option<SlotBarriers>,
 }
 
 /// The k-step 0 fragments of the loop's one dot, loaded ahead of time (CUTLASS's sm80
@@ -285,7 +293,15 @@ impl Lower<'_> {
             bars: None,
         };
         if let Some(first) = pp.barriers {
-            pipe.bars = Some(self.init_slot_barriers(first, stages));
+            pipe.bars = Some(if nested {
+                let nest = self.pipe.nests.last().expect("the enclosing nest");
+                let nb = nest
+                    .bars
+                    .expect("the nest initialized its inner loop's barriers");
+                self.slot_barriers_at(nb.first, nb.phases, stages)
+            } else {
+                self.init_slot_barriers(first, stages)
+            });
         }
         // The carried addresses start at the first iteration the prologue did not copy.
         let first_refill = if nested {
@@ -360,18 +376,39 @@ impl Lower<'_> {
             vec![],
         );
         self.barrier();
+        let phases = self.imm(RegClass::B32, Arg::Imm(0));
+        self.slot_barriers_at(first, phases, stages)
+    }
+
+    /// The barriers from `first` on with the parities `phases`, read from slot 0 and written
+    /// from slot `S - 1`, as a loop's first iteration needs them.
+    fn slot_barriers_at(&mut self, first: Reg, phases: Reg, stages: u32) -> SlotBarriers {
         let read = self.b.op("mov.u32", RegClass::B32, vec![first.into()]);
         let write = self.b.op(
             "add.s32",
             RegClass::B32,
             vec![first.into(), Arg::Imm(8 * (stages as i64 - 1))],
         );
-        let phase = self.imm(RegClass::B32, Arg::Imm(0));
         SlotBarriers {
             first,
             read,
             write,
-            phase,
+            phases,
+        }
+    }
+
+    /// After the last wait on `bars`: a barrier (every thread is past its wait), then their
+    /// end.
+    fn inval_slot_barriers(&mut self, bars: SlotBarriers, stages: u32) {
+        self.barrier();
+        let thread0 = self.first_thread();
+        for s in 0..stages {
+            self.b.emit_guarded(
+                thread0,
+                false,
+                "mbarrier.inval.shared::cta.b64",
+                vec![Arg::Addr(Box::new(bars.first.into()), 8 * s as i64)],
+            );
         }
     }
 
@@ -540,7 +577,7 @@ impl Lower<'_> {
         }
         if let Some(bars) = pipe.bars {
             let end = bars.first;
-            for (r, flips) in [(bars.read, true), (bars.write, false)] {
+            for r in [bars.read, bars.write] {
                 let next = self
                     .b
                     .op("add.s32", RegClass::B32, vec![r.into(), Arg::Imm(8)]);
@@ -558,17 +595,6 @@ impl Lower<'_> {
                     "selp.b32",
                     vec![r.into(), end.into(), next.into(), wrap.into()],
                 );
-                if flips {
-                    let flip = self.b.op(
-                        "selp.b32",
-                        RegClass::B32,
-                        vec![Arg::Imm(1), Arg::Imm(0), wrap.into()],
-                    );
-                    self.b.emit(
-                        "xor.b32",
-                        vec![bars.phase.into(), bars.phase.into(), flip.into()],
-                    );
-                }
             }
         }
         Ok(())
@@ -579,14 +605,38 @@ impl Lower<'_> {
     /// the next refill overwrites is done (but a `wgmma`'s in flight, see the module doc).
     fn wait_for_slot(&mut self, pipe: &Pipe) {
         if let Some(bars) = pipe.bars {
+            // Slot index (read - first) / 8; its parity bit, flipped once waited.
+            let off = self.b.op(
+                "sub.s32",
+                RegClass::B32,
+                vec![bars.read.into(), bars.first.into()],
+            );
+            let slot = self
+                .b
+                .op("shr.u32", RegClass::B32, vec![off.into(), Arg::Imm(3)]);
+            let shifted = self.b.op(
+                "shr.u32",
+                RegClass::B32,
+                vec![bars.phases.into(), slot.into()],
+            );
+            let parity = self
+                .b
+                .op("and.b32", RegClass::B32, vec![shifted.into(), Arg::Imm(1)]);
             let wait = self.b.new_label("slot_wait");
             self.b.place_label(&wait);
             let done = self.b.op(
                 "mbarrier.try_wait.parity.shared::cta.b64",
                 RegClass::Pred,
-                vec![Arg::Addr(Box::new(bars.read.into()), 0), bars.phase.into()],
+                vec![Arg::Addr(Box::new(bars.read.into()), 0), parity.into()],
             );
             self.b.bra_if(done, true, &wait);
+            let bit = self
+                .b
+                .op("shl.b32", RegClass::B32, vec![Arg::Imm(1), slot.into()]);
+            self.b.emit(
+                "xor.b32",
+                vec![bars.phases.into(), bars.phases.into(), bit.into()],
+            );
         }
         let by_threads = |l: &&PipeLoad| l.tma.is_none();
         if pipe.loads.iter().any(|l| by_threads(&l)) || !pipe.rows.is_empty() {
@@ -638,18 +688,8 @@ impl Lower<'_> {
     pub(crate) fn pipeline_epilogue(&mut self) -> R<()> {
         self.b.emit("cp.async.wait_all", vec![]);
         let pipe = self.pipe.active.pop().expect("a pipeline");
-        if let Some(bars) = pipe.bars {
-            // Every thread is past its last wait before the barriers end.
-            self.barrier();
-            let thread0 = self.first_thread();
-            for s in 0..pipe.stages {
-                self.b.emit_guarded(
-                    thread0,
-                    false,
-                    "mbarrier.inval.shared::cta.b64",
-                    vec![Arg::Addr(Box::new(bars.first.into()), 8 * s as i64)],
-                );
-            }
+        if let (Some(bars), false) = (pipe.bars, pipe.nested) {
+            self.inval_slot_barriers(bars, pipe.stages);
         }
         if pipe.in_flight {
             // The last k-tile's wgmma is still in flight: its accumulator is read next.
@@ -689,17 +729,19 @@ impl Lower<'_> {
         let Some(np) = plan.pipelines.of(for_inst).and_then(|l| l.nest.as_ref()) else {
             return Ok(false);
         };
-        let (inner, loads, rows, stages, slot_bytes, in_flight) = (
+        let (inner, loads, rows, stages, slot_bytes, in_flight, barriers) = (
             np.inner,
             np.pipe.loads.clone(),
             np.pipe.rows.clone(),
             np.pipe.stages,
             np.pipe.slot_bytes,
             np.pipe.in_flight,
+            np.pipe.barriers,
         );
         let body = self.k.insts[for_inst].regions[0];
         let outer_iv = self.k.blocks[body].args[0];
         let base = self.reserve_slots(stages * slot_bytes);
+        let bars = barriers.map(|first| self.init_slot_barriers(first, stages));
         let nest = Nest {
             inner,
             outer_iv,
@@ -713,6 +755,7 @@ impl Lower<'_> {
             slot_bytes,
             in_flight,
             base,
+            bars,
         };
         self.b.comment(format!(
             "loop nest pipelined across the outer loop: {} loads, {stages} stages of {slot_bytes} bytes",
@@ -726,7 +769,10 @@ impl Lower<'_> {
     /// After the outer loop of a nest.
     pub(crate) fn nest_epilogue(&mut self) {
         self.b.emit("cp.async.wait_all", vec![]);
-        self.pipe.nests.pop();
+        let nest = self.pipe.nests.pop().expect("a nest");
+        if let Some(bars) = nest.bars {
+            self.inval_slot_barriers(bars, nest.stages);
+        }
         self.release_slots();
     }
 
@@ -772,7 +818,7 @@ impl Lower<'_> {
             carried: vec![],
             boundary: None,
             nested: true,
-            bars: None,
+            bars: nest.bars,
         };
         self.issue_first_stages(&pipe, lo, step, hi, Some(exists))?;
         Ok(())

@@ -27,7 +27,7 @@
 //!   mask depend on the induction variable and values from outside the loop only, its
 //!   `other` is zero and its accesses are 4, 8 or 16 bytes. Slots that do not fit in the
 //!   shared memory left cost stages (down to 2), then loads.
-//! - **TMA slots** ([`TmaFeed`], loops not in a nest): a streamed load that replaced a
+//! - **TMA slots** ([`TmaFeed`]): a streamed load that replaced a
 //!   tensor descriptor's load TMA can move ([`super::descriptors::Streamable`]) has its slots
 //!   filled by one thread's `cp.async.bulk.tensor` copies, completed on an `mbarrier` per
 //!   slot, instead of every thread's `cp.async`, when its stored rows are a TMA swizzle's
@@ -36,7 +36,8 @@
 //!   holds it (row-major, its 16-byte chunks swizzled by row) and zero-fills outside the
 //!   tensor, as the region's masked load reads; it needs no address or mask registers. The
 //!   loop then crosses no tile boundary with its fragments (the next slot's barrier is
-//!   another's).
+//!   another's). A nest's inner loop takes the rule too: its slots' barriers live across the
+//!   outer loop.
 //! - **row loads** ([`RowLoad`]): a rank-1 word load of the body whose uses broadcast it into
 //!   an mma accumulator (rule *broadcast load* of [`super::layouts`]) rides along in each slot.
 //! - **wgmma slots**: a `wgmma` candidate dot runs on `wgmma` when B (and A unless A comes in
@@ -1113,7 +1114,12 @@ impl Planner<'_, '_> {
             depends_on_ivs_only(k, t.args[0], &ivs, &outer_inside)
                 && (!has_mask || depends_on_ivs_only(k, t.args[1], &ivs, &outer_inside))
         });
-        addrs_ok.then_some(NestPlan { inner, pipe })
+        if !addrs_ok {
+            return None;
+        }
+        let mut pipe = pipe;
+        self.plan_tma_slots(&mut pipe);
+        Some(NestPlan { inner, pipe })
     }
 
     /// Rule *boundary fragments*: the body's only dot, with both operands in this pipeline's
