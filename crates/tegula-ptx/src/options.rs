@@ -68,7 +68,7 @@ pub struct CompileOptions {
     /// (`plan/descriptors.rs`); off, they are masked loads and stores. Off by default until
     /// the copies' shared-memory staging is swizzled: unswizzled, an accumulator's epilogue
     /// through a TMA store has 8-way bank conflicts and measured slower than direct stores
-    /// (BENCHMARKS.md, "Tensor descriptors on TMA"). Loads inside loops that a loop's own
+    /// (BENCHMARKS.md, "Tensor descriptors on TMA"). Loads inside loops that a loop's
     /// pipeline streams fill its slots by TMA either way (rule *TMA slots*: swizzled as the
     /// slots are, no thread copies).
     pub tma: bool,

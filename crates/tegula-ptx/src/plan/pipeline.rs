@@ -827,7 +827,7 @@ impl Planner<'_, '_> {
         ))
     }
 
-    /// Rule *TMA slots* (see the module doc) over a loop's own pipeline.
+    /// Rule *TMA slots* (see the module doc) over a loop's or a nest's pipeline.
     fn plan_tma_slots(&mut self, pipe: &mut PipePlan) {
         if !self.reserved_shared().is_multiple_of(1024) {
             return;
