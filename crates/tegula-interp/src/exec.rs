@@ -652,6 +652,11 @@ impl<'a> Program<'a> {
             Op::Select => ops::select(&*arg(0)?, &*arg(1)?, &*arg(2)?)?,
             Op::Fma => ops::fma(d, &*arg(0)?, &*arg(1)?, &*arg(2)?)?,
             Op::Ternary(op) => ops::ternary(*op, d, &*arg(0)?, &*arg(1)?, &*arg(2)?)?,
+            Op::Rounded { op, mode } => {
+                let xs = (0..op.arity()).map(arg).collect::<OpResult<Vec<_>>>()?;
+                let xs: Vec<&Data> = xs.iter().map(|x| &**x).collect();
+                ops::rounded(*op, *mode, d, &xs)?
+            }
             Op::Cast { rounding } => ops::cast(arg_ty(0).dtype(), d, *rounding, &*arg(0)?)?,
             Op::Bitcast if arg_ty(0).is_ptr() || ty.is_ptr() => {
                 self.ptr_bitcast(arg_ty(0), ty, &*arg(0)?)?

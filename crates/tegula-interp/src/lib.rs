@@ -34,6 +34,7 @@
 
 mod bits;
 mod buffer;
+mod directed;
 mod error;
 mod exec;
 mod math;

@@ -345,6 +345,37 @@ pub(crate) fn select(cond: &Data, a: &Data, b: &Data) -> OpResult {
     }
 }
 
+/// The float op `op(a..)` elementwise, rounded once in direction `mode` (f32 or f64).
+pub(crate) fn rounded(
+    op: tegula_ir::RoundedOp,
+    mode: tegula_ir::RoundMode,
+    d: DType,
+    args: &[&Data],
+) -> OpResult {
+    let mut cols: Vec<&[f64]> = Vec::new();
+    for a in args {
+        match a {
+            Data::F(v) => cols.push(v),
+            _ => return invalid(format!("{} needs float operands", op.name())),
+        }
+    }
+    let n = cols[0].len();
+    if cols.iter().any(|c| c.len() != n) {
+        return invalid(format!("{} operands of unequal lengths", op.name()));
+    }
+    let mut x = [0.0; 3];
+    Ok(Data::F(
+        (0..n)
+            .map(|i| {
+                for (k, c) in cols.iter().enumerate() {
+                    x[k] = c[i];
+                }
+                crate::directed::rounded(op, mode, d, &x[..cols.len()])
+            })
+            .collect(),
+    ))
+}
+
 /// The integer op `op(a, b, c)` elementwise; operands and result of dtype `d`.
 pub(crate) fn ternary(op: TernaryOp, d: DType, a: &Data, b: &Data, c: &Data) -> OpResult {
     let (Data::I(a), Data::I(b), Data::I(c)) = (a, b, c) else {

@@ -434,6 +434,74 @@ pub enum Rounding {
     TowardZero,
 }
 
+/// An IEEE 754 rounding direction of [`Op::Rounded`] (libdevice's `_rn`, `_rz`, `_rd`, `_ru`;
+/// PTX `.rn`, `.rz`, `.rm`, `.rp`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum RoundMode {
+    /// To nearest, ties to even.
+    Rn,
+    /// Toward zero.
+    Rz,
+    /// Down, toward -inf.
+    Rd,
+    /// Up, toward +inf.
+    Ru,
+}
+
+impl RoundMode {
+    /// libdevice's suffix: `rn`, `rz`, `rd`, `ru`.
+    pub fn name(self) -> &'static str {
+        match self {
+            RoundMode::Rn => "rn",
+            RoundMode::Rz => "rz",
+            RoundMode::Rd => "rd",
+            RoundMode::Ru => "ru",
+        }
+    }
+}
+
+/// The correctly rounded float ops of [`Op::Rounded`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum RoundedOp {
+    /// `(a, b)`: `a + b`.
+    Add,
+    /// `(a, b)`: `a - b`.
+    Sub,
+    /// `(a, b)`: `a * b`.
+    Mul,
+    /// `(a, b)`: `a / b`.
+    Div,
+    /// `(a, b, c)`: `a * b + c`.
+    Fma,
+    /// `(a)`: the square root.
+    Sqrt,
+    /// `(a)`: `1 / a`.
+    Rcp,
+}
+
+impl RoundedOp {
+    pub fn name(self) -> &'static str {
+        match self {
+            RoundedOp::Add => "add",
+            RoundedOp::Sub => "sub",
+            RoundedOp::Mul => "mul",
+            RoundedOp::Div => "div",
+            RoundedOp::Fma => "fma",
+            RoundedOp::Sqrt => "sqrt",
+            RoundedOp::Rcp => "rcp",
+        }
+    }
+
+    /// The number of operands.
+    pub fn arity(self) -> usize {
+        match self {
+            RoundedOp::Sqrt | RoundedOp::Rcp => 1,
+            RoundedOp::Fma => 3,
+            _ => 2,
+        }
+    }
+}
+
 /// Reduction (and scan) combiners.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum ReduceOp {
@@ -642,6 +710,9 @@ pub enum Op {
     Fma,
     /// `(a, b, c) -> d`, all one integer type.
     Ternary(TernaryOp),
+    /// `(a[, b[, c]]) -> d`, all one f32 or f64 type: the exact result of `op` rounded once in
+    /// direction `mode` (IEEE 754), on every backend.
+    Rounded { op: RoundedOp, mode: RoundMode },
     /// `(x) -> y`: value conversion to the result's dtype. Float to int truncates toward zero
     /// and saturates; `rounding` applies to float results that lose precision.
     Cast { rounding: Rounding },
@@ -771,6 +842,7 @@ impl Op {
                 | Op::Select
                 | Op::Fma
                 | Op::Ternary(_)
+                | Op::Rounded { .. }
                 | Op::Cast { .. }
                 | Op::Bitcast
                 | Op::AddPtr
@@ -800,6 +872,7 @@ impl Op {
             Op::Select => "select".into(),
             Op::Fma => "fma".into(),
             Op::Ternary(t) => t.name().into(),
+            Op::Rounded { op, mode } => format!("{}.{}", op.name(), mode.name()),
             Op::Cast { .. } => "cast".into(),
             Op::Bitcast => "bitcast".into(),
             Op::AddPtr => "addptr".into(),

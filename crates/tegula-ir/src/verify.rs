@@ -274,6 +274,11 @@ fn signature(op: &Op) -> Signature {
         Op::Gather { .. } => fixed("(src, index)", 2, 1),
         Op::Select => fixed("(cond, a, b)", 3, 1),
         Op::Fma | Op::Ternary(_) => fixed("(a, b, c)", 3, 1),
+        Op::Rounded { op, .. } => match op.arity() {
+            1 => fixed("(a)", 1, 1),
+            2 => fixed("(a, b)", 2, 1),
+            _ => fixed("(a, b, c)", 3, 1),
+        },
         Op::AddPtr => fixed("(ptr, offset)", 2, 1),
         Op::Load {
             has_mask,
@@ -899,6 +904,18 @@ impl Check<'_> {
                 self.same_types(&[1, 2], true)?;
                 let expected = i1_of(self.res(0));
                 self.expect_arg(0, expected, "condition (i1 of the result's shape)")
+            }
+            Rounded { op, .. } => {
+                let all: Vec<usize> = (0..op.arity()).collect();
+                self.same_types(&all, true)?;
+                let d = self.arg(0).dtype();
+                if self.arg(0).is_ptr() || !matches!(d, DType::F32 | DType::F64) {
+                    return self.fail(format!(
+                        "`{name}` needs f32 or f64 operands, got {}",
+                        self.arg(0)
+                    ));
+                }
+                Ok(())
             }
             Ternary(op) => {
                 self.same_types(&[0, 1, 2], true)?;

@@ -4,8 +4,8 @@
 use tegula_ir::prelude::*;
 use tegula_ir::verify::verify;
 use tegula_ir::{
-    BinaryOp, CmpOp, Constant, Inst, Kernel, Loc, Op, ReduceOp, Shape, TernaryOp, TileType,
-    UnaryOp, Value,
+    BinaryOp, CmpOp, Constant, Inst, Kernel, Loc, Op, ReduceOp, RoundMode, RoundedOp, Shape,
+    TernaryOp, TileType, UnaryOp, Value,
 };
 
 fn loc(line: u32) -> Loc {
@@ -261,6 +261,36 @@ fn integer_intrinsics_of_other_widths_or_floats() {
         2,
     );
     assert_rejects(&k, p, "sad", 2, &["takes 3 operands (a, b, c), but has 2"]);
+}
+
+#[test]
+fn directed_rounding_needs_f32_or_f64() {
+    let mut k = Kernel::new("add_rz");
+    let a = constant(&mut k, scalar(DType::F16), 1);
+    let (r, _) = op(
+        &mut k,
+        Op::Rounded {
+            op: RoundedOp::Add,
+            mode: RoundMode::Rz,
+        },
+        &[a, a],
+        scalar(DType::F16),
+        2,
+    );
+    assert_rejects(&k, r, "add.rz", 2, &["needs f32 or f64 operands, got f16"]);
+    let mut k = Kernel::new("sqrt_ru");
+    let a = constant(&mut k, scalar(DType::F32), 1);
+    let (r, _) = op(
+        &mut k,
+        Op::Rounded {
+            op: RoundedOp::Sqrt,
+            mode: RoundMode::Ru,
+        },
+        &[a, a],
+        scalar(DType::F32),
+        2,
+    );
+    assert_rejects(&k, r, "sqrt.ru", 2, &["takes 1 operand (a), but has 2"]);
 }
 
 #[test]

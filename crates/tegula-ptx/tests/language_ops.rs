@@ -262,3 +262,33 @@ fn integer_intrinsics_assemble() {
         }
     }
 }
+
+/// The directed-rounding arithmetic of f32 and f64 assembles for sm_80 and sm_90a as one PTX
+/// instruction each, in its direction.
+#[test]
+fn directed_rounding_assembles() {
+    for dt in [DType::F32, DType::F64] {
+        let k = trace(&format!("directed_{dt}"), |p| {
+            let (x, y, out) = (p.ptr("x", dt), p.ptr("y", dt), p.ptr("out", dt));
+            let o = program_id(0) * 128 + arange(0, 128);
+            let (a, b) = (load_unmasked(x + o), load_unmasked(y + o));
+            let mut acc = add_rn(a, b) + add_rz(a, b) + add_rd(a, b) + add_ru(a, b);
+            acc += sub_rn(a, b) + sub_rz(a, b) + sub_rd(a, b) + sub_ru(a, b);
+            acc += mul_rn(a, b) + mul_rz(a, b) + mul_rd(a, b) + mul_ru(a, b);
+            acc += div_rn(a, b) + div_rz(a, b) + div_rd(a, b) + div_ru(a, b);
+            acc += fma_rn(a, b, acc) + fma_rz(a, b, acc) + fma_rd(a, b, acc) + fma_ru(a, b, acc);
+            acc += sqrt_rn(a) + sqrt_rz(a) + sqrt_rd(a) + sqrt_ru(b);
+            acc += rcp_rn(a) + rcp_rz(a) + rcp_rd(a) + rcp_ru(b);
+            store_unmasked(out + o, acc);
+        })
+        .unwrap();
+        let ptx = assemble(&format!("directed_{dt}"), &k);
+        let t = if dt == DType::F32 { "f32" } else { "f64" };
+        for op in ["add", "sub", "mul", "div", "fma", "sqrt", "rcp"] {
+            for m in ["rn", "rz", "rm", "rp"] {
+                let ins = format!("{op}.{m}.{t}");
+                assert!(ptx.contains(&ins), "{ins} missing");
+            }
+        }
+    }
+}

@@ -3,7 +3,8 @@
 //! all f32 bit patterns (and f16 samples), Philox
 //! random numbers (4x32 and 4x64), the integer intrinsics (`clz`, `popc`, `brev`, `ffs`,
 //! `mulhi`, `hadd`, `rhadd`, `uhadd`, `urhadd`, `sad`, `usad`, `mul24`, `umul24`, `byte_perm`)
-//! on i32, u32, i64 and u64, the rounding family, pointer round trips and a barrier.
+//! on i32, u32, i64 and u64, the directed-rounding arithmetic (`add_rz`, .., `rcp_ru`) on f32
+//! and f64, the rounding family, pointer round trips and a barrier.
 //!
 //!     cargo run --release -p tegula --example language_gpu_check
 //!
@@ -225,6 +226,110 @@ fn int_ops<T: Element + PartialEq + std::fmt::Debug>(
     Ok(failed)
 }
 
+/// libdevice's directed-rounding arithmetic on f32 or f64: `which` is 4 op + mode, the ops
+/// add, sub, mul, div, fma, sqrt, rcp and the modes rn, rz, rd, ru.
+#[tegula::kernel]
+fn rounded_op<T: Element>(
+    x: Ptr<T>,
+    z: Ptr<T>,
+    w: Ptr<T>,
+    y: Ptr<T>,
+    n: i32,
+    #[constexpr] which: u32,
+) {
+    let offs = program_id(0) * 256 + arange(0, 256);
+    let mask = offs.lt(n);
+    let (a, b, c) = (
+        load(x + offs, mask, 0.0),
+        load(z + offs, mask, 0.0),
+        load(w + offs, mask, 0.0),
+    );
+    let r = match which {
+        0 => add_rn(a, b),
+        1 => add_rz(a, b),
+        2 => add_rd(a, b),
+        3 => add_ru(a, b),
+        4 => sub_rn(a, b),
+        5 => sub_rz(a, b),
+        6 => sub_rd(a, b),
+        7 => sub_ru(a, b),
+        8 => mul_rn(a, b),
+        9 => mul_rz(a, b),
+        10 => mul_rd(a, b),
+        11 => mul_ru(a, b),
+        12 => div_rn(a, b),
+        13 => div_rz(a, b),
+        14 => div_rd(a, b),
+        15 => div_ru(a, b),
+        16 => fma_rn(a, b, c),
+        17 => fma_rz(a, b, c),
+        18 => fma_rd(a, b, c),
+        19 => fma_ru(a, b, c),
+        20 => sqrt_rn(a),
+        21 => sqrt_rz(a),
+        22 => sqrt_rd(a),
+        23 => sqrt_ru(a),
+        24 => rcp_rn(a),
+        25 => rcp_rz(a),
+        26 => rcp_rd(a),
+        _ => rcp_ru(a),
+    };
+    store(y + offs, r, mask);
+}
+
+/// Every directed op of `rounded_op` on `gpu` and `cpu` over `xs`, `zs`, `ws` (bit for bit,
+/// any NaN for any NaN); returns the number of differing elements.
+fn rounded_ops<T: Element + Copy + std::fmt::Debug>(
+    gpu: &Device,
+    cpu: &Device,
+    cols: [&[T]; 3],
+    bits: fn(T) -> u64,
+    nan: fn(T) -> bool,
+) -> tegula::Result<usize> {
+    let n = cols[0].len();
+    let ops = ["add", "sub", "mul", "div", "fma", "sqrt", "rcp"];
+    let mut failed = 0;
+    for which in 0..28u32 {
+        let name = format!(
+            "{}_{}",
+            ops[which as usize / 4],
+            ["rn", "rz", "rd", "ru"][which as usize % 4]
+        );
+        let mut out = Vec::new();
+        for dev in [gpu, cpu] {
+            let x = dev.from_slice(cols[0], [n])?;
+            let z = dev.from_slice(cols[1], [n])?;
+            let w = dev.from_slice(cols[2], [n])?;
+            let y = dev.empty::<T>([n])?;
+            rounded_op::launch(
+                dev,
+                (n as u32).div_ceil(256),
+                &x,
+                &z,
+                &w,
+                &y,
+                n as i32,
+                which,
+            )?;
+            out.push(y.to_vec()?);
+        }
+        let same =
+            |i: usize| bits(out[0][i]) == bits(out[1][i]) || (nan(out[0][i]) && nan(out[1][i]));
+        let bad = (0..n).filter(|&i| !same(i)).count();
+        let first = (0..n).find(|&i| !same(i));
+        println!(
+            "{} {name}: {n} elements, {bad} differ{}",
+            std::any::type_name::<T>(),
+            first.map_or(String::new(), |i| format!(
+                " (first ({:?}, {:?}, {:?}): gpu {:?} cpu {:?})",
+                cols[0][i], cols[1][i], cols[2][i], out[0][i], out[1][i]
+            ))
+        );
+        failed += bad;
+    }
+    Ok(failed)
+}
+
 #[tegula::kernel]
 fn pointers(x: Ptr<f32>, y: Ptr<f32>, d: Ptr<i64>) {
     let o = arange(0, 256);
@@ -428,6 +533,48 @@ fn main() -> tegula::Result<()> {
     failed += int_ops(&gpu, &cpu, &pats, |b| b as u32)?;
     failed += int_ops(&gpu, &cpu, &pats, |b| b as i64)?;
     failed += int_ops(&gpu, &cpu, &pats, |b| b)?;
+    // Directed roundings: a stride through the f32 patterns, the second and third operands
+    // near the first (cancellation, ties of sums) or anywhere; f64 from their bits and scaled.
+    let mut d32: [Vec<f32>; 3] = [Vec::new(), Vec::new(), Vec::new()];
+    let mut bits = 0u32;
+    let mut k = 0u32;
+    while let Some(next) = bits.checked_add(40_009) {
+        let x = f32::from_bits(bits);
+        let y = match k % 4 {
+            0 => -x * (1.0 + f32::EPSILON * (k % 7) as f32),
+            1 => f32::from_bits((x.to_bits() & 0xff80_0000).wrapping_sub(12 << 23)),
+            _ => f32::from_bits(bits.rotate_left(11) ^ k),
+        };
+        let w = f32::from_bits(bits.wrapping_mul(2_654_435_761));
+        d32[0].push(x);
+        d32[1].push(y);
+        d32[2].push(if k.is_multiple_of(3) { -(x * y) } else { w });
+        bits = next;
+        k += 1;
+    }
+    let d32r = [&d32[0][..], &d32[1][..], &d32[2][..]];
+    failed += rounded_ops(&gpu, &cpu, d32r, |x| x.to_bits() as u64, f32::is_nan)?;
+    let d64: Vec<Vec<f64>> = (0..3)
+        .map(|c| {
+            d32[c]
+                .iter()
+                .enumerate()
+                .map(|(i, &x)| {
+                    let v = x as f64 * (1.0 + f64::EPSILON * (i % 5) as f64);
+                    match i % 5 {
+                        0 => {
+                            f64::from_bits((x.to_bits() as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15))
+                        }
+                        1 => v * 1e-300,
+                        2 => v * 1e290,
+                        _ => v,
+                    }
+                })
+                .collect()
+        })
+        .collect();
+    let d64r = [&d64[0][..], &d64[1][..], &d64[2][..]];
+    failed += rounded_ops(&gpu, &cpu, d64r, f64::to_bits, f64::is_nan)?;
     let x = gpu.from_slice(&vec![1.0f32; 256], [256])?;
     let y = gpu.empty::<f32>([256])?;
     let d = gpu.empty::<i64>([256])?;

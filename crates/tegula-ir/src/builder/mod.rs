@@ -15,6 +15,7 @@ mod indexing;
 mod math;
 mod ops;
 mod random;
+mod rounded;
 mod tile;
 
 pub use bits::*;
@@ -29,6 +30,7 @@ pub use indexing::*;
 pub use math::*;
 pub use ops::*;
 pub use random::*;
+pub use rounded::*;
 pub use tile::{IntoOperand, Operand, Tile};
 
 use crate::dtype::DType;

@@ -143,6 +143,7 @@ fn invariant(k: &Kernel, body: Block, inside: &crate::fast_hash::HashSet<Value>,
             | Op::Select
             | Op::Fma
             | Op::Ternary(_)
+            | Op::Rounded { .. }
             | Op::MultipleOf { .. }
             | Op::MaxContiguous { .. }
             | Op::MaxConstancy { .. }

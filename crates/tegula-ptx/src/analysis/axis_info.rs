@@ -278,7 +278,8 @@ impl AxisAnalysis {
             | Op::Cast { .. }
             | Op::Bitcast
             | Op::Fma
-            | Op::Ternary(_) => {
+            | Op::Ternary(_)
+            | Op::Rounded { .. } => {
                 // Float values: only constancy survives.
                 let mut c = arg(0).constancy;
                 for i in 1..d.args.len() {

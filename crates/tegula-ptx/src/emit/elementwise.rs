@@ -7,7 +7,8 @@ use super::{Lower, Vals, R};
 use crate::layout::Layout;
 use crate::ptx::{Arg, Reg, RegClass, Ty};
 use tegula_ir::{
-    BinaryOp, CmpOp, Constant, DType, Elem, Op, Rounding, TernaryOp, UnaryOp, Value, ValueDef,
+    BinaryOp, CmpOp, Constant, DType, Elem, Op, RoundMode, Rounding, TernaryOp, UnaryOp, Value,
+    ValueDef,
 };
 
 /// The PTX opcode of a binary op on an arithmetic type, where one instruction does it.
@@ -242,6 +243,30 @@ impl Lower<'_> {
                             vec![x.into(), y.into(), z.into()],
                         );
                         self.narrow(dt, r, Rounding::NearestEven)
+                    })
+                    .collect())
+            }
+            // One IEEE instruction in the rounding direction, f32 or f64 (no `.ftz`).
+            Op::Rounded { op, mode } => {
+                let dt = ty.dtype();
+                let t = arith_ty(dt);
+                if !matches!(t, Ty::F32 | Ty::F64) || !matches!(dt, DType::F32 | DType::F64) {
+                    return Err(self.unsupported(format!("`{}` on {dt}", d.op.name())));
+                }
+                let m = match mode {
+                    RoundMode::Rn => "rn",
+                    RoundMode::Rz => "rz",
+                    RoundMode::Rd => "rm",
+                    RoundMode::Ru => "rp",
+                };
+                let opc = format!("{}.{m}{t}", op.name());
+                let args: Vec<Vals> = (0..op.arity())
+                    .map(|i| self.get(d.args[i], l))
+                    .collect::<R<_>>()?;
+                Ok((0..n)
+                    .map(|i| {
+                        let xs = args.iter().map(|a| a[i].into()).collect();
+                        self.b.op(opc.clone(), arith_class(dt), xs)
                     })
                     .collect())
             }
