@@ -95,6 +95,41 @@ impl Sum {
     }
 }
 
+/// Subtracts the exact value of `add`, `sub`, `mul` or `fma` from `s` (its terms negated);
+/// the other ops' values are not sums of products, and their callers compare them otherwise.
+fn subtract_value(s: &mut Sum, op: RoundedOp, a: &[f64]) {
+    match op {
+        RoundedOp::Add | RoundedOp::Sub => {
+            s.float(true, a[0], 0);
+            s.float(op == RoundedOp::Add, a[1], 0);
+        }
+        RoundedOp::Mul => s.product(true, a[0], a[1]),
+        RoundedOp::Fma => {
+            s.product(true, a[0], a[1]);
+            s.float(true, a[2], 0);
+        }
+        RoundedOp::Div | RoundedOp::Rcp | RoundedOp::Sqrt => {}
+    }
+}
+
+/// The numerator and denominator of `div` (`a[0] / a[1]`) or `rcp` (`1 / a[0]`).
+fn quotient(op: RoundedOp, a: &[f64]) -> (f64, f64) {
+    if op == RoundedOp::Div {
+        (a[0], a[1])
+    } else {
+        (1.0, a[0])
+    }
+}
+
+/// The sign of `s` times `d`'s: a comparison with `n / d` made by multiplying through by `d`.
+fn times_sign_of(s: &Sum, d: f64) -> Ordering {
+    if d < 0.0 {
+        s.sign().reverse()
+    } else {
+        s.sign()
+    }
+}
+
 /// `x - v` for a finite candidate `x`, as an ordering (`x` against the exact value `v`).
 fn compare(op: RoundedOp, a: &[f64], x: f64) -> Ordering {
     if x.is_infinite() {
@@ -106,34 +141,16 @@ fn compare(op: RoundedOp, a: &[f64], x: f64) -> Ordering {
     }
     let mut s = Sum::new();
     match op {
-        RoundedOp::Add | RoundedOp::Sub => {
+        RoundedOp::Add | RoundedOp::Sub | RoundedOp::Mul | RoundedOp::Fma => {
             s.float(false, x, 0);
-            s.float(true, a[0], 0);
-            s.float(op == RoundedOp::Add, a[1], 0);
-        }
-        RoundedOp::Mul => {
-            s.float(false, x, 0);
-            s.product(true, a[0], a[1]);
-        }
-        RoundedOp::Fma => {
-            s.float(false, x, 0);
-            s.product(true, a[0], a[1]);
-            s.float(true, a[2], 0);
+            subtract_value(&mut s, op, a);
         }
         // x - n / d has the sign of (x d - n) d.
         RoundedOp::Div | RoundedOp::Rcp => {
-            let (n, d) = if op == RoundedOp::Div {
-                (a[0], a[1])
-            } else {
-                (1.0, a[0])
-            };
+            let (n, d) = quotient(op, a);
             s.product(false, x, d);
             s.float(true, n, 0);
-            return if d < 0.0 {
-                s.sign().reverse()
-            } else {
-                s.sign()
-            };
+            return times_sign_of(&s, d);
         }
         // x - sqrt(a) for x >= 0 has the sign of x^2 - a.
         RoundedOp::Sqrt => {
@@ -154,34 +171,19 @@ fn compare_mid(op: RoundedOp, a: &[f64], lo: f64, hi: f64, big: f64) -> Ordering
     let mut s = Sum::new();
     s.float(false, fin(lo), -1);
     s.float(false, fin(hi), -1);
-    // The exact value's terms, subtracted: compare(op, a, 0) = 0 - v's sign, so build them
-    // again here.
     match op {
-        RoundedOp::Add | RoundedOp::Sub => {
-            s.float(true, a[0], 0);
-            s.float(op == RoundedOp::Add, a[1], 0);
-        }
-        RoundedOp::Mul => s.product(true, a[0], a[1]),
-        RoundedOp::Fma => {
-            s.product(true, a[0], a[1]);
-            s.float(true, a[2], 0);
+        RoundedOp::Add | RoundedOp::Sub | RoundedOp::Mul | RoundedOp::Fma => {
+            subtract_value(&mut s, op, a);
+            s.sign()
         }
         RoundedOp::Div | RoundedOp::Rcp => {
-            let (n, d) = if op == RoundedOp::Div {
-                (a[0], a[1])
-            } else {
-                (1.0, a[0])
-            };
+            let (n, d) = quotient(op, a);
             // mid - n/d has the sign of (lo d + hi d)/2 - n, times d's.
             let mut t = Sum::new();
             t.product_k(false, fin(lo), d, -1);
             t.product_k(false, fin(hi), d, -1);
             t.float(true, n, 0);
-            return if d < 0.0 {
-                t.sign().reverse()
-            } else {
-                t.sign()
-            };
+            times_sign_of(&t, d)
         }
         RoundedOp::Sqrt => {
             // mid >= 0 here; mid^2 - a, with mid = (lo + hi) / 2 exactly.
@@ -191,10 +193,9 @@ fn compare_mid(op: RoundedOp, a: &[f64], lo: f64, hi: f64, big: f64) -> Ordering
             t.product_k(false, hi, hi, -2);
             t.product_k(false, lo, hi, -1);
             t.float(true, a[0], 0);
-            return t.sign();
+            t.sign()
         }
     }
-    s.sign()
 }
 
 /// The native round-to-nearest result (the starting point, and the exact result where an
@@ -347,30 +348,16 @@ fn overflow_mid(op: RoundedOp, a: &[f64], lo: f64, hi: f64) -> Ordering {
     // 2^1024 - 2^970 = (2^54 - 1) 2^970.
     let thr = (1u128 << 54) - 1;
     match op {
-        RoundedOp::Add | RoundedOp::Sub => {
-            s.float(true, a[0], 0);
-            s.float(op == RoundedOp::Add, a[1], 0);
-        }
-        RoundedOp::Mul => s.product(true, a[0], a[1]),
-        RoundedOp::Fma => {
-            s.product(true, a[0], a[1]);
-            s.float(true, a[2], 0);
+        RoundedOp::Add | RoundedOp::Sub | RoundedOp::Mul | RoundedOp::Fma => {
+            subtract_value(&mut s, op, a);
         }
         RoundedOp::Div | RoundedOp::Rcp => {
-            let (n, d) = if op == RoundedOp::Div {
-                (a[0], a[1])
-            } else {
-                (1.0, a[0])
-            };
+            let (n, d) = quotient(op, a);
             // t d - n, with t = (2^54 - 1) 2^970 and d = m 2^e.
             let (nd, md, ed) = parts(d);
             s.term(neg ^ nd, thr * md as u128, 970 + ed);
             s.float(true, n, 0);
-            return if d < 0.0 {
-                s.sign().reverse()
-            } else {
-                s.sign()
-            };
+            return times_sign_of(&s, d);
         }
         // A square root never overflows.
         RoundedOp::Sqrt => return Ordering::Greater,
