@@ -162,8 +162,24 @@ fn simulate(dt: DType, mma: MmaChoice, (bm, bn, bk): (usize, usize, usize), stag
     let c = compiled(&k, mma, 4, stages);
     let l = &c.report.loops[0];
     assert_eq!(l.on_tma.len(), 2, "{what}: {l:?}\n{}", c.report);
-    let av = values(m * kk, 5);
-    let bv = values(kk * n, 6);
+    let grid = [m.div_ceil(bm) as u64, n.div_ceil(bn) as u64, 1];
+    check_product(&k, &c, (m, n, kk), grid, 5, &what);
+}
+
+/// Runs a compiled `C = A B` kernel of [`desc_matmul`]'s signature (A `[m, k]`, B `[k, n]`
+/// f16 through tensor maps, C f32) over `grid` on the simulator, on fresh values (`seed`),
+/// and checks C against float64.
+fn check_product(
+    k: &Kernel,
+    c: &Compiled,
+    (m, n, kk): (usize, usize, usize),
+    grid: [u64; 3],
+    seed: u64,
+    what: &str,
+) {
+    let dt = DType::F16;
+    let av = values(m * kk, seed);
+    let bv = values(kk * n, seed + 1);
     let (want, scale) = matmul_reference(dt, &av, &bv, (m, n, kk));
     let (ab, bb) = (encode(dt, &av), encode(dt, &bv));
     let out = vec![0u8; m * n * 4];
@@ -184,7 +200,8 @@ fn simulate(dt: DType, mma: MmaChoice, (bm, bn, bk): (usize, usize, usize), stag
                 0 => TmaSwizzle::None,
                 32 => TmaSwizzle::B32,
                 64 => TmaSwizzle::B64,
-                _ => TmaSwizzle::B128,
+                128 => TmaSwizzle::B128,
+                other => panic!("{what}: a swizzle of {other} bytes"),
             },
         })
     };
@@ -197,12 +214,10 @@ fn simulate(dt: DType, mma: MmaChoice, (bm, bn, bk): (usize, usize, usize), stag
         Arg::I32(kk as i32),
     ];
     args.extend(c.tensor_maps.iter().map(map));
-    let mut names = param_names(&k);
+    let mut names = param_names(k);
     names.extend(c.tensor_maps.iter().map(|t| t.name.clone()));
-    let grid = [m.div_ceil(bm) as u64, n.div_ceil(bn) as u64, 1];
     let bufs = run_ptx(&c.ptx, c.shared_bytes as usize, &names, 4, grid, &args);
-    let got = decode(DType::F32, &bufs[2]);
-    assert_close(&got, &want, &scale, 2e-3, &what);
+    assert_close(&decode(DType::F32, &bufs[2]), &want, &scale, 2e-3, what);
 }
 
 /// Two TMA-fed k-loops inside an outer loop over two column tiles: each run of a loop
@@ -247,46 +262,14 @@ fn tma_slots_of_loops_run_again_and_again() {
     let on_tma: usize = c.report.loops.iter().map(|l| l.on_tma.len()).sum();
     assert_eq!(on_tma, 4, "{}", c.report);
     let (m, n, kk) = (bm + 3, 4 * bn - 16, 4 * bk);
-    let av = values(m * kk, 8);
-    let bv = values(kk * n, 9);
-    let (want, scale) = matmul_reference(dt, &av, &bv, (m, n, kk));
-    let (ab, bb) = (encode(dt, &av), encode(dt, &bv));
-    let out = vec![0u8; m * n * 4];
-    let map = |t: &tegula_ptx::plan::descriptors::TensorMapAbi| {
-        let (dims, stride) = if t.base == 0 {
-            ([kk, m], kk)
-        } else {
-            ([n, kk], n)
-        };
-        Arg::TensorMap(TensorMapArg {
-            buf: t.base,
-            byte_offset: 0,
-            elem_bytes: 2,
-            dims: [dims[0] as u64, dims[1] as u64],
-            row_stride_bytes: (stride * 2) as u64,
-            box_dims: t.box_dims,
-            swizzle: match t.swizzle {
-                32 => TmaSwizzle::B32,
-                64 => TmaSwizzle::B64,
-                128 => TmaSwizzle::B128,
-                _ => TmaSwizzle::None,
-            },
-        })
-    };
-    let mut args = vec![
-        Arg::Buf(&ab),
-        Arg::Buf(&bb),
-        Arg::Buf(&out),
-        Arg::I32(m as i32),
-        Arg::I32(n as i32),
-        Arg::I32(kk as i32),
-    ];
-    args.extend(c.tensor_maps.iter().map(map));
-    let mut names = param_names(&k);
-    names.extend(c.tensor_maps.iter().map(|t| t.name.clone()));
-    let grid = [m.div_ceil(bm) as u64, 2, 1];
-    let bufs = run_ptx(&c.ptx, c.shared_bytes as usize, &names, 4, grid, &args);
-    assert_close(&decode(DType::F32, &bufs[2]), &want, &scale, 2e-3, "twice");
+    check_product(
+        &k,
+        &c,
+        (m, n, kk),
+        [m.div_ceil(bm) as u64, 2, 1],
+        8,
+        "twice",
+    );
 }
 
 /// A persistent matmul (tutorial 09's descriptor kernel's shape): each program walks tiles
@@ -332,51 +315,7 @@ fn tma_slots_in_a_nest_pipelined_across_the_tile_loop() {
         assert_eq!(c.report.loops[1].on_tma.len(), 2, "{}", c.report);
         // 3 x 2 tiles over 2 programs: three tiles each, k in 3 steps (the last ragged).
         let (m, n, kk) = (3 * bm - 5, 2 * bn - 16, 3 * bk - 16);
-        let av = values(m * kk, 12);
-        let bv = values(kk * n, 13);
-        let (want, scale) = matmul_reference(dt, &av, &bv, (m, n, kk));
-        let (ab, bb) = (encode(dt, &av), encode(dt, &bv));
-        let out = vec![0u8; m * n * 4];
-        let map = |t: &tegula_ptx::plan::descriptors::TensorMapAbi| {
-            let (dims, stride) = if t.base == 0 {
-                ([kk, m], kk)
-            } else {
-                ([n, kk], n)
-            };
-            Arg::TensorMap(TensorMapArg {
-                buf: t.base,
-                byte_offset: 0,
-                elem_bytes: 2,
-                dims: [dims[0] as u64, dims[1] as u64],
-                row_stride_bytes: (stride * 2) as u64,
-                box_dims: t.box_dims,
-                swizzle: match t.swizzle {
-                    32 => TmaSwizzle::B32,
-                    64 => TmaSwizzle::B64,
-                    128 => TmaSwizzle::B128,
-                    _ => TmaSwizzle::None,
-                },
-            })
-        };
-        let mut args = vec![
-            Arg::Buf(&ab),
-            Arg::Buf(&bb),
-            Arg::Buf(&out),
-            Arg::I32(m as i32),
-            Arg::I32(n as i32),
-            Arg::I32(kk as i32),
-        ];
-        args.extend(c.tensor_maps.iter().map(map));
-        let mut names = param_names(&k);
-        names.extend(c.tensor_maps.iter().map(|t| t.name.clone()));
         let grid = [programs as u64, 1, 1];
-        let bufs = run_ptx(&c.ptx, c.shared_bytes as usize, &names, 4, grid, &args);
-        assert_close(
-            &decode(DType::F32, &bufs[2]),
-            &want,
-            &scale,
-            2e-3,
-            &format!("{mma}"),
-        );
+        check_product(&k, &c, (m, n, kk), grid, 12, &format!("{mma}"));
     }
 }
