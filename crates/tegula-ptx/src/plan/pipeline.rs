@@ -700,6 +700,9 @@ impl Planner<'_, '_> {
         let mut offset = 0u32;
         let body_insts: HashSet<Inst> = k.blocks[body].insts.iter().copied().collect();
         let mut any_dot = false;
+        // Loads rule *TMA slots* may take (decided after the wgmma slots): their stages are
+        // placed at its alignment.
+        let mut tma_candidates: HashSet<Inst> = HashSet::default();
         for &dot in &k.blocks[body].insts {
             if !matches!(k.insts[dot].op, Op::Dot { .. }) {
                 continue;
@@ -758,8 +761,17 @@ impl Planner<'_, '_> {
                     panel_major: false,
                 };
                 // wgmma's swizzle, and TMA's, are anchored at 1024-byte boundaries.
-                let on_tma = self.descriptors.streamable.contains_key(&li);
-                let align = if plan.wgmma || on_tma { 1024 } else { 128 };
+                let row_bytes = stage.cols * stage.kind.elem_bytes();
+                let tma_span = matches!(row_bytes, 32 | 64 | 128)
+                    || (plan.wgmma && row_bytes.is_multiple_of(128));
+                if tma_span && self.descriptors.streamable.contains_key(&li) {
+                    tma_candidates.insert(li);
+                }
+                let align = if plan.wgmma || tma_candidates.contains(&li) {
+                    1024
+                } else {
+                    128
+                };
                 offset += stage.bytes().div_ceil(align) * align;
                 loads.push(PipeLoad {
                     inst: li,
@@ -806,9 +818,7 @@ impl Planner<'_, '_> {
                 .insts
                 .iter()
                 .any(|&i| self.mma_plan(i).is_some_and(|p| p.wgmma))
-                || loads
-                    .iter()
-                    .any(|l| self.descriptors.streamable.contains_key(&l.inst)));
+                || loads.iter().any(|l| tma_candidates.contains(&l.inst)));
         if wgmma_slots && stages * slot_bytes.next_multiple_of(1024) <= room {
             slot_bytes = slot_bytes.next_multiple_of(1024);
         }
