@@ -10,7 +10,7 @@
 //! f64.
 
 use super::types::class_of;
-use super::{Lower, R};
+use super::{Lower, Vals, R};
 use crate::layout::Layout;
 use crate::ptx::{Arg, Reg, RegClass};
 use tegula_ir::{DType, Elem, InputPrecision, Inst, Op};
@@ -25,6 +25,20 @@ impl Lower<'_> {
                 let shape = self.k.ty(self.k.insts[inst].results[0]).shape;
                 Layout::blocked(&shape, 4, self.num_warps())
             }
+        }
+    }
+
+    /// The registers `dot` accumulates in, holding its accumulator `init` (in layout `l`):
+    /// those of the loop-carried value that is its home (rule *accumulator home*), `init` moved
+    /// there first, else a copy of `init`.
+    pub(crate) fn accumulator_registers(&mut self, dot: Inst, init: &[Reg], l: &Layout) -> R<Vals> {
+        match self.plan.accumulators.of(dot) {
+            Some(home) => {
+                let regs = self.get(home, l)?;
+                self.assign(std::slice::from_ref(&regs), &[init.to_vec()]);
+                Ok(regs)
+            }
+            None => Ok(self.copy_regs(init)),
         }
     }
 
@@ -52,7 +66,7 @@ impl Lower<'_> {
         }
         let ld = self.dot_layout(inst);
         let init = self.get(c, &ld)?;
-        let acc = self.copy_regs(&init);
+        let acc = self.accumulator_registers(inst, &init, &ld)?;
         let (la, _) = self.natural(a);
         let av = self.get(a, &la)?;
         let (lb, _) = self.natural(b);

@@ -148,7 +148,7 @@ impl Lower<'_> {
                 }
             }
         };
-        let acc = self.copy_regs(&init);
+        let acc = self.accumulator_registers(inst, &init, &acc_l)?;
         let cshape = self.k.ty(c).shape;
         let gc = acc_l.geometry(&cshape);
         let (ga, gb) = (

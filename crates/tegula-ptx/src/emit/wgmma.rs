@@ -159,14 +159,10 @@ impl Lower<'_> {
             None => Some(self.register_a_words(a, &plan, row_blocks, ksteps as usize)?),
         };
         let init = self.get(c, &acc_l)?;
-        // In flight into the next iteration: the carried registers themselves (a copy would
-        // read them before the wait); likewise whenever nothing else reads them.
+        // In flight into the next iteration: the carried registers themselves (its home; a
+        // copy would read them before the wait).
         let in_flight = self.plan.pipelines.wgmma_in_flight.contains(&inst);
-        let acc = if in_flight || self.plan.pipelines.wgmma_in_place.contains(&inst) {
-            init
-        } else {
-            self.copy_regs(&init)
-        };
+        let acc = self.accumulator_registers(inst, &init, &acc_l)?;
         let ty = match plan.kind {
             MmaKind::F16 => "f16",
             _ => "bf16",

@@ -15,7 +15,9 @@
 //!    loop-carried values and control-flow results), the vector width of every memory access,
 //!    the sums a loop carries as per-thread partials, and from those the cheapest layout of
 //!    every free value ([`layouts::LayoutPlan`]);
-//! 3. [`pipeline`]: per loop, the software pipeline (which loads stream through shared-memory
+//! 3. [`accumulators`]: the dots that run in a loop-carried value's registers (rule
+//!    *accumulator home*, [`accumulators::AccumulatorHomes`]);
+//! 4. [`pipeline`]: per loop, the software pipeline (which loads stream through shared-memory
 //!    slots, how many stages, what rides along, which dots read their slots on `wgmma`, nests
 //!    and fragments across the tile boundary) and the dot operands kept resident in shared
 //!    memory ([`pipeline::Pipelines`]).
@@ -24,6 +26,7 @@
 //! whatever layout their consumer asks for (rematerialization without conversions); the plan
 //! says which layout each one is cheapest in, from its anchored operands.
 
+pub mod accumulators;
 pub mod descriptors;
 pub mod dots;
 pub mod layouts;
@@ -104,6 +107,7 @@ pub struct Plan {
     pub descriptors: descriptors::Descriptors,
     pub dots: dots::DotPlans,
     pub layouts: layouts::LayoutPlan,
+    pub accumulators: accumulators::AccumulatorHomes,
     pub pipelines: pipeline::Pipelines,
 }
 
@@ -113,11 +117,13 @@ impl Plan {
     pub fn build(cx: &Context<'_>, mut descriptors: descriptors::Descriptors) -> Plan {
         let dots = dots::plan(cx);
         let layouts = layouts::plan(cx, &dots);
-        let pipelines = pipeline::plan(cx, &dots, &layouts, &mut descriptors);
+        let accumulators = accumulators::plan(cx, &layouts);
+        let pipelines = pipeline::plan(cx, &dots, &layouts, &accumulators, &mut descriptors);
         Plan {
             descriptors,
             dots,
             layouts,
+            accumulators,
             pipelines,
         }
     }

@@ -42,10 +42,11 @@
 //!   an mma accumulator (rule *broadcast load* of [`super::layouts`]) rides along in each slot.
 //! - **wgmma slots**: a `wgmma` candidate dot runs on `wgmma` when B (and A unless A comes in
 //!   registers) is in a slot that starts at a multiple of 1024 bytes with rows a descriptor
-//!   reads; A must be K-major. Its accumulator is written in place when the loop carries it
-//!   and only this dot reads it; when it is also the body's one dot (other dots' waits would
-//!   retire it), its k-tile stays in flight into the next iteration, and the refill follows
-//!   its wait for last iteration's k-tile and a second barrier.
+//!   reads; A must be K-major. When its accumulator is the carried value it runs in (rule
+//!   *accumulator home*, [`super::accumulators`]), nothing else reads that value, and the dot
+//!   is the body's one dot (other dots' waits would retire it), its k-tile stays in flight
+//!   into the next iteration, and the refill follows its wait for last iteration's k-tile and
+//!   a second barrier.
 //! - **nest** ([`NestPlan`]): a loop whose body holds one `for` directly, whose loop is
 //!   pipelined with copies depending only on the two induction variables and invariants, and
 //!   whose dots read only operands loaded in the inner body, copies the inner loop's first
@@ -55,6 +56,7 @@
 //!   memory, and the registers the loop then needs fit ([`BOUNDARY_MAX_REGISTERS`]), the next
 //!   tile's first fragments are loaded before the current tile's last mmas.
 
+use super::accumulators::AccumulatorHomes;
 use super::descriptors::{Descriptors, TensorMapAbi};
 use super::dots::{DotPlans, MmaPlan};
 use super::layouts::LayoutPlan;
@@ -200,9 +202,6 @@ pub struct Pipelines {
     pub wgmma_loads: HashSet<Inst>,
     /// `wgmma` dots whose k-tile stays in flight while the next one is issued.
     pub wgmma_in_flight: HashSet<Inst>,
-    /// `wgmma` dots whose accumulator is a loop-carried value only this dot reads: written in
-    /// place (no copy of the carried registers first), in flight or not.
-    pub wgmma_in_place: HashSet<Inst>,
     /// `mbarrier`s the pipelines with loads on TMA use, one a slot.
     pub tma_barriers: u32,
 }
@@ -230,12 +229,14 @@ pub fn plan(
     cx: &Context<'_>,
     dots: &DotPlans,
     layouts: &LayoutPlan,
+    accumulators: &AccumulatorHomes,
     descriptors: &mut Descriptors,
 ) -> Pipelines {
     let mut p = Planner {
         cx,
         dots,
         layouts,
+        accumulators,
         descriptors,
         reserved: Vec::new(),
         active: Vec::new(),
@@ -258,6 +259,7 @@ struct Planner<'a, 'k> {
     cx: &'a Context<'k>,
     dots: &'a DotPlans,
     layouts: &'a LayoutPlan,
+    accumulators: &'a AccumulatorHomes,
     descriptors: &'a mut Descriptors,
     /// Bytes at the start of the scratch buffer held by enclosing pipelines and resident
     /// operands, innermost last (cumulative).
@@ -966,7 +968,7 @@ impl Planner<'_, '_> {
     }
 
     /// Rule *wgmma slots* over the body's `wgmma` candidates (see the module doc); marks those
-    /// that run on `wgmma`, the loads they read, and which write in place or stay in flight.
+    /// that run on `wgmma`, the loads they read, and which stay in flight.
     fn plan_wgmma_slots(&mut self, body: Block, loads: &mut [PipeLoad], slot_bytes: u32) {
         if !slot_bytes.is_multiple_of(1024) || !self.reserved_shared().is_multiple_of(1024) {
             return;
@@ -1033,34 +1035,21 @@ impl Planner<'_, '_> {
                     self.out.wgmma_loads.insert(loads[i].inst);
                 }
                 self.out.wgmma_dots.insert(dot);
-                if self.accumulates_in_place(body, dot) {
-                    self.out.wgmma_in_place.insert(dot);
-                    if only_dot {
-                        self.out.wgmma_in_flight.insert(dot);
-                    }
+                if only_dot && self.accumulates_in_flight(dot) {
+                    self.out.wgmma_in_flight.insert(dot);
                 }
             }
         }
     }
 
-    /// Whether `dot`'s accumulator is a value carried by the loop of `body` that nothing but
-    /// this dot reads, and the dot's result is what the loop carries on in its place.
-    fn accumulates_in_place(&self, body: Block, dot: Inst) -> bool {
-        let k = self.cx.k;
-        let d = &k.insts[dot];
-        let acc = d.args[2];
-        let carried = &k.blocks[body].args[1..];
-        let Some(pos) = carried.iter().position(|&v| v == acc) else {
-            return false;
-        };
-        let yields = k.blocks[body]
-            .insts
-            .last()
-            .map(|&t| k.insts[t].args.clone())
-            .unwrap_or_default();
+    /// Whether `dot` may stay in flight into the next iteration: its accumulator is the
+    /// carried value it runs in (rule *accumulator home*), which nothing else reads (the next
+    /// iteration's readers would read it while the dot still writes it).
+    fn accumulates_in_flight(&self, dot: Inst) -> bool {
+        let acc = self.cx.k.insts[dot].args[2];
         // Live readers only: the arena keeps instructions that passes dropped.
         let readers = self.cx.uses.users(acc).map_or(0, |u| u.len());
-        yields.get(pos) == Some(&d.results[0]) && readers == 1
+        self.accumulators.of(dot) == Some(acc) && readers == 1
     }
 
     /// Whether one of the dots of the loop with this body is a `wgmma` in flight into the

@@ -19,8 +19,8 @@ pub enum DotKind {
     /// `mma.sync` with `wm x wn` warps (`tf32x3`: three tf32 mmas a step).
     MmaSync { wm: u32, wn: u32, tf32x3: bool },
     /// Hopper's `wgmma.mma_async`; `in_flight`: a k-tile stays in flight into the next
-    /// iteration; `in_place`: the loop-carried accumulator is written in place.
-    Wgmma { in_flight: bool, in_place: bool },
+    /// iteration.
+    Wgmma { in_flight: bool },
 }
 
 /// Where a dot reads one operand from.
@@ -46,6 +46,9 @@ pub struct DotReport {
     pub kind: DotKind,
     pub a: OperandHome,
     pub b: OperandHome,
+    /// It runs in the registers of the loop-carried value it replaces (rule *accumulator
+    /// home*): no copies of its accumulator before or after it.
+    pub accumulator_in_carried: bool,
 }
 
 /// One `for` loop's decisions.
@@ -327,7 +330,6 @@ fn dot_report(cx: &Context<'_>, plan: &Plan, dot: Inst) -> DotReport {
         None => DotKind::Fma,
         Some(_) if p.wgmma_dots.contains(&dot) => DotKind::Wgmma {
             in_flight: p.wgmma_in_flight.contains(&dot),
-            in_place: p.wgmma_in_place.contains(&dot),
         },
         Some(mp) => DotKind::MmaSync {
             wm: mp.wm,
@@ -344,6 +346,7 @@ fn dot_report(cx: &Context<'_>, plan: &Plan, dot: Inst) -> DotReport {
         kind,
         a: home(d.args[0], Role::A),
         b: home(d.args[1], Role::B),
+        accumulator_in_carried: plan.accumulators.of(dot).is_some(),
     }
 }
 
@@ -406,19 +409,9 @@ impl fmt::Display for DotKind {
                     if tf32x3 { " tf32x3" } else { "" }
                 )
             }
-            DotKind::Wgmma {
-                in_flight,
-                in_place,
-            } => write!(
-                f,
-                "wgmma{}{}",
-                if in_flight { " in-flight" } else { "" },
-                if in_place && !in_flight {
-                    " in-place"
-                } else {
-                    ""
-                }
-            ),
+            DotKind::Wgmma { in_flight } => {
+                write!(f, "wgmma{}", if in_flight { " in-flight" } else { "" })
+            }
         }
     }
 }
@@ -517,8 +510,19 @@ impl fmt::Display for Report {
         for d in &self.dots {
             writeln!(
                 f,
-                "  dot at {}: {}x{}x{} on {} (A from {}, B from {})",
-                d.loc, d.m, d.n, d.k, d.kind, d.a, d.b
+                "  dot at {}: {}x{}x{} on {} (A from {}, B from {}{})",
+                d.loc,
+                d.m,
+                d.n,
+                d.k,
+                d.kind,
+                d.a,
+                d.b,
+                if d.accumulator_in_carried {
+                    ", accumulating in the carried registers"
+                } else {
+                    ""
+                }
             )?;
         }
         writeln!(
