@@ -213,14 +213,13 @@ impl Lower<'_> {
             _ => return Ok(false),
         };
         let b_hi = self.imm(RegClass::B32, Arg::Imm(descriptor_high(&sb.stage) as i64));
+        // Scale-d true (add to the accumulator), a predicate register as the instruction
+        // wants. A constant: ptxas then knows it uniform, where one computed per thread took
+        // a `VOTEU` before every `HGMMA` (10 a k-step of tutorial 06's forward loop).
         let scale_d = self.b.in_prologue(|b| {
-            // True at run time (scale-d: add to the accumulator), from a register so that
-            // the operand is a predicate as the instruction wants.
-            b.op(
-                "setp.lt.u32",
-                RegClass::Pred,
-                vec![warp.into(), Arg::Imm(32)],
-            )
+            let p = b.reg(RegClass::Pred);
+            b.mov(p, Arg::Imm(1));
+            p
         });
         let trans_b = i64::from(!sb.stage.k_major);
         let opcode = format!(
