@@ -180,24 +180,30 @@ impl Lower<'_> {
             }
         ));
         // A from its slot: this thread's warpgroup reads it from its first row (64 rows per
-        // warpgroup).
+        // warpgroup). With one warpgroup that is the slot's first row: a constant, so that the
+        // descriptor stays in uniform registers (ptxas cannot tell `%tid.x / 128` uniform, and
+        // moved each descriptor's words with `R2UR` before every `HGMMA`).
         let warp = self.thread.warp;
         let a_lo = match &sa {
             Some(sa) => {
                 let pitch_a = sa.stage.row_pitch();
-                let a_start = self.b.in_prologue(|b| {
-                    let wg = b.op("shr.u32", RegClass::B32, vec![warp.into(), Arg::Imm(2)]);
-                    let off = b.op(
-                        "mul.lo.u32",
-                        RegClass::B32,
-                        vec![wg.into(), Arg::Imm((64 * pitch_a) as i64)],
-                    );
-                    b.op(
-                        "add.s32",
-                        RegClass::B32,
-                        vec![off.into(), Arg::Imm(sa.stage.offset as i64)],
-                    )
-                });
+                let a_start = if plan.wm <= 4 {
+                    self.imm(RegClass::B32, Arg::Imm(sa.stage.offset as i64))
+                } else {
+                    self.b.in_prologue(|b| {
+                        let wg = b.op("shr.u32", RegClass::B32, vec![warp.into(), Arg::Imm(2)]);
+                        let off = b.op(
+                            "mul.lo.u32",
+                            RegClass::B32,
+                            vec![wg.into(), Arg::Imm((64 * pitch_a) as i64)],
+                        );
+                        b.op(
+                            "add.s32",
+                            RegClass::B32,
+                            vec![off.into(), Arg::Imm(sa.stage.offset as i64)],
+                        )
+                    })
+                };
                 Some(self.descriptor_start(sa, a_start))
             }
             None => None,
