@@ -484,6 +484,21 @@ impl<'p> Machine<'p> {
                 }
                 continue;
             }
+            // `shfl.sync.idx.b32 d, a, b, 31, mask`: every lane reads lane b (one segment, the
+            // whole warp).
+            if op.starts_with("shfl.sync.idx") {
+                let src: Vec<u64> = (0..self.threads)
+                    .map(|t| self.val(t, &ins.args[1]))
+                    .collect();
+                for t in 0..self.threads {
+                    if active[t] {
+                        assert_eq!(self.val(t, &ins.args[3]), 31, "unsupported {op} segments");
+                        let from = self.val(t, &ins.args[2]) as usize & 31;
+                        self.set(t, &ins.args[0], src[(t & !31) | from]);
+                    }
+                }
+                continue;
+            }
             // `shfl.sync.up.b32 d, a, b, 0, mask`: lane i reads lane i - b, its own value where
             // that is below lane 0 (a `c` of 0: no segments).
             if op.starts_with("shfl.sync.up") {

@@ -180,9 +180,9 @@ impl Lower<'_> {
             }
         ));
         // A from its slot: this thread's warpgroup reads it from its first row (64 rows per
-        // warpgroup). With one warpgroup that is the slot's first row: a constant, so that the
-        // descriptor stays in uniform registers (ptxas cannot tell `%tid.x / 128` uniform, and
-        // moved each descriptor's words with `R2UR` before every `HGMMA`).
+        // warpgroup). The descriptor must be uniform to ptxas, else it moves each of its words
+        // with `R2UR` before every `HGMMA`, and ptxas cannot tell `%tid.x / 128` uniform: with
+        // one warpgroup the start is a constant, with more the warpgroup comes from lane 0.
         let warp = self.thread.warp;
         let a_lo = match &sa {
             Some(sa) => {
@@ -191,7 +191,14 @@ impl Lower<'_> {
                     self.imm(RegClass::B32, Arg::Imm(sa.stage.offset as i64))
                 } else {
                     self.b.in_prologue(|b| {
+                        // Broadcast from lane 0, so that ptxas knows the warpgroup uniform
+                        // across the warp (as Triton's warp id is).
                         let wg = b.op("shr.u32", RegClass::B32, vec![warp.into(), Arg::Imm(2)]);
+                        let wg = b.op(
+                            "shfl.sync.idx.b32",
+                            RegClass::B32,
+                            vec![wg.into(), Arg::Imm(0), Arg::Imm(31), Arg::Imm(-1)],
+                        );
                         let off = b.op(
                             "mul.lo.u32",
                             RegClass::B32,
