@@ -6,7 +6,7 @@
 //! every such product of two f64s, subnormals included, at one scale.
 
 use std::cmp::Ordering;
-use tegula_ir::{DType, RoundMode, RoundedOp};
+use tegula_ir::{DType, RoundedOp, Rounding};
 
 const LIMBS: usize = 68;
 /// The exponent of bit 0: below the smallest product of two f64 subnormals, 2^-2148.
@@ -213,7 +213,7 @@ fn native(op: RoundedOp, a: &[f64]) -> f64 {
 }
 
 /// `op(a..)` rounded in direction `mode` to `d` (f32 or f64; the operands are values of `d`).
-pub(crate) fn rounded(op: RoundedOp, mode: RoundMode, d: DType, a: &[f64]) -> f64 {
+pub(crate) fn rounded(op: RoundedOp, mode: Rounding, d: DType, a: &[f64]) -> f64 {
     let f32 = d != DType::F64;
     let to_d = |x: f64| if f32 { x as f32 as f64 } else { x };
     let up = |x: f64| {
@@ -259,12 +259,12 @@ pub(crate) fn rounded(op: RoundedOp, mode: RoundMode, d: DType, a: &[f64]) -> f6
     } else {
         let hi = up(lo);
         match mode {
-            RoundMode::Rd => lo,
-            RoundMode::Ru => hi,
+            Rounding::Down => lo,
+            Rounding::Up => hi,
             // v > 0 when 0 - v < 0.
-            RoundMode::Rz if cmp(0.0) == Ordering::Less => lo,
-            RoundMode::Rz => hi,
-            RoundMode::Rn => {
+            Rounding::TowardZero if cmp(0.0) == Ordering::Less => lo,
+            Rounding::TowardZero => hi,
+            Rounding::NearestEven => {
                 // f32's 2^128 is an f64; f64's 2^1024 is not, so its overflow threshold is
                 // taken directly.
                 let big = 2f64.powi(128);
@@ -326,9 +326,9 @@ pub(crate) fn rounded(op: RoundedOp, mode: RoundMode, d: DType, a: &[f64]) -> f6
         }
     };
     let negative = match (zero_terms, mode) {
-        (true, RoundMode::Rd) => any_neg,
+        (true, Rounding::Down) => any_neg,
         (true, _) => both_neg,
-        (false, RoundMode::Rd) => true,
+        (false, Rounding::Down) => true,
         (false, _) => false,
     };
     if negative {

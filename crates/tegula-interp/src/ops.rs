@@ -348,7 +348,7 @@ pub(crate) fn select(cond: &Data, a: &Data, b: &Data) -> OpResult {
 /// The float op `op(a..)` elementwise, rounded once in direction `mode` (f32 or f64).
 pub(crate) fn rounded(
     op: tegula_ir::RoundedOp,
-    mode: tegula_ir::RoundMode,
+    mode: tegula_ir::Rounding,
     d: DType,
     args: &[&Data],
 ) -> OpResult {

@@ -98,20 +98,41 @@ pub(crate) fn float_from_bits(d: DType, bits: u64) -> f64 {
     }
 }
 
-/// Rounds `x` (exact, or rounded to odd in f64) into float dtype `d` with `mode`.
+/// Rounds `x` (exact, or rounded to odd in f64) into float dtype `d` with `mode`. The
+/// directed modes start from the nearest value and step one unit of the target format back
+/// when it lies on the wrong side of `x` (from an infinity this gives the largest finite
+/// value, as PTX `cvt.rz` / `.rm` / `.rp` do).
 pub(crate) fn round_with(d: DType, mode: Rounding, x: f64) -> f64 {
     let r = round_to(d, x);
+    if d == DType::F64 || x.is_nan() {
+        return r;
+    }
     match mode {
         Rounding::NearestEven => r,
-        // Toward zero: when nearest-even rounded away from zero, step back one unit of the
-        // target format (from inf this gives the largest finite value, as PTX `cvt.rz` does).
-        Rounding::TowardZero => {
-            if d == DType::F64 || x.is_nan() || r.abs() <= x.abs() {
-                r
-            } else {
-                float_from_bits(d, float_to_bits(d, r) - 1)
-            }
-        }
+        Rounding::TowardZero if r.abs() > x.abs() => step_toward_zero(d, r),
+        Rounding::Down if r > x => step(d, r, false),
+        Rounding::Up if r < x => step(d, r, true),
+        _ => r,
+    }
+}
+
+/// The neighbour of `r` in float dtype `d` one unit nearer zero (`r` nonzero).
+fn step_toward_zero(d: DType, r: f64) -> f64 {
+    float_from_bits(d, float_to_bits(d, r) - 1)
+}
+
+/// The neighbour of `r` in float dtype `d` above it (`up`) or below it.
+fn step(d: DType, r: f64, up: bool) -> f64 {
+    if r == 0.0 {
+        // The smallest subnormal of the sign the step goes to.
+        let tiny = float_from_bits(d, 1);
+        return if up { tiny } else { -tiny };
+    }
+    if (r > 0.0) == up {
+        // Away from zero: one unit more magnitude.
+        float_from_bits(d, float_to_bits(d, r) + 1)
+    } else {
+        step_toward_zero(d, r)
     }
 }
 
@@ -191,12 +212,22 @@ pub(crate) fn int_to_f64_odd(v: i128) -> f64 {
 /// An integer converted to float dtype `d` with `mode`.
 pub(crate) fn int_to_float(d: DType, mode: Rounding, v: i128) -> f64 {
     if d == DType::F64 {
+        // Nearest, then one step back when it lies on the wrong side of `v` (every integer
+        // of at most 65 bits, u64 and i64 included, is within f64's range).
         let r = v as f64;
         let back = r as i128;
-        if mode == Rounding::TowardZero && back.abs() > v.abs() {
-            return f64::from_bits(r.to_bits() - 1);
+        let wrong = match mode {
+            Rounding::NearestEven => false,
+            Rounding::TowardZero => back.abs() > v.abs(),
+            Rounding::Down => back > v,
+            Rounding::Up => back < v,
+        };
+        if !wrong {
+            return r;
         }
-        return r;
+        let toward_zero = (back > v) == (r > 0.0);
+        let bits = r.to_bits();
+        return f64::from_bits(if toward_zero { bits - 1 } else { bits + 1 });
     }
     round_with(d, mode, int_to_f64_odd(v))
 }

@@ -498,3 +498,376 @@ fn directed_ops_reject_integers_and_halves_naming_the_function() {
     .unwrap_err();
     assert!(e.message.contains("sqrt_ru"), "{e}");
 }
+
+/// The libdevice conversion of `mode` from `from` to `to` (as the names pair them).
+fn converted(from: DType, to: DType, mode: Mode, x: Tile) -> Tile {
+    use DType::*;
+    use Mode::*;
+    match (from, to, mode) {
+        (F64, F32, Rn) => double2float_rn(x),
+        (F64, F32, Rz) => double2float_rz(x),
+        (F64, F32, Rd) => double2float_rd(x),
+        (F64, F32, Ru) => double2float_ru(x),
+        (I32, F32, Rn) => int2float_rn(x),
+        (I32, F32, Rz) => int2float_rz(x),
+        (I32, F32, Rd) => int2float_rd(x),
+        (I32, F32, Ru) => int2float_ru(x),
+        (U32, F32, Rn) => uint2float_rn(x),
+        (U32, F32, Rz) => uint2float_rz(x),
+        (U32, F32, Rd) => uint2float_rd(x),
+        (U32, F32, Ru) => uint2float_ru(x),
+        (I64, F32, Rn) => ll2float_rn(x),
+        (I64, F32, Rz) => ll2float_rz(x),
+        (I64, F32, Rd) => ll2float_rd(x),
+        (I64, F32, Ru) => ll2float_ru(x),
+        (U64, F32, Rn) => ull2float_rn(x),
+        (U64, F32, Rz) => ull2float_rz(x),
+        (U64, F32, Rd) => ull2float_rd(x),
+        (U64, F32, Ru) => ull2float_ru(x),
+        (I64, F64, Rn) => ll2double_rn(x),
+        (I64, F64, Rz) => ll2double_rz(x),
+        (I64, F64, Rd) => ll2double_rd(x),
+        (I64, F64, Ru) => ll2double_ru(x),
+        (U64, F64, Rn) => ull2double_rn(x),
+        (U64, F64, Rz) => ull2double_rz(x),
+        (U64, F64, Rd) => ull2double_rd(x),
+        (U64, F64, Ru) => ull2double_ru(x),
+        (I32, F64, Rn) => int2double_rn(x),
+        (U32, F64, Rn) => uint2double_rn(x),
+        (F32, I32, Rn) => float2int_rn(x),
+        (F32, I32, Rz) => float2int_rz(x),
+        (F32, I32, Rd) => float2int_rd(x),
+        (F32, I32, Ru) => float2int_ru(x),
+        (F32, U32, Rn) => float2uint_rn(x),
+        (F32, U32, Rz) => float2uint_rz(x),
+        (F32, U32, Rd) => float2uint_rd(x),
+        (F32, U32, Ru) => float2uint_ru(x),
+        (F32, I64, Rn) => float2ll_rn(x),
+        (F32, I64, Rz) => float2ll_rz(x),
+        (F32, I64, Rd) => float2ll_rd(x),
+        (F32, I64, Ru) => float2ll_ru(x),
+        (F32, U64, Rn) => float2ull_rn(x),
+        (F32, U64, Rz) => float2ull_rz(x),
+        (F32, U64, Rd) => float2ull_rd(x),
+        (F32, U64, Ru) => float2ull_ru(x),
+        (F64, I32, Rn) => double2int_rn(x),
+        (F64, I32, Rz) => double2int_rz(x),
+        (F64, I32, Rd) => double2int_rd(x),
+        (F64, I32, Ru) => double2int_ru(x),
+        (F64, U32, Rn) => double2uint_rn(x),
+        (F64, U32, Rz) => double2uint_rz(x),
+        (F64, U32, Rd) => double2uint_rd(x),
+        (F64, U32, Ru) => double2uint_ru(x),
+        (F64, I64, Rn) => double2ll_rn(x),
+        (F64, I64, Rz) => double2ll_rz(x),
+        (F64, I64, Rd) => double2ll_rd(x),
+        (F64, I64, Ru) => double2ll_ru(x),
+        (F64, U64, Rn) => double2ull_rn(x),
+        (F64, U64, Rz) => double2ull_rz(x),
+        (F64, U64, Rd) => double2ull_rd(x),
+        (F64, U64, Ru) => double2ull_ru(x),
+        c => panic!("no libdevice conversion {c:?}"),
+    }
+}
+
+const MODES: [Mode; 4] = [Mode::Rn, Mode::Rz, Mode::Rd, Mode::Ru];
+
+/// Integers of every magnitude for a dtype of `bits` bits (`signed` or not): extremes, small
+/// values, random ones of every bit length (so that f32 and f64 must round them), and ties.
+fn integers(r: &mut Rng, bits: u32, signed: bool, n: usize) -> Vec<i128> {
+    let (lo, hi) = if signed {
+        (-(1i128 << (bits - 1)), (1i128 << (bits - 1)) - 1)
+    } else {
+        (0, (1i128 << bits) - 1)
+    };
+    let mut v = vec![
+        lo,
+        hi,
+        0,
+        1,
+        -1,
+        lo + 1,
+        hi - 1,
+        1 << 24,
+        (1 << 24) + 1,
+        (1 << 53) + 1,
+    ];
+    for i in 0..n {
+        let len = 1 + (r.next_u64() % bits as u64) as u32;
+        let mut x = (r.next_u64() as i128) & ((1i128 << len) - 1) | (1i128 << (len - 1));
+        // Every fourth: a tie at f32's precision (bit 24 below the top set, nothing below).
+        if i % 4 == 0 && len > 25 {
+            x = (x >> (len - 25) | 1) << (len - 25);
+        }
+        if signed && r.next_u64() & 1 == 1 {
+            x = -x;
+        }
+        v.push(x);
+    }
+    v.into_iter().filter(|&x| (lo..=hi).contains(&x)).collect()
+}
+
+/// An integer `v` rounded to `f` in `mode` by the reference above.
+fn int_reference(v: i128, mode: Mode, f: Fmt) -> f64 {
+    if v == 0 {
+        return 0.0;
+    }
+    round((v < 0, v.unsigned_abs(), 0), mode, f)
+}
+
+/// A float rounded to an integer in `mode`, saturated to `[lo, hi]`, NaN to 0 (libdevice).
+fn float_to_int_reference(x: f64, mode: Mode, lo: i128, hi: i128) -> i128 {
+    if x.is_nan() {
+        return 0;
+    }
+    let r = match mode {
+        Mode::Rn => x.round_ties_even(),
+        Mode::Rz => x.trunc(),
+        Mode::Rd => x.floor(),
+        Mode::Ru => x.ceil(),
+    };
+    if r <= lo as f64 {
+        lo
+    } else if r >= hi as f64 {
+        hi
+    } else {
+        r as i128
+    }
+}
+
+/// `to_vec` of an integer buffer of dtype `d`, as i128 values.
+fn ints_of(b: &Buffer, d: DType) -> Vec<i128> {
+    match d {
+        DType::I32 => b
+            .to_vec::<i32>()
+            .unwrap()
+            .iter()
+            .map(|&x| x as i128)
+            .collect(),
+        DType::U32 => b
+            .to_vec::<u32>()
+            .unwrap()
+            .iter()
+            .map(|&x| x as i128)
+            .collect(),
+        DType::I64 => b
+            .to_vec::<i64>()
+            .unwrap()
+            .iter()
+            .map(|&x| x as i128)
+            .collect(),
+        _ => b
+            .to_vec::<u64>()
+            .unwrap()
+            .iter()
+            .map(|&x| x as i128)
+            .collect(),
+    }
+}
+
+fn int_buffer(d: DType, v: &[i128]) -> Arc<Buffer> {
+    match d {
+        DType::I32 => buf(&v.iter().map(|&x| x as i32).collect::<Vec<_>>()),
+        DType::U32 => buf(&v.iter().map(|&x| x as u32).collect::<Vec<_>>()),
+        DType::I64 => buf(&v.iter().map(|&x| x as i64).collect::<Vec<_>>()),
+        _ => buf(&v.iter().map(|&x| x as u64).collect::<Vec<_>>()),
+    }
+}
+
+fn floats_of(b: &Buffer, d: DType) -> Vec<f64> {
+    if d == DType::F32 {
+        b.to_vec::<f32>()
+            .unwrap()
+            .iter()
+            .map(|&x| x as f64)
+            .collect()
+    } else {
+        b.to_vec::<f64>().unwrap()
+    }
+}
+
+/// libdevice's conversions into floats (`double2float_*`, `int2float_*`, .., `ull2double_*`)
+/// against the integer reference: the exact value rounded once in the direction, overflow
+/// by direction, subnormals kept.
+#[test]
+fn conversions_to_floats_match_the_integer_reference() {
+    let mut r = Rng::new(24);
+    // f64 -> f32: every class of f64, and f64s near f32's subnormals, its overflow threshold
+    // and its ties.
+    let mut xs = operands(F64, &mut r, 3000)[0].clone();
+    for _ in 0..3000 {
+        let f = f32::from_bits(r.next_u64() as u32) as f64;
+        let ulp = pow2(-24)
+            * if f.is_finite() {
+                f.abs().max(pow2(-126))
+            } else {
+                1.0
+            };
+        let k = (r.next_u64() % 5) as f64 - 2.0;
+        xs.push(f + k * ulp / 2.0);
+    }
+    xs.extend([
+        f32::MAX as f64 * (1.0 + pow2(-25)),
+        pow2(-150),
+        -pow2(-150),
+        pow2(-149) * 1.5,
+    ]);
+    for mode in MODES {
+        let out = eval(&[buf(&xs)], |t| {
+            converted(DType::F64, DType::F32, mode, t[0])
+        });
+        for (&x, got) in xs.iter().zip(floats_of(&out, DType::F32)) {
+            let want = if !x.is_finite() || x == 0.0 {
+                x as f32 as f64
+            } else {
+                round(dec(x), mode, F32)
+            };
+            assert!(
+                same(got, want),
+                "double2float_{mode:?}({x:e}): got {got:e}, want {want:e}"
+            );
+        }
+    }
+    let cases = [
+        (DType::I32, 32, true, DType::F32, F32),
+        (DType::U32, 32, false, DType::F32, F32),
+        (DType::I64, 64, true, DType::F32, F32),
+        (DType::U64, 64, false, DType::F32, F32),
+        (DType::I64, 64, true, DType::F64, F64),
+        (DType::U64, 64, false, DType::F64, F64),
+        (DType::I32, 32, true, DType::F64, F64),
+        (DType::U32, 32, false, DType::F64, F64),
+    ];
+    for (from, bits, signed, to, f) in cases {
+        let vs = integers(&mut r, bits, signed, 3000);
+        // int2double and uint2double exist only to nearest (they are exact).
+        let modes: &[Mode] = if to == DType::F64 && bits == 32 {
+            &[Mode::Rn]
+        } else {
+            &MODES
+        };
+        for &mode in modes {
+            let out = eval(&[int_buffer(from, &vs)], |t| {
+                converted(from, to, mode, t[0])
+            });
+            for (&v, got) in vs.iter().zip(floats_of(&out, to)) {
+                let want = int_reference(v, mode, f);
+                assert!(
+                    same(got, want),
+                    "{from} {v} to {to} {mode:?}: got {got:e}, want {want:e}"
+                );
+            }
+        }
+    }
+}
+
+/// libdevice's conversions into integers (`float2int_*`, .., `double2ull_*`, `llrint`,
+/// `llround`): rounded in the direction, saturated, NaN to 0.
+#[test]
+fn conversions_to_integers_round_then_saturate() {
+    let mut r = Rng::new(25);
+    let mut xs = operands(F64, &mut r, 2000)[0].clone();
+    for _ in 0..4000 {
+        // Halves and near-halves, small and near every integer dtype's limits.
+        let scale = pow2((r.next_u64() % 70) as i32 - 4);
+        let x = (r.next_u64() % 64) as f64 / 4.0 * scale;
+        xs.push(if r.next_u64() & 1 == 1 { -x } else { x });
+    }
+    xs.extend([
+        2147483647.5,
+        -2147483648.5,
+        4294967295.5,
+        9.3e18,
+        -9.3e18,
+        1.9e19,
+        -0.5,
+        -0.0,
+    ]);
+    let targets = [
+        (DType::I32, -(1i128 << 31), (1i128 << 31) - 1),
+        (DType::U32, 0, (1i128 << 32) - 1),
+        (DType::I64, -(1i128 << 63), (1i128 << 63) - 1),
+        (DType::U64, 0, (1i128 << 64) - 1),
+    ];
+    for from in [DType::F32, DType::F64] {
+        let xs: Vec<f64> = if from == DType::F32 {
+            xs.iter().map(|&x| x as f32 as f64).collect()
+        } else {
+            xs.clone()
+        };
+        let input = if from == DType::F32 {
+            buf(&xs.iter().map(|&x| x as f32).collect::<Vec<_>>())
+        } else {
+            buf(&xs)
+        };
+        for (to, lo, hi) in targets {
+            for mode in MODES {
+                let out = eval(&[input.clone()], |t| converted(from, to, mode, t[0]));
+                for (&x, got) in xs.iter().zip(ints_of(&out, to)) {
+                    let want = float_to_int_reference(x, mode, lo, hi);
+                    assert_eq!(got, want, "{from} {x:e} to {to} {mode:?}");
+                }
+            }
+        }
+        let lo = -(1i128 << 63);
+        let hi = (1i128 << 63) - 1;
+        let rint = eval(&[input.clone()], |t| llrint(t[0]));
+        let round = eval(&[input.clone()], |t| llround(t[0]));
+        for ((&x, a), b) in xs
+            .iter()
+            .zip(ints_of(&rint, DType::I64))
+            .zip(ints_of(&round, DType::I64))
+        {
+            assert_eq!(
+                a,
+                float_to_int_reference(x, Mode::Rn, lo, hi),
+                "llrint({x:e})"
+            );
+            let want = if x.is_nan() {
+                0
+            } else {
+                (x.round().clamp(lo as f64, hi as f64)) as i128
+            };
+            assert_eq!(b, want.clamp(lo, hi), "llround({x:e})");
+        }
+    }
+}
+
+/// `double2hiint`, `double2loint` and `hiloint2double` split and rebuild the bit pattern.
+#[test]
+fn double_words_split_and_rebuild() {
+    let mut r = Rng::new(26);
+    let xs: Vec<f64> = (0..500).map(|_| f64::from_bits(r.next_u64())).collect();
+    let b = buf(&xs);
+    let hi = eval(&[b.clone()], |t| double2hiint(t[0]))
+        .to_vec::<i32>()
+        .unwrap();
+    let lo = eval(&[b.clone()], |t| double2loint(t[0]))
+        .to_vec::<i32>()
+        .unwrap();
+    for ((&x, &h), &l) in xs.iter().zip(&hi).zip(&lo) {
+        assert_eq!(h as u32, (x.to_bits() >> 32) as u32, "{x:e}");
+        assert_eq!(l as u32, x.to_bits() as u32, "{x:e}");
+    }
+    let back = eval(&[buf(&hi), buf(&lo)], |t| hiloint2double(t[0], t[1]));
+    for (&x, y) in xs.iter().zip(back.to_vec::<f64>().unwrap()) {
+        assert_eq!(x.to_bits(), y.to_bits());
+    }
+}
+
+#[test]
+fn conversions_reject_the_wrong_source_dtype_naming_the_function() {
+    for (d, name, f) in [
+        (DType::F64, "float2int_rn", float2int_rn as fn(Tile) -> Tile),
+        (DType::F32, "double2float_rz", double2float_rz),
+        (DType::I64, "int2float_rd", int2float_rd),
+        (DType::I32, "double2hiint", double2hiint),
+    ] {
+        let e = trace("k", |p| {
+            let x = p.scalar("x", d);
+            let _ = f(x);
+        })
+        .unwrap_err();
+        assert!(e.message.contains(name), "{e}");
+    }
+}

@@ -424,38 +424,41 @@ impl CmpOp {
     }
 }
 
-/// Rounding of a float result that does not fit the target exactly.
+/// The IEEE 754 rounding direction of a float result that does not fit its format exactly:
+/// of a [`Op::Cast`] into a float dtype (from a wider float or an integer; a cast to an
+/// integer truncates whatever the direction) and of the directed arithmetic of
+/// [`Op::Rounded`] (libdevice's `_rn`, `_rz`, `_rd`, `_ru`; PTX `.rn`, `.rz`, `.rm`, `.rp`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
 pub enum Rounding {
-    /// Round to nearest, ties to even (the default everywhere).
+    /// To nearest, ties to even (the default everywhere).
     #[default]
     NearestEven,
-    /// Round toward zero (Triton's `fp_downcast_rounding="rtz"`).
+    /// Toward zero (Triton's `fp_downcast_rounding="rtz"`).
     TowardZero,
-}
-
-/// An IEEE 754 rounding direction of [`Op::Rounded`] (libdevice's `_rn`, `_rz`, `_rd`, `_ru`;
-/// PTX `.rn`, `.rz`, `.rm`, `.rp`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum RoundMode {
-    /// To nearest, ties to even.
-    Rn,
-    /// Toward zero.
-    Rz,
     /// Down, toward -inf.
-    Rd,
+    Down,
     /// Up, toward +inf.
-    Ru,
+    Up,
 }
 
-impl RoundMode {
+impl Rounding {
     /// libdevice's suffix: `rn`, `rz`, `rd`, `ru`.
     pub fn name(self) -> &'static str {
         match self {
-            RoundMode::Rn => "rn",
-            RoundMode::Rz => "rz",
-            RoundMode::Rd => "rd",
-            RoundMode::Ru => "ru",
+            Rounding::NearestEven => "rn",
+            Rounding::TowardZero => "rz",
+            Rounding::Down => "rd",
+            Rounding::Up => "ru",
+        }
+    }
+
+    /// PTX's modifier: `rn`, `rz`, `rm`, `rp`.
+    pub fn ptx(self) -> &'static str {
+        match self {
+            Rounding::NearestEven => "rn",
+            Rounding::TowardZero => "rz",
+            Rounding::Down => "rm",
+            Rounding::Up => "rp",
         }
     }
 }
@@ -712,7 +715,7 @@ pub enum Op {
     Ternary(TernaryOp),
     /// `(a[, b[, c]]) -> d`, all one f32 or f64 type: the exact result of `op` rounded once in
     /// direction `mode` (IEEE 754), on every backend.
-    Rounded { op: RoundedOp, mode: RoundMode },
+    Rounded { op: RoundedOp, mode: Rounding },
     /// `(x) -> y`: value conversion to the result's dtype. Float to int truncates toward zero
     /// and saturates; `rounding` applies to float results that lose precision.
     Cast { rounding: Rounding },

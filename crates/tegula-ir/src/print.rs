@@ -361,9 +361,9 @@ impl Printer<'_> {
                         }
                     }
                     Op::Permute { perm } => parts.push(format!("perm={perm:?}")),
-                    Op::Cast {
-                        rounding: Rounding::TowardZero,
-                    } => parts.push("rounding=rtz".into()),
+                    Op::Cast { rounding } if *rounding != Rounding::NearestEven => {
+                        parts.push(format!("rounding={}", rounding.name()))
+                    }
                     Op::Dot { precision } => parts.push(format!("precision={}", precision.name())),
                     Op::MultipleOf { n } | Op::MaxContiguous { n } | Op::MaxConstancy { n } => {
                         let s: Vec<String> = n.iter().map(|v| v.to_string()).collect();

@@ -229,7 +229,7 @@ kernel @attrs(%x: ptr<f32>, %c: ptr<i32>) {
   %12 = broadcast %5 : i32[16, 16]
   %13 = addptr %11, %12 : ptr<f32>[16, 16]
   %14 = load %13, cache=cg, evict=first : f32[16, 16]
-  %15 = cast %14, rounding=rtz : f16[16, 16]
+  %15 = cast %14, rounding=rz : f16[16, 16]
   %16 = permute %14, perm=[1, 0] : f32[16, 16]
   %17 = const 0.0 : f32[16, 16]
   %18 = dot %14, %16, %17, precision=ieee : f32[16, 16]

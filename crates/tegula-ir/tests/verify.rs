@@ -4,7 +4,7 @@
 use tegula_ir::prelude::*;
 use tegula_ir::verify::verify;
 use tegula_ir::{
-    BinaryOp, CmpOp, Constant, Inst, Kernel, Loc, Op, ReduceOp, RoundMode, RoundedOp, Shape,
+    BinaryOp, CmpOp, Constant, Inst, Kernel, Loc, Op, ReduceOp, RoundedOp, Rounding, Shape,
     TernaryOp, TileType, UnaryOp, Value,
 };
 
@@ -271,7 +271,7 @@ fn directed_rounding_needs_f32_or_f64() {
         &mut k,
         Op::Rounded {
             op: RoundedOp::Add,
-            mode: RoundMode::Rz,
+            mode: Rounding::TowardZero,
         },
         &[a, a],
         scalar(DType::F16),
@@ -284,7 +284,7 @@ fn directed_rounding_needs_f32_or_f64() {
         &mut k,
         Op::Rounded {
             op: RoundedOp::Sqrt,
-            mode: RoundMode::Ru,
+            mode: Rounding::Up,
         },
         &[a, a],
         scalar(DType::F32),

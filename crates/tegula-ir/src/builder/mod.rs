@@ -10,7 +10,9 @@ mod bits;
 mod block_ptr;
 mod combine;
 mod control;
+mod convert;
 mod descriptor;
+mod fast;
 mod indexing;
 mod math;
 mod ops;
@@ -25,7 +27,9 @@ pub use control::{
     for_range, for_range_with, if_else, if_then, range, scalar, static_range, while_any,
     while_loop, Carry, Condition, InKernelOrFunc, Named, RangeOptions, RustBool, StageCount,
 };
+pub use convert::*;
 pub use descriptor::{make_tensor_descriptor, Indices, TensorDescriptor};
+pub use fast::*;
 pub use indexing::*;
 pub use math::*;
 pub use ops::*;

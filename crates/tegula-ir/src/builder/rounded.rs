@@ -15,7 +15,7 @@ use super::tile::{broadcast_pair, to_tile, unify};
 use super::{emit1, report, IntoOperand, Operand, Tile};
 use crate::dtype::DType;
 use crate::kernel::Loc;
-use crate::op::{Op, RoundMode, RoundedOp};
+use crate::op::{Op, RoundedOp, Rounding};
 
 fn lit(o: Operand) -> Operand {
     match o {
@@ -24,7 +24,7 @@ fn lit(o: Operand) -> Operand {
     }
 }
 
-fn rounded(op: RoundedOp, mode: RoundMode, args: Vec<Operand>, loc: Loc) -> Tile {
+pub(crate) fn rounded(op: RoundedOp, mode: Rounding, args: Vec<Operand>, loc: Loc) -> Tile {
     let what = format!("{}_{}", op.name(), mode.name());
     let tiles: Vec<Tile> = match args.len() {
         1 => vec![to_tile(lit(args[0]), loc)],
@@ -66,7 +66,7 @@ macro_rules! rounded2 {
         pub fn $name(x: impl IntoOperand, y: impl IntoOperand) -> Tile {
             rounded(
                 RoundedOp::$op,
-                RoundMode::$mode,
+                Rounding::$mode,
                 vec![x.into_operand(), y.into_operand()],
                 Loc::caller(),
             )
@@ -79,7 +79,7 @@ macro_rules! rounded1 {
         $(#[$m])*
         #[track_caller]
         pub fn $name(x: impl IntoOperand) -> Tile {
-            rounded(RoundedOp::$op, RoundMode::$mode, vec![x.into_operand()], Loc::caller())
+            rounded(RoundedOp::$op, Rounding::$mode, vec![x.into_operand()], Loc::caller())
         }
     )*};
 }
@@ -91,7 +91,7 @@ macro_rules! rounded3 {
         pub fn $name(x: impl IntoOperand, y: impl IntoOperand, z: impl IntoOperand) -> Tile {
             rounded(
                 RoundedOp::Fma,
-                RoundMode::$mode,
+                Rounding::$mode,
                 vec![x.into_operand(), y.into_operand(), z.into_operand()],
                 Loc::caller(),
             )
@@ -102,64 +102,64 @@ macro_rules! rounded3 {
 rounded2! {
     /// `x + y` rounded to nearest, ties to even (`libdevice.add_rn`; PTX `add.rn`, never
     /// contracted into an `fma`).
-    add_rn => Add, Rn;
+    add_rn => Add, NearestEven;
     /// `x + y` rounded toward zero (`libdevice.add_rz`; PTX `add.rz`).
-    add_rz => Add, Rz;
+    add_rz => Add, TowardZero;
     /// `x + y` rounded down (`libdevice.add_rd`; PTX `add.rm`).
-    add_rd => Add, Rd;
+    add_rd => Add, Down;
     /// `x + y` rounded up (`libdevice.add_ru`; PTX `add.rp`).
-    add_ru => Add, Ru;
+    add_ru => Add, Up;
     /// `x - y` rounded to nearest (`libdevice.sub_rn`; PTX `sub.rn`).
-    sub_rn => Sub, Rn;
+    sub_rn => Sub, NearestEven;
     /// `x - y` rounded toward zero (`libdevice.sub_rz`).
-    sub_rz => Sub, Rz;
+    sub_rz => Sub, TowardZero;
     /// `x - y` rounded down (`libdevice.sub_rd`).
-    sub_rd => Sub, Rd;
+    sub_rd => Sub, Down;
     /// `x - y` rounded up (`libdevice.sub_ru`).
-    sub_ru => Sub, Ru;
+    sub_ru => Sub, Up;
     /// `x * y` rounded to nearest (`libdevice.mul_rn`; PTX `mul.rn`).
-    mul_rn => Mul, Rn;
+    mul_rn => Mul, NearestEven;
     /// `x * y` rounded toward zero (`libdevice.mul_rz`).
-    mul_rz => Mul, Rz;
+    mul_rz => Mul, TowardZero;
     /// `x * y` rounded down (`libdevice.mul_rd`).
-    mul_rd => Mul, Rd;
+    mul_rd => Mul, Down;
     /// `x * y` rounded up (`libdevice.mul_ru`).
-    mul_ru => Mul, Ru;
+    mul_ru => Mul, Up;
     /// `x / y` rounded toward zero (`libdevice.div_rz`; PTX `div.rz`).
-    div_rz => Div, Rz;
+    div_rz => Div, TowardZero;
     /// `x / y` rounded down (`libdevice.div_rd`; PTX `div.rm`).
-    div_rd => Div, Rd;
+    div_rd => Div, Down;
     /// `x / y` rounded up (`libdevice.div_ru`; PTX `div.rp`).
-    div_ru => Div, Ru;
+    div_ru => Div, Up;
 }
 
 rounded1! {
     /// The square root rounded to nearest (`libdevice.sqrt_rn`; PTX `sqrt.rn`): NaN below
     /// -0, `-0` at `-0`.
-    sqrt_rn => Sqrt, Rn;
+    sqrt_rn => Sqrt, NearestEven;
     /// The square root rounded toward zero (`libdevice.sqrt_rz`).
-    sqrt_rz => Sqrt, Rz;
+    sqrt_rz => Sqrt, TowardZero;
     /// The square root rounded down (`libdevice.sqrt_rd`).
-    sqrt_rd => Sqrt, Rd;
+    sqrt_rd => Sqrt, Down;
     /// The square root rounded up (`libdevice.sqrt_ru`).
-    sqrt_ru => Sqrt, Ru;
+    sqrt_ru => Sqrt, Up;
     /// `1 / x` rounded to nearest (`libdevice.rcp_rn`; PTX `rcp.rn`): +-inf at +-0.
-    rcp_rn => Rcp, Rn;
+    rcp_rn => Rcp, NearestEven;
     /// `1 / x` rounded toward zero (`libdevice.rcp_rz`).
-    rcp_rz => Rcp, Rz;
+    rcp_rz => Rcp, TowardZero;
     /// `1 / x` rounded down (`libdevice.rcp_rd`).
-    rcp_rd => Rcp, Rd;
+    rcp_rd => Rcp, Down;
     /// `1 / x` rounded up (`libdevice.rcp_ru`).
-    rcp_ru => Rcp, Ru;
+    rcp_ru => Rcp, Up;
 }
 
 rounded3! {
     /// `x * y + z` rounded once to nearest (`libdevice.fma_rn`; PTX `fma.rn`), as [`super::fma`].
-    fma_rn => Rn;
+    fma_rn => NearestEven;
     /// `x * y + z` rounded once toward zero (`libdevice.fma_rz`).
-    fma_rz => Rz;
+    fma_rz => TowardZero;
     /// `x * y + z` rounded once down (`libdevice.fma_rd`).
-    fma_rd => Rd;
+    fma_rd => Down;
     /// `x * y + z` rounded once up (`libdevice.fma_ru`).
-    fma_ru => Ru;
+    fma_ru => Up;
 }

@@ -7,8 +7,7 @@ use super::{Lower, Vals, R};
 use crate::layout::Layout;
 use crate::ptx::{Arg, Reg, RegClass, Ty};
 use tegula_ir::{
-    BinaryOp, CmpOp, Constant, DType, Elem, Op, RoundMode, Rounding, TernaryOp, UnaryOp, Value,
-    ValueDef,
+    BinaryOp, CmpOp, Constant, DType, Elem, Op, Rounding, TernaryOp, UnaryOp, Value, ValueDef,
 };
 
 /// The PTX opcode of a binary op on an arithmetic type, where one instruction does it.
@@ -253,12 +252,7 @@ impl Lower<'_> {
                 if !matches!(t, Ty::F32 | Ty::F64) || !matches!(dt, DType::F32 | DType::F64) {
                     return Err(self.unsupported(format!("`{}` on {dt}", d.op.name())));
                 }
-                let m = match mode {
-                    RoundMode::Rn => "rn",
-                    RoundMode::Rz => "rz",
-                    RoundMode::Rd => "rm",
-                    RoundMode::Ru => "rp",
-                };
+                let m = mode.ptx();
                 let opc = format!("{}.{m}{t}", op.name());
                 let args: Vec<Vals> = (0..op.arity())
                     .map(|i| self.get(d.args[i], l))
@@ -436,10 +430,7 @@ impl Lower<'_> {
 
     /// An arithmetic result back in `d`'s registers: f16/bf16 rounded, narrow ints re-extended.
     pub(crate) fn narrow(&mut self, d: DType, x: Reg, rounding: Rounding) -> Reg {
-        let rnd = match rounding {
-            Rounding::NearestEven => "rn",
-            Rounding::TowardZero => "rz",
-        };
+        let rnd = rounding.ptx();
         match d {
             DType::F16 => self
                 .b
@@ -707,10 +698,7 @@ impl Lower<'_> {
         if from == to {
             return Ok(x);
         }
-        let rn = match rnd {
-            Rounding::NearestEven => "rn",
-            Rounding::TowardZero => "rz",
-        };
+        let rn = rnd.ptx();
         let to_class = class_of(Elem::Scalar(to));
         // i1 sources: 0 or 1.
         if from == I1 {
