@@ -802,7 +802,9 @@ fn conversions_to_integers_round_then_saturate() {
         };
         for (to, lo, hi) in targets {
             for mode in MODES {
-                let out = eval(&[input.clone()], |t| converted(from, to, mode, t[0]));
+                let out = eval(std::slice::from_ref(&input), |t| {
+                    converted(from, to, mode, t[0])
+                });
                 for (&x, got) in xs.iter().zip(ints_of(&out, to)) {
                     let want = float_to_int_reference(x, mode, lo, hi);
                     assert_eq!(got, want, "{from} {x:e} to {to} {mode:?}");
@@ -811,8 +813,8 @@ fn conversions_to_integers_round_then_saturate() {
         }
         let lo = -(1i128 << 63);
         let hi = (1i128 << 63) - 1;
-        let rint = eval(&[input.clone()], |t| llrint(t[0]));
-        let round = eval(&[input.clone()], |t| llround(t[0]));
+        let rint = eval(std::slice::from_ref(&input), |t| llrint(t[0]));
+        let round = eval(std::slice::from_ref(&input), |t| llround(t[0]));
         for ((&x, a), b) in xs
             .iter()
             .zip(ints_of(&rint, DType::I64))
@@ -839,10 +841,10 @@ fn double_words_split_and_rebuild() {
     let mut r = Rng::new(26);
     let xs: Vec<f64> = (0..500).map(|_| f64::from_bits(r.next_u64())).collect();
     let b = buf(&xs);
-    let hi = eval(&[b.clone()], |t| double2hiint(t[0]))
+    let hi = eval(std::slice::from_ref(&b), |t| double2hiint(t[0]))
         .to_vec::<i32>()
         .unwrap();
-    let lo = eval(&[b.clone()], |t| double2loint(t[0]))
+    let lo = eval(std::slice::from_ref(&b), |t| double2loint(t[0]))
         .to_vec::<i32>()
         .unwrap();
     for ((&x, &h), &l) in xs.iter().zip(&hi).zip(&lo) {

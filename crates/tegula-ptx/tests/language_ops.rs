@@ -292,3 +292,103 @@ fn directed_rounding_assembles() {
         }
     }
 }
+
+/// libdevice's conversions with a direction, the f64 words, the `fast_*` approximations,
+/// `saturatef`, `rsqrt_rn` and the norms assemble for sm_80 and sm_90a, each conversion one
+/// `cvt` in its direction (a cast to an integer rounds first: `cvt.rmi`, then the truncating
+/// `cvt.rzi.sat`, which ptxas folds).
+#[test]
+fn libdevice_conversions_and_the_rest_assemble() {
+    let k = trace("libdevice_rest", |p| {
+        let (xf, xd) = (p.ptr("xf", DType::F32), p.ptr("xd", DType::F64));
+        let (xi, xu) = (p.ptr("xi", DType::I32), p.ptr("xu", DType::U32));
+        let (xl, xul) = (p.ptr("xl", DType::I64), p.ptr("xul", DType::U64));
+        let (of, od, ol) = (
+            p.ptr("of", DType::F32),
+            p.ptr("od", DType::F64),
+            p.ptr("ol", DType::I64),
+        );
+        let o = program_id(0) * 128 + arange(0, 128);
+        let (f, d) = (load_unmasked(xf + o), load_unmasked(xd + o));
+        let (i, u) = (load_unmasked(xi + o), load_unmasked(xu + o));
+        let (l, ul) = (load_unmasked(xl + o), load_unmasked(xul + o));
+        let mut acc = double2float_rn(d) + double2float_rz(d) + double2float_rd(d);
+        acc += double2float_ru(d) + int2float_rd(i) + uint2float_ru(u) + ll2float_rz(l);
+        acc += ull2float_rd(ul) + int2float_rn(i) + ll2float_ru(l);
+        acc += fast_expf(f) + fast_exp10f(f) + fast_logf(f) + fast_log2f(f) + fast_log10f(f);
+        acc +=
+            fast_sinf(f) + fast_cosf(f) + fast_tanf(f) + fast_powf(f, acc) + fast_dividef(f, acc);
+        acc += saturatef(f) + rsqrt_rn(f) + norm3d(f, acc, f) + rnorm4d(f, acc, f, acc);
+        store_unmasked(of + o, acc);
+        let mut dacc = ll2double_rd(l) + ull2double_ru(ul) + ll2double_rz(l) + int2double_rn(i);
+        dacc += uint2double_rn(u) + hiloint2double(double2hiint(d), double2loint(d));
+        dacc += norm3d(d, dacc, d) + rnorm3d(d, d, dacc);
+        store_unmasked(od + o, dacc);
+        let mut lacc = float2ll_rd(f) + double2ll_ru(d) + llrint(f) + llround(d);
+        lacc += float2int_ru(f).to::<i64>() + double2uint_rz(d).to::<i64>();
+        lacc += float2ull_rn(f).to::<i64>() + double2int_rd(d).to::<i64>();
+        store_unmasked(ol + o, lacc);
+    })
+    .unwrap();
+    let ptx = assemble("libdevice_rest", &k);
+    for ins in [
+        "cvt.rn.f32.f64",
+        "cvt.rz.f32.f64",
+        "cvt.rm.f32.f64",
+        "cvt.rp.f32.f64",
+        "cvt.rm.f32.s32",
+        "cvt.rp.f32.u32",
+        "cvt.rz.f32.s64",
+        "cvt.rm.f32.u64",
+        "cvt.rp.f32.s64",
+        "cvt.rm.f64.s64",
+        "cvt.rp.f64.u64",
+        "cvt.rz.f64.s64",
+        "cvt.rmi.f32.f32",
+        "cvt.rpi.f64.f64",
+        "ex2.approx",
+        "lg2.approx",
+        "sin.approx",
+        "cos.approx",
+        "rcp.rn.f64",
+    ] {
+        assert!(ptx.contains(ins), "{ins} missing");
+    }
+}
+
+/// Casts into f16 and bf16 round down and up as `cvt.rm` / `cvt.rp` (from f32; from f64 and
+/// wide integers through f32 rounded to odd, which makes the second rounding the right one).
+#[test]
+fn directed_casts_into_halves_assemble() {
+    let k = trace("directed_halves", |p| {
+        let (x, d, l) = (
+            p.ptr("x", DType::F32),
+            p.ptr("d", DType::F64),
+            p.ptr("l", DType::I64),
+        );
+        let (oh, ob) = (p.ptr("oh", DType::F16), p.ptr("ob", DType::BF16));
+        let o = program_id(0) * 128 + arange(0, 128);
+        let (a, b, c) = (
+            load_unmasked(x + o),
+            load_unmasked(d + o),
+            load_unmasked(l + o),
+        );
+        let h =
+            a.cast_rounded(DType::F16, Rounding::Down) + b.cast_rounded(DType::F16, Rounding::Up);
+        let h = h + c.cast_rounded(DType::F16, Rounding::Down);
+        let bf =
+            a.cast_rounded(DType::BF16, Rounding::Up) + b.cast_rounded(DType::BF16, Rounding::Down);
+        store_unmasked(oh + o, h);
+        store_unmasked(ob + o, bf);
+    })
+    .unwrap();
+    let ptx = assemble("directed_halves", &k);
+    for ins in [
+        "cvt.rm.f16.f32",
+        "cvt.rp.f16.f32",
+        "cvt.rp.bf16.f32",
+        "cvt.rm.bf16.f32",
+    ] {
+        assert!(ptx.contains(ins), "{ins} missing");
+    }
+}

@@ -4,7 +4,9 @@
 //! random numbers (4x32 and 4x64), the integer intrinsics (`clz`, `popc`, `brev`, `ffs`,
 //! `mulhi`, `hadd`, `rhadd`, `uhadd`, `urhadd`, `sad`, `usad`, `mul24`, `umul24`, `byte_perm`)
 //! on i32, u32, i64 and u64, the directed-rounding arithmetic (`add_rz`, .., `rcp_ru`) on f32
-//! and f64, the rounding family, pointer round trips and a barrier.
+//! and f64, libdevice's conversions with a direction (`double2float_*`, `ll2float_*`,
+//! `ll2double_*`, `double2ll_*`, `float2int_*`, `float2uint_*`), the rounding family, pointer
+//! round trips and a barrier.
 //!
 //!     cargo run --release -p tegula --example language_gpu_check
 //!
@@ -346,6 +348,154 @@ fn same(a: f32, b: f32) -> bool {
     a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan())
 }
 
+/// libdevice's conversions in direction `mode` (rn, rz, rd, ru): f64 and i64 to f32, i64 to
+/// f64, f64 to i64, f32 to i32 and u32.
+#[tegula::kernel]
+#[allow(clippy::too_many_arguments)]
+fn conversion_op(
+    xf: Ptr<f32>,
+    xd: Ptr<f64>,
+    xl: Ptr<i64>,
+    of: Ptr<f32>,
+    ol2f: Ptr<f32>,
+    od: Ptr<f64>,
+    ol: Ptr<i64>,
+    oi: Ptr<i32>,
+    ou: Ptr<u32>,
+    n: i32,
+    #[constexpr] mode: u32,
+) {
+    let offs = program_id(0) * 256 + arange(0, 256);
+    let mask = offs.lt(n);
+    let (f, d, l) = (
+        load(xf + offs, mask, 0.0),
+        load(xd + offs, mask, 0.0),
+        load(xl + offs, mask, 0),
+    );
+    let (a, b, c, e, g, h) = match mode {
+        0 => (
+            double2float_rn(d),
+            ll2float_rn(l),
+            ll2double_rn(l),
+            double2ll_rn(d),
+            float2int_rn(f),
+            float2uint_rn(f),
+        ),
+        1 => (
+            double2float_rz(d),
+            ll2float_rz(l),
+            ll2double_rz(l),
+            double2ll_rz(d),
+            float2int_rz(f),
+            float2uint_rz(f),
+        ),
+        2 => (
+            double2float_rd(d),
+            ll2float_rd(l),
+            ll2double_rd(l),
+            double2ll_rd(d),
+            float2int_rd(f),
+            float2uint_rd(f),
+        ),
+        _ => (
+            double2float_ru(d),
+            ll2float_ru(l),
+            ll2double_ru(l),
+            double2ll_ru(d),
+            float2int_ru(f),
+            float2uint_ru(f),
+        ),
+    };
+    store(of + offs, a, mask);
+    store(ol2f + offs, b, mask);
+    store(od + offs, c, mask);
+    store(ol + offs, e, mask);
+    store(oi + offs, g, mask);
+    store(ou + offs, h, mask);
+}
+
+/// Every mode of `conversion_op` on `gpu` and `cpu` (bit for bit, any NaN for any NaN);
+/// returns the number of differing elements.
+fn conversions(
+    gpu: &Device,
+    cpu: &Device,
+    xf: &[f32],
+    xd: &[f64],
+    xl: &[i64],
+) -> tegula::Result<usize> {
+    let n = xf.len();
+    let mut failed = 0;
+    for mode in 0..4u32 {
+        let mut out: Vec<[Vec<u64>; 6]> = Vec::new();
+        for dev in [gpu, cpu] {
+            let (f, d, l) = (
+                dev.from_slice(xf, [n])?,
+                dev.from_slice(xd, [n])?,
+                dev.from_slice(xl, [n])?,
+            );
+            let (of, ol2f) = (dev.empty::<f32>([n])?, dev.empty::<f32>([n])?);
+            let (od, ol) = (dev.empty::<f64>([n])?, dev.empty::<i64>([n])?);
+            let (oi, ou) = (dev.empty::<i32>([n])?, dev.empty::<u32>([n])?);
+            conversion_op::launch(
+                dev,
+                (n as u32).div_ceil(256),
+                &f,
+                &d,
+                &l,
+                &of,
+                &ol2f,
+                &od,
+                &ol,
+                &oi,
+                &ou,
+                n as i32,
+                mode,
+            )?;
+            let f32_bits = |v: Vec<f32>| {
+                v.iter()
+                    .map(|x| {
+                        if x.is_nan() {
+                            u64::MAX
+                        } else {
+                            x.to_bits() as u64
+                        }
+                    })
+                    .collect::<Vec<u64>>()
+            };
+            out.push([
+                f32_bits(of.to_vec()?),
+                f32_bits(ol2f.to_vec()?),
+                od.to_vec()?.iter().map(|x| x.to_bits()).collect(),
+                ol.to_vec()?.iter().map(|&x| x as u64).collect(),
+                oi.to_vec()?.iter().map(|&x| x as u32 as u64).collect(),
+                ou.to_vec()?.iter().map(|&x| x as u64).collect(),
+            ]);
+        }
+        let m = ["rn", "rz", "rd", "ru"][mode as usize];
+        let names = [
+            "double2float",
+            "ll2float",
+            "ll2double",
+            "double2ll",
+            "float2int",
+            "float2uint",
+        ];
+        for (k, name) in names.iter().enumerate() {
+            let bad: Vec<usize> = (0..n).filter(|&i| out[0][k][i] != out[1][k][i]).collect();
+            println!(
+                "{name}_{m}: {n} elements, {} differ{}",
+                bad.len(),
+                bad.first().map_or(String::new(), |&i| format!(
+                    " (first ({:e}, {:e}, {}): gpu {:#x} cpu {:#x})",
+                    xf[i], xd[i], xl[i], out[0][k][i], out[1][k][i]
+                ))
+            );
+            failed += bad.len();
+        }
+    }
+    Ok(failed)
+}
+
 fn main() -> tegula::Result<()> {
     let gpu = Device::cuda(0)?;
     let cpu = Device::cpu();
@@ -575,6 +725,18 @@ fn main() -> tegula::Result<()> {
         .collect();
     let d64r = [&d64[0][..], &d64[1][..], &d64[2][..]];
     failed += rounded_ops(&gpu, &cpu, d64r, f64::to_bits, f64::is_nan)?;
+    // Integers of every bit length (ties at f32's and f64's precision among them).
+    let ls: Vec<i64> = d64[0]
+        .iter()
+        .enumerate()
+        .map(|(i, x)| (x.to_bits() as i64) >> (i % 64))
+        .collect();
+    let fs: Vec<f32> = d32[0]
+        .iter()
+        .enumerate()
+        .map(|(i, &x)| x * (1u64 << (i % 40)) as f32)
+        .collect();
+    failed += conversions(&gpu, &cpu, &fs, &d64[0], &ls)?;
     let x = gpu.from_slice(&vec![1.0f32; 256], [256])?;
     let y = gpu.empty::<f32>([256])?;
     let d = gpu.empty::<i64>([256])?;

@@ -9,8 +9,8 @@
 //!   `cos.approx`, their quotient, `ex2(y lg2 x)`, and tegula's f32 `/` (`div.full.f32`,
 //!   within 2 ulp, which stays correct where `__fdividef` returns 0 for `2^126 < |y|`). The
 //!   interpreter evaluates the same compositions with each function correctly rounded
-//!   (docs/semantics.md, "Approximate functions"), so the two agree to the approximations'
-//!   bounds, not bit for bit.
+//!   (docs/semantics.md, "Floating point"), so the two agree to the approximations' bounds,
+//!   not bit for bit.
 //! - `saturatef` clamps to [0, 1] (+0 at NaN and at -0); exact.
 //! - `rsqrt_rn` is `1 / sqrt(x)` correctly rounded in f32: the square root and the reciprocal
 //!   in f64 (`sqrt.rn.f64`, `rcp.rn.f64`), then one rounding to f32; two f64 roundings leave
@@ -21,7 +21,7 @@
 //!   reciprocal), f32, f16 and bf16 computed in f64 (squares of f32 values are exact there,
 //!   the sum and root rounded at 2^-53) and rounded once: within a hair over half an ulp.
 //!   f64 operands are scaled by the largest magnitude first, so that nothing overflows or
-//!   underflows in between (within 2 ulp; docs/semantics.md has the measured bound). Any
+//!   underflows in between (2 eps measured). Any
 //!   infinite operand gives +inf (+0 for the reciprocals) even beside a NaN, as C's `hypot`.
 
 use super::ops::select_at;
