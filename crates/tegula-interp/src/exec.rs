@@ -959,6 +959,7 @@ fn float_bits(d: DType, a: f64) -> u64 {
     match d {
         DType::F16 => u64::from(half::f16::from_f64(a).to_bits()),
         DType::BF16 => u64::from(half::bf16::from_f64(a).to_bits()),
+        DType::F8E4M3 | DType::F8E5M2 => crate::round::float_to_bits(d, a),
         DType::F32 => u64::from((a as f32).to_bits()),
         _ => a.to_bits(),
     }

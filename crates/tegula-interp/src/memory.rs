@@ -281,6 +281,12 @@ pub(crate) fn store(
         (Words::W64(w), Data::F(v), _) => {
             scatter(mem, (&w[..], base), wr, me, ptrs, mask, v, f64::to_bits)
         }
+        (Words::W8(w), Data::F(v), d) if d.is_fp8() => {
+            let e5m2 = d == DType::F8E5M2;
+            scatter(mem, (&w[..], base), wr, me, ptrs, mask, v, |x| {
+                tegula_ir::fp8::fp8_bits(e5m2, x) as u64
+            })
+        }
         // Canonical integers: the low bits are the stored bits.
         (Words::W8(w), Data::I(v), _) => {
             scatter(mem, (&w[..], base), wr, me, ptrs, mask, v, |x| x as u64)

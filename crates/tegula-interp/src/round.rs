@@ -6,6 +6,7 @@
 //! is not exact in f64 (fma, dot accumulation, 64-bit integer conversions) it is first
 //! rounded *to odd* in f64, which makes the final rounding exact as well.
 
+use tegula_ir::fp8::{fp8_bits, fp8_value, round_fp8};
 use tegula_ir::{DType, Rounding};
 
 /// `2^k` for `-1022 <= k <= 1023`.
@@ -62,6 +63,7 @@ pub(crate) fn round_to(d: DType, x: f64) -> f64 {
         DType::F32 => round_f32(x),
         DType::F16 => round_f16(x),
         DType::BF16 => round_bf16(x),
+        DType::F8E4M3 | DType::F8E5M2 => round_fp8(d == DType::F8E5M2, x),
         _ => x,
     }
 }
@@ -72,6 +74,10 @@ pub(crate) fn round_slice(d: DType, v: &mut [f64]) {
         DType::F32 => v.iter_mut().for_each(|x| *x = round_f32(*x)),
         DType::F16 => v.iter_mut().for_each(|x| *x = round_f16(*x)),
         DType::BF16 => v.iter_mut().for_each(|x| *x = round_bf16(*x)),
+        DType::F8E4M3 | DType::F8E5M2 => {
+            let e5m2 = d == DType::F8E5M2;
+            v.iter_mut().for_each(|x| *x = round_fp8(e5m2, *x))
+        }
         _ => {}
     }
 }
@@ -82,6 +88,7 @@ pub(crate) fn float_to_bits(d: DType, x: f64) -> u64 {
     match d {
         DType::F16 => half::f16::from_f64(x).to_bits() as u64,
         DType::BF16 => half::bf16::from_f64(x).to_bits() as u64,
+        DType::F8E4M3 | DType::F8E5M2 => fp8_bits(d == DType::F8E5M2, x) as u64,
         DType::F32 => (x as f32).to_bits() as u64,
         _ => x.to_bits(),
     }
@@ -93,6 +100,7 @@ pub(crate) fn float_from_bits(d: DType, bits: u64) -> f64 {
     match d {
         DType::F16 => half::f16::from_bits(bits as u16).to_f64(),
         DType::BF16 => half::bf16::from_bits(bits as u16).to_f64(),
+        DType::F8E4M3 | DType::F8E5M2 => fp8_value(d == DType::F8E5M2, bits as u8),
         DType::F32 => f32::from_bits(bits as u32) as f64,
         _ => f64::from_bits(bits),
     }

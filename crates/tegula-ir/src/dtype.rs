@@ -19,10 +19,16 @@ pub enum DType {
     BF16,
     F32,
     F64,
+    /// 8-bit float with 4 exponent and 3 mantissa bits, no infinities, one NaN pattern per
+    /// sign, largest finite 448 (Triton's `float8e4nv`, PTX `e4m3`, OCP's E4M3FN).
+    F8E4M3,
+    /// 8-bit float with 5 exponent and 2 mantissa bits, IEEE 754-style infinities and NaNs,
+    /// largest finite 57344 (Triton's `float8e5`, PTX `e5m2`, OCP's E5M2).
+    F8E5M2,
 }
 
 impl DType {
-    pub const ALL: [DType; 13] = [
+    pub const ALL: [DType; 15] = [
         DType::I1,
         DType::I8,
         DType::I16,
@@ -36,6 +42,8 @@ impl DType {
         DType::BF16,
         DType::F32,
         DType::F64,
+        DType::F8E4M3,
+        DType::F8E5M2,
     ];
 
     /// Width in bits (i1 counts as 1).
@@ -43,7 +51,7 @@ impl DType {
         use DType::*;
         match self {
             I1 => 1,
-            I8 | U8 => 8,
+            I8 | U8 | F8E4M3 | F8E5M2 => 8,
             I16 | U16 | F16 | BF16 => 16,
             I32 | U32 | F32 => 32,
             I64 | U64 | F64 => 64,
@@ -56,7 +64,15 @@ impl DType {
     }
 
     pub fn is_float(self) -> bool {
-        matches!(self, DType::F16 | DType::BF16 | DType::F32 | DType::F64)
+        matches!(
+            self,
+            DType::F16 | DType::BF16 | DType::F32 | DType::F64 | DType::F8E4M3 | DType::F8E5M2
+        )
+    }
+
+    /// The 8-bit floats.
+    pub fn is_fp8(self) -> bool {
+        matches!(self, DType::F8E4M3 | DType::F8E5M2)
     }
 
     /// Integers, including i1.
@@ -93,6 +109,8 @@ impl DType {
             BF16 => "bf16",
             F32 => "f32",
             F64 => "f64",
+            F8E4M3 => "f8e4m3",
+            F8E5M2 => "f8e5m2",
         }
     }
 
@@ -103,7 +121,8 @@ impl DType {
     /// The common type two operands are converted to before a binary arithmetic op.
     ///
     /// Follows Triton's `computation_type_impl`: any f64 wins, then f32; f16 with bf16 meets at
-    /// f32; a float with an integer is the float; two integers of the same signedness take the
+    /// f32; an fp8 with a wider float is that float, e4m3 with e5m2 meets at f16; a float with
+    /// an integer is the float; two integers of the same signedness take the
     /// wider; of mixed signedness the unsigned one wins unless the signed one is strictly wider.
     pub fn promote(a: DType, b: DType) -> DType {
         use DType::*;
@@ -115,6 +134,14 @@ impl DType {
         }
         if a == F32 || b == F32 {
             return F32;
+        }
+        // An fp8 beside a wider float is that float (exact); the two fp8 formats meet at f16,
+        // which holds both exactly.
+        match (a.is_fp8(), b.is_fp8()) {
+            (true, true) => return F16,
+            (true, false) if b.is_float() => return b,
+            (false, true) if a.is_float() => return a,
+            _ => {}
         }
         match (a.is_float(), b.is_float()) {
             (true, true) => F32, // f16 with bf16
@@ -279,6 +306,27 @@ impl Element for half::bf16 {
         half::bf16::from_f32(f32_round_to_odd(v))
     }
 }
+
+macro_rules! fp8_element {
+    ($($t:ident => $d:ident),*) => {$(
+        impl Element for crate::fp8::$t {
+            const DTYPE: DType = DType::$d;
+            fn to_bits(self) -> u64 {
+                crate::fp8::$t::to_bits(self) as u64
+            }
+            fn from_bits(bits: u64) -> Self {
+                crate::fp8::$t::from_bits(bits as u8)
+            }
+            fn to_f64(self) -> f64 {
+                crate::fp8::$t::to_f64(self)
+            }
+            fn from_f64(v: f64) -> Self {
+                crate::fp8::$t::from_f64(v)
+            }
+        }
+    )*};
+}
+fp8_element!(f8e4m3 => F8E4M3, f8e5m2 => F8E5M2);
 
 #[cfg(test)]
 mod tests {

@@ -18,6 +18,7 @@ pub mod builder;
 pub mod dtype;
 pub mod error;
 pub mod fast_hash;
+pub mod fp8;
 pub mod kernel;
 pub mod mathlib;
 pub mod op;
@@ -44,5 +45,6 @@ pub mod prelude {
         AtomicOp, CacheModifier, EvictionPolicy, InputPrecision, MemScope, MemSem, ReduceOp,
         Rounding,
     };
+    pub use crate::fp8::{f8e4m3, f8e5m2};
     pub use half::{bf16, f16};
 }

@@ -765,6 +765,17 @@ impl<'p> Machine<'p> {
             "cvt" => {
                 let x = v(self, 1);
                 let r = match op {
+                    // The pair conversions: the first source in the high byte or half.
+                    "cvt.rn.satfinite.e4m3x2.f32" | "cvt.rn.satfinite.e5m2x2.f32" => {
+                        let e5m2 = op.contains("e5m2");
+                        let (hi, lo) = (f32v(x), f32v(v(self, 2)));
+                        ((fp8_encode(e5m2, hi) as u64) << 8) | fp8_encode(e5m2, lo) as u64
+                    }
+                    "cvt.rn.f16x2.e4m3x2" | "cvt.rn.f16x2.e5m2x2" => {
+                        let e5m2 = op.contains("e5m2");
+                        let h = |b: u64| f16::from_f64(fp8_decode(e5m2, b as u8)).to_bits() as u64;
+                        h(x >> 8 & 0xff) << 16 | h(x & 0xff)
+                    }
                     "cvt.rn.bf16.f32" => bf16::from_f32(f32v(x)).to_bits() as u64,
                     "cvt.rn.f16.f32" => f16::from_f32(f32v(x)).to_bits() as u64,
                     "cvt.f32.bf16" => bits(bf16::from_bits(x as u16).to_f32()),
@@ -1535,4 +1546,44 @@ mod tests {
         assert_eq!(min_f32(-1.0, f32::NAN), -1.0);
         assert_eq!(max_f32(-0.0, -0.0).to_bits(), 0x8000_0000);
     }
+}
+
+/// The value of an fp8 pattern (PTX's `e4m3`: bias 7, no infinities, NaN at S.1111.111;
+/// `e5m2`: bias 15, IEEE 754's infinities and NaNs).
+fn fp8_decode(e5m2: bool, b: u8) -> f64 {
+    let s = if b & 0x80 != 0 { -1.0 } else { 1.0 };
+    let (mbits, bias, top) = if e5m2 { (2, 15, 31) } else { (3, 7, 15) };
+    let e = ((b & 0x7f) >> mbits) as i32;
+    let m = (b & ((1 << mbits) - 1)) as i32;
+    if e5m2 && e == top {
+        return if m == 0 { s * f64::INFINITY } else { f64::NAN };
+    }
+    if !e5m2 && e == top && m == 7 {
+        return f64::NAN;
+    }
+    let frac = if e == 0 { m as f64 } else { ((1 << mbits) + m) as f64 };
+    s * frac * 2f64.powi(e.max(1) - bias - mbits)
+}
+
+/// `x` rounded to the nearest finite fp8 value (ties to the even pattern), saturating, NaN to
+/// the canonical `0x7f`: `cvt.rn.satfinite`, by search over the 127 magnitudes.
+fn fp8_encode(e5m2: bool, x: f32) -> u8 {
+    if x.is_nan() {
+        return 0x7f;
+    }
+    let sign = if x.is_sign_negative() { 0x80 } else { 0 };
+    let a = (x as f64).abs();
+    // The largest finite magnitude's pattern: 0x7b (57344) or 0x7e (448).
+    let max = if e5m2 { 0x7b } else { 0x7e };
+    if a >= fp8_decode(e5m2, max) {
+        return sign | max;
+    }
+    let mut best = (f64::INFINITY, 0u8);
+    for b in 0..max + 1 {
+        let d = (fp8_decode(e5m2, b) - a).abs();
+        if d < best.0 || (d == best.0 && b & 1 == 0) {
+            best = (d, b);
+        }
+    }
+    sign | best.1
 }

@@ -246,7 +246,33 @@ fn check_options(
             target.sm
         )));
     }
+    check_fp8(kernel, target)?;
     check_shapes(kernel)
+}
+
+/// fp8 values convert through PTX's `e4m3x2` / `e5m2x2` instructions, which sm_89 introduced.
+fn check_fp8(kernel: &Kernel, target: &Target) -> Result<(), PtxError> {
+    if target.sm >= 89 {
+        return Ok(());
+    }
+    let fp8 = |v: &tegula_ir::Value| {
+        matches!(kernel.ty(*v).elem, tegula_ir::Elem::Scalar(d) if d.is_fp8())
+    };
+    match kernel
+        .walk()
+        .into_iter()
+        .find(|&i| kernel.insts[i].results.iter().any(fp8))
+    {
+        Some(i) => Err(PtxError::Unsupported {
+            kernel: kernel.name.clone(),
+            what: format!(
+                "fp8 tiles on sm_{}: their conversions need sm_89 or newer",
+                target.sm
+            ),
+            loc: kernel.insts[i].loc,
+        }),
+        None => Ok(()),
+    }
 }
 
 /// Lowers `kernel` to a PTX module for `target`: plans it ([`plan()`]), then emits the plan.

@@ -41,9 +41,10 @@ impl Target {
     }
 
     /// `.version` of the module: 8.0 has every instruction used and loads on the H200's driver;
-    /// sm_90 modules say 8.1 for the vector `red.global.add.v{2,4}.f32`.
+    /// sm_90 modules say 8.1 for the vector `red.global.add.v{2,4}.f32`, sm_89 ones for the
+    /// fp8 conversions (`cvt.rn.satfinite.e4m3x2.f32`).
     pub fn ptx_version(&self) -> &'static str {
-        if self.sm >= 90 {
+        if self.sm >= 89 {
             "8.1"
         } else {
             "8.0"

@@ -392,3 +392,47 @@ fn directed_casts_into_halves_assemble() {
         assert!(ptx.contains(ins), "{ins} missing");
     }
 }
+
+/// fp8 loads, stores, casts, arithmetic, selection and a reduction assemble for sm_89 and
+/// sm_90a; sm_80 has no fp8 conversions, and compiling for it is an error at the user's line.
+#[test]
+fn fp8_assembles_on_sm89_and_up_and_is_refused_below() {
+    let k = trace("fp8_ops", |p| {
+        let (x, y) = (p.ptr("x", DType::F8E4M3), p.ptr("y", DType::F8E5M2));
+        let (o4, o5, of) = (
+            p.ptr("o4", DType::F8E4M3),
+            p.ptr("o5", DType::F8E5M2),
+            p.ptr("of", DType::F32),
+        );
+        let o = program_id(0) * 128 + arange(0, 128);
+        let (a, b) = (load_unmasked(x + o), load_unmasked(y + o));
+        let s = a * a + b.to::<f8e4m3>();
+        store_unmasked(o4 + o, select(s.gt(1.0), s, a));
+        store_unmasked(o5 + o, (b - 2.0).to::<f64>().to::<f8e5m2>());
+        store_unmasked(of + o, (a + b).to::<f32>() + sum(a.to::<f32>(), 0));
+    })
+    .unwrap();
+    let dir = std::env::temp_dir().join(format!("tegula-fp8-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let opts = CompileOptions {
+        num_warps: 4,
+        num_stages: 1,
+        mma: tegula_ptx::MmaChoice::Sync,
+        fp_fusion: true,
+        tma: false,
+    };
+    for sm in [89, 90] {
+        let c = compile(&k, &Target { sm }, &opts).unwrap();
+        for ins in [
+            "cvt.rn.satfinite.e4m3x2.f32",
+            "cvt.rn.satfinite.e5m2x2.f32",
+            "cvt.rn.f16x2.e4m3x2",
+        ] {
+            assert!(c.ptx.contains(ins), "{ins} missing on sm_{sm}");
+        }
+        tegula_ptx::ptxas::assemble(&ptxas(), &c.ptx, sm, &dir, &format!("fp8_sm{sm}"))
+            .unwrap_or_else(|e| panic!("sm_{sm}: {e}"));
+    }
+    let e = compile(&k, &Target { sm: 80 }, &opts).unwrap_err().to_string();
+    assert!(e.contains("sm_89") && e.contains("language_ops.rs"), "{e}");
+}

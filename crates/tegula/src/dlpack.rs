@@ -69,6 +69,10 @@ pub mod type_code {
     pub const BFLOAT: u8 = 4;
     pub const COMPLEX: u8 = 5;
     pub const BOOL: u8 = 6;
+    /// DLPack 1.1's OCP E4M3FN (torch's `float8_e4m3fn`).
+    pub const FLOAT8_E4M3FN: u8 = 10;
+    /// DLPack 1.1's E5M2 (torch's `float8_e5m2`).
+    pub const FLOAT8_E5M2: u8 = 12;
 }
 
 /// `DLDevice`: where the memory is.
@@ -158,6 +162,8 @@ pub fn dl_dtype(dtype: DType) -> DLDataType {
         DType::U8 | DType::U16 | DType::U32 | DType::U64 => (UINT, dtype.size_bytes() * 8),
         DType::F16 | DType::F32 | DType::F64 => (FLOAT, dtype.size_bytes() * 8),
         DType::BF16 => (BFLOAT, 16),
+        DType::F8E4M3 => (FLOAT8_E4M3FN, 8),
+        DType::F8E5M2 => (FLOAT8_E5M2, 8),
     };
     DLDataType {
         code,
@@ -183,6 +189,8 @@ pub fn dtype_of(dl: DLDataType) -> std::result::Result<DType, DlpackError> {
         (FLOAT, 32, 1) => DType::F32,
         (FLOAT, 64, 1) => DType::F64,
         (BFLOAT, 16, 1) => DType::BF16,
+        (FLOAT8_E4M3FN, 8, 1) => DType::F8E4M3,
+        (FLOAT8_E5M2, 8, 1) => DType::F8E5M2,
         (code, bits, lanes) => return Err(DlpackError::UnsupportedDType { code, bits, lanes }),
     };
     Ok(dtype)

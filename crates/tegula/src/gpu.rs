@@ -401,6 +401,8 @@ fn kernel_param(abi: &ParamAbi, arg: &KernelArg) -> Result<KernelParam> {
             DType::F64 => KernelParam::F64(*value),
             DType::F16 => KernelParam::U16(half::f16::from_f64(*value).to_bits()),
             DType::BF16 => KernelParam::U16(half::bf16::from_f64(*value).to_bits()),
+            DType::F8E4M3 => KernelParam::U8(tegula_ir::fp8::f8e4m3::from_f64(*value).to_bits()),
+            DType::F8E5M2 => KernelParam::U8(tegula_ir::fp8::f8e5m2::from_f64(*value).to_bits()),
             _ => return Err(mismatch()),
         },
         _ => return Err(mismatch()),

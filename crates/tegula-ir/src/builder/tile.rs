@@ -349,6 +349,16 @@ impl Tile {
         if self.dtype() == to {
             return self;
         }
+        if to.is_fp8() && rounding != Rounding::NearestEven {
+            report(
+                loc,
+                format!(
+                    "a cast into {to} rounds to nearest only (PTX's `cvt.rn.satfinite`), not {}",
+                    rounding.name()
+                ),
+            );
+            return self;
+        }
         emit1(
             Op::Cast { rounding },
             vec![self.value],

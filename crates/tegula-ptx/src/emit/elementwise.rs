@@ -358,6 +358,10 @@ impl Lower<'_> {
                 let bits = half::bf16::from_f64(f).to_bits();
                 self.imm(class, Arg::Imm(bits as i64))
             }
+            DType::F8E4M3 | DType::F8E5M2 => {
+                let bits = tegula_ir::fp8::fp8_bits(d == DType::F8E5M2, f);
+                self.imm(class, Arg::Imm(bits as i64))
+            }
             DType::I8 => self.imm(class, Arg::Imm(i as i8 as i64)),
             DType::I16 => self.imm(class, Arg::Imm(i as i16 as i64)),
             DType::U8 => self.imm(class, Arg::Imm(i as u8 as i64)),
@@ -401,6 +405,23 @@ impl Lower<'_> {
     pub(crate) fn widen(&mut self, d: DType, x: Reg) -> Reg {
         match d {
             DType::F16 => self.b.op("cvt.f32.f16", RegClass::F32, vec![x.into()]),
+            // e5m2 is the high byte of the f16 of its value, exactly.
+            DType::F8E5M2 => {
+                let h = self
+                    .b
+                    .op("shl.b32", RegClass::B32, vec![x.into(), Arg::Imm(8)]);
+                let h = self.b.op("cvt.u16.u32", RegClass::B16, vec![h.into()]);
+                self.b.op("cvt.f32.f16", RegClass::F32, vec![h.into()])
+            }
+            // e4m3 through the f16 pair conversion (the byte in the low half).
+            DType::F8E4M3 => {
+                let b = self.b.op("cvt.u16.u32", RegClass::B16, vec![x.into()]);
+                let pair = self
+                    .b
+                    .op("cvt.rn.f16x2.e4m3x2", RegClass::B32, vec![b.into()]);
+                let h = self.b.op("cvt.u16.u32", RegClass::B16, vec![pair.into()]);
+                self.b.op("cvt.f32.f16", RegClass::F32, vec![h.into()])
+            }
             DType::BF16 => match self.packed_halves.get(&x) {
                 Some(&(word, high)) => self.bf16_half_to_f32(word, high),
                 None => self.b.op("cvt.f32.bf16", RegClass::F32, vec![x.into()]),
@@ -438,6 +459,17 @@ impl Lower<'_> {
             DType::BF16 => self
                 .b
                 .op(format!("cvt.{rnd}.bf16.f32"), RegClass::B16, vec![x.into()]),
+            // The pair conversion packs its first operand in the high byte: 0 there, `x` in
+            // the low one; then zero-extended to the register.
+            DType::F8E4M3 | DType::F8E5M2 => {
+                let f = if d == DType::F8E4M3 { "e4m3x2" } else { "e5m2x2" };
+                let pair = self.b.op(
+                    format!("cvt.rn.satfinite.{f}.f32"),
+                    RegClass::B16,
+                    vec![Arg::F32(0.0), x.into()],
+                );
+                self.b.op("cvt.u32.u16", RegClass::B32, vec![pair.into()])
+            }
             d if is_narrow_int(d) => self.normalize(d, x),
             _ => x,
         }
@@ -707,6 +739,8 @@ impl Lower<'_> {
                 F64 => (Arg::F64(1.0), Arg::F64(0.0)),
                 F16 => (Arg::Imm(0x3C00), Arg::Imm(0)),
                 BF16 => (Arg::Imm(0x3F80), Arg::Imm(0)),
+                F8E4M3 => (Arg::Imm(0x38), Arg::Imm(0)),
+                F8E5M2 => (Arg::Imm(0x3C), Arg::Imm(0)),
                 _ => (Arg::Imm(1), Arg::Imm(0)),
             };
             let t = match to_class {
@@ -824,6 +858,21 @@ impl Lower<'_> {
                 }
             }
             (false, false) => match (from, to) {
+                // fp8 through f32, which holds every fp8 value and every f16 and bf16 one: a
+                // widening is exact, a narrowing rounds once (from f64 through f32 rounded to
+                // odd, which makes the second rounding the right one).
+                (f, F32) if f.is_fp8() => self.widen(from, x),
+                (f, F64) if f.is_fp8() => {
+                    let w = self.widen(from, x);
+                    self.b.op("cvt.f64.f32", RegClass::F64, vec![w.into()])
+                }
+                (f, t) if f.is_fp8() || t.is_fp8() => {
+                    let w = match from {
+                        F64 => self.round_to_f32_odd(x, Ty::F64),
+                        _ => self.widen(from, x),
+                    };
+                    self.narrow(to, w, rnd)
+                }
                 (F16 | BF16, F32) => self.widen(from, x),
                 (F16 | BF16, F64) => {
                     let f = self.widen(from, x);
@@ -882,6 +931,10 @@ impl Lower<'_> {
         if fc == tc {
             return Ok(if is_narrow_int(to) {
                 self.normalize(to, x)
+            } else if to.is_fp8() {
+                // From i8, whose register is sign-extended: the byte alone.
+                self.b
+                    .op("and.b32", RegClass::B32, vec![x.into(), Arg::Imm(0xff)])
             } else {
                 x
             });

@@ -55,6 +55,7 @@ fn slot_of(e: Elem, hex: bool) -> Slot {
             DType::U8 | DType::U16 | DType::U32 => ("%u", 4),
             DType::I64 => ("%lld", 8),
             DType::U64 => ("%llu", 8),
+            DType::F8E4M3 | DType::F8E5M2 => ("%.3g", 8),
             DType::BF16 => ("%.4g", 8),
             DType::F16 => ("%.5g", 8),
             DType::F32 => ("%.9g", 8),
