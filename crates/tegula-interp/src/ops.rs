@@ -550,10 +550,6 @@ macro_rules! float_combine {
                 let $f = |a: f64, b: f64| round_bf16(a + b);
                 $body
             }
-            (ReduceOp::Sum, d) if d.is_fp8() => {
-                let $f = move |a: f64, b: f64| round_to(d, a + b);
-                $body
-            }
             (ReduceOp::Sum, _) => {
                 let $f = |a: f64, b: f64| a + b;
                 $body

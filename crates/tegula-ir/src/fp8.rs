@@ -44,7 +44,11 @@ impl Format {
         let m = (bits & ((1 << self.mantissa) - 1)) as i32;
         let top = (1 << exp_bits) - 1;
         if self.ieee_specials && e == top {
-            return if m == 0 { sign * f64::INFINITY } else { f64::NAN };
+            return if m == 0 {
+                sign * f64::INFINITY
+            } else {
+                f64::NAN
+            };
         }
         if !self.ieee_specials && e == top && m == (1 << self.mantissa) - 1 {
             return f64::NAN;

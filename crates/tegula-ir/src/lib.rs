@@ -41,10 +41,10 @@ pub use types::{Elem, IntoShape, Shape, TileType, MAX_RANK, MAX_TILE_ELEMENTS};
 pub mod prelude {
     pub use crate::builder::*;
     pub use crate::dtype::{DType, Element};
+    pub use crate::fp8::{f8e4m3, f8e5m2};
     pub use crate::op::{
         AtomicOp, CacheModifier, EvictionPolicy, InputPrecision, MemScope, MemSem, ReduceOp,
         Rounding,
     };
-    pub use crate::fp8::{f8e4m3, f8e5m2};
     pub use half::{bf16, f16};
 }

@@ -105,7 +105,14 @@ fn encoding_rounds_to_nearest_even_and_saturates() {
             inputs.extend([w[0], mid, mid - eps, mid + eps, w[1] - eps]);
         }
         let max = *finite.last().unwrap();
-        inputs.extend([max * 1.03, max * 1.1, max * 2.0, 1e30, f64::INFINITY, f64::NAN]);
+        inputs.extend([
+            max * 1.03,
+            max * 1.1,
+            max * 2.0,
+            1e30,
+            f64::INFINITY,
+            f64::NAN,
+        ]);
     }
     let mut state = 0x9e37_79b9_7f4a_7c15u64;
     for _ in 0..200_000 {

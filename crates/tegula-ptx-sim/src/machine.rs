@@ -1530,24 +1530,6 @@ fn atomic_update(kind: &str, ty: &str, old: u64, x: u64) -> u64 {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// What `max.f32`/`min.f32` of two zeros give on the H200 (sm_90, checked with
-    /// hand-written PTX): +0 and -0, whatever the order.
-    #[test]
-    fn max_and_min_of_signed_zeros_do_not_depend_on_the_order() {
-        for (a, b) in [(0.0f32, -0.0f32), (-0.0, 0.0)] {
-            assert_eq!(max_f32(a, b).to_bits(), 0);
-            assert_eq!(min_f32(a, b).to_bits(), 0x8000_0000);
-        }
-        assert_eq!(max_f32(f32::NAN, 1.0), 1.0);
-        assert_eq!(min_f32(-1.0, f32::NAN), -1.0);
-        assert_eq!(max_f32(-0.0, -0.0).to_bits(), 0x8000_0000);
-    }
-}
-
 /// The value of an fp8 pattern (PTX's `e4m3`: bias 7, no infinities, NaN at S.1111.111;
 /// `e5m2`: bias 15, IEEE 754's infinities and NaNs).
 fn fp8_decode(e5m2: bool, b: u8) -> f64 {
@@ -1561,7 +1543,11 @@ fn fp8_decode(e5m2: bool, b: u8) -> f64 {
     if !e5m2 && e == top && m == 7 {
         return f64::NAN;
     }
-    let frac = if e == 0 { m as f64 } else { ((1 << mbits) + m) as f64 };
+    let frac = if e == 0 {
+        m as f64
+    } else {
+        ((1 << mbits) + m) as f64
+    };
     s * frac * 2f64.powi(e.max(1) - bias - mbits)
 }
 
@@ -1586,4 +1572,23 @@ fn fp8_encode(e5m2: bool, x: f32) -> u8 {
         }
     }
     sign | best.1
+}
+
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What `max.f32`/`min.f32` of two zeros give on the H200 (sm_90, checked with
+    /// hand-written PTX): +0 and -0, whatever the order.
+    #[test]
+    fn max_and_min_of_signed_zeros_do_not_depend_on_the_order() {
+        for (a, b) in [(0.0f32, -0.0f32), (-0.0, 0.0)] {
+            assert_eq!(max_f32(a, b).to_bits(), 0);
+            assert_eq!(min_f32(a, b).to_bits(), 0x8000_0000);
+        }
+        assert_eq!(max_f32(f32::NAN, 1.0), 1.0);
+        assert_eq!(min_f32(-1.0, f32::NAN), -1.0);
+        assert_eq!(max_f32(-0.0, -0.0).to_bits(), 0x8000_0000);
+    }
 }

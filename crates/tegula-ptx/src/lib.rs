@@ -255,9 +255,7 @@ fn check_fp8(kernel: &Kernel, target: &Target) -> Result<(), PtxError> {
     if target.sm >= 89 {
         return Ok(());
     }
-    let fp8 = |v: &tegula_ir::Value| {
-        matches!(kernel.ty(*v).elem, tegula_ir::Elem::Scalar(d) if d.is_fp8())
-    };
+    let fp8 = |v: &tegula_ir::Value| matches!(kernel.ty(*v).elem, tegula_ir::Elem::Scalar(d) if d.is_fp8());
     match kernel
         .walk()
         .into_iter()

@@ -433,6 +433,8 @@ fn fp8_assembles_on_sm89_and_up_and_is_refused_below() {
         tegula_ptx::ptxas::assemble(&ptxas(), &c.ptx, sm, &dir, &format!("fp8_sm{sm}"))
             .unwrap_or_else(|e| panic!("sm_{sm}: {e}"));
     }
-    let e = compile(&k, &Target { sm: 80 }, &opts).unwrap_err().to_string();
+    let e = compile(&k, &Target { sm: 80 }, &opts)
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("sm_89") && e.contains("language_ops.rs"), "{e}");
 }

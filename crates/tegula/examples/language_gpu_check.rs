@@ -5,8 +5,9 @@
 //! `mulhi`, `hadd`, `rhadd`, `uhadd`, `urhadd`, `sad`, `usad`, `mul24`, `umul24`, `byte_perm`)
 //! on i32, u32, i64 and u64, the directed-rounding arithmetic (`add_rz`, .., `rcp_ru`) on f32
 //! and f64, libdevice's conversions with a direction (`double2float_*`, `ll2float_*`,
-//! `ll2double_*`, `double2ll_*`, `float2int_*`, `float2uint_*`), the rounding family, pointer
-//! round trips and a barrier.
+//! `ll2double_*`, `double2ll_*`, `float2int_*`, `float2uint_*`), the fp8 casts (f32 into
+//! `f8e4m3` and `f8e5m2`, every fp8 pattern back to f32), the rounding family, pointer round
+//! trips and a barrier.
 //!
 //!     cargo run --release -p tegula --example language_gpu_check
 //!
@@ -496,6 +497,84 @@ fn conversions(
     Ok(failed)
 }
 
+/// f32 into both fp8 formats, and every fp8 pattern (as `y4`, `y5`) back to f32.
+#[tegula::kernel]
+fn fp8_casts(
+    x: Ptr<f32>,
+    y4: Ptr<f8e4m3>,
+    y5: Ptr<f8e5m2>,
+    o4: Ptr<f8e4m3>,
+    o5: Ptr<f8e5m2>,
+    of: Ptr<f32>,
+    n: i32,
+) {
+    let offs = program_id(0) * 256 + arange(0, 256);
+    let mask = offs.lt(n);
+    let a = load(x + offs, mask, 0.0);
+    store(o4 + offs, a.to::<f8e4m3>(), mask);
+    store(o5 + offs, a.to::<f8e5m2>(), mask);
+    let back =
+        load(y4 + offs, mask, 0.0).to::<f32>() + load(y5 + offs, mask, 0.0).to::<f32>() * 1024.0;
+    store(of + offs, back, mask);
+}
+
+/// `fp8_casts` on `gpu` and `cpu` over `xs` (bit for bit, any f32 NaN for any NaN).
+fn fp8(gpu: &Device, cpu: &Device, xs: &[f32]) -> tegula::Result<usize> {
+    let n = xs.len();
+    let y4: Vec<f8e4m3> = (0..n).map(|i| f8e4m3::from_bits(i as u8)).collect();
+    let y5: Vec<f8e5m2> = (0..n).map(|i| f8e5m2::from_bits((i * 7) as u8)).collect();
+    let mut out = Vec::new();
+    for dev in [gpu, cpu] {
+        let (x, a, b) = (
+            dev.from_slice(xs, [n])?,
+            dev.from_slice(&y4, [n])?,
+            dev.from_slice(&y5, [n])?,
+        );
+        let (o4, o5, of) = (
+            dev.empty::<f8e4m3>([n])?,
+            dev.empty::<f8e5m2>([n])?,
+            dev.empty::<f32>([n])?,
+        );
+        fp8_casts::launch(
+            dev,
+            (n as u32).div_ceil(256),
+            &x,
+            &a,
+            &b,
+            &o4,
+            &o5,
+            &of,
+            n as i32,
+        )?;
+        let f = of.to_vec()?;
+        out.push((o4.to_vec()?, o5.to_vec()?, f));
+    }
+    let (g, c) = (&out[0], &out[1]);
+    let bad4 = (0..n)
+        .filter(|&i| g.0[i].to_bits() != c.0[i].to_bits())
+        .count();
+    let bad5 = (0..n)
+        .filter(|&i| g.1[i].to_bits() != c.1[i].to_bits())
+        .count();
+    let badf = (0..n)
+        .filter(|&i| g.2[i].to_bits() != c.2[i].to_bits() && !(g.2[i].is_nan() && c.2[i].is_nan()))
+        .count();
+    let first = (0..n)
+        .find(|&i| g.0[i].to_bits() != c.0[i].to_bits() || g.1[i].to_bits() != c.1[i].to_bits());
+    println!(
+        "fp8 casts: {n} elements, {bad4} e4m3 / {bad5} e5m2 / {badf} back to f32 differ{}",
+        first.map_or(String::new(), |i| format!(
+            " (first {:e}: gpu {:#04x} {:#04x} cpu {:#04x} {:#04x})",
+            xs[i],
+            g.0[i].to_bits(),
+            g.1[i].to_bits(),
+            c.0[i].to_bits(),
+            c.1[i].to_bits()
+        ))
+    );
+    Ok(bad4 + bad5 + badf)
+}
+
 fn main() -> tegula::Result<()> {
     let gpu = Device::cuda(0)?;
     let cpu = Device::cpu();
@@ -737,6 +816,20 @@ fn main() -> tegula::Result<()> {
         .map(|(i, &x)| x * (1u64 << (i % 40)) as f32)
         .collect();
     failed += conversions(&gpu, &cpu, &fs, &d64[0], &ls)?;
+    // f32s near and between every fp8 value (scaled copies of the stride's patterns), and
+    // the stride itself.
+    let f8in: Vec<f32> = d32[0]
+        .iter()
+        .enumerate()
+        .map(|(i, &x)| {
+            if i % 2 == 0 {
+                x
+            } else {
+                (x.to_bits() % 1_000_000) as f32 / 1000.0 - 500.0
+            }
+        })
+        .collect();
+    failed += fp8(&gpu, &cpu, &f8in)?;
     let x = gpu.from_slice(&vec![1.0f32; 256], [256])?;
     let y = gpu.empty::<f32>([256])?;
     let d = gpu.empty::<i64>([256])?;

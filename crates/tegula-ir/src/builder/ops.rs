@@ -641,6 +641,9 @@ fn accumulation_dtype(x: Tile, op: ReduceOp, loc: Loc) -> Tile {
     let d = x.dtype();
     if matches!(op, ReduceOp::Sum | ReduceOp::Prod) && d.is_int() && d.bits() < 32 {
         x.cast_at(DType::I32, Default::default(), loc)
+    } else if matches!(op, ReduceOp::Sum | ReduceOp::Prod) && d.is_fp8() {
+        // As Triton: an 8-bit float sum would lose nearly everything to rounding.
+        x.cast_at(DType::F32, Default::default(), loc)
     } else {
         if matches!(op, ReduceOp::And | ReduceOp::Or | ReduceOp::Xor) && d.is_float() {
             report(

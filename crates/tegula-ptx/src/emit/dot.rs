@@ -158,7 +158,7 @@ impl Lower<'_> {
     /// An operand element in the accumulator's arithmetic type.
     fn dot_operand(&mut self, dt: DType, precision: InputPrecision, r: Reg) -> Reg {
         match dt {
-            DType::F16 | DType::BF16 => self.widen(dt, r),
+            DType::F16 | DType::BF16 | DType::F8E4M3 | DType::F8E5M2 => self.widen(dt, r),
             DType::F32 if precision == InputPrecision::Tf32 => {
                 let t = self.b.op("cvt.rna.tf32.f32", RegClass::B32, vec![r.into()]);
                 self.b.op("mov.b32", RegClass::F32, vec![t.into()])

@@ -462,7 +462,11 @@ impl Lower<'_> {
             // The pair conversion packs its first operand in the high byte: 0 there, `x` in
             // the low one; then zero-extended to the register.
             DType::F8E4M3 | DType::F8E5M2 => {
-                let f = if d == DType::F8E4M3 { "e4m3x2" } else { "e5m2x2" };
+                let f = if d == DType::F8E4M3 {
+                    "e4m3x2"
+                } else {
+                    "e5m2x2"
+                };
                 let pair = self.b.op(
                     format!("cvt.rn.satfinite.{f}.f32"),
                     RegClass::B16,

@@ -310,6 +310,8 @@ impl Lower<'_> {
                 let b = self.b.op("cvt.u32.u16", RegClass::B32, vec![r.into()]);
                 ("st.local.u32", b)
             }
+            // A zero-extended byte already.
+            DType::F8E4M3 | DType::F8E5M2 => ("st.local.u32", r),
             DType::I8 | DType::I16 => {
                 let mask = if d == DType::I8 { 0xff } else { 0xffff };
                 let b = self
@@ -335,7 +337,7 @@ impl Lower<'_> {
                 );
                 ("st.local.u32", i)
             }
-            DType::F16 | DType::BF16 | DType::F32 => {
+            DType::F16 | DType::BF16 | DType::F32 | DType::F8E4M3 | DType::F8E5M2 => {
                 let f32 = self.widen(d, r);
                 let f64 = self.b.op("cvt.f64.f32", RegClass::F64, vec![f32.into()]);
                 ("st.local.f64", f64)

@@ -21,7 +21,7 @@ use tegula_ir::{BinaryOp, Constant, DType, Inst, Op, ReduceOp, Rounding, Value, 
 /// The dtype reductions and scans of `d` accumulate in.
 fn acc_dtype(d: DType) -> DType {
     match d {
-        DType::F16 | DType::BF16 => DType::F32,
+        DType::F16 | DType::BF16 | DType::F8E4M3 | DType::F8E5M2 => DType::F32,
         DType::I1 => DType::U32,
         d => d,
     }
