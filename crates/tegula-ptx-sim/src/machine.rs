@@ -1574,7 +1574,6 @@ fn fp8_encode(e5m2: bool, x: f32) -> u8 {
     sign | best.1
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -5,7 +5,8 @@
 //! `mulhi`, `hadd`, `rhadd`, `uhadd`, `urhadd`, `sad`, `usad`, `mul24`, `umul24`, `byte_perm`)
 //! on i32, u32, i64 and u64, the directed-rounding arithmetic (`add_rz`, .., `rcp_ru`) on f32
 //! and f64, libdevice's conversions with a direction (`double2float_*`, `ll2float_*`,
-//! `ll2double_*`, `double2ll_*`, `float2int_*`, `float2uint_*`), the fp8 casts (f32 into
+//! `ll2double_*`, `double2ll_*`, `float2int_*`, `float2uint_*`), `rsqrt_rn`, `saturatef`,
+//! `norm3d` and `rnorm4d` on f32, the fp8 casts (f32 into
 //! `f8e4m3` and `f8e5m2`, every fp8 pattern back to f32), the rounding family, pointer round
 //! trips and a barrier.
 //!
@@ -575,6 +576,65 @@ fn fp8(gpu: &Device, cpu: &Device, xs: &[f32]) -> tegula::Result<usize> {
     Ok(bad4 + bad5 + badf)
 }
 
+/// The exact compositions of libdevice's rest on f32: `rsqrt_rn`, `saturatef`, `norm3d`,
+/// `rnorm4d`.
+#[tegula::kernel]
+fn rest_op(x: Ptr<f32>, z: Ptr<f32>, y: Ptr<f32>, n: i32, #[constexpr] which: u32) {
+    let offs = program_id(0) * 256 + arange(0, 256);
+    let mask = offs.lt(n);
+    let (a, b) = (load(x + offs, mask, 0.0), load(z + offs, mask, 0.0));
+    let r = match which {
+        0 => rsqrt_rn(a),
+        1 => saturatef(a),
+        2 => norm3d(a, b, a * 0.5),
+        _ => rnorm4d(a, b, b * 3.0, a - b),
+    };
+    store(y + offs, r, mask);
+}
+
+/// Every function of `rest_op` on `gpu` and `cpu` (bit for bit, any NaN for any NaN).
+fn rest(gpu: &Device, cpu: &Device, xs: &[f32], zs: &[f32]) -> tegula::Result<usize> {
+    let n = xs.len();
+    let mut failed = 0;
+    for (which, name) in ["rsqrt_rn", "saturatef", "norm3d", "rnorm4d"]
+        .iter()
+        .enumerate()
+    {
+        let mut out = Vec::new();
+        for dev in [gpu, cpu] {
+            let (x, z, y) = (
+                dev.from_slice(xs, [n])?,
+                dev.from_slice(zs, [n])?,
+                dev.empty::<f32>([n])?,
+            );
+            rest_op::launch(
+                dev,
+                (n as u32).div_ceil(256),
+                &x,
+                &z,
+                &y,
+                n as i32,
+                which as u32,
+            )?;
+            out.push(y.to_vec()?);
+        }
+        let same = |i: usize| {
+            out[0][i].to_bits() == out[1][i].to_bits() || (out[0][i].is_nan() && out[1][i].is_nan())
+        };
+        let bad = (0..n).filter(|&i| !same(i)).count();
+        let first = (0..n).find(|&i| !same(i));
+        println!(
+            "{name}: {n} elements, {bad} differ{}",
+            first.map_or(String::new(), |i| format!(
+                " (first ({:e}, {:e}): gpu {:e} cpu {:e})",
+                xs[i], zs[i], out[0][i], out[1][i]
+            ))
+        );
+        failed += bad;
+    }
+    Ok(failed)
+}
+
 fn main() -> tegula::Result<()> {
     let gpu = Device::cuda(0)?;
     let cpu = Device::cpu();
@@ -830,6 +890,7 @@ fn main() -> tegula::Result<()> {
         })
         .collect();
     failed += fp8(&gpu, &cpu, &f8in)?;
+    failed += rest(&gpu, &cpu, &d32[0], &d32[1])?;
     let x = gpu.from_slice(&vec![1.0f32; 256], [256])?;
     let y = gpu.empty::<f32>([256])?;
     let d = gpu.empty::<i64>([256])?;

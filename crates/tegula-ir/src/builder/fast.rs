@@ -23,6 +23,7 @@
 //!   f64 operands are scaled by the largest magnitude first, so that nothing overflows or
 //!   underflows in between (2 eps measured). Any
 //!   infinite operand gives +inf (+0 for the reciprocals) even beside a NaN, as C's `hypot`.
+//!   Every step is an IEEE operation rounded on its own, so both backends give the same bits.
 
 use super::ops::select_at;
 use super::rounded::rounded;
@@ -252,11 +253,15 @@ fn norm(ops: &[Operand], reciprocal: bool, what: &str, loc: Loc) -> Tile {
         let inf = a.compare(CmpOp::Eq, Operand::Float(f64::INFINITY), loc);
         any_inf = binary(BinaryOp::Or, t(any_inf), t(inf), loc);
     }
+    // Each product and sum rounded on its own (`mul.rn`, `add.rn`: never contracted into an
+    // fma), so that the GPU computes the interpreter's bits.
+    let rn =
+        |op: RoundedOp, a: Tile, b: Tile| rounded(op, Rounding::NearestEven, vec![t(a), t(b)], loc);
     let sum_of_squares = |xs: &[Tile]| {
-        let mut s = binary(BinaryOp::Mul, t(xs[0]), t(xs[0]), loc);
+        let mut s = rn(RoundedOp::Mul, xs[0], xs[0]);
         for &x in &xs[1..] {
-            let sq = binary(BinaryOp::Mul, t(x), t(x), loc);
-            s = binary(BinaryOp::Add, t(s), t(sq), loc);
+            let sq = rn(RoundedOp::Mul, x, x);
+            s = rn(RoundedOp::Add, s, sq);
         }
         s
     };
@@ -277,9 +282,9 @@ fn norm(ops: &[Operand], reciprocal: bool, what: &str, loc: Loc) -> Tile {
         if reciprocal {
             let inv = rcp_rn(root, loc);
             let rm = rcp_rn(div, loc);
-            binary(BinaryOp::Mul, t(inv), t(rm), loc)
+            rn(RoundedOp::Mul, inv, rm)
         } else {
-            binary(BinaryOp::Mul, t(root), t(div), loc)
+            rn(RoundedOp::Mul, root, div)
         }
     } else {
         let root = sum_of_squares(&xs).unary_at(UnaryOp::Sqrt, loc);
