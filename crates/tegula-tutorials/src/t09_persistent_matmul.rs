@@ -41,7 +41,7 @@
 //! The loop options `flatten=` and `warp_specialize=` of `tl.range` have no tegula
 //! counterpart (both are scheduling choices that leave the result alone); the ports loop
 //! plainly and the host functions accept `warp_specialize` without effect. fp8 inputs and outputs (`tl.float8e4nv`) are not
-//! ported: tegula has no fp8 dtype. The persistent kernels take `NUM_SMS` from the device; on the
+//! ported: tegula's fp8 dots run on FMA, not yet on the tensor cores. The persistent kernels take `NUM_SMS` from the device; on the
 //! interpreter, which has no SMs, [`INTERPRETER_SMS`], so that its programs walk several tiles.
 #![allow(non_snake_case)]
 
@@ -160,8 +160,8 @@ pub fn matmul_kernel(
         b_ptrs += BLOCK_SIZE_K * stride_bk;
     }
 
-    // workaround: no fp8 dtype, so the `c_ptr.dtype.element_ty == tl.float8e4nv` branch is
-    // left out: c is float16.
+    // workaround: fp8 dots are not on the tensor cores yet, so the
+    // `c_ptr.dtype.element_ty == tl.float8e4nv` branch is left out: c is float16.
     let c = accumulator.to::<f16>();
 
     let offs_cm = pid_m * BLOCK_SIZE_M + arange(0, BLOCK_SIZE_M as i64);
@@ -184,7 +184,7 @@ pub fn matmul_kernel_tma(
     #[constexpr] BLOCK_SIZE_K: usize,
     #[constexpr] GROUP_SIZE_M: usize,
 ) {
-    // workaround: no fp8 dtype (FP8_OUTPUT): dtype is float16.
+    // workaround: fp8 dots are not on the tensor cores yet (FP8_OUTPUT): dtype is float16.
 
     let pid = program_id(0);
     let num_pid_m = cdiv(M, BLOCK_SIZE_M);
@@ -309,7 +309,7 @@ pub fn matmul_kernel_persistent(
         let offs_cn = pid_n * BLOCK_SIZE_N + arange(0, BLOCK_SIZE_N as i64);
         let c_ptrs = c_ptr + stride_cm * offs_cm.col() + stride_cn * offs_cn.row();
         let c_mask = offs_cm.col().lt(M) & offs_cn.row().lt(N);
-        // workaround: no fp8 dtype; c is float16.
+        // workaround: fp8 dots are not on the tensor cores yet; c is float16.
         let c = accumulator.to::<f16>();
         store(c_ptrs, c, c_mask);
     }
@@ -330,7 +330,7 @@ pub fn matmul_kernel_tma_persistent(
     #[constexpr] EPILOGUE_SUBTILE: bool,
     #[constexpr] NUM_SMS: usize,
 ) {
-    // workaround: no fp8 dtype (FP8_OUTPUT): dtype is float16.
+    // workaround: fp8 dots are not on the tensor cores yet (FP8_OUTPUT): dtype is float16.
 
     let start_pid = program_id(0);
     let num_pid_m = cdiv(M, BLOCK_SIZE_M);
