@@ -793,10 +793,54 @@ impl<'p> Machine<'p> {
                     "cvt.rzi.f32.f32" => bits(f32v(x).trunc()),
                     "cvt.rmi.f32.f32" => bits(f32v(x).floor()),
                     "cvt.rpi.f32.f32" => bits(f32v(x).ceil()),
-                    // Saturating, NaN to 0 (as Rust's `as`), the 32-bit result zero-extended.
-                    "cvt.rzi.sat.s32.f32" => f32v(x) as i32 as u32 as u64,
-                    // Saturating, NaN to 0 (as Rust's `as`).
-                    "cvt.rni.s64.f64" => f64::from_bits(x).round_ties_even() as i64 as u64,
+                    // Clamped as with .sat (PTX's default for float to integer); NaN as below.
+                    "cvt.rni.s64.f64" => {
+                        let v = f64::from_bits(x).round_ties_even();
+                        if v.is_nan() {
+                            1 << 63
+                        } else {
+                            v as i64 as u64
+                        }
+                    }
+                    // Float to integer, saturating; NaN as the H100 converts it (measured): 0
+                    // from f32 into 32 bits, the smallest signed integer's pattern otherwise
+                    // (0x80000000, 1 << 63), unsigned destinations too. 32-bit results
+                    // zero-extended.
+                    op if op.starts_with("cvt.r")
+                        && op.contains("i.sat.")
+                        && (op.ends_with(".f32") || op.ends_with(".f64")) =>
+                    {
+                        let wide_src = op.ends_with(".f64");
+                        let v = if wide_src {
+                            f64::from_bits(x)
+                        } else {
+                            f32v(x) as f64
+                        };
+                        let v = match parts[1] {
+                            "rni" => v.round_ties_even(),
+                            "rzi" => v.trunc(),
+                            "rmi" => v.floor(),
+                            "rpi" => v.ceil(),
+                            o => panic!("cvt.{o}"),
+                        };
+                        let dst = parts[3];
+                        let bits64 = dst.ends_with("64");
+                        if v.is_nan() {
+                            match (wide_src, bits64) {
+                                (false, false) => 0,
+                                (_, true) => 1 << 63,
+                                (true, false) => 0x8000_0000,
+                            }
+                        } else {
+                            match dst {
+                                "s32" => v as i32 as u32 as u64,
+                                "u32" => v as u32 as u64,
+                                "s64" => v as i64 as u64,
+                                "u64" => v as u64,
+                                o => panic!("cvt to {o}"),
+                            }
+                        }
+                    }
                     other => panic!("unsupported {other}"),
                 };
                 self.set(t, &a[0], r);
@@ -893,8 +937,11 @@ impl<'p> Machine<'p> {
                 self.set(t, &a[0], r);
             }
             "testp" => {
-                assert_eq!(op, "testp.notanumber.f64", "unsupported {op}");
-                let r = f64::from_bits(v(self, 1)).is_nan();
+                let r = match op {
+                    "testp.notanumber.f64" => f64::from_bits(v(self, 1)).is_nan(),
+                    "testp.notanumber.f32" => f32v(v(self, 1)).is_nan(),
+                    _ => panic!("unsupported {op}"),
+                };
                 self.set(t, &a[0], r as u64);
             }
             // Directed roundings are not simulated (the GPU check runs them).

@@ -16,7 +16,7 @@
 //!   `double2int_*`, .., `llrint`, `llround`): the value rounded to an integer in the
 //!   direction (`rint`, `trunc`, `floor`, `ceil`; `round`, halfway cases away from zero, for
 //!   `llround`), then converted, saturating at the integer dtype's range (a negative value
-//!   to an unsigned type gives 0); NaN gives 0, as PTX `cvt.rni.s32.f32` and libdevice do.
+//!   to an unsigned type gives 0); NaN gives 0 (docs/semantics.md, "Casts").
 //!
 //! Exact on both backends, bit for bit.
 

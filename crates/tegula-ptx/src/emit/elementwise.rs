@@ -801,17 +801,43 @@ impl Lower<'_> {
                 // Float to int truncates toward zero and saturates; NaN gives 0.
                 let w = if from == F64 { x } else { self.widen(from, x) };
                 let ft = if from == F64 { Ty::F64 } else { Ty::F32 };
+                // The hardware converts NaN to 0 only from f32 into 32 bits; from f64, and into
+                // 64 bits, it gives the smallest integer's bit pattern (H100: 0x80000000 and
+                // 1 << 63, for unsigned types too), so those select 0 for NaN.
+                let nan_to_zero = |l: &mut Self, r: Reg| {
+                    if from != F64 && to.bits() < 64 {
+                        return r;
+                    }
+                    let nan = l.b.op(
+                        format!("testp.notanumber{ft}"),
+                        RegClass::Pred,
+                        vec![w.into()],
+                    );
+                    let t = if r.class == RegClass::B64 {
+                        "b64"
+                    } else {
+                        "b32"
+                    };
+                    l.b.op(
+                        format!("selp.{t}"),
+                        r.class,
+                        vec![Arg::Imm(0), r.into(), nan.into()],
+                    )
+                };
                 match to {
                     I64 | U64 => {
                         let t = if to == I64 { Ty::S64 } else { Ty::U64 };
-                        self.b
-                            .op(format!("cvt.rzi.sat{t}{ft}"), RegClass::B64, vec![w.into()])
+                        let r =
+                            self.b
+                                .op(format!("cvt.rzi.sat{t}{ft}"), RegClass::B64, vec![w.into()]);
+                        nan_to_zero(self, r)
                     }
                     _ => {
                         let t = if to.is_signed_int() { Ty::S32 } else { Ty::U32 };
                         let r =
                             self.b
                                 .op(format!("cvt.rzi.sat{t}{ft}"), RegClass::B32, vec![w.into()]);
+                        let r = nan_to_zero(self, r);
                         if is_narrow_int(to) {
                             let (lo, hi) = int_range(to);
                             let a = self.b.op(
