@@ -215,6 +215,7 @@ pub(crate) fn libm2_f64(f: Fn2) -> fn(f64, f64) -> f64 {
         Fn2::Pow => f64::powf,
         Fn2::Hypot => f64::hypot,
         Fn2::Remainder => libm::remainder,
+        Fn2::Fmod => |x, y| x % y,
         Fn2::Rhypot => |x, y| 1.0 / x.hypot(y),
         Fn2::Jn => |n, x| bessel_n(libm::jn, n, x, true),
         Fn2::Yn => |n, x| bessel_n(libm::yn, n, x, false),

@@ -1,6 +1,7 @@
 //! The math library behind `asin`, `acos`, `atan`, `atan2`, `sinh`, `cosh`, `asinh`, `acosh`,
 //! `atanh`, `pow`, `log1p`, `expm1`, `erfinv`, `cbrt`, `hypot`, `tan`, `log10`, `exp10`,
-//! `erfc`, `lgamma`, `tgamma`, `rcbrt`, `normcdf`, `sinpi`, `cospi`, `remainder`, `rhypot`,
+//! `erfc`, `lgamma`, `tgamma`, `rcbrt`, `normcdf`, `sinpi`, `cospi`, `remainder`, `fmod` (the
+//! float `%`), `rhypot`,
 //! `erfcx`, `erfcinv`, `normcdfinv`, `cyl_bessel_i0`, `cyl_bessel_i1`, `j0`, `j1`, `y0`,
 //! `y1`, `jn` and `yn` on f32 (and f16/bf16, which compute through f32), written
 //! once over [`MathOps`] (f64) and [`MathOps32`] (f32) so that both backends run the same
@@ -359,6 +360,8 @@ pub enum Fn2 {
     Pow,
     Hypot,
     Remainder,
+    /// C's `fmod` (tegula's float `%`), exact.
+    Fmod,
     Rhypot,
     /// `J_n(x)`: the first operand is the order `n`, an integer held in the float.
     Jn,
@@ -410,6 +413,7 @@ pub fn binary<O: MathOps>(o: &mut O, f: Fn2, x: O::F, y: O::F) -> O::F {
         Fn2::Pow => pow(o, x, y),
         Fn2::Hypot => hypot(o, x, y),
         Fn2::Remainder => remainder(o, x, y),
+        Fn2::Fmod => fmod(o, x, y),
         Fn2::Rhypot => rhypot(o, x, y),
         Fn2::Jn => bessel_jn(o, x, y),
         Fn2::Yn => bessel_yn(o, x, y),
@@ -1567,7 +1571,10 @@ fn rhypot<O: MathOps>(o: &mut O, x: O::F, y: O::F) -> O::F {
 /// parity of `n` is the sum of the quotients of the steps with `e = 0`. The result takes the
 /// sign of `x` (`-0` for a negative `x` that is a multiple of `y`); NaN when `y` is 0 or `x`
 /// infinite or either NaN, `x` when `y` is infinite and `x` finite.
-fn remainder<O: MathOps>(o: &mut O, x: O::F, y: O::F) -> O::F {
+/// `|x| mod |y|` in `[0, |y|)`, exactly, and the parity of the quotient (as a float whose
+/// halving is an integer or not): `|x|` reduced by `|y| 2^e` in six steps of an exact fma,
+/// each taking up to 50 bits of the quotient, enough for any two f32 values widened to f64.
+fn abs_mod<O: MathOps>(o: &mut O, x: O::F, y: O::F) -> (O::F, O::F) {
     let a = o.abs(x);
     let b = o.abs(y);
     let bb = o.bits(b);
@@ -1603,6 +1610,29 @@ fn remainder<O: MathOps>(o: &mut O, x: O::F, y: O::F) -> O::F {
         let p = o.add(parity, n);
         parity = o.sel(unscaled, p, parity);
     }
+    (r, parity)
+}
+
+/// NaN where `y` is 0 or `x` infinite or either NaN, `x` where `y` is infinite, else `r`
+/// (C's rules for `remainder` and `fmod`).
+fn remainder_specials<O: MathOps>(o: &mut O, x: O::F, y: O::F, r: O::F) -> O::F {
+    let yinf = isinf(o, y);
+    let r = o.sel(yinf, x, r);
+    let b = o.abs(y);
+    let zero = o.c(0.0);
+    let y0 = o.eq(b, zero);
+    let xinf = isinf(o, x);
+    let (xn, yn) = (o.isnan(x), o.isnan(y));
+    let bad = o.or(y0, xinf);
+    let bad = o.or(bad, xn);
+    let bad = o.or(bad, yn);
+    let nan = o.c(f64::NAN);
+    o.sel(bad, nan, r)
+}
+
+fn remainder<O: MathOps>(o: &mut O, x: O::F, y: O::F) -> O::F {
+    let (r, parity) = abs_mod(o, x, y);
+    let b = o.abs(y);
     // r = |x| mod |y| in [0, |y|); past |y| / 2, or at it with an odd quotient, r - |y|.
     let r2 = o.add(r, r);
     let past = o.gt(r2, b);
@@ -1618,16 +1648,16 @@ fn remainder<O: MathOps>(o: &mut O, x: O::F, y: O::F) -> O::F {
     let xneg = signbit(o, x);
     let nr = o.neg(r);
     let r = o.sel(xneg, nr, r);
-    let yinf = isinf(o, y);
-    let r = o.sel(yinf, x, r);
-    let y0 = o.eq(b, zero);
-    let xinf = isinf(o, x);
-    let (xn, yn) = (o.isnan(x), o.isnan(y));
-    let bad = o.or(y0, xinf);
-    let bad = o.or(bad, xn);
-    let bad = o.or(bad, yn);
-    let nan = o.c(f64::NAN);
-    o.sel(bad, nan, r)
+    remainder_specials(o, x, y, r)
+}
+
+/// C's `fmod`: `x - trunc(x / y) y`, exactly, with the sign of `x` (a zero result too).
+fn fmod<O: MathOps>(o: &mut O, x: O::F, y: O::F) -> O::F {
+    let (r, _) = abs_mod(o, x, y);
+    let xneg = signbit(o, x);
+    let nr = o.neg(r);
+    let r = o.sel(xneg, nr, r);
+    remainder_specials(o, x, y, r)
 }
 
 /// `1 / sqrt(pi)`.

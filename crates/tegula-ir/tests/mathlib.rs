@@ -441,6 +441,7 @@ fn reference2(f: Fn2, x: f64, y: f64) -> f64 {
         Fn2::Pow => x.powf(y),
         Fn2::Hypot => x.hypot(y),
         Fn2::Remainder => libm::remainder(x, y),
+        Fn2::Fmod => x % y,
         Fn2::Rhypot => 1.0 / x.hypot(y),
         Fn2::Jn => bessel_n64(libm::jn, x, y),
         Fn2::Yn => bessel_n64(libm::yn, x, y),
@@ -481,6 +482,7 @@ fn binary_functions_within_their_ulp_bounds() {
         (Fn2::Pow, 0.5001),
         (Fn2::Hypot, 0.5001),
         (Fn2::Remainder, 0.0),
+        (Fn2::Fmod, 0.0),
         (Fn2::Rhypot, 0.5001),
     ] {
         let mut worst = (0.0, (0.0f32, 0.0f32));

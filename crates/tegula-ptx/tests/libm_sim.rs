@@ -1,5 +1,5 @@
 //! The math library (`asin` .. `cbrt`, `tan` .. `tgamma`, `rcbrt`, `normcdf`, `sinpi`,
-//! `cospi`, `sincospi`, `erfcx`, `erfcinv`, `normcdfinv`, `cyl_bessel_i0`, `cyl_bessel_i1`, `j0`, `j1`, `y0`, `y1`, `jn`, `yn`, `atan2`, `pow`, `hypot`, `remainder`, `remquo`, `rhypot`)
+//! `cospi`, `sincospi`, `erfcx`, `erfcinv`, `normcdfinv`, `cyl_bessel_i0`, `cyl_bessel_i1`, `j0`, `j1`, `y0`, `y1`, `jn`, `yn`, `atan2`, `pow`, `hypot`, `remainder`, `remquo`, `rhypot`, and `%` on floats)
 //! and the exact compositions (`ldexp`, `nextafter`, `ilogb`, `frexp`) compiled to PTX and run on the
 //! PTX simulator against the interpreter, bit for bit: both evaluate the same IEEE f32 and
 //! f64 operations (`tegula_ir::mathlib`), so every result, special values included, must
@@ -173,8 +173,10 @@ fn unary_functions_agree_with_the_interpreter_bit_for_bit() {
 #[test]
 fn binary_functions_agree_with_the_interpreter_bit_for_bit() {
     let mut r = Rng::new("libm_binary");
-    let fs: [(&str, Body); 12] = [
+    let fs: [(&str, Body); 13] = [
         ("atan2", |a, b| atan2(a, b)),
+        // `%` on floats: exact on both (the interpreter's is Rust's `%` on the values).
+        ("fmod", |a, b| a % b),
         ("pow", |a, b| pow(a, b)),
         ("hypot", |a, b| hypot(a, b)),
         ("remainder", |a, b| remainder(a, b)),

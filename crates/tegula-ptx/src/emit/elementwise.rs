@@ -498,7 +498,12 @@ impl Lower<'_> {
         let class = arith_class(d);
         let (x, y) = (self.widen(d, a), self.widen(d, b));
         let r = match (op, t) {
-            (BinaryOp::Rem, Ty::F32 | Ty::F64) => self.fmod(t, x, y),
+            // f32 (and the narrower floats, computing in it): exact, by the math library's
+            // reduction; f64: the quotient's fma, exact while |x / y| < 2^53.
+            (BinaryOp::Rem, Ty::F32) => {
+                self.libm2_f32(tegula_ir::mathlib::Fn2::Fmod, &[x], &[y])[0]
+            }
+            (BinaryOp::Rem, Ty::F64) => self.fmod(t, x, y),
             (
                 BinaryOp::Atan2
                 | BinaryOp::Pow
@@ -545,8 +550,8 @@ impl Lower<'_> {
         Ok(self.narrow(d, r, Rounding::NearestEven))
     }
 
-    /// `fmod(x, y)`: `x - trunc(x / y) * y` with one fused rounding, corrected by one `y` when
-    /// the rounded quotient was off by one (exact whenever |x / y| < 2^24 for f32).
+    /// `fmod(x, y)` on f64: `x - trunc(x / y) * y` with one fused rounding, corrected by one
+    /// `y` when the rounded quotient was off by one (exact whenever |x / y| < 2^53).
     fn fmod(&mut self, t: Ty, x: Reg, y: Reg) -> Reg {
         let c = x.class;
         let q = self.b.op(format!("div.rn{t}"), c, vec![x.into(), y.into()]);
