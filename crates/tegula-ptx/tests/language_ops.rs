@@ -13,25 +13,35 @@ fn ptxas() -> PathBuf {
         .expect("ptxas not found: run scripts/ptxas.sh (or set TEGULA_PTXAS) before this test")
 }
 
-/// Compiles `k` for sm_80 and sm_90a, assembles both, and returns the sm_80 PTX.
-fn assemble(name: &str, k: &Kernel) -> String {
+/// The options every kernel here compiles with.
+fn options() -> CompileOptions {
+    CompileOptions {
+        num_warps: 4,
+        num_stages: 1,
+        mma: tegula_ptx::MmaChoice::Sync,
+        fp_fusion: true,
+        tma: false,
+    }
+}
+
+/// Compiles `k` for each of `sms`, assembles each, and returns their PTX in that order.
+fn assemble_for(name: &str, k: &Kernel, sms: &[u32]) -> Vec<String> {
     let dir = std::env::temp_dir().join(format!("tegula-language-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let mut first = None;
-    for sm in [80, 90] {
-        let opts = CompileOptions {
-            num_warps: 4,
-            num_stages: 1,
-            mma: tegula_ptx::MmaChoice::Sync,
-            fp_fusion: true,
-            tma: false,
-        };
-        let c = compile(k, &Target { sm }, &opts).unwrap_or_else(|e| panic!("{name}: {e}"));
-        tegula_ptx::ptxas::assemble(&ptxas(), &c.ptx, sm, &dir, &format!("{name}_sm{sm}"))
-            .unwrap_or_else(|e| panic!("{name} sm_{sm}: {e}"));
-        first.get_or_insert(c.ptx);
-    }
-    first.unwrap()
+    sms.iter()
+        .map(|&sm| {
+            let c =
+                compile(k, &Target { sm }, &options()).unwrap_or_else(|e| panic!("{name}: {e}"));
+            tegula_ptx::ptxas::assemble(&ptxas(), &c.ptx, sm, &dir, &format!("{name}_sm{sm}"))
+                .unwrap_or_else(|e| panic!("{name} sm_{sm}: {e}"));
+            c.ptx
+        })
+        .collect()
+}
+
+/// Compiles `k` for sm_80 and sm_90a, assembles both, and returns the sm_80 PTX.
+fn assemble(name: &str, k: &Kernel) -> String {
+    assemble_for(name, k, &[80, 90]).swap_remove(0)
 }
 
 #[test]
@@ -112,18 +122,7 @@ fn math_kernels_assemble() {
         store_unmasked(out + o, asin(load_unmasked(x + o)));
     })
     .unwrap();
-    let e = compile(
-        &k,
-        &Target { sm: 80 },
-        &CompileOptions {
-            num_warps: 4,
-            num_stages: 1,
-            mma: tegula_ptx::MmaChoice::Sync,
-            fp_fusion: true,
-            tma: false,
-        },
-    )
-    .unwrap_err();
+    let e = compile(&k, &Target { sm: 80 }, &options()).unwrap_err();
     assert!(e.to_string().contains("asin"), "{e}");
 }
 
@@ -412,28 +411,19 @@ fn fp8_assembles_on_sm89_and_up_and_is_refused_below() {
         store_unmasked(of + o, (a + b).to::<f32>() + sum(a.to::<f32>(), 0));
     })
     .unwrap();
-    let dir = std::env::temp_dir().join(format!("tegula-fp8-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let opts = CompileOptions {
-        num_warps: 4,
-        num_stages: 1,
-        mma: tegula_ptx::MmaChoice::Sync,
-        fp_fusion: true,
-        tma: false,
-    };
-    for sm in [89, 90] {
-        let c = compile(&k, &Target { sm }, &opts).unwrap();
+    for (sm, ptx) in [89, 90]
+        .into_iter()
+        .zip(assemble_for("fp8_ops", &k, &[89, 90]))
+    {
         for ins in [
             "cvt.rn.satfinite.e4m3x2.f32",
             "cvt.rn.satfinite.e5m2x2.f32",
             "cvt.rn.f16x2.e4m3x2",
         ] {
-            assert!(c.ptx.contains(ins), "{ins} missing on sm_{sm}");
+            assert!(ptx.contains(ins), "{ins} missing on sm_{sm}");
         }
-        tegula_ptx::ptxas::assemble(&ptxas(), &c.ptx, sm, &dir, &format!("fp8_sm{sm}"))
-            .unwrap_or_else(|e| panic!("sm_{sm}: {e}"));
     }
-    let e = compile(&k, &Target { sm: 80 }, &opts)
+    let e = compile(&k, &Target { sm: 80 }, &options())
         .unwrap_err()
         .to_string();
     assert!(e.contains("sm_89") && e.contains("language_ops.rs"), "{e}");

@@ -228,7 +228,7 @@ fn norm(ops: &[Operand], reciprocal: bool, what: &str, loc: Loc) -> Tile {
     };
     // One dtype and shape for all: promote pairwise, then broadcast each to the result.
     let mut acc = super::tile::unify(lit(ops[0]), lit(ops[1]), what, loc).0;
-    for &o in &ops[1..] {
+    for &o in &ops[2..] {
         acc = super::tile::unify(t(acc), lit(o), what, loc).0;
     }
     let (d, shape) = (acc.dtype(), acc.shape());
