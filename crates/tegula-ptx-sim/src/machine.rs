@@ -1089,6 +1089,12 @@ impl<'p> Machine<'p> {
                             field
                         }
                     }
+                    // `bfi d, x, y, pos, len`: y with bits pos..pos+len replaced by x's low bits.
+                    "bfi" => {
+                        let (pos, len) = (v(self, 3), v(self, 4));
+                        let field = ((1u64 << len) - 1) << pos;
+                        (y & !field) | ((x << pos) & field)
+                    }
                     o => panic!("unsupported {o} ({op})"),
                 };
                 self.set(t, &a[0], r & mask);
@@ -1436,27 +1442,37 @@ impl<'p> Machine<'p> {
         }
     }
 
-    /// `mma.sync.aligned.m16n8k16` / `m16n8k8` with the PTX ISA's fragment layouts; exact
-    /// products summed in f64.
+    /// `mma.sync.aligned.m16n8k16` / `m16n8k8` / `m16n8k32` (fp8) with the PTX ISA's fragment
+    /// layouts; exact products summed in f64. A register holds `per` consecutive K elements
+    /// (lowest K in the low bits): A's register `j` rows `g + 8 (j & 1)`, columns
+    /// `per t + k/2 (j >> 1)`; B's register `j` rows `per t + k/2 j`, column `g`.
     fn mma(&mut self, ins: &Ins, active: &[bool]) {
         assert!(active.iter().all(|&a| a), "mma under a guard");
         let op = &ins.op;
-        let (k, tf32) = if op.contains("m16n8k8") {
-            (8, true)
+        let (k, per) = if op.contains("m16n8k8") {
+            (8, 1)
+        } else if op.contains("m16n8k32") {
+            (32, 4)
         } else {
-            (16, false)
+            (16, 2)
         };
+        let tf32 = per == 1;
         let bf = op.contains("bf16");
+        // `.f32.<atype>.<btype>.f32`: the operand types of an fp8 mma.
+        let types: Vec<&str> = op.split('.').collect();
+        let fp8 = |i: usize| types[types.len() - 3 + i] == "e5m2";
         let regs = |i: usize| match &ins.args[i] {
             Opnd::Vec(v) => v.clone(),
             _ => panic!(),
         };
         let (d, ar, br, cr) = (regs(0), regs(1), regs(2), regs(3));
-        let elem = |x: u64, h: usize| -> f64 {
+        let elem = |x: u64, h: usize, operand: usize| -> f64 {
             if tf32 {
                 let v = f32v(x);
                 assert_eq!(v.to_bits() & 0x1fff, 0, "tf32 operand not rounded");
                 v as f64
+            } else if per == 4 {
+                fp8_decode(fp8(operand), (x >> (8 * h)) as u8)
             } else {
                 let b = (x >> (16 * h)) as u16;
                 if bf {
@@ -1467,30 +1483,22 @@ impl<'p> Machine<'p> {
             }
         };
         for w in 0..self.threads / 32 {
-            let mut a = [[0f64; 16]; 16];
-            let mut b = [[0f64; 8]; 16];
+            let mut a = [[0f64; 32]; 16];
+            let mut b = [[0f64; 8]; 32];
             let mut c = [[0f64; 8]; 16];
             for l in 0..32usize {
                 let t = 32 * w + l;
                 let (g, q) = (l / 4, l % 4);
                 for (j, &r) in ar.iter().enumerate() {
                     let x = self.regs[t][r];
-                    if tf32 {
-                        a[g + 8 * (j & 1)][q + 4 * (j >> 1)] = elem(x, 0);
-                    } else {
-                        for h in 0..2 {
-                            a[g + 8 * (j & 1)][2 * q + h + 8 * (j >> 1)] = elem(x, h);
-                        }
+                    for h in 0..per {
+                        a[g + 8 * (j & 1)][per * q + h + k / 2 * (j >> 1)] = elem(x, h, 0);
                     }
                 }
                 for (j, &r) in br.iter().enumerate() {
                     let x = self.regs[t][r];
-                    if tf32 {
-                        b[q + 4 * j][g] = elem(x, 0);
-                    } else {
-                        for h in 0..2 {
-                            b[2 * q + h + 8 * j][g] = elem(x, h);
-                        }
+                    for h in 0..per {
+                        b[per * q + h + k / 2 * j][g] = elem(x, h, 1);
                     }
                 }
                 for (j, &r) in cr.iter().enumerate() {

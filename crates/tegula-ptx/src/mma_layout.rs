@@ -12,12 +12,16 @@
 //! B tf32 (8x8):     b0 = B[t][g]  b1 = B[t+4][g]
 //! ```
 //!
+//! `m16n8k32` (fp8, four elements per register, lowest column in the low byte) is the f16
+//! layout in bytes: `a0 = A[g][4t..4t+3]`, `a2 = A[g][4t+16..]`, `b0 = B[4t..4t+3][g]`,
+//! `b1 = B[4t+16..][g]`, so one 16-byte `ldmatrix` row is 16 fp8 elements of K.
+//!
 //! As [`Layout`]s over a tile (`wm x wn` warps; warp `w` is `(w / wn, w % wn)` along M and N):
 //!
 //! ```text
 //! accumulator [M, N]: rows interleaved  spt 2 (g, g+8), tpw 8, wpc wm   -> row = 16*wm*rep + 8*j + g + 16*warp_m
 //!                     cols blocked      spt 2 (2t, 2t+1), tpw 4, wpc wn -> col = 8*wn*rep + 2t + j + 8*warp_n
-//! operand A [M, K]:   rows as the accumulator; K blocked spt kw, tpw 4, wpc 1 (kw = 2 for f16, 1 for tf32)
+//! operand A [M, K]:   rows as the accumulator; K blocked spt kw, tpw 4, wpc 1 (kw = 4 / element bytes)
 //! operand B [K, N]:   K blocked spt kw, tpw 4, wpc 1; N blocked spt 1, tpw 8 (g), wpc wn
 //! ```
 //!
@@ -29,8 +33,8 @@
 //!
 //! Staging: an operand (or, for `x.trans()`, its untransposed source) is written row-major to
 //! shared memory with 16-byte chunks XOR-swizzled by row ([`Swizzle`]) and read with
-//! `ldmatrix.x4` (`.trans` when K is the stored row dimension, f16/bf16 only; tf32 operands
-//! are always stored with K contiguous).
+//! `ldmatrix.x4` (`.trans` when K is the stored row dimension, f16/bf16 only; tf32 and fp8
+//! operands are always stored with K contiguous).
 
 use crate::layout::Layout;
 
@@ -40,31 +44,36 @@ pub enum MmaKind {
     F16,
     BF16,
     Tf32,
+    /// fp8 (`f8e4m3`, `f8e5m2`): `m16n8k32`, four elements a register, on sm_89 and newer.
+    E4M3,
+    E5M2,
 }
 
 impl MmaKind {
-    /// K of one instruction.
+    /// K of one instruction: 32 bytes of K a row (8 tf32, 16 f16, 32 fp8).
     pub fn k_step(self) -> u32 {
-        match self {
-            MmaKind::Tf32 => 8,
-            _ => 16,
-        }
+        32 / self.elem_bytes()
     }
 
-    /// Consecutive K elements a thread holds (two halves in one register, or one tf32).
+    /// Consecutive K elements a thread holds in one 32-bit register (one tf32, two halves,
+    /// four fp8 bytes).
     pub fn k_width(self) -> u32 {
-        match self {
-            MmaKind::Tf32 => 1,
-            _ => 2,
-        }
+        4 / self.elem_bytes()
     }
 
     /// Bytes per element in shared memory.
     pub fn elem_bytes(self) -> u32 {
         match self {
             MmaKind::Tf32 => 4,
-            _ => 2,
+            MmaKind::F16 | MmaKind::BF16 => 2,
+            MmaKind::E4M3 | MmaKind::E5M2 => 1,
         }
+    }
+
+    /// Whether `ldmatrix.trans` reads the operand with K as the stored row: only for 16-bit
+    /// elements (it transposes 16-bit elements); other kinds are always stored K-major.
+    pub fn transposable(self) -> bool {
+        self.elem_bytes() == 2
     }
 
     /// The full `mma.sync` opcode.
@@ -73,6 +82,8 @@ impl MmaKind {
             MmaKind::F16 => "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32",
             MmaKind::BF16 => "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32",
             MmaKind::Tf32 => "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32",
+            MmaKind::E4M3 => "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32",
+            MmaKind::E5M2 => "mma.sync.aligned.m16n8k32.row.col.f32.e5m2.e5m2.f32",
         }
     }
 }

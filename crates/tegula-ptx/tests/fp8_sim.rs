@@ -125,46 +125,61 @@ fn fp8_arithmetic_and_selection_agree_with_the_interpreter() {
     });
 }
 
-/// A dot of fp8 tiles (on FMA: the tensor-core fp8 paths are not planned) on the simulator
-/// against the interpreter: positive values, so that the two summation orders differ by at
-/// most K f32 roundings of the sum, 64 x 2^-24 relative.
+/// Dots of fp8 tiles on the simulator against the interpreter: K = 32 on the tensor cores
+/// (`mma.sync.m16n8k32`), K = 16 (below one fp8 k-step) on FMAs. Positive values, so that the
+/// two summation orders differ by at most K f32 roundings of the sum, 32 x 2^-24 relative.
 #[test]
 fn fp8_dot_agrees_with_the_interpreter() {
     for dt in [DType::F8E4M3, DType::F8E5M2] {
-        let k = trace("fp8_dot", |p| {
-            let (x, y, o) = (p.ptr("x", dt), p.ptr("y", dt), p.ptr("o", DType::F32));
-            let r = arange(0, 32);
-            let a = load_unmasked(x + (r.col() * 32 + r.row()));
-            let b = load_unmasked(y + (r.col() * 32 + r.row()));
-            store_unmasked(o + (r.col() * 32 + r.row()), dot(a, b));
-        })
-        .unwrap();
-        // Positive finite patterns below the NaN/infinity ones.
-        let top = if dt == DType::F8E4M3 { 0x7e } else { 0x7b };
-        let x: Vec<u64> = (0..1024u64).map(|i| (i * 7 + 3) % top).collect();
-        let y: Vec<u64> = (0..1024u64).map(|i| (i * 13 + 5) % top).collect();
-        let args = vec![
-            A::Buf(dt, x),
-            A::Buf(dt, y),
-            A::Buf(DType::F32, vec![0; 1024]),
-        ];
-        agree_up_to(
-            &format!("fp8 dot {dt}"),
-            &k,
-            [1, 1, 1],
-            &args,
-            90,
-            4,
-            |d, a, b| {
-                if d != DType::F32 {
-                    return a == b;
-                }
-                let (a, b) = (
-                    f32::from_bits(a as u32) as f64,
-                    f32::from_bits(b as u32) as f64,
-                );
-                (a - b).abs() <= 1e-5 * a.abs().max(b.abs())
-            },
-        );
+        for kk in [32usize, 16] {
+            let k = trace("fp8_dot", |p| {
+                let (x, y, o) = (p.ptr("x", dt), p.ptr("y", dt), p.ptr("o", DType::F32));
+                let r = arange(0, 32);
+                let rk = arange(0, kk as i64);
+                let a = load_unmasked(x + (r.col() * kk + rk.row()));
+                let b = load_unmasked(y + (rk.col() * 32 + r.row()));
+                store_unmasked(o + (r.col() * 32 + r.row()), dot(a, b));
+            })
+            .unwrap();
+            let ptx = tegula_ptx::compile(
+                &k,
+                &tegula_ptx::Target { sm: 90 },
+                &tegula_ptx::CompileOptions {
+                    num_warps: 4,
+                    ..Default::default()
+                },
+            )
+            .unwrap()
+            .ptx;
+            assert_eq!(ptx.contains("m16n8k32"), kk == 32, "{dt} K={kk}");
+            // Positive finite patterns below the NaN/infinity ones.
+            let top = if dt == DType::F8E4M3 { 0x7e } else { 0x7b };
+            let n = 32 * kk as u64;
+            let x: Vec<u64> = (0..n).map(|i| (i * 7 + 3) % top).collect();
+            let y: Vec<u64> = (0..n).map(|i| (i * 13 + 5) % top).collect();
+            let args = vec![
+                A::Buf(dt, x),
+                A::Buf(dt, y),
+                A::Buf(DType::F32, vec![0; 1024]),
+            ];
+            agree_up_to(
+                &format!("fp8 dot {dt} K={kk}"),
+                &k,
+                [1, 1, 1],
+                &args,
+                90,
+                4,
+                |d, a, b| {
+                    if d != DType::F32 {
+                        return a == b;
+                    }
+                    let (a, b) = (
+                        f32::from_bits(a as u32) as f64,
+                        f32::from_bits(b as u32) as f64,
+                    );
+                    (a - b).abs() <= 1e-5 * a.abs().max(b.abs())
+                },
+            );
+        }
     }
 }

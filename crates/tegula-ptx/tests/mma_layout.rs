@@ -1,5 +1,5 @@
 //! The tensor-core layouts, simulated in Rust against the PTX ISA's documented fragment maps
-//! ("Matrix Fragments for mma.m16n8k16 / mma.m16n8k8") and `ldmatrix` semantics: every
+//! ("Matrix Fragments for mma.m16n8k16 / mma.m16n8k8 / mma.m16n8k32") and `ldmatrix` semantics: every
 //! (warp, lane, register) of the accumulator, A and B layouts must hold the element the
 //! instruction expects, and `ldmatrix` from the swizzled stage must deliver exactly those
 //! elements, without bank conflicts.
@@ -9,7 +9,13 @@ use tegula_ir::Shape;
 use tegula_ptx::layout::Layout;
 use tegula_ptx::mma_layout::{self as ml, MmaKind, Role, Stage, Swizzle};
 
-const KINDS: [MmaKind; 3] = [MmaKind::F16, MmaKind::BF16, MmaKind::Tf32];
+const KINDS: [MmaKind; 5] = [
+    MmaKind::F16,
+    MmaKind::BF16,
+    MmaKind::Tf32,
+    MmaKind::E4M3,
+    MmaKind::E5M2,
+];
 
 /// The element (row, col) a thread holds in register counters `c` of `l`, straight from the
 /// layout formula in `layout.rs`'s docs (independent of `RegGeometry`), with explicit warp
@@ -54,6 +60,17 @@ fn isa_a(kind: MmaKind, lane: u32, j: u32, e: u32) -> (u32, u32) {
         }
         // tf32: row g for a0, a2, g + 8 for a1, a3; col t for a0, a1, t + 4 for a2, a3.
         MmaKind::Tf32 => (g + 8 * (j & 1), t + 4 * (j >> 1)),
+        // fp8 (m16n8k32), a_i, i = 4j + e: row g for i < 4 or 8 <= i < 12, else g + 8; col
+        // 4t + (i & 3), +16 for i >= 8.
+        MmaKind::E4M3 | MmaKind::E5M2 => {
+            let i = 4 * j + e;
+            let row = if i < 4 || (8..12).contains(&i) {
+                g
+            } else {
+                g + 8
+            };
+            (row, 4 * t + (i & 3) + if i >= 8 { 16 } else { 0 })
+        }
     }
 }
 
@@ -67,6 +84,11 @@ fn isa_b(kind: MmaKind, lane: u32, j: u32, e: u32) -> (u32, u32) {
         }
         // tf32: row t for b0, t + 4 for b1; col g.
         MmaKind::Tf32 => (t + 4 * j, g),
+        // fp8, b_i, i = 4j + e: row 4t + (i & 3), +16 for i >= 4; col g.
+        MmaKind::E4M3 | MmaKind::E5M2 => {
+            let i = 4 * j + e;
+            (4 * t + (i & 3) + if i >= 4 { 16 } else { 0 }, g)
+        }
     }
 }
 
@@ -251,12 +273,12 @@ fn swizzle_is_a_permutation_and_the_lowerings_formula() {
 }
 
 /// Stage configurations the lowering produces for a case: A and B, each K-major or not
-/// (tf32: always K-major).
+/// (tf32 and fp8: always K-major).
 fn stages(cs: &Case) -> Vec<Stage> {
     let mut out = Vec::new();
     for role in [Role::A, Role::B] {
         for k_major in [true, false] {
-            if !k_major && cs.kind == MmaKind::Tf32 {
+            if !k_major && !cs.kind.transposable() {
                 continue;
             }
             let outer = if role == Role::A { cs.m } else { cs.n };
@@ -379,12 +401,13 @@ fn ldmatrix_from_the_swizzled_stage_delivers_the_fragments() {
                                 };
                                 let kw = cs.kind.k_width();
                                 for e in 0..kw {
-                                    let got = if cs.kind == MmaKind::Tf32 {
-                                        read(addrs[(8 * j + lane / 4) as usize] + 4 * (lane % 4))
-                                    } else if st.k_major {
+                                    // Without .trans lane l gets bytes 4 (l % 4).. of
+                                    // row l / 4 (kw elements of es bytes).
+                                    let got = if st.k_major {
                                         read(
                                             addrs[(8 * j + lane / 4) as usize]
-                                                + 2 * (2 * (lane % 4) + e),
+                                                + 4 * (lane % 4)
+                                                + es * e,
                                         )
                                     } else {
                                         read(

@@ -120,11 +120,25 @@ fn representative_kernels_assemble_without_spills() {
     );
     add("shapes".into(), shapes_kernel(), &[4]);
     add("elementwise".into(), elementwise_kernel(), &[4]);
+    // fp8 tensor cores (`mma.sync.m16n8k32`) exist from sm_89.
+    let mut fp8_kernels: Vec<(String, Kernel, Vec<u32>)> = Vec::new();
+    for dt in [DType::F8E4M3, DType::F8E5M2] {
+        fp8_kernels.push((format!("dot_{dt}"), dot_kernel(dt, 64, 64, 64), vec![4]));
+        fp8_kernels.push((
+            format!("dot_{dt}_wide"),
+            dot_kernel(dt, 16, 128, 128),
+            vec![8],
+        ));
+    }
     let mut reports = Vec::new();
     let mut errors = Vec::new();
-    for (name, k, warps) in &kernels {
+    let targets = kernels
+        .iter()
+        .map(|k| (k, [80, 90]))
+        .chain(fp8_kernels.iter().map(|k| (k, [89, 90])));
+    for ((name, k, warps), sms) in targets {
         for &w in warps {
-            for sm in [80, 90] {
+            for sm in sms {
                 match assemble(&ptxas, &dir, name, k, sm, w) {
                     Ok(r) => reports.push(r),
                     Err(e) => errors.push(e),

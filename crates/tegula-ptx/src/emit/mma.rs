@@ -1,4 +1,5 @@
-//! `dot` on tensor cores: `mma.sync.m16n8k16` (f16, bf16) and `m16n8k8` (tf32), f32
+//! `dot` on tensor cores: `mma.sync.m16n8k16` (f16, bf16), `m16n8k8` (tf32) and `m16n8k32`
+//! (fp8), f32
 //! accumulators in the [`ml::accumulator`] layout. Layouts and fragment maps are in
 //! `mma_layout.rs`.
 //!
@@ -8,8 +9,8 @@
 //!   fragments loaded before the enclosing loop because the operand is loop-invariant (Q);
 //! - shared memory: the operand (or the untransposed source of `x.trans()`) is written
 //!   row-major with a XOR swizzle, then read with `ldmatrix.x4` (`.trans` when K is the stored
-//!   row). tf32 operands are rounded (`cvt.rna.tf32.f32`) as they are written and always stored
-//!   with K contiguous (32-bit elements cannot use `.trans`).
+//!   row). tf32 operands are rounded (`cvt.rna.tf32.f32`) as they are written; tf32 and fp8
+//!   operands are always stored with K contiguous (`.trans` moves 16-bit elements only).
 
 use super::{Lower, Vals, R};
 use crate::analysis::staging_source;
@@ -66,6 +67,8 @@ pub(crate) struct MmaState {
     resident: HashMap<(Value, Role), SharedOperand>,
     /// Resident A operands laid out for `wgmma` descriptors (K-major, panels, 1024-aligned).
     wgmma_resident: HashSet<Value>,
+    /// fp8 element registers split from an `ldmatrix` word: (word, byte index).
+    split_bytes: HashMap<Reg, (Reg, u32)>,
     /// Resident operands whose shared-memory write waits for the loop's pipeline prologue
     /// (see [`Lower::write_resident_operands`]).
     pending_resident: Vec<ResidentWrite>,
@@ -269,13 +272,48 @@ impl Lower<'_> {
             .unzip()
     }
 
-    /// One 32-bit mma operand register from its elements (two halves, or one tf32 word).
+    /// One 32-bit mma operand register from its elements (one tf32 word, two halves, or four
+    /// fp8 bytes, each zero-extended in a 32-bit register; the lowest K in the low bits).
+    /// Four bytes that `ldmatrix` split from one word, in order, are that word.
     fn pack_operand(&mut self, el: &[Reg]) -> Reg {
-        if el.len() == 1 {
-            return el[0];
+        match el.len() {
+            1 => el[0],
+            2 => self
+                .b
+                .op("mov.b32", RegClass::B32, vec![Arg::Vec(el.to_vec())]),
+            _ => {
+                let split = el
+                    .iter()
+                    .map(|r| self.mma.split_bytes.get(r).copied())
+                    .collect::<Option<Vec<_>>>();
+                if let Some(parts) = split {
+                    let w = parts[0].0;
+                    if parts
+                        .iter()
+                        .enumerate()
+                        .all(|(i, &(p, b))| p == w && b == i as u32)
+                    {
+                        return w;
+                    }
+                }
+                // prmt selector nibbles pick bytes of {b, a}: 0x0040 puts a's and b's low
+                // bytes in bytes 0 and 1, 0x5410 joins two such halves.
+                let pair = |s: &mut Self, x: Reg, y: Reg| {
+                    s.b.op(
+                        "prmt.b32",
+                        RegClass::B32,
+                        vec![x.into(), y.into(), Arg::Imm(0x0040)],
+                    )
+                };
+                let lo = pair(self, el[0], el[1]);
+                let hi = pair(self, el[2], el[3]);
+                self.b.op(
+                    "prmt.b32",
+                    RegClass::B32,
+                    vec![lo.into(), hi.into(), Arg::Imm(0x5410)],
+                )
+            }
         }
-        self.b
-            .op("mov.b32", RegClass::B32, vec![Arg::Vec(el.to_vec())])
     }
 
     /// Where operand `v` is in this iteration's pipeline slot, when the dot reads it from
@@ -465,6 +503,8 @@ impl Lower<'_> {
         } else {
             1
         };
+        // fp8 bytes go four to a word, or one at a time.
+        let run = if es == 1 && run < 4 { 1 } else { run };
         let mut seen = HashSet::new();
         for i in 0..g.count {
             let c = g.coords(i);
@@ -495,18 +535,16 @@ impl Lower<'_> {
                     }
                 })
                 .collect();
-            let words: Vec<Reg> = if es == 2 && run >= 2 {
+            let words: Vec<Reg> = if es < 4 && run >= 2 {
                 elems
-                    .chunks(2)
-                    .map(|p| {
-                        self.b
-                            .op("mov.b32", RegClass::B32, vec![Arg::Vec(p.to_vec())])
-                    })
+                    .chunks(4 / es as usize)
+                    .map(|p| self.pack_operand(p))
                     .collect()
             } else {
                 elems
             };
             let (ty, src) = match (words.len(), words[0].class) {
+                (1, _) if es == 1 && run == 1 => (".u8", Arg::Reg(words[0])),
                 (1, RegClass::B16) => (".b16", Arg::Reg(words[0])),
                 (1, _) => (".b32", Arg::Reg(words[0])),
                 (n, _) => (if n == 2 { ".v2.b32" } else { ".v4.b32" }, Arg::Vec(words)),
@@ -735,9 +773,9 @@ impl Lower<'_> {
     ) {
         let (st, smem, shift) = (&so.stage, so.base, so.shift);
         let g = plan.operand_geometry(st.role);
-        let elem_class = match st.kind {
-            MmaKind::Tf32 => RegClass::B32,
-            _ => RegClass::B16,
+        let elem_class = match st.kind.elem_bytes() {
+            2 => RegClass::B16,
+            _ => RegClass::B32,
         };
         let trans = if st.k_major { "" } else { ".trans" };
         // (tile index, fragment register) of each matrix of one load, and the tile origin.
@@ -793,7 +831,17 @@ impl Lower<'_> {
                         Role::A => ml::a_counters(st.kind, tile, kk as usize, j, e),
                         Role::B => ml::b_counters(st.kind, tile, kk as usize, j, e),
                     };
-                    if elem_class == RegClass::B32 {
+                    if st.kind.elem_bytes() == 1 {
+                        for e in 0..4 {
+                            let r = self.b.op(
+                                "bfe.u32",
+                                RegClass::B32,
+                                vec![w.into(), Arg::Imm(8 * e as i64), Arg::Imm(8)],
+                            );
+                            self.mma.split_bytes.insert(r, (w, e as u32));
+                            out[g.index(&counters(e))] = Some(r);
+                        }
+                    } else if elem_class == RegClass::B32 {
                         out[g.index(&counters(0))] = Some(w);
                     } else {
                         let (h0, h1) = (self.b.reg(RegClass::B16), self.b.reg(RegClass::B16));

@@ -1,11 +1,14 @@
 //! How each `dot` maps onto the hardware.
 //!
-//! - f16/bf16 operands, and f32 ones with `InputPrecision::Tf32` or `Tf32x3`, with an f32
+//! - f16/bf16 operands, f32 ones with `InputPrecision::Tf32` or `Tf32x3`, and fp8 ones of one
+//!   format on a target with fp8 tensor cores ([`crate::Target::has_fp8_mma`]), with an f32
 //!   accumulator of at least 16 x 8 (and K of at least one k-step) run on tensor cores
-//!   ([`MmaPlan`]): `mma.sync.m16n8k16` (f16, bf16) or `m16n8k8` (tf32), the warps laid out
+//!   ([`MmaPlan`]): `mma.sync.m16n8k16` (f16, bf16), `m16n8k8` (tf32) or `m16n8k32` (fp8),
+//!   the warps laid out
 //!   over M and N by [`crate::mma_layout::warps_for`] (chained dots, whose accumulator feeds
 //!   another dot's A, keep one warp along N so that it already is that A's layout);
-//! - everything else runs on FMAs (f32 `ieee`, f64, integers, other accumulators).
+//! - everything else runs on FMAs (f32 `ieee`, f64, integers, an e4m3 operand with an e5m2
+//!   one, other accumulators).
 //!
 //! A tensor-core dot is a `wgmma` candidate ([`MmaPlan::wgmma`]) when the options allow
 //! `wgmma` ([`crate::MmaChoice`]) on a target that has it, the operands are f16/bf16, at
@@ -46,9 +49,10 @@ pub struct MmaPlan {
 
 impl MmaPlan {
     /// The shared-memory stage of an operand whose source is K-major or not, at byte `offset`,
-    /// and whether writing it transposes the source (tf32 is always stored K-major).
+    /// and whether writing it transposes the source (tf32 and fp8 are always stored K-major:
+    /// [`MmaKind::transposable`]).
     pub fn operand_stage(&self, role: Role, src_k_major: bool, offset: u32) -> (Stage, bool) {
-        let k_major = src_k_major || self.kind == MmaKind::Tf32;
+        let k_major = src_k_major || !self.kind.transposable();
         let (outer, k) = match role {
             Role::A => (self.m, self.k),
             Role::B => (self.n, self.k),
@@ -110,6 +114,13 @@ impl DotPlans {
     pub fn mma(&self, dot: Inst) -> Option<MmaPlan> {
         self.mma.get(&dot).copied()
     }
+
+    /// Whether some dot runs on fp8 tensor cores (the module needs PTX 8.4).
+    pub fn any_fp8(&self) -> bool {
+        self.mma
+            .values()
+            .any(|p| matches!(p.kind, MmaKind::E4M3 | MmaKind::E5M2))
+    }
 }
 
 /// Plans every dot of the kernel.
@@ -168,6 +179,8 @@ fn mma_plan(cx: &Context<'_>, chained: &HashSet<Inst>, inst: Inst) -> Option<Mma
         (DType::F16, _) => MmaKind::F16,
         (DType::BF16, _) => MmaKind::BF16,
         (DType::F32, InputPrecision::Tf32 | InputPrecision::Tf32x3) => MmaKind::Tf32,
+        (DType::F8E4M3, _) if cx.target.has_fp8_mma() => MmaKind::E4M3,
+        (DType::F8E5M2, _) if cx.target.has_fp8_mma() => MmaKind::E5M2,
         _ => return None,
     };
     if cty.dtype() != DType::F32 || bty.dtype() != aty.dtype() {

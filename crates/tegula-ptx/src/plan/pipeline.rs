@@ -712,7 +712,15 @@ impl Planner<'_, '_> {
             let Some(plan) = self.mma_plan(dot) else {
                 continue;
             };
-            if plan.kind == MmaKind::Tf32 {
+            // tf32 and fp8 operands are written K-major through registers (ldmatrix cannot
+            // transpose them), which a copy into a slot cannot do.
+            if !plan.kind.transposable() {
+                rejected.push(format!(
+                    "the dot at {} is {:?}: its operands are written K-major through registers, \
+                     not copied into slots",
+                    loc_of(k.insts[dot].loc),
+                    plan.kind
+                ));
                 continue;
             }
             any_dot = true;

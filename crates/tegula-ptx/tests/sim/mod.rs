@@ -105,6 +105,12 @@ pub fn encode(dt: DType, v: &[f32]) -> Vec<u8> {
             .iter()
             .flat_map(|&x| bf16::from_f32(x).to_le_bytes())
             .collect(),
+        DType::F8E4M3 | DType::F8E5M2 => {
+            let e5m2 = dt == DType::F8E5M2;
+            v.iter()
+                .map(|&x| tegula_ir::fp8::fp8_bits(e5m2, x as f64))
+                .collect()
+        }
         _ => v.iter().flat_map(|&x| x.to_le_bytes()).collect(),
     }
 }
@@ -118,6 +124,10 @@ pub fn decode(dt: DType, b: &[u8]) -> Vec<f32> {
         DType::BF16 => b
             .chunks(2)
             .map(|c| bf16::from_le_bytes([c[0], c[1]]).to_f32())
+            .collect(),
+        DType::F8E4M3 | DType::F8E5M2 => b
+            .iter()
+            .map(|&x| tegula_ir::fp8::fp8_value(dt == DType::F8E5M2, x) as f32)
             .collect(),
         _ => b
             .chunks(4)

@@ -1,0 +1,143 @@
+//! fp8 dots (`f8e4m3`, `f8e5m2`) on the tensor cores: `mma.sync.m16n8k32` on sm_89 and sm_90,
+//! run on the PTX simulator (whose fp8 decoding and `m16n8k32` fragments come from the PTX ISA,
+//! not from `mma_layout.rs`) against float64 references. Operands are always staged with K
+//! contiguous (`ldmatrix.trans` moves 16-bit elements only), so every case with K across the
+//! source's rows exercises the transposing write.
+
+mod mma_kernels;
+mod sim;
+
+use mma_kernels::*;
+use sim::*;
+use tegula_ir::prelude::*;
+
+const FP8: [DType; 2] = [DType::F8E4M3, DType::F8E5M2];
+
+fn ptx_type(dt: DType) -> &'static str {
+    if dt == DType::F8E5M2 {
+        "e5m2"
+    } else {
+        "e4m3"
+    }
+}
+
+#[test]
+fn fp8_dots_run_on_tensor_cores_and_match_float64() {
+    // ((m, n, k), a given transposed, b given transposed, warps)
+    let cases = [
+        ((32, 32, 32), false, false, 4),
+        ((64, 32, 64), true, false, 4),
+        ((16, 16, 32), false, true, 1),
+        ((32, 64, 64), true, true, 8),
+        ((16, 32, 128), false, false, 1),
+        ((128, 16, 32), false, true, 2),
+    ];
+    for dt in FP8 {
+        for sm in [89, 90] {
+            for ((m, n, k), ta, tb, warps) in cases {
+                let what = format!("{dt} sm_{sm} {m}x{n}x{k} ta={ta} tb={tb} {warps} warps");
+                let kern = dot_tile(dt, (m, n, k), InputPrecision::Ieee, ta, tb);
+                let ptx = ptx_of(&kern, sm, warps, 1);
+                let t = ptx_type(dt);
+                assert!(
+                    ptx.contains(&format!(
+                        "mma.sync.aligned.m16n8k32.row.col.f32.{t}.{t}.f32"
+                    )),
+                    "{what}: not on the fp8 tensor cores"
+                );
+                assert!(
+                    ptx.contains(".version 8.4"),
+                    "{what}: fp8 mma needs PTX 8.4"
+                );
+                let av = values(m * k, 3 + m as u64);
+                let bv = values(k * n, 11 + n as u64);
+                let (ar, br) = (rounded(dt, &av), rounded(dt, &bv));
+                // a is given as [k][m] when ta, b as [n][k] when tb.
+                let a_at = |i: usize, kk: usize| if ta { ar[kk * m + i] } else { ar[i * k + kk] };
+                let b_at = |kk: usize, j: usize| if tb { br[j * k + kk] } else { br[kk * n + j] };
+                let mut want = vec![0f64; m * n];
+                let mut scale = vec![0f64; m * n];
+                for i in 0..m {
+                    for j in 0..n {
+                        for kk in 0..k {
+                            want[i * n + j] += a_at(i, kk) * b_at(kk, j);
+                            scale[i * n + j] += (a_at(i, kk) * b_at(kk, j)).abs();
+                        }
+                    }
+                }
+                let out = vec![0u8; m * n * 4];
+                let bufs = run_on(
+                    sm,
+                    &kern,
+                    warps,
+                    1,
+                    [1, 1, 1],
+                    &[
+                        Arg::Buf(&encode(dt, &av)),
+                        Arg::Buf(&encode(dt, &bv)),
+                        Arg::Buf(&out),
+                    ],
+                );
+                assert_close(&decode(DType::F32, &bufs[2]), &want, &scale, 1e-6, &what);
+            }
+        }
+    }
+}
+
+/// Triton's matmul loop over fp8 blocks with ragged edges (masked loads fill 0). Asked for
+/// three stages, the loop stays unpipelined and the report says why.
+#[test]
+fn fp8_matmul_loop_with_ragged_edges_matches() {
+    let (m, n, k) = (40, 48, 112);
+    let (bm, bn, bk) = (32, 32, 32);
+    for dt in FP8 {
+        for (sm, warps, stages) in [(89, 4, 1), (90, 2, 3)] {
+            let what = format!("fp8 matmul {dt} sm_{sm} {warps} warps {stages} stages");
+            let kern = matmul_loop(dt, bm, bn, bk);
+            let report = compiled(&kern, sm, warps, stages).report;
+            assert_eq!(report.loops[0].stages, 1, "{what}");
+            if stages > 1 {
+                let why = report.loops[0].why.clone().unwrap_or_default();
+                assert!(why.contains("K-major through registers"), "{what}: {why}");
+            }
+            let av = values(m * k, 23);
+            let bv = values(k * n, 29);
+            let (want, scale) = matmul_reference(dt, &av, &bv, (m, n, k));
+            let c = vec![0u8; m * n * 4];
+            let mut bufs = run_on(
+                sm,
+                &kern,
+                warps,
+                stages,
+                [m.div_ceil(bm) as u64, n.div_ceil(bn) as u64, 1],
+                &[
+                    Arg::Buf(&encode(dt, &av)),
+                    Arg::Buf(&encode(dt, &bv)),
+                    Arg::Buf(&c),
+                    Arg::I32(m as i32),
+                    Arg::I32(n as i32),
+                    Arg::I32(k as i32),
+                ],
+            );
+            let got = decode(DType::F32, &bufs.swap_remove(2));
+            assert_close(&got, &want, &scale, 1e-6, &what);
+        }
+    }
+}
+
+/// An fp8 dot shorter than one k-step (32) runs on FMAs, and its module keeps PTX 8.1 (8.4 is asked
+/// only of modules with fp8 mmas).
+#[test]
+fn fp8_dots_below_one_tile_stay_on_fma() {
+    let small = dot_tile(
+        DType::F8E4M3,
+        (16, 16, 16),
+        InputPrecision::Ieee,
+        false,
+        false,
+    );
+    let c = compiled(&small, 89, 1, 1);
+    assert_eq!(c.report.dots[0].kind, tegula_ptx::DotKind::Fma);
+    assert!(!c.ptx.contains("mma.sync"));
+    assert!(c.ptx.contains(".version 8.1"));
+}
