@@ -10,6 +10,7 @@ mod sim;
 use mma_kernels::*;
 use sim::*;
 use tegula_ir::prelude::*;
+use tegula_ir::Kernel;
 
 const FP8: [DType; 2] = [DType::F8E4M3, DType::F8E5M2];
 
@@ -84,43 +85,115 @@ fn fp8_dots_run_on_tensor_cores_and_match_float64() {
     }
 }
 
-/// Triton's matmul loop over fp8 blocks with ragged edges (masked loads fill 0). Asked for
-/// three stages, the loop stays unpipelined and the report says why.
-#[test]
-fn fp8_matmul_loop_with_ragged_edges_matches() {
-    let (m, n, k) = (40, 48, 112);
-    let (bm, bn, bk) = (32, 32, 32);
-    for dt in FP8 {
-        for (sm, warps, stages) in [(89, 4, 1), (90, 2, 3)] {
-            let what = format!("fp8 matmul {dt} sm_{sm} {warps} warps {stages} stages");
-            let kern = matmul_loop(dt, bm, bn, bk);
-            let report = compiled(&kern, sm, warps, stages).report;
-            assert_eq!(report.loops[0].stages, 1, "{what}");
-            if stages > 1 {
-                let why = report.loops[0].why.clone().unwrap_or_default();
-                assert!(why.contains("K-major through registers"), "{what}: {why}");
-            }
-            let av = values(m * k, 23);
-            let bv = values(k * n, 29);
-            let (want, scale) = matmul_reference(dt, &av, &bv, (m, n, k));
-            let c = vec![0u8; m * n * 4];
-            let mut bufs = run_on(
-                sm,
-                &kern,
-                warps,
-                stages,
-                [m.div_ceil(bm) as u64, n.div_ceil(bn) as u64, 1],
-                &[
-                    Arg::Buf(&encode(dt, &av)),
-                    Arg::Buf(&encode(dt, &bv)),
-                    Arg::Buf(&c),
-                    Arg::I32(m as i32),
-                    Arg::I32(n as i32),
-                    Arg::I32(k as i32),
-                ],
+/// Triton's matmul loop with ragged edges (masked loads fill 0) over fp8 blocks, B given as
+/// `[k, n]` (`b_nk` false: K across B's rows) or as `[n, k]` read through `.trans()` (true:
+/// tutorial 09's fp8 `dot(a, b.T)`, K contiguous in both operands).
+fn fp8_matmul(dt: DType, (bm, bn, bk): (usize, usize, usize), b_nk: bool) -> Kernel {
+    trace("fp8_matmul", |p| {
+        let (a, b, c) = (p.ptr("a", dt), p.ptr("b", dt), p.ptr("c", DType::F32));
+        let (m, n, k) = (
+            p.scalar("m", DType::I32),
+            p.scalar("n", DType::I32),
+            p.scalar("k", DType::I32),
+        );
+        let offs_m = program_id(0) * bm + arange(0, bm as i64);
+        let offs_n = program_id(1) * bn + arange(0, bn as i64);
+        let offs_k = arange(0, bk as i64);
+        let acc = for_range(0, k, bk, zeros::<f32>([bm, bn]), |start, acc| {
+            let ks = start + offs_k;
+            let at = load(
+                a + offs_m.col() * k + ks.row(),
+                offs_m.col().lt(m) & ks.row().lt(k),
+                0.0,
             );
-            let got = decode(DType::F32, &bufs.swap_remove(2));
-            assert_close(&got, &want, &scale, 1e-6, &what);
+            let bt = if b_nk {
+                load(
+                    b + offs_n.col() * k + ks.row(),
+                    offs_n.col().lt(n) & ks.row().lt(k),
+                    0.0,
+                )
+                .trans()
+            } else {
+                load(
+                    b + ks.col() * n + offs_n.row(),
+                    ks.col().lt(k) & offs_n.row().lt(n),
+                    0.0,
+                )
+            };
+            dot_acc(at, bt, acc)
+        });
+        store(
+            c + offs_m.col() * n + offs_n.row(),
+            acc,
+            offs_m.col().lt(m) & offs_n.row().lt(n),
+        );
+    })
+    .map(aligned)
+    .unwrap()
+}
+
+/// Both forms match float64 on sm_89 and sm_90, unpipelined and asked for three stages. With
+/// K contiguous in both operands, both loads are copied into the slots (`cp.async`, plain
+/// `ldmatrix`); with K across B's rows, A is and B is transposed through registers, and the
+/// report says so.
+#[test]
+fn fp8_matmul_loops_with_ragged_edges_match() {
+    let (m, n, k) = (40, 48, 112);
+    for dt in FP8 {
+        for b_nk in [true, false] {
+            // Block K of two k-steps: the next tile's first fragments are read across the
+            // iteration boundary (`boundary_fragments`), packed into carried registers.
+            for (sm, warps, stages, (bm, bn, bk)) in [
+                (89, 4, 1, (32, 32, 32)),
+                (90, 2, 3, (32, 32, 32)),
+                (89, 4, 2, (32, 32, 64)),
+                (90, 4, 3, (64, 32, 64)),
+            ] {
+                let what = format!(
+                    "fp8 matmul {dt} b_nk={b_nk} {bm}x{bn}x{bk} sm_{sm} {warps} warps {stages} stages"
+                );
+                let kern = fp8_matmul(dt, (bm, bn, bk), b_nk);
+                let compiled = compiled(&kern, sm, warps, stages);
+                let lp = &compiled.report.loops[0];
+                if stages > 1 && b_nk {
+                    assert_eq!(lp.boundary_fragments, bk == 64, "{what}");
+                }
+                assert_eq!(lp.stages, stages, "{what}: {:?}", lp.why);
+                let streamed = if stages > 1 { 1 + b_nk as usize } else { 0 };
+                assert_eq!(lp.streamed.len(), streamed, "{what}: {:?}", lp.why);
+                if stages > 1 && !b_nk {
+                    let why = lp.why.clone().unwrap_or_default();
+                    assert!(why.contains("K across its rows"), "{what}: {why}");
+                }
+                assert_eq!(compiled.ptx.contains("cp.async"), stages > 1, "{what}");
+                let av = values(m * k, 23);
+                let bv = values(k * n, 29);
+                // The reference takes b as [k, n].
+                let b_kn: Vec<f32> = if b_nk {
+                    (0..k * n).map(|i| bv[(i % n) * k + i / n]).collect()
+                } else {
+                    bv.clone()
+                };
+                let (want, scale) = matmul_reference(dt, &av, &b_kn, (m, n, k));
+                let c = vec![0u8; m * n * 4];
+                let mut bufs = run_on(
+                    sm,
+                    &kern,
+                    warps,
+                    stages,
+                    [m.div_ceil(bm) as u64, n.div_ceil(bn) as u64, 1],
+                    &[
+                        Arg::Buf(&encode(dt, &av)),
+                        Arg::Buf(&encode(dt, &bv)),
+                        Arg::Buf(&c),
+                        Arg::I32(m as i32),
+                        Arg::I32(n as i32),
+                        Arg::I32(k as i32),
+                    ],
+                );
+                let got = decode(DType::F32, &bufs.swap_remove(2));
+                assert_close(&got, &want, &scale, 1e-6, &what);
+            }
         }
     }
 }

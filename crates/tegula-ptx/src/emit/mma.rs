@@ -371,7 +371,11 @@ impl Lower<'_> {
         Some(match into {
             Some(regs) => {
                 for (&r, el) in regs.iter().zip(&elems) {
-                    self.b.emit("mov.b32", vec![r.into(), Arg::Vec(el.clone())]);
+                    let src = match el.len() {
+                        2 => Arg::Vec(el.clone()),
+                        _ => self.pack_operand(el).into(),
+                    };
+                    self.b.emit("mov.b32", vec![r.into(), src]);
                 }
                 regs.to_vec()
             }

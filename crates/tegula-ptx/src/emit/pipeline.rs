@@ -1107,7 +1107,7 @@ impl Lower<'_> {
             let g = l.geometry(&shape);
             let kept = l.kept();
             let (p0, p1) = (kept[0], kept[1]);
-            let es = 2u32;
+            let es = pl.stage.kind.elem_bytes();
             let bytes = pl.vec * es;
             let mut slot_addr: HashMap<Reg, Reg> = HashMap::new();
             for (copy, &(src, src_off)) in sources.iter().enumerate() {

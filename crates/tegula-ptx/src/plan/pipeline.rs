@@ -712,15 +712,8 @@ impl Planner<'_, '_> {
             let Some(plan) = self.mma_plan(dot) else {
                 continue;
             };
-            // tf32 and fp8 operands are written K-major through registers (ldmatrix cannot
-            // transpose them), which a copy into a slot cannot do.
-            if !plan.kind.transposable() {
-                rejected.push(format!(
-                    "the dot at {} is {:?}: its operands are written K-major through registers, \
-                     not copied into slots",
-                    loc_of(k.insts[dot].loc),
-                    plan.kind
-                ));
+            // tf32 operands are rounded as they are written, which a copy cannot do.
+            if plan.kind == MmaKind::Tf32 {
                 continue;
             }
             any_dot = true;
@@ -748,15 +741,25 @@ impl Planner<'_, '_> {
                     rejected.push(format!("the load at {at} cannot be copied ahead: {why}"));
                     continue;
                 }
-                let dt = k.ty(src).dtype();
-                if !matches!(dt, DType::F16 | DType::BF16) {
+                // fp8 slots are read with plain `ldmatrix` (`.trans` moves 16-bit elements).
+                if !plan.kind.transposable() && reads.iter().any(|&(_, k_major)| !k_major) {
+                    rejected.push(format!(
+                        "the load at {at} is an fp8 operand with K across its rows (only a \
+                         K-contiguous one is copied as it is; this one is transposed through \
+                         registers)"
+                    ));
                     continue;
                 }
+                let dt = k.ty(src).dtype();
+                if !matches!(dt, DType::F16 | DType::BF16 | DType::F8E4M3 | DType::F8E5M2) {
+                    continue;
+                }
+                let es = dt.size_bytes() as u32;
                 let vec = self.layouts.access(li).vec;
-                if !matches!(vec * 2, 4 | 8 | 16) {
+                if !matches!(vec * es, 4 | 8 | 16) {
                     rejected.push(format!(
                         "the load at {at} moves {} bytes an access (cp.async copies 4, 8 or 16)",
-                        vec * 2
+                        vec * es
                     ));
                     continue;
                 }
@@ -798,7 +801,7 @@ impl Planner<'_, '_> {
             return Err(if !rejected.is_empty() {
                 rejected.join("; ")
             } else if any_dot {
-                "no f16/bf16 dot of the body reads a load of the body".into()
+                "no f16/bf16/fp8 dot of the body reads a load of the body".into()
             } else {
                 "no tensor-core dot in the body".into()
             });
