@@ -140,10 +140,52 @@ impl WarpgroupState {
     }
 }
 
-/// The shape and operands of a `wgmma.mma_async.sync.aligned.m64nNk16.f32.{bf16,f16}.*`.
+/// An element type a `wgmma` multiplies.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum WgmmaType {
+    F16,
+    BF16,
+    E4M3,
+    E5M2,
+}
+
+impl WgmmaType {
+    fn parse(s: &str) -> Option<Self> {
+        Some(match s {
+            "f16" => WgmmaType::F16,
+            "bf16" => WgmmaType::BF16,
+            "e4m3" => WgmmaType::E4M3,
+            "e5m2" => WgmmaType::E5M2,
+            _ => return None,
+        })
+    }
+
+    fn bytes(self) -> u32 {
+        match self {
+            WgmmaType::F16 | WgmmaType::BF16 => 2,
+            _ => 1,
+        }
+    }
+
+    /// The value of an element whose bytes are the low bits of `x`.
+    fn value(self, x: u64) -> f64 {
+        match self {
+            WgmmaType::F16 => f16::from_bits(x as u16).to_f64(),
+            WgmmaType::BF16 => bf16::from_bits(x as u16).to_f64(),
+            WgmmaType::E4M3 => fp8_decode(false, x as u8),
+            WgmmaType::E5M2 => fp8_decode(true, x as u8),
+        }
+    }
+}
+
+/// The shape and operands of a `wgmma.mma_async.sync.aligned.m64nNk16.f32.{bf16,f16}.*` or
+/// `m64nNk32.f32.{e4m3,e5m2}.{e4m3,e5m2}`.
 pub(crate) struct WgmmaForm<'a> {
     n: usize,
-    bf16: bool,
+    /// K of the instruction: 32 bytes of K a row.
+    k: usize,
+    a_ty: WgmmaType,
+    b_ty: WgmmaType,
     d: &'a [usize],
     /// A's registers (4 per thread) when A comes from registers, else None (a descriptor).
     a_regs: Option<&'a [usize]>,
@@ -156,7 +198,8 @@ pub(crate) struct WgmmaForm<'a> {
 impl<'a> WgmmaForm<'a> {
     /// Operands per the PTX ISA: `d, a-desc, b-desc, scale-d, imm-scale-a, imm-scale-b,
     /// imm-trans-a, imm-trans-b` or, A from registers, `d, {a0..a3}, b-desc, scale-d,
-    /// imm-scale-a, imm-scale-b, imm-trans-b`.
+    /// imm-scale-a, imm-scale-b, imm-trans-b`. fp8 has no transposes (both operands K-major)
+    /// and no trans immediates.
     fn of(ins: &'a Ins) -> Self {
         let op = &ins.op;
         let shape = op
@@ -165,12 +208,23 @@ impl<'a> WgmmaForm<'a> {
             .unwrap_or_else(|| panic!("{op}: no m64nNk16 shape"));
         let (n, k) = shape[4..].split_once('k').unwrap();
         let n: usize = n.parse().unwrap();
+        let k: usize = k.parse().unwrap();
+        let parts: Vec<&str> = op.split('.').collect();
+        let ty = |i: usize| {
+            WgmmaType::parse(parts[parts.len() - 2 + i])
+                .unwrap_or_else(|| panic!("unsupported {op}"))
+        };
+        let (a_ty, b_ty) = (ty(0), ty(1));
+        assert_eq!(parts[parts.len() - 3], "f32", "{op}: f32 accumulators only");
+        let fp8 = a_ty.bytes() == 1;
         assert!(
-            k == "16" && n.is_multiple_of(8) && (8..=256).contains(&n),
+            (b_ty.bytes() == 1) == fp8 && (fp8 || a_ty == b_ty),
+            "{op}: operand types"
+        );
+        assert!(
+            k == 32 / a_ty.bytes() as usize && n.is_multiple_of(8) && (8..=256).contains(&n),
             "{op}"
         );
-        let bf16 = op.ends_with(".f32.bf16.bf16");
-        assert!(bf16 || op.ends_with(".f32.f16.f16"), "unsupported {op}");
         let imm = |i: usize| match ins.args[i] {
             Opnd::Imm(x) => x,
             ref o => panic!("{op}: operand {i} is {o:?}, not an immediate"),
@@ -186,7 +240,10 @@ impl<'a> WgmmaForm<'a> {
             }
             _ => None,
         };
-        let (trans_a, trans_b) = if a_regs.is_some() {
+        let (trans_a, trans_b) = if fp8 {
+            assert_eq!(ins.args.len(), 6, "{op}: operands");
+            (0, 0)
+        } else if a_regs.is_some() {
             assert_eq!(ins.args.len(), 7, "{op}: operands");
             (0, imm(6))
         } else {
@@ -203,7 +260,9 @@ impl<'a> WgmmaForm<'a> {
         };
         WgmmaForm {
             n,
-            bf16,
+            k,
+            a_ty,
+            b_ty,
             d,
             a_regs,
             scale_a: scale(4),
@@ -221,10 +280,11 @@ impl<'a> WgmmaForm<'a> {
 /// 16-29, stride byte offset >> 4 in 32-45, base offset in 49-51 (0 here), swizzle in 62-63
 /// (1: 128 bytes, 2: 64, 3: 32).
 /// K-major (`k_major`): 8 rows of `width` bytes (the swizzle's row) hold 8 rows of M/N, the
-/// stride offset moves 8 rows. MN-major: a row of `width` bytes holds `width / 2` elements
-/// along M/N, 8 such rows are 8 k, the stride offset moves 8 k and the leading offset the
-/// next `width / 2` of M/N. The swizzle XORs address bits 4.. with bits 7.. (3, 2 or 1 bits).
-pub(crate) fn descriptor_address(desc: u64, mn: u32, k: u32, k_major: bool) -> u32 {
+/// stride offset moves 8 rows, K runs along the row in elements of `es` bytes. MN-major
+/// (16-bit elements only): a row of `width` bytes holds `width / 2` elements along M/N, 8
+/// such rows are 8 k, the stride offset moves 8 k and the leading offset the next `width / 2`
+/// of M/N. The swizzle XORs address bits 4.. with bits 7.. (3, 2 or 1 bits).
+pub(crate) fn descriptor_address(desc: u64, mn: u32, k: u32, k_major: bool, es: u32) -> u32 {
     let field = |shift: u32| (((desc >> shift) & 0x3fff) << 4) as u32;
     let (start, leading, stride) = (field(0), field(16), field(32));
     let reserved = desc & (0b11 << 14 | 0b11 << 30 | 0x3ff << 46 | 0x3ff << 52);
@@ -239,8 +299,9 @@ pub(crate) fn descriptor_address(desc: u64, mn: u32, k: u32, k_major: bool) -> u
         _ => panic!("descriptor {desc:#x}: no swizzle (interleaved layout) is not modeled"),
     };
     let linear = if k_major {
-        start + (mn % 8) * width + (mn / 8) * stride + 2 * k
+        start + (mn % 8) * width + (mn / 8) * stride + es * k
     } else {
+        assert_eq!(es, 2, "an MN-major wgmma operand of {es}-byte elements");
         let per_row = width / 2;
         start + 2 * (mn % per_row) + (mn / per_row) * leading + (k % 8) * width + (k / 8) * stride
     };
@@ -1253,19 +1314,24 @@ impl<'p> Machine<'p> {
                 name(self, r)
             );
         }
-        let n = form.n as u32;
+        let (n, kk) = (form.n as u32, form.k as u32);
+        let (ea, eb) = (form.a_ty.bytes(), form.b_ty.bytes());
         // A[m][k]: K-major unless imm-trans-a; B[k][n]: K-major unless imm-trans-b.
         let a_addrs: Vec<u32> = match a_desc {
-            Some(desc) => (0..64 * 16)
-                .map(|i| descriptor_address(desc, i / 16, i % 16, !form.trans_a))
+            Some(desc) => (0..64 * kk)
+                .map(|i| descriptor_address(desc, i / kk, i % kk, !form.trans_a, ea))
                 .collect(),
             None => Vec::new(),
         };
-        let b_addrs: Vec<u32> = (0..16 * n)
-            .map(|i| descriptor_address(b_desc, i % n, i / n, !form.trans_b))
+        let b_addrs: Vec<u32> = (0..kk * n)
+            .map(|i| descriptor_address(b_desc, i % n, i / n, !form.trans_b, eb))
             .collect();
-        for &at in a_addrs.iter().chain(&b_addrs) {
-            for b in at as usize..at as usize + 2 {
+        let spans = a_addrs
+            .iter()
+            .map(|&at| (at, ea))
+            .chain(b_addrs.iter().map(|&at| (at, eb)));
+        for (at, es) in spans {
+            for b in at as usize..(at + es) as usize {
                 assert!(
                     b < self.smem.len(),
                     "wgmma reads shared byte {b}: out of bounds"
@@ -1328,56 +1394,59 @@ impl<'p> Machine<'p> {
         });
     }
 
-    /// Runs a retired wgmma of warpgroup `g`: D[64 x N] (+)= A[64 x 16] B[16 x N], exact
+    /// Runs a retired wgmma of warpgroup `g`: D[64 x N] (+)= A[64 x K] B[K x N], exact
     /// products summed in f64. Warp `w` of the group holds rows 16w..16w+15 of D in the
     /// `mma.sync` m16n8 accumulator order per 8 columns (register i of lane (q, p): row
     /// q + 8 ((i >> 1) & 1), column 8 (i >> 2) + 2p + (i & 1)), and, A from registers, rows
-    /// 16w.. of A in the `mma.sync` m16n8k16 A order.
+    /// 16w.. of A in the `mma.sync` m16n8k16 (m16n8k32 for fp8) A order.
     fn retire_wgmma(&mut self, g: usize, mma: PendingMma) {
         let ins = &self.prog.code[mma.pc];
         let form = WgmmaForm::of(ins);
-        let n = form.n;
-        let elem = |bits: u16| -> f64 {
-            if form.bf16 {
-                bf16::from_bits(bits).to_f64()
+        let (n, kk) = (form.n, form.k);
+        let smem_elem = |m: &Self, at: u32, ty: WgmmaType| {
+            let at = at as usize;
+            let x = if ty.bytes() == 2 {
+                u16::from_le_bytes([m.smem[at], m.smem[at + 1]]) as u64
             } else {
-                f16::from_bits(bits).to_f64()
-            }
+                m.smem[at] as u64
+            };
+            ty.value(x)
         };
-        let smem_elem = |m: &Self, at: u32| {
-            elem(u16::from_le_bytes([
-                m.smem[at as usize],
-                m.smem[at as usize + 1],
-            ]))
-        };
-        let mut a = vec![[0f64; 16]; 64];
+        let mut a = vec![vec![0f64; kk]; 64];
         match form.a_regs {
             None => {
                 for (i, &at) in mma.a_addrs.iter().enumerate() {
-                    a[i / 16][i % 16] = smem_elem(self, at);
+                    a[i / kk][i % kk] = smem_elem(self, at, form.a_ty);
                 }
             }
             Some(regs) => {
+                // `per` elements a register, lowest K in the low bits.
+                let per = 4 / form.a_ty.bytes() as usize;
+                let bits = 32 / per;
                 for l in 0..128 {
                     let (w, q, p) = (l / 32, (l % 32) / 4, l % 4);
                     for (j, &r) in regs.iter().enumerate() {
                         let x = self.regs[128 * g + l][r];
-                        for h in 0..2 {
-                            a[16 * w + q + 8 * (j & 1)][2 * p + h + 8 * (j >> 1)] =
-                                elem((x >> (16 * h)) as u16);
+                        for h in 0..per {
+                            a[16 * w + q + 8 * (j & 1)][per * p + h + kk / 2 * (j >> 1)] =
+                                form.a_ty.value(x >> (bits * h));
                         }
                     }
                 }
             }
         }
-        let b: Vec<f64> = mma.b_addrs.iter().map(|&at| smem_elem(self, at)).collect();
+        let b: Vec<f64> = mma
+            .b_addrs
+            .iter()
+            .map(|&at| smem_elem(self, at, form.b_ty))
+            .collect();
         for l in 0..128 {
             let t = 128 * g + l;
             let (w, q, p) = (l / 32, (l % 32) / 4, l % 4);
             for (i, &r) in form.d.iter().enumerate() {
                 let row = 16 * w + q + 8 * ((i >> 1) & 1);
                 let col = 8 * (i >> 2) + 2 * p + (i & 1);
-                let s: f64 = (0..16).map(|k| a[row][k] * b[k * n + col]).sum();
+                let s: f64 = (0..kk).map(|k| a[row][k] * b[k * n + col]).sum();
                 let c = if mma.accumulate {
                     f32v(self.regs[t][r]) as f64
                 } else {
@@ -1388,8 +1457,14 @@ impl<'p> Machine<'p> {
         }
         // The reads are done for this warpgroup; other threads' writes need a barrier first.
         let reader = wgmma_reader(g);
-        for &at in mma.a_addrs.iter().chain(&mma.b_addrs) {
-            for b in at as usize..at as usize + 2 {
+        let (ea, eb) = (form.a_ty.bytes(), form.b_ty.bytes());
+        let spans = mma
+            .a_addrs
+            .iter()
+            .map(|&at| (at, ea))
+            .chain(mma.b_addrs.iter().map(|&at| (at, eb)));
+        for (at, es) in spans {
+            for b in at as usize..(at + es) as usize {
                 self.wgmma_reads[b] -= 1;
                 let several =
                     self.reads[b].is_some_and(|a| a.epoch == self.epoch && a.thread != reader);

@@ -85,51 +85,15 @@ fn fp8_dots_run_on_tensor_cores_and_match_float64() {
     }
 }
 
-/// Triton's matmul loop with ragged edges (masked loads fill 0) over fp8 blocks, B given as
-/// `[k, n]` (`b_nk` false: K across B's rows) or as `[n, k]` read through `.trans()` (true:
-/// tutorial 09's fp8 `dot(a, b.T)`, K contiguous in both operands).
-fn fp8_matmul(dt: DType, (bm, bn, bk): (usize, usize, usize), b_nk: bool) -> Kernel {
-    trace("fp8_matmul", |p| {
-        let (a, b, c) = (p.ptr("a", dt), p.ptr("b", dt), p.ptr("c", DType::F32));
-        let (m, n, k) = (
-            p.scalar("m", DType::I32),
-            p.scalar("n", DType::I32),
-            p.scalar("k", DType::I32),
-        );
-        let offs_m = program_id(0) * bm + arange(0, bm as i64);
-        let offs_n = program_id(1) * bn + arange(0, bn as i64);
-        let offs_k = arange(0, bk as i64);
-        let acc = for_range(0, k, bk, zeros::<f32>([bm, bn]), |start, acc| {
-            let ks = start + offs_k;
-            let at = load(
-                a + offs_m.col() * k + ks.row(),
-                offs_m.col().lt(m) & ks.row().lt(k),
-                0.0,
-            );
-            let bt = if b_nk {
-                load(
-                    b + offs_n.col() * k + ks.row(),
-                    offs_n.col().lt(n) & ks.row().lt(k),
-                    0.0,
-                )
-                .trans()
-            } else {
-                load(
-                    b + ks.col() * n + offs_n.row(),
-                    ks.col().lt(k) & offs_n.row().lt(n),
-                    0.0,
-                )
-            };
-            dot_acc(at, bt, acc)
-        });
-        store(
-            c + offs_m.col() * n + offs_n.row(),
-            acc,
-            offs_m.col().lt(m) & offs_n.row().lt(n),
-        );
-    })
-    .map(aligned)
-    .unwrap()
+/// The fp8 matmul loop with B given as `[k, n]` (`b_nk` false: K across B's rows) or as
+/// `[n, k]` read through `.trans()` (true: tutorial 09's fp8 `dot(a, b.T)`, K contiguous in
+/// both operands).
+fn fp8_matmul(dt: DType, blocks: (usize, usize, usize), b_nk: bool) -> Kernel {
+    if b_nk {
+        matmul_loop_b_nk(dt, DType::F32, blocks)
+    } else {
+        matmul_loop(dt, blocks.0, blocks.1, blocks.2)
+    }
 }
 
 /// Both forms match float64 on sm_89 and sm_90, unpipelined and asked for three stages. With
@@ -213,4 +177,233 @@ fn fp8_dots_below_one_tile_stay_on_fma() {
     assert_eq!(c.report.dots[0].kind, tegula_ptx::DotKind::Fma);
     assert!(!c.ptx.contains("mma.sync"));
     assert!(c.ptx.contains(".version 8.1"));
+}
+
+/// On Hopper with `wgmma` asked for, the fp8 matmul with K contiguous in both operands runs on
+/// `wgmma.mma_async ... k32.f32.e4m3.e4m3` from its slots (no transpose immediates), checked
+/// on the simulator (which models wgmma's descriptors, asynchrony and fences) against
+/// float64; with K across B's rows it stays on `mma.sync`.
+#[test]
+fn fp8_matmul_on_wgmma_matches() {
+    let (m, n, k) = (136, 80, 192);
+    for dt in FP8 {
+        let t = ptx_type(dt);
+        for (warps, stages, (bm, bn, bk)) in [
+            (4, 2, (64, 64, 64)),
+            (4, 3, (64, 32, 128)),
+            (8, 3, (128, 64, 64)),
+        ] {
+            let what = format!("wgmma fp8 {dt} {bm}x{bn}x{bk} {warps} warps {stages} stages");
+            let kern = fp8_matmul(dt, (bm, bn, bk), true);
+            let c = compiled_wgmma(&kern, 90, warps, stages);
+            assert_eq!(
+                c.report.wgmma_dots(),
+                1,
+                "{what}: {:?}",
+                c.report.loops[0].why
+            );
+            assert!(
+                c.ptx.contains(&format!("k32.f32.{t}.{t}")),
+                "{what}: not on fp8 wgmma"
+            );
+            let av = values(m * k, 41);
+            let bv = values(k * n, 43);
+            let b_kn: Vec<f32> = (0..k * n).map(|i| bv[(i % n) * k + i / n]).collect();
+            let (want, scale) = matmul_reference(dt, &av, &b_kn, (m, n, k));
+            let out = vec![0u8; m * n * 4];
+            let bufs = run_ptx(
+                &c.ptx,
+                c.shared_bytes as usize,
+                &param_names(&kern),
+                warps,
+                [m.div_ceil(bm) as u64, n.div_ceil(bn) as u64, 1],
+                &[
+                    Arg::Buf(&encode(dt, &av)),
+                    Arg::Buf(&encode(dt, &bv)),
+                    Arg::Buf(&out),
+                    Arg::I32(m as i32),
+                    Arg::I32(n as i32),
+                    Arg::I32(k as i32),
+                ],
+            );
+            assert_close(&decode(DType::F32, &bufs[2]), &want, &scale, 1e-6, &what);
+        }
+        let rows = fp8_matmul(dt, (64, 64, 64), false);
+        let c = compiled_wgmma(&rows, 90, 4, 3);
+        assert_eq!(c.report.wgmma_dots(), 0, "{dt}: B with K across its rows");
+        assert!(c.ptx.contains("m16n8k32"));
+    }
+}
+
+/// An fp8 A that is not a load on wgmma, B streamed as `[n, k]` blocks through `.trans()`,
+/// each iteration storing `A B_j`: A computed in the loop (an f32 tile cast to fp8, as
+/// attention's P) is read by the register form, packed four bytes a word as the m16n8k32 A
+/// fragment; A loaded once before the loop stays resident in shared memory and is read by
+/// descriptor.
+#[test]
+fn fp8_wgmma_with_a_not_streamed_matches() {
+    let (bm, bn, kk) = (64usize, 32usize, 64usize);
+    let n = 96;
+    for (dt, in_loop) in [
+        (DType::F8E4M3, true),
+        (DType::F8E5M2, true),
+        (DType::F8E4M3, false),
+    ] {
+        let kern = trace("fp8_a_in_registers", |p| {
+            let a_dt = if in_loop { DType::F32 } else { dt };
+            let (a, b, c) = (p.ptr("a", a_dt), p.ptr("b", dt), p.ptr("c", DType::F32));
+            let n_ = p.scalar("n", DType::I32);
+            let (rm, rn, rk) = (
+                arange(0, bm as i64),
+                arange(0, bn as i64),
+                arange(0, kk as i64),
+            );
+            let before = load_unmasked(a + rm.col() * kk + rk.row());
+            for_range(0, n_, bn, (), |j, ()| {
+                let at = if in_loop {
+                    load_unmasked(a + rm.col() * kk + rk.row()).cast(dt)
+                } else {
+                    before
+                };
+                let cols = j + rn;
+                let bt = load_unmasked(b + cols.col() * kk + rk.row()).trans();
+                store_unmasked(c + rm.col() * n_ + cols.row(), dot(at, bt));
+            });
+        })
+        .map(aligned)
+        .unwrap();
+        let c = compiled_wgmma(&kern, 90, 4, 2);
+        assert_eq!(
+            c.report.wgmma_dots(),
+            1,
+            "{dt}: {:?}",
+            c.report.loops[0].why
+        );
+        let t = ptx_type(dt);
+        // The register form: `d, {a0..a3}, b-desc, ..`; the descriptor form: `d, a-desc, ..`.
+        let line = c
+            .ptx
+            .lines()
+            .find(|l| l.contains(&format!("k32.f32.{t}.{t}")));
+        assert_eq!(
+            line.map(|l| l.contains("}, {")),
+            Some(in_loop),
+            "{dt} in_loop={in_loop}: {line:?}"
+        );
+        let av = values(bm * kk, 51);
+        let bv = values(n * kk, 53);
+        let (ar, br) = (rounded(dt, &av), rounded(dt, &bv));
+        let mut want = vec![0f64; bm * n];
+        let mut scale = vec![0f64; bm * n];
+        for i in 0..bm {
+            for j in 0..n {
+                for x in 0..kk {
+                    want[i * n + j] += ar[i * kk + x] * br[j * kk + x];
+                    scale[i * n + j] += (ar[i * kk + x] * br[j * kk + x]).abs();
+                }
+            }
+        }
+        let out = vec![0u8; bm * n * 4];
+        let bufs = run_ptx(
+            &c.ptx,
+            c.shared_bytes as usize,
+            &param_names(&kern),
+            4,
+            [1, 1, 1],
+            &[
+                Arg::Buf(&encode(if in_loop { DType::F32 } else { dt }, &av)),
+                Arg::Buf(&encode(dt, &bv)),
+                Arg::Buf(&out),
+                Arg::I32(n as i32),
+            ],
+        );
+        let what = format!("{dt} A in_loop={in_loop}");
+        assert_close(&decode(DType::F32, &bufs[2]), &want, &scale, 1e-6, &what);
+    }
+}
+/// Tutorial 03's fp8 form: the host passes `b.T` (B `[k, n]` with strides `(1, k)`, K
+/// contiguous) and the kernel loads `[BLOCK_K, BLOCK_N]` blocks with those strides, no
+/// `.trans()` in sight. The load is K-contiguous all the same: both operands stream into the
+/// slots, and on Hopper the dot runs on fp8 wgmma. f16 beside it for comparison.
+#[test]
+fn matmul_with_b_column_major_streams_both_operands() {
+    let (bm, bn, bk) = (64usize, 32usize, 64usize);
+    let (m, n, k) = (100, 48, 128);
+    for dt in [DType::F16, DType::F8E4M3, DType::F8E5M2] {
+        let kern = trace("b_column_major", |p| {
+            let (a, b, c) = (p.ptr("a", dt), p.ptr("b", dt), p.ptr("c", DType::F32));
+            let (m, n, k) = (
+                p.scalar("m", DType::I32),
+                p.scalar("n", DType::I32),
+                p.scalar("k", DType::I32),
+            );
+            let offs_m = program_id(0) * bm + arange(0, bm as i64);
+            let offs_n = program_id(1) * bn + arange(0, bn as i64);
+            let offs_k = arange(0, bk as i64);
+            let acc = for_range(0, k, bk, zeros::<f32>([bm, bn]), |start, acc| {
+                let ks = start + offs_k;
+                let at = load(
+                    a + offs_m.col() * k + ks.row(),
+                    offs_m.col().lt(m) & ks.row().lt(k),
+                    0.0,
+                );
+                // Element (kk, j) of B at j * k + kk.
+                let bt = load(
+                    b + ks.col() + offs_n.row() * k,
+                    ks.col().lt(k) & offs_n.row().lt(n),
+                    0.0,
+                );
+                dot_acc(at, bt, acc)
+            });
+            store(
+                c + offs_m.col() * n + offs_n.row(),
+                acc,
+                offs_m.col().lt(m) & offs_n.row().lt(n),
+            );
+        })
+        .map(aligned)
+        .unwrap();
+        let sms: &[u32] = if dt == DType::F16 {
+            &[80, 90]
+        } else {
+            &[89, 90]
+        };
+        for &sm in sms {
+            let what = format!("{dt} sm_{sm}");
+            let c = if sm == 90 {
+                compiled_wgmma(&kern, sm, 4, 3)
+            } else {
+                compiled(&kern, sm, 4, 3)
+            };
+            let lp = &c.report.loops[0];
+            assert_eq!(
+                (lp.stages, lp.streamed.len()),
+                (3, 2),
+                "{what}: {:?}",
+                lp.why
+            );
+            assert_eq!(c.report.wgmma_dots(), (sm == 90) as usize, "{what}");
+            let av = values(m * k, 23);
+            let bv = values(k * n, 29);
+            let b_kn: Vec<f32> = (0..k * n).map(|i| bv[(i % n) * k + i / n]).collect();
+            let (want, scale) = matmul_reference(dt, &av, &b_kn, (m, n, k));
+            let out = vec![0u8; m * n * 4];
+            let bufs = run_ptx(
+                &c.ptx,
+                c.shared_bytes as usize,
+                &param_names(&kern),
+                4,
+                [m.div_ceil(bm) as u64, n.div_ceil(bn) as u64, 1],
+                &[
+                    Arg::Buf(&encode(dt, &av)),
+                    Arg::Buf(&encode(dt, &bv)),
+                    Arg::Buf(&out),
+                    Arg::I32(m as i32),
+                    Arg::I32(n as i32),
+                    Arg::I32(k as i32),
+                ],
+            );
+            assert_close(&decode(DType::F32, &bufs[2]), &want, &scale, 1e-6, &what);
+        }
+    }
 }

@@ -11,7 +11,7 @@ mod mma_kernels;
 
 use mma_kernels::{
     flash_attention, flash_attention_two_loops, flash_attention_with_lse, matmul_loop,
-    matmul_loop_into, persistent_matmul_into,
+    matmul_loop_b_nk, matmul_loop_into, persistent_matmul_into,
 };
 use tegula_ir::{DType, Kernel};
 use tegula_ptx::{compile, CompileOptions, MmaChoice, Target};
@@ -193,6 +193,48 @@ fn wgmma_tiles_assemble_without_spills() {
         // ptxas serializes wgmma (and says so) when registers of one in flight are touched.
         assert!(!a.log.contains("serialized"), "{name}: {}", a.log);
         assert!(a.registers <= 255, "{name}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Tutorial 03's fp8 configs (`(BLOCK_M, BLOCK_N, BLOCK_K, stages, warps)`, "Good config for
+/// fp8 inputs"), e4m3 in with B K-major (the tutorial passes `b.T`) and f16 out: every one on
+/// fp8 wgmma (`QGMMA`), assembled without spills or serialization.
+#[test]
+fn fp8_wgmma_tiles_assemble_without_spills() {
+    let ptxas = tegula_ptx::ptxas::find()
+        .expect("ptxas not found: run scripts/ptxas.sh (or set TEGULA_PTXAS) before this test");
+    let dir = std::env::temp_dir().join(format!("tegula-wgmma-fp8-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    for (bm, bn, bk, stages, warps) in [
+        (128, 256, 128, 3, 8),
+        (256, 128, 128, 3, 8),
+        (256, 64, 128, 4, 4),
+        (64, 256, 128, 4, 4),
+        (128, 128, 128, 4, 4),
+        (128, 64, 64, 4, 4),
+        (64, 128, 64, 4, 4),
+        (128, 32, 64, 4, 4),
+    ] {
+        let k = matmul_loop_b_nk(DType::F8E4M3, DType::F16, (bm, bn, bk));
+        let options = CompileOptions {
+            num_warps: warps,
+            num_stages: stages,
+            mma: MmaChoice::Wgmma,
+            fp_fusion: true,
+            tma: false,
+        };
+        let c = compile(&k, &Target { sm: 90 }, &options).unwrap();
+        let name = format!("wgmma_fp8_{bm}x{bn}x{bk}_w{warps}_s{stages}");
+        assert_eq!(
+            c.report.wgmma_dots(),
+            1,
+            "{name}: {:?}",
+            c.report.loops[0].why
+        );
+        let a = tegula_ptx::ptxas::assemble(&ptxas, &c.ptx, 90, &dir, &name).unwrap();
+        assert_eq!(a.spill_stores, 0, "{name}: {}", a.log);
+        assert!(!a.log.contains("serialized"), "{name}: {}", a.log);
     }
     let _ = std::fs::remove_dir_all(&dir);
 }

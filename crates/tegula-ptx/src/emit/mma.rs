@@ -275,7 +275,7 @@ impl Lower<'_> {
     /// One 32-bit mma operand register from its elements (one tf32 word, two halves, or four
     /// fp8 bytes, each zero-extended in a 32-bit register; the lowest K in the low bits).
     /// Four bytes that `ldmatrix` split from one word, in order, are that word.
-    fn pack_operand(&mut self, el: &[Reg]) -> Reg {
+    pub(crate) fn pack_operand(&mut self, el: &[Reg]) -> Reg {
         match el.len() {
             1 => el[0],
             2 => self

@@ -120,11 +120,11 @@ enum AOperand {
 }
 
 /// The operand-layout counters (`ml::operand_a` with all warps along M) of element `e` of word
-/// `j` of the register-A fragment of 64-row block `rb`, k16 step `kk`: the `mma.sync` A
-/// fragment's, since per warp the ISA's wgmma A fragment is the m16n8k16 one (warp `w` of a
-/// warpgroup holds rows `16w..16w+15` of its 64; see the test).
-fn register_a_counters(rb: usize, kk: usize, j: usize, e: usize) -> [usize; 2] {
-    ml::a_counters(MmaKind::BF16, rb, kk, j, e)
+/// `j` of the register-A fragment of 64-row block `rb`, k-step `kk`: the `mma.sync` A
+/// fragment's, since per warp the ISA's wgmma A fragment is the m16n8k16 one (m16n8k32 for
+/// fp8; warp `w` of a warpgroup holds rows `16w..16w+15` of its 64; see the test).
+fn register_a_counters(kind: MmaKind, rb: usize, kk: usize, j: usize, e: usize) -> [usize; 2] {
+    ml::a_counters(kind, rb, kk, j, e)
 }
 
 impl Lower<'_> {
@@ -151,7 +151,7 @@ impl Lower<'_> {
         let gc = acc_l.geometry(&cshape);
         let row_blocks = gc.n[0] / 2;
         let n_tiles = gc.n[1] / 2;
-        let ksteps = plan.k / 16;
+        let ksteps = plan.k / plan.kind.k_step();
         // A in registers: every word packed before `wgmma.fence` (the ISA wants the fence
         // between the last ordinary write of an A register and the wgmma reading it).
         let a_words = match sa {
@@ -165,8 +165,16 @@ impl Lower<'_> {
         let acc = self.accumulator_registers(inst, &init, &acc_l)?;
         let ty = match plan.kind {
             MmaKind::F16 => "f16",
-            _ => "bf16",
+            MmaKind::BF16 => "bf16",
+            MmaKind::E4M3 => "e4m3",
+            MmaKind::E5M2 => "e5m2",
+            MmaKind::Tf32 => unreachable!("tf32 dots are not wgmma candidates"),
         };
+        // fp8 takes no transposes (both operands K-major) and has no trans immediates.
+        let fp8 = !plan.kind.transposable();
+        if fp8 && !sb.stage.k_major {
+            return Ok(false);
+        }
         self.b.comment(format!(
             "dot {}x{}x{} on wgmma ({} warpgroups along M, A from {})",
             plan.m,
@@ -236,8 +244,9 @@ impl Lower<'_> {
         });
         let trans_b = i64::from(!sb.stage.k_major);
         let opcode = format!(
-            "wgmma.mma_async.sync.aligned.m64n{}k16.f32.{ty}.{ty}",
-            plan.n
+            "wgmma.mma_async.sync.aligned.m64n{}k{}.f32.{ty}.{ty}",
+            plan.n,
+            plan.kind.k_step()
         );
         self.b.emit("wgmma.fence.sync.aligned", vec![]);
         for rb in 0..row_blocks {
@@ -268,8 +277,10 @@ impl Lower<'_> {
                     Arg::Imm(1),
                     Arg::Imm(1),
                 ];
-                args.extend(trans_a);
-                args.push(Arg::Imm(trans_b));
+                if !fp8 {
+                    args.extend(trans_a);
+                    args.push(Arg::Imm(trans_b));
+                }
                 self.b.emit(opcode.clone(), args);
             }
         }
@@ -336,10 +347,10 @@ impl Lower<'_> {
             for kk in 0..ksteps {
                 let step: Vec<Reg> = (0..4)
                     .map(|j| {
-                        let pair = (0..2)
-                            .map(|e| regs[ga.index(&register_a_counters(rb, kk, j, e))])
+                        let el: Vec<Reg> = (0..plan.kind.k_width() as usize)
+                            .map(|e| regs[ga.index(&register_a_counters(plan.kind, rb, kk, j, e))])
                             .collect();
-                        self.b.op("mov.b32", RegClass::B32, vec![Arg::Vec(pair)])
+                        self.pack_operand(&el)
                     })
                     .collect();
                 words.push(step);
@@ -475,7 +486,13 @@ mod tests {
                     for kk in 0..k / 16 {
                         for j in 0..4 {
                             for e in 0..2 {
-                                let c = register_a_counters(rb as usize, kk as usize, j, e);
+                                let c = register_a_counters(
+                                    MmaKind::BF16,
+                                    rb as usize,
+                                    kk as usize,
+                                    j,
+                                    e,
+                                );
                                 let at = elements[g.index(&c)];
                                 let a = 2 * j as u32 + e as u32;
                                 let row = rb * 16 * warps

@@ -11,7 +11,8 @@
 //!   one, other accumulators).
 //!
 //! A tensor-core dot is a `wgmma` candidate ([`MmaPlan::wgmma`]) when the options allow
-//! `wgmma` ([`crate::MmaChoice`]) on a target that has it, the operands are f16/bf16, at
+//! `wgmma` ([`crate::MmaChoice`]) on a target that has it, the operands are f16/bf16 or fp8
+//! (K a multiple of 32 for fp8; both fp8 operands K-major, checked where slots are placed), at
 //! least two stages are asked for the dot's block (by the `for` loop whose body it is: the
 //! loop's own `num_stages`, else the launch's; by the launch elsewhere), the target takes the
 //! shape over the launch's warps ([`crate::Target::wgmma_takes_shape`]: all warps along M),
@@ -220,12 +221,13 @@ fn mma_plan(cx: &Context<'_>, chained: &HashSet<Inst>, inst: Inst) -> Option<Mma
 fn wgmma_candidate(cx: &Context<'_>, dot: Inst, kind: MmaKind, (m, n, k): (u32, u32, u32)) -> bool {
     cx.options.mma.allows_wgmma()
         && cx.target.has_wgmma()
-        && matches!(kind, MmaKind::F16 | MmaKind::BF16)
+        && kind != MmaKind::Tf32
         && cx
             .uses
             .block_of(dot)
             .is_some_and(|b| cx.stages_of_block(b) >= 2)
         && cx.target.wgmma_takes_shape(m, n, k, cx.num_warps())
+        && k.is_multiple_of(kind.k_step())
         && wgmma_operands_placed(cx, dot)
 }
 
@@ -243,7 +245,8 @@ fn wgmma_operands_placed(cx: &Context<'_>, dot: Inst) -> bool {
             .filter(|&li| cx.uses.block_of(li) == Some(block))
     };
     let streamed = |operand: Value| {
-        load_here(operand).is_some_and(|li| matches!(access_vec(cx, li) * 2, 4 | 8 | 16))
+        let bytes = k.ty(operand).dtype().size_bytes() as u32;
+        load_here(operand).is_some_and(|li| matches!(access_vec(cx, li) * bytes, 4 | 8 | 16))
     };
     let d = &k.insts[dot];
     let (a, b) = (d.args[0], d.args[1]);

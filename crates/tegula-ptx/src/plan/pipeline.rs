@@ -1032,7 +1032,7 @@ impl Planner<'_, '_> {
                 if !loads[i].reads.contains(&(role, k_major))
                     || !st.offset.is_multiple_of(1024)
                     || !readable
-                    || (role == Role::A && !k_major)
+                    || ((role == Role::A || !st.kind.transposable()) && !k_major)
                 {
                     placed = false;
                     continue;

@@ -137,6 +137,44 @@ fn matmul_tile(
     );
 }
 
+/// Triton's matmul loop with B given as `[n, k]` and read through `.trans()` (tutorial 09's
+/// `dot(a, b.T)`; K contiguous in both operands, as fp8 tensor cores need), masked at the
+/// edges, C stored as `out`.
+pub fn matmul_loop_b_nk(dt: DType, out: DType, (bm, bn, bk): (usize, usize, usize)) -> Kernel {
+    trace("matmul_b_nk", |p| {
+        let (a, b, c) = (p.ptr("a", dt), p.ptr("b", dt), p.ptr("c", out));
+        let (m, n, k) = (
+            p.scalar("m", DType::I32),
+            p.scalar("n", DType::I32),
+            p.scalar("k", DType::I32),
+        );
+        let offs_m = program_id(0) * bm + arange(0, bm as i64);
+        let offs_n = program_id(1) * bn + arange(0, bn as i64);
+        let offs_k = arange(0, bk as i64);
+        let acc = for_range(0, k, bk, zeros::<f32>([bm, bn]), |start, acc| {
+            let ks = start + offs_k;
+            let at = load(
+                a + offs_m.col() * k + ks.row(),
+                offs_m.col().lt(m) & ks.row().lt(k),
+                0.0,
+            );
+            let bt = load(
+                b + offs_n.col() * k + ks.row(),
+                offs_n.col().lt(n) & ks.row().lt(k),
+                0.0,
+            );
+            dot_acc(at, bt.trans(), acc)
+        });
+        store(
+            c + offs_m.col() * n + offs_n.row(),
+            acc.cast(out),
+            offs_m.col().lt(m) & offs_n.row().lt(n),
+        );
+    })
+    .map(aligned)
+    .unwrap()
+}
+
 /// [`matmul_loop_into`] on a persistent grid: each program walks the tiles (row-major order)
 /// `program_id, program_id + num_programs, ..`, so the next tile's pipeline prologue writes
 /// the slots the last tile's store just used for its shared-memory crossing.
