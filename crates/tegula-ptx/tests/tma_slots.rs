@@ -16,7 +16,13 @@ use tegula_ptx_sim::{TensorMapArg, TmaSwizzle};
 
 /// `C = A B` over descriptors of A `[m, k]` and B `[k, n]`, the k-loop's loads addressed
 /// from its counter.
-fn desc_matmul(dt: DType, (bm, bn, bk): (usize, usize, usize)) -> Kernel {
+fn desc_matmul(dt: DType, blocks: (usize, usize, usize)) -> Kernel {
+    desc_matmul_with(dt, blocks, false)
+}
+
+/// [`desc_matmul`], or with `b_nk` B given as `[n, k]` and read as `db.load(..).trans()` (K
+/// contiguous in both operands, as fp8 tensor cores need).
+fn desc_matmul_with(dt: DType, (bm, bn, bk): (usize, usize, usize), b_nk: bool) -> Kernel {
     trace("desc_matmul", |p| {
         let (a, b, c) = (p.ptr("a", dt), p.ptr("b", dt), p.ptr("c", DType::F32));
         let (m, n, kk) = (
@@ -25,11 +31,20 @@ fn desc_matmul(dt: DType, (bm, bn, bk): (usize, usize, usize)) -> Kernel {
             p.scalar("k", DType::I32),
         );
         let da = make_tensor_descriptor(a, (m, kk), (kk, 1), [bm, bk]);
-        let db = make_tensor_descriptor(b, (kk, n), (n, 1), [bk, bn]);
+        let db = if b_nk {
+            make_tensor_descriptor(b, (n, kk), (kk, 1), [bn, bk])
+        } else {
+            make_tensor_descriptor(b, (kk, n), (n, 1), [bk, bn])
+        };
         let row = program_id(0) * bm as i32;
         let col = program_id(1) * bn as i32;
         let acc = for_range(0, kk, bk as i32, zeros::<f32>([bm, bn]), |k0, acc| {
-            dot_acc(da.load((row, k0)), db.load((k0, col)), acc)
+            let bt = if b_nk {
+                db.load((col, k0)).trans()
+            } else {
+                db.load((k0, col))
+            };
+            dot_acc(da.load((row, k0)), bt, acc)
         });
         let offs_m = row + arange(0, bm as i64);
         let offs_n = col + arange(0, bn as i64);
@@ -166,10 +181,53 @@ fn simulate(dt: DType, mma: MmaChoice, (bm, bn, bk): (usize, usize, usize), stag
     check_product(&k, &c, (m, n, kk), grid, 5, &what);
 }
 
+/// fp8 operands (e4m3, e5m2) through tensor maps of 1-byte elements, B given as `[n, k]`:
+/// both slots filled by TMA and read by fp8 `wgmma` (and, asked for `mma.sync`, by plain
+/// `ldmatrix`), on the simulator against float64.
+#[test]
+fn fp8_tma_slots_run_on_the_simulator() {
+    for dt in [DType::F8E4M3, DType::F8E5M2] {
+        for (mma, (bm, bn, bk), stages) in [
+            (MmaChoice::Wgmma, (64, 64, 128), 3),
+            (MmaChoice::Wgmma, (64, 32, 64), 2),
+            (MmaChoice::Sync, (64, 64, 64), 3),
+        ] {
+            let what = format!("{dt} {mma} {bm}x{bn}x{bk} {stages} stages");
+            let (m, n, kk) = (bm + 9, 2 * bn - 8, 3 * bk + 16);
+            let k = desc_matmul_with(dt, (bm, bn, bk), true);
+            let c = compiled(&k, mma, 4, stages);
+            let l = &c.report.loops[0];
+            assert_eq!(l.on_tma.len(), 2, "{what}: {l:?}\n{}", c.report);
+            assert_eq!(
+                c.report.wgmma_dots(),
+                (mma == MmaChoice::Wgmma) as usize,
+                "{what}"
+            );
+            let grid = [m.div_ceil(bm) as u64, n.div_ceil(bn) as u64, 1];
+            check_product_of(dt, true, &k, &c, (m, n, kk), grid, 7, &what);
+        }
+    }
+}
+
 /// Runs a compiled `C = A B` kernel of [`desc_matmul`]'s signature (A `[m, k]`, B `[k, n]`
 /// f16 through tensor maps, C f32) over `grid` on the simulator, on fresh values (`seed`),
 /// and checks C against float64.
 fn check_product(
+    k: &Kernel,
+    c: &Compiled,
+    mnk: (usize, usize, usize),
+    grid: [u64; 3],
+    seed: u64,
+    what: &str,
+) {
+    check_product_of(DType::F16, false, k, c, mnk, grid, seed, what);
+}
+
+/// [`check_product`] of `dt` operands, with `b_nk` B given as `[n, k]`.
+#[allow(clippy::too_many_arguments)]
+fn check_product_of(
+    dt: DType,
+    b_nk: bool,
     k: &Kernel,
     c: &Compiled,
     (m, n, kk): (usize, usize, usize),
@@ -177,24 +235,30 @@ fn check_product(
     seed: u64,
     what: &str,
 ) {
-    let dt = DType::F16;
+    let es = dt.size_bytes();
     let av = values(m * kk, seed);
     let bv = values(kk * n, seed + 1);
-    let (want, scale) = matmul_reference(dt, &av, &bv, (m, n, kk));
+    // The reference takes B as [k, n].
+    let b_kn: Vec<f32> = if b_nk {
+        (0..kk * n).map(|i| bv[(i % n) * kk + i / n]).collect()
+    } else {
+        bv.clone()
+    };
+    let (want, scale) = matmul_reference(dt, &av, &b_kn, (m, n, kk));
     let (ab, bb) = (encode(dt, &av), encode(dt, &bv));
     let out = vec![0u8; m * n * 4];
     let map = |t: &tegula_ptx::plan::descriptors::TensorMapAbi| {
-        let (dims, stride) = if t.base == 0 {
-            ([kk, m], kk)
-        } else {
-            ([n, kk], n)
+        let (dims, stride) = match (t.base, b_nk) {
+            (0, _) => ([kk, m], kk),
+            (_, false) => ([n, kk], n),
+            (_, true) => ([kk, n], kk),
         };
         Arg::TensorMap(TensorMapArg {
             buf: t.base,
             byte_offset: 0,
-            elem_bytes: 2,
+            elem_bytes: es as u32,
             dims: [dims[0] as u64, dims[1] as u64],
-            row_stride_bytes: (stride * 2) as u64,
+            row_stride_bytes: (stride * es) as u64,
             box_dims: t.box_dims,
             swizzle: match t.swizzle {
                 0 => TmaSwizzle::None,

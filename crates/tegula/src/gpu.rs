@@ -89,6 +89,8 @@ fn tensor_map(m: &TensorMapAbi, params: &[KernelParam], args: &[KernelArg]) -> R
         DType::U32 => TmaDtype::U32,
         DType::I64 => TmaDtype::I64,
         DType::U64 => TmaDtype::U64,
+        // TMA moves bytes: fp8 blocks land in the slots the tensor cores read as they are.
+        DType::F8E4M3 | DType::F8E5M2 => TmaDtype::U8,
         other => return Err(invalid(format!("{other} elements"))),
     };
     let swizzle = match m.swizzle {

@@ -173,6 +173,21 @@ impl Descriptors {
     }
 }
 
+/// Whether the registers of the descriptor access `inst` hold its elements at their width, so
+/// that a block in shared memory is the registers' bytes (8- and 16-bit integers, fp8 and i1
+/// are held widened).
+fn held_at_width(k: &Kernel, inst: Inst) -> Result<(), String> {
+    let dtype = k.ty(k.insts[inst].args[0]).dtype();
+    if crate::emit::types::class_of(tegula_ir::Elem::Scalar(dtype)).bytes()
+        != dtype.size_bytes() as u32
+    {
+        return Err(format!(
+            "its {dtype} elements are held widened in registers"
+        ));
+    }
+    Ok(())
+}
+
 /// Decides every descriptor access of `k` and replaces those not on TMA by their regions.
 pub fn place(k: &mut Kernel, target: &Target, options: &CompileOptions) -> Descriptors {
     let uses = Uses::new(k);
@@ -191,7 +206,18 @@ pub fn place(k: &mut Kernel, target: &Target, options: &CompileOptions) -> Descr
         } else {
             Err("TMA not asked for (LaunchConfig::with_tma)".to_string())
         };
-        match asked.and_then(|()| tma_map(k, &axis, target, inst)) {
+        // A slot's bytes are read by the tensor cores as they are; a block landed for the
+        // registers is read at the registers' width.
+        let placed = asked
+            .and_then(|()| tma_map(k, &axis, target, inst))
+            .and_then(|map| {
+                if looped {
+                    Ok(map)
+                } else {
+                    held_at_width(k, inst).map(|()| map)
+                }
+            });
+        match placed {
             Ok(map) if !looped => {
                 let at = out.add_map(&map);
                 out.on_tma.insert(inst, at);
@@ -241,13 +267,6 @@ fn tma_map(
     };
     let dtype = k.ty(d.args[0]).dtype();
     let eb = dtype.size_bytes() as i64;
-    // Registers hold elements at their width, so that the block's bytes in shared memory
-    // are the registers' (8- and 16-bit integers and i1 are held widened).
-    if crate::emit::types::class_of(tegula_ir::Elem::Scalar(dtype)).bytes() as i64 != eb {
-        return Err(format!(
-            "its {dtype} elements are held widened in registers"
-        ));
-    }
     let launch = |v: Value, what: &str| -> Result<LaunchValue, String> {
         launch_value(k, v).ok_or_else(|| {
             format!(
