@@ -217,6 +217,8 @@ pub fn dot_tolerance(output: DType, k: usize) -> (f64, f64) {
     let round = match output {
         DType::F16 => 2f64.powi(-10),
         DType::BF16 => 2f64.powi(-7),
+        DType::F8E4M3 => 2f64.powi(-3),
+        DType::F8E5M2 => 2f64.powi(-2),
         _ => 0.0,
     };
     (1e-6, accumulate + round)

@@ -39,7 +39,7 @@
 //! | Triton | where | what the port does |
 //! | --- | --- | --- |
 //! | `tl.range(.., warp_specialize=, flatten=)` | 06, 09 | a plain `range` loop; the host accepts the flags |
-//! | fp8 inputs (`tl.float8e5`, `tl.float8e4nv`): the dtypes exist, their dots run on FMA, not yet on the tensor cores | 06, 08, 09 | the fp16 path only |
+//! | fp8 inputs (`tl.float8e5`, `tl.float8e4nv`) | 06, 08 | the fp16 path only (03's and 09's fp8 paths are ported) |
 //! | PDL (`gdc_wait`, `gdc_launch_dependents`, `launch_pdl`) | 11 | the kernel without PDL; the host refuses `launch_pdl` |
 //! | torch arithmetic on the host (`k * (sm_scale * RCP_LN2)`) | 06 | a small kernel |
 //! | host addresses as integers on the interpreter | 08 | byte offsets into one buffer per operand, on the interpreter only |

@@ -43,8 +43,8 @@
 //! The helpers `_attn_fwd_inner`, `_attn_bwd_dkdv` and `_attn_bwd_dq` are `#[tegula::func]`s,
 //! whose bodies are rewritten like a kernel's: their `for .. in range(..)` loops read as the
 //! tutorial's, and the parameters they update (`mut acc: Tile`, `mut dk: Tile`) are carried by
-//! the loops. The fp8 path (`FP8_OUTPUT`, `tl.float8e5`, V transposed) is not ported: tegula's
-//! fp8 dots run on FMA, not yet on the tensor cores. The warp-specialized Blackwell branch of the forward splits the
+//! the loops. The fp8 path (`FP8_OUTPUT`, `tl.float8e5`, V transposed so that `P V` reads V
+//! with K contiguous, as fp8 tensor cores need) is not ported yet. The warp-specialized Blackwell branch of the forward splits the
 //! accumulator in halves (`reshape`, `permute`, `split`, `join`) to scale each by `alpha`, as
 //! the tutorial does; it is taken off Hopper with `warp_specialize`, `BLOCK_M = 128` and
 //! `HEAD_DIM = 128` (the interpreter is not Hopper, so the tests run it there).
@@ -110,8 +110,8 @@ pub fn _attn_fwd_inner(
         (scalar(0), N_CTX)
     };
     let mut offsetk_y = offset_y + lo;
-    // workaround: fp8 dots are not on the tensor cores yet (they run on FMA), so the
-    // `dtype == tl.float8e5` branch (V transposed, `offset_y * HEAD_DIM + lo`) is left out.
+    // workaround: the fp8 path is not ported yet, so the `dtype == tl.float8e5` branch (V
+    // transposed, `offset_y * HEAD_DIM + lo`) is left out.
     let mut offsetv_y = offset_y + lo;
     // loop over k, v and update accumulator
     // workaround: tl.range(.., warp_specialize=) has no counterpart; a plain range loop.
@@ -177,7 +177,7 @@ pub fn _attn_fwd(
     #[constexpr] warp_specialize: bool,
     #[constexpr] IS_HOPPER: bool,
 ) {
-    // workaround: fp8 dots are not on the tensor cores yet (FP8_OUTPUT): dtype is float16.
+    // workaround: the fp8 path is not ported yet (FP8_OUTPUT): dtype is float16.
     static_assert(BLOCK_N <= HEAD_DIM, "BLOCK_N <= HEAD_DIM");
     let start_m = program_id(0);
     let off_hz = program_id(1);

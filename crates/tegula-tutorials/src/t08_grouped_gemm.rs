@@ -49,8 +49,8 @@
 //! config's blocks would read and write past its matrices; the host prunes such configs from
 //! the candidates and refuses a config that does not fit (a typed error), where the tutorial
 //! would silently go out of bounds. The descriptor variant checks bounds in its loads and
-//! stores and takes any size. fp8 (`FP8`, `tl.float8e4nv`) is not ported: tegula's fp8
-//! dots run on FMA, not yet on the tensor cores.
+//! stores and takes any size. fp8 (`FP8`, `tl.float8e4nv`) is not ported yet: the kernels and
+//! their host tables are fp16.
 #![allow(non_snake_case)]
 // The tutorial writes `last_problem_end = last_problem_end + num_tiles`.
 #![allow(clippy::assign_op_pattern)]
@@ -244,8 +244,8 @@ pub fn grouped_matmul_tma_kernel(
     #[constexpr] BLOCK_SIZE_M: usize,
     #[constexpr] BLOCK_SIZE_N: usize,
     #[constexpr] BLOCK_SIZE_K: usize,
-    // workaround: the FP8 constexpr (is the output FP8 or FP16) is left out: tegula's fp8
-    // dots are not on the tensor cores yet; dtype is float16. OFFSETS: see table_ptr.
+    // workaround: the FP8 constexpr (is the output FP8 or FP16) is left out: the fp8 path is
+    // not ported yet; dtype is float16. OFFSETS: see table_ptr.
     #[constexpr] OFFSETS: bool,
 ) {
     let mut tile_idx = program_id(0);

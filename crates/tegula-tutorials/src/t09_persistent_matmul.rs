@@ -40,8 +40,11 @@
 //!
 //! The loop options `flatten=` and `warp_specialize=` of `tl.range` have no tegula
 //! counterpart (both are scheduling choices that leave the result alone); the ports loop
-//! plainly and the host functions accept `warp_specialize` without effect. fp8 inputs and outputs (`tl.float8e4nv`) are not
-//! ported: tegula's fp8 dots run on FMA, not yet on the tensor cores. The persistent kernels take `NUM_SMS` from the device; on the
+//! plainly and the host functions accept `warp_specialize` without effect. The kernels are
+//! generic over the element type, as the tutorial's are over `a.dtype`: with `f8e4m3` inputs
+//! (`--prec fp8`) C is `f8e4m3` too (the `c_ptr.dtype.element_ty == tl.float8e4nv` branch of
+//! the pointer kernels, `FP8_OUTPUT` of the descriptor ones), and on Hopper the dots run on
+//! fp8 `wgmma`; the registry times fp16, the harness's precision. The persistent kernels take `NUM_SMS` from the device; on the
 //! interpreter, which has no SMs, [`INTERPRETER_SMS`], so that its programs walk several tiles.
 #![allow(non_snake_case)]
 
@@ -102,10 +105,10 @@ pub fn matmul_tma_persistent_get_configs() -> Vec<Config> {
 }
 
 #[tegula::kernel]
-pub fn matmul_kernel(
-    a_ptr: Ptr<f16>,
-    b_ptr: Ptr<f16>,
-    c_ptr: Ptr<f16>,
+pub fn matmul_kernel<T: Element>(
+    a_ptr: Ptr<T>,
+    b_ptr: Ptr<T>,
+    c_ptr: Ptr<T>,
     M: i32,
     N: i32,
     K: i32,
@@ -160,9 +163,11 @@ pub fn matmul_kernel(
         b_ptrs += BLOCK_SIZE_K * stride_bk;
     }
 
-    // workaround: fp8 dots are not on the tensor cores yet, so the
-    // `c_ptr.dtype.element_ty == tl.float8e4nv` branch is left out: c is float16.
-    let c = accumulator.to::<f16>();
+    let c = if T::DTYPE == DType::F8E4M3 {
+        accumulator.to::<f8e4m3>()
+    } else {
+        accumulator.to::<f16>()
+    };
 
     let offs_cm = pid_m * BLOCK_SIZE_M + arange(0, BLOCK_SIZE_M as i64);
     let offs_cn = pid_n * BLOCK_SIZE_N + arange(0, BLOCK_SIZE_N as i64);
@@ -172,10 +177,10 @@ pub fn matmul_kernel(
 }
 
 #[tegula::kernel]
-pub fn matmul_kernel_tma(
-    a_desc: TensorDescriptor<f16>,
-    b_desc: TensorDescriptor<f16>,
-    c_desc: TensorDescriptor<f16>,
+pub fn matmul_kernel_tma<T: Element>(
+    a_desc: TensorDescriptor<T>,
+    b_desc: TensorDescriptor<T>,
+    c_desc: TensorDescriptor<T>,
     M: i32,
     N: i32,
     K: i32,
@@ -183,8 +188,13 @@ pub fn matmul_kernel_tma(
     #[constexpr] BLOCK_SIZE_N: usize,
     #[constexpr] BLOCK_SIZE_K: usize,
     #[constexpr] GROUP_SIZE_M: usize,
+    #[constexpr] FP8_OUTPUT: bool,
 ) {
-    // workaround: fp8 dots are not on the tensor cores yet (FP8_OUTPUT): dtype is float16.
+    let dtype = if FP8_OUTPUT {
+        DType::F8E4M3
+    } else {
+        DType::F16
+    };
 
     let pid = program_id(0);
     let num_pid_m = cdiv(M, BLOCK_SIZE_M);
@@ -211,7 +221,7 @@ pub fn matmul_kernel_tma(
         accumulator = dot_acc(a, b.trans(), accumulator);
     }
 
-    let c = accumulator.to::<f16>();
+    let c = accumulator.cast(dtype);
 
     let offs_cm = pid_m * BLOCK_SIZE_M;
     let offs_cn = pid_n * BLOCK_SIZE_N;
@@ -235,10 +245,10 @@ pub fn _compute_pid(
 }
 
 #[tegula::kernel]
-pub fn matmul_kernel_persistent(
-    a_ptr: Ptr<f16>,
-    b_ptr: Ptr<f16>,
-    c_ptr: Ptr<f16>,
+pub fn matmul_kernel_persistent<T: Element>(
+    a_ptr: Ptr<T>,
+    b_ptr: Ptr<T>,
+    c_ptr: Ptr<T>,
     M: i32,
     N: i32,
     K: i32,
@@ -309,17 +319,20 @@ pub fn matmul_kernel_persistent(
         let offs_cn = pid_n * BLOCK_SIZE_N + arange(0, BLOCK_SIZE_N as i64);
         let c_ptrs = c_ptr + stride_cm * offs_cm.col() + stride_cn * offs_cn.row();
         let c_mask = offs_cm.col().lt(M) & offs_cn.row().lt(N);
-        // workaround: fp8 dots are not on the tensor cores yet; c is float16.
-        let c = accumulator.to::<f16>();
+        let c = if T::DTYPE == DType::F8E4M3 {
+            accumulator.to::<f8e4m3>()
+        } else {
+            accumulator.to::<f16>()
+        };
         store(c_ptrs, c, c_mask);
     }
 }
 
 #[tegula::kernel]
-pub fn matmul_kernel_tma_persistent(
-    a_desc: TensorDescriptor<f16>,
-    b_desc: TensorDescriptor<f16>,
-    c_desc: TensorDescriptor<f16>,
+pub fn matmul_kernel_tma_persistent<T: Element>(
+    a_desc: TensorDescriptor<T>,
+    b_desc: TensorDescriptor<T>,
+    c_desc: TensorDescriptor<T>,
     M: i32,
     N: i32,
     K: i32,
@@ -327,10 +340,15 @@ pub fn matmul_kernel_tma_persistent(
     #[constexpr] BLOCK_SIZE_N: usize,
     #[constexpr] BLOCK_SIZE_K: usize,
     #[constexpr] GROUP_SIZE_M: usize,
+    #[constexpr] FP8_OUTPUT: bool,
     #[constexpr] EPILOGUE_SUBTILE: bool,
     #[constexpr] NUM_SMS: usize,
 ) {
-    // workaround: fp8 dots are not on the tensor cores yet (FP8_OUTPUT): dtype is float16.
+    let dtype = if FP8_OUTPUT {
+        DType::F8E4M3
+    } else {
+        DType::F16
+    };
 
     let start_pid = program_id(0);
     let num_pid_m = cdiv(M, BLOCK_SIZE_M);
@@ -377,22 +395,22 @@ pub fn matmul_kernel_tma_persistent(
             let acc = accumulator.reshape([BLOCK_SIZE_M, 2, BLOCK_SIZE_N / 2]);
             let acc = acc.permute(&[0, 2, 1]);
             let (acc0, acc1) = split(acc);
-            let c0 = acc0.to::<f16>();
+            let c0 = acc0.cast(dtype);
             c_desc.store((offs_am_c, offs_bn_c), c0);
-            let c1 = acc1.to::<f16>();
+            let c1 = acc1.cast(dtype);
             c_desc.store((offs_am_c, offs_bn_c + BLOCK_SIZE_N / 2), c1);
         } else {
-            let accumulator = accumulator.to::<f16>();
+            let accumulator = accumulator.cast(dtype);
             c_desc.store((offs_am_c, offs_bn_c), accumulator);
         }
     }
 }
 
 #[tegula::kernel]
-pub fn matmul_kernel_descriptor_persistent(
-    a_ptr: Ptr<f16>,
-    b_ptr: Ptr<f16>,
-    c_ptr: Ptr<f16>,
+pub fn matmul_kernel_descriptor_persistent<T: Element>(
+    a_ptr: Ptr<T>,
+    b_ptr: Ptr<T>,
+    c_ptr: Ptr<T>,
     M: i32,
     N: i32,
     K: i32,
@@ -404,7 +422,7 @@ pub fn matmul_kernel_descriptor_persistent(
     #[constexpr] NUM_SMS: usize,
 ) {
     // Matmul using TMA and device-side descriptor creation
-    // (dtype = c_ptr.dtype.element_ty: float16)
+    let dtype = T::DTYPE;
     let start_pid = program_id(0);
     let num_pid_m = cdiv(M, BLOCK_SIZE_M);
     let num_pid_n = cdiv(N, BLOCK_SIZE_N);
@@ -463,12 +481,12 @@ pub fn matmul_kernel_descriptor_persistent(
             let acc = accumulator.reshape([BLOCK_SIZE_M, 2, BLOCK_SIZE_N / 2]);
             let acc = acc.permute(&[0, 2, 1]);
             let (acc0, acc1) = split(acc);
-            let c0 = acc0.to::<f16>();
+            let c0 = acc0.cast(dtype);
             c_desc.store((offs_cm, offs_cn), c0);
-            let c1 = acc1.to::<f16>();
+            let c1 = acc1.cast(dtype);
             c_desc.store((offs_cm, offs_cn + BLOCK_SIZE_N / 2), c1);
         } else {
-            let c = accumulator.to::<f16>();
+            let c = accumulator.cast(dtype);
             c_desc.store((offs_cm, offs_cn), c);
         }
     }
@@ -540,10 +558,10 @@ impl Variant {
 
 /// `(M, N, K)` of `a` `[M, K]` and `b` (`[K, N]`, or `[N, K]` for the descriptor variants),
 /// with the tutorial's asserts as typed errors.
-fn check_operands(
+fn check_operands<T: Element>(
     variant: Variant,
-    a: &Tensor<f16>,
-    b: &Tensor<f16>,
+    a: &Tensor<T>,
+    b: &Tensor<T>,
 ) -> Result<(usize, usize, usize)> {
     common::expect_rank(OP, "a", a, 2)?;
     common::expect_rank(OP, "b", b, 2)?;
@@ -601,13 +619,13 @@ fn check_operands(
     ))
 }
 
-/// One launch of `variant` with the config `meta`, into `c` `[M, N]` fp16 (contiguous for the
-/// descriptor variants).
-pub fn launch(
+/// One launch of `variant` with the config `meta`, into `c` `[M, N]` of the operands' dtype
+/// (contiguous for the descriptor variants).
+pub fn launch<T: Element>(
     variant: Variant,
-    a: &Tensor<f16>,
-    b: &Tensor<f16>,
-    c: &Tensor<f16>,
+    a: &Tensor<T>,
+    b: &Tensor<T>,
+    c: &Tensor<T>,
     meta: &Config,
 ) -> Result<()> {
     let (M, N, K) = check_operands(variant, a, b)?;
@@ -636,6 +654,7 @@ pub fn launch(
     };
     let subtile = meta.get("EPILOGUE_SUBTILE").unwrap_or(0) != 0;
     let lc = meta.launch_config();
+    let fp8_output = T::DTYPE == DType::F8E4M3;
     let (m, n, k) = (M as i32, N as i32, K as i32);
     let (sa, sb, sc) = (
         common::strides2(a),
@@ -643,27 +662,27 @@ pub fn launch(
         common::strides2(c),
     );
     match variant {
-        Variant::Naive => matmul_kernel::launch_with(
+        Variant::Naive => matmul_kernel::launch_with::<T>(
             dev, grid, lc, a, b, c, m, n, k, sa.0, sa.1, sb.0, sb.1, sc.0, sc.1, BM, BN, BK, GROUP,
         ),
-        Variant::Persistent => matmul_kernel_persistent::launch_with(
+        Variant::Persistent => matmul_kernel_persistent::launch_with::<T>(
             dev, grid, lc, a, b, c, m, n, k, sa.0, sa.1, sb.0, sb.1, sc.0, sc.1, BM, BN, BK, GROUP,
             NUM_SMS,
         ),
         Variant::Tma => {
             let [a_desc, b_desc, c_desc] = host_descriptors(a, b, c, (BM, BN, BK), false)?;
-            matmul_kernel_tma::launch_with(
-                dev, grid, lc, &a_desc, &b_desc, &c_desc, m, n, k, BM, BN, BK, GROUP,
+            matmul_kernel_tma::launch_with::<T>(
+                dev, grid, lc, &a_desc, &b_desc, &c_desc, m, n, k, BM, BN, BK, GROUP, fp8_output,
             )
         }
         Variant::TmaPersistent => {
             let [a_desc, b_desc, c_desc] = host_descriptors(a, b, c, (BM, BN, BK), subtile)?;
-            matmul_kernel_tma_persistent::launch_with(
-                dev, grid, lc, &a_desc, &b_desc, &c_desc, m, n, k, BM, BN, BK, GROUP, subtile,
-                NUM_SMS,
+            matmul_kernel_tma_persistent::launch_with::<T>(
+                dev, grid, lc, &a_desc, &b_desc, &c_desc, m, n, k, BM, BN, BK, GROUP, fp8_output,
+                subtile, NUM_SMS,
             )
         }
-        Variant::DescriptorPersistent => matmul_kernel_descriptor_persistent::launch_with(
+        Variant::DescriptorPersistent => matmul_kernel_descriptor_persistent::launch_with::<T>(
             dev, grid, lc, a, b, c, m, n, k, BM, BN, BK, GROUP, subtile, NUM_SMS,
         ),
     }
@@ -678,13 +697,13 @@ fn descriptor_blocks((bm, bn, bk): (usize, usize, usize), subtile: bool) -> [[us
 
 /// The tutorial's host descriptors (`TensorDescriptor(a, a.shape, a.stride(), ..)`) with the
 /// hook's block shapes.
-fn host_descriptors(
-    a: &Tensor<f16>,
-    b: &Tensor<f16>,
-    c: &Tensor<f16>,
+fn host_descriptors<T: Element>(
+    a: &Tensor<T>,
+    b: &Tensor<T>,
+    c: &Tensor<T>,
     blocks: (usize, usize, usize),
     subtile: bool,
-) -> Result<[tegula::TensorDescriptor<f16>; 3]> {
+) -> Result<[tegula::TensorDescriptor<T>; 3]> {
     let [ba, bb, bc] = descriptor_blocks(blocks, subtile);
     Ok([
         tegula::TensorDescriptor::from_tensor(a, ba)?,
@@ -693,7 +712,12 @@ fn host_descriptors(
     ])
 }
 
-fn trace(variant: Variant, meta: &Config, sms: usize) -> std::result::Result<Kernel, TraceError> {
+fn trace<T: Element>(
+    variant: Variant,
+    meta: &Config,
+    sms: usize,
+) -> std::result::Result<Kernel, TraceError> {
+    let fp8_output = T::DTYPE == DType::F8E4M3;
     let get = |n: &str| meta.get(n).unwrap_or(16) as usize;
     let (bm, bn, bk, g) = (
         get("BLOCK_SIZE_M"),
@@ -703,18 +727,20 @@ fn trace(variant: Variant, meta: &Config, sms: usize) -> std::result::Result<Ker
     );
     let subtile = meta.get("EPILOGUE_SUBTILE").unwrap_or(0) != 0;
     match variant {
-        Variant::Naive => matmul_kernel::trace(bm, bn, bk, g),
-        Variant::Persistent => matmul_kernel_persistent::trace(bm, bn, bk, g, sms),
+        Variant::Naive => matmul_kernel::trace::<T>(bm, bn, bk, g),
+        Variant::Persistent => matmul_kernel_persistent::trace::<T>(bm, bn, bk, g, sms),
         Variant::Tma => {
             let [a, b, c] = descriptor_blocks((bm, bn, bk), false);
-            matmul_kernel_tma::trace(a, b, c, bm, bn, bk, g)
+            matmul_kernel_tma::trace::<T>(a, b, c, bm, bn, bk, g, fp8_output)
         }
         Variant::TmaPersistent => {
             let [a, b, c] = descriptor_blocks((bm, bn, bk), subtile);
-            matmul_kernel_tma_persistent::trace(a, b, c, bm, bn, bk, g, subtile, sms)
+            matmul_kernel_tma_persistent::trace::<T>(
+                a, b, c, bm, bn, bk, g, fp8_output, subtile, sms,
+            )
         }
         Variant::DescriptorPersistent => {
-            matmul_kernel_descriptor_persistent::trace(bm, bn, bk, g, subtile, sms)
+            matmul_kernel_descriptor_persistent::trace::<T>(bm, bn, bk, g, subtile, sms)
         }
     }
 }
@@ -722,11 +748,11 @@ fn trace(variant: Variant, meta: &Config, sms: usize) -> std::result::Result<Ker
 /// The autotuner's choice for `variant` on these operands. Keys as the tutorial's: `M, N, K`,
 /// plus `WARP_SPECIALIZE` for the descriptor kernels and `FLATTEN` for the device-descriptor
 /// one.
-pub fn tuned_config(
+pub fn tuned_config<T: Element>(
     variant: Variant,
-    a: &Tensor<f16>,
-    b: &Tensor<f16>,
-    c: &Tensor<f16>,
+    a: &Tensor<T>,
+    b: &Tensor<T>,
+    c: &Tensor<T>,
     warp_specialize: bool,
 ) -> Result<Config> {
     let (M, N, K) = check_operands(variant, a, b)?;
@@ -736,7 +762,7 @@ pub fn tuned_config(
         .cuda_runtime()
         .is_some_and(|rt| rt.device_info().compute_capability.0 == 9);
     let flatten = !(warp_specialize && hopper);
-    let mut key = format!("M={M},N={N},K={K}");
+    let mut key = format!("M={M},N={N},K={K},{}", T::DTYPE);
     if variant.b_transposed() {
         key += &format!(",WARP_SPECIALIZE={warp_specialize}");
     }
@@ -750,7 +776,7 @@ pub fn tuned_config(
         &key,
         || {
             let configs = variant.configs(flatten);
-            let ir = trace(variant, &configs[0], num_sms(dev))?;
+            let ir = trace::<T>(variant, &configs[0], num_sms(dev))?;
             Ok(Tuning::new(&kernel, &ir.to_string(), key.clone(), configs)
                 .prepare_with(move |meta| dev.prepare(|| launch(variant, a, b, c, meta))))
         },
@@ -761,46 +787,46 @@ pub fn tuned_config(
 /// The tutorial's host functions (`matmul`, `matmul_persistent`, `matmul_tma`,
 /// `matmul_tma_persistent`, `matmul_descriptor_persistent`): allocate C, launch the autotuned
 /// kernel. `warp_specialize` is accepted by the descriptor variants and changes nothing here.
-pub fn matmul(
+pub fn matmul<T: Element>(
     variant: Variant,
-    a: &Tensor<f16>,
-    b: &Tensor<f16>,
+    a: &Tensor<T>,
+    b: &Tensor<T>,
     warp_specialize: bool,
-) -> Result<Tensor<f16>> {
+) -> Result<Tensor<T>> {
     let (M, N, _) = check_operands(variant, a, b)?;
     // Allocates output.
-    let c = a.device().empty::<f16>([M, N])?;
+    let c = a.device().empty::<T>([M, N])?;
     let meta = tuned_config(variant, a, b, &c, warp_specialize)?;
     launch(variant, a, b, &c, &meta)?;
     Ok(c)
 }
 
 /// [`matmul`] with the config `meta` instead of the tuner's.
-pub fn matmul_with(
+pub fn matmul_with<T: Element>(
     variant: Variant,
-    a: &Tensor<f16>,
-    b: &Tensor<f16>,
+    a: &Tensor<T>,
+    b: &Tensor<T>,
     meta: &Config,
-) -> Result<Tensor<f16>> {
+) -> Result<Tensor<T>> {
     let (M, N, _) = check_operands(variant, a, b)?;
-    let c = a.device().empty::<f16>([M, N])?;
+    let c = a.device().empty::<T>([M, N])?;
     launch(variant, a, b, &c, meta)?;
     Ok(c)
 }
 
 /// The harness's operands: `a` `[M, K]` and `b` `[K, N]` unit normal, and `b_t = b.T` made
 /// contiguous (`[N, K]`). The naive and persistent variants take `b_t.T` (a strided view).
-pub fn inputs(
+pub fn inputs<T: Element>(
     dev: &Device,
     (m, n, k): (usize, usize, usize),
-) -> Result<(Tensor<f16>, Tensor<f16>)> {
-    let a = dev.randn::<f16>([m, k])?;
-    let b_t = dev.randn::<f16>([n, k])?;
+) -> Result<(Tensor<T>, Tensor<T>)> {
+    let a = dev.randn::<T>([m, k])?;
+    let b_t = dev.randn::<T>([n, k])?;
     Ok((a, b_t))
 }
 
 /// The operand B as `variant` takes it, from `b_t` `[N, K]`.
-pub fn b_for(variant: Variant, b_t: &Tensor<f16>) -> Result<Tensor<f16>> {
+pub fn b_for<T: Element>(variant: Variant, b_t: &Tensor<T>) -> Result<Tensor<T>> {
     if variant.b_transposed() {
         Ok(b_t.clone())
     } else {
@@ -808,14 +834,25 @@ pub fn b_for(variant: Variant, b_t: &Tensor<f16>) -> Result<Tensor<f16>> {
     }
 }
 
-/// Runs `variant` (tuned, or with `meta`) on fresh inputs and compares with float64.
+/// Runs `variant` (tuned, or with `meta`) on fresh fp16 inputs and compares with float64.
 pub fn check_with(
+    dev: &Device,
+    variant: Variant,
+    mnk: (usize, usize, usize),
+    meta: Option<&Config>,
+) -> Result<CheckReport> {
+    check_dtype::<f16>(dev, variant, mnk, meta)
+}
+
+/// [`check_with`] on inputs of `T` (`f16`, or `f8e4m3` as the tutorial's `--prec fp8`), C of
+/// `T` too.
+pub fn check_dtype<T: Element>(
     dev: &Device,
     variant: Variant,
     (m, n, k): (usize, usize, usize),
     meta: Option<&Config>,
 ) -> Result<CheckReport> {
-    let (a, b_t) = inputs(dev, (m, n, k))?;
+    let (a, b_t) = inputs::<T>(dev, (m, n, k))?;
     let b = b_for(variant, &b_t)?;
     let c = match meta {
         Some(meta) => matmul_with(variant, &a, &b, meta)?,
@@ -827,11 +864,11 @@ pub fn check_with(
     Ok(common::compare_scaled(
         OP,
         format!("M={m} N={n} K={k} {}", variant.name()),
-        DType::F16,
+        T::DTYPE,
         &c.to_f64_vec()?,
         &want,
         &magnitude,
-        common::dot_tolerance(DType::F16, k),
+        common::dot_tolerance(T::DTYPE, k),
     ))
 }
 
@@ -845,7 +882,7 @@ fn mnk(shape: &[usize]) -> (usize, usize, usize) {
 
 fn bench_variant(dev: &Device, shape: &[usize], variant: Variant) -> Result<Bench> {
     let (m, n, k) = mnk(shape);
-    let (a, b_t) = inputs(dev, (m, n, k))?;
+    let (a, b_t) = inputs::<f16>(dev, (m, n, k))?;
     let b = b_for(variant, &b_t)?;
     let c = dev.empty::<f16>([m, n])?;
     Ok(Bench {

@@ -105,3 +105,56 @@ fn the_k_loop_is_pipelined_at_the_configs_stages_on_sm_90() -> tegula::Result<()
     }
     Ok(())
 }
+
+/// Tutorial 03's fp8 inputs as its benchmark makes them (`a.to(torch.float8_e5m2)`,
+/// `b.T.to(torch.float8_e5m2)`: B read with K contiguous, strides `(1, K)`), through the same
+/// kernel: on the interpreter against float64, and compiled for sm_90 at each of the
+/// tutorial's "good config for fp8 inputs" with both loads streamed at the config's stages
+/// and the dot on fp8 `wgmma`.
+#[test]
+fn fp8_inputs_match_float64_and_run_on_fp8_wgmma() -> tegula::Result<()> {
+    let configs = get_cuda_autotune_config();
+    let (m, n, k) = (37, 67, 77);
+    let dev = Device::cpu();
+    let a = dev.randn::<f8e5m2>([m, k])?;
+    let b_t = dev.randn::<f8e5m2>([n, k])?;
+    let b = b_t.transpose(0, 1)?;
+    let (av, bv) = (a.to_f64_vec()?, b_t.to_f64_vec()?);
+    // (64, 32, 32), 5 stages, 2 warps: quick to interpret.
+    let c = matmul_with(&a, &b, "", &configs[6])?.to_f64_vec()?;
+    for i in 0..m {
+        for j in 0..n {
+            let (mut want, mut scale) = (0.0, 0.0);
+            for x in 0..k {
+                want += av[i * k + x] * bv[j * k + x];
+                scale += (av[i * k + x] * bv[j * k + x]).abs();
+            }
+            // The fp16 output's rounding, and f32 sums.
+            let err = (c[i * n + j] - want).abs();
+            assert!(
+                err <= want.abs() * 2f64.powi(-11) + scale * 1e-6,
+                "({i}, {j}): {} vs {want}",
+                c[i * n + j]
+            );
+        }
+    }
+    let target = tegula::compiler::Target::for_compute_capability(9, 0);
+    let rec = Device::recording(132);
+    let (m, n, k) = (512, 512, 512);
+    let a = rec.randn::<f8e5m2>([m, k])?;
+    let b = rec.randn::<f8e5m2>([n, k])?.transpose(0, 1)?;
+    for meta in &configs[8..] {
+        matmul_with(&a, &b, "", meta)?;
+        let launches = rec.take_recorded();
+        let report = launches[0].compile(&target)?.report;
+        let k_loop = report.loops.iter().find(|l| l.candidate).expect("a k-loop");
+        assert_eq!(
+            (k_loop.stages, k_loop.streamed.len()),
+            (meta.num_stages, 2),
+            "{meta}: {:?}\n{report}",
+            k_loop.why
+        );
+        assert_eq!(report.wgmma_dots(), 1, "{meta}\n{report}");
+    }
+    Ok(())
+}

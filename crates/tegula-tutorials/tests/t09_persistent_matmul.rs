@@ -7,7 +7,7 @@ use common::plans;
 
 use tegula::prelude::*;
 use tegula_tutorials::t09_persistent_matmul::{
-    check_with, inputs, matmul_tma_persistent_get_configs, matmul_with, Variant,
+    b_for, check_dtype, check_with, inputs, matmul_tma_persistent_get_configs, matmul_with, Variant,
 };
 
 #[test]
@@ -107,6 +107,40 @@ fn the_k_loops_are_pipelined_at_the_configs_stages_on_sm_90() -> tegula::Result<
             "{name}: {:?}\n{report}",
             k_loop.why
         );
+    }
+    Ok(())
+}
+
+/// The tutorial's `--prec fp8`: e4m3 inputs (B `[N, K]` contiguous, as `b.T.contiguous()`,
+/// and its `.T` view for the pointer kernels) and e4m3 output (the kernels'
+/// `c_ptr.dtype.element_ty == tl.float8e4nv` branch and `FP8_OUTPUT`): on the interpreter
+/// against float64, and compiled for sm_90 with every variant's k-loop streaming both loads at
+/// the config's stages and its dot on fp8 `wgmma`.
+#[test]
+fn fp8_inputs_and_output_match_float64_and_run_on_fp8_wgmma() -> tegula::Result<()> {
+    let dev = Device::cpu();
+    for variant in Variant::ALL {
+        let r = check_dtype::<f8e4m3>(&dev, variant, (257, 131, 80), None)?;
+        assert!(r.passed(), "{r:?}");
+        assert_eq!(r.dtype, tegula::ir::DType::F8E4M3);
+    }
+    let target = tegula::compiler::Target::for_compute_capability(9, 0);
+    let rec = Device::recording(132);
+    let (a, b_t) = inputs::<f8e4m3>(&rec, (1024, 1024, 512))?;
+    for variant in Variant::ALL {
+        let b = b_for(variant, &b_t)?;
+        let meta = &variant.configs(true)[0];
+        matmul_with(variant, &a, &b, meta)?;
+        let launches = rec.take_recorded();
+        let report = launches[0].compile(&target)?.report;
+        let k_loop = report.loops.iter().find(|l| l.candidate).expect("a k-loop");
+        assert_eq!(
+            (k_loop.stages, k_loop.streamed.len()),
+            (meta.num_stages, 2),
+            "{variant:?} {meta}: {:?}\n{report}",
+            k_loop.why
+        );
+        assert_eq!(report.wgmma_dots(), 1, "{variant:?} {meta}\n{report}");
     }
     Ok(())
 }
