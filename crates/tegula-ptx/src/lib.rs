@@ -394,7 +394,11 @@ fn compile_once(
     }
     let min_blocks = min_blocks_per_sm(kernel, shared_bytes, target, 32 * w);
     let ptx = lw.b.finish(
-        target.ptx_version(plan.dots.any_fp8()),
+        if plan.dots.any_fp8() {
+            target.fp8_dot_ptx_version()
+        } else {
+            target.ptx_version()
+        },
         &target.target_name(),
         &entry,
         &params,

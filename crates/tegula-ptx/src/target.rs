@@ -42,12 +42,10 @@ impl Target {
 
     /// `.version` of the module: 8.0 has every instruction used and loads on the H200's driver;
     /// sm_90 modules say 8.1 for the vector `red.global.add.v{2,4}.f32`, sm_89 ones for the
-    /// fp8 conversions (`cvt.rn.satfinite.e4m3x2.f32`); a module with fp8 `mma.sync` says 8.4
-    /// (`fp8_mma`), which needs a CUDA 12.4 driver.
-    pub fn ptx_version(&self, fp8_mma: bool) -> &'static str {
-        if fp8_mma {
-            "8.4"
-        } else if self.sm >= 89 {
+    /// fp8 conversions (`cvt.rn.satfinite.e4m3x2.f32`). Modules with fp8 dots say
+    /// [`Target::fp8_dot_ptx_version`].
+    pub fn ptx_version(&self) -> &'static str {
+        if self.sm >= 89 {
             "8.1"
         } else {
             "8.0"
@@ -84,6 +82,13 @@ impl Target {
             89 => 24,
             _ => 32,
         }
+    }
+
+    /// `.version` of a module with fp8 dots on the tensor cores: 8.4, the first with fp8
+    /// `mma.sync` (which then needs a CUDA 12.4 driver); kept to those modules so that others
+    /// load on older drivers.
+    pub fn fp8_dot_ptx_version(&self) -> &'static str {
+        "8.4"
     }
 
     /// Whether `mma.sync` takes fp8 operands (`m16n8k32`, e4m3 and e5m2): sm_89 and newer. Ada
