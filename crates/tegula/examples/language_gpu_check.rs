@@ -8,7 +8,8 @@
 //! `ll2double_*`, `double2ll_*`, `float2int_*`, `float2uint_*`), `rsqrt_rn`, `saturatef`,
 //! `norm3d` and `rnorm4d` on f32, the fp8 casts (f32 into
 //! `f8e4m3` and `f8e5m2`, every fp8 pattern back to f32), the rounding family, pointer round
-//! trips and a barrier.
+//! trips and a barrier; and fp8 dots on the tensor cores against float64 (within the f32
+//! sums' rounding, the one check not bit for bit: the interpreter sums in another order).
 //!
 //!     cargo run --release -p tegula --example language_gpu_check
 //!
@@ -519,6 +520,143 @@ fn fp8_casts(
     store(of + offs, back, mask);
 }
 
+/// `C = A B` over fp8 blocks, as Triton's fp8 matmuls write it: A `[m, k]`, B either `[n, k]`
+/// read through `.trans()` (`b_nk`: K contiguous, the tensor cores' fp8 operands, streamed
+/// and on `wgmma` on Hopper) or `[k, n]` (K across its rows: transposed through registers).
+#[tegula::kernel]
+fn fp8_matmul<T: Element>(
+    a: Ptr<T>,
+    b: Ptr<T>,
+    c: Ptr<f32>,
+    m: i32,
+    n: i32,
+    k: i32,
+    #[constexpr] bm: usize,
+    #[constexpr] bn: usize,
+    #[constexpr] bk: usize,
+    #[constexpr] b_nk: bool,
+) {
+    let offs_m = program_id(0) * bm + arange(0, bm as i64);
+    let offs_n = program_id(1) * bn + arange(0, bn as i64);
+    let offs_k = arange(0, bk as i64);
+    let mut acc = zeros::<f32>([bm, bn]);
+    for k0 in range(0, k, bk) {
+        let ks = k0 + offs_k;
+        let at = load(
+            a + offs_m.col() * k + ks.row(),
+            offs_m.col().lt(m) & ks.row().lt(k),
+            0.0,
+        );
+        let bt = if b_nk {
+            load(
+                b + offs_n.col() * k + ks.row(),
+                offs_n.col().lt(n) & ks.row().lt(k),
+                0.0,
+            )
+            .trans()
+        } else {
+            load(
+                b + ks.col() * n + offs_n.row(),
+                ks.col().lt(k) & offs_n.row().lt(n),
+                0.0,
+            )
+        };
+        acc = dot_acc(at, bt, acc);
+    }
+    store(
+        c + offs_m.col() * n + offs_n.row(),
+        acc,
+        offs_m.col().lt(m) & offs_n.row().lt(n),
+    );
+}
+
+/// fp8 dots on `gpu` (both formats; `wgmma` where the compiler places it, `mma.sync`, and B
+/// with K across its rows) against float64. Products are exact; the tensor cores' fp8 sums
+/// may keep fewer bits than f32 (DeepSeek-V3's report measured about 14 on Hopper), so an
+/// element fails beyond `2^-10 sum |a b|` (a wrong fragment or byte order is off by the
+/// products themselves), and the worst error is printed in units of `sum |a b|` beside
+/// what f32 sums alone would allow (`K 2^-24`).
+fn fp8_dots(gpu: &Device) -> tegula::Result<usize> {
+    let (m, n, k) = (300usize, 200usize, 448usize);
+    let mut failed = 0;
+    let run = |b_nk: bool, mma: MmaChoice, e5m2: bool| -> tegula::Result<(f64, usize)> {
+        let av: Vec<f32> = (0..m * k)
+            .map(|i| ((i * 37 % 101) as f32 - 50.0) / 16.0)
+            .collect();
+        let bv: Vec<f32> = (0..k * n)
+            .map(|i| ((i * 53 % 97) as f32 - 48.0) / 8.0)
+            .collect();
+        let c = gpu.empty::<f32>([m, n])?;
+        let config = LaunchConfig::new(4, 3).with_mma(mma);
+        let grid = ((m as u32).div_ceil(128), (n as u32).div_ceil(128), 1);
+        // Values as the kernel sees them: a [m, k], b [n, k] when b_nk, else [k, n].
+        let (a64, b64): (Vec<f64>, Vec<f64>) = if e5m2 {
+            let (a8, b8): (Vec<f8e5m2>, Vec<f8e5m2>) = (
+                av.iter().map(|&x| f8e5m2::from_f32(x)).collect(),
+                bv.iter().map(|&x| f8e5m2::from_f32(x)).collect(),
+            );
+            let (a, b) = (gpu.from_slice(&a8, [m, k])?, gpu.from_slice(&b8, [k * n])?);
+            fp8_matmul::launch_with::<f8e5m2>(
+                gpu, grid, config, &a, &b, &c, m as i32, n as i32, k as i32, 128, 128, 64, b_nk,
+            )?;
+            (
+                a8.iter().map(|x| x.to_f64()).collect(),
+                b8.iter().map(|x| x.to_f64()).collect(),
+            )
+        } else {
+            let (a8, b8): (Vec<f8e4m3>, Vec<f8e4m3>) = (
+                av.iter().map(|&x| f8e4m3::from_f32(x)).collect(),
+                bv.iter().map(|&x| f8e4m3::from_f32(x)).collect(),
+            );
+            let (a, b) = (gpu.from_slice(&a8, [m, k])?, gpu.from_slice(&b8, [k * n])?);
+            fp8_matmul::launch_with::<f8e4m3>(
+                gpu, grid, config, &a, &b, &c, m as i32, n as i32, k as i32, 128, 128, 64, b_nk,
+            )?;
+            (
+                a8.iter().map(|x| x.to_f64()).collect(),
+                b8.iter().map(|x| x.to_f64()).collect(),
+            )
+        };
+        let got = c.to_vec()?;
+        let (mut worst, mut bad) = (0f64, 0);
+        for i in 0..m {
+            for j in 0..n {
+                let (mut want, mut scale) = (0f64, 0f64);
+                for x in 0..k {
+                    let bx = if b_nk { b64[j * k + x] } else { b64[x * n + j] };
+                    want += a64[i * k + x] * bx;
+                    scale += (a64[i * k + x] * bx).abs();
+                }
+                let rel = (got[i * n + j] as f64 - want).abs() / scale.max(f64::MIN_POSITIVE);
+                worst = worst.max(rel);
+                bad += (rel > 2f64.powi(-10)) as usize;
+            }
+        }
+        Ok((worst, bad))
+    };
+    for e5m2 in [false, true] {
+        for (b_nk, mma, what) in [
+            (
+                true,
+                MmaChoice::Auto,
+                "K-contiguous B, the compiler's choice",
+            ),
+            (true, MmaChoice::Sync, "K-contiguous B, mma.sync"),
+            (false, MmaChoice::Auto, "B with K across its rows"),
+        ] {
+            let (worst, bad) = run(b_nk, mma, e5m2)?;
+            println!(
+                "fp8 dot {} {m}x{n}x{k} ({what}): {bad} elements off by more than 2^-10 of \
+                 sum |a b|; worst {worst:.2e} of it (f32 sums alone: {:.2e})",
+                if e5m2 { "e5m2" } else { "e4m3" },
+                k as f64 * 2f64.powi(-24)
+            );
+            failed += bad;
+        }
+    }
+    Ok(failed)
+}
+
 /// `fp8_casts` on `gpu` and `cpu` over `xs` (bit for bit, any f32 NaN for any NaN).
 fn fp8(gpu: &Device, cpu: &Device, xs: &[f32]) -> tegula::Result<usize> {
     let n = xs.len();
@@ -888,6 +1026,7 @@ fn main() -> tegula::Result<()> {
         })
         .collect();
     failed += fp8(&gpu, &cpu, &f8in)?;
+    failed += fp8_dots(&gpu)?;
     failed += rest(&gpu, &cpu, &d32[0], &d32[1])?;
     let x = gpu.from_slice(&vec![1.0f32; 256], [256])?;
     let y = gpu.empty::<f32>([256])?;
