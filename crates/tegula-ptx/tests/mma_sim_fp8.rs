@@ -407,3 +407,115 @@ fn matmul_with_b_column_major_streams_both_operands() {
         }
     }
 }
+/// FlashAttention's forward over fp8 Q, K, V (one query block, three key blocks), P cast to
+/// fp8 for `P V`, the output fp8: V as `[n, d]` (K of `P V` across its rows: transposed
+/// through registers) or, as Triton's fp8 tutorial stores it, transposed (`v_t`: `[d, n]`,
+/// loaded `[d, BLOCK_N]` and read through `.trans()`, K contiguous: streamed too).
+fn fp8_attention(dt: DType, (bm, bn, d): (usize, usize, usize), v_t: bool) -> Kernel {
+    trace("fp8_attention", |p| {
+        let (q, kp, vp, o) = (
+            p.ptr("q", dt),
+            p.ptr("k", dt),
+            p.ptr("v", dt),
+            p.ptr("o", dt),
+        );
+        let n = p.scalar("n", DType::I32);
+        let scale = p.scalar("scale", DType::F32);
+        let offs_m = program_id(0) * bm + arange(0, bm as i64);
+        let offs_d = arange(0, d as i64);
+        let offs_n = arange(0, bn as i64);
+        let qv = load_unmasked(q + offs_m.col() * d + offs_d.row());
+        let init = (
+            full::<f32>([bm], f64::NEG_INFINITY),
+            zeros::<f32>([bm]),
+            zeros::<f32>([bm, d]),
+        );
+        let (_, l_i, acc) = for_range(0, n, bn, init, |start, (m_i, l_i, acc)| {
+            let kv = start + offs_n;
+            let kt = load_unmasked(kp + kv.col() * d + offs_d.row());
+            let vt = if v_t {
+                load_unmasked(vp + offs_d.col() * n + kv.row()).trans()
+            } else {
+                load_unmasked(vp + kv.col() * d + offs_d.row())
+            };
+            let qk = dot(qv, kt.trans()) * scale;
+            let m_ij = maximum(m_i, max(qk, 1));
+            let pm = exp2(qk - m_ij.col());
+            let alpha = exp2(m_i - m_ij);
+            let l_ij = sum(pm, 1);
+            let acc = dot_acc(pm.cast(dt), vt, acc * alpha.col());
+            (m_ij, l_i * alpha + l_ij, acc)
+        });
+        store_unmasked(
+            o + offs_m.col() * d + offs_d.row(),
+            (acc / l_i.col()).cast(dt),
+        );
+    })
+    .map(aligned)
+    .unwrap()
+}
+
+/// [`fp8_attention`] on the simulator against the float64 online softmax: `Q K^T` on the fp8
+/// tensor cores (`wgmma` on Hopper), K streamed, V streamed when transposed; within fp8's
+/// rounding of P and of the output (2^-3 of each output for e4m3, 2^-2 for e5m2).
+#[test]
+fn fp8_attention_matches_float64() {
+    for dt in FP8 {
+        let rel = if dt == DType::F8E5M2 { 0.25 } else { 0.125 };
+        for v_t in [false, true] {
+            for (sm, (bm, bn, d), warps, wgmma) in [
+                (89, (64, 32, 64), 4, false),
+                (90, (64, 64, 64), 4, true),
+                (90, (128, 64, 128), 8, true),
+            ] {
+                let what = format!("{dt} v_t={v_t} sm_{sm} {bm}x{bn}x{d}");
+                let kern = fp8_attention(dt, (bm, bn, d), v_t);
+                let c = if wgmma {
+                    compiled_wgmma(&kern, sm, warps, 2)
+                } else {
+                    compiled(&kern, sm, warps, 2)
+                };
+                let lp = &c.report.loops[0];
+                assert_eq!(lp.streamed.len(), 1 + v_t as usize, "{what}: {:?}", lp.why);
+                assert!(c.report.wgmma_dots() >= wgmma as usize, "{what}");
+                let nk = 3 * bn;
+                let (qv, kv, vv) = (values(bm * d, 11), values(nk * d, 13), values(nk * d, 17));
+                let scale = 0.7f32;
+                let (want, _) = attention_reference(dt, [&qv, &kv, &vv], (bm, bn, d), scale);
+                // V as the kernel reads it: [nk, d], or its transpose [d, nk].
+                let v_in: Vec<f32> = if v_t {
+                    (0..nk * d).map(|i| vv[(i % nk) * d + i / nk]).collect()
+                } else {
+                    vv.clone()
+                };
+                let (qb, kb, vb) = (encode(dt, &qv), encode(dt, &kv), encode(dt, &v_in));
+                let out = vec![0u8; bm * d];
+                let args = [
+                    Arg::Buf(&qb),
+                    Arg::Buf(&kb),
+                    Arg::Buf(&vb),
+                    Arg::Buf(&out),
+                    Arg::I32(nk as i32),
+                    Arg::F32(scale),
+                ];
+                let bufs = run_ptx(
+                    &c.ptx,
+                    c.shared_bytes as usize,
+                    &param_names(&kern),
+                    warps,
+                    [1, 1, 1],
+                    &args,
+                );
+                let got = decode(dt, &bufs[3]);
+                // Each output rounds to fp8 (half an ulp: 2^-4 of it for e4m3, 2^-3 for
+                // e5m2) after sums of P rounded alike; the absolute term covers the smallest.
+                let worst = got
+                    .iter()
+                    .zip(&want)
+                    .map(|(g, w)| (*g as f64 - w).abs() / (w.abs() * rel + 2f64.powi(-8)))
+                    .fold(0f64, f64::max);
+                assert!(worst <= 1.0, "{what}: worst {worst} of the bound");
+            }
+        }
+    }
+}
