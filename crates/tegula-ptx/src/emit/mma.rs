@@ -296,17 +296,9 @@ impl Lower<'_> {
                         return w;
                     }
                 }
-                // prmt selector nibbles pick bytes of {b, a}: 0x0040 puts a's and b's low
-                // bytes in bytes 0 and 1, 0x5410 joins two such halves.
-                let pair = |s: &mut Self, x: Reg, y: Reg| {
-                    s.b.op(
-                        "prmt.b32",
-                        RegClass::B32,
-                        vec![x.into(), y.into(), Arg::Imm(0x0040)],
-                    )
-                };
-                let lo = pair(self, el[0], el[1]);
-                let hi = pair(self, el[2], el[3]);
+                // prmt's 0x5410 joins the low halves of two byte pairs.
+                let lo = self.pack_byte_pair(el[0], el[1]);
+                let hi = self.pack_byte_pair(el[2], el[3]);
                 self.b.op(
                     "prmt.b32",
                     RegClass::B32,
@@ -314,6 +306,16 @@ impl Lower<'_> {
                 )
             }
         }
+    }
+
+    /// The low bytes of `x` and `y` (zero-extended fp8 registers) in bytes 0 and 1 of a word:
+    /// prmt's selector nibbles pick bytes of `{y, x}`, 0x0040 taking x's byte 0 and y's.
+    fn pack_byte_pair(&mut self, x: Reg, y: Reg) -> Reg {
+        self.b.op(
+            "prmt.b32",
+            RegClass::B32,
+            vec![x.into(), y.into(), Arg::Imm(0x0040)],
+        )
     }
 
     /// Where operand `v` is in this iteration's pipeline slot, when the dot reads it from
@@ -507,8 +509,13 @@ impl Lower<'_> {
         } else {
             1
         };
-        // fp8 bytes go four to a word, or one at a time.
-        let run = if es == 1 && run < 4 { 1 } else { run };
+        // fp8 bytes go four to a word, two to a halfword (an accumulator's column pairs), or
+        // one at a time.
+        let run = match (es, run) {
+            (1, 2..=3) => 2,
+            (1, 0..=1) => 1,
+            _ => run,
+        };
         let mut seen = HashSet::new();
         for i in 0..g.count {
             let c = g.coords(i);
@@ -539,16 +546,17 @@ impl Lower<'_> {
                     }
                 })
                 .collect();
-            let words: Vec<Reg> = if es < 4 && run >= 2 {
-                elems
+            let words: Vec<Reg> = match (es, run) {
+                (1, 2) => vec![self.pack_byte_pair(elems[0], elems[1])],
+                (4, _) | (_, 1) => elems,
+                _ => elems
                     .chunks(4 / es as usize)
                     .map(|p| self.pack_operand(p))
-                    .collect()
-            } else {
-                elems
+                    .collect(),
             };
             let (ty, src) = match (words.len(), words[0].class) {
                 (1, _) if es == 1 && run == 1 => (".u8", Arg::Reg(words[0])),
+                (1, _) if es == 1 && run == 2 => (".u16", Arg::Reg(words[0])),
                 (1, RegClass::B16) => (".b16", Arg::Reg(words[0])),
                 (1, _) => (".b32", Arg::Reg(words[0])),
                 (n, _) => (if n == 2 { ".v2.b32" } else { ".v4.b32" }, Arg::Vec(words)),
