@@ -1086,9 +1086,9 @@ impl Check<'_> {
                         "dot needs a[M, K], b[K, N] and acc[M, N], got a: {a}, b: {b}, acc: {c}"
                     ));
                 }
-                if a.dtype() != b.dtype() {
+                if a.dtype() != b.dtype() && !(a.dtype().is_fp8() && b.dtype().is_fp8()) {
                     return self.fail(format!(
-                        "dot operands must share a dtype, got a: {a} and b: {b}"
+                        "dot operands must share a dtype (or both be fp8), got a: {a} and b: {b}"
                     ));
                 }
                 self.expect_result(c, "the accumulator's type")

@@ -137,3 +137,24 @@ fn encoding_rounds_to_nearest_even_and_saturates() {
         }
     }
 }
+
+/// `dot` takes the two fp8 formats together (as Triton does; the tensor cores have
+/// `.e4m3.e5m2`), and still refuses other mixed pairs at the user's line.
+#[test]
+fn dot_takes_mixed_fp8_and_refuses_other_mixed_pairs() {
+    use tegula_ir::prelude::*;
+    let with = |da: DType, db: DType| {
+        trace("mixed", |p| {
+            let (a, b, c) = (p.ptr("a", da), p.ptr("b", db), p.ptr("c", DType::F32));
+            let r = arange(0, 32);
+            let x = load_unmasked(a + (r.col() * 32 + r.row()));
+            let y = load_unmasked(b + (r.col() * 32 + r.row()));
+            store_unmasked(c + (r.col() * 32 + r.row()), dot(x, y));
+        })
+    };
+    assert!(with(DType::F8E4M3, DType::F8E5M2).is_ok());
+    assert!(with(DType::F8E5M2, DType::F8E4M3).is_ok());
+    let err = with(DType::F16, DType::F8E4M3).unwrap_err();
+    assert!(err.message.contains("share a dtype"), "{}", err.message);
+    assert!(err.loc.file.ends_with("fp8.rs"), "{:?}", err.loc);
+}

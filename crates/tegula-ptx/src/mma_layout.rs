@@ -76,15 +76,31 @@ impl MmaKind {
         self.elem_bytes() == 2
     }
 
-    /// The full `mma.sync` opcode.
-    pub fn opcode(self) -> &'static str {
+    /// The element type's name in PTX opcodes.
+    pub fn ptx_type(self) -> &'static str {
         match self {
-            MmaKind::F16 => "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32",
-            MmaKind::BF16 => "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32",
-            MmaKind::Tf32 => "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32",
-            MmaKind::E4M3 => "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32",
-            MmaKind::E5M2 => "mma.sync.aligned.m16n8k32.row.col.f32.e5m2.e5m2.f32",
+            MmaKind::F16 => "f16",
+            MmaKind::BF16 => "bf16",
+            MmaKind::Tf32 => "tf32",
+            MmaKind::E4M3 => "e4m3",
+            MmaKind::E5M2 => "e5m2",
         }
+    }
+
+    /// The full `mma.sync` opcode with A of this kind and B of kind `b` (the same kind, or
+    /// the other fp8 format).
+    pub fn opcode(self, b: MmaKind) -> String {
+        format!(
+            "mma.sync.aligned.m16n8k{}.row.col.f32.{}.{}.f32",
+            self.k_step(),
+            self.ptx_type(),
+            b.ptx_type()
+        )
+    }
+
+    /// Whether this is one of the fp8 formats.
+    pub fn is_fp8(self) -> bool {
+        matches!(self, MmaKind::E4M3 | MmaKind::E5M2)
     }
 }
 

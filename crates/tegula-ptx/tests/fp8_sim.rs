@@ -125,15 +125,17 @@ fn fp8_arithmetic_and_selection_agree_with_the_interpreter() {
     });
 }
 
-/// Dots of fp8 tiles on the simulator against the interpreter: K = 32 on the tensor cores
-/// (`mma.sync.m16n8k32`), K = 16 (below one fp8 k-step) on FMAs. Positive values, so that the
+/// Dots of fp8 tiles on the simulator against the interpreter, each format alone and the two
+/// mixed: K = 32 on the tensor cores (`mma.sync.m16n8k32`), K = 16 (below one fp8 k-step) on
+/// FMAs. Positive values, so that the
 /// two summation orders differ by at most K f32 roundings of the sum, 32 x 2^-24 relative.
 #[test]
 fn fp8_dot_agrees_with_the_interpreter() {
-    for dt in [DType::F8E4M3, DType::F8E5M2] {
+    let (e4, e5) = (DType::F8E4M3, DType::F8E5M2);
+    for (dt, dy) in [(e4, e4), (e5, e5), (e4, e5), (e5, e4)] {
         for kk in [32usize, 16] {
             let k = trace("fp8_dot", |p| {
-                let (x, y, o) = (p.ptr("x", dt), p.ptr("y", dt), p.ptr("o", DType::F32));
+                let (x, y, o) = (p.ptr("x", dt), p.ptr("y", dy), p.ptr("o", DType::F32));
                 let r = arange(0, 32);
                 let rk = arange(0, kk as i64);
                 let a = load_unmasked(x + (r.col() * kk + rk.row()));
@@ -151,19 +153,19 @@ fn fp8_dot_agrees_with_the_interpreter() {
             )
             .unwrap()
             .ptx;
-            assert_eq!(ptx.contains("m16n8k32"), kk == 32, "{dt} K={kk}");
+            assert_eq!(ptx.contains("m16n8k32"), kk == 32, "{dt} {dy} K={kk}");
             // Positive finite patterns below the NaN/infinity ones.
-            let top = if dt == DType::F8E4M3 { 0x7e } else { 0x7b };
+            let top = |d: DType| if d == DType::F8E4M3 { 0x7e } else { 0x7b };
             let n = 32 * kk as u64;
-            let x: Vec<u64> = (0..n).map(|i| (i * 7 + 3) % top).collect();
-            let y: Vec<u64> = (0..n).map(|i| (i * 13 + 5) % top).collect();
+            let x: Vec<u64> = (0..n).map(|i| (i * 7 + 3) % top(dt)).collect();
+            let y: Vec<u64> = (0..n).map(|i| (i * 13 + 5) % top(dy)).collect();
             let args = vec![
                 A::Buf(dt, x),
-                A::Buf(dt, y),
+                A::Buf(dy, y),
                 A::Buf(DType::F32, vec![0; 1024]),
             ];
             agree_up_to(
-                &format!("fp8 dot {dt} K={kk}"),
+                &format!("fp8 dot {dt} x {dy} K={kk}"),
                 &k,
                 [1, 1, 1],
                 &args,

@@ -519,3 +519,96 @@ fn fp8_attention_matches_float64() {
         }
     }
 }
+
+/// An e4m3 A with an e5m2 B (and the other way round), as fp8 training's gradient products
+/// pair them: on the tensor cores (`.e4m3.e5m2` on `mma.sync` and `wgmma`), both operands
+/// streamed, against float64.
+#[test]
+fn mixed_fp8_dots_match_float64() {
+    let (m, n, k) = (72, 64, 160);
+    let (bm, bn, bk) = (64, 32, 64);
+    for (da, db) in [
+        (DType::F8E4M3, DType::F8E5M2),
+        (DType::F8E5M2, DType::F8E4M3),
+    ] {
+        let kern = trace("mixed_fp8", |p| {
+            let (a, b, c) = (p.ptr("a", da), p.ptr("b", db), p.ptr("c", DType::F32));
+            let (mm, nn, kk) = (
+                p.scalar("m", DType::I32),
+                p.scalar("n", DType::I32),
+                p.scalar("k", DType::I32),
+            );
+            let offs_m = program_id(0) * bm + arange(0, bm as i64);
+            let offs_n = program_id(1) * bn + arange(0, bn as i64);
+            let offs_k = arange(0, bk as i64);
+            let acc = for_range(0, kk, bk, zeros::<f32>([bm, bn]), |start, acc| {
+                let ks = start + offs_k;
+                let at = load(
+                    a + offs_m.col() * kk + ks.row(),
+                    offs_m.col().lt(mm) & ks.row().lt(kk),
+                    0.0,
+                );
+                let bt = load(
+                    b + offs_n.col() * kk + ks.row(),
+                    offs_n.col().lt(nn) & ks.row().lt(kk),
+                    0.0,
+                );
+                dot_acc(at, bt.trans(), acc)
+            });
+            store(
+                c + offs_m.col() * nn + offs_n.row(),
+                acc,
+                offs_m.col().lt(mm) & offs_n.row().lt(nn),
+            );
+        })
+        .map(aligned)
+        .unwrap();
+        let (ta, tb) = (ptx_type(da), ptx_type(db));
+        let av = values(m * k, 61);
+        let bv = values(n * k, 67);
+        let (ar, br) = (rounded(da, &av), rounded(db, &bv));
+        let mut want = vec![0f64; m * n];
+        let mut scale = vec![0f64; m * n];
+        for i in 0..m {
+            for j in 0..n {
+                for x in 0..k {
+                    want[i * n + j] += ar[i * k + x] * br[j * k + x];
+                    scale[i * n + j] += (ar[i * k + x] * br[j * k + x]).abs();
+                }
+            }
+        }
+        for (sm, wgmma) in [(89, false), (90, false), (90, true)] {
+            let what = format!("{da} x {db} sm_{sm} wgmma={wgmma}");
+            let c = if wgmma {
+                compiled_wgmma(&kern, sm, 4, 3)
+            } else {
+                compiled(&kern, sm, 4, 3)
+            };
+            assert_eq!(c.report.loops[0].streamed.len(), 2, "{what}");
+            assert_eq!(c.report.wgmma_dots(), wgmma as usize, "{what}");
+            let op = if wgmma {
+                format!("k32.f32.{ta}.{tb}")
+            } else {
+                format!("m16n8k32.row.col.f32.{ta}.{tb}.f32")
+            };
+            assert!(c.ptx.contains(&op), "{what}: no {op}");
+            let out = vec![0u8; m * n * 4];
+            let bufs = run_ptx(
+                &c.ptx,
+                c.shared_bytes as usize,
+                &param_names(&kern),
+                4,
+                [m.div_ceil(bm) as u64, n.div_ceil(bn) as u64, 1],
+                &[
+                    Arg::Buf(&encode(da, &av)),
+                    Arg::Buf(&encode(db, &bv)),
+                    Arg::Buf(&out),
+                    Arg::I32(m as i32),
+                    Arg::I32(n as i32),
+                    Arg::I32(k as i32),
+                ],
+            );
+            assert_close(&decode(DType::F32, &bufs[2]), &want, &scale, 1e-6, &what);
+        }
+    }
+}

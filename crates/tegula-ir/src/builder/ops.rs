@@ -779,11 +779,13 @@ fn dot_at(a: Tile, b: Tile, acc: Option<Tile>, precision: InputPrecision, loc: L
             ),
         );
     }
-    if a.dtype() != b.dtype() || a.is_ptr() || b.is_ptr() {
+    // The two fp8 formats may meet, as in Triton (and on the tensor cores).
+    let fp8_pair = a.dtype().is_fp8() && b.dtype().is_fp8();
+    if (a.dtype() != b.dtype() && !fp8_pair) || a.is_ptr() || b.is_ptr() {
         report(
             loc,
             format!(
-                "dot operands must share a dtype, got {} and {}",
+                "dot operands must share a dtype (or both be fp8), got {} and {}",
                 a.ty(),
                 b.ty()
             ),

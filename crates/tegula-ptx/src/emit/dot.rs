@@ -116,7 +116,9 @@ impl Lower<'_> {
         self.b.place_label(&top);
         let class = class_of(Elem::Scalar(dt));
         let ld_ty = super::convert::st_ty(class);
-        let load = |s: &mut Self, addr: Reg, off: i64| -> Reg {
+        // Each operand widens from its own dtype (an e4m3 A may meet an e5m2 B; both are held
+        // in registers of one class).
+        let load = |s: &mut Self, dt: DType, addr: Reg, off: i64| -> Reg {
             let r = s.b.op(
                 format!("ld.shared{ld_ty}"),
                 class,
@@ -125,10 +127,10 @@ impl Lower<'_> {
             s.dot_operand(dt, precision, r)
         };
         let rows: Vec<Reg> = (0..g.n[0])
-            .map(|c0| load(self, ka, g.const_index(0, c0) as i64 * kk as i64 * es))
+            .map(|c0| load(self, dt, ka, g.const_index(0, c0) as i64 * kk as i64 * es))
             .collect();
         let cols: Vec<Reg> = (0..g.n[1])
-            .map(|c1| load(self, kb, g.const_index(1, c1) as i64 * es))
+            .map(|c1| load(self, bty.dtype(), kb, g.const_index(1, c1) as i64 * es))
             .collect();
         for (i, &r) in acc.iter().enumerate() {
             let c = g.coords(i);

@@ -42,8 +42,8 @@ fn fragment_word(
     (0..plan.kind.k_width() as usize)
         .map(|e| {
             let counters = match role {
-                Role::A => ml::a_counters(plan.kind, tile, kk, j, e),
-                Role::B => ml::b_counters(plan.kind, tile, kk, j, e),
+                Role::A => ml::a_counters(plan.kind_of(role), tile, kk, j, e),
+                Role::B => ml::b_counters(plan.kind_of(role), tile, kk, j, e),
             };
             regs[g.index(&counters)].expect("operand loaded")
         })
@@ -217,7 +217,7 @@ impl Lower<'_> {
                         continue;
                     }
                     self.b.emit(
-                        plan.kind.opcode(),
+                        plan.kind.opcode(plan.b_kind),
                         vec![
                             Arg::Vec(cregs.clone()),
                             Arg::Vec(af.clone()),
@@ -245,7 +245,7 @@ impl Lower<'_> {
         let (b_big, b_small) = self.split_tf32(b);
         for (x, y) in [(&a_small, &b_big), (&a_big, &b_small), (&a_big, &b_big)] {
             self.b.emit(
-                MmaKind::Tf32.opcode(),
+                MmaKind::Tf32.opcode(MmaKind::Tf32),
                 vec![
                     Arg::Vec(c.to_vec()),
                     Arg::Vec(x.clone()),
@@ -393,7 +393,7 @@ impl Lower<'_> {
             return None;
         }
         if let Some(&so) = self.mma.resident.get(&(v, role)) {
-            if so.stage.kind == plan.kind {
+            if so.stage.kind == plan.kind_of(role) {
                 return Some(so);
             }
         }

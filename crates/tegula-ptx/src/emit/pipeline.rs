@@ -1294,7 +1294,7 @@ impl Lower<'_> {
             .rev()
             .find(|p| p.loads.iter().any(|l| l.value == src))?;
         let pl = pipe.loads.iter().find(|l| l.value == src)?;
-        if !pl.reads.contains(&(role, k_major)) || pl.stage.kind != plan.kind {
+        if !pl.reads.contains(&(role, k_major)) || pl.stage.kind != plan.kind_of(role) {
             return None;
         }
         Some(SharedOperand {

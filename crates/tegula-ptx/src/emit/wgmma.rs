@@ -163,13 +163,11 @@ impl Lower<'_> {
         // copy would read them before the wait).
         let in_flight = self.plan.pipelines.wgmma_in_flight.contains(&inst);
         let acc = self.accumulator_registers(inst, &init, &acc_l)?;
-        let ty = match plan.kind {
-            MmaKind::F16 => "f16",
-            MmaKind::BF16 => "bf16",
-            MmaKind::E4M3 => "e4m3",
-            MmaKind::E5M2 => "e5m2",
-            MmaKind::Tf32 => unreachable!("tf32 dots are not wgmma candidates"),
-        };
+        debug_assert!(
+            plan.kind != MmaKind::Tf32,
+            "tf32 dots are not wgmma candidates"
+        );
+        let (ta, tb) = (plan.kind.ptx_type(), plan.b_kind.ptx_type());
         // fp8 takes no transposes (both operands K-major) and has no trans immediates.
         let fp8 = !plan.kind.transposable();
         if fp8 && !sb.stage.k_major {
@@ -244,7 +242,7 @@ impl Lower<'_> {
         });
         let trans_b = i64::from(!sb.stage.k_major);
         let opcode = format!(
-            "wgmma.mma_async.sync.aligned.m64n{}k{}.f32.{ty}.{ty}",
+            "wgmma.mma_async.sync.aligned.m64n{}k{}.f32.{ta}.{tb}",
             plan.n,
             plan.kind.k_step()
         );

@@ -1,14 +1,13 @@
 //! How each `dot` maps onto the hardware.
 //!
-//! - f16/bf16 operands, f32 ones with `InputPrecision::Tf32` or `Tf32x3`, and fp8 ones of one
-//!   format on a target with fp8 tensor cores ([`crate::Target::has_fp8_mma`]), with an f32
+//! - f16/bf16 operands, f32 ones with `InputPrecision::Tf32` or `Tf32x3`, and fp8 ones (either
+//!   format, mixed too: e4m3 with e5m2) on a target with fp8 tensor cores ([`crate::Target::has_fp8_mma`]), with an f32
 //!   accumulator of at least 16 x 8 (and K of at least one k-step) run on tensor cores
 //!   ([`MmaPlan`]): `mma.sync.m16n8k16` (f16, bf16), `m16n8k8` (tf32) or `m16n8k32` (fp8),
 //!   the warps laid out
 //!   over M and N by [`crate::mma_layout::warps_for`] (chained dots, whose accumulator feeds
 //!   another dot's A, keep one warp along N so that it already is that A's layout);
-//! - everything else runs on FMAs (f32 `ieee`, f64, integers, an e4m3 operand with an e5m2
-//!   one, other accumulators).
+//! - everything else runs on FMAs (f32 `ieee`, f64, integers, other accumulators).
 //!
 //! A tensor-core dot is a `wgmma` candidate ([`MmaPlan::wgmma`]) when the options allow
 //! `wgmma` ([`crate::MmaChoice`]) on a target that has it, the operands are f16/bf16 or fp8
@@ -34,7 +33,10 @@ use tegula_ir::{DType, InputPrecision, Inst, Kernel, Op, Shape, Value};
 /// How one dot maps onto tensor-core instructions.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct MmaPlan {
+    /// A's element kind.
     pub kind: MmaKind,
+    /// B's: A's, or the other fp8 format (an e4m3 tile with an e5m2 one).
+    pub b_kind: MmaKind,
     pub m: u32,
     pub n: u32,
     pub k: u32,
@@ -49,11 +51,20 @@ pub struct MmaPlan {
 }
 
 impl MmaPlan {
+    /// The element kind of operand `role`.
+    pub fn kind_of(&self, role: Role) -> MmaKind {
+        match role {
+            Role::A => self.kind,
+            Role::B => self.b_kind,
+        }
+    }
+
     /// The shared-memory stage of an operand whose source is K-major or not, at byte `offset`,
     /// and whether writing it transposes the source (tf32 and fp8 are always stored K-major:
     /// [`MmaKind::transposable`]).
     pub fn operand_stage(&self, role: Role, src_k_major: bool, offset: u32) -> (Stage, bool) {
-        let k_major = src_k_major || !self.kind.transposable();
+        let kind = self.kind_of(role);
+        let k_major = src_k_major || !kind.transposable();
         let (outer, k) = match role {
             Role::A => (self.m, self.k),
             Role::B => (self.n, self.k),
@@ -61,7 +72,7 @@ impl MmaPlan {
         let (rows, cols) = if k_major { (outer, k) } else { (k, outer) };
         let st = Stage {
             role,
-            kind: self.kind,
+            kind,
             rows,
             cols,
             k_major,
@@ -74,7 +85,7 @@ impl MmaPlan {
     pub fn operand_layout(&self, role: Role) -> Layout {
         match role {
             Role::A => ml::operand_a(self.kind, self.wm),
-            Role::B => ml::operand_b(self.kind, self.wn),
+            Role::B => ml::operand_b(self.b_kind, self.wn),
         }
     }
 
@@ -95,7 +106,7 @@ impl MmaPlan {
     /// Registers a thread needs to hold the operand's fragments.
     pub fn fragment_registers(&self, role: Role) -> u32 {
         let per_thread = self.operand_geometry(role).count as u32;
-        per_thread * self.kind.elem_bytes() / 4
+        per_thread * self.kind_of(role).elem_bytes() / 4
     }
 
     /// The accumulator's layout.
@@ -118,9 +129,7 @@ impl DotPlans {
 
     /// Whether some dot runs on fp8 tensor cores (the module needs PTX 8.4).
     pub fn any_fp8(&self) -> bool {
-        self.mma
-            .values()
-            .any(|p| matches!(p.kind, MmaKind::E4M3 | MmaKind::E5M2))
+        self.mma.values().any(|p| p.kind.is_fp8())
     }
 }
 
@@ -176,15 +185,23 @@ fn mma_plan(cx: &Context<'_>, chained: &HashSet<Inst>, inst: Inst) -> Option<Mma
         return None;
     };
     let (aty, bty, cty) = (k.ty(d.args[0]), k.ty(d.args[1]), k.ty(d.args[2]));
-    let kind = match (aty.dtype(), precision) {
-        (DType::F16, _) => MmaKind::F16,
-        (DType::BF16, _) => MmaKind::BF16,
-        (DType::F32, InputPrecision::Tf32 | InputPrecision::Tf32x3) => MmaKind::Tf32,
-        (DType::F8E4M3, _) if cx.target.has_fp8_mma() => MmaKind::E4M3,
-        (DType::F8E5M2, _) if cx.target.has_fp8_mma() => MmaKind::E5M2,
+    let fp8 = |d: DType| match d {
+        DType::F8E4M3 => Some(MmaKind::E4M3),
+        DType::F8E5M2 => Some(MmaKind::E5M2),
+        _ => None,
+    };
+    let (kind, b_kind) = match (aty.dtype(), bty.dtype(), precision) {
+        (a, b, _) if a == b && a == DType::F16 => (MmaKind::F16, MmaKind::F16),
+        (a, b, _) if a == b && a == DType::BF16 => (MmaKind::BF16, MmaKind::BF16),
+        (DType::F32, DType::F32, InputPrecision::Tf32 | InputPrecision::Tf32x3) => {
+            (MmaKind::Tf32, MmaKind::Tf32)
+        }
+        (a, b, _) if cx.target.has_fp8_mma() && fp8(a).is_some() && fp8(b).is_some() => {
+            (fp8(a)?, fp8(b)?)
+        }
         _ => return None,
     };
-    if cty.dtype() != DType::F32 || bty.dtype() != aty.dtype() {
+    if cty.dtype() != DType::F32 {
         return None;
     }
     let (m, kk, n) = (
@@ -207,6 +224,7 @@ fn mma_plan(cx: &Context<'_>, chained: &HashSet<Inst>, inst: Inst) -> Option<Mma
     };
     Some(MmaPlan {
         kind,
+        b_kind,
         m,
         n,
         k: kk,

@@ -611,7 +611,7 @@ impl Planner<'_, '_> {
             return None;
         }
         if let Some(r) = self.resident.get(&(v, role)) {
-            if r.stage.kind == plan.kind {
+            if r.stage.kind == plan.kind_of(role) {
                 return Some(false);
             }
         }
@@ -637,7 +637,7 @@ impl Planner<'_, '_> {
             .iter()
             .find(|l| l.value == src)
             .expect("found above");
-        pl.reads.contains(&(role, k_major)) && pl.stage.kind == plan.kind
+        pl.reads.contains(&(role, k_major)) && pl.stage.kind == plan.kind_of(role)
     }
 
     // --- streamed loads --------------------------------------------------------------------
@@ -731,7 +731,7 @@ impl Planner<'_, '_> {
                     continue;
                 }
                 let at = loc_of(k.insts[li].loc);
-                let Some(reads) = self.dot_reads(src, &body_insts, plan.kind) else {
+                let Some(reads) = self.dot_reads(src, &body_insts, plan.kind_of(role)) else {
                     rejected.push(format!(
                         "the load at {at} is also used by something other than a dot operand"
                     ));
@@ -742,7 +742,8 @@ impl Planner<'_, '_> {
                     continue;
                 }
                 // fp8 slots are read with plain `ldmatrix` (`.trans` moves 16-bit elements).
-                if !plan.kind.transposable() && reads.iter().any(|&(_, k_major)| !k_major) {
+                if !plan.kind_of(role).transposable() && reads.iter().any(|&(_, k_major)| !k_major)
+                {
                     rejected.push(format!(
                         "the load at {at} is an fp8 operand with K across its rows (only a \
                          K-contiguous one is copied as it is; this one is transposed through \
@@ -766,7 +767,7 @@ impl Planner<'_, '_> {
                 let shape = k.ty(src).shape;
                 let stage = Stage {
                     role,
-                    kind: plan.kind,
+                    kind: plan.kind_of(role),
                     rows: shape.dim(0) as u32,
                     cols: shape.dim(1) as u32,
                     k_major: (role == Role::A) != permuted,
@@ -908,7 +909,8 @@ impl Planner<'_, '_> {
                 return None;
             }
             let plan = self.mma_plan(user)?;
-            (plan.kind == kind).then_some(if pos == 0 { Role::A } else { Role::B })
+            let role = if pos == 0 { Role::A } else { Role::B };
+            (plan.kind_of(role) == kind).then_some(role)
         };
         let mut reads = Vec::new();
         for &(user, pos) in self.cx.uses.users(src)? {
