@@ -34,20 +34,18 @@ fn single_dots_match_a_float64_reference() {
         let kern = dot_tile(dt, (m, n, k), InputPrecision::Tf32, ta, tb);
         let av = values(m * k, 1 + m as u64);
         let bv = values(k * n, 7 + n as u64);
-        let (ar, br) = (rounded(dt, &av), rounded(dt, &bv));
         // a is given as [k][m] when ta, b as [n][k] when tb.
-        let a_at = |i: usize, kk: usize| if ta { ar[kk * m + i] } else { ar[i * k + kk] };
-        let b_at = |kk: usize, j: usize| if tb { br[j * k + kk] } else { br[kk * n + j] };
-        let mut want = vec![0f64; m * n];
-        let mut scale = vec![0f64; m * n];
-        for i in 0..m {
-            for j in 0..n {
-                for kk in 0..k {
-                    want[i * n + j] += a_at(i, kk) * b_at(kk, j);
-                    scale[i * n + j] += (a_at(i, kk) * b_at(kk, j)).abs();
-                }
-            }
-        }
+        let a_mk = if ta {
+            transposed(&av, k, m)
+        } else {
+            av.clone()
+        };
+        let b_kn = if tb {
+            transposed(&bv, n, k)
+        } else {
+            bv.clone()
+        };
+        let (want, scale) = matmul_reference(dt, &a_mk, &b_kn, (m, n, k));
         let out = vec![0u8; m * n * 4];
         let bufs = run(
             &kern,

@@ -11,6 +11,7 @@ use mma_kernels::*;
 use sim::*;
 use tegula_ir::prelude::*;
 use tegula_ir::Kernel;
+use tegula_ptx::Compiled;
 
 const FP8: [DType; 2] = [DType::F8E4M3, DType::F8E5M2];
 
@@ -52,20 +53,18 @@ fn fp8_dots_run_on_tensor_cores_and_match_float64() {
                 );
                 let av = values(m * k, 3 + m as u64);
                 let bv = values(k * n, 11 + n as u64);
-                let (ar, br) = (rounded(dt, &av), rounded(dt, &bv));
                 // a is given as [k][m] when ta, b as [n][k] when tb.
-                let a_at = |i: usize, kk: usize| if ta { ar[kk * m + i] } else { ar[i * k + kk] };
-                let b_at = |kk: usize, j: usize| if tb { br[j * k + kk] } else { br[kk * n + j] };
-                let mut want = vec![0f64; m * n];
-                let mut scale = vec![0f64; m * n];
-                for i in 0..m {
-                    for j in 0..n {
-                        for kk in 0..k {
-                            want[i * n + j] += a_at(i, kk) * b_at(kk, j);
-                            scale[i * n + j] += (a_at(i, kk) * b_at(kk, j)).abs();
-                        }
-                    }
-                }
+                let a_mk = if ta {
+                    transposed(&av, k, m)
+                } else {
+                    av.clone()
+                };
+                let b_kn = if tb {
+                    transposed(&bv, n, k)
+                } else {
+                    bv.clone()
+                };
+                let (want, scale) = matmul_reference(dt, &a_mk, &b_kn, (m, n, k));
                 let out = vec![0u8; m * n * 4];
                 let bufs = run_on(
                     sm,
@@ -90,10 +89,52 @@ fn fp8_dots_run_on_tensor_cores_and_match_float64() {
 /// both operands).
 fn fp8_matmul(dt: DType, blocks: (usize, usize, usize), b_nk: bool) -> Kernel {
     if b_nk {
-        matmul_loop_b_nk(dt, DType::F32, blocks)
+        matmul_loop_b_nk((dt, dt), DType::F32, blocks)
     } else {
         matmul_loop(dt, blocks.0, blocks.1, blocks.2)
     }
+}
+
+/// Runs `c`, compiled from `kern` (parameters `a, b, c, m, n, k`: A `[m, k]` of `da`, B of
+/// `db` given as `[n, k]` when `b_nk`, else `[k, n]`, C `[m, n]` f32), over `(bm, bn)` tiles of
+/// fresh values (`seed`) on `warps` warps, and checks C against float64.
+#[allow(clippy::too_many_arguments)]
+fn check_matmul(
+    kern: &Kernel,
+    c: &Compiled,
+    (da, db): (DType, DType),
+    b_nk: bool,
+    (m, n, k): (usize, usize, usize),
+    (bm, bn): (usize, usize),
+    warps: u32,
+    seed: u64,
+    what: &str,
+) {
+    let av = values(m * k, seed);
+    let bv = values(k * n, seed + 1);
+    let b_kn = if b_nk {
+        transposed(&bv, n, k)
+    } else {
+        bv.clone()
+    };
+    let (want, scale) = matmul_reference_of((da, db), &av, &b_kn, (m, n, k));
+    let out = vec![0u8; m * n * 4];
+    let bufs = run_ptx(
+        &c.ptx,
+        c.shared_bytes as usize,
+        &param_names(kern),
+        warps,
+        [m.div_ceil(bm) as u64, n.div_ceil(bn) as u64, 1],
+        &[
+            Arg::Buf(&encode(da, &av)),
+            Arg::Buf(&encode(db, &bv)),
+            Arg::Buf(&out),
+            Arg::I32(m as i32),
+            Arg::I32(n as i32),
+            Arg::I32(k as i32),
+        ],
+    );
+    assert_close(&decode(DType::F32, &bufs[2]), &want, &scale, 1e-6, what);
 }
 
 /// Both forms match float64 on sm_89 and sm_90, unpipelined and asked for three stages. With
@@ -130,33 +171,18 @@ fn fp8_matmul_loops_with_ragged_edges_match() {
                     assert!(why.contains("K across its rows"), "{what}: {why}");
                 }
                 assert_eq!(compiled.ptx.contains("cp.async"), stages > 1, "{what}");
-                let av = values(m * k, 23);
-                let bv = values(k * n, 29);
-                // The reference takes b as [k, n].
-                let b_kn: Vec<f32> = if b_nk {
-                    (0..k * n).map(|i| bv[(i % n) * k + i / n]).collect()
-                } else {
-                    bv.clone()
-                };
-                let (want, scale) = matmul_reference(dt, &av, &b_kn, (m, n, k));
-                let c = vec![0u8; m * n * 4];
-                let mut bufs = run_on(
-                    sm,
+                let fp8 = (dt, dt);
+                check_matmul(
                     &kern,
+                    &compiled,
+                    fp8,
+                    b_nk,
+                    (m, n, k),
+                    (bm, bn),
                     warps,
-                    stages,
-                    [m.div_ceil(bm) as u64, n.div_ceil(bn) as u64, 1],
-                    &[
-                        Arg::Buf(&encode(dt, &av)),
-                        Arg::Buf(&encode(dt, &bv)),
-                        Arg::Buf(&c),
-                        Arg::I32(m as i32),
-                        Arg::I32(n as i32),
-                        Arg::I32(k as i32),
-                    ],
+                    23,
+                    &what,
                 );
-                let got = decode(DType::F32, &bufs.swap_remove(2));
-                assert_close(&got, &want, &scale, 1e-6, &what);
             }
         }
     }
@@ -206,27 +232,17 @@ fn fp8_matmul_on_wgmma_matches() {
                 c.ptx.contains(&format!("k32.f32.{t}.{t}")),
                 "{what}: not on fp8 wgmma"
             );
-            let av = values(m * k, 41);
-            let bv = values(k * n, 43);
-            let b_kn: Vec<f32> = (0..k * n).map(|i| bv[(i % n) * k + i / n]).collect();
-            let (want, scale) = matmul_reference(dt, &av, &b_kn, (m, n, k));
-            let out = vec![0u8; m * n * 4];
-            let bufs = run_ptx(
-                &c.ptx,
-                c.shared_bytes as usize,
-                &param_names(&kern),
+            check_matmul(
+                &kern,
+                &c,
+                (dt, dt),
+                true,
+                (m, n, k),
+                (bm, bn),
                 warps,
-                [m.div_ceil(bm) as u64, n.div_ceil(bn) as u64, 1],
-                &[
-                    Arg::Buf(&encode(dt, &av)),
-                    Arg::Buf(&encode(dt, &bv)),
-                    Arg::Buf(&out),
-                    Arg::I32(m as i32),
-                    Arg::I32(n as i32),
-                    Arg::I32(k as i32),
-                ],
+                41,
+                &what,
             );
-            assert_close(&decode(DType::F32, &bufs[2]), &want, &scale, 1e-6, &what);
         }
         let rows = fp8_matmul(dt, (64, 64, 64), false);
         let c = compiled_wgmma(&rows, 90, 4, 3);
@@ -383,81 +399,17 @@ fn matmul_with_b_column_major_streams_both_operands() {
                 lp.why
             );
             assert_eq!(c.report.wgmma_dots(), (sm == 90) as usize, "{what}");
-            let av = values(m * k, 23);
-            let bv = values(k * n, 29);
-            let b_kn: Vec<f32> = (0..k * n).map(|i| bv[(i % n) * k + i / n]).collect();
-            let (want, scale) = matmul_reference(dt, &av, &b_kn, (m, n, k));
-            let out = vec![0u8; m * n * 4];
-            let bufs = run_ptx(
-                &c.ptx,
-                c.shared_bytes as usize,
-                &param_names(&kern),
-                4,
-                [m.div_ceil(bm) as u64, n.div_ceil(bn) as u64, 1],
-                &[
-                    Arg::Buf(&encode(dt, &av)),
-                    Arg::Buf(&encode(dt, &bv)),
-                    Arg::Buf(&out),
-                    Arg::I32(m as i32),
-                    Arg::I32(n as i32),
-                    Arg::I32(k as i32),
-                ],
-            );
-            assert_close(&decode(DType::F32, &bufs[2]), &want, &scale, 1e-6, &what);
+            // B's memory is [n, k]: the kernel reads element (kk, j) at j * k + kk.
+            check_matmul(&kern, &c, (dt, dt), true, (m, n, k), (bm, bn), 4, 23, &what);
         }
     }
 }
-/// FlashAttention's forward over fp8 Q, K, V (one query block, three key blocks), P cast to
-/// fp8 for `P V`, the output fp8: V as `[n, d]` (K of `P V` across its rows: transposed
-/// through registers) or, as Triton's fp8 tutorial stores it, transposed (`v_t`: `[d, n]`,
-/// loaded `[d, BLOCK_N]` and read through `.trans()`, K contiguous: streamed too).
-fn fp8_attention(dt: DType, (bm, bn, d): (usize, usize, usize), v_t: bool) -> Kernel {
-    trace("fp8_attention", |p| {
-        let (q, kp, vp, o) = (
-            p.ptr("q", dt),
-            p.ptr("k", dt),
-            p.ptr("v", dt),
-            p.ptr("o", dt),
-        );
-        let n = p.scalar("n", DType::I32);
-        let scale = p.scalar("scale", DType::F32);
-        let offs_m = program_id(0) * bm + arange(0, bm as i64);
-        let offs_d = arange(0, d as i64);
-        let offs_n = arange(0, bn as i64);
-        let qv = load_unmasked(q + offs_m.col() * d + offs_d.row());
-        let init = (
-            full::<f32>([bm], f64::NEG_INFINITY),
-            zeros::<f32>([bm]),
-            zeros::<f32>([bm, d]),
-        );
-        let (_, l_i, acc) = for_range(0, n, bn, init, |start, (m_i, l_i, acc)| {
-            let kv = start + offs_n;
-            let kt = load_unmasked(kp + kv.col() * d + offs_d.row());
-            let vt = if v_t {
-                load_unmasked(vp + offs_d.col() * n + kv.row()).trans()
-            } else {
-                load_unmasked(vp + kv.col() * d + offs_d.row())
-            };
-            let qk = dot(qv, kt.trans()) * scale;
-            let m_ij = maximum(m_i, max(qk, 1));
-            let pm = exp2(qk - m_ij.col());
-            let alpha = exp2(m_i - m_ij);
-            let l_ij = sum(pm, 1);
-            let acc = dot_acc(pm.cast(dt), vt, acc * alpha.col());
-            (m_ij, l_i * alpha + l_ij, acc)
-        });
-        store_unmasked(
-            o + offs_m.col() * d + offs_d.row(),
-            (acc / l_i.col()).cast(dt),
-        );
-    })
-    .map(aligned)
-    .unwrap()
-}
-
-/// [`fp8_attention`] on the simulator against the float64 online softmax: `Q K^T` on the fp8
-/// tensor cores (`wgmma` on Hopper), K streamed, V streamed when transposed; within fp8's
-/// rounding of P and of the output (2^-3 of each output for e4m3, 2^-2 for e5m2).
+/// FlashAttention's forward over fp8 Q, K, V (one query block, three key blocks; P cast to
+/// fp8 for `P V`; the output fp8) on the simulator against the float64 online softmax: `Q K^T`
+/// on the fp8 tensor cores (`wgmma` on Hopper), K streamed; V streamed when stored transposed
+/// as Triton's fp8 tutorial stores it (`v_t`: K of `P V` contiguous), else transposed through
+/// registers. Within fp8's rounding of P and of the output (2^-3 of each output for e4m3,
+/// 2^-2 for e5m2).
 #[test]
 fn fp8_attention_matches_float64() {
     for dt in FP8 {
@@ -469,7 +421,11 @@ fn fp8_attention_matches_float64() {
                 (90, (128, 64, 128), 8, true),
             ] {
                 let what = format!("{dt} v_t={v_t} sm_{sm} {bm}x{bn}x{d}");
-                let kern = fp8_attention(dt, (bm, bn, d), v_t);
+                let kern = if v_t {
+                    flash_attention_v_transposed(dt, bm, bn, d)
+                } else {
+                    flash_attention(dt, bm, bn, d)
+                };
                 let c = if wgmma {
                     compiled_wgmma(&kern, sm, warps, 2)
                 } else {
@@ -483,8 +439,8 @@ fn fp8_attention_matches_float64() {
                 let scale = 0.7f32;
                 let (want, _) = attention_reference(dt, [&qv, &kv, &vv], (bm, bn, d), scale);
                 // V as the kernel reads it: [nk, d], or its transpose [d, nk].
-                let v_in: Vec<f32> = if v_t {
-                    (0..nk * d).map(|i| vv[(i % nk) * d + i / nk]).collect()
+                let v_in = if v_t {
+                    transposed(&vv, nk, d)
                 } else {
                     vv.clone()
                 };
@@ -531,52 +487,8 @@ fn mixed_fp8_dots_match_float64() {
         (DType::F8E4M3, DType::F8E5M2),
         (DType::F8E5M2, DType::F8E4M3),
     ] {
-        let kern = trace("mixed_fp8", |p| {
-            let (a, b, c) = (p.ptr("a", da), p.ptr("b", db), p.ptr("c", DType::F32));
-            let (mm, nn, kk) = (
-                p.scalar("m", DType::I32),
-                p.scalar("n", DType::I32),
-                p.scalar("k", DType::I32),
-            );
-            let offs_m = program_id(0) * bm + arange(0, bm as i64);
-            let offs_n = program_id(1) * bn + arange(0, bn as i64);
-            let offs_k = arange(0, bk as i64);
-            let acc = for_range(0, kk, bk, zeros::<f32>([bm, bn]), |start, acc| {
-                let ks = start + offs_k;
-                let at = load(
-                    a + offs_m.col() * kk + ks.row(),
-                    offs_m.col().lt(mm) & ks.row().lt(kk),
-                    0.0,
-                );
-                let bt = load(
-                    b + offs_n.col() * kk + ks.row(),
-                    offs_n.col().lt(nn) & ks.row().lt(kk),
-                    0.0,
-                );
-                dot_acc(at, bt.trans(), acc)
-            });
-            store(
-                c + offs_m.col() * nn + offs_n.row(),
-                acc,
-                offs_m.col().lt(mm) & offs_n.row().lt(nn),
-            );
-        })
-        .map(aligned)
-        .unwrap();
+        let kern = matmul_loop_b_nk((da, db), DType::F32, (bm, bn, bk));
         let (ta, tb) = (ptx_type(da), ptx_type(db));
-        let av = values(m * k, 61);
-        let bv = values(n * k, 67);
-        let (ar, br) = (rounded(da, &av), rounded(db, &bv));
-        let mut want = vec![0f64; m * n];
-        let mut scale = vec![0f64; m * n];
-        for i in 0..m {
-            for j in 0..n {
-                for x in 0..k {
-                    want[i * n + j] += ar[i * k + x] * br[j * k + x];
-                    scale[i * n + j] += (ar[i * k + x] * br[j * k + x]).abs();
-                }
-            }
-        }
         for (sm, wgmma) in [(89, false), (90, false), (90, true)] {
             let what = format!("{da} x {db} sm_{sm} wgmma={wgmma}");
             let c = if wgmma {
@@ -592,23 +504,7 @@ fn mixed_fp8_dots_match_float64() {
                 format!("m16n8k32.row.col.f32.{ta}.{tb}.f32")
             };
             assert!(c.ptx.contains(&op), "{what}: no {op}");
-            let out = vec![0u8; m * n * 4];
-            let bufs = run_ptx(
-                &c.ptx,
-                c.shared_bytes as usize,
-                &param_names(&kern),
-                4,
-                [m.div_ceil(bm) as u64, n.div_ceil(bn) as u64, 1],
-                &[
-                    Arg::Buf(&encode(da, &av)),
-                    Arg::Buf(&encode(db, &bv)),
-                    Arg::Buf(&out),
-                    Arg::I32(m as i32),
-                    Arg::I32(n as i32),
-                    Arg::I32(k as i32),
-                ],
-            );
-            assert_close(&decode(DType::F32, &bufs[2]), &want, &scale, 1e-6, &what);
+            check_matmul(&kern, &c, (da, db), true, (m, n, k), (bm, bn), 4, 61, &what);
         }
     }
 }

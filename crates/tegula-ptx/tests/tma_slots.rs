@@ -239,8 +239,8 @@ fn check_product_of(
     let av = values(m * kk, seed);
     let bv = values(kk * n, seed + 1);
     // The reference takes B as [k, n].
-    let b_kn: Vec<f32> = if b_nk {
-        (0..kk * n).map(|i| bv[(i % n) * kk + i / n]).collect()
+    let b_kn = if b_nk {
+        transposed(&bv, n, kk)
     } else {
         bv.clone()
     };

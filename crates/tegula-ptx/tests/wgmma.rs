@@ -216,7 +216,8 @@ fn fp8_wgmma_tiles_assemble_without_spills() {
         (64, 128, 64, 4, 4),
         (128, 32, 64, 4, 4),
     ] {
-        let k = matmul_loop_b_nk(DType::F8E4M3, DType::F16, (bm, bn, bk));
+        let fp8 = (DType::F8E4M3, DType::F8E4M3);
+        let k = matmul_loop_b_nk(fp8, DType::F16, (bm, bn, bk));
         let options = CompileOptions {
             num_warps: warps,
             num_stages: stages,

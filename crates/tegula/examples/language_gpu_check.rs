@@ -577,63 +577,7 @@ fn fp8_matmul<T: Element>(
 /// products themselves), and the worst error is printed in units of `sum |a b|` beside
 /// what f32 sums alone would allow (`K 2^-24`).
 fn fp8_dots(gpu: &Device) -> tegula::Result<usize> {
-    let (m, n, k) = (300usize, 200usize, 448usize);
     let mut failed = 0;
-    let run = |b_nk: bool, mma: MmaChoice, e5m2: bool| -> tegula::Result<(f64, usize)> {
-        let av: Vec<f32> = (0..m * k)
-            .map(|i| ((i * 37 % 101) as f32 - 50.0) / 16.0)
-            .collect();
-        let bv: Vec<f32> = (0..k * n)
-            .map(|i| ((i * 53 % 97) as f32 - 48.0) / 8.0)
-            .collect();
-        let c = gpu.empty::<f32>([m, n])?;
-        let config = LaunchConfig::new(4, 3).with_mma(mma);
-        let grid = ((m as u32).div_ceil(128), (n as u32).div_ceil(128), 1);
-        // Values as the kernel sees them: a [m, k], b [n, k] when b_nk, else [k, n].
-        let (a64, b64): (Vec<f64>, Vec<f64>) = if e5m2 {
-            let (a8, b8): (Vec<f8e5m2>, Vec<f8e5m2>) = (
-                av.iter().map(|&x| f8e5m2::from_f32(x)).collect(),
-                bv.iter().map(|&x| f8e5m2::from_f32(x)).collect(),
-            );
-            let (a, b) = (gpu.from_slice(&a8, [m, k])?, gpu.from_slice(&b8, [k * n])?);
-            fp8_matmul::launch_with::<f8e5m2>(
-                gpu, grid, config, &a, &b, &c, m as i32, n as i32, k as i32, 128, 128, 64, b_nk,
-            )?;
-            (
-                a8.iter().map(|x| x.to_f64()).collect(),
-                b8.iter().map(|x| x.to_f64()).collect(),
-            )
-        } else {
-            let (a8, b8): (Vec<f8e4m3>, Vec<f8e4m3>) = (
-                av.iter().map(|&x| f8e4m3::from_f32(x)).collect(),
-                bv.iter().map(|&x| f8e4m3::from_f32(x)).collect(),
-            );
-            let (a, b) = (gpu.from_slice(&a8, [m, k])?, gpu.from_slice(&b8, [k * n])?);
-            fp8_matmul::launch_with::<f8e4m3>(
-                gpu, grid, config, &a, &b, &c, m as i32, n as i32, k as i32, 128, 128, 64, b_nk,
-            )?;
-            (
-                a8.iter().map(|x| x.to_f64()).collect(),
-                b8.iter().map(|x| x.to_f64()).collect(),
-            )
-        };
-        let got = c.to_vec()?;
-        let (mut worst, mut bad) = (0f64, 0);
-        for i in 0..m {
-            for j in 0..n {
-                let (mut want, mut scale) = (0f64, 0f64);
-                for x in 0..k {
-                    let bx = if b_nk { b64[j * k + x] } else { b64[x * n + j] };
-                    want += a64[i * k + x] * bx;
-                    scale += (a64[i * k + x] * bx).abs();
-                }
-                let rel = (got[i * n + j] as f64 - want).abs() / scale.max(f64::MIN_POSITIVE);
-                worst = worst.max(rel);
-                bad += (rel > 2f64.powi(-10)) as usize;
-            }
-        }
-        Ok((worst, bad))
-    };
     for e5m2 in [false, true] {
         for (b_nk, mma, what) in [
             (
@@ -644,7 +588,12 @@ fn fp8_dots(gpu: &Device) -> tegula::Result<usize> {
             (true, MmaChoice::Sync, "K-contiguous B, mma.sync"),
             (false, MmaChoice::Auto, "B with K across its rows"),
         ] {
-            let (worst, bad) = run(b_nk, mma, e5m2)?;
+            let (m, n, k) = (300, 200, 448);
+            let (worst, bad) = if e5m2 {
+                fp8_dot::<f8e5m2>(gpu, (m, n, k), b_nk, mma)?
+            } else {
+                fp8_dot::<f8e4m3>(gpu, (m, n, k), b_nk, mma)?
+            };
             println!(
                 "fp8 dot {} {m}x{n}x{k} ({what}): {bad} elements off by more than 2^-10 of \
                  sum |a b|; worst {worst:.2e} of it (f32 sums alone: {:.2e})",
@@ -655,6 +604,49 @@ fn fp8_dots(gpu: &Device) -> tegula::Result<usize> {
         }
     }
     Ok(failed)
+}
+
+/// One [`fp8_dots`] case: `fp8_matmul` of `T` tiles, B given as `[n, k]` when `b_nk`, else
+/// `[k, n]`; the worst error in units of `sum |a b|`, and the elements beyond 2^-10 of it.
+fn fp8_dot<T: Element>(
+    gpu: &Device,
+    (m, n, k): (usize, usize, usize),
+    b_nk: bool,
+    mma: MmaChoice,
+) -> tegula::Result<(f64, usize)> {
+    let a8: Vec<T> = (0..m * k)
+        .map(|i| T::from_f64(((i * 37 % 101) as f64 - 50.0) / 16.0))
+        .collect();
+    let b8: Vec<T> = (0..k * n)
+        .map(|i| T::from_f64(((i * 53 % 97) as f64 - 48.0) / 8.0))
+        .collect();
+    let (a, b) = (gpu.from_slice(&a8, [m, k])?, gpu.from_slice(&b8, [k * n])?);
+    let c = gpu.empty::<f32>([m, n])?;
+    let config = LaunchConfig::new(4, 3).with_mma(mma);
+    let grid = ((m as u32).div_ceil(128), (n as u32).div_ceil(128), 1);
+    fp8_matmul::launch_with::<T>(
+        gpu, grid, config, &a, &b, &c, m as i32, n as i32, k as i32, 128, 128, 64, b_nk,
+    )?;
+    let (a64, b64): (Vec<f64>, Vec<f64>) = (
+        a8.iter().map(|x| x.to_f64()).collect(),
+        b8.iter().map(|x| x.to_f64()).collect(),
+    );
+    let got = c.to_vec()?;
+    let (mut worst, mut bad) = (0f64, 0);
+    for i in 0..m {
+        for j in 0..n {
+            let (mut want, mut scale) = (0f64, 0f64);
+            for x in 0..k {
+                let bx = if b_nk { b64[j * k + x] } else { b64[x * n + j] };
+                want += a64[i * k + x] * bx;
+                scale += (a64[i * k + x] * bx).abs();
+            }
+            let rel = (got[i * n + j] as f64 - want).abs() / scale.max(f64::MIN_POSITIVE);
+            worst = worst.max(rel);
+            bad += (rel > 2f64.powi(-10)) as usize;
+        }
+    }
+    Ok((worst, bad))
 }
 
 /// `fp8_casts` on `gpu` and `cpu` over `xs` (bit for bit, any f32 NaN for any NaN).

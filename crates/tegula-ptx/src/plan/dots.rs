@@ -191,8 +191,8 @@ fn mma_plan(cx: &Context<'_>, chained: &HashSet<Inst>, inst: Inst) -> Option<Mma
         _ => None,
     };
     let (kind, b_kind) = match (aty.dtype(), bty.dtype(), precision) {
-        (a, b, _) if a == b && a == DType::F16 => (MmaKind::F16, MmaKind::F16),
-        (a, b, _) if a == b && a == DType::BF16 => (MmaKind::BF16, MmaKind::BF16),
+        (DType::F16, DType::F16, _) => (MmaKind::F16, MmaKind::F16),
+        (DType::BF16, DType::BF16, _) => (MmaKind::BF16, MmaKind::BF16),
         (DType::F32, DType::F32, InputPrecision::Tf32 | InputPrecision::Tf32x3) => {
             (MmaKind::Tf32, MmaKind::Tf32)
         }

@@ -139,10 +139,14 @@ fn matmul_tile(
 
 /// Triton's matmul loop with B given as `[n, k]` and read through `.trans()` (tutorial 09's
 /// `dot(a, b.T)`; K contiguous in both operands, as fp8 tensor cores need), masked at the
-/// edges, C stored as `out`.
-pub fn matmul_loop_b_nk(dt: DType, out: DType, (bm, bn, bk): (usize, usize, usize)) -> Kernel {
+/// edges: A of `da`, B of `db` (the same, or the other fp8 format), C stored as `out`.
+pub fn matmul_loop_b_nk(
+    (da, db): (DType, DType),
+    out: DType,
+    (bm, bn, bk): (usize, usize, usize),
+) -> Kernel {
     trace("matmul_b_nk", |p| {
-        let (a, b, c) = (p.ptr("a", dt), p.ptr("b", dt), p.ptr("c", out));
+        let (a, b, c) = (p.ptr("a", da), p.ptr("b", db), p.ptr("c", out));
         let (m, n, k) = (
             p.scalar("m", DType::I32),
             p.scalar("n", DType::I32),
@@ -233,16 +237,22 @@ pub fn persistent_matmul_with(
 /// FlashAttention forward for one (query block, head): Q resident, K and V streamed,
 /// online softmax in base 2, P cast to the input dtype and multiplied by V from registers.
 pub fn flash_attention(dt: DType, bm: usize, bn: usize, d: usize) -> Kernel {
-    flash_attention_traced("flash_attention", dt, bm, bn, d, false)
+    flash_attention_traced("flash_attention", dt, bm, bn, d, false, false)
+}
+
+/// [`flash_attention`] with V stored transposed (`[d, n]`), loaded as `[d, BLOCK_N]` blocks and
+/// read through `.trans()`, as Triton's fp8 attention stores it (K of `P V` contiguous).
+pub fn flash_attention_v_transposed(dt: DType, bm: usize, bn: usize, d: usize) -> Kernel {
+    flash_attention_traced("flash_attention_v_transposed", dt, bm, bn, d, false, true)
 }
 
 /// [`flash_attention`] with the library forward's epilogue: the accumulator times each row's
 /// `1 / l`, cast to the input dtype, and each row's `m + log2(l)` (base 2) stored to `lse`.
 pub fn flash_attention_with_lse(dt: DType, bm: usize, bn: usize, d: usize) -> Kernel {
-    flash_attention_traced("flash_attention_with_lse", dt, bm, bn, d, true)
+    flash_attention_traced("flash_attention_with_lse", dt, bm, bn, d, true, false)
 }
 
-/// The two kernels above: parameters `q, k, v, o, [lse], n, scale`.
+/// The kernels above: parameters `q, k, v, o, [lse], n, scale`.
 fn flash_attention_traced(
     name: &str,
     dt: DType,
@@ -250,6 +260,7 @@ fn flash_attention_traced(
     bn: usize,
     d: usize,
     with_lse: bool,
+    v_transposed: bool,
 ) -> Kernel {
     trace(name, |p| {
         let (q, kp, vp, o) = (
@@ -273,7 +284,11 @@ fn flash_attention_traced(
         let (m_i, l_i, acc) = for_range(0, n, bn, init, |start, (m_i, l_i, acc)| {
             let kv = start + offs_n;
             let kt = load_unmasked(kp + kv.col() * d + offs_d.row());
-            let vt = load_unmasked(vp + kv.col() * d + offs_d.row());
+            let vt = if v_transposed {
+                load_unmasked(vp + offs_d.col() * n + kv.row()).trans()
+            } else {
+                load_unmasked(vp + kv.col() * d + offs_d.row())
+            };
             let qk = dot(qv, kt.trans()) * scale;
             let m_ij = maximum(m_i, max(qk, 1));
             let pm = exp2(qk - m_ij.col());

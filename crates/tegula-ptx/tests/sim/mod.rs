@@ -136,6 +136,13 @@ pub fn decode(dt: DType, b: &[u8]) -> Vec<f32> {
     }
 }
 
+/// `v` (`rows x cols`, row-major) transposed: `cols x rows`, row-major.
+pub fn transposed(v: &[f32], rows: usize, cols: usize) -> Vec<f32> {
+    (0..rows * cols)
+        .map(|i| v[(i % rows) * cols + i / rows])
+        .collect()
+}
+
 /// The operand as the tensor cores see it (rounded to the dtype, and to tf32 for f32).
 pub fn rounded(dt: DType, v: &[f32]) -> Vec<f64> {
     decode(dt, &encode(dt, v))
@@ -247,9 +254,19 @@ pub fn matmul_reference(
     dt: DType,
     a: &[f32],
     b: &[f32],
+    mnk: (usize, usize, usize),
+) -> (Vec<f64>, Vec<f64>) {
+    matmul_reference_of((dt, dt), a, b, mnk)
+}
+
+/// [`matmul_reference`] with `a` rounded to `da` and `b` to `db` (an fp8 pair of formats).
+pub fn matmul_reference_of(
+    (da, db): (DType, DType),
+    a: &[f32],
+    b: &[f32],
     (m, n, k): (usize, usize, usize),
 ) -> (Vec<f64>, Vec<f64>) {
-    let (ar, br) = (rounded(dt, a), rounded(dt, b));
+    let (ar, br) = (rounded(da, a), rounded(db, b));
     let mut want = vec![0f64; m * n];
     let mut scale = vec![0f64; m * n];
     for i in 0..m {
